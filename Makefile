@@ -1,0 +1,78 @@
+# Specula build. `make` builds bin/specula, bin/mkmodel and the static
+# library; `make test` builds and runs every test; `make asan` runs the same
+# tests under AddressSanitizer + UBSan; `make bench` runs the benchmarks.
+
+CC      ?= cc
+BUILD   ?= build
+BIN     ?= bin
+OPT     ?= -O2
+CFLAGS  ?=
+CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE \
+           -fno-math-errno -Iinclude -Isrc
+LDLIBS  += -lpcre2-8 -lpthread -lm
+# SIMD variants: files named *_avx2.c / *_avx512.c get their ISA flags; all
+# other code is built for baseline x86-64 and dispatches at run time.
+AVX2_FLAGS   = -mavx2 -mfma -mf16c
+AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
+
+LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
+CLI_SRC  := $(wildcard src/cli/*.c)
+TEST_SRC := $(wildcard tests/test_*.c)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+LIB      := $(BUILD)/libspecula.a
+TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+all: $(BIN)/specula $(BIN)/mkmodel
+
+$(BUILD)/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX2_FLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BIN)/specula: $(CLI_OBJ) $(LIB)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+
+$(BIN)/mkmodel: $(BUILD)/tools/mkmodel.o $(LIB)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS) -lcjson
+
+tests: $(TESTS) $(BIN)/specula $(BIN)/mkmodel
+
+test: tests
+	SPECULA_BIN=$(BIN)/specula SPECULA_MKMODEL=$(BIN)/mkmodel tests/run.sh $(BUILD)/tests
+
+# Sanitizer build: separate objects and binaries, same tests.
+asan:
+	$(MAKE) BUILD=build-asan BIN=build-asan/bin OPT=-O1 \
+	  CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	  LDFLAGS="-fsanitize=address,undefined" test
+
+BENCH_SRC := $(wildcard bench/*.c)
+$(BIN)/bench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(LIB)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+
+bench: $(BIN)/bench $(BIN)/mkmodel
+	bench/run.sh
+
+clean:
+	rm -rf build build-asan bin
+
+.PHONY: all test tests asan bench clean
+.SECONDARY:
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

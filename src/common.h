@@ -1,0 +1,111 @@
+/* common.h: small helpers shared by every part of the library.
+ *
+ * Nothing here allocates. The fp16/bf16 conversions are bit-exact with the
+ * IEEE rules GGUF files and llama.cpp use (round to nearest even).
+ */
+#ifndef SP_COMMON_H
+#define SP_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* An invariant that stays checked in release builds: a violated invariant is
+ * a bug in Specula, and continuing would compute garbage silently. */
+#define SP_ASSERT(c)                                                           \
+    do {                                                                       \
+        if (!(c)) {                                                            \
+            fprintf(stderr, "specula: invariant failed at %s:%d: %s\n",       \
+                    __FILE__, __LINE__, #c);                                   \
+            abort();                                                           \
+        }                                                                      \
+    } while (0)
+
+#define SP_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SP_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Writes a formatted message into err[errlen] (if err is non-NULL). Library
+ * functions report failure this way and return NULL or a negative status. */
+static inline void sp_seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline void sp_seterr(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+typedef uint16_t sp_f16;  /* IEEE binary16 bits */
+typedef uint16_t sp_bf16; /* bfloat16 bits */
+
+static inline float sp_f16_to_f32(sp_f16 h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: renormalize */
+            int e = -1;
+            do { e++; man <<= 1; } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline sp_f16 sp_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t absx = x & 0x7fffffffu;
+    if (absx >= 0x7f800000u) /* inf or nan */
+        return (sp_f16)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
+    if (absx >= 0x477ff000u) /* rounds to >= 65520: overflow to inf */
+        return (sp_f16)(sign | 0x7c00);
+    if (absx < 0x38800000u) { /* result is subnormal or zero */
+        if (absx < 0x33000000u) return (sp_f16)sign; /* < 2^-25: rounds to 0 */
+        uint32_t e = absx >> 23;
+        uint32_t m = (absx & 0x7fffff) | 0x800000;
+        int shift = 126 - (int)e; /* 14..24 */
+        uint32_t r = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1);
+        uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (sp_f16)(sign | r);
+    }
+    uint32_t r = ((absx >> 13) - ((127 - 15) << 10));
+    uint32_t rem = absx & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+    return (sp_f16)(sign | r);
+}
+
+static inline float sp_bf16_to_f32(sp_bf16 h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline sp_bf16 sp_f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffff) > 0x7f800000) return (sp_bf16)((x >> 16) | 64); /* quiet nan */
+    return (sp_bf16)((x + (0x7fff + ((x >> 16) & 1))) >> 16);
+}
+
+/* Monotonic clock in seconds. */
+double sp_time_s(void);
+
+#endif

@@ -1,0 +1,132 @@
+/* kernels.h: tensor element types, quantized block layouts, and the compute
+ * kernels the forward pass runs on them.
+ *
+ * Dimension legend used in this file:
+ *   k      length of a dot product (a weight row / an activation row)
+ *   n_rows rows of a weight matrix (output features)
+ *   n_tok  activation rows (tokens in a batch)
+ *
+ * Every kernel has a plain-C reference (kernels_ref.c) and SIMD variants
+ * (kernels_avx2.c, kernels_avx512.c) picked at run time by
+ * sp_kernels_init() from the CPU's features, so one binary runs on any x86-64.
+ * tests/test_kernels.c compares every variant with its reference.
+ */
+#ifndef SP_KERNELS_H
+#define SP_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common.h"
+
+/* Type ids are GGML's, as stored in GGUF tensor infos. */
+typedef enum {
+    SP_TYPE_F32 = 0,
+    SP_TYPE_F16 = 1,
+    SP_TYPE_Q4_0 = 2,
+    SP_TYPE_Q8_0 = 8,
+    SP_TYPE_Q4_K = 12,
+    SP_TYPE_Q6_K = 14,
+    SP_TYPE_Q8_K = 15, /* activation-only type paired with the K-quants */
+    SP_TYPE_BF16 = 30,
+    SP_TYPE_COUNT = 40 /* one past the largest id GGUF may carry */
+} sp_type;
+
+#define SP_QK4_0 32
+#define SP_QK8_0 32
+#define SP_QK_K 256
+#define SP_K_SCALE_SIZE 12
+
+/* Block layouts, bit-exact with GGUF / ggml. */
+typedef struct {
+    sp_f16 d;               /* scale */
+    uint8_t qs[SP_QK4_0 / 2]; /* nibbles: low = elements 0..15, high = 16..31; value = q - 8 */
+} sp_block_q4_0;            /* 18 bytes / 32 weights */
+
+typedef struct {
+    sp_f16 d;           /* scale */
+    int8_t qs[SP_QK8_0]; /* value = q * d */
+} sp_block_q8_0;        /* 34 bytes / 32 weights */
+
+typedef struct {
+    sp_f16 d;                        /* super-block scale for the 6-bit scales */
+    sp_f16 dmin;                     /* super-block scale for the 6-bit mins */
+    uint8_t scales[SP_K_SCALE_SIZE]; /* 8 scales + 8 mins, 6 bits each, packed */
+    uint8_t qs[SP_QK_K / 2];         /* 4-bit quants */
+} sp_block_q4_K;                     /* 144 bytes / 256 weights */
+
+typedef struct {
+    uint8_t ql[SP_QK_K / 2];      /* low 4 bits */
+    uint8_t qh[SP_QK_K / 4];      /* high 2 bits */
+    int8_t scales[SP_QK_K / 16];  /* 16 8-bit scales */
+    sp_f16 d;                     /* super-block scale */
+} sp_block_q6_K;                  /* 210 bytes / 256 weights */
+
+typedef struct {
+    float d;                      /* scale (f32, unlike the others) */
+    int8_t qs[SP_QK_K];           /* quants */
+    int16_t bsums[SP_QK_K / 16];  /* sum of each group of 16 quants */
+} sp_block_q8_K;                  /* 292 bytes / 256 values */
+
+typedef struct {
+    const char *name;      /* "f32", "q4_K", ... */
+    int64_t blck;          /* elements per block */
+    size_t block_bytes;    /* bytes per block */
+    bool supported;        /* false: known to GGUF, no kernels here */
+    sp_type vec_dot_type;  /* type activations are converted to before a dot
+                              product with this weight type (as llama.cpp) */
+} sp_type_traits;
+
+/* Traits of a type id, or NULL when the id is not a type this build knows
+ * (the caller reports "unsupported tensor type"). */
+const sp_type_traits *sp_type_info(int type);
+
+/* Bytes of n elements of type t; n must be a multiple of the block size
+ * (returns 0 when it is not, or when the type is unknown). */
+size_t sp_row_size(sp_type t, int64_t n);
+
+/* Selects SIMD variants for this CPU; idempotent and thread-safe.
+ * Setting the environment variable SPECULA_KERNELS=ref|avx2|avx512 forces a
+ * level (for tests and benchmarks). Returns the chosen level's name. */
+const char *sp_kernels_init(void);
+
+/* Conversions of one row of n elements (n a multiple of the block size). */
+void sp_dequantize_row(sp_type t, const void *src, float *dst, int64_t n);
+/* Supported for every type with supported == true and Q8_K. Quantizing to
+ * Q4_K/Q6_K uses the reference search and is slow: it is for tools/mkmodel,
+ * not the hot path. */
+void sp_quantize_row(sp_type t, const float *src, void *dst, int64_t n);
+
+/* s = dot(w_row, x_row): w_row of type t, x_row already in
+ * sp_type_info(t)->vec_dot_type. k a multiple of the block size. */
+void sp_vec_dot(sp_type t, int64_t k, float *s, const void *w_row, const void *x_row);
+
+/* ---- thread pool ---------------------------------------------------- */
+typedef struct sp_pool sp_pool;
+/* A persistent pool: n_threads - 1 workers plus the calling thread.
+ * Returns NULL on failure. */
+sp_pool *sp_pool_create(int n_threads);
+void sp_pool_free(sp_pool *p);
+int sp_pool_size(const sp_pool *p);
+/* Runs fn(arg, ith, nth) on every thread (ith = 0 is the caller) and returns
+ * when all have finished. Not reentrant: one sp_pool_run at a time. */
+void sp_pool_run(sp_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg);
+
+/* ---- matrix products ------------------------------------------------ */
+/* y[t][r] = dot(W[r][:], x[t][:]) for r < n_rows, t < n_tok.
+ *   w: n_rows rows of k elements of type wt, row-major, as stored in GGUF
+ *      (ne0 = k, ne1 = n_rows);
+ *   x: [n_tok][k] f32;  y: [n_tok][n_rows] f32 (row stride ldy >= n_rows).
+ * scratch must hold sp_matmul_scratch_size(wt, k, n_tok) bytes (the
+ * activations converted to the vec_dot_type). Runs on every pool thread;
+ * pool may be NULL (single-threaded). Never allocates. */
+size_t sp_matmul_scratch_size(sp_type wt, int64_t k, int64_t n_tok);
+void sp_matmul(sp_pool *pool, const void *w, sp_type wt, int64_t n_rows, int64_t k,
+               const float *x, int64_t n_tok, float *y, int64_t ldy, void *scratch);
+
+/* Same product, single-threaded, plain C, for tests (converts x itself). */
+void sp_matmul_ref(const void *w, sp_type wt, int64_t n_rows, int64_t k,
+                   const float *x, int64_t n_tok, float *y, int64_t ldy);
+
+#endif
