@@ -51,7 +51,12 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS) -lcjson
 
-tests: $(TESTS) $(BIN)/specula $(BIN)/mkmodel
+TEST_SH  := $(wildcard tests/test_*.sh)
+$(BUILD)/tests/%.sh: tests/%.sh
+	@mkdir -p $(dir $@)
+	cp $< $@
+
+tests: $(TESTS) $(TEST_SH:tests/%=$(BUILD)/tests/%) $(BIN)/specula $(BIN)/mkmodel
 
 test: tests
 	SPECULA_BIN=$(BIN)/specula SPECULA_MKMODEL=$(BIN)/mkmodel tests/run.sh $(BUILD)/tests

@@ -90,8 +90,13 @@ bool sp_gguf_get_str(const sp_gguf *g, const char *key, sp_gguf_str *out);
  * validated but have no accessor. */
 bool sp_gguf_get_arr(const sp_gguf *g, const char *key, sp_gguf_vtype *elem_type,
                      uint64_t *n, const void **data);
-/* Element i of a string array (O(1); offsets are indexed at open). */
+/* Element i of a string array (O(1); offsets are indexed at open).
+ * {NULL, 0} when key is absent, not a string array, or i is out of range. */
 sp_gguf_str sp_gguf_arr_str(const sp_gguf *g, const char *key, uint64_t i);
+/* The encoded bytes of kv i's value as stored in the file (everything after
+ * its value type id), e.g. to copy a value verbatim. false if i is out of
+ * range. */
+bool sp_gguf_kv_raw(const sp_gguf *g, int64_t i, const void **data, size_t *n);
 
 /* Human-readable value of kv i (arrays abbreviated), for `specula info`. */
 void sp_gguf_kv_format(const sp_gguf *g, int64_t i, char *buf, size_t len);
@@ -112,6 +117,11 @@ void sp_gguf_set_u64(sp_gguf_writer *w, const char *key, uint64_t v);
 void sp_gguf_set_f32(sp_gguf_writer *w, const char *key, float v);
 void sp_gguf_set_bool(sp_gguf_writer *w, const char *key, bool v);
 void sp_gguf_set_str(sp_gguf_writer *w, const char *key, const char *v);
+/* Any scalar type (not STRING/ARRAY); v points at the matching C type
+ * (uint8_t .. double; bool for BOOL). */
+void sp_gguf_set_scalar(sp_gguf_writer *w, const char *key, sp_gguf_vtype type, const void *v);
+/* For elem_type STRING or ARRAY, data is the packed GGUF encoding of the n
+ * elements (what sp_gguf_get_arr returns for such arrays) and must be valid. */
 void sp_gguf_set_arr(sp_gguf_writer *w, const char *key, sp_gguf_vtype elem_type,
                      const void *data, uint64_t n);
 void sp_gguf_set_arr_str(sp_gguf_writer *w, const char *key, const sp_gguf_str *v, uint64_t n);
@@ -123,7 +133,22 @@ void sp_gguf_copy_kv(sp_gguf_writer *w, const sp_gguf *src, const char *prefix);
 void sp_gguf_add_tensor(sp_gguf_writer *w, const char *name, sp_type type, int n_dims,
                         const int64_t *ne, const void *data, size_t nbytes);
 /* Writes version 3 with general.alignment (default 32). 0 on success, -1 and
- * err on failure. */
+ * err on failure. A bad argument to a setter or add function above (or an
+ * allocation failure there) is reported here. */
 int sp_gguf_writer_write(sp_gguf_writer *w, const char *path, char *err, size_t errlen);
+
+/* Streaming, for tensors too large to hold in memory: declare them with
+ * sp_gguf_add_tensor_info (no data), write the header with
+ * sp_gguf_writer_begin, then pass the data of the declared tensors, in the
+ * order they were added, to sp_gguf_writer_append in chunks of any size
+ * (tensors added with data are written automatically at their turn), and
+ * finish with sp_gguf_writer_end, which fails unless every tensor got
+ * exactly its bytes. On any failure the partial file is removed; so it is
+ * when the writer is freed before sp_gguf_writer_end. */
+void sp_gguf_add_tensor_info(sp_gguf_writer *w, const char *name, sp_type type, int n_dims,
+                             const int64_t *ne);
+int sp_gguf_writer_begin(sp_gguf_writer *w, const char *path, char *err, size_t errlen);
+int sp_gguf_writer_append(sp_gguf_writer *w, const void *data, size_t n, char *err, size_t errlen);
+int sp_gguf_writer_end(sp_gguf_writer *w, char *err, size_t errlen);
 
 #endif

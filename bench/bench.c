@@ -1,0 +1,161 @@
+/* bench.c: `make bench`: engine-core throughput on a model file, against the
+ * machine's memory-bandwidth roofline measured in the same run.
+ *
+ * usage: bin/bench MODEL [threads] [--prompt 128] [--decode 64]
+ * Prints one Markdown table row per metric and a JSON line for tooling.
+ * Reported numbers are the best of several repetitions (the machine is
+ * shared; the best run is the least disturbed one).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "kernels/kernels.h"
+#include "specula.h"
+
+double bench_sum_avx2(const float *p, size_t n);
+
+typedef struct {
+    const float *buf;
+    size_t n;
+    double sink[64];
+} bw_task;
+
+static void bw_worker(void *arg, int ith, int nth) {
+    bw_task *t = arg;
+    size_t chunk = (t->n / nth) & ~(size_t)63;
+    t->sink[ith] = bench_sum_avx2(t->buf + (size_t)ith * chunk, chunk);
+}
+
+/* GB/s (1e9 bytes) of reading a 1 GiB buffer with every pool thread. */
+static double measure_bandwidth(sp_pool *pool) {
+    const size_t bytes = 1ull << 30;
+    float *buf = aligned_alloc(64, bytes);
+    if (!buf) return 0;
+    memset(buf, 1, bytes);
+    bw_task t = {buf, bytes / sizeof(float), {0}};
+    double best = 0;
+    for (int r = 0; r < 8; r++) {
+        double t0 = sp_time_s();
+        sp_pool_run(pool, bw_worker, &t);
+        double dt = sp_time_s() - t0;
+        if (bytes / dt / 1e9 > best) best = bytes / dt / 1e9;
+    }
+    free(buf);
+    return best;
+}
+
+static double decode_once(sp_context *c, const sp_token *toks, int n, int pos0, int want_all) {
+    int32_t pos[512], seq[512] = {0};
+    int8_t want[512];
+    for (int i = 0; i < n; i++) {
+        pos[i] = pos0 + i;
+        want[i] = (int8_t)(want_all || i == n - 1);
+    }
+    sp_batch b = {n, toks, pos, seq, want};
+    char err[256];
+    double t0 = sp_time_s();
+    if (sp_decode(c, &b, err, sizeof(err))) {
+        fprintf(stderr, "bench: %s\n", err);
+        exit(1);
+    }
+    return sp_time_s() - t0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench MODEL [threads] [prompt_tokens] [decode_tokens]\n");
+        return 2;
+    }
+    const char *path = argv[1];
+    int threads = argc > 2 ? atoi(argv[2]) : 2;
+    int n_prompt = argc > 3 ? atoi(argv[3]) : 128;
+    int n_decode = argc > 4 ? atoi(argv[4]) : 32;
+    if (threads < 1 || n_prompt < 1 || n_prompt > 512 || n_decode < 2) {
+        fprintf(stderr, "bench: bad arguments\n");
+        return 2;
+    }
+    const char *level = sp_kernels_init();
+    char err[512];
+    double t0 = sp_time_s();
+    sp_model *m = sp_model_load(path, sp_model_default_params(), err, sizeof(err));
+    if (!m) {
+        fprintf(stderr, "bench: %s\n", err);
+        return 1;
+    }
+    double load_s = sp_time_s() - t0;
+    const sp_model_info *h = sp_model_get_info(m);
+    sp_context_params cp = sp_context_default_params();
+    cp.n_threads = threads;
+    cp.n_ctx = n_prompt + n_decode + 16;
+    cp.n_batch = n_prompt;
+    sp_context *c = sp_context_create(m, cp, err, sizeof(err));
+    if (!c) {
+        fprintf(stderr, "bench: %s\n", err);
+        return 1;
+    }
+    sp_pool *pool = sp_pool_create(threads);
+    double bw = measure_bandwidth(pool);
+    sp_pool_free(pool);
+
+    /* bytes a decode step reads: every weight but the embedding table, of
+     * which it reads one row (unless the output head is that table) */
+    uint64_t step_bytes = h->weight_bytes;
+    if (!h->tied_output) step_bytes -= h->tok_embd_bytes;
+
+    sp_token *toks = malloc(sizeof(sp_token) * (size_t)(n_prompt + 16));
+    for (int i = 0; i < n_prompt + 16; i++) toks[i] = 1 + (sp_token)((i * 7919) % (h->n_vocab - 1));
+
+    /* prefill: best of 3 */
+    double best_prefill = 1e30;
+    for (int r = 0; r < 3; r++) {
+        sp_seq_clear(c, 0);
+        double dt = decode_once(c, toks, n_prompt, 0, 0);
+        if (dt < best_prefill) best_prefill = dt;
+    }
+    /* decode: n_decode single-token steps after the prompt, best of 2 */
+    double best_decode = 1e30;
+    for (int r = 0; r < 2; r++) {
+        sp_seq_truncate(c, 0, n_prompt);
+        double tot = 0;
+        for (int i = 0; i < n_decode; i++) tot += decode_once(c, &toks[i % 16], 1, n_prompt + i, 1);
+        if (tot / n_decode < best_decode) best_decode = tot / n_decode;
+    }
+    /* verification of k tokens in one pass vs one token, at the same place */
+    const int ks[] = {1, 2, 4, 5, 8};
+    double tk[5];
+    for (int j = 0; j < 5; j++) {
+        double best = 1e30;
+        for (int r = 0; r < 5; r++) {
+            sp_seq_truncate(c, 0, n_prompt);
+            double dt = decode_once(c, toks, ks[j], n_prompt, 1);
+            if (dt < best) best = dt;
+        }
+        tk[j] = best;
+    }
+    const double decode_tps = 1.0 / best_decode;
+    const double roofline_tps = bw * 1e9 / (double)step_bytes;
+    printf("| model | %s (%s, %.0f MiB of weights, %.2f GB read per token) |\n", path, h->arch,
+           h->weight_bytes / 1048576.0, step_bytes / 1e9);
+    printf("| kernels / threads | %s / %d |\n", level, threads);
+    printf("| load | %.0f ms |\n", load_s * 1e3);
+    printf("| memory read bandwidth | %.1f GB/s |\n", bw);
+    printf("| prefill (%d-token prompt) | %.1f tokens/s |\n", n_prompt, n_prompt / best_prefill);
+    printf("| decode | %.2f tokens/s (%.1f ms/token) |\n", decode_tps, best_decode * 1e3);
+    printf("| decode roofline (bandwidth / bytes per token) | %.2f tokens/s |\n", roofline_tps);
+    printf("| decode / roofline | %.1f%% |\n", 100.0 * decode_tps / roofline_tps);
+    for (int j = 1; j < 5; j++)
+        printf("| verify k=%d in one pass vs 1 token | %.2fx (%.1f ms) |\n", ks[j], tk[j] / tk[0],
+               tk[j] * 1e3);
+    printf("{\"model\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"bandwidth_gbs\": %.2f, "
+           "\"prefill_tps\": %.2f, \"decode_tps\": %.3f, \"roofline_tps\": %.3f, "
+           "\"roofline_frac\": %.4f, \"verify_ratio\": {\"2\": %.3f, \"4\": %.3f, \"5\": %.3f, "
+           "\"8\": %.3f}}\n",
+           path, threads, level, bw, n_prompt / best_prefill, decode_tps, roofline_tps,
+           decode_tps / roofline_tps, tk[1] / tk[0], tk[2] / tk[0], tk[3] / tk[0], tk[4] / tk[0]);
+    free(toks);
+    sp_context_free(c);
+    sp_model_free(m);
+    return 0;
+}

@@ -1,0 +1,180 @@
+/* specula.h: the public C API of Specula.
+ *
+ * Ownership model (as in whisper.h's _with_state):
+ *   sp_model    the loaded GGUF: weights memory-mapped read-only, the
+ *               vocabulary and hyperparameters. Immutable after load; one
+ *               model may be shared by any number of contexts and threads.
+ *   sp_context  per-engine compute state over one model: the KV store of
+ *               its sequences, scratch buffers sized at creation, a thread
+ *               pool. A context is used by one thread at a time.
+ *   sp_sampler  per-request sampling state (parameters, RNG, history).
+ *
+ * Errors: functions that can fail take (char *err, size_t errlen) and
+ * return NULL or a negative status with a message in err. Nothing here
+ * exits or prints except where documented.
+ */
+#ifndef SPECULA_H
+#define SPECULA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SPECULA_VERSION "0.1.0"
+
+typedef int32_t sp_token;
+typedef struct sp_model sp_model;
+typedef struct sp_context sp_context;
+typedef struct sp_sampler sp_sampler;
+typedef struct sp_vocab sp_vocab;
+
+/* ---- model --------------------------------------------------------------- */
+
+typedef struct {
+    bool vocab_only; /* load the tokenizer only (no weights are validated) */
+} sp_model_params;
+
+sp_model_params sp_model_default_params(void);
+
+/* Loads a GGUF model (architectures: see sp_arch_names()). Returns NULL and
+ * a message naming the problem (missing tensor, wrong shape, unsupported
+ * type or architecture, corrupt file) on failure. The caller owns the model
+ * and frees it with sp_model_free after every context using it is freed. */
+sp_model *sp_model_load(const char *path, sp_model_params params, char *err, size_t errlen);
+void sp_model_free(sp_model *m);
+
+/* Hyperparameters, as read from the file. */
+typedef struct {
+    const char *arch;    /* "llama", "qwen2" */
+    const char *name;    /* general.name or "" */
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim;
+    int32_t n_ff;
+    float rope_base;
+    float rope_freq_scale; /* 1 / linear scaling factor */
+    bool rope_freq_factors; /* llama3-style per-frequency factors present */
+    float norm_eps;
+    bool tied_output;       /* output head shares token_embd */
+    uint64_t n_params;
+    uint64_t weight_bytes;  /* bytes of all weights as stored */
+    uint64_t tok_embd_bytes; /* of which the token embedding table */
+} sp_model_info;
+
+const sp_model_info *sp_model_get_info(const sp_model *m);
+const sp_vocab *sp_model_get_vocab(const sp_model *m);
+/* A comma-separated list of supported architecture names. */
+const char *sp_arch_names(void);
+/* Prints a description (hyperparameters, tensor types and sizes, memory
+ * needed for a context of n_ctx tokens) to f. */
+void sp_model_print_info(const sp_model *m, int n_ctx, void *file /* FILE* */);
+
+/* ---- tokenizer (also declared in src/tokenizer/tokenizer.h) ----------- */
+int32_t sp_vocab_n_tokens(const sp_vocab *v);
+int32_t sp_vocab_bos(const sp_vocab *v);
+int32_t sp_vocab_eos(const sp_vocab *v);
+bool sp_vocab_is_eog(const sp_vocab *v, int32_t tok);
+/* Returns the token count, or -(count needed) when n_max is too small. */
+int sp_tokenize(const sp_vocab *v, const char *text, size_t len, int32_t *out, int n_max,
+                bool add_special, bool parse_special);
+int sp_token_to_piece(const sp_vocab *v, int32_t tok, char *buf, int len, bool render_special);
+
+/* ---- context and the batched forward pass ------------------------------- */
+
+typedef enum { SP_KV_F16 = 1, SP_KV_F32 = 0 } sp_kv_type;
+
+typedef struct {
+    int32_t n_threads;  /* compute threads (default: online CPUs) */
+    int32_t n_seq_max;  /* sequences held at once (default 1) */
+    int32_t n_ctx;      /* positions per sequence (default min(n_ctx_train, 4096)) */
+    int32_t n_batch;    /* most tokens one sp_decode call may carry (default 512) */
+    sp_kv_type kv_type; /* element type of cached K/V (default F16) */
+} sp_context_params;
+
+sp_context_params sp_context_default_params(void);
+
+sp_context *sp_context_create(const sp_model *m, sp_context_params p, char *err, size_t errlen);
+void sp_context_free(sp_context *c);
+
+/* A batch: tokens of any number of sequences, each with its sequence id and
+ * position. Within a sequence, the tokens must appear in order with
+ * consecutive positions starting at the sequence's current length
+ * (sp_seq_len). want_logits[i] != 0 asks for logits after token i; when
+ * want_logits is NULL, only the last token of the batch gets logits. */
+typedef struct {
+    int32_t n_tokens;
+    const sp_token *token;       /* [n_tokens] */
+    const int32_t *pos;          /* [n_tokens] */
+    const int32_t *seq;          /* [n_tokens] */
+    const int8_t *want_logits;   /* [n_tokens] or NULL */
+} sp_batch;
+
+/* Evaluates the batch: appends every token's K/V to its sequence and
+ * computes the requested logits. Returns 0, or -1 with a message (invalid
+ * token, position, sequence id, batch too large, KV store full); on error no
+ * sequence is changed. */
+int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen);
+
+/* Logits of the i-th requested output of the last sp_decode (in batch
+ * order), [n_vocab] floats, valid until the next sp_decode. */
+const float *sp_get_logits(const sp_context *c, int32_t i);
+int32_t sp_n_outputs(const sp_context *c);
+
+/* Sequence state. Truncating to len < sp_seq_len drops the K/V of positions
+ * >= len (speculative rollback); sp_seq_clear is truncation to 0. */
+int32_t sp_seq_len(const sp_context *c, int32_t seq);
+void sp_seq_truncate(sp_context *c, int32_t seq, int32_t len);
+void sp_seq_clear(sp_context *c, int32_t seq);
+
+/* ---- sampling ------------------------------------------------------------ */
+
+typedef struct {
+    float temperature;       /* <= 0: greedy (default 0.8) */
+    int32_t top_k;           /* <= 0: off (default 40) */
+    float top_p;             /* >= 1: off (default 0.95) */
+    float min_p;             /* <= 0: off (default 0.05) */
+    float repeat_penalty;    /* 1: off (default 1) */
+    float frequency_penalty; /* 0: off */
+    float presence_penalty;  /* 0: off */
+    int32_t penalty_last_n;  /* tokens of history the penalties see (default 64) */
+    uint64_t seed;           /* RNG seed (default 0xC0FFEE) */
+} sp_sampler_params;
+
+sp_sampler_params sp_sampler_default_params(void);
+/* Greedy parameters: temperature 0, every filter off. */
+sp_sampler_params sp_sampler_greedy_params(void);
+
+/* NULL + err for invalid parameters (NaN, negative temperature, top_p
+ * outside (0,1], ...). */
+sp_sampler *sp_sampler_create(sp_sampler_params p, int32_t n_vocab, char *err, size_t errlen);
+void sp_sampler_free(sp_sampler *s);
+/* Records a token in the penalty history (call for every committed token). */
+void sp_sampler_accept(sp_sampler *s, sp_token t);
+void sp_sampler_reset(sp_sampler *s);
+/* Writes the final sampling distribution over the whole vocabulary into
+ * probs[n_vocab] (zeros for filtered tokens; a one-hot for greedy), after
+ * penalties, filters and temperature. logits are not modified. */
+void sp_sampler_probs(sp_sampler *s, const float *logits, float *probs);
+/* Draws the next token from logits (argmax when greedy). */
+sp_token sp_sampler_sample(sp_sampler *s, const float *logits);
+/* A uniform draw in [0,1) from the sampler's RNG (for speculative
+ * verification, which must consume the same stream). */
+double sp_sampler_uniform(sp_sampler *s);
+
+/* Natural-log softmax helpers over raw logits: logprob of one token and the
+ * k most likely (ids, logprobs) in descending order. Returns the count. */
+float sp_logprob_of(const float *logits, int32_t n_vocab, sp_token t);
+int sp_top_logprobs(const float *logits, int32_t n_vocab, int k, sp_token *ids, float *lps);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,155 @@
+/* main.c: `specula` entry point and subcommand dispatch. Only this front
+ * end prints usage and exits; the library reports errors as values. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+const char *cli_default_model(void) {
+    static const char *candidates[] = {
+        "models/default.gguf",
+        "../shared/reference/models/ref-llama-spm-q8_0.gguf",
+    };
+    for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++)
+        if (access(candidates[i], R_OK) == 0) return candidates[i];
+    return NULL;
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "specula: cannot open %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (n < cap) break;
+        char *nb = realloc(buf, cap * 2 + 1);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        fprintf(stderr, "specula: cannot read %s\n", path);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+/* Length of the valid UTF-8 character at s (0 if invalid). */
+static int utf8_len(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (!len || (size_t)len > n) return 0;
+    for (int i = 1; i < len; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
+    for (int i = 1; i < len; i++) cp = (cp << 6) | (s[i] & 0x3f);
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+void cli_json_str(FILE *f, const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    fputc('"', f);
+    for (size_t i = 0; i < n;) {
+        unsigned c = u[i];
+        if (c == '"' || c == '\\') {
+            fputc('\\', f);
+            fputc((int)c, f);
+        } else if (c == '\n') {
+            fputs("\\n", f);
+        } else if (c == '\r') {
+            fputs("\\r", f);
+        } else if (c == '\t') {
+            fputs("\\t", f);
+        } else if (c < 0x20 || c == 0x7f) {
+            fprintf(f, "\\u%04x", c);
+        } else if (c >= 0x80) {
+            int l = utf8_len(u + i, n - i);
+            if (l == 0) {
+                fputs("\xef\xbf\xbd", f); /* U+FFFD */
+                i++;
+                continue;
+            }
+            fwrite(u + i, 1, (size_t)l, f);
+            i += (size_t)l;
+            continue;
+        } else {
+            fputc((int)c, f);
+        }
+        i++;
+    }
+    fputc('"', f);
+}
+
+bool cli_int(const char *s, long lo, long hi, long *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+bool cli_float(const char *s, double *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v)) return false;
+    *out = v;
+    return true;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: specula <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  run       generate text from a prompt (streams it; --json for details)\n"
+            "  tokenize  print the token ids of a text as a JSON array\n"
+            "  info      describe a model file\n"
+            "\n"
+            "`specula <command> --help` lists a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("specula %s\n", SPECULA_VERSION);
+        return 0;
+    }
+    fprintf(stderr, "specula: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}

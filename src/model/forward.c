@@ -1,0 +1,364 @@
+/* forward.c: the context (per-engine compute state) and the batched forward
+ * pass: one call evaluates tokens of many sequences, each at its own
+ * position, and returns logits for the positions asked for.
+ *
+ * Dimension legend (see model.h): B tokens in the batch, E n_embd,
+ * H/Hk heads/KV heads, D head_dim, F n_ff, V n_vocab, O outputs requested.
+ * Every buffer is sized at context creation from n_batch; the per-token
+ * path allocates nothing (the logits buffer grows only when a batch asks
+ * for more outputs than any earlier one).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kv/kv.h"
+#include "model.h"
+#include "ops.h"
+
+struct sp_context {
+    const sp_model *m;
+    sp_context_params p;
+    sp_pool *pool;
+    sp_kv *kv;
+    const sp_ops *ops;
+    float *x;        /* [B][E] residual stream */
+    float *xn;       /* [B][E] normalized input of a sub-block */
+    float *q;        /* [B][H*D] */
+    float *k;        /* [B][Hk*D] */
+    float *v;        /* [B][Hk*D] */
+    float *att;      /* [B][H*D] attention output */
+    float *gate;     /* [B][F] */
+    float *up;       /* [B][F] */
+    float *rope_cs;  /* [B][D/2][2] cos, sin of each token's RoPE angles */
+    float *scores;   /* [n_threads][n_ctx] attention scores */
+    uint16_t *q16;   /* [n_threads][D] f16 copy of a query head */
+    void *mm_scratch;
+    size_t mm_scratch_size;
+    float *logits;   /* [O][V] */
+    int32_t logits_cap; /* rows allocated */
+    int32_t n_out;
+    int32_t *out_rows;  /* [B] batch indices that produce logits */
+    int32_t *seq_n;     /* [n_seq] tokens of each sequence in this batch */
+};
+
+sp_context_params sp_context_default_params(void) {
+    sp_context_params p;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    p.n_threads = n > 0 ? (int32_t)SP_MIN(n, 64) : 1;
+    p.n_seq_max = 1;
+    p.n_ctx = 0; /* from the model */
+    p.n_batch = 512;
+    p.kv_type = SP_KV_F16;
+    return p;
+}
+
+static size_t max_scratch(const sp_model *m, int64_t B) {
+    size_t s = 0;
+    const sp_weight *ws[] = {&m->tok_embd, &m->output};
+    for (int i = 0; i < 2; i++) s = SP_MAX(s, sp_matmul_scratch_size(ws[i]->type, ws[i]->n_in, B));
+    for (int l = 0; l < m->info.n_layer; l++) {
+        const sp_layer *y = &m->layers[l];
+        const sp_weight *lw[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
+        for (int i = 0; i < 7; i++)
+            s = SP_MAX(s, sp_matmul_scratch_size(lw[i]->type, lw[i]->n_in, B));
+    }
+    return s;
+}
+
+sp_context *sp_context_create(const sp_model *m, sp_context_params p, char *err, size_t errlen) {
+    if (!m->layers) {
+        sp_seterr(err, errlen, "the model was loaded vocab-only");
+        return NULL;
+    }
+    const sp_model_info *h = &m->info;
+    if (p.n_ctx <= 0) p.n_ctx = SP_MIN(h->n_ctx_train, 4096);
+    if (p.n_threads <= 0 || p.n_threads > 256 || p.n_seq_max <= 0 || p.n_seq_max > 4096 ||
+        p.n_batch <= 0 || p.n_batch > 65536 || p.n_ctx > (1 << 24) ||
+        (p.kv_type != SP_KV_F16 && p.kv_type != SP_KV_F32)) {
+        sp_seterr(err, errlen, "invalid context parameters (threads %d, sequences %d, n_ctx %d, "
+                  "n_batch %d)", p.n_threads, p.n_seq_max, p.n_ctx, p.n_batch);
+        return NULL;
+    }
+    sp_context *c = calloc(1, sizeof(*c));
+    if (!c) goto oom;
+    c->m = m;
+    c->p = p;
+    c->ops = sp_ops_get();
+    const int64_t B = p.n_batch, E = h->n_embd, F = h->n_ff, D = h->head_dim;
+    const int64_t QD = (int64_t)h->n_head * D, KD = (int64_t)h->n_head_kv * D;
+    c->kv = sp_kv_simple_create(p.kv_type == SP_KV_F16 ? SP_TYPE_F16 : SP_TYPE_F32, h->n_layer,
+                                (int32_t)KD, p.n_seq_max, p.n_ctx, err, errlen);
+    if (!c->kv) goto fail;
+    c->pool = sp_pool_create(p.n_threads);
+    c->x = malloc(B * E * sizeof(float));
+    c->xn = malloc(B * E * sizeof(float));
+    c->q = malloc(B * QD * sizeof(float));
+    c->k = malloc(B * KD * sizeof(float));
+    c->v = malloc(B * KD * sizeof(float));
+    c->att = malloc(B * QD * sizeof(float));
+    c->gate = malloc(B * F * sizeof(float));
+    c->up = malloc(B * F * sizeof(float));
+    c->rope_cs = malloc(B * D * sizeof(float));
+    c->scores = malloc((size_t)p.n_threads * p.n_ctx * sizeof(float));
+    c->q16 = malloc((size_t)p.n_threads * D * sizeof(uint16_t));
+    c->mm_scratch_size = max_scratch(m, B);
+    c->mm_scratch = malloc(c->mm_scratch_size ? c->mm_scratch_size : 1);
+    c->out_rows = malloc(B * sizeof(int32_t));
+    c->seq_n = calloc((size_t)p.n_seq_max, sizeof(int32_t));
+    if (!c->pool || !c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up ||
+        !c->rope_cs || !c->scores || !c->q16 || !c->mm_scratch || !c->out_rows || !c->seq_n)
+        goto oom;
+    return c;
+oom:
+    sp_seterr(err, errlen, "out of memory creating a context");
+fail:
+    sp_context_free(c);
+    return NULL;
+}
+
+void sp_context_free(sp_context *c) {
+    if (!c) return;
+    if (c->kv) c->kv->ops->destroy(c->kv);
+    sp_pool_free(c->pool);
+    free(c->x);
+    free(c->xn);
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->att);
+    free(c->gate);
+    free(c->up);
+    free(c->rope_cs);
+    free(c->scores);
+    free(c->q16);
+    free(c->mm_scratch);
+    free(c->logits);
+    free(c->out_rows);
+    free(c->seq_n);
+    free(c);
+}
+
+int32_t sp_seq_len(const sp_context *c, int32_t seq) {
+    if (seq < 0 || seq >= c->p.n_seq_max) return -1;
+    return c->kv->ops->len(c->kv, seq);
+}
+
+void sp_seq_truncate(sp_context *c, int32_t seq, int32_t len) {
+    if (seq < 0 || seq >= c->p.n_seq_max) return;
+    int32_t cur = c->kv->ops->len(c->kv, seq);
+    if (len < 0) len = 0;
+    if (len < cur) c->kv->ops->set_len(c->kv, seq, len);
+}
+
+void sp_seq_clear(sp_context *c, int32_t seq) { sp_seq_truncate(c, seq, 0); }
+
+const float *sp_get_logits(const sp_context *c, int32_t i) {
+    if (i < 0 || i >= c->n_out) return NULL;
+    return c->logits + (size_t)i * c->m->info.n_vocab;
+}
+
+int32_t sp_n_outputs(const sp_context *c) { return c->n_out; }
+
+/* ---- the pass ------------------------------------------------------------ */
+
+static void matmul(sp_context *c, const sp_weight *w, const float *x, int64_t n_tok, float *y) {
+    sp_matmul(c->pool, w->data, w->type, w->n_out, w->n_in, x, n_tok, y, w->n_out, c->mm_scratch);
+}
+
+/* RoPE angles of one position: cs[i] = (cos, sin) of pos * base^(-2i/D),
+ * divided by the llama3 frequency factor and scaled. theta is built by
+ * repeated multiplication, as llama.cpp's rope cache does, so the angles
+ * agree to the last bit. Computed once per token, shared by all layers. */
+static void rope_angles(float *cs, int32_t D, int32_t pos, float base, float freq_scale,
+                        const float *factors) {
+    const float theta_scale = powf(base, -2.0f / (float)D);
+    float theta = (float)pos;
+    for (int32_t i = 0; i < D / 2; i++) {
+        float t = theta / (factors ? factors[i] : 1.0f) * freq_scale;
+        cs[2 * i] = cosf(t);
+        cs[2 * i + 1] = sinf(t);
+        theta *= theta_scale;
+    }
+}
+
+/* Rotates one head vector in place. NORM rotates adjacent pairs
+ * (2i, 2i+1), NEOX rotates (i, i + D/2). */
+static void rope(float *x, int32_t D, const float *cs, sp_rope_kind kind) {
+    for (int32_t i = 0; i < D / 2; i++) {
+        int32_t a = kind == SP_ROPE_NEOX ? i : 2 * i;
+        int32_t b = kind == SP_ROPE_NEOX ? i + D / 2 : 2 * i + 1;
+        float x0 = x[a], x1 = x[b];
+        x[a] = x0 * cs[2 * i] - x1 * cs[2 * i + 1];
+        x[b] = x0 * cs[2 * i + 1] + x1 * cs[2 * i];
+    }
+}
+
+typedef struct {
+    sp_context *c;
+    const sp_batch *b;
+    int32_t layer;
+} attn_task;
+
+static void attn_worker(void *arg, int ith, int nth) {
+    attn_task *t = arg;
+    sp_context *c = t->c;
+    const sp_model_info *h = &c->m->info;
+    const int32_t H = h->n_head, D = h->head_dim, G = h->n_head / h->n_head_kv;
+    const float scale = 1.0f / sqrtf((float)D);
+    float *scores = c->scores + (size_t)ith * c->p.n_ctx;
+    uint16_t *q16 = c->q16 + (size_t)ith * D;
+    const int64_t n_items = (int64_t)t->b->n_tokens * H;
+    for (int64_t it = ith; it < n_items; it += nth) {
+        int32_t i = (int32_t)(it / H), hd = (int32_t)(it % H);
+        const float *q = c->q + ((size_t)i * H + hd) * D;
+        float *out = c->att + ((size_t)i * H + hd) * D;
+        c->ops->attn_head(q, c->kv, t->layer, t->b->seq[i], hd / G, D, t->b->pos[i] + 1, scale,
+                          scores, q16, out);
+    }
+}
+
+typedef struct {
+    sp_context *c;
+    int64_t n;
+} glu_task;
+
+static void glu_worker(void *arg, int ith, int nth) {
+    glu_task *t = arg;
+    int64_t chunk = (t->n + nth - 1) / nth;
+    chunk = (chunk + 15) & ~(int64_t)15;
+    int64_t i0 = (int64_t)ith * chunk, i1 = SP_MIN(t->n, i0 + chunk);
+    if (i0 < i1) t->c->ops->swiglu(i1 - i0, t->c->gate + i0, t->c->up + i0, t->c->gate + i0);
+}
+
+static int validate(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
+    const int32_t V = c->m->info.n_vocab;
+    if (b->n_tokens <= 0 || b->n_tokens > c->p.n_batch) {
+        sp_seterr(err, errlen, "batch of %d tokens (must be 1..%d)", b->n_tokens, c->p.n_batch);
+        return -1;
+    }
+    memset(c->seq_n, 0, (size_t)c->p.n_seq_max * sizeof(int32_t));
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        int32_t s = b->seq[i];
+        if (b->token[i] < 0 || b->token[i] >= V) {
+            sp_seterr(err, errlen, "token %d at batch index %d is outside the vocabulary (0..%d)",
+                      b->token[i], i, V - 1);
+            return -1;
+        }
+        if (s < 0 || s >= c->p.n_seq_max) {
+            sp_seterr(err, errlen, "sequence id %d at batch index %d (must be 0..%d)", s, i,
+                      c->p.n_seq_max - 1);
+            return -1;
+        }
+        int32_t want = c->kv->ops->len(c->kv, s) + c->seq_n[s];
+        if (b->pos[i] != want) {
+            sp_seterr(err, errlen, "token at batch index %d has position %d but sequence %d "
+                      "continues at %d", i, b->pos[i], s, want);
+            return -1;
+        }
+        c->seq_n[s]++;
+    }
+    return 0;
+}
+
+int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
+    const sp_model *m = c->m;
+    const sp_model_info *h = &m->info;
+    if (validate(c, b, err, errlen)) return -1;
+    const int32_t B = b->n_tokens, E = h->n_embd, H = h->n_head, Hk = h->n_head_kv;
+    const int32_t D = h->head_dim, F = h->n_ff, V = h->n_vocab;
+    const int32_t QD = H * D, KD = Hk * D;
+
+    /* reserve K/V rows for every sequence in the batch (all or nothing) */
+    for (int32_t s = 0; s < c->p.n_seq_max; s++) {
+        if (!c->seq_n[s]) continue;
+        if (c->kv->ops->reserve(c->kv, s, c->seq_n[s])) {
+            for (int32_t r = 0; r < s; r++)
+                if (c->seq_n[r]) c->kv->ops->set_len(c->kv, r, c->kv->ops->len(c->kv, r));
+            sp_seterr(err, errlen, "sequence %d would exceed the context of %d positions", s,
+                      c->p.n_ctx);
+            return -1;
+        }
+    }
+    /* outputs */
+    int32_t n_out = 0;
+    for (int32_t i = 0; i < B; i++)
+        if (b->want_logits ? b->want_logits[i] != 0 : i == B - 1) c->out_rows[n_out++] = i;
+    if (n_out > c->logits_cap) {
+        float *nl = realloc(c->logits, (size_t)n_out * V * sizeof(float));
+        if (!nl) {
+            for (int32_t s = 0; s < c->p.n_seq_max; s++)
+                if (c->seq_n[s]) c->kv->ops->set_len(c->kv, s, c->kv->ops->len(c->kv, s));
+            sp_seterr(err, errlen, "out of memory for %d rows of logits", n_out);
+            return -1;
+        }
+        c->logits = nl;
+        c->logits_cap = n_out;
+    }
+
+    /* token embeddings: dequantized rows of token_embd */
+    const size_t erow = sp_row_size(m->tok_embd.type, E);
+    for (int32_t i = 0; i < B; i++)
+        sp_dequantize_row(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)b->token[i] * erow,
+                          c->x + (size_t)i * E, E);
+
+    for (int32_t i = 0; i < B; i++)
+        rope_angles(c->rope_cs + (size_t)i * D, D, b->pos[i], h->rope_base, h->rope_freq_scale,
+                    m->rope_factors);
+    const bool f16kv = c->kv->type == SP_TYPE_F16;
+    for (int32_t l = 0; l < h->n_layer; l++) {
+        const sp_layer *y = &m->layers[l];
+        for (int32_t i = 0; i < B; i++)
+            sp_rmsnorm(c->x + (size_t)i * E, y->attn_norm, c->xn + (size_t)i * E, E, h->norm_eps);
+        matmul(c, &y->wq, c->xn, B, c->q);
+        matmul(c, &y->wk, c->xn, B, c->k);
+        matmul(c, &y->wv, c->xn, B, c->v);
+        for (int32_t i = 0; i < B; i++) {
+            float *q = c->q + (size_t)i * QD, *k = c->k + (size_t)i * KD, *v = c->v + (size_t)i * KD;
+            if (y->bq) {
+                for (int32_t j = 0; j < QD; j++) q[j] += y->bq[j];
+                for (int32_t j = 0; j < KD; j++) k[j] += y->bk[j];
+                for (int32_t j = 0; j < KD; j++) v[j] += y->bv[j];
+            }
+            const float *cs = c->rope_cs + (size_t)i * D;
+            for (int32_t hd = 0; hd < H; hd++) rope(q + (size_t)hd * D, D, cs, m->arch->rope);
+            for (int32_t hd = 0; hd < Hk; hd++) rope(k + (size_t)hd * D, D, cs, m->arch->rope);
+            void *kr = c->kv->ops->k_row(c->kv, l, b->seq[i], b->pos[i]);
+            void *vr = c->kv->ops->v_row(c->kv, l, b->seq[i], b->pos[i]);
+            if (f16kv) {
+                for (int32_t j = 0; j < KD; j++) {
+                    ((sp_f16 *)kr)[j] = sp_f32_to_f16(k[j]);
+                    ((sp_f16 *)vr)[j] = sp_f32_to_f16(v[j]);
+                }
+            } else {
+                memcpy(kr, k, (size_t)KD * sizeof(float));
+                memcpy(vr, v, (size_t)KD * sizeof(float));
+            }
+        }
+        attn_task at = {c, b, l};
+        sp_pool_run(c->pool, attn_worker, &at);
+        matmul(c, &y->wo, c->att, B, c->xn);
+        for (int64_t j = 0; j < (int64_t)B * E; j++) c->x[j] += c->xn[j];
+
+        for (int32_t i = 0; i < B; i++)
+            sp_rmsnorm(c->x + (size_t)i * E, y->ffn_norm, c->xn + (size_t)i * E, E, h->norm_eps);
+        matmul(c, &y->w_gate, c->xn, B, c->gate);
+        matmul(c, &y->w_up, c->xn, B, c->up);
+        glu_task gt = {c, (int64_t)B * F};
+        sp_pool_run(c->pool, glu_worker, &gt);
+        matmul(c, &y->w_down, c->gate, B, c->xn);
+        for (int64_t j = 0; j < (int64_t)B * E; j++) c->x[j] += c->xn[j];
+    }
+
+    /* final norm and the output head, only for the rows that want logits */
+    for (int32_t o = 0; o < n_out; o++)
+        sp_rmsnorm(c->x + (size_t)c->out_rows[o] * E, m->output_norm, c->xn + (size_t)o * E, E,
+                   h->norm_eps);
+    if (n_out) matmul(c, &m->output, c->xn, n_out, c->logits);
+    c->n_out = n_out;
+
+    for (int32_t s = 0; s < c->p.n_seq_max; s++)
+        if (c->seq_n[s]) c->kv->ops->set_len(c->kv, s, c->kv->ops->len(c->kv, s) + c->seq_n[s]);
+    return 0;
+}

@@ -1,0 +1,305 @@
+/* model.c: loading a GGUF file into an immutable sp_model.
+ *
+ * Weights stay where the mapping has them, in their stored type; only the
+ * small per-channel vectors (norms, biases, RoPE factors) are converted to
+ * owned f32 arrays, so the forward pass never branches on their type. */
+#include "model.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+sp_model_params sp_model_default_params(void) {
+    sp_model_params p = {0};
+    return p;
+}
+
+typedef struct {
+    sp_model *m;
+    char *err;
+    size_t errlen;
+    const char *path;
+} loader;
+
+static bool get_u32_key(loader *l, const char *suffix, uint32_t *out, bool required) {
+    char key[160];
+    snprintf(key, sizeof(key), "%s.%s", l->m->arch->name, suffix);
+    if (sp_gguf_get_u32(l->m->gguf, key, out)) return true;
+    if (required) {
+        if (sp_gguf_find_key(l->m->gguf, key) >= 0)
+            sp_seterr(l->err, l->errlen, "%s: metadata %s has a type or value that is not a 32-bit count",
+                      l->path, key);
+        else
+            sp_seterr(l->err, l->errlen, "%s: missing metadata %s", l->path, key);
+    }
+    return false;
+}
+
+static bool get_f32_key(loader *l, const char *suffix, float *out) {
+    char key[160];
+    snprintf(key, sizeof(key), "%s.%s", l->m->arch->name, suffix);
+    return sp_gguf_get_f32(l->m->gguf, key, out);
+}
+
+/* Finds a 2-D weight [n_in -> n_out]; fails with a message on absence (when
+ * required), wrong shape or a type without kernels. */
+static bool load_weight(loader *l, const char *name, int64_t n_in, int64_t n_out, bool required,
+                        sp_weight *w) {
+    const sp_gguf_tensor *t = sp_gguf_find_tensor(l->m->gguf, name);
+    memset(w, 0, sizeof(*w));
+    if (!t) {
+        if (required) sp_seterr(l->err, l->errlen, "%s: missing tensor %s", l->path, name);
+        return !required;
+    }
+    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1) {
+        sp_seterr(l->err, l->errlen,
+                  "%s: tensor %s has shape [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+                  "], expected [%" PRId64 ", %" PRId64 "]",
+                  l->path, name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], n_in, n_out);
+        return false;
+    }
+    const sp_type_traits *tt = sp_type_info(t->type);
+    if (!tt || !tt->supported) {
+        sp_seterr(l->err, l->errlen, "%s: tensor %s has type %s, which Specula does not support "
+                  "(supported: f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)",
+                  l->path, name, tt ? tt->name : "unknown");
+        return false;
+    }
+    *w = (sp_weight){t->data, t->type, n_in, n_out};
+    l->m->info.n_params += (uint64_t)(n_in * n_out);
+    l->m->info.weight_bytes += t->nbytes;
+    return true;
+}
+
+/* A 1-D vector of n values converted to an owned f32 array. */
+static bool load_vec(loader *l, const char *name, int64_t n, bool required, float **out) {
+    const sp_gguf_tensor *t = sp_gguf_find_tensor(l->m->gguf, name);
+    *out = NULL;
+    if (!t) {
+        if (required) sp_seterr(l->err, l->errlen, "%s: missing tensor %s", l->path, name);
+        return !required;
+    }
+    if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1) {
+        sp_seterr(l->err, l->errlen, "%s: tensor %s has shape [%" PRId64 ", %" PRId64
+                  "], expected [%" PRId64 "]", l->path, name, t->ne[0], t->ne[1], n);
+        return false;
+    }
+    const sp_type_traits *tt = sp_type_info(t->type);
+    if (!tt || !(tt->supported) || n % tt->blck) {
+        sp_seterr(l->err, l->errlen, "%s: tensor %s has unsupported type %s", l->path, name,
+                  tt ? tt->name : "unknown");
+        return false;
+    }
+    *out = malloc((size_t)n * sizeof(float));
+    if (!*out) {
+        sp_seterr(l->err, l->errlen, "out of memory");
+        return false;
+    }
+    sp_dequantize_row(t->type, t->data, *out, n);
+    l->m->info.n_params += (uint64_t)n;
+    l->m->info.weight_bytes += t->nbytes;
+    return true;
+}
+
+static bool load_hparams(loader *l) {
+    sp_model *m = l->m;
+    sp_model_info *h = &m->info;
+    uint32_t v;
+    if (!get_u32_key(l, "embedding_length", &v, true)) return false;
+    h->n_embd = (int32_t)v;
+    if (!get_u32_key(l, "block_count", &v, true)) return false;
+    h->n_layer = (int32_t)v;
+    if (!get_u32_key(l, "feed_forward_length", &v, true)) return false;
+    h->n_ff = (int32_t)v;
+    if (!get_u32_key(l, "attention.head_count", &v, true)) return false;
+    h->n_head = (int32_t)v;
+    h->n_head_kv = h->n_head;
+    if (get_u32_key(l, "attention.head_count_kv", &v, false)) h->n_head_kv = (int32_t)v;
+    h->n_ctx_train = 4096;
+    if (get_u32_key(l, "context_length", &v, false)) h->n_ctx_train = (int32_t)v;
+    if (h->n_embd <= 0 || h->n_embd > (1 << 16) || h->n_layer <= 0 || h->n_layer > 1024 ||
+        h->n_head <= 0 || h->n_head > 1024 || h->n_head_kv <= 0 || h->n_ff <= 0 ||
+        h->n_ff > (1 << 20) || h->n_head % h->n_head_kv != 0 || h->n_embd % h->n_head != 0) {
+        sp_seterr(l->err, l->errlen,
+                  "%s: inconsistent hyperparameters (n_embd %d, n_layer %d, n_head %d, "
+                  "n_head_kv %d, n_ff %d)", l->path, h->n_embd, h->n_layer, h->n_head,
+                  h->n_head_kv, h->n_ff);
+        return false;
+    }
+    h->head_dim = h->n_embd / h->n_head;
+    if (get_u32_key(l, "attention.key_length", &v, false)) h->head_dim = (int32_t)v;
+    uint32_t rope_dims = (uint32_t)h->head_dim;
+    if (get_u32_key(l, "rope.dimension_count", &v, false)) rope_dims = v;
+    if (h->head_dim <= 0 || h->head_dim > 1024 || h->head_dim % 2 ||
+        rope_dims != (uint32_t)h->head_dim) {
+        sp_seterr(l->err, l->errlen, "%s: head_dim %d with rope.dimension_count %u is not "
+                  "supported (partial RoPE)", l->path, h->head_dim, rope_dims);
+        return false;
+    }
+    h->rope_base = m->arch->default_rope_base;
+    get_f32_key(l, "rope.freq_base", &h->rope_base);
+    h->norm_eps = m->arch->default_eps;
+    get_f32_key(l, "attention.layer_norm_rms_epsilon", &h->norm_eps);
+    h->rope_freq_scale = 1.0f;
+    char key[160];
+    snprintf(key, sizeof(key), "%s.rope.scaling.type", m->arch->name);
+    sp_gguf_str st;
+    if (sp_gguf_get_str(m->gguf, key, &st) && st.n == 6 && memcmp(st.p, "linear", 6) == 0) {
+        float f = 1.0f;
+        if (get_f32_key(l, "rope.scaling.factor", &f) && f > 0) h->rope_freq_scale = 1.0f / f;
+    }
+    if (!(h->rope_base > 0) || !(h->norm_eps > 0)) {
+        sp_seterr(l->err, l->errlen, "%s: invalid rope.freq_base or rms epsilon", l->path);
+        return false;
+    }
+    return true;
+}
+
+static bool load_tensors(loader *l) {
+    sp_model *m = l->m;
+    sp_model_info *h = &m->info;
+    const int64_t E = h->n_embd, F = h->n_ff, V = h->n_vocab;
+    const int64_t QD = (int64_t)h->n_head * h->head_dim, KD = (int64_t)h->n_head_kv * h->head_dim;
+    if (!load_weight(l, "token_embd.weight", E, V, true, &m->tok_embd)) return false;
+    h->tok_embd_bytes = sp_row_size(m->tok_embd.type, E) * (uint64_t)V;
+    if (!load_vec(l, "output_norm.weight", E, true, &m->output_norm)) return false;
+    if (!load_weight(l, "output.weight", E, V, false, &m->output)) return false;
+    h->tied_output = m->output.data == NULL;
+    if (h->tied_output) m->output = m->tok_embd;
+    const sp_gguf_tensor *rf = sp_gguf_find_tensor(m->gguf, "rope_freqs.weight");
+    if (rf && !load_vec(l, "rope_freqs.weight", h->head_dim / 2, true, &m->rope_factors))
+        return false;
+    h->rope_freq_factors = m->rope_factors != NULL;
+
+    m->layers = calloc((size_t)h->n_layer, sizeof(sp_layer));
+    if (!m->layers) {
+        sp_seterr(l->err, l->errlen, "out of memory");
+        return false;
+    }
+    char name[96];
+#define NAME(fmt) (snprintf(name, sizeof(name), "blk.%d." fmt, i), name)
+    for (int i = 0; i < h->n_layer; i++) {
+        sp_layer *y = &m->layers[i];
+        bool bias = m->arch->qkv_bias;
+        if (!load_vec(l, NAME("attn_norm.weight"), E, true, &y->attn_norm) ||
+            !load_weight(l, NAME("attn_q.weight"), E, QD, true, &y->wq) ||
+            !load_weight(l, NAME("attn_k.weight"), E, KD, true, &y->wk) ||
+            !load_weight(l, NAME("attn_v.weight"), E, KD, true, &y->wv) ||
+            !load_weight(l, NAME("attn_output.weight"), QD, E, true, &y->wo) ||
+            !load_vec(l, NAME("attn_q.bias"), QD, bias, &y->bq) ||
+            !load_vec(l, NAME("attn_k.bias"), KD, bias, &y->bk) ||
+            !load_vec(l, NAME("attn_v.bias"), KD, bias, &y->bv) ||
+            !load_vec(l, NAME("ffn_norm.weight"), E, true, &y->ffn_norm) ||
+            !load_weight(l, NAME("ffn_gate.weight"), E, F, true, &y->w_gate) ||
+            !load_weight(l, NAME("ffn_up.weight"), E, F, true, &y->w_up) ||
+            !load_weight(l, NAME("ffn_down.weight"), F, E, true, &y->w_down))
+            return false;
+    }
+#undef NAME
+    return true;
+}
+
+sp_model *sp_model_load(const char *path, sp_model_params params, char *err, size_t errlen) {
+    sp_kernels_init();
+    sp_model *m = calloc(1, sizeof(*m));
+    if (!m) {
+        sp_seterr(err, errlen, "out of memory");
+        return NULL;
+    }
+    loader l = {m, err, errlen, path};
+    m->gguf = sp_gguf_open(path, err, errlen);
+    if (!m->gguf) goto fail;
+
+    sp_gguf_str arch;
+    if (!sp_gguf_get_str(m->gguf, "general.architecture", &arch)) {
+        sp_seterr(err, errlen, "%s: missing metadata general.architecture", path);
+        goto fail;
+    }
+    char archname[64];
+    snprintf(archname, sizeof(archname), "%.*s", (int)SP_MIN(arch.n, 63), arch.p);
+    m->arch = sp_arch_find(archname);
+    if (!m->arch) {
+        sp_seterr(err, errlen, "%s: architecture '%s' is not supported (supported: %s)", path,
+                  archname, sp_arch_names());
+        goto fail;
+    }
+    m->info.arch = m->arch->name;
+    sp_gguf_str nm;
+    if (sp_gguf_get_str(m->gguf, "general.name", &nm))
+        snprintf(m->name, sizeof(m->name), "%.*s", (int)SP_MIN(nm.n, 127), nm.p);
+    m->info.name = m->name;
+
+    m->vocab = sp_vocab_load(m->gguf, err, errlen);
+    if (!m->vocab) goto fail;
+    m->info.n_vocab = sp_vocab_n_tokens(m->vocab);
+    if (params.vocab_only) return m;
+
+    if (!load_hparams(&l) || !load_tensors(&l)) goto fail;
+    return m;
+fail:
+    sp_model_free(m);
+    return NULL;
+}
+
+void sp_model_free(sp_model *m) {
+    if (!m) return;
+    if (m->layers) {
+        for (int i = 0; i < m->info.n_layer; i++) {
+            sp_layer *y = &m->layers[i];
+            free(y->attn_norm);
+            free(y->ffn_norm);
+            free(y->bq);
+            free(y->bk);
+            free(y->bv);
+        }
+        free(m->layers);
+    }
+    free(m->output_norm);
+    free(m->rope_factors);
+    sp_vocab_free(m->vocab);
+    sp_gguf_close(m->gguf);
+    free(m);
+}
+
+const sp_model_info *sp_model_get_info(const sp_model *m) { return &m->info; }
+const sp_vocab *sp_model_get_vocab(const sp_model *m) { return m->vocab; }
+
+void sp_model_print_info(const sp_model *m, int n_ctx, void *file) {
+    FILE *f = file;
+    const sp_model_info *h = &m->info;
+    fprintf(f, "file:          GGUF v%u, %zu bytes, %" PRId64 " tensors, %" PRId64 " metadata keys\n",
+            sp_gguf_version(m->gguf), sp_gguf_file_size(m->gguf), sp_gguf_n_tensors(m->gguf),
+            sp_gguf_n_kv(m->gguf));
+    fprintf(f, "name:          %s\n", h->name[0] ? h->name : "(none)");
+    fprintf(f, "architecture:  %s (rope %s%s)\n", h->arch,
+            m->arch->rope == SP_ROPE_NEOX ? "neox" : "norm", m->arch->qkv_bias ? ", qkv bias" : "");
+    fprintf(f, "tokenizer:     %s, %d tokens, pre '%s', bos %d, eos %d\n",
+            sp_vocab_kind_of(m->vocab) == SP_VOCAB_SPM ? "llama (SentencePiece)" : "gpt2 (byte-level BPE)",
+            h->n_vocab, sp_vocab_pre_name(m->vocab), sp_vocab_bos(m->vocab), sp_vocab_eos(m->vocab));
+    if (!m->layers) return;
+    fprintf(f, "n_embd %d, n_layer %d, n_head %d, n_head_kv %d, head_dim %d, n_ff %d, n_ctx_train %d\n",
+            h->n_embd, h->n_layer, h->n_head, h->n_head_kv, h->head_dim, h->n_ff, h->n_ctx_train);
+    fprintf(f, "rope base %g, freq scale %g%s, rms eps %g, output %s\n", h->rope_base,
+            h->rope_freq_scale, h->rope_freq_factors ? ", llama3 frequency factors" : "",
+            h->norm_eps, h->tied_output ? "tied to token_embd" : "separate");
+    /* bytes per tensor type */
+    uint64_t bytes[SP_TYPE_COUNT] = {0}, count[SP_TYPE_COUNT] = {0};
+    for (int64_t i = 0; i < sp_gguf_n_tensors(m->gguf); i++) {
+        const sp_gguf_tensor *t = sp_gguf_tensor_at(m->gguf, i);
+        if ((int)t->type < SP_TYPE_COUNT) {
+            bytes[t->type] += t->nbytes;
+            count[t->type]++;
+        }
+    }
+    fprintf(f, "tensor types: ");
+    for (int t = 0; t < SP_TYPE_COUNT; t++)
+        if (count[t])
+            fprintf(f, " %s x%" PRIu64 " (%.1f MiB)", sp_type_info(t)->name, count[t],
+                    bytes[t] / 1048576.0);
+    fprintf(f, "\nparameters:    %.2f M, weights %.1f MiB\n", h->n_params / 1e6,
+            h->weight_bytes / 1048576.0);
+    size_t kv = 2ull * h->n_layer * (size_t)n_ctx * h->n_head_kv * h->head_dim * 2;
+    fprintf(f, "memory:        weights %.1f MiB (mapped) + f16 KV %.1f MiB per %d-token sequence\n",
+            h->weight_bytes / 1048576.0, kv / 1048576.0, n_ctx);
+}

@@ -1,0 +1,66 @@
+/* model.h: the loaded model (immutable) and the architecture table.
+ *
+ * Dimension legend:
+ *   E  n_embd           H  n_head        Hk n_head_kv     D  head_dim
+ *   F  n_ff             V  n_vocab       L  n_layer
+ * A weight "[in -> out]" is stored as out rows of in elements (GGUF ne0 =
+ * in, ne1 = out), which is the layout sp_matmul takes.
+ */
+#ifndef SP_MODEL_H
+#define SP_MODEL_H
+
+#include "specula.h"
+
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+#include "tokenizer/tokenizer.h"
+
+typedef enum { SP_ROPE_NORM = 0, SP_ROPE_NEOX = 2 } sp_rope_kind;
+
+/* One row per architecture: what differs between families is data here,
+ * not a fork of the forward pass. */
+typedef struct {
+    const char *name;       /* general.architecture */
+    sp_rope_kind rope;      /* NORM: adjacent pairs (llama); NEOX: halves */
+    bool qkv_bias;          /* attn_{q,k,v}.bias present (qwen2) */
+    float default_eps;      /* when the rms-eps key is absent */
+    float default_rope_base;
+} sp_arch;
+
+const sp_arch *sp_arch_find(const char *name);
+
+/* A matrix used by sp_matmul, pointing into the mapped file. */
+typedef struct {
+    const void *data;
+    sp_type type;
+    int64_t n_in;   /* ne0: dot-product length */
+    int64_t n_out;  /* ne1: rows */
+} sp_weight;
+
+typedef struct {
+    float *attn_norm;      /* [E] (owned f32 copy) */
+    sp_weight wq;          /* [E -> H*D] */
+    sp_weight wk;          /* [E -> Hk*D] */
+    sp_weight wv;          /* [E -> Hk*D] */
+    sp_weight wo;          /* [H*D -> E] */
+    float *bq, *bk, *bv;   /* [H*D], [Hk*D], [Hk*D] or NULL */
+    float *ffn_norm;       /* [E] */
+    sp_weight w_gate;      /* [E -> F] */
+    sp_weight w_up;        /* [E -> F] */
+    sp_weight w_down;      /* [F -> E] */
+} sp_layer;
+
+struct sp_model {
+    sp_gguf *gguf;         /* the mapping every sp_weight points into */
+    sp_vocab *vocab;
+    const sp_arch *arch;
+    sp_model_info info;
+    char name[128];
+    sp_weight tok_embd;    /* [E -> V]: row t is token t's embedding */
+    float *output_norm;    /* [E] */
+    sp_weight output;      /* [E -> V] (== tok_embd when tied) */
+    float *rope_factors;   /* [D/2] llama3-style frequency divisors, or NULL */
+    sp_layer *layers;      /* [L] */
+};
+
+#endif

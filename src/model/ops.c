@@ -1,0 +1,91 @@
+/* ops.c: reference (plain C) forward-pass operations and their dispatch. */
+#include "ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float scale = 1.0f / sqrtf((float)(sum / n) + eps);
+    for (int64_t i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+}
+
+static float round16(float x) { return sp_f16_to_f32(sp_f32_to_f16(x)); }
+
+static void ref_attn_head(const float *q, sp_kv *kv, int32_t layer, int32_t seq, int32_t g,
+                          int32_t D, int32_t n_pos, float scale, float *scores, uint16_t *q16,
+                          float *out) {
+    const bool f16 = kv->type == SP_TYPE_F16;
+    const int32_t kv_dim = kv->kv_dim;
+    (void)q16;
+    float qr[1024];
+    for (int d = 0; d < D; d++) qr[d] = f16 ? round16(q[d]) : q[d];
+    float max = -INFINITY;
+    for (int32_t p = 0; p < n_pos;) {
+        const void *kb, *vb;
+        int32_t n = kv->ops->span(kv, layer, seq, p, n_pos, &kb, &vb);
+        for (int32_t j = 0; j < n; j++) {
+            float s = 0.0f;
+            if (f16) {
+                const sp_f16 *k = (const sp_f16 *)kb + (size_t)j * kv_dim + (size_t)g * D;
+                for (int d = 0; d < D; d++) s += qr[d] * sp_f16_to_f32(k[d]);
+            } else {
+                const float *k = (const float *)kb + (size_t)j * kv_dim + (size_t)g * D;
+                for (int d = 0; d < D; d++) s += qr[d] * k[d];
+            }
+            s *= scale;
+            scores[p + j] = s;
+            if (s > max) max = s;
+        }
+        p += n;
+    }
+    double sum = 0.0;
+    for (int32_t p = 0; p < n_pos; p++) {
+        scores[p] = expf(scores[p] - max);
+        sum += scores[p];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int d = 0; d < D; d++) out[d] = 0.0f;
+    for (int32_t p = 0; p < n_pos;) {
+        const void *kb, *vb;
+        int32_t n = kv->ops->span(kv, layer, seq, p, n_pos, &kb, &vb);
+        for (int32_t j = 0; j < n; j++) {
+            float pj = scores[p + j] * inv;
+            if (f16) {
+                pj = round16(pj);
+                const sp_f16 *v = (const sp_f16 *)vb + (size_t)j * kv_dim + (size_t)g * D;
+                for (int d = 0; d < D; d++) out[d] += pj * sp_f16_to_f32(v[d]);
+            } else {
+                const float *v = (const float *)vb + (size_t)j * kv_dim + (size_t)g * D;
+                for (int d = 0; d < D; d++) out[d] += pj * v[d];
+            }
+        }
+        p += n;
+    }
+}
+
+static void ref_swiglu(int64_t n, const float *g, const float *u, float *y) {
+    for (int64_t i = 0; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static const sp_ops REF = {ref_attn_head, ref_swiglu};
+
+const sp_ops *sp_ops_ref(void) { return &REF; }
+
+const sp_ops *sp_ops_get(void) {
+    static const sp_ops *chosen;
+    if (chosen) return chosen;
+    const sp_ops *o = &REF;
+    const char *force = getenv("SPECULA_KERNELS");
+    bool want_ref = force && strcmp(force, "ref") == 0;
+    __builtin_cpu_init();
+    if (!want_ref && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        sp_ops_avx2())
+        o = sp_ops_avx2();
+    chosen = o;
+    return o;
+}

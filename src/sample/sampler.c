@@ -1,0 +1,309 @@
+/* sampler.c: turning logits into the next token.
+ *
+ * Order (llama.cpp's default chain): penalties -> top-k -> top-p -> min-p
+ * -> temperature -> draw. Filters run on the penalized logits before
+ * temperature, as there. sp_sampler_probs exposes the final distribution
+ * over the whole vocabulary, which speculative rejection sampling needs.
+ *
+ * Working arrays are sized n_vocab at creation; sampling allocates nothing.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "specula.h"
+
+struct sp_sampler {
+    sp_sampler_params p;
+    int32_t n_vocab;
+    uint64_t rng[4];    /* xoshiro256** state */
+    sp_token *hist;     /* [penalty_last_n] ring of recent tokens */
+    int32_t n_hist, hist_pos;
+    float *work;        /* [V] penalized logits */
+    int32_t *idx;       /* [V] candidate ids */
+    int32_t *count;     /* [V] occurrences in the history window */
+};
+
+sp_sampler_params sp_sampler_default_params(void) {
+    sp_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 64, 0xC0FFEEull};
+    return p;
+}
+
+sp_sampler_params sp_sampler_greedy_params(void) {
+    sp_sampler_params p = {0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 64, 0xC0FFEEull};
+    return p;
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t next_u64(sp_sampler *s) {
+    uint64_t *r = s->rng;
+    uint64_t result = rotl(r[1] * 5, 7) * 9, t = r[1] << 17;
+    r[2] ^= r[0];
+    r[3] ^= r[1];
+    r[1] ^= r[2];
+    r[0] ^= r[3];
+    r[2] ^= t;
+    r[3] = rotl(r[3], 45);
+    return result;
+}
+
+double sp_sampler_uniform(sp_sampler *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
+
+void sp_sampler_reset(sp_sampler *s) {
+    uint64_t x = s->p.seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    s->n_hist = s->hist_pos = 0;
+}
+
+sp_sampler *sp_sampler_create(sp_sampler_params p, int32_t n_vocab, char *err, size_t errlen) {
+    if (n_vocab <= 0) {
+        sp_seterr(err, errlen, "n_vocab must be positive");
+        return NULL;
+    }
+    if (!isfinite(p.temperature) || p.temperature < 0 || p.temperature > 100) {
+        sp_seterr(err, errlen, "temperature must be between 0 and 100");
+        return NULL;
+    }
+    if (!isfinite(p.top_p) || p.top_p <= 0 || p.top_p > 1) {
+        sp_seterr(err, errlen, "top_p must be in (0, 1]");
+        return NULL;
+    }
+    if (!isfinite(p.min_p) || p.min_p < 0 || p.min_p > 1) {
+        sp_seterr(err, errlen, "min_p must be in [0, 1]");
+        return NULL;
+    }
+    if (!isfinite(p.repeat_penalty) || p.repeat_penalty <= 0 || p.repeat_penalty > 10) {
+        sp_seterr(err, errlen, "repeat_penalty must be in (0, 10]");
+        return NULL;
+    }
+    if (!isfinite(p.frequency_penalty) || fabsf(p.frequency_penalty) > 2 ||
+        !isfinite(p.presence_penalty) || fabsf(p.presence_penalty) > 2) {
+        sp_seterr(err, errlen, "frequency and presence penalties must be in [-2, 2]");
+        return NULL;
+    }
+    if (p.top_k < 0) p.top_k = 0;
+    if (p.penalty_last_n < 0 || p.penalty_last_n > (1 << 20)) {
+        sp_seterr(err, errlen, "penalty_last_n must be in [0, 1048576]");
+        return NULL;
+    }
+    sp_sampler *s = calloc(1, sizeof(*s));
+    if (!s) goto oom;
+    s->p = p;
+    s->n_vocab = n_vocab;
+    s->hist = malloc((size_t)SP_MAX(p.penalty_last_n, 1) * sizeof(sp_token));
+    s->work = malloc((size_t)n_vocab * sizeof(float));
+    s->idx = malloc((size_t)n_vocab * sizeof(int32_t));
+    s->count = calloc((size_t)n_vocab, sizeof(int32_t));
+    if (!s->hist || !s->work || !s->idx || !s->count) goto oom;
+    sp_sampler_reset(s);
+    return s;
+oom:
+    sp_seterr(err, errlen, "out of memory");
+    sp_sampler_free(s);
+    return NULL;
+}
+
+void sp_sampler_free(sp_sampler *s) {
+    if (!s) return;
+    free(s->hist);
+    free(s->work);
+    free(s->idx);
+    free(s->count);
+    free(s);
+}
+
+void sp_sampler_accept(sp_sampler *s, sp_token t) {
+    if (s->p.penalty_last_n == 0) return;
+    s->hist[s->hist_pos] = t;
+    s->hist_pos = (s->hist_pos + 1) % s->p.penalty_last_n;
+    if (s->n_hist < s->p.penalty_last_n) s->n_hist++;
+}
+
+static bool penalties_on(const sp_sampler *s) {
+    return s->n_hist > 0 && (s->p.repeat_penalty != 1.0f || s->p.frequency_penalty != 0.0f ||
+                             s->p.presence_penalty != 0.0f);
+}
+
+/* work = logits with repetition/frequency/presence penalties applied to the
+ * tokens of the history window (llama.cpp's rule: a positive logit is
+ * divided by the repeat penalty, a negative one multiplied). */
+static void apply_penalties(sp_sampler *s, const float *logits) {
+    memcpy(s->work, logits, (size_t)s->n_vocab * sizeof(float));
+    if (!penalties_on(s)) return;
+    for (int32_t i = 0; i < s->n_hist; i++) {
+        sp_token t = s->hist[i];
+        if (t >= 0 && t < s->n_vocab) s->count[t]++;
+    }
+    for (int32_t i = 0; i < s->n_hist; i++) {
+        sp_token t = s->hist[i];
+        if (t < 0 || t >= s->n_vocab || s->count[t] == 0) continue;
+        float *l = &s->work[t];
+        if (*l <= 0) *l *= s->p.repeat_penalty;
+        else *l /= s->p.repeat_penalty;
+        *l -= (float)s->count[t] * s->p.frequency_penalty + s->p.presence_penalty;
+        s->count[t] = 0; /* apply once per distinct token */
+    }
+}
+
+static int cmp_desc(const void *a, const void *b, void *ctx) {
+    const float *w = ctx;
+    float x = w[*(const int32_t *)a], y = w[*(const int32_t *)b];
+    if (x > y) return -1;
+    if (x < y) return 1;
+    return *(const int32_t *)a - *(const int32_t *)b;
+}
+
+static sp_token argmax(const float *w, int32_t n) {
+    sp_token best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (w[i] > w[best]) best = i;
+    return best;
+}
+
+/* Fills s->idx[0..n) with the surviving candidates, sorted by descending
+ * logit, and probs (may be NULL) with their final probabilities in the
+ * same order. Returns n. */
+static int32_t candidates(sp_sampler *s, float *probs_sorted) {
+    const int32_t V = s->n_vocab;
+    float *w = s->work;
+    int32_t n = V;
+    int32_t k = s->p.top_k > 0 && s->p.top_k < V ? s->p.top_k : V;
+    if (k < V) {
+        /* keep the k largest with a min-heap of k ids (O(V log k)), then
+         * sort only those */
+        int32_t *hp = s->idx;
+        for (int32_t i = 0; i < k; i++) { /* sift up */
+            int32_t j = i;
+            hp[j] = i;
+            while (j > 0 && cmp_desc(&hp[(j - 1) / 2], &hp[j], w) < 0) {
+                int32_t t = hp[j]; hp[j] = hp[(j - 1) / 2]; hp[(j - 1) / 2] = t;
+                j = (j - 1) / 2;
+            }
+        }
+        for (int32_t i = k; i < V; i++) {
+            if (cmp_desc(&i, &hp[0], w) >= 0) continue; /* not above the smallest kept */
+            hp[0] = i;
+            int32_t j = 0; /* sift down */
+            for (;;) {
+                int32_t l = 2 * j + 1, r = l + 1, m = j;
+                if (l < k && cmp_desc(&hp[l], &hp[m], w) > 0) m = l;
+                if (r < k && cmp_desc(&hp[r], &hp[m], w) > 0) m = r;
+                if (m == j) break;
+                int32_t t = hp[j]; hp[j] = hp[m]; hp[m] = t;
+                j = m;
+            }
+        }
+        n = k;
+    }
+    if (k == V)
+        for (int32_t i = 0; i < V; i++) s->idx[i] = i;
+    qsort_r(s->idx, (size_t)n, sizeof(int32_t), cmp_desc, w);
+    /* softmax over the candidates (before temperature, as llama.cpp) */
+    float max = w[s->idx[0]];
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++) sum += exp((double)(w[s->idx[i]] - max));
+    if (s->p.top_p < 1.0f) {
+        double cum = 0;
+        int32_t keep = n;
+        for (int32_t i = 0; i < n; i++) {
+            cum += exp((double)(w[s->idx[i]] - max)) / sum;
+            if (cum >= s->p.top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+    }
+    if (s->p.min_p > 0.0f) {
+        /* keep tokens whose probability is at least min_p times the top one */
+        const float thresh = max + logf(s->p.min_p);
+        int32_t keep = 1;
+        while (keep < n && w[s->idx[keep]] >= thresh) keep++;
+        n = keep;
+    }
+    if (probs_sorted) {
+        const double inv_t = 1.0 / s->p.temperature;
+        double z = 0;
+        for (int32_t i = 0; i < n; i++) {
+            double e = exp((double)(w[s->idx[i]] - max) * inv_t);
+            probs_sorted[i] = (float)e;
+            z += e;
+        }
+        for (int32_t i = 0; i < n; i++) probs_sorted[i] = (float)(probs_sorted[i] / z);
+    }
+    return n;
+}
+
+void sp_sampler_probs(sp_sampler *s, const float *logits, float *probs) {
+    apply_penalties(s, logits);
+    const int32_t V = s->n_vocab;
+    if (s->p.temperature <= 0.0f) {
+        memset(probs, 0, (size_t)V * sizeof(float));
+        probs[argmax(s->work, V)] = 1.0f;
+        return;
+    }
+    /* probs doubles as the sorted-probability buffer, then is scattered */
+    int32_t n = candidates(s, probs);
+    float *tmp = s->work; /* the logits are no longer needed */
+    for (int32_t i = 0; i < n; i++) tmp[i] = probs[i];
+    memset(probs, 0, (size_t)V * sizeof(float));
+    for (int32_t i = 0; i < n; i++) probs[s->idx[i]] = tmp[i];
+}
+
+sp_token sp_sampler_sample(sp_sampler *s, const float *logits) {
+    apply_penalties(s, logits);
+    if (s->p.temperature <= 0.0f) return argmax(s->work, s->n_vocab);
+    int32_t n = candidates(s, NULL);
+    const float max = s->work[s->idx[0]];
+    const double inv_t = 1.0 / s->p.temperature;
+    double z = 0;
+    for (int32_t i = 0; i < n; i++) z += exp((double)(s->work[s->idx[i]] - max) * inv_t);
+    double u = sp_sampler_uniform(s) * z, cum = 0;
+    for (int32_t i = 0; i < n; i++) {
+        cum += exp((double)(s->work[s->idx[i]] - max) * inv_t);
+        if (u < cum) return s->idx[i];
+    }
+    return s->idx[n - 1];
+}
+
+float sp_logprob_of(const float *logits, int32_t n_vocab, sp_token t) {
+    float max = logits[0];
+    for (int32_t i = 1; i < n_vocab; i++)
+        if (logits[i] > max) max = logits[i];
+    double sum = 0;
+    for (int32_t i = 0; i < n_vocab; i++) sum += exp((double)(logits[i] - max));
+    return (float)((double)(logits[t] - max) - log(sum));
+}
+
+int sp_top_logprobs(const float *logits, int32_t n_vocab, int k, sp_token *ids, float *lps) {
+    if (k > n_vocab) k = n_vocab;
+    if (k <= 0) return 0;
+    float max = logits[0];
+    for (int32_t i = 1; i < n_vocab; i++)
+        if (logits[i] > max) max = logits[i];
+    double sum = 0;
+    for (int32_t i = 0; i < n_vocab; i++) sum += exp((double)(logits[i] - max));
+    const double lse = log(sum);
+    int n = 0; /* insertion into a small sorted list: k is small */
+    for (int32_t i = 0; i < n_vocab; i++) {
+        float l = logits[i];
+        if (n == k && l <= logits[ids[n - 1]]) continue;
+        int j = n < k ? n++ : k - 1;
+        while (j > 0 && logits[ids[j - 1]] < l) {
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        ids[j] = i;
+    }
+    for (int j = 0; j < n; j++) lps[j] = (float)((double)(logits[ids[j]] - max) - lse);
+    return n;
+}

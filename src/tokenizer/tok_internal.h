@@ -1,0 +1,117 @@
+/* tok_internal.h: what the tokenizer's source files share (internal). */
+#ifndef SP_TOK_INTERNAL_H
+#define SP_TOK_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tokenizer.h"
+
+/* Token attributes as a bit set, llama.cpp's llama_token_attr values: a
+ * token type from the file maps to one of the first six; LSTRIP/RSTRIP are
+ * set by model-specific rules and steer the special-token partition. */
+enum {
+    SP_ATTR_UNDEFINED = 0,
+    SP_ATTR_UNKNOWN = 1 << 0,
+    SP_ATTR_UNUSED = 1 << 1,
+    SP_ATTR_NORMAL = 1 << 2,
+    SP_ATTR_CONTROL = 1 << 3,
+    SP_ATTR_USER_DEFINED = 1 << 4,
+    SP_ATTR_BYTE = 1 << 5,
+    SP_ATTR_LSTRIP = 1 << 7,
+    SP_ATTR_RSTRIP = 1 << 8,
+};
+
+/* ---- growable buffers (all return false on allocation failure) ---- */
+typedef struct {
+    int32_t *v;
+    size_t n, cap;
+} sp_tok_ivec;
+bool sp_tok_ivec_push(sp_tok_ivec *a, int32_t x);
+
+typedef struct {
+    char *buf; /* the words back to back */
+    size_t len, cap;
+    size_t *end; /* end offset of word i in buf */
+    size_t n, ncap;
+} sp_tok_words;
+void sp_tok_words_free(sp_tok_words *w);
+
+/* ---- pre-tokenizer (pretok.c) ---- */
+typedef struct sp_pretok sp_pretok;
+/* Compiles the regex list of a pre-tokenizer. NULL + err on failure. */
+sp_pretok *sp_tok_pretok_create(const char *const *regexes, int n, char *err, size_t errlen);
+void sp_tok_pretok_free(sp_pretok *p);
+/* Splits text[len] as llama.cpp's unicode_regex_split does: each regex in
+ * turn splits every piece the previous ones produced (unmatched stretches
+ * stay pieces of their own); the pieces are then byte-encoded with the GPT-2
+ * mapping. Appends them to *out (cleared first). false on allocation
+ * failure. */
+bool sp_tok_pretok_split(const sp_pretok *p, const char *text, size_t len, sp_tok_words *out);
+
+/* The regex list llama.cpp uses for a tokenizer.ggml.pre name, and the
+ * vocabulary flags that name implies. false if the name is unknown. */
+typedef struct {
+    const char *const *regexes;
+    int n_regexes;
+    bool ignore_merges; /* a whole pre-token that is a token is kept as is */
+    bool add_bos;       /* default for add_bos when the file does not say */
+    bool no_bos;        /* the BOS id defaults to none */
+} sp_pretok_info;
+bool sp_tok_pretok_lookup(const char *name, sp_pretok_info *info);
+
+/* ---- the vocabulary ---- */
+struct sp_vocab {
+    sp_vocab_kind kind;
+    char pre_name[64];
+    int32_t n_tokens;
+
+    char *text;         /* token texts, NUL-terminated, back to back */
+    uint32_t *text_off; /* [n_tokens] */
+    uint32_t *text_len; /* [n_tokens] */
+    float *scores;      /* [n_tokens] (0 when the file has none) */
+    uint16_t *attr;     /* [n_tokens] SP_ATTR_* bits */
+
+    /* text -> id, open addressing, -1 = empty slot */
+    int32_t *hash;
+    uint64_t hash_mask;
+
+    /* BPE merges "left right" -> rank (its index in the list) */
+    char *merge_text;
+    uint32_t *merge_off, *merge_len;
+    int32_t n_merges;
+    int32_t *merge_hash;
+    uint64_t merge_mask;
+
+    int32_t bos, eos, eot, eom, unk, pad;
+    int32_t fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
+    bool add_bos, add_eos, add_space_prefix, ignore_merges;
+
+    uint8_t *eog; /* [n_tokens] 1 = end of generation */
+
+    /* CONTROL / USER_DEFINED / UNKNOWN tokens, longest text first */
+    int32_t *special;
+    int32_t n_special;
+
+    int32_t byte_tok[256]; /* SPM byte fallback: token of each byte, -1 none */
+
+    /* token_to_piece with render_special = true, precomputed */
+    char *piece;
+    uint32_t *piece_off, *piece_len;
+
+    sp_pretok *pretok; /* BPE only */
+};
+
+uint64_t sp_tok_hash_bytes(uint64_t h, const void *p, size_t n);
+#define SP_TOK_HASH_SEED 0xcbf29ce484222325ull
+/* id of the token whose text is s[n], -1 if none. */
+int32_t sp_tok_lookup(const sp_vocab *v, const char *s, size_t n);
+/* rank of the merge (left, right), -1 if none. */
+int32_t sp_tok_merge_rank(const sp_vocab *v, const char *l, size_t ln, const char *r, size_t rn);
+
+/* Encoders: append the tokens of one raw-text fragment to out. */
+bool sp_tok_spm_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out);
+bool sp_tok_bpe_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out);
+
+#endif

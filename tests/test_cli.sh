@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# test_cli.sh: the command-line front end, end to end: `run --json` gives
+# the reference's greedy tokens, `tokenize` its prompt tokens, `info`
+# describes models, and bad input gives a message and a non-zero exit.
+# Prints "RESULT <passed> <failed>" like the C tests.
+set -u
+bin=${SPECULA_BIN:-bin/specula}
+ref=${SPECULA_REF_DIR:-../shared/reference}
+passed=0; failed=0
+ok()   { echo "ok   $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+q8=$ref/models/ref-llama-spm-q8_0.gguf
+# the reference record for (q8_0, code): its prompt and first 16 greedy tokens
+python3 - "$ref/generations.jsonl" "$tmp" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r["model"] == "ref-llama-spm-q8_0" and r["prompt_id"] == "code":
+        open(sys.argv[2] + "/prompt.txt", "w").write(r["prompt"])
+        open(sys.argv[2] + "/expect_prompt.txt", "w").write(json.dumps(r["prompt_tokens"]))
+        open(sys.argv[2] + "/expect_tokens.txt", "w").write(json.dumps(r["tokens"][:16]))
+PY
+
+if "$bin" run -m "$q8" -f "$tmp/prompt.txt" -n 16 --temp 0 --ignore-eos --json --logprobs 3 -t 2 >"$tmp/run.json" 2>"$tmp/run.err"; then
+    python3 - "$tmp" <<'PY' && ok "run --json greedy tokens match the reference" || fail "run --json" "tokens differ"
+import json, sys
+d = sys.argv[1]
+out = json.load(open(d + "/run.json"))
+assert out["prompt_tokens"] == json.load(open(d + "/expect_prompt.txt")), out["prompt_tokens"]
+assert out["tokens"] == json.load(open(d + "/expect_tokens.txt")), out["tokens"]
+assert len(out["steps"]) == 16 and all(len(s["top"]) == 3 for s in out["steps"])
+assert all(s["top"][0][1] >= s["top"][1][1] for s in out["steps"])
+assert out["timings"]["decode_tokens_per_s"] > 0 and isinstance(out["text"], str)
+PY
+else
+    fail "run --json" "exit status $?: $(cat "$tmp/run.err")"
+fi
+
+if "$bin" run -m "$q8" -p "Once upon a time" -n 8 --temp 0.8 --seed 7 -t 2 >"$tmp/a.txt" 2>/dev/null &&
+   "$bin" run -m "$q8" -p "Once upon a time" -n 8 --temp 0.8 --seed 7 -t 2 >"$tmp/b.txt" 2>/dev/null &&
+   cmp -s "$tmp/a.txt" "$tmp/b.txt"; then
+    ok "run with a seed is reproducible"
+else
+    fail "run --seed" "two runs differ or failed"
+fi
+
+got=$("$bin" tokenize -m "$q8" -f "$tmp/prompt.txt" 2>&1)
+want=$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$tmp/expect_prompt.txt")
+[ "$got" = "$want" ] && ok "tokenize -f gives the reference prompt tokens" || fail "tokenize" "$got vs $want"
+got=$("$bin" tokenize -m "$q8" --no-bos "Hello world" 2>&1)
+[ "$got" = "[15043, 3186]" ] && ok "tokenize --no-bos" || fail "tokenize --no-bos" "$got"
+
+if "$bin" info -m "$ref/models/ref-qwen2-gpt2-q4_0.gguf" >"$tmp/info.txt" 2>&1 &&
+   grep -q "qwen2" "$tmp/info.txt" && grep -q "q4_0" "$tmp/info.txt" && grep -q "n_head 4, n_head_kv 2" "$tmp/info.txt"; then
+    ok "info describes the qwen2 model"
+else
+    fail "info" "$(cat "$tmp/info.txt")"
+fi
+
+# bad input: a message on stderr and a non-zero exit, never a crash
+printf 'GGUF\x03\x00\x00\x00garbage' >"$tmp/bad.gguf"
+head -c 5000 "$q8" >"$tmp/trunc.gguf"
+while IFS='|' read -r name args; do
+    eval "set -- $args"
+    "$bin" "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
+    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ -s "$tmp/err" ]; then ok "refuses: $name"
+    else fail "refuses: $name" "exit $rc, stderr: $(head -c 200 "$tmp/err")"; fi
+done <<EOF2
+missing model file|run -m /nonexistent.gguf -p hi
+corrupt model file|run -m $tmp/bad.gguf -p hi
+truncated model file|info -m $tmp/trunc.gguf
+truncated model file 2|run -m $tmp/trunc.gguf -p hi
+unknown command|frobnicate
+unknown option|run -m $q8 -p hi --bogus
+missing option value|run -m $q8 -p
+bad number|run -m $q8 -p hi -n abc
+negative temperature|run -m $q8 -p hi --temp -1
+top-p out of range|run -m $q8 -p hi --top-p 2
+no prompt|run -m $q8
+both prompt and file|run -m $q8 -p hi -f $tmp/prompt.txt
+missing prompt file|run -m $q8 -f /nonexistent.txt
+context too small|run -m $q8 -p hi -n 100 -c 10
+tokenize without text|tokenize -m $q8
+EOF2
+
+echo "RESULT $passed $failed"
+[ $failed -eq 0 ]

@@ -1,0 +1,172 @@
+/* test_sampler.c: sampling transforms and reproducibility. */
+#include <math.h>
+
+#include "specula.h"
+#include "test.h"
+
+#define NV 50
+static float logits[NV];
+
+static void setup(void) {
+    for (int i = 0; i < NV; i++) logits[i] = (float)(NV - i) * 0.1f; /* token 0 most likely */
+}
+
+static sp_sampler *mk(sp_sampler_params p) {
+    char err[128];
+    sp_sampler *s = sp_sampler_create(p, NV, err, sizeof(err));
+    if (!s) fprintf(stderr, "sampler: %s\n", err);
+    return s;
+}
+
+static void test_greedy(void) {
+    sp_sampler *s = mk(sp_sampler_greedy_params());
+    float l[NV];
+    memcpy(l, logits, sizeof(l));
+    l[17] = 100;
+    CHECK(sp_sampler_sample(s, l) == 17, "argmax");
+    float pr[NV];
+    sp_sampler_probs(s, l, pr);
+    CHECK(pr[17] == 1.0f, "greedy distribution is one-hot");
+    sp_sampler_free(s);
+}
+
+static void test_probs_sum_and_filters(void) {
+    struct {
+        const char *name;
+        float temp;
+        int top_k;
+        float top_p, min_p;
+        int expect_nonzero; /* -1: don't check */
+    } rows[] = {
+        {"plain", 1.0f, 0, 1.0f, 0.0f, NV},
+        {"top-k 5", 1.0f, 5, 1.0f, 0.0f, 5},
+        {"top-k 1", 0.7f, 1, 1.0f, 0.0f, 1},
+        {"top-p small", 1.0f, 0, 0.05f, 0.0f, 1},
+        {"min-p 0.5", 1.0f, 0, 1.0f, 0.5f, 7}, /* e^{-0.1 i} >= 0.5 for i <= 6 */
+        {"hot", 5.0f, 10, 0.9f, 0.0f, -1},
+    };
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        sp_sampler_params p = sp_sampler_default_params();
+        p.temperature = rows[r].temp;
+        p.top_k = rows[r].top_k;
+        p.top_p = rows[r].top_p;
+        p.min_p = rows[r].min_p;
+        sp_sampler *s = mk(p);
+        float pr[NV];
+        sp_sampler_probs(s, logits, pr);
+        double sum = 0;
+        int nz = 0;
+        for (int i = 0; i < NV; i++) {
+            sum += pr[i];
+            nz += pr[i] > 0;
+        }
+        CHECK(fabs(sum - 1) < 1e-5, "%s: probabilities sum to %g", rows[r].name, sum);
+        if (rows[r].expect_nonzero >= 0)
+            CHECK(nz == rows[r].expect_nonzero, "%s: %d tokens survive, expected %d", rows[r].name,
+                  nz, rows[r].expect_nonzero);
+        for (int i = 1; i < NV; i++)
+            CHECK(pr[i] <= pr[i - 1] + 1e-7, "%s: order broken at %d", rows[r].name, i);
+        sp_sampler_free(s);
+    }
+}
+
+static void test_seed_reproducible_and_matches_distribution(void) {
+    sp_sampler_params p = sp_sampler_default_params();
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.seed = 1234;
+    sp_sampler *a = mk(p), *b = mk(p);
+    int counts[NV] = {0};
+    const int N = 20000;
+    bool same = true;
+    for (int i = 0; i < N; i++) {
+        sp_token x = sp_sampler_sample(a, logits), y = sp_sampler_sample(b, logits);
+        same &= x == y;
+        counts[x]++;
+    }
+    CHECK(same, "two samplers with one seed diverged");
+    float pr[NV];
+    sp_sampler_probs(a, logits, pr);
+    for (int i = 0; i < 5; i++) {
+        double expect = pr[i] * N, sd = sqrt(expect);
+        CHECK(fabs(counts[i] - expect) < 5 * sd, "token %d drawn %d times, expected %.0f", i,
+              counts[i], expect);
+    }
+    p.seed = 99;
+    sp_sampler *c = mk(p);
+    sp_sampler_reset(a);
+    int differ = 0;
+    for (int i = 0; i < 100; i++) differ += sp_sampler_sample(a, logits) != sp_sampler_sample(c, logits);
+    CHECK(differ > 0, "different seeds gave the same 100 draws");
+    sp_sampler_free(a);
+    sp_sampler_free(b);
+    sp_sampler_free(c);
+}
+
+static void test_penalties(void) {
+    sp_sampler_params p = sp_sampler_greedy_params();
+    p.repeat_penalty = 1.5f;
+    sp_sampler *s = mk(p);
+    float l[NV];
+    memcpy(l, logits, sizeof(l)); /* token 0: 5.0, token 1: 4.9 */
+    sp_sampler_accept(s, 0);
+    CHECK(sp_sampler_sample(s, l) == 1, "repeat penalty should demote token 0");
+    sp_sampler_free(s);
+    p = sp_sampler_greedy_params();
+    p.presence_penalty = 0.05f;
+    s = mk(p);
+    sp_sampler_accept(s, 0);
+    CHECK(sp_sampler_sample(s, l) == 0, "presence 0.05 keeps token 0 (5.0-0.05 > 4.9)");
+    sp_sampler_free(s);
+    p.presence_penalty = 0.0f;
+    p.frequency_penalty = 0.06f;
+    s = mk(p);
+    sp_sampler_accept(s, 0);
+    sp_sampler_accept(s, 0);
+    CHECK(sp_sampler_sample(s, l) == 1, "frequency 2 x 0.06 demotes token 0");
+    sp_sampler_free(s);
+}
+
+static void test_invalid_params(void) {
+    struct {
+        const char *name;
+        sp_sampler_params p;
+    } rows[6];
+    for (int i = 0; i < 6; i++) rows[i].p = sp_sampler_default_params();
+    rows[0].name = "NaN temperature"; rows[0].p.temperature = NAN;
+    rows[1].name = "negative temperature"; rows[1].p.temperature = -1;
+    rows[2].name = "top_p 0"; rows[2].p.top_p = 0;
+    rows[3].name = "top_p 1.5"; rows[3].p.top_p = 1.5f;
+    rows[4].name = "min_p -1"; rows[4].p.min_p = -1;
+    rows[5].name = "infinite penalty"; rows[5].p.frequency_penalty = INFINITY;
+    for (int i = 0; i < 6; i++) {
+        char err[128] = "";
+        sp_sampler *s = sp_sampler_create(rows[i].p, NV, err, sizeof(err));
+        CHECK(s == NULL && err[0], "%s accepted", rows[i].name);
+        sp_sampler_free(s);
+    }
+}
+
+static void test_logprob_helpers(void) {
+    sp_token ids[4];
+    float lps[4];
+    int n = sp_top_logprobs(logits, NV, 4, ids, lps);
+    CHECK(n == 4 && ids[0] == 0 && ids[1] == 1 && ids[3] == 3, "top ids");
+    double z = 0;
+    for (int i = 0; i < NV; i++) z += exp(logits[i]);
+    CHECK(fabs(lps[0] - (logits[0] - log(z))) < 1e-5, "top logprob %g", lps[0]);
+    CHECK(fabs(sp_logprob_of(logits, NV, 7) - (logits[7] - log(z))) < 1e-5, "logprob of 7");
+}
+
+int main(void) {
+    setup();
+    RUN(test_greedy);
+    RUN(test_probs_sum_and_filters);
+    RUN(test_seed_reproducible_and_matches_distribution);
+    RUN(test_penalties);
+    RUN(test_invalid_params);
+    RUN(test_logprob_helpers);
+    TEST_END();
+}
