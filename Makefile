@@ -6,9 +6,11 @@ CC      ?= cc
 BUILD   ?= build
 BIN     ?= bin
 OPT     ?= -O2
+SAN     ?=
 CFLAGS  ?=
-CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE \
-           -fno-math-errno -Iinclude -Isrc
+override CFLAGS += -std=c11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE \
+           -fno-math-errno -Iinclude -Isrc $(SAN)
+override LDFLAGS += $(SAN)
 LDLIBS  += -lpcre2-8 -lpthread -lm
 # SIMD variants: files named *_avx2.c / *_avx512.c get their ISA flags; all
 # other code is built for baseline x86-64 and dispatches at run time.
@@ -64,8 +66,7 @@ test: tests
 # Sanitizer build: separate objects and binaries, same tests.
 asan:
 	$(MAKE) BUILD=build-asan BIN=build-asan/bin OPT=-O1 \
-	  CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
-	  LDFLAGS="-fsanitize=address,undefined" test
+	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
 BENCH_SRC := $(wildcard bench/*.c)
 $(BIN)/bench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(LIB)

@@ -83,7 +83,6 @@ static buf build_valid(layout *L) {
     for (size_t i = 0; i < sizeof t0_data; i++) t0_data[i] = (uint8_t)(i * 7 + 1);
     for (int i = 0; i < 8; i++) { float f = (float)i - 3.5f; memcpy(t1_data + 4 * i, &f, 4); }
     for (int i = 0; i < 32; i++) { sp_f16 h = sp_f32_to_f16(i * 0.25f); memcpy(t2_data + 2 * i, &h, 2); }
-    /* Q8_0 scales must be sane for nothing, but keep them finite anyway. */
 
     b_bytes(&b, "GGUF", 4);
     L->version = b.n; b_u32(&b, 3);
@@ -694,7 +693,7 @@ PATCH(p_ndims5, put_u32(b, L->t_ndims[0], 5))
 PATCH(p_ne_neg, put_u64(b, L->t_ne[0][1], (uint64_t)-2))
 PATCH(p_ne_huge, put_u64(b, L->t_ne[0][1], 1ull << 40))
 PATCH(p_ne_overflow, { put_u64(b, L->t_ne[0][0], 1ull << 32); put_u64(b, L->t_ne[0][1], 1ull << 32); })
-PATCH(p_ne_bytes_overflow, { put_u64(b, L->t_ne[0][0], 1ull << 37); put_u64(b, L->t_ne[0][1], 1ull << 25); })
+PATCH(p_ne_bytes_overflow, put_u64(b, L->t_ne[1][0], 1ull << 62))
 PATCH(p_ne_block, put_u64(b, L->t_ne[0][0], 33))
 PATCH(p_ne_zero, put_u64(b, L->t_ne[2][1], 0))
 PATCH(p_type_200, put_u32(b, L->t_type[0], 200))
@@ -860,6 +859,10 @@ static void exercise(const sp_gguf *g) {
     (void)sink;
 }
 
+#ifndef GGUF_MUTATIONS /* raise for a longer soak: -DGGUF_MUTATIONS=1000000 */
+#define GGUF_MUTATIONS 4000
+#endif
+
 static void test_random_mutations(void) {
     layout L;
     buf valid = build_valid(&L);
@@ -869,11 +872,11 @@ static void test_random_mutations(void) {
     int opened = 0, failed = 0, no_msg = 0;
     static const uint64_t interesting[] = {0, 1, 2, 4, 5, 13, 31, 32, 33, 255, 0x7fffffff, 0x80000000u,
                                            0xffffffffu, 1ull << 32, 1ull << 62, 1ull << 63, UINT64_MAX};
-    for (int it = 0; it < 4000; it++) {
+    for (int it = 0; it < GGUF_MUTATIONS; it++) {
         memcpy(b.p, valid.p, valid.n);
         size_t n = valid.n;
         int n_mut = 1 + (int)(rng() % 4);
-        for (int m = 0; m < n_mut; m++) {
+        for (int m = 0; m < n_mut && n > 0; m++) {
             uint64_t r = rng();
             size_t pos = (size_t)(rng() % n);
             switch (r % 5) {

@@ -465,11 +465,16 @@ static bool check_tensor_data(sp_gguf *g, char *err, size_t errlen) {
         sp_gguf_tensor *t = &g->tensors[i];
         uint64_t begin, end;
         if (__builtin_add_overflow(g->data_off, t->offset, &begin) ||
-            __builtin_add_overflow(begin, (uint64_t)t->nbytes, &end) || end > g->size) {
+            __builtin_add_overflow(begin, (uint64_t)t->nbytes, &end)) {
+            sp_seterr(err, errlen, "%s: tensor '%.80s' (offset %" PRIu64 ", %zu bytes) extends past the end "
+                      "of the file (%zu bytes)", g->path, t->name, t->offset, t->nbytes, g->size);
+            goto done;
+        }
+        if (end > g->size) {
             sp_seterr(err, errlen,
                       "%s: tensor '%.80s' (offset %" PRIu64 ", %zu bytes) extends past the end of the file: "
-                      "the data section starts at byte %" PRIu64 " and the file has %zu bytes",
-                      g->path, t->name, t->offset, t->nbytes, g->data_off, g->size);
+                      "it ends at byte %" PRIu64 " but the file has %zu bytes (truncated?)",
+                      g->path, t->name, t->offset, t->nbytes, end, g->size);
             goto done;
         }
         t->data = g->base + begin;
@@ -581,6 +586,11 @@ sp_gguf *sp_gguf_open(const char *path, char *err, size_t errlen) {
     }
 
     if (!read_kvs(g, &c, n_kv)) goto fail;
+    if (n_tensors > (g->size - c.pos) / SP_GGUF_MIN_TINFO) {
+        sp_seterr(err, errlen, "%s: n_tensors = %" PRIu64 " exceeds file size (%zu bytes, tensor infos start at %" PRIu64 ")",
+                  path, n_tensors, g->size, c.pos);
+        goto fail;
+    }
 
     g->alignment = 32;
     int64_t ai = sp_gguf_find_key(g, "general.alignment");
@@ -787,7 +797,7 @@ static void sb_quoted(strbuf *b, const uint8_t *p, uint64_t n, size_t max) {
     sb_printf(b, n > shown ? "\"..." : "\"");
 }
 
-/* A scalar at p; returns its encoded size. */
+/* The scalar of type t at p. */
 static void sb_scalar(strbuf *b, sp_gguf_vtype t, const uint8_t *p) {
     switch (t) {
     case SP_GGUF_UINT8: sb_printf(b, "%u", p[0]); break;

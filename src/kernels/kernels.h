@@ -91,6 +91,13 @@ size_t sp_row_size(sp_type t, int64_t n);
  * level (for tests and benchmarks). Returns the chosen level's name. */
 const char *sp_kernels_init(void);
 
+/* For tests and benchmarks: whether this CPU can run a level ("ref", "avx2",
+ * "avx512"), and switching the whole process to it now (returns 0, or -1 with
+ * the level unchanged when the CPU lacks it or the name is unknown). Not to be
+ * called while kernels run on other threads. */
+bool sp_kernels_available(const char *level);
+int sp_kernels_force(const char *level);
+
 /* Conversions of one row of n elements (n a multiple of the block size). */
 void sp_dequantize_row(sp_type t, const void *src, float *dst, int64_t n);
 /* Supported for every type with supported == true and Q8_K. Quantizing to

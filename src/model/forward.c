@@ -22,7 +22,7 @@ struct sp_context {
     sp_context_params p;
     sp_pool *pool;
     sp_kv *kv;
-    const sp_ops *ops;
+    const sp_fwd_ops *ops;
     float *x;        /* [B][E] residual stream */
     float *xn;       /* [B][E] normalized input of a sub-block */
     float *q;        /* [B][H*D] */
@@ -85,7 +85,7 @@ sp_context *sp_context_create(const sp_model *m, sp_context_params p, char *err,
     if (!c) goto oom;
     c->m = m;
     c->p = p;
-    c->ops = sp_ops_get();
+    c->ops = sp_fwd_ops_get();
     const int64_t B = p.n_batch, E = h->n_embd, F = h->n_ff, D = h->head_dim;
     const int64_t QD = (int64_t)h->n_head * D, KD = (int64_t)h->n_head_kv * D;
     c->kv = sp_kv_simple_create(p.kv_type == SP_KV_F16 ? SP_TYPE_F16 : SP_TYPE_F32, h->n_layer,

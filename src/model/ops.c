@@ -72,20 +72,20 @@ static void ref_swiglu(int64_t n, const float *g, const float *u, float *y) {
     for (int64_t i = 0; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-static const sp_ops REF = {ref_attn_head, ref_swiglu};
+static const sp_fwd_ops REF = {ref_attn_head, ref_swiglu};
 
-const sp_ops *sp_ops_ref(void) { return &REF; }
+const sp_fwd_ops *sp_fwd_ops_ref(void) { return &REF; }
 
-const sp_ops *sp_ops_get(void) {
-    static const sp_ops *chosen;
+const sp_fwd_ops *sp_fwd_ops_get(void) {
+    static const sp_fwd_ops *chosen;
     if (chosen) return chosen;
-    const sp_ops *o = &REF;
+    const sp_fwd_ops *o = &REF;
     const char *force = getenv("SPECULA_KERNELS");
     bool want_ref = force && strcmp(force, "ref") == 0;
     __builtin_cpu_init();
     if (!want_ref && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        sp_ops_avx2())
-        o = sp_ops_avx2();
+        sp_fwd_ops_avx2())
+        o = sp_fwd_ops_avx2();
     chosen = o;
     return o;
 }

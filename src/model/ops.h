@@ -22,12 +22,12 @@ typedef struct {
                       float *out);
     /* y[i] = silu(g[i]) * u[i] */
     void (*swiglu)(int64_t n, const float *g, const float *u, float *y);
-} sp_ops;
+} sp_fwd_ops;
 
 /* The variant for this CPU (SPECULA_KERNELS=ref forces the reference). */
-const sp_ops *sp_ops_get(void);
-const sp_ops *sp_ops_ref(void);
-const sp_ops *sp_ops_avx2(void); /* NULL when built without it */
+const sp_fwd_ops *sp_fwd_ops_get(void);
+const sp_fwd_ops *sp_fwd_ops_ref(void);
+const sp_fwd_ops *sp_fwd_ops_avx2(void); /* NULL when built without it */
 
 /* y[n] = x / rms(x) * w  (sum of squares in double, as llama.cpp) */
 void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);

@@ -41,7 +41,7 @@ static void avx2_attn_head(const float *q, sp_kv *kv, int32_t layer, int32_t seq
     const bool f16 = kv->type == SP_TYPE_F16;
     const int32_t kv_dim = kv->kv_dim;
     if (D % 8) { /* odd head sizes take the reference path */
-        sp_ops_ref()->attn_head(q, kv, layer, seq, g, D, n_pos, scale, scores, q16, out);
+        sp_fwd_ops_ref()->attn_head(q, kv, layer, seq, g, D, n_pos, scale, scores, q16, out);
         return;
     }
     if (f16)
@@ -119,5 +119,5 @@ static void avx2_swiglu(int64_t n, const float *g, const float *u, float *y) {
     for (; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-static const sp_ops AVX2 = {avx2_attn_head, avx2_swiglu};
-const sp_ops *sp_ops_avx2(void) { return &AVX2; }
+static const sp_fwd_ops AVX2 = {avx2_attn_head, avx2_swiglu};
+const sp_fwd_ops *sp_fwd_ops_avx2(void) { return &AVX2; }

@@ -56,7 +56,8 @@ const char *sp_vocab_token_text(const sp_vocab *v, int32_t tok);
  * parse_special: text of control/user-defined tokens (e.g. "<|im_end|>")
  * becomes those tokens instead of being split as plain text.
  * Returns the number of tokens; when n_max is too small returns
- * -(number needed) and out's content is unspecified. */
+ * -(number needed) and out's content is unspecified. INT32_MIN if memory
+ * ran out. Thread-safe for a shared vocabulary. */
 int sp_tokenize(const sp_vocab *v, const char *text, size_t len, int32_t *out, int n_max,
                 bool add_special, bool parse_special);
 
@@ -78,7 +79,7 @@ static inline void sp_detok_init(sp_detok *d) { d->n_pend = 0; }
 /* Appends tok's text; writes the bytes that are ready into out (at most
  * cap - 1 bytes, NUL-terminated) and returns their count, or -(needed) if
  * cap is too small (state unchanged then). 64 + 4 * longest token is always
- * enough. */
+ * enough. (needed counts the NUL: it is the smallest cap that works.) */
 int sp_detok_push(const sp_vocab *v, sp_detok *d, int32_t tok, char *out, int cap);
 /* Emits what is pending at the end of a stream (as U+FFFD per bad byte). */
 int sp_detok_flush(sp_detok *d, char *out, int cap);

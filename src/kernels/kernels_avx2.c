@@ -1,0 +1,449 @@
+/* kernels_avx2.c: AVX2 + FMA + F16C level (built with -mavx2 -mfma -mf16c).
+ *
+ * Quantized products use the natural GGUF layouts on both sides (activations
+ * in their vec_dot_type blocks, as sp_quantize_row writes them) and
+ * _mm256_maddubs_epi16, which multiplies u8 by s8 and adds pairs into s16
+ * with saturation; every use below stays inside s16:
+ *   Q8_0 x Q8_0: |w| * sign(x, w)       <= 2 * 127 * 127 = 32258
+ *   Q4_0 x Q8_0: |q-8| * sign(x, q-8)   <= 2 * 8 * 127
+ *   Q4_K x Q8_K: q (0..15) * x          <= 2 * 15 * 127
+ *   Q6_K x Q8_K: q (0..63) * x          <= 2 * 63 * 127 = 16002
+ * Per block (or super-block) the integer sums are exact, then scaled in f32.
+ *
+ * Matmul tiles: one weight row at a time against up to 4 tokens; each weight
+ * block is loaded and unpacked once and used for every token of the tile.
+ * This level is the fallback for CPUs without AVX-512 VNNI; the avx512 level
+ * is the fast one.
+ */
+#include <immintrin.h>
+
+#include "kernels_internal.h"
+
+#define AI static inline __attribute__((always_inline))
+
+AI float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AI float f16f(sp_f16 h) { return _cvtsh_ss(h); }
+
+/* ---- activation quantizers (bit-exact with kernels_ref.c) --------------- */
+
+/* 32 int32 (4 vectors, in order) -> 32 int8 in order */
+AI __m256i pack_i32x32_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_packs_epi32(a, b); /* a0-3 b0-3 | a4-7 b4-7 */
+    const __m256i cd = _mm256_packs_epi32(c, d);
+    const __m256i abcd = _mm256_packs_epi16(ab, cd); /* a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7 */
+    return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static void quantize_q8_0_avx2(const float *x, void *vy, int64_t k) {
+    sp_block_q8_0 *y = vy;
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t i = 0; i < k / 32; i++, x += 32) {
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int j = 0; j < 4; j++) {
+            v[j] = _mm256_loadu_ps(x + 8 * j);
+            m = _mm256_max_ps(m, _mm256_and_ps(v[j], absmask));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        y[i].d = sp_f32_to_f16(amax / 127.f);
+        const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
+        __m256i q[4];
+        for (int j = 0; j < 4; j++) q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], id)); /* RNE */
+        _mm256_storeu_si256((__m256i *)y[i].qs, pack_i32x32_i8(q[0], q[1], q[2], q[3]));
+    }
+}
+
+static void quantize_q8_K_avx2(const float *x, void *vy, int64_t k) {
+    sp_block_q8_K *y = vy;
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t i = 0; i < k / SP_QK_K; i++, x += SP_QK_K) {
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < SP_QK_K; j += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + j), absmask));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float am = _mm_cvtss_f32(m4);
+        if (am == 0.0f) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        int idx = 0; /* the first element of largest magnitude, as the reference */
+        while (!(__builtin_fabsf(x[idx]) == am)) idx++;
+        const float iscale = -127.f / x[idx];
+        const __m256 is = _mm256_set1_ps(iscale);
+        const __m256i lim = _mm256_set1_epi32(127);
+        for (int j = 0; j < SP_QK_K; j += 32) {
+            __m256i q[4];
+            for (int u = 0; u < 4; u++)
+                q[u] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8 * u), is)), lim);
+            _mm256_storeu_si256((__m256i *)(y[i].qs + j), pack_i32x32_i8(q[0], q[1], q[2], q[3]));
+        }
+        /* bsums: sums of 16 int8 via maddubs(1, q) then madd(1) */
+        const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+        for (int g = 0; g < 16; g += 2) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(y[i].qs + 16 * g));
+            __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16); /* 4 x 4 per half */
+            s = _mm256_hadd_epi32(s, s);
+            s = _mm256_hadd_epi32(s, s); /* lane 0: sum of half 0, lane 4: half 1 */
+            y[i].bsums[g] = (int16_t)_mm256_extract_epi32(s, 0);
+            y[i].bsums[g + 1] = (int16_t)_mm256_extract_epi32(s, 4);
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
+static void quantize_f16_avx2(const float *x, void *vy, int64_t k) {
+    sp_f16 *y = vy;
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < k; i++) y[i] = sp_f32_to_f16(x[i]);
+}
+
+/* ---- single-row dots ---------------------------------------------------- */
+
+static void vec_dot_f32_avx2(int64_t k, float *s, const void *vw, const void *vx) {
+    const float *w = vw, *x = vx;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= k; i += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    for (; i + 8 <= k; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+    float sum = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < k; i++) sum += w[i] * x[i];
+    *s = sum;
+}
+
+static void vec_dot_f16_avx2(int64_t k, float *s, const void *vw, const void *vx) {
+    const sp_f16 *w = vw, *x = vx;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+#define LH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+    int64_t i = 0;
+    for (; i + 32 <= k; i += 32) {
+        a0 = _mm256_fmadd_ps(LH(w + i), LH(x + i), a0);
+        a1 = _mm256_fmadd_ps(LH(w + i + 8), LH(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(LH(w + i + 16), LH(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(LH(w + i + 24), LH(x + i + 24), a3);
+    }
+    for (; i + 8 <= k; i += 8) a0 = _mm256_fmadd_ps(LH(w + i), LH(x + i), a0);
+#undef LH
+    float sum = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < k; i++) sum += f16f(w[i]) * f16f(x[i]);
+    *s = sum;
+}
+
+AI __m256 bf16x8(const sp_bf16 *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+static void vec_dot_bf16_avx2(int64_t k, float *s, const void *vw, const void *vx) {
+    const sp_bf16 *w = vw, *x = vx;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+        a0 = _mm256_fmadd_ps(bf16x8(w + i), bf16x8(x + i), a0);
+        a1 = _mm256_fmadd_ps(bf16x8(w + i + 8), bf16x8(x + i + 8), a1);
+    }
+    for (; i + 8 <= k; i += 8) a0 = _mm256_fmadd_ps(bf16x8(w + i), bf16x8(x + i), a0);
+    float sum = hsum8(_mm256_add_ps(a0, a1));
+    for (; i < k; i++) sum += sp_bf16_to_f32(w[i]) * sp_bf16_to_f32(x[i]);
+    *s = sum;
+}
+
+/* ---- quantized tiles: one row x NT tokens over blocks [b0, b1) ---------- */
+/* The single-row dots below are these tiles with NT = 1. */
+
+AI void q8_0_row(const sp_block_q8_0 *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+                 int64_t b1, __m256 *F) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = b0; b < b1; b++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)w[b].qs);
+        const __m256i aq = _mm256_sign_epi8(q, q);
+        const float dw = f16f(w[b].d);
+        for (int t = 0; t < NT; t++) {
+            const sp_block_q8_0 *xb = (const sp_block_q8_0 *)(xs + t * xss) + b;
+            const __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb->qs), q);
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, sx), ones);
+            F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * f16f(xb->d)), F[t]);
+        }
+    }
+}
+
+AI void q4_0_row(const sp_block_q4_0 *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+                 int64_t b1, __m256 *F) {
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);
+    for (int64_t b = b0; b < b1; b++) {
+        const __m128i raw = _mm_loadu_si128((const __m128i *)w[b].qs);
+        /* low nibbles = elements 0..15, high nibbles = 16..31 */
+        const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+        const __m256i q = _mm256_sub_epi8(nib, eight);
+        const __m256i aq = _mm256_sign_epi8(q, q);
+        const float dw = f16f(w[b].d);
+        for (int t = 0; t < NT; t++) {
+            const sp_block_q8_0 *xb = (const sp_block_q8_0 *)(xs + t * xss) + b;
+            const __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb->qs), q);
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, sx), ones);
+            F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * f16f(xb->d)), F[t]);
+        }
+    }
+}
+
+AI void q4_K_row(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+                 int64_t b1, __m256 *F) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    for (int64_t b = b0; b < b1; b++) {
+        uint8_t sm[16];
+        sp_q4_K_unpack_scales(w[b].scales, sm);
+        /* mins repeated per pair of bsums: m0 m0 m1 m1 ... m7 m7 */
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(sm + 8)),
+                                                                    _mm_loadl_epi64((const __m128i *)(sm + 8))));
+        __m256i acc[4];
+        for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * j));
+            const __m256i lo = _mm256_and_si256(raw, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            const __m256i sc_lo = _mm256_set1_epi16(sm[2 * j]), sc_hi = _mm256_set1_epi16(sm[2 * j + 1]);
+            for (int t = 0; t < NT; t++) {
+                const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
+                const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * j));
+                const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * j + 32));
+                const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), sc_lo);
+                const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), sc_hi);
+                acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(p0, p1));
+            }
+        }
+        const float d = f16f(w[b].d), dmin = f16f(w[b].dmin);
+        for (int t = 0; t < NT; t++) {
+            const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
+            const __m256i mm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins);
+            F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]), _mm256_set1_ps(d * xb->d), F[t]);
+            F[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(dmin * xb->d), F[t]);
+        }
+    }
+}
+
+AI void q6_K_row(const sp_block_q6_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+                 int64_t b1, __m256 *F) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+    for (int64_t b = b0; b < b1; b++) {
+        const sp_block_q6_K *wb = &w[b];
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales));
+        __m256i acc[4];
+        for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
+        for (int n = 0; n < 2; n++) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(wb->ql + 64 * n));
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(wb->ql + 64 * n + 32));
+            const __m256i h = _mm256_loadu_si256((const __m256i *)(wb->qh + 32 * n));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+            for (int qd = 0; qd < 4; qd++) {
+                /* elements l = 0..15 use scale 8n + 2qd, l = 16..31 the next one */
+                const int g = 8 * n + 2 * qd;
+                const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(wb->scales[g + 1]), _mm_set1_epi16(wb->scales[g]));
+                for (int t = 0; t < NT; t++) {
+                    const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
+                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 128 * n + 32 * qd));
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[qd], xv), sc));
+                }
+            }
+        }
+        const float d = f16f(wb->d);
+        for (int t = 0; t < NT; t++) {
+            const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
+            /* q was stored +32: subtract 32 * sum_g sc_g * bsum_g */
+            const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), sc16);
+            const __m256i tot = _mm256_sub_epi32(acc[t], _mm256_slli_epi32(corr, 5));
+            F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), _mm256_set1_ps(d * xb->d), F[t]);
+        }
+    }
+}
+
+/* Float tiles: weights converted to f32 once per 8 elements, activations in
+ * scratch as f32 already rounded to the vec_dot_type (f16/bf16), so the
+ * products are exactly those of the f16/bf16 dot. */
+AI __m256 load_w8(const uint8_t *w, int64_t i, const int WT) {
+    if (WT == SP_TYPE_F32) return _mm256_loadu_ps((const float *)w + i);
+    if (WT == SP_TYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const sp_f16 *)w + i)));
+    return bf16x8((const sp_bf16 *)w + i);
+}
+
+AI float load_w1(const uint8_t *w, int64_t i, const int WT) {
+    if (WT == SP_TYPE_F32) return ((const float *)w)[i];
+    if (WT == SP_TYPE_F16) return f16f(((const sp_f16 *)w)[i]);
+    return sp_bf16_to_f32(((const sp_bf16 *)w)[i]);
+}
+
+AI void float_row(const uint8_t *w, const uint8_t *xs, size_t xss, const int NT, int64_t k0, int64_t k1,
+                  const int WT, float *out) {
+    __m256 F[4], G[4];
+    for (int t = 0; t < NT; t++) F[t] = G[t] = _mm256_setzero_ps();
+    int64_t i = k0;
+    for (; i + 16 <= k1; i += 16) { /* two accumulators per token: FMA latency */
+        const __m256 w0 = load_w8(w, i, WT), w1 = load_w8(w, i + 8, WT);
+        for (int t = 0; t < NT; t++) {
+            const float *x = (const float *)(xs + t * xss);
+            F[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), F[t]);
+            G[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), G[t]);
+        }
+    }
+    for (; i + 8 <= k1; i += 8) {
+        const __m256 w0 = load_w8(w, i, WT);
+        for (int t = 0; t < NT; t++) F[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps((const float *)(xs + t * xss) + i), F[t]);
+    }
+    for (int t = 0; t < NT; t++) {
+        out[t] = hsum8(_mm256_add_ps(F[t], G[t]));
+        for (int64_t j = i; j < k1; j++) out[t] += load_w1(w, j, WT) * ((const float *)(xs + t * xss))[j];
+    }
+}
+
+/* ---- tile entry points: rows loop, NT dispatch -------------------------- */
+
+AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v, int accumulate) {
+    for (int t = 0; t < NT; t++) {
+        if (accumulate) y[t * ldy + r] += v[t];
+        else y[t * ldy + r] = v[t];
+    }
+}
+
+#define QTILE(NAME, BT, QK, ROWFN)                                                                   \
+    AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,        \
+                      const int NT, int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {        \
+        for (int64_t r = 0; r < nr; r++) {                                                           \
+            __m256 F[4];                                                                             \
+            float v[4];                                                                              \
+            for (int t = 0; t < NT; t++) F[t] = _mm256_setzero_ps();                                 \
+            ROWFN((const BT *)(w + r * ws), xs, xss, NT, k0 / QK, k1 / QK, F);                       \
+            for (int t = 0; t < NT; t++) v[t] = hsum8(F[t]);                                         \
+            store_out(y, ldy, r, NT, v, acc);                                                        \
+        }                                                                                            \
+    }                                                                                                \
+    static void NAME##_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,  \
+                            int nt, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy,        \
+                            int acc) {                                                               \
+        (void)k;                                                                                     \
+        switch (nt) {                                                                                \
+        case 1: NAME##_nt(w, ws, nr, xs, xss, 1, k0, k1, y, ldy, acc); break;                        \
+        case 2: NAME##_nt(w, ws, nr, xs, xss, 2, k0, k1, y, ldy, acc); break;                        \
+        case 3: NAME##_nt(w, ws, nr, xs, xss, 3, k0, k1, y, ldy, acc); break;                        \
+        default: NAME##_nt(w, ws, nr, xs, xss, 4, k0, k1, y, ldy, acc); break;                       \
+        }                                                                                            \
+    }                                                                                                \
+    static void NAME##_dot(int64_t k, float *s, const void *w, const void *x) {                      \
+        __m256 F[1] = {_mm256_setzero_ps()};                                                         \
+        ROWFN((const BT *)w, (const uint8_t *)x, 0, 1, 0, k / QK, F);                                \
+        *s = hsum8(F[0]);                                                                            \
+    }
+
+QTILE(q8_0, sp_block_q8_0, 32, q8_0_row)
+QTILE(q4_0, sp_block_q4_0, 32, q4_0_row)
+QTILE(q4_K, sp_block_q4_K, 256, q4_K_row)
+QTILE(q6_K, sp_block_q6_K, 256, q6_K_row)
+
+#define FTILE(NAME, WT)                                                                              \
+    AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,        \
+                      const int NT, int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {        \
+        for (int64_t r = 0; r < nr; r++) {                                                           \
+            float v[4];                                                                              \
+            float_row(w + r * ws, xs, xss, NT, k0, k1, WT, v);                                       \
+            store_out(y, ldy, r, NT, v, acc);                                                        \
+        }                                                                                            \
+    }                                                                                                \
+    static void NAME##_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,  \
+                            int nt, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy,        \
+                            int acc) {                                                               \
+        (void)k;                                                                                     \
+        switch (nt) {                                                                                \
+        case 1: NAME##_nt(w, ws, nr, xs, xss, 1, k0, k1, y, ldy, acc); break;                        \
+        case 2: NAME##_nt(w, ws, nr, xs, xss, 2, k0, k1, y, ldy, acc); break;                        \
+        case 3: NAME##_nt(w, ws, nr, xs, xss, 3, k0, k1, y, ldy, acc); break;                        \
+        default: NAME##_nt(w, ws, nr, xs, xss, 4, k0, k1, y, ldy, acc); break;                       \
+        }                                                                                            \
+    }
+
+FTILE(f32, SP_TYPE_F32)
+FTILE(f16, SP_TYPE_F16)
+FTILE(bf16, SP_TYPE_BF16)
+
+/* Activation conversion for the float tiles: f32 rounded through f16/bf16. */
+static void conv_f32(const float *x, int64_t k, void *xs) { memcpy(xs, x, (size_t)k * 4); }
+
+static void conv_f16(const float *x, int64_t k, void *vxs) {
+    float *xs = vxs;
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8)
+        _mm256_storeu_ps(xs + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < k; i++) xs[i] = sp_f16_to_f32(sp_f32_to_f16(x[i]));
+}
+
+static void conv_bf16(const float *x, int64_t k, void *vxs) {
+    float *xs = vxs;
+    for (int64_t i = 0; i < k; i++) xs[i] = sp_bf16_to_f32(sp_f32_to_bf16(x[i]));
+}
+
+static void conv_q8_0(const float *x, int64_t k, void *xs) { quantize_q8_0_avx2(x, xs, k); }
+static void conv_q8_K(const float *x, int64_t k, void *xs) { quantize_q8_K_avx2(x, xs, k); }
+
+static const sp_mm_kernel mm_f32 = {8, 32, NULL, 4, conv_f32, f32_tile};
+static const sp_mm_kernel mm_f16 = {8, 32, NULL, 4, conv_f16, f16_tile};
+static const sp_mm_kernel mm_bf16 = {8, 32, NULL, 4, conv_bf16, bf16_tile};
+static const sp_mm_kernel mm_q8_0 = {32, sizeof(sp_block_q8_0), NULL, 4, conv_q8_0, q8_0_tile};
+static const sp_mm_kernel mm_q4_0 = {32, sizeof(sp_block_q8_0), NULL, 4, conv_q8_0, q4_0_tile};
+static const sp_mm_kernel mm_q4_K = {256, sizeof(sp_block_q8_K), NULL, 4, conv_q8_K, q4_K_tile};
+static const sp_mm_kernel mm_q6_K = {256, sizeof(sp_block_q8_K), NULL, 4, conv_q8_K, q6_K_tile};
+
+/* exported for the avx512 level, which reuses them */
+void sp_avx2_quantize_q8_0(const float *x, void *y, int64_t k) { quantize_q8_0_avx2(x, y, k); }
+void sp_avx2_quantize_q8_K(const float *x, void *y, int64_t k) { quantize_q8_K_avx2(x, y, k); }
+void sp_avx2_vec_dot_q8_0(int64_t k, float *s, const void *w, const void *x) { q8_0_dot(k, s, w, x); }
+void sp_avx2_vec_dot_q4_0(int64_t k, float *s, const void *w, const void *x) { q4_0_dot(k, s, w, x); }
+void sp_avx2_vec_dot_q4_K(int64_t k, float *s, const void *w, const void *x) { q4_K_dot(k, s, w, x); }
+void sp_avx2_vec_dot_q6_K(int64_t k, float *s, const void *w, const void *x) { q6_K_dot(k, s, w, x); }
+void sp_avx2_vec_dot_bf16(int64_t k, float *s, const void *w, const void *x) { vec_dot_bf16_avx2(k, s, w, x); }
+
+const sp_kernel_ops sp_ops_avx2 = {
+    .name = "avx2",
+    .vec_dot = {
+        [SP_TYPE_F32] = vec_dot_f32_avx2,
+        [SP_TYPE_F16] = vec_dot_f16_avx2,
+        [SP_TYPE_BF16] = vec_dot_bf16_avx2,
+        [SP_TYPE_Q8_0] = q8_0_dot,
+        [SP_TYPE_Q4_0] = q4_0_dot,
+        [SP_TYPE_Q4_K] = q4_K_dot,
+        [SP_TYPE_Q6_K] = q6_K_dot,
+    },
+    .quantize = {
+        [SP_TYPE_F32] = sp_ref_quantize_f32,
+        [SP_TYPE_F16] = quantize_f16_avx2,
+        [SP_TYPE_BF16] = sp_ref_quantize_bf16,
+        [SP_TYPE_Q8_0] = quantize_q8_0_avx2,
+        [SP_TYPE_Q8_K] = quantize_q8_K_avx2,
+    },
+    .mm = {
+        [SP_TYPE_F32] = &mm_f32,
+        [SP_TYPE_F16] = &mm_f16,
+        [SP_TYPE_BF16] = &mm_bf16,
+        [SP_TYPE_Q8_0] = &mm_q8_0,
+        [SP_TYPE_Q4_0] = &mm_q4_0,
+        [SP_TYPE_Q4_K] = &mm_q4_K,
+        [SP_TYPE_Q6_K] = &mm_q6_K,
+    },
+};

@@ -1,0 +1,527 @@
+/* kernels_avx512.c: AVX-512 F/BW/VL/DQ + VNNI level.
+ *
+ * Quantized matmul: "one lane per block" layout.
+ *   _mm512_dpbusd_epi32 adds, in each of 16 int32 lanes, 4 products u8 * s8.
+ *   If every lane of every vector of a dot belongs to one quantization block
+ *   (32 weights for Q8_0/Q4_0/Q4_K sub-blocks, 16 for Q6_K), the int32 lanes
+ *   end up holding whole block sums after E/4 dpbusd, and one cvt + one FMA
+ *   per 16 blocks applies the per-block scales: 11 vector ops per 512 MACs of
+ *   Q8_0 against ~4 ops per 64 MACs when a vector spans two blocks.
+ *   GGUF stores blocks one after the other, so each group of 16 blocks of a
+ *   weight row is transposed in registers (4x4 dword transposes within
+ *   128-bit lanes + one two-source permute) right after it is loaded, and
+ *   that transposed group is used for every token of the tile (1..8 tokens).
+ *   The activations are converted once per matmul into the same transposed
+ *   layout (scratch), with per-lane scales and the correction terms below.
+ *
+ *   dpbusd needs one unsigned operand:
+ *     Q8_0 weights: w ^ 0x80 = w + 128 (u8); the lane starts at
+ *                   -128 * sum(x of the lane's block) so the sum is exact;
+ *     Q4_0 weights: the nibble q (u8); start at -8 * sum(x);
+ *     Q4_K weights: the nibble q; the min term is applied in f32
+ *                   (dmin * m) * (d_x * sum(x)) as ggml does;
+ *     Q6_K weights: the 6-bit q (u8); start at -32 * bsum (Q8_K's own sums).
+ *   Integer sums per block are exact, so results differ from the reference
+ *   only by f32 summation order.
+ *
+ * Scratch layouts (per token, per group of 16 lanes; every vector 64 bytes):
+ *   Q8_0/Q4_0 (512 values): v[8] int8 (v[s] lane j = x[32j+4s..32j+4s+3]),
+ *                           init int32[16], dx f32[16]            = 640 B
+ *   Q4_K (512 values = 2 super-blocks): v[8] as above, dx f32[16]
+ *                           (d of the super-block), xm f32[16]
+ *                           (d * sum of the sub-block's 32 values) = 640 B
+ *   Q6_K (256 values): v[4] int8 (v[s] lane g = x[16g+4s..]),
+ *                           init int32[16], dx f32[16]            = 384 B
+ *   F32/F16/BF16: f32 values (rounded through f16/bf16), 16 per group.
+ *
+ * Float matmul: 4 rows x up to 4 tokens of f32 FMA accumulators; each weight
+ * vector is converted (f16/bf16 -> f32) once and used by all tokens.
+ */
+#include <immintrin.h>
+
+#include "kernels_internal.h"
+
+#define AI static inline __attribute__((always_inline))
+
+/* from kernels_avx2.c (this CPU has AVX2 too) */
+void sp_avx2_quantize_q8_0(const float *x, void *y, int64_t k);
+void sp_avx2_quantize_q8_K(const float *x, void *y, int64_t k);
+void sp_avx2_vec_dot_q8_0(int64_t k, float *s, const void *w, const void *x);
+void sp_avx2_vec_dot_q4_0(int64_t k, float *s, const void *w, const void *x);
+void sp_avx2_vec_dot_q4_K(int64_t k, float *s, const void *w, const void *x);
+void sp_avx2_vec_dot_q6_K(int64_t k, float *s, const void *w, const void *x);
+
+#define GROUP_BYTES_Q8 640 /* Q8_0, Q4_0, Q4_K scratch group */
+#define GROUP_BYTES_Q6 384
+
+/* ---- transposes --------------------------------------------------------- */
+
+/* 4x4 dword transpose inside each 128-bit lane: Z[a] lane L dword s ->
+ * V[s] lane L dword a. */
+AI void transpose4(const __m512i Z[4], __m512i V[4]) {
+    const __m512i t0 = _mm512_unpacklo_epi32(Z[0], Z[1]), t1 = _mm512_unpackhi_epi32(Z[0], Z[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(Z[2], Z[3]), t3 = _mm512_unpackhi_epi32(Z[2], Z[3]);
+    V[0] = _mm512_unpacklo_epi64(t0, t2);
+    V[1] = _mm512_unpackhi_epi64(t0, t2);
+    V[2] = _mm512_unpacklo_epi64(t1, t3);
+    V[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+/* 16 rows of 16 bytes (row j at p + j*st) -> V[s] (s < 4), lane j = dword s of row j.
+ * Z[a] holds rows a, a+4, a+8, a+12 in its 128-bit lanes, so after the
+ * in-lane transpose, lane 4L+a of V[s] is row a+4L. */
+AI void tr16x4(const uint8_t *p, size_t st, __m512i V[4]) {
+    __m512i Z[4];
+    for (int a = 0; a < 4; a++) {
+        __m512i z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p + a * st)));
+        z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p + (a + 4) * st)), 1);
+        z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p + (a + 8) * st)), 2);
+        z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p + (a + 12) * st)), 3);
+        Z[a] = z;
+    }
+    transpose4(Z, V);
+}
+
+/* 16 rows of 32 bytes (rows 0..7 at p0 + j*st, rows 8..15 at p1 + (j-8)*st)
+ * -> V[s] (s < 8), lane j = dword s of row j.
+ * Each half (8 rows) is loaded as Z[a] = [row a | row a+4] (256-bit loads)
+ * and transposed in-lane, which leaves lane a+4L with dwords 4(L&1)+s of row
+ * a + 4(L>>1); one two-source permute per output vector gathers the lanes of
+ * both halves in row order. */
+AI void tr16x8(const uint8_t *p0, const uint8_t *p1, size_t st, __m512i V[8]) {
+    __m512i Z1[4], Z2[4], A[4], B[4];
+    for (int a = 0; a < 4; a++) {
+        Z1[a] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p0 + a * st))),
+                                   _mm256_loadu_si256((const __m256i *)(p0 + (a + 4) * st)), 1);
+        Z2[a] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p1 + a * st))),
+                                   _mm256_loadu_si256((const __m256i *)(p1 + (a + 4) * st)), 1);
+    }
+    transpose4(Z1, A);
+    transpose4(Z2, B);
+    /* row j < 8 half h sits in A lane (j&3) + 8(j>>2) + 4h; rows >= 8 in B (+16) */
+    const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+    const __m512i i1 = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    for (int s = 0; s < 4; s++) {
+        V[s] = _mm512_permutex2var_epi32(A[s], i0, B[s]);
+        V[4 + s] = _mm512_permutex2var_epi32(A[s], i1, B[s]);
+    }
+}
+
+/* 16 f16 at p + j*st (j < 16) -> f32 */
+AI __m512 gather_f16(const uint8_t *p, int st) {
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(st));
+    const __m512i g = _mm512_i32gather_epi32(idx, p, 1); /* reads 4 bytes: p + 15*st + 3 must be valid */
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+}
+
+/* ---- weight repacking: one group of a row -> W[], S (, M) --------------- */
+
+AI void repack_q8_0(const sp_block_q8_0 *b, __m512i W[8], __m512 *S) {
+    const uint8_t *p = (const uint8_t *)b;
+    tr16x8(p + 2, p + 2 + 8 * sizeof(sp_block_q8_0), sizeof(sp_block_q8_0), W);
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (int s = 0; s < 8; s++) W[s] = _mm512_xor_si512(W[s], bias); /* s8 -> u8 (+128) */
+    *S = gather_f16(p, sizeof(sp_block_q8_0));
+}
+
+AI void repack_q4_0(const sp_block_q4_0 *b, __m512i W[8], __m512 *S) {
+    const uint8_t *p = (const uint8_t *)b;
+    __m512i V[4];
+    tr16x4(p + 2, sizeof(sp_block_q4_0), V);
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    for (int s = 0; s < 4; s++) {
+        W[s] = _mm512_and_si512(V[s], m4);                         /* elements 4s.. */
+        W[4 + s] = _mm512_and_si512(_mm512_srli_epi32(V[s], 4), m4); /* elements 16+4s.. */
+    }
+    *S = gather_f16(p, sizeof(sp_block_q4_0));
+}
+
+/* Two Q4_K super-blocks b[0], b[1] -> 16 lanes = their 16 sub-blocks
+ * (lane 8*sb + sub). Z[a] = [b0 qs[32a..32a+31] | b1 qs[32a..]], so after the
+ * in-lane transpose lane j + 4(2sb + h) holds bytes 16h+4s.. of the 32-byte
+ * chunk j (low nibbles: sub-block 2j, high: 2j+1) of super-block sb. */
+AI void repack_q4_K(const sp_block_q4_K *b, __m512i W[8], __m512 *S, __m512 *M) {
+    __m512i Z[4], V[4];
+    for (int a = 0; a < 4; a++)
+        Z[a] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b[0].qs + 32 * a))),
+                                  _mm256_loadu_si256((const __m256i *)(b[1].qs + 32 * a)), 1);
+    transpose4(Z, V);
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    /* lane l = 8sb + 2j + c takes lane j + 8sb (+4 for the second half) of
+     * the low (c = 0) or high (c = 1, +16) nibbles */
+    const __m512i ia = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 8, 24, 9, 25, 10, 26, 11, 27);
+    const __m512i ib = _mm512_add_epi32(ia, _mm512_set1_epi32(4));
+    for (int s = 0; s < 4; s++) {
+        const __m512i lo = _mm512_and_si512(V[s], m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(V[s], 4), m4);
+        W[s] = _mm512_permutex2var_epi32(lo, ia, hi);
+        W[4 + s] = _mm512_permutex2var_epi32(lo, ib, hi);
+    }
+    uint8_t sm0[16], sm1[16];
+    sp_q4_K_unpack_scales(b[0].scales, sm0);
+    sp_q4_K_unpack_scales(b[1].scales, sm1);
+    const __m128i a0 = _mm_loadu_si128((const __m128i *)sm0), a1 = _mm_loadu_si128((const __m128i *)sm1);
+    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi64(a0, a1)));
+    const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi64(a0, a1)));
+    const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(b[0].d)), _mm256_set1_ps(_cvtsh_ss(b[1].d)), 1);
+    const __m512 dm =
+        _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(b[0].dmin)), _mm256_set1_ps(_cvtsh_ss(b[1].dmin)), 1);
+    *S = _mm512_mul_ps(sc, d);
+    *M = _mm512_mul_ps(mn, dm);
+}
+
+/* One Q6_K super-block -> 16 lanes = its 16 scale groups of 16 values
+ * (group g = values 16g..16g+15, scale index g). For lane g = a + 4L:
+ * ql bytes at 64(L>>1) + 16a (nibble L&1), qh bytes at 32(L>>1) + 16(a&1)
+ * (bit pair qd = (g>>1)&3). */
+AI void repack_q6_K(const sp_block_q6_K *b, __m512i W[4], __m512 *S) {
+    __m512i Z[4], V[4], H[4];
+    for (int a = 0; a < 4; a++)
+        Z[a] = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b->ql + 16 * a)))),
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b->ql + 64 + 16 * a))), 1);
+    transpose4(Z, V);
+    __m512i ZH[4];
+    for (int a = 0; a < 2; a++)
+        ZH[a] = ZH[a + 2] = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b->qh + 16 * a)))),
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b->qh + 32 + 16 * a))), 1);
+    transpose4(ZH, H);
+    const __m512i shl = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
+    /* rotate bit pair 2qd..2qd+1 of every byte to bits 4..5 */
+    const __m512i rot = _mm512_setr_epi32(4, 4, 2, 2, 0, 0, 30, 30, 4, 4, 2, 2, 0, 0, 30, 30);
+    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+    for (int s = 0; s < 4; s++) {
+        const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(V[s], shl), m4);
+        const __m512i hi = _mm512_and_si512(_mm512_rolv_epi32(H[s], rot), m30);
+        W[s] = _mm512_or_si512(lo, hi);
+    }
+    *S = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b->scales))),
+                       _mm512_set1_ps(_cvtsh_ss(b->d)));
+}
+
+/* ---- activation conversion into the transposed scratch layout ----------- */
+
+/* Q8_0 / Q4_0 activations: quantize (bit-exact with the reference), then
+ * transpose each group of 16 blocks; `shift` makes the lane init
+ * -(sum << shift): 7 for Q8_0 weights (+128 bias), 3 for Q4_0 (q - 8). */
+AI void conv_q8_0_layout(const float *x, int64_t k, uint8_t *xs, const int shift) {
+    const int64_t nb = k / 32;
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t g = 0; g * 16 < nb; g++, xs += GROUP_BYTES_Q8) {
+        sp_block_q8_0 q[16];
+        const int64_t n = SP_MIN((int64_t)16, nb - 16 * g);
+        sp_avx2_quantize_q8_0(x + 512 * g, q, 32 * n);
+        if (n < 16) memset(&q[n], 0, (size_t)(16 - n) * sizeof q[0]); /* zero lanes add nothing */
+        __m512i V[8];
+        const uint8_t *p = (const uint8_t *)q;
+        tr16x8(p + 2, p + 2 + 8 * sizeof q[0], sizeof q[0], V);
+        __m512i sum = _mm512_setzero_si512();
+        for (int s = 0; s < 8; s++) {
+            _mm512_store_si512(xs + 64 * s, V[s]);
+            sum = _mm512_dpbusd_epi32(sum, ones, V[s]);
+        }
+        _mm512_store_si512(xs + 512, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, shift)));
+        _mm512_store_ps(xs + 576, gather_f16(p, sizeof q[0]));
+    }
+}
+
+static void conv_x_q8_0(const float *x, int64_t k, void *xs) { conv_q8_0_layout(x, k, xs, 7); }
+static void conv_x_q4_0(const float *x, int64_t k, void *xs) { conv_q8_0_layout(x, k, xs, 3); }
+
+static void conv_x_q4_K(const float *x, int64_t k, void *vxs) {
+    uint8_t *xs = vxs;
+    const int64_t nsb = k / SP_QK_K;
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    for (int64_t g = 0; 2 * g < nsb; g++, xs += GROUP_BYTES_Q8) {
+        sp_block_q8_K q[2];
+        const int64_t n = SP_MIN((int64_t)2, nsb - 2 * g);
+        sp_avx2_quantize_q8_K(x + 512 * g, q, SP_QK_K * n);
+        if (n < 2) memset(&q[1], 0, sizeof q[1]);
+        __m512i V[8];
+        tr16x8((const uint8_t *)q[0].qs, (const uint8_t *)q[1].qs, 32, V);
+        for (int s = 0; s < 8; s++) _mm512_store_si512(xs + 64 * s, V[s]);
+        const __m512 dx = _mm512_insertf32x8(_mm512_set1_ps(q[0].d), _mm256_set1_ps(q[1].d), 1);
+        /* sum of each 32-value sub-block = bsums[2j] + bsums[2j+1] */
+        const __m256i s0 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)q[0].bsums), ones16);
+        const __m256i s1 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)q[1].bsums), ones16);
+        const __m512 xsum = _mm512_cvtepi32_ps(_mm512_inserti64x4(_mm512_castsi256_si512(s0), s1, 1));
+        _mm512_store_ps(xs + 512, dx);
+        _mm512_store_ps(xs + 576, _mm512_mul_ps(xsum, dx));
+    }
+}
+
+static void conv_x_q6_K(const float *x, int64_t k, void *vxs) {
+    uint8_t *xs = vxs;
+    for (int64_t g = 0; g < k / SP_QK_K; g++, xs += GROUP_BYTES_Q6) {
+        sp_block_q8_K q;
+        sp_avx2_quantize_q8_K(x + SP_QK_K * g, &q, SP_QK_K);
+        __m512i V[4];
+        tr16x4((const uint8_t *)q.qs, 16, V);
+        for (int s = 0; s < 4; s++) _mm512_store_si512(xs + 64 * s, V[s]);
+        const __m512i bs = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)q.bsums));
+        _mm512_store_si512(xs + 256, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bs, 5)));
+        _mm512_store_ps(xs + 320, _mm512_set1_ps(q.d));
+    }
+}
+
+static size_t xrow_unused(int64_t k) { (void)k; return 0; }
+
+/* ---- quantized tiles ---------------------------------------------------- */
+
+AI void store_row(float *y, int64_t ldy, int64_t r, const int NT, const __m512 *F, int acc) {
+    for (int t = 0; t < NT; t++) {
+        const float v = _mm512_reduce_add_ps(F[t]);
+        if (acc) y[t * ldy + r] += v;
+        else y[t * ldy + r] = v;
+    }
+}
+
+/* Group loop for the types whose lane init comes from scratch (Q8_0, Q4_0):
+ * REPACK(block pointer, W, &S) for a full group, with a zero-padded copy for
+ * the last, partial group. */
+#define QTILE_INIT(NAME, BT, REPACK)                                                                  \
+    AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,         \
+                      const int NT, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) { \
+        const int64_t nb = k / 32, g0 = k0 / 512, g1 = (k1 + 511) / 512;                              \
+        for (int64_t r = 0; r < nr; r++) {                                                            \
+            const BT *wr = (const BT *)(w + r * ws);                                                  \
+            __m512 F[8];                                                                              \
+            for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();                                  \
+            for (int64_t g = g0; g < g1; g++) {                                                       \
+                __m512i W[8];                                                                         \
+                __m512 S;                                                                             \
+                if (16 * g + 16 <= nb) {                                                              \
+                    REPACK(wr + 16 * g, W, &S);                                                       \
+                } else {                                                                              \
+                    BT tmp[16];                                                                       \
+                    memset(tmp, 0, sizeof tmp);                                                       \
+                    memcpy(tmp, wr + 16 * g, (size_t)(nb - 16 * g) * sizeof(BT));                     \
+                    REPACK(tmp, W, &S);                                                               \
+                }                                                                                     \
+                for (int t = 0; t < NT; t++) {                                                        \
+                    const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;                            \
+                    __m512i I = _mm512_load_si512(xg + 512);                                          \
+                    for (int s = 0; s < 8; s++)                                                       \
+                        I = _mm512_dpbusd_epi32(I, W[s], _mm512_load_si512(xg + 64 * s));             \
+                    F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I),                                     \
+                                           _mm512_mul_ps(S, _mm512_load_ps(xg + 576)), F[t]);         \
+                }                                                                                     \
+            }                                                                                         \
+            store_row(y, ldy, r, NT, F, acc);                                                         \
+        }                                                                                             \
+    }
+
+QTILE_INIT(q8_0, sp_block_q8_0, repack_q8_0)
+QTILE_INIT(q4_0, sp_block_q4_0, repack_q4_0)
+
+AI void q4_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT, int64_t k,
+                int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
+    const int64_t nsb = k / SP_QK_K, g0 = k0 / 512, g1 = (k1 + 511) / 512;
+    for (int64_t r = 0; r < nr; r++) {
+        const sp_block_q4_K *wr = (const sp_block_q4_K *)(w + r * ws);
+        __m512 F[8];
+        for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();
+        for (int64_t g = g0; g < g1; g++) {
+            __m512i W[8];
+            __m512 S, M;
+            if (2 * g + 2 <= nsb) {
+                repack_q4_K(wr + 2 * g, W, &S, &M);
+            } else { /* odd number of super-blocks: pad with a zero one */
+                sp_block_q4_K tmp[2];
+                memset(&tmp[1], 0, sizeof tmp[1]);
+                tmp[0] = wr[2 * g];
+                repack_q4_K(tmp, W, &S, &M);
+            }
+            for (int t = 0; t < NT; t++) {
+                const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;
+                __m512i I = _mm512_setzero_si512();
+                for (int s = 0; s < 8; s++) I = _mm512_dpbusd_epi32(I, W[s], _mm512_load_si512(xg + 64 * s));
+                F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 512)), F[t]);
+                F[t] = _mm512_fnmadd_ps(M, _mm512_load_ps(xg + 576), F[t]);
+            }
+        }
+        store_row(y, ldy, r, NT, F, acc);
+    }
+}
+
+AI void q6_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT, int64_t k,
+                int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
+    (void)k;
+    const int64_t g0 = k0 / SP_QK_K, g1 = k1 / SP_QK_K;
+    for (int64_t r = 0; r < nr; r++) {
+        const sp_block_q6_K *wr = (const sp_block_q6_K *)(w + r * ws);
+        __m512 F[8];
+        for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();
+        for (int64_t g = g0; g < g1; g++) {
+            __m512i W[4];
+            __m512 S;
+            repack_q6_K(wr + g, W, &S);
+            for (int t = 0; t < NT; t++) {
+                const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q6;
+                __m512i I = _mm512_load_si512(xg + 256);
+                for (int s = 0; s < 4; s++) I = _mm512_dpbusd_epi32(I, W[s], _mm512_load_si512(xg + 64 * s));
+                F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 320)), F[t]);
+            }
+        }
+        store_row(y, ldy, r, NT, F, acc);
+    }
+}
+
+#define TILE_DISPATCH8(NAME)                                                                         \
+    static void NAME##_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,  \
+                            int nt, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy,        \
+                            int acc) {                                                               \
+        switch (nt) {                                                                                \
+        case 1: NAME##_nt(w, ws, nr, xs, xss, 1, k, k0, k1, y, ldy, acc); break;                     \
+        case 2: NAME##_nt(w, ws, nr, xs, xss, 2, k, k0, k1, y, ldy, acc); break;                     \
+        case 3: NAME##_nt(w, ws, nr, xs, xss, 3, k, k0, k1, y, ldy, acc); break;                     \
+        case 4: NAME##_nt(w, ws, nr, xs, xss, 4, k, k0, k1, y, ldy, acc); break;                     \
+        case 5: NAME##_nt(w, ws, nr, xs, xss, 5, k, k0, k1, y, ldy, acc); break;                     \
+        case 6: NAME##_nt(w, ws, nr, xs, xss, 6, k, k0, k1, y, ldy, acc); break;                     \
+        case 7: NAME##_nt(w, ws, nr, xs, xss, 7, k, k0, k1, y, ldy, acc); break;                     \
+        default: NAME##_nt(w, ws, nr, xs, xss, 8, k, k0, k1, y, ldy, acc); break;                    \
+        }                                                                                            \
+    }
+
+TILE_DISPATCH8(q8_0)
+TILE_DISPATCH8(q4_0)
+TILE_DISPATCH8(q4_K)
+TILE_DISPATCH8(q6_K)
+
+/* ---- float types -------------------------------------------------------- */
+
+/* 16 weights from element i (mask: the valid ones) as f32 */
+AI __m512 load_w16(const uint8_t *w, int64_t i, __mmask16 m, const int WT) {
+    if (WT == SP_TYPE_F32) return _mm512_maskz_loadu_ps(m, (const float *)w + i);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)w + i);
+    if (WT == SP_TYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* R rows x NT tokens over [k0, k1) */
+AI void float_block(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, const int R, const int NT,
+                    int64_t k0, int64_t k1, const int WT, float *y, int64_t ldy, int acc) {
+    __m512 F[4][4];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < NT; t++) F[r][t] = _mm512_setzero_ps();
+    for (int64_t i = k0; i < k1; i += 16) {
+        const __mmask16 m = k1 - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (k1 - i)) - 1);
+        __m512 X[4];
+        for (int t = 0; t < NT; t++) X[t] = _mm512_maskz_loadu_ps(m, (const float *)(xs + t * xss) + i);
+        for (int r = 0; r < R; r++) {
+            const __m512 wv = load_w16(w + r * ws, i, m, WT);
+            for (int t = 0; t < NT; t++) F[r][t] = _mm512_fmadd_ps(wv, X[t], F[r][t]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < NT; t++) {
+            const float v = _mm512_reduce_add_ps(F[r][t]);
+            if (acc) y[t * ldy + r] += v;
+            else y[t * ldy + r] = v;
+        }
+}
+
+AI void float_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
+                 int64_t k0, int64_t k1, const int WT, float *y, int64_t ldy, int acc) {
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4) float_block(w + r * ws, ws, xs, xss, 4, NT, k0, k1, WT, y + r, ldy, acc);
+    for (; r < nr; r++) float_block(w + r * ws, ws, xs, xss, 1, NT, k0, k1, WT, y + r, ldy, acc);
+}
+
+#define FTILE(NAME, WT)                                                                              \
+    static void NAME##_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,  \
+                            int nt, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy,        \
+                            int acc) {                                                               \
+        (void)k;                                                                                     \
+        switch (nt) {                                                                                \
+        case 1: float_nt(w, ws, nr, xs, xss, 1, k0, k1, WT, y, ldy, acc); break;                     \
+        case 2: float_nt(w, ws, nr, xs, xss, 2, k0, k1, WT, y, ldy, acc); break;                     \
+        case 3: float_nt(w, ws, nr, xs, xss, 3, k0, k1, WT, y, ldy, acc); break;                     \
+        default: float_nt(w, ws, nr, xs, xss, 4, k0, k1, WT, y, ldy, acc); break;                    \
+        }                                                                                            \
+    }
+
+FTILE(f32, SP_TYPE_F32)
+FTILE(f16, SP_TYPE_F16)
+FTILE(bf16, SP_TYPE_BF16)
+
+static void conv_x_f32(const float *x, int64_t k, void *xs) { memcpy(xs, x, (size_t)k * 4); }
+
+static void conv_x_f16(const float *x, int64_t k, void *vxs) {
+    float *xs = vxs;
+    for (int64_t i = 0; i < k; i += 16) {
+        const __mmask16 m = k - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (k - i)) - 1);
+        const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        _mm512_mask_storeu_ps(xs + i, m, _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)));
+    }
+}
+
+static void conv_x_bf16(const float *x, int64_t k, void *vxs) {
+    float *xs = vxs;
+    for (int64_t i = 0; i < k; i++) xs[i] = sp_bf16_to_f32(sp_f32_to_bf16(x[i]));
+}
+
+/* single-row float dots: 4 accumulators (FMA latency), masked tail */
+AI float dot_float(int64_t k, const void *w, const void *x, const int WT) {
+    __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 64 <= k; i += 64)
+        for (int u = 0; u < 4; u++)
+            a[u] = _mm512_fmadd_ps(load_w16(w, i + 16 * u, 0xFFFF, WT), load_w16(x, i + 16 * u, 0xFFFF, WT), a[u]);
+    for (; i < k; i += 16) {
+        const __mmask16 m = k - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (k - i)) - 1);
+        a[0] = _mm512_fmadd_ps(load_w16(w, i, m, WT), load_w16(x, i, m, WT), a[0]);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+}
+
+static void vec_dot_f32_avx512(int64_t k, float *s, const void *w, const void *x) { *s = dot_float(k, w, x, SP_TYPE_F32); }
+static void vec_dot_f16_avx512(int64_t k, float *s, const void *w, const void *x) { *s = dot_float(k, w, x, SP_TYPE_F16); }
+static void vec_dot_bf16_avx512(int64_t k, float *s, const void *w, const void *x) { *s = dot_float(k, w, x, SP_TYPE_BF16); }
+
+static void quantize_f16_avx512(const float *x, void *vy, int64_t k) {
+    sp_f16 *y = vy;
+    for (int64_t i = 0; i < k; i += 16) {
+        const __mmask16 m = k - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (k - i)) - 1);
+        _mm256_mask_storeu_epi16(y + i, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+}
+
+static const sp_mm_kernel mm_f32 = {16, 64, xrow_unused, 4, conv_x_f32, f32_tile};
+static const sp_mm_kernel mm_f16 = {16, 64, xrow_unused, 4, conv_x_f16, f16_tile};
+static const sp_mm_kernel mm_bf16 = {16, 64, xrow_unused, 4, conv_x_bf16, bf16_tile};
+static const sp_mm_kernel mm_q8_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q8_0, q8_0_tile};
+static const sp_mm_kernel mm_q4_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_0, q4_0_tile};
+static const sp_mm_kernel mm_q4_K = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_K, q4_K_tile};
+static const sp_mm_kernel mm_q6_K = {256, GROUP_BYTES_Q6, xrow_unused, 8, conv_x_q6_K, q6_K_tile};
+
+const sp_kernel_ops sp_ops_avx512 = {
+    .name = "avx512",
+    .vec_dot = {
+        [SP_TYPE_F32] = vec_dot_f32_avx512,
+        [SP_TYPE_F16] = vec_dot_f16_avx512,
+        [SP_TYPE_BF16] = vec_dot_bf16_avx512,
+        [SP_TYPE_Q8_0] = sp_avx2_vec_dot_q8_0,
+        [SP_TYPE_Q4_0] = sp_avx2_vec_dot_q4_0,
+        [SP_TYPE_Q4_K] = sp_avx2_vec_dot_q4_K,
+        [SP_TYPE_Q6_K] = sp_avx2_vec_dot_q6_K,
+    },
+    .quantize = {
+        [SP_TYPE_F32] = sp_ref_quantize_f32,
+        [SP_TYPE_F16] = quantize_f16_avx512,
+        [SP_TYPE_BF16] = sp_ref_quantize_bf16,
+        [SP_TYPE_Q8_0] = sp_avx2_quantize_q8_0,
+        [SP_TYPE_Q8_K] = sp_avx2_quantize_q8_K,
+    },
+    .mm = {
+        [SP_TYPE_F32] = &mm_f32,
+        [SP_TYPE_F16] = &mm_f16,
+        [SP_TYPE_BF16] = &mm_bf16,
+        [SP_TYPE_Q8_0] = &mm_q8_0,
+        [SP_TYPE_Q4_0] = &mm_q4_0,
+        [SP_TYPE_Q4_K] = &mm_q4_K,
+        [SP_TYPE_Q6_K] = &mm_q6_K,
+    },
+};

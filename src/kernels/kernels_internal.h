@@ -1,0 +1,107 @@
+/* kernels_internal.h: what the SIMD levels (ref, avx2, avx512) export to the
+ * dispatcher and to the matmul driver. Not part of the library interface.
+ *
+ * A level is a table of function pointers (sp_kernel_ops). Every level has an
+ * entry for every supported type; a level may reuse another level's function
+ * (avx512 uses the avx2 single-row quantized dots, for example).
+ *
+ * Matmul split of work (see matmul.c):
+ *   the driver converts every token row of x into the level's scratch layout
+ *   with mm->convert (one call per token), then calls mm->tile on
+ *   sub-problems: a range of rows x up to mm->max_nt tokens x a range of K.
+ *   The K range is cut so that the activations of one tile stay in L1 while
+ *   the tile walks over its rows.
+ */
+#ifndef SP_KERNELS_INTERNAL_H
+#define SP_KERNELS_INTERNAL_H
+
+#include "kernels.h"
+
+typedef void (*sp_vec_dot_fn)(int64_t k, float *s, const void *w, const void *x);
+typedef void (*sp_quant_fn)(const float *src, void *dst, int64_t k);
+
+typedef struct {
+    /* K is cut into groups of kgroup elements; the scratch row of one token
+     * is ceil(k / kgroup) groups of xgroup_bytes each. kgroup == 0 means the
+     * kernel takes the whole row at once (scratch row = xrow_bytes0(k)). */
+    int64_t kgroup;
+    size_t xgroup_bytes;
+    size_t (*xrow_bytes0)(int64_t k); /* only when kgroup == 0 */
+    int max_nt;                       /* tokens per tile call, <= 8 */
+    /* x: [k] f32 -> xs: one scratch row (64-byte aligned) */
+    void (*convert)(const float *x, int64_t k, void *xs);
+    /* For r < nr, t < nt:
+     *   y[t*ldy + r] (accumulate ? += : =) sum_{kk in [k0,k1)} W[r][kk] * x[t][kk]
+     * w: row 0 of the tile, rows w_stride bytes apart, as stored (GGUF);
+     * xs: scratch row of token 0, xs_stride bytes apart (64-byte multiple);
+     * k0 is a multiple of kgroup; k1 is a multiple of kgroup or k. */
+    void (*tile)(const uint8_t *w, size_t w_stride, int64_t nr, const uint8_t *xs, size_t xs_stride,
+                 int nt, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy, int accumulate);
+} sp_mm_kernel;
+
+typedef struct {
+    const char *name;
+    sp_vec_dot_fn vec_dot[SP_TYPE_COUNT];
+    /* activation-side quantizers (f32 -> vec_dot_type rows), bit-exact with
+     * the reference at every level */
+    sp_quant_fn quantize[SP_TYPE_COUNT];
+    const sp_mm_kernel *mm[SP_TYPE_COUNT];
+} sp_kernel_ops;
+
+extern const sp_kernel_ops sp_ops_ref;
+extern const sp_kernel_ops sp_ops_avx2;
+extern const sp_kernel_ops sp_ops_avx512;
+
+/* The level chosen by sp_kernels_init() (initialising on first use). */
+const sp_kernel_ops *sp_kernel_ops_get(void);
+
+/* ---- reference implementations (kernels_ref.c), used by every level ---- */
+void sp_ref_quantize_q8_0(const float *x, void *y, int64_t k);
+void sp_ref_quantize_q8_K(const float *x, void *y, int64_t k);
+void sp_ref_quantize_q4_0(const float *x, void *y, int64_t k);
+void sp_ref_quantize_q4_K(const float *x, void *y, int64_t k);
+void sp_ref_quantize_q6_K(const float *x, void *y, int64_t k);
+void sp_ref_quantize_f16(const float *x, void *y, int64_t k);
+void sp_ref_quantize_bf16(const float *x, void *y, int64_t k);
+void sp_ref_quantize_f32(const float *x, void *y, int64_t k);
+void sp_ref_dequantize(sp_type t, const void *src, float *dst, int64_t n);
+
+/* Round to nearest, ties to even, for |f| < 2^22 (as ggml's nearest_int). */
+static inline int sp_nearest_int(float f) {
+    float v = f + 12582912.f; /* 1.5 * 2^23: the sum's low mantissa bits hold the rounded value */
+    int32_t i;
+    memcpy(&i, &v, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* 6-bit scale and min j (0..7) of a Q4_K super-block (ggml get_scale_min_k4). */
+static inline void sp_q4_K_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* All 8 scales (out[0..7]) and mins (out[8..15]) of a Q4_K super-block at
+ * once: the same unpacking on 32-bit words. */
+static inline void sp_q4_K_unpack_scales(const uint8_t *q, uint8_t out[16]) {
+    uint32_t u0, u1, u2;
+    memcpy(&u0, q, 4);
+    memcpy(&u1, q + 4, 4);
+    memcpy(&u2, q + 8, 4);
+    const uint32_t sc_lo = u0 & 0x3f3f3f3fu;
+    const uint32_t m_lo = u1 & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
+    const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
+    memcpy(out, &sc_lo, 4);
+    memcpy(out + 4, &sc_hi, 4);
+    memcpy(out + 8, &m_lo, 4);
+    memcpy(out + 12, &m_hi, 4);
+}
+
+#define SP_ALIGN_UP(n, a) (((n) + (a) - 1) / (a) * (a))
+
+#endif

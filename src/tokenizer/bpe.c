@@ -1,0 +1,148 @@
+/* bpe.c: byte-level BPE encoding (llama.cpp's llm_tokenizer_bpe).
+ *
+ * The pre-tokenizer splits the text into byte-encoded words; each word
+ * starts as one symbol per character and the adjacent pair with the lowest
+ * merge rank is merged until none is left (ties: leftmost), with a heap of
+ * candidate pairs over a linked list of symbols. The symbols are then looked
+ * up; one that is not a token goes out as the tokens of its single bytes
+ * (those that exist), as llama.cpp does.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tok_internal.h"
+#include "unicode.h"
+
+typedef struct {
+    int32_t prev, next;
+    uint32_t off, n;
+} sym;
+
+typedef struct {
+    int32_t left, right;
+    int32_t rank;
+    uint32_t size;
+} bigram;
+
+static inline bool before(const bigram *a, const bigram *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+typedef struct {
+    bigram *v;
+    size_t n, cap;
+} heap;
+
+static bool heap_push(heap *h, bigram b) {
+    if (h->n == h->cap) {
+        size_t nc = h->cap ? h->cap * 2 : 64;
+        bigram *nv = realloc(h->v, nc * sizeof(*nv));
+        if (!nv) return false;
+        h->v = nv;
+        h->cap = nc;
+    }
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!before(&b, &h->v[p])) break;
+        h->v[i] = h->v[p];
+        i = p;
+    }
+    h->v[i] = b;
+    return true;
+}
+
+static bigram heap_pop(heap *h) {
+    bigram top = h->v[0], last = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c])) c++;
+        if (!before(&h->v[c], &last)) break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (h->n) h->v[i] = last;
+    return top;
+}
+
+typedef struct {
+    sym *s;
+    size_t cap;
+    heap h;
+} work;
+
+static bool try_add(const sp_vocab *v, const char *w, work *k, int32_t l, int32_t r) {
+    if (l < 0 || r < 0) return true;
+    const sym *a = &k->s[l], *b = &k->s[r];
+    int32_t rank = sp_tok_merge_rank(v, w + a->off, a->n, w + b->off, b->n);
+    if (rank < 0) return true;
+    bigram bg = {l, r, rank, a->n + b->n};
+    return heap_push(&k->h, bg);
+}
+
+static bool emit(const sp_vocab *v, const char *t, size_t n, sp_tok_ivec *out) {
+    int32_t id = sp_tok_lookup(v, t, n);
+    if (id >= 0) return sp_tok_ivec_push(out, id);
+    for (size_t j = 0; j < n; j++) {
+        id = sp_tok_lookup(v, t + j, 1);
+        if (id >= 0 && !sp_tok_ivec_push(out, id)) return false;
+    }
+    return true;
+}
+
+static bool encode_word(const sp_vocab *v, const char *w, size_t len, work *k, sp_tok_ivec *out) {
+    if (len == 0) return true;
+    if (v->ignore_merges && sp_tok_lookup(v, w, len) >= 0) return emit(v, w, len, out);
+    if (len > k->cap) {
+        sym *ns = realloc(k->s, len * sizeof(*ns));
+        if (!ns) return false;
+        k->s = ns;
+        k->cap = len;
+    }
+    sym *s = k->s;
+    int32_t n = 0;
+    for (size_t off = 0; off < len;) {
+        size_t c = sp_tok_utf8_lead_len((unsigned char)w[off]);
+        if (c > len - off) c = len - off;
+        s[n].off = (uint32_t)off;
+        s[n].n = (uint32_t)c;
+        s[n].prev = n - 1;
+        off += c;
+        s[n].next = off == len ? -1 : n + 1;
+        n++;
+    }
+    k->h.n = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (!try_add(v, w, k, i - 1, i)) return false;
+    while (k->h.n) {
+        bigram b = heap_pop(&k->h);
+        sym *l = &s[b.left], *r = &s[b.right];
+        /* stale unless both sides are what they were when queued */
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) s[r->next].prev = b.left;
+        if (!try_add(v, w, k, l->prev, b.left) || !try_add(v, w, k, b.left, l->next)) return false;
+    }
+    for (int32_t i = 0; i >= 0; i = s[i].next)
+        if (s[i].n && !emit(v, w + s[i].off, s[i].n, out)) return false;
+    return true;
+}
+
+bool sp_tok_bpe_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out) {
+    sp_tok_words words = {0};
+    work k = {0};
+    bool ok = sp_tok_pretok_split(v->pretok, text, len, &words);
+    size_t start = 0;
+    for (size_t i = 0; ok && i < words.n; i++) {
+        ok = encode_word(v, words.buf + start, words.end[i] - start, &k, out);
+        start = words.end[i];
+    }
+    sp_tok_words_free(&words);
+    free(k.s);
+    free(k.h.v);
+    return ok;
+}

@@ -1,0 +1,130 @@
+/* spm.c: SentencePiece-BPE encoding (llama.cpp's llm_tokenizer_spm).
+ *
+ * The text (spaces already escaped as U+2581) starts as one symbol per
+ * UTF-8 character (split by lead byte only, so invalid bytes are symbols of
+ * their own). Repeatedly the adjacent pair whose concatenation is the
+ * highest-scoring token is merged (ties: leftmost), using a heap of
+ * candidate pairs over a linked list of symbols; a heap entry is stale once
+ * either side has changed size. Symbols left that are not tokens are
+ * emitted byte by byte as <0xNN> tokens (or UNK).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tok_internal.h"
+#include "unicode.h"
+
+typedef struct {
+    int32_t prev, next;
+    uint32_t off, n; /* bytes text[off, off + n); n = 0 once merged away */
+} sym;
+
+typedef struct {
+    int32_t left, right;
+    float score;
+    uint32_t size;
+} bigram;
+
+/* true if a should come out of the heap before b */
+static inline bool before(const bigram *a, const bigram *b) {
+    return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+
+typedef struct {
+    bigram *v;
+    size_t n, cap;
+} heap;
+
+static bool heap_push(heap *h, bigram b) {
+    if (h->n == h->cap) {
+        size_t nc = h->cap ? h->cap * 2 : 64;
+        bigram *nv = realloc(h->v, nc * sizeof(*nv));
+        if (!nv) return false;
+        h->v = nv;
+        h->cap = nc;
+    }
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!before(&b, &h->v[p])) break;
+        h->v[i] = h->v[p];
+        i = p;
+    }
+    h->v[i] = b;
+    return true;
+}
+
+static bigram heap_pop(heap *h) {
+    bigram top = h->v[0], last = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c])) c++;
+        if (!before(&h->v[c], &last)) break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (h->n) h->v[i] = last;
+    return top;
+}
+
+static bool try_add(const sp_vocab *v, const char *text, const sym *s, heap *h, int32_t l,
+                    int32_t r) {
+    if (l < 0 || r < 0) return true;
+    int32_t id = sp_tok_lookup(v, text + s[l].off, s[l].n + s[r].n);
+    if (id < 0) return true;
+    bigram b = {l, r, v->scores[id], s[l].n + s[r].n};
+    return heap_push(h, b);
+}
+
+bool sp_tok_spm_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out) {
+    bool ok = false;
+    heap h = {0};
+    sym *s = malloc((len + 1) * sizeof(*s));
+    if (!s) return false;
+    int32_t n = 0;
+    for (size_t off = 0; off < len;) {
+        size_t k = sp_tok_utf8_lead_len((unsigned char)text[off]);
+        if (k > len - off) k = len - off;
+        s[n].off = (uint32_t)off;
+        s[n].n = (uint32_t)k;
+        s[n].prev = n - 1;
+        off += k;
+        s[n].next = off == len ? -1 : n + 1;
+        n++;
+    }
+    for (int32_t i = 1; i < n; i++)
+        if (!try_add(v, text, s, &h, i - 1, i)) goto done;
+    while (h.n) {
+        bigram b = heap_pop(&h);
+        sym *l = &s[b.left], *r = &s[b.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* stale */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) s[r->next].prev = b.left;
+        if (!try_add(v, text, s, &h, l->prev, b.left) || !try_add(v, text, s, &h, b.left, l->next))
+            goto done;
+    }
+    /* Every merged symbol is a token (pairs are only queued when they are),
+     * so llama.cpp's re-segmentation through its merge history reduces to
+     * this lookup; what is left unmerged and unknown goes out as bytes. */
+    for (int32_t i = n ? 0 : -1; i >= 0; i = s[i].next) {
+        int32_t id = sp_tok_lookup(v, text + s[i].off, s[i].n);
+        if (id >= 0) {
+            if (!sp_tok_ivec_push(out, id)) goto done;
+            continue;
+        }
+        for (uint32_t j = 0; j < s[i].n; j++) {
+            int32_t bt = v->byte_tok[(unsigned char)text[s[i].off + j]];
+            if (bt < 0) bt = v->unk;
+            if (bt >= 0 && !sp_tok_ivec_push(out, bt)) goto done;
+        }
+    }
+    ok = true;
+done:
+    free(s);
+    free(h.v);
+    return ok;
+}

@@ -1,0 +1,650 @@
+/* vocab.c: building a vocabulary from GGUF tokenizer metadata, with
+ * llama.cpp's defaults and special-token rules (llama-vocab.cpp, Feb 2025),
+ * and the lookups the encoders and decoders use. */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common.h"
+#include "tok_internal.h"
+#include "unicode.h"
+
+uint64_t sp_tok_hash_bytes(uint64_t h, const void *p, size_t n) {
+    const unsigned char *s = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= s[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* Mixes FNV's weak low bits before masking. */
+static inline uint64_t hash_slot(uint64_t h) {
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    return h;
+}
+
+bool sp_tok_ivec_push(sp_tok_ivec *a, int32_t x) {
+    if (a->n == a->cap) {
+        size_t nc = a->cap ? a->cap * 2 : 64;
+        int32_t *nv = realloc(a->v, nc * sizeof(*nv));
+        if (!nv) return false;
+        a->v = nv;
+        a->cap = nc;
+    }
+    a->v[a->n++] = x;
+    return true;
+}
+
+int32_t sp_tok_lookup(const sp_vocab *v, const char *s, size_t n) {
+    uint64_t i = hash_slot(sp_tok_hash_bytes(SP_TOK_HASH_SEED, s, n)) & v->hash_mask;
+    for (;; i = (i + 1) & v->hash_mask) {
+        int32_t id = v->hash[i];
+        if (id < 0) return -1;
+        if (v->text_len[id] == n && memcmp(v->text + v->text_off[id], s, n) == 0) return id;
+    }
+}
+
+int32_t sp_tok_merge_rank(const sp_vocab *v, const char *l, size_t ln, const char *r, size_t rn) {
+    if (!v->merge_hash) return -1;
+    uint64_t h = sp_tok_hash_bytes(SP_TOK_HASH_SEED, l, ln);
+    h = sp_tok_hash_bytes(h, " ", 1);
+    h = sp_tok_hash_bytes(h, r, rn);
+    size_t n = ln + 1 + rn;
+    for (uint64_t i = hash_slot(h) & v->merge_mask;; i = (i + 1) & v->merge_mask) {
+        int32_t m = v->merge_hash[i];
+        if (m < 0) return -1;
+        const char *t = v->merge_text + v->merge_off[m];
+        if (v->merge_len[m] == n && memcmp(t, l, ln) == 0 && t[ln] == ' ' &&
+            memcmp(t + ln + 1, r, rn) == 0)
+            return m;
+    }
+}
+
+static uint64_t table_size(uint64_t n) {
+    uint64_t s = 16;
+    while (s < n * 2) s *= 2;
+    return s;
+}
+
+/* ---- metadata helpers ---- */
+
+static bool str_is(sp_gguf_str s, const char *lit) {
+    return s.p && s.n == strlen(lit) && memcmp(s.p, lit, s.n) == 0;
+}
+
+/* A token id from key, if present. -1 for a negative value ("none").
+ * Out of range: an error when strict (ids the tokenizer itself emits),
+ * otherwise ignored as llama.cpp does (it keeps its default). */
+static int read_id(const sp_gguf *g, const char *key, int32_t n_tokens, bool strict,
+                   int32_t *id, char *err, size_t errlen) {
+    int64_t x;
+    if (sp_gguf_find_key(g, key) < 0) return 0;
+    if (!sp_gguf_get_i64(g, key, &x)) {
+        sp_seterr(err, errlen, "%s: not an integer", key);
+        return -1;
+    }
+    if (x < 0) {
+        *id = -1;
+    } else if (x >= n_tokens) {
+        if (strict) {
+            sp_seterr(err, errlen, "%s = %lld is out of range (the vocabulary has %d tokens)", key,
+                      (long long)x, n_tokens);
+            return -1;
+        }
+    } else {
+        *id = (int32_t)x;
+    }
+    return 0;
+}
+
+static int read_bool(const sp_gguf *g, const char *key, bool *out, char *err, size_t errlen) {
+    if (sp_gguf_find_key(g, key) < 0) return 0;
+    if (!sp_gguf_get_bool(g, key, out)) {
+        sp_seterr(err, errlen, "%s: not a boolean", key);
+        return -1;
+    }
+    return 0;
+}
+
+static const char *tok_text(const sp_vocab *v, int32_t id) { return v->text + v->text_off[id]; }
+
+static bool tok_text_is(const sp_vocab *v, int32_t id, const char *lit) {
+    size_t n = strlen(lit);
+    return v->text_len[id] == n && memcmp(tok_text(v, id), lit, n) == 0;
+}
+
+static bool text_in(const sp_vocab *v, int32_t id, const char *const *list) {
+    for (; *list; list++)
+        if (tok_text_is(v, id, *list)) return true;
+    return false;
+}
+
+/* Texts by which llama.cpp recognizes special tokens the metadata does not
+ * name (a token found this way is forced to CONTROL). */
+static const char *const eot_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+                                        "<|endoftext|>", "<EOT>", "<｜end▁of▁sentence｜>", NULL};
+static const char *const eom_texts[] = {"<|eom_id|>", NULL};
+static const char *const fim_pre_texts[] = {"<|fim_prefix|>", "<fim-prefix>", "<｜fim▁begin｜>",
+                                            "<PRE>", NULL};
+static const char *const fim_suf_texts[] = {"<|fim_suffix|>", "<fim-suffix>", "<｜fim▁hole｜>",
+                                            "<SUF>", NULL};
+static const char *const fim_mid_texts[] = {"<|fim_middle|>", "<fim-middle>", "<｜fim▁end｜>",
+                                            "<MID>", NULL};
+static const char *const fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<PAD>", NULL};
+static const char *const fim_rep_texts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+                                            "<REPO>", NULL};
+static const char *const fim_sep_texts[] = {"<|file_sep|>", NULL};
+/* Tokens that end generation whatever the metadata says. */
+static const char *const eog_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+                                        "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
+                                        "<｜end▁of▁sentence｜>", NULL};
+
+static int cmp_special(const void *a, const void *b, void *ctx) {
+    const sp_vocab *v = ctx;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (v->text_len[x] != v->text_len[y]) return v->text_len[x] > v->text_len[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* The bytes token id stands for with render_special = true (llama.cpp's
+ * token_to_piece cache). Writes them into buf unless it is NULL; returns
+ * the length. */
+static size_t make_piece(const sp_vocab *v, int32_t id, char *buf) {
+    const char *t = tok_text(v, id);
+    size_t n = v->text_len[id];
+    uint16_t a = v->attr[id];
+#define PUT(src, k)                                  \
+    do {                                             \
+        if (buf) memcpy(buf + o, (src), (k));        \
+        o += (k);                                    \
+    } while (0)
+    size_t o = 0;
+    if (a & (SP_ATTR_UNKNOWN | SP_ATTR_CONTROL | SP_ATTR_USER_DEFINED)) {
+        PUT(t, n);
+        return o;
+    }
+    if (v->kind == SP_VOCAB_SPM) {
+        if (a & SP_ATTR_NORMAL) { /* U+2581 -> space */
+            for (size_t i = 0; i < n;) {
+                if (i + 3 <= n && memcmp(t + i, "\xe2\x96\x81", 3) == 0) {
+                    PUT(" ", 1);
+                    i += 3;
+                } else {
+                    PUT(t + i, 1);
+                    i++;
+                }
+            }
+            return o;
+        }
+        if (a & SP_ATTR_BYTE) { /* "<0xNN>" */
+            char hex[3] = {n > 3 ? t[3] : 0, n > 4 ? t[4] : 0, 0};
+            char b = (char)strtol(hex, NULL, 16);
+            PUT(&b, 1);
+        }
+        return o;
+    }
+    if (a & SP_ATTR_NORMAL) { /* GPT-2 byte-level: each code point is a byte */
+        for (size_t off = 0; off < n;) {
+            uint32_t c = sp_tok_utf8_decode(t, n, &off);
+            int b = sp_tok_ucp_to_byte(c);
+            if (b >= 0) {
+                char ch = (char)b;
+                PUT(&ch, 1);
+            } else { /* llama.cpp's marker for a code point that is no byte */
+                char u[4], hex[3];
+                int k = sp_tok_utf8_encode(c, u);
+                PUT("[UNK_BYTE_0x", 12);
+                for (int j = 0; j < k; j++) {
+                    snprintf(hex, sizeof(hex), "%02x", (unsigned char)u[j]);
+                    PUT(hex, 2);
+                }
+                PUT(t, n);
+                PUT("]", 1);
+            }
+        }
+    }
+    return o;
+#undef PUT
+}
+
+sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
+    const char *K_TOKENS = "tokenizer.ggml.tokens", *K_MERGES = "tokenizer.ggml.merges";
+    sp_vocab *v = calloc(1, sizeof(*v));
+    if (!v) {
+        sp_seterr(err, errlen, "out of memory");
+        return NULL;
+    }
+    v->bos = v->eos = v->eot = v->eom = v->unk = v->pad = -1;
+    v->fim_pre = v->fim_suf = v->fim_mid = v->fim_pad = v->fim_rep = v->fim_sep = -1;
+
+    /* ---- model and pre-tokenizer ---- */
+    sp_gguf_str model, pre = {NULL, 0};
+    if (!sp_gguf_get_str(g, "tokenizer.ggml.model", &model)) {
+        sp_seterr(err, errlen, "tokenizer.ggml.model is missing (or not a string)");
+        goto fail;
+    }
+    if (str_is(model, "llama")) {
+        v->kind = SP_VOCAB_SPM;
+    } else if (str_is(model, "gpt2")) {
+        v->kind = SP_VOCAB_BPE;
+    } else {
+        sp_seterr(err, errlen, "unsupported tokenizer model %.*s",
+                  (int)SP_MIN(model.n, (uint64_t)100), model.p ? model.p : "");
+        goto fail;
+    }
+    if (sp_gguf_find_key(g, "tokenizer.ggml.pre") >= 0 &&
+        !sp_gguf_get_str(g, "tokenizer.ggml.pre", &pre)) {
+        sp_seterr(err, errlen, "tokenizer.ggml.pre: not a string");
+        goto fail;
+    }
+    if (pre.n >= sizeof(v->pre_name) || memchr(pre.p ? pre.p : "", 0, pre.n)) {
+        sp_seterr(err, errlen, "unknown pre-tokenizer type '%.*s'", (int)SP_MIN(pre.n, 100u),
+                  pre.p);
+        goto fail;
+    }
+    if (pre.n == 0) strcpy(v->pre_name, "default"); /* as llama.cpp, when missing */
+    else memcpy(v->pre_name, pre.p, pre.n);
+
+    sp_pretok_info pinfo = {0};
+    if (v->kind == SP_VOCAB_BPE) {
+        if (!sp_tok_pretok_lookup(v->pre_name, &pinfo)) {
+            sp_seterr(err, errlen, "unknown pre-tokenizer type '%s'", v->pre_name);
+            goto fail;
+        }
+        v->ignore_merges = pinfo.ignore_merges;
+        v->add_bos = pinfo.add_bos;
+        v->add_eos = false;
+        v->add_space_prefix = false;
+    } else {
+        strcpy(v->pre_name, "default"); /* SPM has no pre-tokenizer */
+        v->add_bos = true;
+        v->add_eos = false;
+        v->add_space_prefix = true;
+    }
+    if (read_bool(g, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix, err, errlen) < 0)
+        goto fail;
+
+    /* ---- tokens ---- */
+    sp_gguf_vtype et;
+    uint64_t n;
+    const void *data;
+    if (!sp_gguf_get_arr(g, K_TOKENS, &et, &n, &data)) {
+        sp_seterr(err, errlen, "%s is missing (or not an array)", K_TOKENS);
+        goto fail;
+    }
+    if (et != SP_GGUF_STRING) {
+        sp_seterr(err, errlen, "%s: not an array of strings", K_TOKENS);
+        goto fail;
+    }
+    if (n == 0 || n > (uint64_t)INT32_MAX / 4) {
+        sp_seterr(err, errlen, "%s: bad token count %llu", K_TOKENS, (unsigned long long)n);
+        goto fail;
+    }
+    v->n_tokens = (int32_t)n;
+    v->text_off = malloc(n * sizeof(uint32_t));
+    v->text_len = malloc(n * sizeof(uint32_t));
+    v->scores = calloc(n, sizeof(float));
+    v->attr = malloc(n * sizeof(uint16_t));
+    v->eog = calloc(n, 1);
+    if (!v->text_off || !v->text_len || !v->scores || !v->attr || !v->eog) goto oom;
+
+    size_t total = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        sp_gguf_str s = sp_gguf_arr_str(g, K_TOKENS, i);
+        total += (s.n ? s.n : 24) + 1;
+        if (total > UINT32_MAX) {
+            sp_seterr(err, errlen, "%s: token texts too large", K_TOKENS);
+            goto fail;
+        }
+    }
+    v->text = malloc(total);
+    if (!v->text) goto oom;
+    size_t off = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        sp_gguf_str s = sp_gguf_arr_str(g, K_TOKENS, i);
+        v->text_off[i] = (uint32_t)off;
+        if (s.n == 0) { /* llama.cpp names empty tokens so that lookups stay unique */
+            int k = snprintf(v->text + off, 24, "[EMPTY_%llu]", (unsigned long long)i);
+            v->text_len[i] = (uint32_t)k;
+            off += (size_t)k + 1;
+        } else {
+            memcpy(v->text + off, s.p, s.n);
+            v->text[off + s.n] = 0;
+            v->text_len[i] = (uint32_t)s.n;
+            off += s.n + 1;
+        }
+    }
+
+    /* text -> id */
+    v->hash_mask = table_size(n) - 1;
+    v->hash = malloc((v->hash_mask + 1) * sizeof(int32_t));
+    if (!v->hash) goto oom;
+    memset(v->hash, 0xff, (v->hash_mask + 1) * sizeof(int32_t));
+    for (int32_t id = 0; id < v->n_tokens; id++) {
+        const char *t = tok_text(v, id);
+        size_t tl = v->text_len[id];
+        uint64_t i = hash_slot(sp_tok_hash_bytes(SP_TOK_HASH_SEED, t, tl)) & v->hash_mask;
+        for (; v->hash[i] >= 0; i = (i + 1) & v->hash_mask) {
+            int32_t o = v->hash[i];
+            if (v->text_len[o] == tl && memcmp(tok_text(v, o), t, tl) == 0) {
+                sp_seterr(err, errlen, "%s: tokens %d and %d have the same text '%.*s'", K_TOKENS,
+                          o, id, (int)SP_MIN(tl, 64u), t);
+                goto fail;
+            }
+        }
+        v->hash[i] = id;
+    }
+
+    /* scores */
+    if (sp_gguf_find_key(g, "tokenizer.ggml.scores") >= 0) {
+        if (!sp_gguf_get_arr(g, "tokenizer.ggml.scores", &et, &n, &data) ||
+            et != SP_GGUF_FLOAT32) {
+            sp_seterr(err, errlen, "tokenizer.ggml.scores: not an array of float32");
+            goto fail;
+        }
+        if (n != (uint64_t)v->n_tokens) {
+            sp_seterr(err, errlen, "tokenizer.ggml.scores has %llu entries but there are %d tokens",
+                      (unsigned long long)n, v->n_tokens);
+            goto fail;
+        }
+        memcpy(v->scores, data, n * sizeof(float)); /* the array may be unaligned */
+    }
+
+    /* token types -> attributes */
+    for (int32_t i = 0; i < v->n_tokens; i++) v->attr[i] = SP_ATTR_NORMAL;
+    if (sp_gguf_find_key(g, "tokenizer.ggml.token_type") >= 0) {
+        if (!sp_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &n, &data) ||
+            (et != SP_GGUF_INT32 && et != SP_GGUF_UINT32)) {
+            sp_seterr(err, errlen, "tokenizer.ggml.token_type: not an array of int32");
+            goto fail;
+        }
+        if (n != (uint64_t)v->n_tokens) {
+            sp_seterr(err, errlen,
+                      "tokenizer.ggml.token_type has %llu entries but there are %d tokens",
+                      (unsigned long long)n, v->n_tokens);
+            goto fail;
+        }
+        for (int32_t i = 0; i < v->n_tokens; i++) {
+            int32_t t;
+            memcpy(&t, (const char *)data + 4 * (size_t)i, 4);
+            switch (t) {
+            case SP_TOKEN_NORMAL: v->attr[i] = SP_ATTR_NORMAL; break;
+            case SP_TOKEN_UNKNOWN: v->attr[i] = SP_ATTR_UNKNOWN; break;
+            case SP_TOKEN_CONTROL: v->attr[i] = SP_ATTR_CONTROL; break;
+            case SP_TOKEN_USER_DEFINED: v->attr[i] = SP_ATTR_USER_DEFINED; break;
+            case SP_TOKEN_UNUSED: v->attr[i] = SP_ATTR_UNUSED; break;
+            case SP_TOKEN_BYTE: v->attr[i] = SP_ATTR_BYTE; break;
+            default: v->attr[i] = SP_ATTR_UNDEFINED; break;
+            }
+        }
+    }
+
+    /* ---- merges ---- */
+    if (v->kind == SP_VOCAB_BPE) {
+        if (!sp_gguf_get_arr(g, K_MERGES, &et, &n, &data)) {
+            sp_seterr(err, errlen, "%s is missing (a gpt2 tokenizer needs it)", K_MERGES);
+            goto fail;
+        }
+        if (et != SP_GGUF_STRING) {
+            sp_seterr(err, errlen, "%s: not an array of strings", K_MERGES);
+            goto fail;
+        }
+        if (n > (uint64_t)INT32_MAX / 4) {
+            sp_seterr(err, errlen, "%s: too many merges", K_MERGES);
+            goto fail;
+        }
+        v->n_merges = (int32_t)n;
+        v->merge_off = malloc((n + 1) * sizeof(uint32_t));
+        v->merge_len = malloc((n + 1) * sizeof(uint32_t));
+        v->merge_mask = table_size(n) - 1;
+        v->merge_hash = malloc((v->merge_mask + 1) * sizeof(int32_t));
+        if (!v->merge_off || !v->merge_len || !v->merge_hash) goto oom;
+        memset(v->merge_hash, 0xff, (v->merge_mask + 1) * sizeof(int32_t));
+        total = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            total += sp_gguf_arr_str(g, K_MERGES, i).n;
+            if (total > UINT32_MAX) {
+                sp_seterr(err, errlen, "%s: merges too large", K_MERGES);
+                goto fail;
+            }
+        }
+        v->merge_text = malloc(total + 1);
+        if (!v->merge_text) goto oom;
+        off = 0;
+        for (int32_t i = 0; i < v->n_merges; i++) {
+            sp_gguf_str s = sp_gguf_arr_str(g, K_MERGES, (uint64_t)i);
+            v->merge_off[i] = (uint32_t)off;
+            v->merge_len[i] = (uint32_t)s.n;
+            if (s.n) memcpy(v->merge_text + off, s.p, s.n);
+            off += s.n;
+            /* llama.cpp splits at the first space after the first byte; a
+             * merge without one can never match a pair of symbols. Since
+             * symbols never contain a raw space, "left right" identifies the
+             * pair. The first of duplicate merges keeps its rank. */
+            const char *sp = s.n > 1 ? memchr(s.p + 1, ' ', s.n - 1) : NULL;
+            if (!sp) continue;
+            uint64_t h = sp_tok_hash_bytes(SP_TOK_HASH_SEED, s.p, s.n);
+            uint64_t j = hash_slot(h) & v->merge_mask;
+            bool dup = false;
+            for (; v->merge_hash[j] >= 0; j = (j + 1) & v->merge_mask) {
+                int32_t m = v->merge_hash[j];
+                if (v->merge_len[m] == s.n && memcmp(v->merge_text + v->merge_off[m], s.p, s.n) == 0) {
+                    dup = true;
+                    break;
+                }
+            }
+            if (!dup) v->merge_hash[j] = i;
+        }
+    }
+
+    /* ---- special token ids ---- */
+    if (v->kind == SP_VOCAB_SPM) {
+        v->bos = 1, v->eos = 2, v->unk = 0;
+    } else {
+        v->bos = pinfo.no_bos ? -1 : 11; /* llama.cpp's GPT-2 defaults */
+        v->eos = 11;
+    }
+    if (v->bos >= v->n_tokens) v->bos = -1;
+    if (v->eos >= v->n_tokens) v->eos = -1;
+    if (v->unk >= v->n_tokens) v->unk = -1;
+    int32_t sep = -1, mask = -1;
+    const struct {
+        const char *key;
+        int32_t *id;
+        bool strict;
+    } ids[] = {
+        {"tokenizer.ggml.bos_token_id", &v->bos, true},
+        {"tokenizer.ggml.eos_token_id", &v->eos, true},
+        {"tokenizer.ggml.eot_token_id", &v->eot, true},
+        {"tokenizer.ggml.eom_token_id", &v->eom, true},
+        {"tokenizer.ggml.unknown_token_id", &v->unk, true},
+        {"tokenizer.ggml.seperator_token_id", &sep, false},
+        {"tokenizer.ggml.padding_token_id", &v->pad, false},
+        {"tokenizer.ggml.mask_token_id", &mask, false},
+        {"tokenizer.ggml.fim_pre_token_id", &v->fim_pre, false},
+        {"tokenizer.ggml.fim_suf_token_id", &v->fim_suf, false},
+        {"tokenizer.ggml.fim_mid_token_id", &v->fim_mid, false},
+        {"tokenizer.ggml.fim_pad_token_id", &v->fim_pad, false},
+        {"tokenizer.ggml.fim_rep_token_id", &v->fim_rep, false},
+        {"tokenizer.ggml.fim_sep_token_id", &v->fim_sep, false},
+        {"tokenizer.ggml.prefix_token_id", &v->fim_pre, false},
+        {"tokenizer.ggml.suffix_token_id", &v->fim_suf, false},
+        {"tokenizer.ggml.middle_token_id", &v->fim_mid, false},
+    };
+    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++)
+        if (read_id(g, ids[i].key, v->n_tokens, ids[i].strict, ids[i].id, err, errlen) < 0)
+            goto fail;
+    if (read_bool(g, "tokenizer.ggml.add_bos_token", &v->add_bos, err, errlen) < 0 ||
+        read_bool(g, "tokenizer.ggml.add_eos_token", &v->add_eos, err, errlen) < 0)
+        goto fail;
+
+    /* tokens found by their text become CONTROL (llama.cpp: "control-looking
+     * token ... its type will be overridden") */
+    const struct {
+        int32_t *id;
+        const char *const *texts;
+    } by_text[] = {
+        {&v->eot, eot_texts},         {&v->eom, eom_texts},         {&v->fim_pre, fim_pre_texts},
+        {&v->fim_suf, fim_suf_texts}, {&v->fim_mid, fim_mid_texts}, {&v->fim_pad, fim_pad_texts},
+        {&v->fim_rep, fim_rep_texts}, {&v->fim_sep, fim_sep_texts},
+    };
+    for (int32_t id = 0; id < v->n_tokens; id++) {
+        for (size_t k = 0; k < sizeof(by_text) / sizeof(by_text[0]); k++) {
+            if (*by_text[k].id >= 0 || !text_in(v, id, by_text[k].texts)) continue;
+            *by_text[k].id = id;
+            if (!(v->attr[id] & SP_ATTR_CONTROL)) v->attr[id] = SP_ATTR_CONTROL;
+        }
+    }
+
+    /* end of generation */
+    if (v->fim_pad >= 0) v->eog[v->fim_pad] = 1;
+    if (v->fim_rep >= 0) v->eog[v->fim_rep] = 1;
+    if (v->fim_sep >= 0) v->eog[v->fim_sep] = 1;
+    for (int32_t id = 0; id < v->n_tokens; id++) {
+        if (!text_in(v, id, eog_texts)) continue;
+        v->eog[id] = 1;
+        if (!(v->attr[id] & SP_ATTR_CONTROL)) v->attr[id] = SP_ATTR_CONTROL;
+    }
+    if (v->eos >= 0) v->eog[v->eos] = 1;
+    if (v->eot >= 0) v->eog[v->eot] = 1;
+    if (v->eom >= 0) v->eog[v->eom] = 1;
+
+    /* special tokens matched in text before encoding, longest first (ties by
+     * id; llama.cpp's unstable sort leaves them in an unspecified order) */
+    v->special = malloc((size_t)v->n_tokens * sizeof(int32_t));
+    if (!v->special) goto oom;
+    for (int32_t id = 0; id < v->n_tokens; id++)
+        if (v->attr[id] & (SP_ATTR_CONTROL | SP_ATTR_USER_DEFINED | SP_ATTR_UNKNOWN))
+            v->special[v->n_special++] = id;
+    qsort_r(v->special, (size_t)v->n_special, sizeof(int32_t), cmp_special, v);
+
+    /* model-specific strip attributes, by general.name / pre name */
+    {
+        sp_gguf_str name = {NULL, 0};
+        char lname[128] = "";
+        if (sp_gguf_get_str(g, "general.name", &name) && name.p) {
+            size_t ln = SP_MIN(name.n, sizeof(lname) - 1);
+            for (size_t i = 0; i < ln; i++) lname[i] = (char)tolower((unsigned char)name.p[i]);
+            lname[ln] = 0;
+        }
+        if (strstr(v->pre_name, "jina-v2-de") || strstr(v->pre_name, "jina-v2-es") ||
+            strstr(v->pre_name, "jina-v2-code")) {
+            int32_t id = sp_tok_lookup(v, "<mask>", 6);
+            if (id >= 0) v->attr[id] |= SP_ATTR_LSTRIP;
+        } else if (strstr(lname, "phi-3") || strstr(lname, "phi3")) {
+            for (int32_t i = 0; i < v->n_special; i++) v->attr[v->special[i]] |= SP_ATTR_RSTRIP;
+            int32_t id = sp_tok_lookup(v, "</s>", 4);
+            if (id >= 0) v->attr[id] |= SP_ATTR_RSTRIP;
+            const char *no[] = {"<unk>", "<s>", "<|endoftext|>"};
+            for (int k = 0; k < 3; k++) {
+                id = sp_tok_lookup(v, no[k], strlen(no[k]));
+                if (id >= 0) v->attr[id] &= (uint16_t)~SP_ATTR_RSTRIP;
+            }
+        }
+    }
+
+    /* SPM byte fallback: <0xNN>, else the byte itself as a token */
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof(name), "<0x%02X>", b);
+        int32_t id = sp_tok_lookup(v, name, 6);
+        if (id < 0) {
+            char c = (char)b;
+            id = sp_tok_lookup(v, &c, 1);
+        }
+        v->byte_tok[b] = id;
+    }
+
+    /* pieces */
+    v->piece_off = malloc((size_t)v->n_tokens * sizeof(uint32_t));
+    v->piece_len = malloc((size_t)v->n_tokens * sizeof(uint32_t));
+    if (!v->piece_off || !v->piece_len) goto oom;
+    total = 0;
+    for (int32_t id = 0; id < v->n_tokens; id++) {
+        size_t k = make_piece(v, id, NULL);
+        if (k > INT32_MAX || total + k > UINT32_MAX) {
+            sp_seterr(err, errlen, "token %d: text too large", id);
+            goto fail;
+        }
+        v->piece_off[id] = (uint32_t)total;
+        v->piece_len[id] = (uint32_t)k;
+        total += k;
+    }
+    v->piece = malloc(total + 1);
+    if (!v->piece) goto oom;
+    for (int32_t id = 0; id < v->n_tokens; id++) make_piece(v, id, v->piece + v->piece_off[id]);
+
+    if (v->kind == SP_VOCAB_BPE) {
+        v->pretok = sp_tok_pretok_create(pinfo.regexes, pinfo.n_regexes, err, errlen);
+        if (!v->pretok) goto fail;
+    }
+    return v;
+oom:
+    sp_seterr(err, errlen, "out of memory loading the vocabulary");
+fail:
+    sp_vocab_free(v);
+    return NULL;
+}
+
+void sp_vocab_free(sp_vocab *v) {
+    if (!v) return;
+    free(v->text);
+    free(v->text_off);
+    free(v->text_len);
+    free(v->scores);
+    free(v->attr);
+    free(v->hash);
+    free(v->merge_text);
+    free(v->merge_off);
+    free(v->merge_len);
+    free(v->merge_hash);
+    free(v->eog);
+    free(v->special);
+    free(v->piece);
+    free(v->piece_off);
+    free(v->piece_len);
+    sp_tok_pretok_free(v->pretok);
+    free(v);
+}
+
+sp_vocab_kind sp_vocab_kind_of(const sp_vocab *v) { return v->kind; }
+const char *sp_vocab_pre_name(const sp_vocab *v) { return v->pre_name; }
+int32_t sp_vocab_n_tokens(const sp_vocab *v) { return v->n_tokens; }
+int32_t sp_vocab_bos(const sp_vocab *v) { return v->bos; }
+int32_t sp_vocab_eos(const sp_vocab *v) { return v->eos; }
+int32_t sp_vocab_eot(const sp_vocab *v) { return v->eot; }
+bool sp_vocab_add_bos(const sp_vocab *v) { return v->add_bos; }
+bool sp_vocab_add_eos(const sp_vocab *v) { return v->add_eos; }
+
+bool sp_vocab_is_eog(const sp_vocab *v, int32_t tok) {
+    return tok >= 0 && tok < v->n_tokens && v->eog[tok];
+}
+
+sp_token_type sp_vocab_token_type(const sp_vocab *v, int32_t tok) {
+    if (tok < 0 || tok >= v->n_tokens) return (sp_token_type)0;
+    uint16_t a = v->attr[tok];
+    if (a & SP_ATTR_UNKNOWN) return SP_TOKEN_UNKNOWN;
+    if (a & SP_ATTR_CONTROL) return SP_TOKEN_CONTROL;
+    if (a & SP_ATTR_USER_DEFINED) return SP_TOKEN_USER_DEFINED;
+    if (a & SP_ATTR_UNUSED) return SP_TOKEN_UNUSED;
+    if (a & SP_ATTR_BYTE) return SP_TOKEN_BYTE;
+    if (a & SP_ATTR_NORMAL) return SP_TOKEN_NORMAL;
+    return (sp_token_type)0; /* undefined in the file */
+}
+
+const char *sp_vocab_token_text(const sp_vocab *v, int32_t tok) {
+    if (tok < 0 || tok >= v->n_tokens) return NULL;
+    return tok_text(v, tok);
+}
+
+int sp_token_to_piece(const sp_vocab *v, int32_t tok, char *buf, int len, bool render_special) {
+    if (tok < 0 || tok >= v->n_tokens) return 0;
+    if (!render_special && (v->attr[tok] & (SP_ATTR_UNKNOWN | SP_ATTR_CONTROL))) return 0;
+    int n = (int)v->piece_len[tok];
+    if (len < n) return -n;
+    memcpy(buf, v->piece + v->piece_off[tok], (size_t)n);
+    return n;
+}

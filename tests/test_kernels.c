@@ -1,0 +1,462 @@
+/* test_kernels.c: the compute kernels and the thread pool.
+ *
+ * Every check that involves SIMD runs once per level the CPU has (ref, avx2,
+ * avx512), forced in-process with sp_kernels_force:
+ *   - fp16/bf16 conversions against known bit patterns;
+ *   - Q8_0 / Q8_K activation quantization bit-exact with hand-computed blocks
+ *     (ties, sign of the largest value, zero blocks);
+ *   - quantize -> dequantize error bounds for every supported type;
+ *   - sp_vec_dot against the reference, sp_matmul against sp_matmul_ref for
+ *     shapes covering tile and group tails, with pools of 1, 2 and 3 threads;
+ *     tolerance 1e-5 of sum |w_i x_i| (integer block sums are exact, only
+ *     the f32 summation order differs);
+ *   - the pool: every thread runs every job once, also after the workers
+ *     went to sleep.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "kernels/kernels.h"
+#include "test.h"
+
+static const char *LEVELS[] = {"ref", "avx2", "avx512"};
+#define N_LEVELS 3
+static const sp_type TYPES[] = {SP_TYPE_F32, SP_TYPE_F16, SP_TYPE_BF16, SP_TYPE_Q8_0,
+                                SP_TYPE_Q4_0, SP_TYPE_Q4_K, SP_TYPE_Q6_K};
+#define N_TYPES 7
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd_u32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 11);
+}
+static float rnd_unit(void) { return (float)(rnd_u32() & 0xFFFFFF) / (float)0x1000000; } /* [0,1) */
+static float rnd_gauss(void) {                                                            /* ~N(0,1) */
+    float s = 0;
+    for (int i = 0; i < 6; i++) s += rnd_unit();
+    return (s - 3.0f) * 1.41421356f;
+}
+
+static float *rand_vec(int64_t n, float scale) {
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = rnd_gauss() * scale;
+    return v;
+}
+
+static float f32_of_bits(uint32_t b) { float f; memcpy(&f, &b, 4); return f; }
+
+/* n_rows rows of k random weights (with a few outliers), in type t */
+static void *make_weights(sp_type t, int64_t n_rows, int64_t k) {
+    const size_t rb = sp_row_size(t, k);
+    uint8_t *w = malloc(rb * (size_t)n_rows);
+    float *row = malloc((size_t)k * sizeof *row);
+    for (int64_t r = 0; r < n_rows; r++) {
+        for (int64_t i = 0; i < k; i++) row[i] = rnd_gauss() * 0.05f;
+        row[rnd_u32() % k] = 0.6f; /* an outlier per row */
+        sp_quantize_row(t, row, w + r * rb, k);
+    }
+    free(row);
+    return w;
+}
+
+/* sum_i |w_i * x_i| with both sides as the kernels see them */
+static double abs_dot(sp_type wt, const void *w, const float *x, int64_t k) {
+    const sp_type vdt = sp_type_info(wt)->vec_dot_type;
+    float *wd = malloc((size_t)k * sizeof *wd), *xd = malloc((size_t)k * sizeof *xd);
+    void *xq = malloc(sp_row_size(vdt, k));
+    sp_dequantize_row(wt, w, wd, k);
+    sp_quantize_row(vdt, x, xq, k);
+    sp_dequantize_row(vdt, xq, xd, k);
+    double s = 0;
+    for (int64_t i = 0; i < k; i++) s += fabs((double)wd[i] * xd[i]);
+    free(wd); free(xd); free(xq);
+    return s;
+}
+
+/* ---- types and dispatch ------------------------------------------------- */
+
+static void test_traits(void) {
+    struct { int id; int64_t blck; size_t bytes; bool sup; } want[] = {
+        {SP_TYPE_F32, 1, 4, true},    {SP_TYPE_F16, 1, 2, true},     {SP_TYPE_Q4_0, 32, 18, true},
+        {3, 32, 20, false},           {6, 32, 22, false},            {7, 32, 24, false},
+        {SP_TYPE_Q8_0, 32, 34, true}, {9, 32, 36, false},            {10, 256, 84, false},
+        {11, 256, 110, false},        {SP_TYPE_Q4_K, 256, 144, true}, {13, 256, 176, false},
+        {SP_TYPE_Q6_K, 256, 210, true}, {SP_TYPE_Q8_K, 256, 292, false}, {16, 256, 66, false},
+        {17, 256, 74, false},         {18, 256, 98, false},          {19, 256, 50, false},
+        {20, 32, 18, false},          {21, 256, 110, false},         {22, 256, 82, false},
+        {23, 256, 136, false},        {24, 1, 1, false},             {28, 1, 8, false},
+        {29, 256, 56, false},         {SP_TYPE_BF16, 1, 2, true},    {34, 256, 54, false},
+        {35, 256, 66, false},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const sp_type_traits *t = sp_type_info(want[i].id);
+        CHECK(t != NULL, "type %d unknown", want[i].id);
+        if (!t) continue;
+        CHECK(t->blck == want[i].blck && t->block_bytes == want[i].bytes && t->supported == want[i].sup,
+              "type %d (%s): blck %lld bytes %zu sup %d", want[i].id, t->name, (long long)t->blck,
+              t->block_bytes, t->supported);
+    }
+    const int unknown[] = {-1, 4, 5, 31, 32, 33, 36, 37, 38, 39, SP_TYPE_COUNT, 1000};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++)
+        CHECK(sp_type_info(unknown[i]) == NULL, "type %d should be unknown", unknown[i]);
+    CHECK(sizeof(sp_block_q4_0) == 18 && sizeof(sp_block_q8_0) == 34 && sizeof(sp_block_q4_K) == 144 &&
+              sizeof(sp_block_q6_K) == 210 && sizeof(sp_block_q8_K) == 292,
+          "block struct sizes");
+    CHECK(sp_row_size(SP_TYPE_Q4_K, 512) == 288, "q4_K row");
+    CHECK(sp_row_size(SP_TYPE_Q8_0, 33) == 0, "q8_0 partial block");
+    CHECK(sp_row_size(SP_TYPE_F16, 7) == 14, "f16 row");
+    CHECK(sp_row_size((sp_type)4, 32) == 0, "unknown type row");
+    CHECK(sp_type_info(SP_TYPE_Q4_K)->vec_dot_type == SP_TYPE_Q8_K &&
+              sp_type_info(SP_TYPE_Q4_0)->vec_dot_type == SP_TYPE_Q8_0 &&
+              sp_type_info(SP_TYPE_F16)->vec_dot_type == SP_TYPE_F16,
+          "vec_dot types");
+}
+
+static void test_dispatch(void) {
+    const char *a = sp_kernels_init(), *b = sp_kernels_init();
+    CHECK(a && b && !strcmp(a, b), "init is stable");
+    CHECK(sp_kernels_available("ref"), "ref always available");
+    CHECK(sp_kernels_force("nonsense") == -1, "unknown level refused");
+    CHECK(!strcmp(sp_kernels_init(), a), "refused force keeps the level");
+    printf("     (level chosen: %s; avx2 %s, avx512 %s)\n", a, sp_kernels_available("avx2") ? "yes" : "no",
+           sp_kernels_available("avx512") ? "yes" : "no");
+}
+
+/* ---- conversions -------------------------------------------------------- */
+
+static void test_fp16_bf16(void) {
+    const struct { float f; uint16_t h; } f16[] = {
+        {0.0f, 0x0000}, {-0.0f, 0x8000}, {1.0f, 0x3C00}, {-2.0f, 0xC000}, {65504.f, 0x7BFF},
+        {65519.99f, 0x7BFF}, {65520.f, 0x7C00}, {1e9f, 0x7C00}, {6.103515625e-05f, 0x0400},
+        {5.9604644775390625e-08f, 0x0001}, {2.98023223876953125e-08f, 0x0000} /* tie -> even 0 */,
+        {2.9802326e-08f, 0x0001}, {0.333333343f, 0x3555}, {1.00048828125f, 0x3C00} /* tie -> even */,
+        {1.00146484375f, 0x3C02} /* tie -> even (up) */, {3.0517578125e-05f, 0x0200},
+    };
+    for (size_t i = 0; i < sizeof f16 / sizeof f16[0]; i++)
+        CHECK(sp_f32_to_f16(f16[i].f) == f16[i].h, "f16(%g) = %04x, want %04x", f16[i].f,
+              sp_f32_to_f16(f16[i].f), f16[i].h);
+    CHECK(sp_f32_to_f16(INFINITY) == 0x7C00 && sp_f32_to_f16(-INFINITY) == 0xFC00, "f16 inf");
+    CHECK((sp_f32_to_f16(NAN) & 0x7C00) == 0x7C00 && (sp_f32_to_f16(NAN) & 0x3FF), "f16 nan");
+    int bad = 0;
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        if ((h & 0x7C00) == 0x7C00 && (h & 0x3FF)) continue; /* nan */
+        if (sp_f32_to_f16(sp_f16_to_f32((sp_f16)h)) != h) bad++;
+    }
+    CHECK(bad == 0, "%d f16 values do not round-trip", bad);
+    CHECK(sp_f16_to_f32(0x3555) == 0.333251953125f && sp_f16_to_f32(0x0001) == 5.9604644775390625e-08f,
+          "f16 -> f32");
+
+    const struct { uint32_t f; uint16_t b; } bf[] = {
+        {0x3F800000, 0x3F80}, {0x3F808000, 0x3F80} /* tie -> even */, {0x3F818000, 0x3F82} /* tie -> up */,
+        {0x3F808001, 0x3F81}, {0xC0490FDB, 0xC049} /* -pi */, {0x7F7FFFFF, 0x7F80} /* rounds to inf */,
+        {0x00000001, 0x0000}, {0x80000000, 0x8000},
+    };
+    for (size_t i = 0; i < sizeof bf / sizeof bf[0]; i++)
+        CHECK(sp_f32_to_bf16(f32_of_bits(bf[i].f)) == bf[i].b, "bf16(%08x) = %04x, want %04x", bf[i].f,
+              sp_f32_to_bf16(f32_of_bits(bf[i].f)), bf[i].b);
+    const uint16_t nb = sp_f32_to_bf16(NAN);
+    CHECK((nb & 0x7F80) == 0x7F80 && (nb & 0x7F), "bf16 nan stays nan");
+    CHECK(sp_bf16_to_f32(0x4049) == 3.140625f, "bf16 -> f32");
+
+    /* the SIMD f16 quantizers must round exactly like sp_f32_to_f16 */
+    const int64_t n = 1000;
+    float *x = malloc(n * sizeof *x);
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = rnd_gauss() * (float)(1 << (rnd_u32() % 24)) * 1e-6f;
+        if (i % 50 == 0) x[i] = f32_of_bits(0x38000000u + (rnd_u32() & 0x1FFF) * 0x1000u); /* ties, subnormals */
+    }
+    x[7] = 70000.f; x[8] = -65520.f; x[9] = 1e-9f;
+    sp_f16 *h = malloc(n * sizeof *h);
+    for (int l = 0; l < N_LEVELS; l++) {
+        if (sp_kernels_force(LEVELS[l])) continue;
+        sp_quantize_row(SP_TYPE_F16, x, h, n - 3); /* odd length: exercises the tail */
+        int diff = 0;
+        for (int64_t i = 0; i < n - 3; i++) diff += h[i] != sp_f32_to_f16(x[i]);
+        CHECK(diff == 0, "%s: %d f16 conversions differ", LEVELS[l], diff);
+    }
+    free(x); free(h);
+}
+
+/* ---- hand-computed activation quantization ------------------------------ */
+
+static void test_q8_0_hand(void) {
+    /* block 0: amax 127 -> id = 1, d = 1: q = round-half-even(x)
+     * block 1: all zero -> d = 0, q = 0
+     * block 2: amax 63.5 -> id = 2, d = 0.5 (f16 0x3800)
+     * block 3: amax 16 -> d = 16/127 (f16 0x3008), id = 7.9375 */
+    float x[128] = {0};
+    const float b0[] = {127, 2.5f, -2.5f, 3.5f, 0.5f, -0.5f, 1.5f, -126.5f, 0.49f, -127};
+    const int8_t q0[] = {127, 2, -2, 4, 0, 0, 2, -126, 0, -127};
+    memcpy(x, b0, sizeof b0);
+    for (int i = 0; i < 32; i++) x[64 + i] = (i - 16) * 0.25f;
+    x[64 + 31] = 63.5f;
+    for (int i = 0; i < 32; i++) x[96 + i] = (float)(i - 16);
+    for (int l = 0; l < N_LEVELS; l++) {
+        if (sp_kernels_force(LEVELS[l])) continue;
+        sp_block_q8_0 y[4];
+        memset(y, 0x55, sizeof y);
+        sp_quantize_row(SP_TYPE_Q8_0, x, y, 128);
+        CHECK(y[0].d == 0x3C00, "%s: block 0 d = %04x", LEVELS[l], y[0].d);
+        for (int i = 0; i < 32; i++) {
+            const int want = i < 10 ? q0[i] : 0;
+            CHECK(y[0].qs[i] == want, "%s: block 0 q[%d] = %d, want %d", LEVELS[l], i, y[0].qs[i], want);
+        }
+        CHECK(y[1].d == 0, "%s: zero block d", LEVELS[l]);
+        for (int i = 0; i < 32; i++) CHECK(y[1].qs[i] == 0, "%s: zero block q[%d]", LEVELS[l], i);
+        CHECK(y[2].d == 0x3800, "%s: block 2 d = %04x", LEVELS[l], y[2].d);
+        for (int i = 0; i < 31; i++) /* (i-16)/2: odd values are ties, to even */
+            CHECK(y[2].qs[i] == (int)lrintf((i - 16) * 0.5f), "%s: block 2 q[%d] = %d", LEVELS[l], i, y[2].qs[i]);
+        CHECK(y[2].qs[31] == 127, "%s: block 2 q[31]", LEVELS[l]);
+        CHECK(y[3].d == 0x3008, "%s: block 3 d = %04x", LEVELS[l], y[3].d);
+        for (int i = 0; i < 32; i++) {
+            /* (i-16) * 7.9375 = 8(i-16) - (i-16)/16: never a tie */
+            const int want = (int)lrintf((float)(i - 16) * 7.9375f);
+            CHECK(y[3].qs[i] == want, "%s: block 3 q[%d] = %d, want %d", LEVELS[l], i, y[3].qs[i], want);
+        }
+    }
+}
+
+static void test_q8_K_hand(void) {
+    float x[3 * 256] = {0};
+    /* block 0: max is -127 (negative) -> iscale = 1, d = 1, q = nearest(x)
+     * block 1: +127 first, then -127: max = +127 -> iscale = -1, d = -1, q = -x
+     * block 2: zero */
+    for (int j = 0; j < 256; j++) x[j] = (float)((j % 16) - 8) + ((j & 16) ? 0.5f : 0.0f);
+    x[3] = -127.f;
+    x[200] = 127.f; /* same magnitude later: q = 127 (clamp side) */
+    for (int j = 0; j < 256; j++) x[256 + j] = (float)((j * 7) % 41 - 20);
+    x[256 + 10] = 127.f;
+    x[256 + 11] = -127.f;
+    x[256 + 12] = 2.5f;
+    for (int l = 0; l < N_LEVELS; l++) {
+        if (sp_kernels_force(LEVELS[l])) continue;
+        sp_block_q8_K y[3];
+        memset(y, 0x55, sizeof y);
+        sp_quantize_row(SP_TYPE_Q8_K, x, y, 3 * 256);
+        CHECK(y[0].d == 1.0f, "%s: block 0 d = %g", LEVELS[l], y[0].d);
+        CHECK(y[1].d == -1.0f, "%s: block 1 d = %g", LEVELS[l], y[1].d);
+        CHECK(y[2].d == 0.0f, "%s: zero block d = %g", LEVELS[l], y[2].d);
+        for (int b = 0; b < 3; b++) {
+            for (int j = 0; j < 256; j++) {
+                const float v = x[256 * b + j];
+                /* ties: x.5 rounds to even */
+                int want = b == 0 ? (int)lrintf(v) : b == 1 ? (int)lrintf(-v) : 0;
+                CHECK(y[b].qs[j] == want, "%s: block %d q[%d] = %d, want %d", LEVELS[l], b, j, y[b].qs[j], want);
+            }
+            for (int g = 0; g < 16; g++) {
+                int s = 0;
+                for (int j = 0; j < 16; j++) s += y[b].qs[16 * g + j];
+                CHECK(y[b].bsums[g] == s, "%s: block %d bsum %d", LEVELS[l], b, g);
+            }
+        }
+        CHECK(y[0].qs[3] == -127 && y[0].qs[200] == 127 && y[0].qs[16] == -8 && y[0].qs[17] == -6,
+              "%s: block 0 spot values", LEVELS[l]);
+        CHECK(y[1].qs[12] == -2, "%s: -2.5 rounds to even", LEVELS[l]);
+    }
+}
+
+/* ---- quantize -> dequantize error -------------------------------------- */
+
+static void quant_roundtrip(sp_type t) {
+    const int64_t k = 4096;
+    float *x = rand_vec(k, 1.0f);
+    for (int i = 0; i < 256; i++) x[512 + i] = 0.0f; /* zero blocks */
+    x[1000] = 40.0f;                                  /* an outlier */
+    for (int i = 0; i < 32; i++) x[2048 + i] = 1e-3f * (i - 15);
+    void *q = malloc(sp_row_size(t, k));
+    float *y = malloc(k * sizeof *y);
+    for (int l = 0; l < N_LEVELS; l++) {
+        if (sp_kernels_force(LEVELS[l])) continue;
+        sp_quantize_row(t, x, q, k);
+        sp_dequantize_row(t, q, y, k);
+        double se = 0, sx = 0;
+        int nbad = 0;
+        for (int64_t i = 0; i < k; i++) {
+            const double e = fabs((double)y[i] - x[i]);
+            se += e * e;
+            sx += (double)x[i] * x[i];
+            const int64_t b = i / 32;
+            double amax = 0; /* of the 32-block */
+            for (int j = 0; j < 32; j++) amax = fmax(amax, fabs(x[32 * b + j]));
+            double bound;
+            switch (t) {
+            case SP_TYPE_F32: bound = 0; break;
+            case SP_TYPE_F16: bound = fabs(x[i]) * 0x1p-11 + 0x1p-25; break;
+            case SP_TYPE_BF16: bound = fabs(x[i]) * 0x1p-8; break;
+            case SP_TYPE_Q8_0: bound = amax / 127 * 0.501 + amax * 0x1p-11; break;
+            case SP_TYPE_Q4_0: bound = amax / 8 * 1.001 + amax * 0x1p-10; break;
+            case SP_TYPE_Q8_K: { /* scale per 256 */
+                double am = 0;
+                for (int j = 0; j < 256; j++) am = fmax(am, fabs(x[i / 256 * 256 + j]));
+                bound = am / 127 * 0.501;
+                break;
+            }
+            default: bound = INFINITY; break; /* K-quants: RMS bound below */
+            }
+            if (e > bound && nbad++ < 3)
+                CHECK(e <= bound, "%s %s: x[%lld] = %g -> %g (bound %g)", LEVELS[l], sp_type_info(t)->name,
+                      (long long)i, x[i], y[i], bound);
+        }
+        CHECK(nbad == 0, "%s %s: %d values beyond the bound", LEVELS[l], sp_type_info(t)->name, nbad);
+        const double rel = sqrt(se / sx);
+        const double max_rel = t == SP_TYPE_Q4_K ? 0.12 : t == SP_TYPE_Q6_K ? 0.03 : t == SP_TYPE_Q4_0 ? 0.15 : t == SP_TYPE_Q8_K ? 0.03 : 0.01;
+        CHECK(rel <= max_rel, "%s %s: relative rms error %g > %g", LEVELS[l], sp_type_info(t)->name, rel, max_rel);
+        for (int i = 512; i < 768; i++) CHECK(y[i] == 0.0f, "%s: zero block not zero at %d", sp_type_info(t)->name, i);
+    }
+    free(x); free(q); free(y);
+}
+
+/* ---- vec_dot ------------------------------------------------------------ */
+
+static void vec_dot_case(sp_type t) {
+    const sp_type vdt = sp_type_info(t)->vec_dot_type;
+    const int64_t blck = sp_type_info(t)->blck;
+    const int64_t ks[] = {256, 512, 2304, blck == 1 ? 77 : blck == 32 ? 288 : 768};
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+        const int64_t k = ks[ki];
+        for (int rep = 0; rep < 4; rep++) {
+            void *w = make_weights(t, 1, k);
+            float *x = rand_vec(k, rep == 3 ? 100.0f : 1.0f);
+            if (rep == 2) for (int64_t i = 0; i < k && i < 256; i++) x[i] = 0; /* zero activation block */
+            void *xq = malloc(sp_row_size(vdt, k));
+            sp_kernels_force("ref");
+            sp_quantize_row(vdt, x, xq, k);
+            float want;
+            sp_vec_dot(t, k, &want, w, xq);
+            const double tol = 1e-5 * abs_dot(t, w, x, k) + 1e-6;
+            for (int l = 1; l < N_LEVELS; l++) {
+                if (sp_kernels_force(LEVELS[l])) continue;
+                float got;
+                sp_vec_dot(t, k, &got, w, xq);
+                CHECK(fabs((double)got - want) <= tol, "%s %s k=%lld: %.9g vs ref %.9g (tol %g)", LEVELS[l],
+                      sp_type_info(t)->name, (long long)k, got, want, tol);
+            }
+            free(w); free(x); free(xq);
+        }
+    }
+}
+
+/* ---- matmul ------------------------------------------------------------- */
+
+static void matmul_case(sp_type t) {
+    const int64_t blck = sp_type_info(t)->blck;
+    /* K values: group tails for every layout (512-value groups for Q8_0/Q4_0/Q4_K,
+     * 256 for Q6_K, 16 for floats) */
+    int64_t kA, kB, kC;
+    if (blck == 1) { kA = 16; kB = 77; kC = 1600; }
+    else if (blck == 32) { kA = 512; kB = 800; kC = 2048; }
+    else { kA = 256; kB = 768; kC = 1536; }
+    const struct { int64_t n_rows, k, n_tok, ldy_extra; } shapes[] = {
+        {1, kA, 1, 0}, {13, kB, 2, 3}, {71, kC, 3, 0}, {33, kB, 5, 1}, {16, kC, 8, 0},
+        {37, kA, 17, 0}, {130, kB, 64, 2}, {260, kC, 1, 0},
+    };
+    sp_pool *pools[3] = {NULL, sp_pool_create(2), sp_pool_create(3)};
+    CHECK(pools[1] && pools[2], "pool create");
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t nr = shapes[si].n_rows, k = shapes[si].k, nt = shapes[si].n_tok;
+        const int64_t ldy = nr + shapes[si].ldy_extra;
+        void *w = make_weights(t, nr, k);
+        float *x = rand_vec(nt * k, 1.0f);
+        if (nt > 2) for (int64_t i = 0; i < k; i++) x[k + i] = 0; /* token 1 all zero */
+        float *want = malloc((size_t)(nt * ldy) * sizeof *want);
+        float *got = malloc((size_t)(nt * ldy) * sizeof *got);
+        float *first = malloc((size_t)(nt * ldy) * sizeof *first);
+        double *tol = malloc((size_t)(nt * nr) * sizeof *tol);
+        sp_matmul_ref(w, t, nr, k, x, nt, want, ldy);
+        const size_t rb = sp_row_size(t, k);
+        for (int64_t tt = 0; tt < nt; tt++)
+            for (int64_t r = 0; r < nr; r++)
+                tol[tt * nr + r] = 1e-5 * abs_dot(t, (const uint8_t *)w + r * rb, x + tt * k, k) + 1e-6;
+        const size_t ss = sp_matmul_scratch_size(t, k, nt);
+        uint8_t *scratch = malloc(ss + 8);
+        for (int l = 0; l < N_LEVELS; l++) {
+            if (sp_kernels_force(LEVELS[l])) continue;
+            for (int p = 0; p < 3; p++) {
+                for (int64_t i = 0; i < nt * ldy; i++) got[i] = -12345.0f; /* padding must survive */
+                sp_matmul(pools[p], w, t, nr, k, x, nt, got, ldy, scratch + 8 * (p & 1) /* misaligned too */);
+                int bad = 0;
+                for (int64_t tt = 0; tt < nt; tt++) {
+                    for (int64_t r = 0; r < nr; r++) {
+                        const double e = fabs((double)got[tt * ldy + r] - want[tt * ldy + r]);
+                        if (!(e <= tol[tt * nr + r]) && bad++ < 3)
+                            CHECK(0, "%s %s rows %lld k %lld tok %lld pool %d: y[%lld][%lld] = %.9g, ref %.9g",
+                                  LEVELS[l], sp_type_info(t)->name, (long long)nr, (long long)k, (long long)nt,
+                                  sp_pool_size(pools[p]), (long long)tt, (long long)r, got[tt * ldy + r],
+                                  want[tt * ldy + r]);
+                    }
+                    for (int64_t r = nr; r < ldy; r++)
+                        CHECK(got[tt * ldy + r] == -12345.0f, "%s: wrote past n_rows", LEVELS[l]);
+                }
+                CHECK(bad == 0, "%s %s: %d mismatches", LEVELS[l], sp_type_info(t)->name, bad);
+                /* the split across threads must not change a single bit */
+                if (p == 0) memcpy(first, got, (size_t)(nt * ldy) * sizeof *got);
+                else CHECK(!memcmp(first, got, (size_t)(nt * ldy) * sizeof *got), "%s %s: pool %d differs from 1 thread",
+                           LEVELS[l], sp_type_info(t)->name, sp_pool_size(pools[p]));
+            }
+        }
+        free(w); free(x); free(want); free(got); free(first); free(tol); free(scratch);
+    }
+    for (int p = 1; p < 3; p++) sp_pool_free(pools[p]);
+}
+
+/* ---- pool --------------------------------------------------------------- */
+
+typedef struct {
+    _Atomic int calls[8];
+    _Atomic int bad_nth;
+    int nth;
+} pool_job;
+
+static void pool_fn(void *arg, int ith, int nth) {
+    pool_job *j = arg;
+    if (nth != j->nth || ith < 0 || ith >= nth) atomic_fetch_add(&j->bad_nth, 1);
+    else atomic_fetch_add(&j->calls[ith], 1);
+}
+
+static void test_pool(void) {
+    for (int n = 1; n <= 4; n++) {
+        sp_pool *p = sp_pool_create(n);
+        CHECK(p && sp_pool_size(p) == n, "create %d", n);
+        if (!p) continue;
+        pool_job j = {.nth = n};
+        const int runs = 4000;
+        for (int r = 0; r < runs; r++) {
+            sp_pool_run(p, pool_fn, &j);
+            if (r % 1000 == 999) { /* let the workers go to sleep on the futex */
+                struct timespec ts = {0, 2000000};
+                nanosleep(&ts, NULL);
+            }
+        }
+        for (int i = 0; i < n; i++) CHECK(atomic_load(&j.calls[i]) == runs, "n=%d thread %d ran %d times", n, i, atomic_load(&j.calls[i]));
+        CHECK(atomic_load(&j.bad_nth) == 0, "bad ith/nth");
+        sp_pool_free(p);
+    }
+    CHECK(sp_pool_create(0) == NULL, "0 threads refused");
+    CHECK(sp_pool_size(NULL) == 1, "NULL pool is one thread");
+    pool_job j = {.nth = 1};
+    sp_pool_run(NULL, pool_fn, &j);
+    CHECK(atomic_load(&j.calls[0]) == 1, "NULL pool runs on the caller");
+}
+
+int main(void) {
+    const char *chosen = sp_kernels_init();
+    RUN(test_traits);
+    RUN(test_dispatch);
+    RUN(test_fp16_bf16);
+    RUN(test_q8_0_hand);
+    RUN(test_q8_K_hand);
+    const sp_type rt[] = {SP_TYPE_F32, SP_TYPE_F16, SP_TYPE_BF16, SP_TYPE_Q8_0, SP_TYPE_Q4_0,
+                          SP_TYPE_Q4_K, SP_TYPE_Q6_K, SP_TYPE_Q8_K};
+    for (size_t i = 0; i < sizeof rt / sizeof rt[0]; i++) RUN_NAMED(quant_roundtrip, rt[i], sp_type_info(rt[i])->name);
+    for (int i = 0; i < N_TYPES; i++) RUN_NAMED(vec_dot_case, TYPES[i], sp_type_info(TYPES[i])->name);
+    for (int i = 0; i < N_TYPES; i++) RUN_NAMED(matmul_case, TYPES[i], sp_type_info(TYPES[i])->name);
+    RUN(test_pool);
+    sp_kernels_force(chosen);
+    TEST_END();
+}

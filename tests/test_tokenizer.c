@@ -1,0 +1,746 @@
+/* test_tokenizer.c: the tokenizer against llama.cpp's own outputs.
+ *
+ *   - every vocab/X.gguf of the reference data: each test string of X.gguf.inp
+ *     tokenized (no special tokens, no special-token parsing) must give the
+ *     ids of the matching line of X.gguf.out, and decode back to itself, also
+ *     through the streaming detokenizer;
+ *   - generations.jsonl: every prompt, tokenized with the model's vocabulary
+ *     and its special tokens, must give prompt_tokens;
+ *   - pieces, special tokens, the streaming detokenizer's UTF-8 handling, edge
+ *     cases (empty, spaces, invalid UTF-8, a 100 KB text, a short output
+ *     buffer) and load errors on crafted GGUF files.
+ */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "gguf/gguf.h"
+#include "test.h"
+#include "tokenizer/tokenizer.h"
+
+#define SPM_VOCAB "vocab/ggml-vocab-llama-spm.gguf"
+#define BPE_VOCAB "vocab/ggml-vocab-gpt-2.gguf"
+
+static char g_err[512];
+
+static sp_vocab *load_vocab(const char *path) {
+    sp_gguf *g = sp_gguf_open(path, g_err, sizeof(g_err));
+    if (!g) return NULL;
+    sp_vocab *v = sp_vocab_load(g, g_err, sizeof(g_err));
+    sp_gguf_close(g); /* the vocabulary must not reference the file */
+    return v;
+}
+
+static sp_vocab *load_ref(const char *rel) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", t_ref_dir(), rel);
+    sp_vocab *v = load_vocab(path);
+    if (!v) fprintf(stderr, "  cannot load %s: %s\n", path, g_err);
+    return v;
+}
+
+/* Tokenizes into a fresh array; *n gets the count (negative on failure). */
+static int32_t *tok(const sp_vocab *v, const char *s, size_t len, bool add_special,
+                    bool parse_special, int *n) {
+    int need = sp_tokenize(v, s, len, NULL, 0, add_special, parse_special);
+    if (need >= 0) { /* nothing to write: fits in zero slots */
+        *n = need;
+        return malloc(sizeof(int32_t));
+    }
+    if (need == -2147483647 - 1) {
+        *n = -1;
+        return NULL;
+    }
+    int32_t *out = malloc((size_t)-need * sizeof(int32_t));
+    *n = sp_tokenize(v, s, len, out, -need, add_special, parse_special);
+    return out;
+}
+
+/* Printable form of s for messages (C escapes, truncated). */
+static const char *esc(const char *s, size_t n) {
+    static char buf[8][400];
+    static int k;
+    char *b = buf[k++ & 7];
+    size_t o = 0;
+    for (size_t i = 0; i < n && o < sizeof(buf[0]) - 8; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\n') o += (size_t)sprintf(b + o, "\\n");
+        else if (c == '\t') o += (size_t)sprintf(b + o, "\\t");
+        else if (c == '\\') o += (size_t)sprintf(b + o, "\\\\");
+        else if (c < 0x20 || c == 0x7f) o += (size_t)sprintf(b + o, "\\x%02x", c);
+        else b[o++] = (char)c;
+    }
+    if (n && o >= sizeof(buf[0]) - 8) o += (size_t)sprintf(b + o, "...");
+    b[o] = 0;
+    return b;
+}
+
+static const char *ids_str(const int32_t *ids, int n) {
+    static char buf[4][2048];
+    static int k;
+    char *b = buf[k++ & 3];
+    size_t o = 0;
+    b[0] = 0;
+    for (int i = 0; i < n && o < sizeof(buf[0]) - 24; i++)
+        o += (size_t)sprintf(b + o, "%s%d", i ? " " : "", ids[i]);
+    if (o >= sizeof(buf[0]) - 24) sprintf(b + o, " ...");
+    return b;
+}
+
+/* Strict UTF-8 validation (no overlongs, surrogates or > U+10FFFF). */
+static bool valid_utf8(const char *s, size_t n) {
+    const unsigned char *b = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = b[i];
+        int k;
+        unsigned char lo = 0x80, hi = 0xbf;
+        if (c < 0x80) k = 1;
+        else if (c >= 0xc2 && c <= 0xdf) k = 2;
+        else if (c >= 0xe0 && c <= 0xef) k = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+        else if (c >= 0xf0 && c <= 0xf4) k = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+        else return false;
+        if (i + (size_t)k > n) return false;
+        for (int j = 1; j < k; j++) {
+            unsigned char x = b[i + (size_t)j];
+            if (j == 1 ? (x < lo || x > hi) : (x & 0xc0) != 0x80) return false;
+        }
+        i += (size_t)k;
+    }
+    return true;
+}
+
+/* Concatenated pieces of ids (render_special false). Caller frees. */
+static char *detok_all(const sp_vocab *v, const int32_t *ids, int n, size_t *len) {
+    size_t cap = 64, o = 0;
+    char *s = malloc(cap);
+    for (int i = 0; i < n; i++) {
+        int k = sp_token_to_piece(v, ids[i], s + o, (int)(cap - o), false);
+        if (k < 0) {
+            while (cap - o < (size_t)-k) cap *= 2;
+            s = realloc(s, cap);
+            k = sp_token_to_piece(v, ids[i], s + o, (int)(cap - o), false);
+        }
+        o += (size_t)k;
+    }
+    *len = o;
+    return s;
+}
+
+/* Decodes ids through the streaming detokenizer, checking that every chunk
+ * is valid UTF-8. Returns the concatenated output. Caller frees. */
+static char *detok_stream(const sp_vocab *v, const int32_t *ids, int n, size_t *len,
+                          bool *all_valid) {
+    sp_detok d;
+    sp_detok_init(&d);
+    size_t cap = 256, o = 0;
+    char *s = malloc(cap);
+    char chunk[4096];
+    *all_valid = true;
+    for (int i = 0; i <= n; i++) {
+        int k = i < n ? sp_detok_push(v, &d, ids[i], chunk, sizeof(chunk))
+                      : sp_detok_flush(&d, chunk, sizeof(chunk));
+        if (k < 0) {
+            *all_valid = false;
+            break;
+        }
+        if (!valid_utf8(chunk, (size_t)k) || chunk[k] != 0) *all_valid = false;
+        if (cap - o < (size_t)k + 1) {
+            while (cap - o < (size_t)k + 1) cap *= 2;
+            s = realloc(s, cap);
+        }
+        memcpy(s + o, chunk, (size_t)k);
+        o += (size_t)k;
+    }
+    *len = o;
+    return s;
+}
+
+/* Round trip and streaming checks for one string and its tokens. */
+static void check_roundtrip(const sp_vocab *v, const char *s, size_t len, const int32_t *ids,
+                            int n, const char *what) {
+    size_t dl;
+    char *d = detok_all(v, ids, n, &dl);
+    const char *p = d;
+    /* SPM: the space prefix added to the text comes back as a leading space */
+    if (sp_vocab_kind_of(v) == SP_VOCAB_SPM && dl > 0 && d[0] == ' ') p++, dl--;
+    CHECK(dl == len && memcmp(p, s, len) == 0, "%s: '%s' decodes to '%s'", what, esc(s, len),
+          esc(p, dl));
+    size_t sl;
+    bool ok;
+    char *st = detok_stream(v, ids, n, &sl, &ok);
+    CHECK(ok, "%s: '%s': the streaming detokenizer emitted invalid UTF-8", what, esc(s, len));
+    if (valid_utf8(s, len)) {
+        size_t full;
+        char *f = detok_all(v, ids, n, &full);
+        CHECK(sl == full && memcmp(st, f, sl) == 0,
+              "%s: '%s': streamed '%s' differs from the pieces '%s'", what, esc(s, len),
+              esc(st, sl), esc(f, full));
+        free(f);
+    }
+    free(st);
+    free(d);
+}
+
+/* ------------------------------------------------------------------ vocab */
+
+static void test_vocab_file(const char *name) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/vocab/%s", t_ref_dir(), name);
+    sp_vocab *v = load_vocab(path);
+    if (!v && strstr(g_err, "unsupported tokenizer model")) {
+        /* WPM/UGM/RWKV vocabularies are out of scope: loading them must fail
+         * cleanly, which it did */
+        printf("     %s: skipped (%s)\n", name, g_err);
+        return;
+    }
+    CHECK(v != NULL, "cannot load %s: %s", path, g_err);
+    if (!v) return;
+    char ipath[1100], opath[1100];
+    snprintf(ipath, sizeof(ipath), "%s.inp", path);
+    snprintf(opath, sizeof(opath), "%s.out", path);
+    size_t ilen = 0, olen = 0;
+    char *inp = t_read_file(ipath, &ilen), *outs = t_read_file(opath, &olen);
+    CHECK(inp && outs, "cannot read %s / %s", ipath, opath);
+    if (!inp || !outs) goto done;
+
+    static const char SEP[] = "\n__ggml_vocab_test__\n";
+    const size_t sl = sizeof(SEP) - 1;
+    size_t ip = 0, op = 0;
+    int n_str = 0, n_ok = 0;
+    /* every string, the last one included, is followed by the separator */
+    while (ip < ilen) {
+        char *sep = memmem(inp + ip, ilen - ip, SEP, sl);
+        CHECK(sep != NULL, "%s: text after the last separator", ipath);
+        if (!sep) break;
+        const char *s = inp + ip;
+        size_t len = (size_t)(sep - s);
+        ip += len + sl;
+
+        CHECK(op < olen, "%s: no output line for string %d", opath, n_str);
+        if (op >= olen) break;
+        char *eol = memchr(outs + op, '\n', olen - op);
+        size_t ll = eol ? (size_t)(eol - (outs + op)) : olen - op;
+        int32_t want[4096];
+        int nw = 0;
+        char *line = strndup(outs + op, ll), *save = NULL;
+        for (char *t = strtok_r(line, " \r", &save); t && nw < 4096; t = strtok_r(NULL, " \r", &save))
+            want[nw++] = (int32_t)strtol(t, NULL, 10);
+        free(line);
+        op += ll + 1;
+
+        int n;
+        int32_t *got = tok(v, s, len, false, false, &n);
+        bool same = n == nw && memcmp(got, want, (size_t)nw * sizeof(int32_t)) == 0;
+        CHECK(same, "%s line %d: '%s'\n    want [%s]\n    got  [%s]", name, n_str + 1,
+              esc(s, len), ids_str(want, nw), ids_str(got, n));
+        if (same) {
+            n_ok++;
+            check_roundtrip(v, s, len, got, n, name);
+        }
+        free(got);
+        n_str++;
+    }
+    CHECK(op >= olen, "%s: more output lines than test strings", opath);
+    printf("     %s: %d/%d strings match\n", name, n_ok, n_str);
+    CHECK(n_str > 0, "%s: no test strings", ipath);
+done:
+    free(inp);
+    free(outs);
+    sp_vocab_free(v);
+}
+
+/* ------------------------------------------------------------ generations */
+
+static void test_generations(void) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/generations.jsonl", t_ref_dir());
+    size_t len;
+    char *all = t_read_file(path, &len);
+    CHECK(all != NULL, "cannot read %s", path);
+    if (!all) return;
+    char cur_model[256] = "";
+    sp_vocab *v = NULL;
+    int n_rec = 0, n_ok = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(all, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        cJSON *j = cJSON_Parse(line);
+        CHECK(j != NULL, "bad JSON line in %s", path);
+        if (!j) continue;
+        const cJSON *model = cJSON_GetObjectItem(j, "model");
+        const cJSON *prompt = cJSON_GetObjectItem(j, "prompt");
+        const cJSON *want = cJSON_GetObjectItem(j, "prompt_tokens");
+        const cJSON *pid = cJSON_GetObjectItem(j, "prompt_id");
+        if (!cJSON_IsString(model) || !cJSON_IsString(prompt) || !cJSON_IsArray(want)) {
+            CHECK(0, "record without model/prompt/prompt_tokens");
+            cJSON_Delete(j);
+            continue;
+        }
+        if (strcmp(cur_model, model->valuestring) != 0) {
+            sp_vocab_free(v);
+            char rel[512];
+            snprintf(rel, sizeof(rel), "models/%s.gguf", model->valuestring);
+            v = load_ref(rel);
+            snprintf(cur_model, sizeof(cur_model), "%s", model->valuestring);
+            CHECK(v != NULL, "cannot load the vocabulary of %s", rel);
+        }
+        if (v) {
+            int n;
+            const char *p = prompt->valuestring;
+            int32_t *got = tok(v, p, strlen(p), true, false, &n);
+            int nw = cJSON_GetArraySize(want);
+            int32_t *w = malloc(((size_t)nw + 1) * sizeof(int32_t));
+            for (int i = 0; i < nw; i++) w[i] = (int32_t)cJSON_GetArrayItem(want, i)->valuedouble;
+            bool same = n == nw && memcmp(got, w, (size_t)nw * sizeof(int32_t)) == 0;
+            CHECK(same, "%s / %s: '%s'\n    want [%s]\n    got  [%s]", cur_model,
+                  cJSON_IsString(pid) ? pid->valuestring : "?", esc(p, strlen(p)), ids_str(w, nw),
+                  ids_str(got, n));
+            n_ok += same;
+            free(w);
+            free(got);
+        }
+        n_rec++;
+        cJSON_Delete(j);
+    }
+    printf("     generations.jsonl: %d/%d prompts match\n", n_ok, n_rec);
+    CHECK(n_rec > 0, "no records in %s", path);
+    sp_vocab_free(v);
+    free(all);
+}
+
+/* ------------------------------------------------------- properties, pieces */
+
+static sp_vocab *g_spm, *g_bpe;
+
+static void expect_ids(const sp_vocab *v, const char *s, size_t len, bool add_special,
+                       bool parse_special, const int32_t *want, int nw, const char *what) {
+    int n;
+    int32_t *got = tok(v, s, len, add_special, parse_special, &n);
+    CHECK(n == nw && (nw == 0 || memcmp(got, want, (size_t)nw * sizeof(int32_t)) == 0),
+          "%s: '%s' want [%s] got [%s]", what, esc(s, len), ids_str(want, nw), ids_str(got, n));
+    free(got);
+}
+
+static void test_properties(void) {
+    if (!g_spm || !g_bpe) {
+        CHECK(0, "reference vocabularies missing");
+        return;
+    }
+    CHECK(sp_vocab_kind_of(g_spm) == SP_VOCAB_SPM, "spm kind");
+    CHECK(sp_vocab_kind_of(g_bpe) == SP_VOCAB_BPE, "bpe kind");
+    CHECK(strcmp(sp_vocab_pre_name(g_bpe), "gpt-2") == 0, "pre %s", sp_vocab_pre_name(g_bpe));
+    CHECK(sp_vocab_n_tokens(g_spm) == 32000 && sp_vocab_n_tokens(g_bpe) == 50257, "n_tokens");
+    CHECK(sp_vocab_bos(g_spm) == 1 && sp_vocab_eos(g_spm) == 2, "spm bos/eos");
+    CHECK(sp_vocab_bos(g_bpe) == 50256 && sp_vocab_eos(g_bpe) == 50256, "bpe bos/eos");
+    CHECK(sp_vocab_add_bos(g_spm) && !sp_vocab_add_eos(g_spm), "spm add_bos");
+    CHECK(!sp_vocab_add_bos(g_bpe) && !sp_vocab_add_eos(g_bpe), "bpe add_bos defaults to false");
+    CHECK(sp_vocab_is_eog(g_spm, 2) && !sp_vocab_is_eog(g_spm, 1) && !sp_vocab_is_eog(g_spm, 100),
+          "spm eog");
+    CHECK(sp_vocab_is_eog(g_bpe, 50256) && !sp_vocab_is_eog(g_bpe, 0) &&
+              !sp_vocab_is_eog(g_bpe, -1) && !sp_vocab_is_eog(g_bpe, 50257),
+          "bpe eog");
+    CHECK(sp_vocab_token_type(g_spm, 0) == SP_TOKEN_UNKNOWN &&
+              sp_vocab_token_type(g_spm, 1) == SP_TOKEN_CONTROL &&
+              sp_vocab_token_type(g_spm, 3) == SP_TOKEN_BYTE &&
+              sp_vocab_token_type(g_spm, 1000) == SP_TOKEN_NORMAL,
+          "spm token types");
+    /* "<|endoftext|>" is made CONTROL whatever the file says, as llama.cpp does */
+    CHECK(sp_vocab_token_type(g_bpe, 50256) == SP_TOKEN_CONTROL, "bpe <|endoftext|> type %d",
+          sp_vocab_token_type(g_bpe, 50256));
+    CHECK(strcmp(sp_vocab_token_text(g_spm, 1), "<s>") == 0, "text of 1");
+    CHECK(strcmp(sp_vocab_token_text(g_spm, 3), "<0x00>") == 0, "text of 3");
+    CHECK(sp_vocab_token_text(g_spm, 32000) == NULL, "text out of range");
+}
+
+static void test_pieces(void) {
+    if (!g_spm || !g_bpe) return;
+    char buf[64];
+    int n;
+    /* SPM: U+2581 -> space, byte tokens -> their byte, control -> "" */
+    int32_t hello[4];
+    n = sp_tokenize(g_spm, "Hello", 5, hello, 4, false, false);
+    CHECK(n == 1, "'Hello' is one SPM token (%d)", n);
+    n = sp_token_to_piece(g_spm, hello[0], buf, sizeof(buf), false);
+    CHECK(n == 6 && memcmp(buf, " Hello", 6) == 0, "piece '%s'", esc(buf, n > 0 ? (size_t)n : 0));
+    n = sp_token_to_piece(g_spm, 3 + 0x0A, buf, sizeof(buf), false);
+    CHECK(n == 1 && buf[0] == '\n', "<0x0A> -> newline");
+    n = sp_token_to_piece(g_spm, 3 + 0xE2, buf, sizeof(buf), false);
+    CHECK(n == 1 && (unsigned char)buf[0] == 0xE2, "<0xE2> -> byte");
+    CHECK(sp_token_to_piece(g_spm, 2, buf, sizeof(buf), false) == 0, "</s> renders empty");
+    n = sp_token_to_piece(g_spm, 2, buf, sizeof(buf), true);
+    CHECK(n == 4 && memcmp(buf, "</s>", 4) == 0, "</s> with render_special");
+    CHECK(sp_token_to_piece(g_spm, 0, buf, sizeof(buf), false) == 0, "<unk> renders empty");
+    CHECK(sp_token_to_piece(g_spm, hello[0], buf, 3, false) == -6, "short buffer -> -(needed)");
+    CHECK(sp_token_to_piece(g_spm, -1, buf, sizeof(buf), false) == 0, "bad id");
+    /* BPE: byte-level decoding */
+    int32_t w[4];
+    n = sp_tokenize(g_bpe, " world", 6, w, 4, false, false);
+    CHECK(n == 1, "' world' is one BPE token (%d)", n);
+    n = sp_token_to_piece(g_bpe, w[0], buf, sizeof(buf), false);
+    CHECK(n == 6 && memcmp(buf, " world", 6) == 0, "bpe piece '%s'", esc(buf, n > 0 ? (size_t)n : 0));
+    CHECK(sp_token_to_piece(g_bpe, 50256, buf, sizeof(buf), false) == 0, "eos renders empty");
+    n = sp_token_to_piece(g_bpe, 50256, buf, sizeof(buf), true);
+    CHECK(n == 13 && memcmp(buf, "<|endoftext|>", 13) == 0, "eos with render_special");
+}
+
+static void test_special_tokens(void) {
+    if (!g_spm || !g_bpe) return;
+    /* SPM: parse_special turns "<s>"/"</s>" into tokens; the text after a
+     * special token gets the space prefix again, as in llama.cpp */
+    const char *s = "<s>Hi</s>";
+    int n1, n2;
+    int32_t *a = tok(g_spm, s, strlen(s), false, true, &n1);
+    int32_t *b = tok(g_spm, " Hi", 3, false, false, &n2); /* text: "▁▁Hi" */
+    int32_t *c = tok(g_spm, "Hi", 2, false, false, &n2);  /* text: "▁Hi" */
+    CHECK(n1 == 2 + n2 && a[0] == 1 && a[n1 - 1] == 2 &&
+              memcmp(a + 1, c, (size_t)n2 * sizeof(int32_t)) == 0,
+          "'%s' parsed: [%s]", s, ids_str(a, n1));
+    free(a);
+    free(b);
+    free(c);
+    a = tok(g_spm, s, strlen(s), false, false, &n1);
+    bool has_ctrl = false;
+    for (int i = 0; i < n1; i++) has_ctrl |= a[i] == 1 || a[i] == 2;
+    CHECK(!has_ctrl && n1 > 3, "without parse_special '<s>' is text: [%s]", ids_str(a, n1));
+    free(a);
+    /* BPE */
+    const char *t = "a<|endoftext|>b";
+    int32_t want[] = {64, 50256, 65};
+    expect_ids(g_bpe, t, strlen(t), false, true, want, 3, "bpe parse_special");
+    a = tok(g_bpe, t, strlen(t), false, false, &n1);
+    has_ctrl = false;
+    for (int i = 0; i < n1; i++) has_ctrl |= a[i] == 50256;
+    CHECK(!has_ctrl && n1 > 3, "bpe without parse_special: [%s]", ids_str(a, n1));
+    free(a);
+    /* add_special: BOS for SPM (the vocabulary asks for it), nothing for GPT-2 */
+    int32_t bos_only[] = {1};
+    expect_ids(g_spm, "", 0, true, false, bos_only, 1, "spm empty + add_special");
+    expect_ids(g_bpe, "", 0, true, false, NULL, 0, "bpe empty + add_special");
+}
+
+static void test_edge_cases(void) {
+    if (!g_spm || !g_bpe) return;
+    int n;
+    expect_ids(g_spm, "", 0, false, false, NULL, 0, "spm empty");
+    expect_ids(g_bpe, "", 0, false, false, NULL, 0, "bpe empty");
+    CHECK(sp_tokenize(g_spm, NULL, 0, NULL, 0, false, false) == 0, "NULL text");
+    /* only spaces */
+    int32_t *a = tok(g_spm, "   ", 3, false, false, &n);
+    CHECK(n > 0, "spm spaces");
+    if (n > 0) check_roundtrip(g_spm, "   ", 3, a, n, "spm spaces");
+    free(a);
+    a = tok(g_bpe, "    ", 4, false, false, &n);
+    CHECK(n > 0, "bpe spaces");
+    if (n > 0) check_roundtrip(g_bpe, "    ", 4, a, n, "bpe spaces");
+    free(a);
+    /* invalid UTF-8. SPM: "▁" then the byte token of 0xFF */
+    int32_t want_ff[] = {29871, 3 + 0xFF};
+    expect_ids(g_spm, "\xff", 1, false, false, want_ff, 2, "spm invalid byte");
+    /* BPE: llama.cpp decodes an invalid byte as U+FFFD */
+    int n2;
+    a = tok(g_bpe, "a\xff" "b", 3, false, false, &n);
+    int32_t *b = tok(g_bpe, "a\xef\xbf\xbd" "b", 5, false, false, &n2);
+    CHECK(n == n2 && n > 0 && memcmp(a, b, (size_t)n * sizeof(int32_t)) == 0,
+          "bpe invalid byte = U+FFFD: [%s] vs [%s]", ids_str(a, n), ids_str(b, n2));
+    free(a);
+    free(b);
+    const char junk[] = "\x80\xc3\xe2\x82\xf0\x9f\x98 \xed\xa0\x80 \xc0\xaf \xf8\xff\xfe end \xe2";
+    /* no round trip here: llama.cpp splits SPM symbols by lead byte, so a
+     * truncated sequence swallows bytes of the next (escaped) character; the
+     * stream must still be valid UTF-8 */
+    const sp_vocab *vs[2] = {g_spm, g_bpe};
+    for (int k = 0; k < 2; k++) {
+        a = tok(vs[k], junk, sizeof(junk) - 1, true, true, &n);
+        CHECK(n > 0, "junk %d", k);
+        size_t sl;
+        bool ok;
+        free(detok_stream(vs[k], a, n, &sl, &ok));
+        CHECK(ok, "junk %d: the streaming detokenizer emitted invalid UTF-8", k);
+        free(a);
+    }
+    /* NUL bytes are text like any other */
+    a = tok(g_bpe, "a\0b", 3, false, false, &n);
+    CHECK(n >= 2, "bpe NUL");
+    if (n > 0) check_roundtrip(g_bpe, "a\0b", 3, a, n, "bpe NUL");
+    free(a);
+    /* n_max too small */
+    const char *s = "Hello world, this is a test.";
+    int need = sp_tokenize(g_spm, s, strlen(s), NULL, 0, true, false);
+    CHECK(need < -1, "n_max 0 -> -(needed): %d", need);
+    int32_t out[64];
+    int r = sp_tokenize(g_spm, s, strlen(s), out, -need - 1, true, false);
+    CHECK(r == need, "n_max needed-1 -> %d (want %d)", r, need);
+    r = sp_tokenize(g_spm, s, strlen(s), out, -need, true, false);
+    CHECK(r == -need && out[0] == 1, "n_max exact -> %d", r);
+    r = sp_tokenize(g_bpe, s, strlen(s), out, 1, false, false);
+    CHECK(r < -1, "bpe short -> %d", r);
+}
+
+/* A deterministic ~100 KB mixed text. */
+static char *big_text(size_t *len) {
+    static const char *parts[] = {
+        "The quick brown fox jumps over the lazy dog. ", "It's 2025; we've got 1234567 items!\n",
+        "  indented\tcode(x) { return x*2; }\n", "Привет, мир! ", "日本語のテキスト。", "🦙🚀✅ ",
+        "don't STOP 'til you're DONE\r\n", "    \n\n", "naïve café résumé — ok… ",
+        "العربية مرحبا ", "0.5 + 3.14159 = 3.64159 ", "<s> </s> <|endoftext|> ",
+    };
+    size_t cap = 110 * 1024, o = 0;
+    char *s = malloc(cap);
+    uint32_t x = 12345;
+    while (o < 100 * 1024) {
+        x = x * 1103515245u + 12345u;
+        const char *p = parts[(x >> 16) % (sizeof(parts) / sizeof(parts[0]))];
+        size_t l = strlen(p);
+        memcpy(s + o, p, l);
+        o += l;
+    }
+    *len = o;
+    return s;
+}
+
+static void test_big_text(void) {
+    if (!g_spm || !g_bpe) return;
+    size_t len;
+    char *s = big_text(&len);
+    const sp_vocab *vs[2] = {g_spm, g_bpe};
+    for (int k = 0; k < 2; k++) {
+        double t0 = sp_time_s();
+        int n;
+        int32_t *ids = tok(vs[k], s, len, false, false, &n);
+        double t1 = sp_time_s();
+        CHECK(n > 1000, "big text: %d tokens", n);
+        printf("     %s: %zu bytes -> %d tokens in %.3f s\n", k ? "bpe" : "spm", len, n, t1 - t0);
+        if (n > 0) check_roundtrip(vs[k], s, len, ids, n, k ? "bpe big" : "spm big");
+        free(ids);
+    }
+    free(s);
+}
+
+static void test_detok_stream(void) {
+    if (!g_spm) return;
+    sp_detok d;
+    char out[256];
+    /* 🦙 = F0 9F A6 99 as four byte tokens: nothing until the last one */
+    int32_t llama[] = {3 + 0xF0, 3 + 0x9F, 3 + 0xA6, 3 + 0x99};
+    sp_detok_init(&d);
+    for (int i = 0; i < 3; i++) {
+        int n = sp_detok_push(g_spm, &d, llama[i], out, sizeof(out));
+        CHECK(n == 0 && out[0] == 0, "partial emoji byte %d emitted %d bytes", i, n);
+    }
+    int n = sp_detok_push(g_spm, &d, llama[3], out, sizeof(out));
+    CHECK(n == 4 && memcmp(out, "\xf0\x9f\xa6\x99", 4) == 0, "emoji completed (%d)", n);
+    /* a stray continuation byte */
+    n = sp_detok_push(g_spm, &d, 3 + 0x80, out, sizeof(out));
+    CHECK(n == 3 && memcmp(out, "\xef\xbf\xbd", 3) == 0, "stray continuation -> U+FFFD");
+    /* an invalid lead byte */
+    n = sp_detok_push(g_spm, &d, 3 + 0xFF, out, sizeof(out));
+    CHECK(n == 3 && memcmp(out, "\xef\xbf\xbd", 3) == 0, "0xFF -> U+FFFD");
+    /* a lead followed by a non-continuation: U+FFFD, then the text */
+    n = sp_detok_push(g_spm, &d, 3 + 0xE2, out, sizeof(out));
+    CHECK(n == 0, "lead held back");
+    int32_t hi[4];
+    int nh = sp_tokenize(g_spm, "Hi", 2, hi, 4, false, false);
+    n = sp_detok_push(g_spm, &d, hi[0], out, sizeof(out));
+    CHECK(nh >= 1 && n == 3 + 3 && memcmp(out, "\xef\xbf\xbd Hi", 6) == 0, "lead + text: '%s'",
+          esc(out, n > 0 ? (size_t)n : 0));
+    /* surrogate (ED A0) can never complete */
+    n = sp_detok_push(g_spm, &d, 3 + 0xED, out, sizeof(out));
+    n = sp_detok_push(g_spm, &d, 3 + 0xA0, out, sizeof(out));
+    CHECK(n == 6 && memcmp(out, "\xef\xbf\xbd\xef\xbf\xbd", 6) == 0, "surrogate -> 2 x U+FFFD");
+    /* CJK 日 = E6 97 A5 split over byte tokens, with a short output buffer */
+    sp_detok_init(&d);
+    sp_detok_push(g_spm, &d, 3 + 0xE6, out, sizeof(out));
+    sp_detok_push(g_spm, &d, 3 + 0x97, out, sizeof(out));
+    n = sp_detok_push(g_spm, &d, 3 + 0xA5, out, 3);
+    CHECK(n == -4, "cap too small -> -(needed) (%d)", n);
+    CHECK(d.n_pend == 2, "state unchanged after a failed push");
+    n = sp_detok_push(g_spm, &d, 3 + 0xA5, out, 4);
+    CHECK(n == 3 && memcmp(out, "\xe6\x97\xa5", 3) == 0 && out[3] == 0, "CJK completed");
+    /* flush of an incomplete character */
+    sp_detok_push(g_spm, &d, 3 + 0xF0, out, sizeof(out));
+    sp_detok_push(g_spm, &d, 3 + 0x9F, out, sizeof(out));
+    CHECK(sp_detok_flush(&d, out, 3) == -7, "flush needs room");
+    n = sp_detok_flush(&d, out, sizeof(out));
+    CHECK(n == 6 && memcmp(out, "\xef\xbf\xbd\xef\xbf\xbd", 6) == 0, "flush -> U+FFFD per byte");
+    CHECK(sp_detok_flush(&d, out, sizeof(out)) == 0 && out[0] == 0, "second flush empty");
+    /* control tokens produce nothing */
+    CHECK(sp_detok_push(g_spm, &d, 2, out, sizeof(out)) == 0, "eos emits nothing");
+}
+
+/* -------------------------------------------------------------- load errors */
+
+static char g_tmp[256];
+
+/* Writes a small tokenizer GGUF; the callback adds or overrides keys. */
+static sp_vocab *load_crafted(const char *model, int n_tok, void (*extra)(sp_gguf_writer *)) {
+    sp_gguf_writer *w = sp_gguf_writer_create();
+    sp_gguf_set_str(w, "general.architecture", "llama");
+    sp_gguf_set_str(w, "tokenizer.ggml.model", model);
+    sp_gguf_str *toks = calloc((size_t)n_tok, sizeof(*toks));
+    char(*names)[16] = calloc((size_t)n_tok, 16);
+    float *scores = calloc((size_t)n_tok, sizeof(float));
+    for (int i = 0; i < n_tok; i++) {
+        snprintf(names[i], 16, "%c%d", 'a' + i % 26, i);
+        toks[i].p = names[i];
+        toks[i].n = strlen(names[i]);
+    }
+    sp_gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)n_tok);
+    sp_gguf_set_arr(w, "tokenizer.ggml.scores", SP_GGUF_FLOAT32, scores, (uint64_t)n_tok);
+    sp_gguf_str merges[1] = {{"a b", 3}};
+    sp_gguf_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    if (extra) extra(w);
+    int rc = sp_gguf_writer_write(w, g_tmp, g_err, sizeof(g_err));
+    sp_gguf_writer_free(w);
+    free(toks);
+    free(names);
+    free(scores);
+    if (rc != 0) {
+        fprintf(stderr, "  cannot write %s: %s\n", g_tmp, g_err);
+        return NULL;
+    }
+    g_err[0] = 0;
+    return load_vocab(g_tmp);
+}
+
+static void x_bad_scores(sp_gguf_writer *w) {
+    float s[3] = {0};
+    sp_gguf_set_arr(w, "tokenizer.ggml.scores", SP_GGUF_FLOAT32, s, 3);
+}
+static void x_bad_bos(sp_gguf_writer *w) { sp_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 99); }
+static void x_bad_pre(sp_gguf_writer *w) { sp_gguf_set_str(w, "tokenizer.ggml.pre", "nonesuch"); }
+static void x_bad_types(sp_gguf_writer *w) {
+    int32_t t[2] = {1, 1};
+    sp_gguf_set_arr(w, "tokenizer.ggml.token_type", SP_GGUF_INT32, t, 2);
+}
+static void x_dup(sp_gguf_writer *w) {
+    sp_gguf_str t[3] = {{"x", 1}, {"y", 1}, {"x", 1}};
+    sp_gguf_set_arr_str(w, "tokenizer.ggml.tokens", t, 3);
+    float s[3] = {0};
+    sp_gguf_set_arr(w, "tokenizer.ggml.scores", SP_GGUF_FLOAT32, s, 3);
+}
+static const char *g_pre;
+static void x_pre_named(sp_gguf_writer *w) { sp_gguf_set_str(w, "tokenizer.ggml.pre", g_pre); }
+static void x_pre_qwen2(sp_gguf_writer *w) { sp_gguf_set_str(w, "tokenizer.ggml.pre", "qwen2"); }
+
+static void test_load_errors(void) {
+    snprintf(g_tmp, sizeof(g_tmp), "/tmp/specula_tok_%d.gguf", (int)getpid());
+    const struct {
+        const char *model;
+        void (*extra)(sp_gguf_writer *);
+        const char *msg;
+    } cases[] = {
+        {"bert", NULL, "unsupported tokenizer model bert"},
+        {"llama", x_bad_scores, "scores has 3 entries"},
+        {"llama", x_bad_types, "token_type has 2 entries"},
+        {"llama", x_bad_bos, "out of range"},
+        {"gpt2", x_bad_pre, "unknown pre-tokenizer type 'nonesuch'"},
+        {"llama", x_dup, "same text"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        sp_vocab *v = load_crafted(cases[i].model, 40, cases[i].extra);
+        CHECK(v == NULL && strstr(g_err, cases[i].msg), "case %zu: want error '%s', got '%s'", i,
+              cases[i].msg, v ? "(loaded)" : g_err);
+        sp_vocab_free(v);
+    }
+    /* a GPT-2 vocabulary without merges */
+    sp_gguf_writer *w = sp_gguf_writer_create();
+    sp_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+    sp_gguf_str t[2] = {{"a", 1}, {"b", 1}};
+    sp_gguf_set_arr_str(w, "tokenizer.ggml.tokens", t, 2);
+    sp_gguf_writer_write(w, g_tmp, g_err, sizeof(g_err));
+    sp_gguf_writer_free(w);
+    sp_vocab *v = load_vocab(g_tmp);
+    CHECK(v == NULL && strstr(g_err, "merges"), "missing merges: '%s'", g_err);
+    sp_vocab_free(v);
+    /* every pre-tokenizer name llama.cpp knows loads (its regexes compile)
+     * and tokenizes */
+    static const char *pres[] = {
+        "default", "llama3", "llama-v3", "llama-bpe", "falcon3", "dbrx", "smaug-bpe",
+        "chatglm-bpe", "deepseek-llm", "deepseek-v3", "deepseek-coder", "falcon", "starcoder",
+        "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b", "gpt-2", "gpt2",
+        "phi-2", "phi", "jina-es", "jina-de", "gigachat", "jina-v1-en", "jina-v2-es",
+        "jina-v2-de", "jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais", "qwen2", "stablelm2",
+        "megrez", "poro-chat", "bloom", "gpt3-finnish", "viking", "tekken", "chameleon", "gpt-4o",
+    };
+    for (size_t i = 0; i < sizeof(pres) / sizeof(pres[0]); i++) {
+        g_pre = pres[i];
+        v = load_crafted("gpt2", 40, x_pre_named);
+        CHECK(v != NULL && strcmp(sp_vocab_pre_name(v), pres[i]) == 0, "pre '%s': %s", pres[i],
+              v ? "wrong name" : g_err);
+        if (v) {
+            const char *s = "Hello, World! 123 4567 don't\n\n  x \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\xa6\x99";
+            int n;
+            int32_t *ids = tok(v, s, strlen(s), true, true, &n);
+            CHECK(n >= 0, "pre '%s': tokenize failed", pres[i]);
+            free(ids);
+        }
+        sp_vocab_free(v);
+    }
+    /* small valid ones load, with the defaults for their kind */
+    v = load_crafted("llama", 40, NULL);
+    CHECK(v && sp_vocab_add_bos(v) && sp_vocab_bos(v) == 1 && sp_vocab_eos(v) == 2,
+          "small spm: %s", v ? "bad defaults" : g_err);
+    sp_vocab_free(v);
+    v = load_crafted("gpt2", 40, x_pre_qwen2);
+    CHECK(v && strcmp(sp_vocab_pre_name(v), "qwen2") == 0 && !sp_vocab_add_bos(v),
+          "small qwen2: %s", v ? "bad defaults" : g_err);
+    if (v) { /* the merge "a b" does not exist as a token: bytes stay apart */
+        int n;
+        int32_t *ids = tok(v, "ab", 2, false, false, &n);
+        CHECK(n >= 0, "tokenize with a crafted vocab");
+        free(ids);
+    }
+    sp_vocab_free(v);
+    unlink(g_tmp);
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int main(void) {
+    /* one case per reference vocabulary */
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s/vocab", t_ref_dir());
+    DIR *dp = opendir(dir);
+    char *names[256];
+    int nn = 0;
+    if (dp) {
+        struct dirent *e;
+        while ((e = readdir(dp)) && nn < 256) {
+            size_t l = strlen(e->d_name);
+            if (l > 5 && strcmp(e->d_name + l - 5, ".gguf") == 0) names[nn++] = strdup(e->d_name);
+        }
+        closedir(dp);
+    }
+    qsort(names, (size_t)nn, sizeof(names[0]), cmp_str);
+    if (nn == 0) {
+        t_case_failures = 0;
+        CHECK(0, "no vocabularies in %s", dir);
+        t_cases_failed++;
+        printf("FAIL vocab files\n");
+    }
+    for (int i = 0; i < nn; i++) {
+        RUN_NAMED(test_vocab_file, names[i], names[i]);
+        free(names[i]);
+    }
+    RUN(test_generations);
+
+    g_spm = load_ref(SPM_VOCAB);
+    g_bpe = load_ref(BPE_VOCAB);
+    RUN(test_properties);
+    RUN(test_pieces);
+    RUN(test_special_tokens);
+    RUN(test_edge_cases);
+    RUN(test_big_text);
+    RUN(test_detok_stream);
+    RUN(test_load_errors);
+    sp_vocab_free(g_spm);
+    sp_vocab_free(g_bpe);
+    TEST_END();
+}
