@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """ref_forward.py: an independent float64 forward pass in NumPy for llama
-and qwen2 GGUF files with F32/F16 weights, written from the architecture's
-definition rather than from Specula's C code. Used by test_independent.sh to
+and qwen2 GGUF files with F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K weights
+(dequantized from ggml's block layouts, then computed in float64), written
+from the architecture's definition rather than from Specula's C code. Used by test_independent.sh to
 check head layouts, GQA, RoPE variants, biases and tied heads on models that
 tools/mkmodel generates.
 
@@ -64,13 +65,73 @@ def read_gguf(path):
     base = (off + align - 1) // align * align
     tensors = {}
     for name, ne, typ, o in infos:
-        n = int(np.prod(ne))
-        dt = {0: np.float32, 1: np.float16}.get(typ)
-        if dt is None:
-            raise SystemExit(f"{name}: type {typ} not handled by the reference")
-        a = np.frombuffer(data, dtype=dt, count=n, offset=base + o).astype(np.float64)
-        tensors[name] = a.reshape(list(reversed(ne)))  # numpy order: [ne1][ne0]
+        a = dequantize(data, base + o, typ, int(np.prod(ne)), name)
+        tensors[name] = a.astype(np.float64).reshape(list(reversed(ne)))  # [ne1][ne0]
     return kv, tensors
+
+
+# Block layouts of the quantized GGUF types (ggml's): elements per block and
+# the block as a NumPy structured dtype. Blocks run along ne0, so a tensor is
+# one flat run of blocks. Values are computed in float32 with the same
+# operations, in the same order, as ggml's dequantize_row_* (so they match it
+# bit for bit), then widened to float64 by the caller.
+F16 = "<f2"
+BLOCKS = {
+    8: (32, np.dtype([("d", F16), ("qs", "i1", 32)])),                      # Q8_0
+    2: (32, np.dtype([("d", F16), ("qs", "u1", 16)])),                      # Q4_0
+    12: (256, np.dtype([("d", F16), ("dmin", F16), ("sc", "u1", 12), ("qs", "u1", 128)])),  # Q4_K
+    14: (256, np.dtype([("ql", "u1", 128), ("qh", "u1", 64), ("sc", "i1", 16), ("d", F16)])),  # Q6_K
+}
+
+
+def dequantize(data, off, typ, n, name="tensor"):
+    """n elements of GGUF type typ at byte offset off of data, as float32."""
+    f32 = np.float32
+    if typ == 0:
+        return np.frombuffer(data, dtype="<f4", count=n, offset=off)
+    if typ == 1:
+        return np.frombuffer(data, dtype=F16, count=n, offset=off).astype(f32)
+    if typ == 30:  # BF16: the top half of an f32
+        u = np.frombuffer(data, dtype="<u2", count=n, offset=off).astype(np.uint32) << 16
+        return u.view(f32)
+    if typ not in BLOCKS:
+        raise SystemExit(f"{name}: type {typ} not handled by the reference")
+    qk, bt = BLOCKS[typ]
+    if n % qk:
+        raise SystemExit(f"{name}: {n} elements is not a whole number of type-{typ} blocks")
+    b = np.frombuffer(data, dtype=bt, count=n // qk, offset=off)
+    d = b["d"].astype(f32)[:, None]
+    if typ == 8:  # Q8_0: q * d
+        y = b["qs"].astype(f32) * d
+    elif typ == 2:  # Q4_0: element j = low nibble of byte j, j + 16 = its high nibble
+        qs = b["qs"]
+        q = np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.int32) - 8
+        y = q.astype(f32) * d
+    elif typ == 12:  # Q4_K: 8 sub-blocks of 32, each with a 6-bit scale and min
+        sc = b["sc"]
+        lo, mid, hi = sc[:, 0:4], sc[:, 4:8], sc[:, 8:12]
+        # sub-block j < 4: scale = sc[j] & 63, min = sc[j+4] & 63; j >= 4: the
+        # low/high nibble of sc[j+4] plus the top 2 bits of sc[j-4] / sc[j].
+        scales = np.concatenate([lo & 63, (hi & 0xF) | ((lo >> 6) << 4)], axis=1)
+        mins = np.concatenate([mid & 63, (hi >> 4) | ((mid >> 6) << 4)], axis=1)
+        d1 = d * scales.astype(f32)                       # [nb, 8]
+        m1 = b["dmin"].astype(f32)[:, None] * mins.astype(f32)
+        # 32-byte group c holds sub-block 2c in its low nibbles, 2c+1 in its high
+        qs = b["qs"].reshape(-1, 4, 1, 32)
+        q = np.concatenate([qs & 0xF, qs >> 4], axis=2).reshape(-1, 8, 32)
+        y = d1[:, :, None] * q.astype(f32) - m1[:, :, None]
+    else:  # Q6_K: 16 sub-blocks of 16 with int8 scales; 6-bit quants - 32
+        ql = b["ql"].reshape(-1, 2, 1, 64)   # per 128 elements: 64 bytes of ql
+        qh = b["qh"].reshape(-1, 2, 1, 32)   # and 32 bytes of qh
+        # quarter r (32 elements) of a 128-run: low 4 bits from ql[(r&1)*32 + l]
+        # (low nibble for r < 2, high for r >= 2), high 2 bits from qh[l] >> 2r
+        low = np.concatenate([ql[..., :32] & 0xF, ql[..., 32:] & 0xF,
+                              ql[..., :32] >> 4, ql[..., 32:] >> 4], axis=2)
+        high = (qh >> (2 * np.arange(4, dtype=np.uint8)).reshape(1, 1, 4, 1)) & 3
+        q = (low | (high << 4)).astype(np.int32).reshape(-1, 256) - 32
+        s = d * b["sc"].astype(f32)                       # [nb, 16]
+        y = np.repeat(s, 16, axis=1) * q.astype(f32)
+    return y.astype(f32).reshape(-1)
 
 
 def rope(x, pos, base, scale, factors, neox):

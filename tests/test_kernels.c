@@ -16,7 +16,9 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kernels/kernels.h"
 #include "test.h"
@@ -118,7 +120,52 @@ static void test_traits(void) {
           "vec_dot types");
 }
 
+/* SPECULA_KERNELS is read once, at the first sp_kernels_init: check it in
+ * forked children that have not initialised yet (run before main's init). */
+static int child_level(const char *env, char *name, size_t n) {
+    int fd[2];
+    if (pipe(fd)) return -1;
+    const pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        setenv("SPECULA_KERNELS", env, 1);
+        if (freopen("/dev/null", "w", stderr)) {} /* the refusal warning */
+        const char *lv = sp_kernels_init();
+        if (write(fd[1], lv, strlen(lv)) < 0) _exit(2);
+        _exit(0);
+    }
+    close(fd[1]);
+    ssize_t got = read(fd[0], name, n - 1);
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    name[got > 0 ? got : 0] = 0;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+static void test_env_override(void) {
+    char name[32];
+    const char *best = sp_kernels_available("avx512") ? "avx512" : sp_kernels_available("avx2") ? "avx2" : "ref";
+    CHECK(child_level("ref", name, sizeof name) == 0 && !strcmp(name, "ref"), "SPECULA_KERNELS=ref gave %s", name);
+    CHECK(child_level("nonsense", name, sizeof name) == 0 && !strcmp(name, best), "unknown level gave %s", name);
+    CHECK(child_level("", name, sizeof name) == 0 && !strcmp(name, best), "empty gave %s", name);
+    for (int l = 1; l < N_LEVELS; l++) {
+        CHECK(child_level(LEVELS[l], name, sizeof name) == 0 &&
+                  !strcmp(name, sp_kernels_available(LEVELS[l]) ? LEVELS[l] : best),
+              "SPECULA_KERNELS=%s gave %s", LEVELS[l], name);
+    }
+}
+
+static void *init_thread(void *arg) { return (void *)sp_kernels_init(); (void)arg; }
+
 static void test_dispatch(void) {
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, init_thread, NULL);
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        pthread_join(th[i], &r);
+        CHECK(r && !strcmp((const char *)r, sp_kernels_init()), "concurrent init");
+    }
     const char *a = sp_kernels_init(), *b = sp_kernels_init();
     CHECK(a && b && !strcmp(a, b), "init is stable");
     CHECK(sp_kernels_available("ref"), "ref always available");
@@ -348,13 +395,13 @@ static void matmul_case(sp_type t) {
     const int64_t blck = sp_type_info(t)->blck;
     /* K values: group tails for every layout (512-value groups for Q8_0/Q4_0/Q4_K,
      * 256 for Q6_K, 16 for floats) */
-    int64_t kA, kB, kC;
-    if (blck == 1) { kA = 16; kB = 77; kC = 1600; }
-    else if (blck == 32) { kA = 512; kB = 800; kC = 2048; }
-    else { kA = 256; kB = 768; kC = 1536; }
+    int64_t kA, kB, kC, kD, kE; /* kD: long enough to be cut into K ranges when n_tok > 8 */
+    if (blck == 1) { kA = 16; kB = 77; kC = 1600; kD = 3001; kE = 5; }
+    else if (blck == 32) { kA = 512; kB = 800; kC = 2048; kD = 4640; kE = 96; }
+    else { kA = 256; kB = 768; kC = 1536; kD = 4608; kE = 256; }
     const struct { int64_t n_rows, k, n_tok, ldy_extra; } shapes[] = {
         {1, kA, 1, 0}, {13, kB, 2, 3}, {71, kC, 3, 0}, {33, kB, 5, 1}, {16, kC, 8, 0},
-        {37, kA, 17, 0}, {130, kB, 64, 2}, {260, kC, 1, 0},
+        {37, kA, 17, 0}, {130, kB, 64, 2}, {260, kC, 1, 0}, {24, kD, 12, 0}, {9, kD, 6, 0}, {5, kE, 3, 0}, {3, kE, 9, 1},
     };
     sp_pool *pools[3] = {NULL, sp_pool_create(2), sp_pool_create(3)};
     CHECK(pools[1] && pools[2], "pool create");
@@ -445,6 +492,7 @@ static void test_pool(void) {
 }
 
 int main(void) {
+    RUN(test_env_override); /* before this process initialises the dispatcher */
     const char *chosen = sp_kernels_init();
     RUN(test_traits);
     RUN(test_dispatch);

@@ -30,6 +30,21 @@ AI float hsum8(__m256 v) {
 
 AI float f16f(sp_f16 h) { return _cvtsh_ss(h); }
 
+/* Software prefetch of the weight stream: to L2 SP_PF_L2 bytes ahead of
+ * the block being read, to L1 SP_PF_L1 bytes ahead (see kernels_avx512.c
+ * for the measurements; the hardware prefetchers alone leave a core well
+ * short of its bandwidth on these kernels). */
+#define SP_PF_L1 2048
+#define SP_PF_L2 8192
+AI void prefetch_ahead(const void *p, const int bytes) {
+    const char *q1 = (const char *)p + SP_PF_L1, *q2 = (const char *)p + SP_PF_L2;
+    _Pragma("GCC unroll 8")
+    for (int l = 0; l < (bytes + 63) / 64; l++) {
+        _mm_prefetch(q1 + 64 * l, _MM_HINT_T0);
+        _mm_prefetch(q2 + 64 * l, _MM_HINT_T1);
+    }
+}
+
 /* ---- activation quantizers (bit-exact with kernels_ref.c) --------------- */
 
 /* 32 int32 (4 vectors, in order) -> 32 int8 in order */
@@ -45,6 +60,7 @@ static void quantize_q8_0_avx2(const float *x, void *vy, int64_t k) {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int64_t i = 0; i < k / 32; i++, x += 32) {
         __m256 v[4], m = _mm256_setzero_ps();
+        _Pragma("GCC unroll 16")
         for (int j = 0; j < 4; j++) {
             v[j] = _mm256_loadu_ps(x + 8 * j);
             m = _mm256_max_ps(m, _mm256_and_ps(v[j], absmask));
@@ -56,6 +72,7 @@ static void quantize_q8_0_avx2(const float *x, void *vy, int64_t k) {
         y[i].d = sp_f32_to_f16(amax / 127.f);
         const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
         __m256i q[4];
+        _Pragma("GCC unroll 16")
         for (int j = 0; j < 4; j++) q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], id)); /* RNE */
         _mm256_storeu_si256((__m256i *)y[i].qs, pack_i32x32_i8(q[0], q[1], q[2], q[3]));
     }
@@ -82,6 +99,7 @@ static void quantize_q8_K_avx2(const float *x, void *vy, int64_t k) {
         const __m256i lim = _mm256_set1_epi32(127);
         for (int j = 0; j < SP_QK_K; j += 32) {
             __m256i q[4];
+            _Pragma("GCC unroll 16")
             for (int u = 0; u < 4; u++)
                 q[u] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8 * u), is)), lim);
             _mm256_storeu_si256((__m256i *)(y[i].qs + j), pack_i32x32_i8(q[0], q[1], q[2], q[3]));
@@ -169,9 +187,11 @@ AI void q8_0_row(const sp_block_q8_0 *w, const uint8_t *xs, size_t xss, const in
                  int64_t b1, __m256 *F) {
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = b0; b < b1; b++) {
+        if (!(b & 1)) prefetch_ahead(&w[b], 64);
         const __m256i q = _mm256_loadu_si256((const __m256i *)w[b].qs);
         const __m256i aq = _mm256_sign_epi8(q, q);
         const float dw = f16f(w[b].d);
+        _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) {
             const sp_block_q8_0 *xb = (const sp_block_q8_0 *)(xs + t * xss) + b;
             const __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb->qs), q);
@@ -185,12 +205,14 @@ AI void q4_0_row(const sp_block_q4_0 *w, const uint8_t *xs, size_t xss, const in
                  int64_t b1, __m256 *F) {
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);
     for (int64_t b = b0; b < b1; b++) {
+        if (!(b & 3)) prefetch_ahead(&w[b], 72);
         const __m128i raw = _mm_loadu_si128((const __m128i *)w[b].qs);
         /* low nibbles = elements 0..15, high nibbles = 16..31 */
         const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
         const __m256i q = _mm256_sub_epi8(nib, eight);
         const __m256i aq = _mm256_sign_epi8(q, q);
         const float dw = f16f(w[b].d);
+        _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) {
             const sp_block_q8_0 *xb = (const sp_block_q8_0 *)(xs + t * xss) + b;
             const __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb->qs), q);
@@ -204,18 +226,22 @@ AI void q4_K_row(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const in
                  int64_t b1, __m256 *F) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     for (int64_t b = b0; b < b1; b++) {
+        prefetch_ahead(&w[b], sizeof(sp_block_q4_K));
         uint8_t sm[16];
         sp_q4_K_unpack_scales(w[b].scales, sm);
         /* mins repeated per pair of bsums: m0 m0 m1 m1 ... m7 m7 */
         const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(sm + 8)),
                                                                     _mm_loadl_epi64((const __m128i *)(sm + 8))));
         __m256i acc[4];
+        _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 16")
         for (int j = 0; j < 4; j++) {
             const __m256i raw = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * j));
             const __m256i lo = _mm256_and_si256(raw, m4);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
             const __m256i sc_lo = _mm256_set1_epi16(sm[2 * j]), sc_hi = _mm256_set1_epi16(sm[2 * j + 1]);
+            _Pragma("GCC unroll 16")
             for (int t = 0; t < NT; t++) {
                 const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
                 const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * j));
@@ -226,6 +252,7 @@ AI void q4_K_row(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const in
             }
         }
         const float d = f16f(w[b].d), dmin = f16f(w[b].dmin);
+        _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) {
             const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
             const __m256i mm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins);
@@ -240,9 +267,12 @@ AI void q6_K_row(const sp_block_q6_K *w, const uint8_t *xs, size_t xss, const in
     const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
     for (int64_t b = b0; b < b1; b++) {
         const sp_block_q6_K *wb = &w[b];
+        prefetch_ahead(wb, sizeof(sp_block_q6_K));
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales));
         __m256i acc[4];
+        _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 16")
         for (int n = 0; n < 2; n++) {
             const __m256i l0 = _mm256_loadu_si256((const __m256i *)(wb->ql + 64 * n));
             const __m256i l1 = _mm256_loadu_si256((const __m256i *)(wb->ql + 64 * n + 32));
@@ -255,10 +285,12 @@ AI void q6_K_row(const sp_block_q6_K *w, const uint8_t *xs, size_t xss, const in
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
             q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+            _Pragma("GCC unroll 16")
             for (int qd = 0; qd < 4; qd++) {
                 /* elements l = 0..15 use scale 8n + 2qd, l = 16..31 the next one */
                 const int g = 8 * n + 2 * qd;
                 const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(wb->scales[g + 1]), _mm_set1_epi16(wb->scales[g]));
+                _Pragma("GCC unroll 16")
                 for (int t = 0; t < NT; t++) {
                     const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
                     const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 128 * n + 32 * qd));
@@ -267,6 +299,7 @@ AI void q6_K_row(const sp_block_q6_K *w, const uint8_t *xs, size_t xss, const in
             }
         }
         const float d = f16f(wb->d);
+        _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) {
             const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
             /* q was stored +32: subtract 32 * sum_g sc_g * bsum_g */
@@ -294,11 +327,14 @@ AI float load_w1(const uint8_t *w, int64_t i, const int WT) {
 
 AI void float_row(const uint8_t *w, const uint8_t *xs, size_t xss, const int NT, int64_t k0, int64_t k1,
                   const int WT, float *out) {
-    __m256 F[4], G[4];
+    __m256 F[8], G[8];
+    _Pragma("GCC unroll 16")
     for (int t = 0; t < NT; t++) F[t] = G[t] = _mm256_setzero_ps();
     int64_t i = k0;
     for (; i + 16 <= k1; i += 16) { /* two accumulators per token: FMA latency */
+        if (!(i & 31)) prefetch_ahead(w + i * (WT == SP_TYPE_F32 ? 4 : 2), WT == SP_TYPE_F32 ? 128 : 64);
         const __m256 w0 = load_w8(w, i, WT), w1 = load_w8(w, i + 8, WT);
+        _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) {
             const float *x = (const float *)(xs + t * xss);
             F[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), F[t]);
@@ -307,8 +343,10 @@ AI void float_row(const uint8_t *w, const uint8_t *xs, size_t xss, const int NT,
     }
     for (; i + 8 <= k1; i += 8) {
         const __m256 w0 = load_w8(w, i, WT);
+        _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) F[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps((const float *)(xs + t * xss) + i), F[t]);
     }
+    _Pragma("GCC unroll 16")
     for (int t = 0; t < NT; t++) {
         out[t] = hsum8(_mm256_add_ps(F[t], G[t]));
         for (int64_t j = i; j < k1; j++) out[t] += load_w1(w, j, WT) * ((const float *)(xs + t * xss))[j];
@@ -318,20 +356,26 @@ AI void float_row(const uint8_t *w, const uint8_t *xs, size_t xss, const int NT,
 /* ---- tile entry points: rows loop, NT dispatch -------------------------- */
 
 AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v, int accumulate) {
+    _Pragma("GCC unroll 16")
     for (int t = 0; t < NT; t++) {
         if (accumulate) y[t * ldy + r] += v[t];
         else y[t * ldy + r] = v[t];
     }
 }
 
-#define QTILE(NAME, BT, QK, ROWFN)                                                                   \
+/* Q8_0/Q4_0 tiles take up to 8 tokens (8 accumulators + 3 live vectors fit
+ * the 16 ymm registers); the K-quant tiles keep an int32 accumulator per
+ * token as well and stop at 4. */
+#define QTILE(NAME, BT, QK, ROWFN, MAXNT)                                                            \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,        \
                       const int NT, int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {        \
         for (int64_t r = 0; r < nr; r++) {                                                           \
-            __m256 F[4];                                                                             \
-            float v[4];                                                                              \
+            __m256 F[8];                                                                             \
+            float v[8];                                                                              \
+            _Pragma("GCC unroll 16")                                                                 \
             for (int t = 0; t < NT; t++) F[t] = _mm256_setzero_ps();                                 \
             ROWFN((const BT *)(w + r * ws), xs, xss, NT, k0 / QK, k1 / QK, F);                       \
+            _Pragma("GCC unroll 16")                                                                 \
             for (int t = 0; t < NT; t++) v[t] = hsum8(F[t]);                                         \
             store_out(y, ldy, r, NT, v, acc);                                                        \
         }                                                                                            \
@@ -341,10 +385,18 @@ AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v
                             int acc) {                                                               \
         (void)k;                                                                                     \
         switch (nt) {                                                                                \
-        case 1: NAME##_nt(w, ws, nr, xs, xss, 1, k0, k1, y, ldy, acc); break;                        \
-        case 2: NAME##_nt(w, ws, nr, xs, xss, 2, k0, k1, y, ldy, acc); break;                        \
-        case 3: NAME##_nt(w, ws, nr, xs, xss, 3, k0, k1, y, ldy, acc); break;                        \
-        default: NAME##_nt(w, ws, nr, xs, xss, 4, k0, k1, y, ldy, acc); break;                       \
+        case 1: NAME##_nt(w, ws, nr, xs, xss, 1, k0, k1, y, ldy, acc); return;                       \
+        case 2: NAME##_nt(w, ws, nr, xs, xss, 2, k0, k1, y, ldy, acc); return;                       \
+        case 3: NAME##_nt(w, ws, nr, xs, xss, 3, k0, k1, y, ldy, acc); return;                       \
+        case 4: NAME##_nt(w, ws, nr, xs, xss, 4, k0, k1, y, ldy, acc); return;                       \
+        }                                                                                            \
+        if (MAXNT > 4) { /* compiled only where MAXNT is 8 */                                       \
+            switch (nt) {                                                                            \
+            case 5: NAME##_nt(w, ws, nr, xs, xss, 5, k0, k1, y, ldy, acc); return;                   \
+            case 6: NAME##_nt(w, ws, nr, xs, xss, 6, k0, k1, y, ldy, acc); return;                   \
+            case 7: NAME##_nt(w, ws, nr, xs, xss, 7, k0, k1, y, ldy, acc); return;                   \
+            default: NAME##_nt(w, ws, nr, xs, xss, 8, k0, k1, y, ldy, acc); return;                  \
+            }                                                                                        \
         }                                                                                            \
     }                                                                                                \
     static void NAME##_dot(int64_t k, float *s, const void *w, const void *x) {                      \
@@ -353,10 +405,10 @@ AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v
         *s = hsum8(F[0]);                                                                            \
     }
 
-QTILE(q8_0, sp_block_q8_0, 32, q8_0_row)
-QTILE(q4_0, sp_block_q4_0, 32, q4_0_row)
-QTILE(q4_K, sp_block_q4_K, 256, q4_K_row)
-QTILE(q6_K, sp_block_q6_K, 256, q6_K_row)
+QTILE(q8_0, sp_block_q8_0, 32, q8_0_row, 8)
+QTILE(q4_0, sp_block_q4_0, 32, q4_0_row, 8)
+QTILE(q4_K, sp_block_q4_K, 256, q4_K_row, 4)
+QTILE(q6_K, sp_block_q6_K, 256, q6_K_row, 4)
 
 #define FTILE(NAME, WT)                                                                              \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,        \
@@ -405,8 +457,8 @@ static void conv_q8_K(const float *x, int64_t k, void *xs) { quantize_q8_K_avx2(
 static const sp_mm_kernel mm_f32 = {8, 32, NULL, 4, conv_f32, f32_tile};
 static const sp_mm_kernel mm_f16 = {8, 32, NULL, 4, conv_f16, f16_tile};
 static const sp_mm_kernel mm_bf16 = {8, 32, NULL, 4, conv_bf16, bf16_tile};
-static const sp_mm_kernel mm_q8_0 = {32, sizeof(sp_block_q8_0), NULL, 4, conv_q8_0, q8_0_tile};
-static const sp_mm_kernel mm_q4_0 = {32, sizeof(sp_block_q8_0), NULL, 4, conv_q8_0, q4_0_tile};
+static const sp_mm_kernel mm_q8_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q8_0_tile};
+static const sp_mm_kernel mm_q4_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q4_0_tile};
 static const sp_mm_kernel mm_q4_K = {256, sizeof(sp_block_q8_K), NULL, 4, conv_q8_K, q4_K_tile};
 static const sp_mm_kernel mm_q6_K = {256, sizeof(sp_block_q8_K), NULL, 4, conv_q8_K, q6_K_tile};
 

@@ -1,19 +1,23 @@
 /* matmul.c: the sp_matmul driver: activation conversion, work split across
  * the pool, cache blocking. The arithmetic is in the level's tile kernel.
  *
- * Work split: the rows of W are cut into chunks of up to ~256 KiB of weights
- * (so that a chunk stays in L2 while every token tile passes over it) and at
- * least 4 chunks per thread when there are enough rows; threads take their
- * first chunk statically and the rest from an atomic counter, which keeps
- * both cores busy when one of them is shared with another process. Chunk
- * boundaries are multiples of 16 rows so that two threads never write the
- * same 64-byte line of y.
+ * Work split: the rows of W are cut into chunks of 16-row multiples (so two
+ * threads never write the same 64-byte line of y), planned before the run:
+ * chunks of up to ~256 KiB of weights (a chunk stays in L2 while every token
+ * tile passes over it), then, over the last part of the matrix, "guided"
+ * chunks (half of an equal share of what is left, down to ~32 KiB), so that
+ * the threads finish within a few microseconds of each other. Each thread
+ * takes its first chunk statically and the rest from an atomic counter,
+ * which keeps both cores busy when one of them is slowed down by something
+ * else. (With fixed 256 KiB chunks the wait at the end of each decode matmul
+ * averaged half a chunk, ~10 us, a few percent of a decode step.)
  *
  * Inside a chunk: tokens in tiles of mm->max_nt (the kernel reuses each
- * weight block it loads for every token of the tile), and K in ranges small
- * enough that the tile's converted activations (nt x kc) stay in L1 (~24 KiB)
- * while the kernel walks the chunk's rows. Decode (n_tok == 1) is one tile
- * over the whole K: a pure weight stream.
+ * weight block it loads for every token of the tile), and, for prefill, K in
+ * ranges small enough that the tile's converted activations (nt x kc) stay
+ * in L1 while the kernel walks the chunk's rows. Decode and verification
+ * (n_tok <= max_nt) are one tile over the whole K: a contiguous weight
+ * stream.
  *
  * Activations are converted once per call into scratch (layout chosen by the
  * level), by the calling thread for a single token (a few microseconds) or by
@@ -21,12 +25,24 @@
  * run (cheaper than a second dispatch).
  */
 #include <sched.h>
+#include <stdint.h>
 #include <stdatomic.h>
 
 #include "kernels_internal.h"
 
-#define SP_MM_L1_X_BUDGET (24 * 1024)   /* bytes of activations a tile keeps in L1 */
+/* Bytes of converted activations one tile call works on (nt tokens x a K
+ * range). Prefill (several token tiles over the same rows): 24 KiB, so that
+ * they stay in L1 (48 KiB) next to the weight stream; 64 KiB was 20-30%
+ * slower at 128 tokens. A single token tile (decode, verification of up to
+ * 8 tokens): 64 KiB, because cutting K there makes the weight stream
+ * non-contiguous (each row read in pieces), which cost more than the L1
+ * misses on activations: 5 tokens vs 1 went from 1.26x to 1.2x (Q8_0) and
+ * from 1.5x to 1.27x (Q4_K) on the TinyLlama shapes (k = 5632 is not cut). */
+#define SP_MM_X_BUDGET_PREFILL (24 * 1024)
+#define SP_MM_X_BUDGET_ONE_TILE (64 * 1024)
 #define SP_MM_CHUNK_BYTES (256 * 1024)  /* weight bytes per row chunk (L2 resident) */
+#define SP_MM_MIN_CHUNK_BYTES (32 * 1024) /* smallest guided chunk */
+#define SP_MM_MAX_CHUNKS 256
 
 static size_t xrow_stride(const sp_mm_kernel *mm, int64_t k) {
     const size_t b = mm->kgroup ? (size_t)((k + mm->kgroup - 1) / mm->kgroup) * mm->xgroup_bytes
@@ -57,7 +73,8 @@ typedef struct {
     size_t xs_stride;
     float *y;
     int64_t ldy;
-    int64_t rows_per_chunk, n_chunks;
+    int n_chunks;
+    int32_t chunk_row[SP_MM_MAX_CHUNKS + 1]; /* chunk c = rows [chunk_row[c], chunk_row[c+1]) */
     int64_t kc;        /* K elements per K range (multiple of kgroup) */
     int convert_in_run;
     _Atomic int64_t next_chunk;
@@ -66,8 +83,8 @@ typedef struct {
 
 static void mm_chunk(const mm_job *j, int64_t c) {
     const sp_mm_kernel *mm = j->mm;
-    const int64_t r0 = c * j->rows_per_chunk;
-    const int64_t nr = SP_MIN(j->n_rows, r0 + j->rows_per_chunk) - r0;
+    const int64_t r0 = j->chunk_row[c];
+    const int64_t nr = j->chunk_row[c + 1] - r0;
     const uint8_t *w = j->w + (size_t)r0 * j->w_stride;
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += mm->max_nt) {
         const int nt = (int)SP_MIN((int64_t)mm->max_nt, j->n_tok - t0);
@@ -96,6 +113,25 @@ static void mm_worker(void *arg, int ith, int nth) {
         mm_chunk(j, c);
 }
 
+static int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+
+/* Fills bounds[0..n] (n returned): see the top of the file. */
+static int plan_chunks(int64_t n_rows, size_t row_bytes, int nth, int32_t *bounds) {
+    int64_t big = SP_MAX(16, (int64_t)(SP_MM_CHUNK_BYTES / row_bytes) / 16 * 16);
+    big = SP_MAX(big, round16((n_rows + SP_MM_MAX_CHUNKS / 2 - 1) / (SP_MM_MAX_CHUNKS / 2))); /* bound the count */
+    const int64_t small = SP_MIN(big, SP_MAX(16, round16((int64_t)(SP_MM_MIN_CHUNK_BYTES / row_bytes))));
+    int n = 0;
+    int64_t r = 0;
+    while (r < n_rows && n < SP_MM_MAX_CHUNKS - 1) {
+        const int64_t c = SP_MIN(SP_MAX(round16((n_rows - r) / (2 * nth)), small), big);
+        bounds[n++] = (int32_t)r;
+        r += c;
+    }
+    if (r < n_rows) bounds[n++] = (int32_t)r; /* not reached with the bound above */
+    bounds[n] = (int32_t)n_rows;
+    return n;
+}
+
 void sp_matmul(sp_pool *pool, const void *w, sp_type wt, int64_t n_rows, int64_t k, const float *x,
                int64_t n_tok, float *y, int64_t ldy, void *scratch) {
     const sp_type_traits *tt = sp_type_info(wt);
@@ -117,13 +153,8 @@ void sp_matmul(sp_pool *pool, const void *w, sp_type wt, int64_t n_rows, int64_t
     j.y = y;
     j.ldy = ldy;
 
-    /* rows per chunk: ~SP_MM_CHUNK_BYTES of weights, >= 4 chunks per thread
-     * when the matrix is big enough, a multiple of 16 rows */
-    int64_t rpc = (int64_t)(SP_MM_CHUNK_BYTES / j.w_stride) / 16 * 16;
-    rpc = SP_MIN(rpc, (n_rows + 4 * nth - 1) / (4 * nth));
-    rpc = SP_MAX(16, SP_ALIGN_UP(rpc, 16));
-    j.rows_per_chunk = rpc;
-    j.n_chunks = (n_rows + rpc - 1) / rpc;
+    SP_ASSERT(n_rows <= INT32_MAX);
+    j.n_chunks = plan_chunks(n_rows, j.w_stride, nth, j.chunk_row);
     atomic_init(&j.next_chunk, nth);
     atomic_init(&j.arrived, 0);
 
@@ -131,7 +162,8 @@ void sp_matmul(sp_pool *pool, const void *w, sp_type wt, int64_t n_rows, int64_t
     if (mm->kgroup) {
         const int64_t nt = SP_MIN((int64_t)mm->max_nt, n_tok);
         const int64_t ngroups = (k + mm->kgroup - 1) / mm->kgroup;
-        int64_t g = (int64_t)(SP_MM_L1_X_BUDGET / ((size_t)nt * mm->xgroup_bytes));
+        const size_t budget = n_tok <= mm->max_nt ? SP_MM_X_BUDGET_ONE_TILE : SP_MM_X_BUDGET_PREFILL;
+        int64_t g = (int64_t)(budget / ((size_t)nt * mm->xgroup_bytes));
         g = SP_MAX(1, SP_MIN(g, ngroups));
         const int64_t nranges = (ngroups + g - 1) / g;
         g = (ngroups + nranges - 1) / nranges; /* equal ranges */

@@ -11,7 +11,6 @@
  * Nothing is allocated per run. The spinning costs CPU only while runs keep
  * coming; a pool left idle sleeps after SP_POOL_SPIN_NS.
  */
-#include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -21,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kernels.h"
+#include "kernels_internal.h"
 
 #define SP_POOL_MAX_THREADS 256
 /* How long an idle worker (or a waiting caller) spins before sleeping. */
@@ -35,12 +34,13 @@ struct sp_pool {
     void (*fn)(void *arg, int ith, int nth);
     void *arg;
 
-    /* All three are futex words (32-bit). */
-    _Atomic uint32_t gen;      /* bumped once per run (and at shutdown) */
-    _Atomic int32_t pending;   /* workers still busy with the current run */
-    _Atomic int32_t sleepers;  /* workers asleep (or about to be) on gen */
-    _Atomic int32_t caller_waiting;
+    /* gen and pending are futex words (32-bit), each on its own cache line:
+     * workers poll gen while others decrement pending. */
+    _Alignas(64) _Atomic uint32_t gen; /* bumped once per run (and at shutdown) */
+    _Atomic int32_t sleepers;          /* workers asleep (or about to be) on gen */
     _Atomic int stop;
+    _Alignas(64) _Atomic int32_t pending; /* workers still busy with the current run */
+    _Atomic int32_t caller_waiting;
 };
 
 typedef struct {
@@ -115,8 +115,9 @@ static void *worker_main(void *varg) {
 
 sp_pool *sp_pool_create(int n_threads) {
     if (n_threads < 1 || n_threads > SP_POOL_MAX_THREADS) return NULL;
-    sp_pool *p = calloc(1, sizeof *p);
+    sp_pool *p = aligned_alloc(64, SP_ALIGN_UP(sizeof *p, 64));
     if (!p) return NULL;
+    memset(p, 0, sizeof *p);
     p->n = n_threads;
     if (n_threads > 1) {
         /* threads and their args in one block: worker_arg after the pthread_t array */
