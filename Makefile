@@ -68,6 +68,16 @@ asan:
 	$(MAKE) BUILD=build-asan BIN=build-asan/bin OPT=-O1 \
 	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
+# ThreadSanitizer build of the multithreaded code (thread pool, matmul, the
+# forward pass); the single-threaded tests gain nothing from it.
+TSAN_TESTS = test_kernels test_forward
+tsan:
+	$(MAKE) BUILD=build-tsan BIN=build-tsan/bin OPT=-O1 SAN="-fsanitize=thread" \
+	  $(TSAN_TESTS:%=build-tsan/tests/%)
+	rm -rf build-tsan/run && mkdir -p build-tsan/run && \
+	  for t in $(TSAN_TESTS); do ln -s ../tests/$$t build-tsan/run/$$t; done
+	TSAN_OPTIONS=halt_on_error=1 tests/run.sh build-tsan/run
+
 BENCH_SRC := $(wildcard bench/*.c)
 $(BIN)/bench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(LIB)
 	@mkdir -p $(BIN)
@@ -77,8 +87,8 @@ bench: $(BIN)/bench $(BIN)/mkmodel
 	bench/run.sh
 
 clean:
-	rm -rf build build-asan bin
+	rm -rf build build-asan build-tsan bin
 
-.PHONY: all test tests asan bench clean
+.PHONY: all test tests asan tsan bench clean
 .SECONDARY:
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
