@@ -14,6 +14,15 @@ void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) 
     for (int64_t i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
 }
 
+float sp_softmax_exp(float *scores, int32_t n, float max) {
+    double sum = 0.0; /* as llama.cpp: f32 terms, double sum */
+    for (int32_t p = 0; p < n; p++) {
+        scores[p] = expf(scores[p] - max);
+        sum += scores[p];
+    }
+    return (float)(1.0 / sum);
+}
+
 static float round16(float x) { return sp_f16_to_f32(sp_f32_to_f16(x)); }
 
 static void ref_attn_head(const float *q, sp_kv *kv, int32_t layer, int32_t seq, int32_t g,
@@ -43,12 +52,7 @@ static void ref_attn_head(const float *q, sp_kv *kv, int32_t layer, int32_t seq,
         }
         p += n;
     }
-    double sum = 0.0;
-    for (int32_t p = 0; p < n_pos; p++) {
-        scores[p] = expf(scores[p] - max);
-        sum += scores[p];
-    }
-    const float inv = (float)(1.0 / sum);
+    const float inv = sp_softmax_exp(scores, n_pos, max);
     for (int d = 0; d < D; d++) out[d] = 0.0f;
     for (int32_t p = 0; p < n_pos;) {
         const void *kb, *vb;

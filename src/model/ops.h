@@ -29,6 +29,10 @@ const sp_fwd_ops *sp_fwd_ops_get(void);
 const sp_fwd_ops *sp_fwd_ops_ref(void);
 const sp_fwd_ops *sp_fwd_ops_avx2(void); /* NULL when built without it */
 
+/* scores[i] = exp(scores[i] - max) in place; returns 1 / their sum (the
+ * softmax's normalizer, applied by the caller where it uses the weights). */
+float sp_softmax_exp(float *scores, int32_t n, float max);
+
 /* y[n] = x / rms(x) * w  (sum of squares in double, as llama.cpp) */
 void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
 

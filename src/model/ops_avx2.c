@@ -72,12 +72,7 @@ static void avx2_attn_head(const float *q, sp_kv *kv, int32_t layer, int32_t seq
         }
         p += n;
     }
-    double sum = 0.0;
-    for (int32_t p = 0; p < n_pos; p++) {
-        scores[p] = expf(scores[p] - max);
-        sum += scores[p];
-    }
-    const float inv = (float)(1.0 / sum);
+    const float inv = sp_softmax_exp(scores, n_pos, max);
     __m256 acc[16]; /* D <= 128 in registers; larger heads loop in chunks */
     for (int d0 = 0; d0 < D; d0 += 128) {
         const int dn = SP_MIN(128, D - d0) / 8;

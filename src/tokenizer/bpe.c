@@ -18,59 +18,11 @@ typedef struct {
     uint32_t off, n;
 } sym;
 
-typedef struct {
-    int32_t left, right;
-    int32_t rank;
-    uint32_t size;
-} bigram;
-
-static inline bool before(const bigram *a, const bigram *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-typedef struct {
-    bigram *v;
-    size_t n, cap;
-} heap;
-
-static bool heap_push(heap *h, bigram b) {
-    if (h->n == h->cap) {
-        size_t nc = h->cap ? h->cap * 2 : 64;
-        bigram *nv = realloc(h->v, nc * sizeof(*nv));
-        if (!nv) return false;
-        h->v = nv;
-        h->cap = nc;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!before(&b, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = b;
-    return true;
-}
-
-static bigram heap_pop(heap *h) {
-    bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c])) c++;
-        if (!before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
 
 typedef struct {
     sym *s;
     size_t cap;
-    heap h;
+    sp_bigram_heap h;
 } work;
 
 static bool try_add(const sp_vocab *v, const char *w, work *k, int32_t l, int32_t r) {
@@ -78,8 +30,8 @@ static bool try_add(const sp_vocab *v, const char *w, work *k, int32_t l, int32_
     const sym *a = &k->s[l], *b = &k->s[r];
     int32_t rank = sp_tok_merge_rank(v, w + a->off, a->n, w + b->off, b->n);
     if (rank < 0) return true;
-    bigram bg = {l, r, rank, a->n + b->n};
-    return heap_push(&k->h, bg);
+    sp_bigram bg = {l, r, (float)rank, a->n + b->n}; /* ranks < 2^24 are exact */
+    return sp_bigram_push(&k->h, bg);
 }
 
 static bool emit(const sp_vocab *v, const char *t, size_t n, sp_tok_ivec *out) {
@@ -117,7 +69,7 @@ static bool encode_word(const sp_vocab *v, const char *w, size_t len, work *k, s
     for (int32_t i = 1; i < n; i++)
         if (!try_add(v, w, k, i - 1, i)) return false;
     while (k->h.n) {
-        bigram b = heap_pop(&k->h);
+        sp_bigram b = sp_bigram_pop(&k->h);
         sym *l = &s[b.left], *r = &s[b.right];
         /* stale unless both sides are what they were when queued */
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;

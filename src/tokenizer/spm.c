@@ -19,68 +19,19 @@ typedef struct {
     uint32_t off, n; /* bytes text[off, off + n); n = 0 once merged away */
 } sym;
 
-typedef struct {
-    int32_t left, right;
-    float score;
-    uint32_t size;
-} bigram;
 
-/* true if a should come out of the heap before b */
-static inline bool before(const bigram *a, const bigram *b) {
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-typedef struct {
-    bigram *v;
-    size_t n, cap;
-} heap;
-
-static bool heap_push(heap *h, bigram b) {
-    if (h->n == h->cap) {
-        size_t nc = h->cap ? h->cap * 2 : 64;
-        bigram *nv = realloc(h->v, nc * sizeof(*nv));
-        if (!nv) return false;
-        h->v = nv;
-        h->cap = nc;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!before(&b, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = b;
-    return true;
-}
-
-static bigram heap_pop(heap *h) {
-    bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c])) c++;
-        if (!before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
-
-static bool try_add(const sp_vocab *v, const char *text, const sym *s, heap *h, int32_t l,
+static bool try_add(const sp_vocab *v, const char *text, const sym *s, sp_bigram_heap *h, int32_t l,
                     int32_t r) {
     if (l < 0 || r < 0) return true;
     int32_t id = sp_tok_lookup(v, text + s[l].off, s[l].n + s[r].n);
     if (id < 0) return true;
-    bigram b = {l, r, v->scores[id], s[l].n + s[r].n};
-    return heap_push(h, b);
+    sp_bigram b = {l, r, -v->scores[id], s[l].n + s[r].n}; /* best score first */
+    return sp_bigram_push(h, b);
 }
 
 bool sp_tok_spm_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out) {
     bool ok = false;
-    heap h = {0};
+    sp_bigram_heap h = {0};
     sym *s = malloc((len + 1) * sizeof(*s));
     if (!s) return false;
     int32_t n = 0;
@@ -97,7 +48,7 @@ bool sp_tok_spm_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_i
     for (int32_t i = 1; i < n; i++)
         if (!try_add(v, text, s, &h, i - 1, i)) goto done;
     while (h.n) {
-        bigram b = heap_pop(&h);
+        sp_bigram b = sp_bigram_pop(&h);
         sym *l = &s[b.left], *r = &s[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* stale */
         l->n += r->n;

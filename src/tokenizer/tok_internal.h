@@ -114,4 +114,24 @@ int32_t sp_tok_merge_rank(const sp_vocab *v, const char *l, size_t ln, const cha
 bool sp_tok_spm_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out);
 bool sp_tok_bpe_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out);
 
+/* A candidate merge of the adjacent symbols left and right, for the
+ * SPM and BPE merge loops: the smallest key comes out first, ties by the
+ * leftmost pair (llama.cpp's order). SPM keys are -score, BPE keys the merge
+ * rank. size is the merged byte length, which tells stale entries apart. */
+typedef struct {
+    int32_t left, right;
+    float key;
+    uint32_t size;
+} sp_bigram;
+
+typedef struct {
+    sp_bigram *v;
+    size_t n, cap;
+} sp_bigram_heap;
+
+/* false when the heap cannot grow (out of memory) */
+bool sp_bigram_push(sp_bigram_heap *h, sp_bigram b);
+/* the first entry; the heap must not be empty */
+sp_bigram sp_bigram_pop(sp_bigram_heap *h);
+
 #endif
