@@ -6,12 +6,15 @@ from the architecture's definition rather than from Specula's C code. Used by te
 check head layouts, GQA, RoPE variants, biases and tied heads on models that
 tools/mkmodel generates.
 
-usage: ref_forward.py MODEL.gguf RUN.json TOL
+usage: ref_forward.py MODEL.gguf RUN.json TOL [emulate]
   RUN.json is the output of `specula run --json --logprobs K` on MODEL. For
   every generated step, the log-probabilities of the listed top tokens must
   be within TOL of the reference's, and the greedy token must be the
   reference's argmax wherever its margin over the runner-up exceeds TOL.
-  Exit status 0 when all agree; prints the largest error.
+  Exit status 0 when all agree; prints the largest error. With `emulate`,
+  matrix products round their inputs as the engine does (see matmul()), the
+  run should use an f32 KV store (--kv f32), and in addition the median
+  step must agree to 1e-4.
 """
 import json
 import struct
@@ -67,7 +70,54 @@ def read_gguf(path):
     for name, ne, typ, o in infos:
         a = dequantize(data, base + o, typ, int(np.prod(ne)), name)
         tensors[name] = a.astype(np.float64).reshape(list(reversed(ne)))  # [ne1][ne0]
+        TYPES[name] = typ
     return kv, tensors
+
+
+# --- optional emulation of the engine's activation rounding ----------------
+# With EMULATE set, each matrix product first rounds its input the way a
+# llama.cpp-style CPU engine does for the weight's type (f16 for F16, bf16 for
+# BF16, Q8_0 blocks for Q8_0/Q4_0, Q8_K blocks for Q4_K/Q6_K), so that the
+# comparison isolates everything else (layouts, head mapping, RoPE, norms) at
+# float precision. The rules are written from ggml's documented x86 paths.
+TYPES = {}
+EMULATE = False
+
+
+def _q8_0(h):
+    x = h.astype(np.float32).reshape(h.shape[0], -1, 32)
+    amax = np.abs(x).max(axis=2, keepdims=True)
+    idd = np.where(amax != 0, np.float32(127) / np.where(amax != 0, amax, 1), 0).astype(np.float32)
+    q = np.round(x * idd)  # round half to even, as _mm256_round_ps
+    d = (amax / np.float32(127)).astype(np.float16).astype(np.float32)
+    return (q * d).reshape(h.shape).astype(np.float64)
+
+
+def _q8_k(h):
+    x = h.astype(np.float32).reshape(h.shape[0], -1, 256)
+    i = np.abs(x).argmax(axis=2)[..., None]
+    mx = np.take_along_axis(x, i, axis=2)
+    isc = np.where(mx != 0, np.float32(-127) / np.where(mx != 0, mx, 1), 0).astype(np.float32)
+    q = np.minimum(127, np.round(isc * x))
+    d = np.where(isc != 0, np.float32(1) / np.where(isc != 0, isc, 1), 0).astype(np.float32)
+    return (q * d).reshape(h.shape).astype(np.float64)
+
+
+def _bf16(h):
+    u = h.astype(np.float32).view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+_ACT = {0: lambda h: h, 1: lambda h: h.astype(np.float16).astype(np.float64), 30: _bf16,
+        8: _q8_0, 2: _q8_0, 12: _q8_k, 14: _q8_k}
+
+
+def matmul(h, T, name):
+    w = T[name]
+    if EMULATE:
+        h = _ACT[TYPES[name]](h)
+    return h @ w.T
 
 
 # Block layouts of the quantized GGUF types (ggml's): elements per block and
@@ -169,7 +219,6 @@ def forward(kv, T, tokens):
     neox = arch == "qwen2"
     factors = T.get("rope_freqs.weight")
     emb = T["token_embd.weight"]
-    out_w = T.get("output.weight", emb)
 
     def norm(x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
@@ -179,7 +228,8 @@ def forward(kv, T, tokens):
     for l in range(L):
         p = lambda s: T[f"blk.{l}.{s}"]
         h = norm(x, p("attn_norm.weight"))
-        q, k, v = h @ p("attn_q.weight").T, h @ p("attn_k.weight").T, h @ p("attn_v.weight").T
+        mm = lambda a, nm: matmul(a, T, f"blk.{l}.{nm}")
+        q, k, v = mm(h, "attn_q.weight"), mm(h, "attn_k.weight"), mm(h, "attn_v.weight")
         if f"blk.{l}.attn_q.bias" in T:
             q, k, v = q + p("attn_q.bias"), k + p("attn_k.bias"), v + p("attn_v.bias")
         q = np.stack([rope(q[t].reshape(H, D), t, base, scale, factors, neox) for t in range(n)])
@@ -192,34 +242,44 @@ def forward(kv, T, tokens):
             s = q[:, hd] @ kh.T / np.sqrt(D) + mask
             s = np.exp(s - s.max(axis=1, keepdims=True))
             att[:, hd] = (s / s.sum(axis=1, keepdims=True)) @ vh
-        x = x + att.reshape(n, H * D) @ p("attn_output.weight").T
+        x = x + mm(att.reshape(n, H * D), "attn_output.weight")
         h = norm(x, p("ffn_norm.weight"))
-        gt, up = h @ p("ffn_gate.weight").T, h @ p("ffn_up.weight").T
-        x = x + (gt / (1 + np.exp(-gt)) * up) @ p("ffn_down.weight").T
-    logits = norm(x, T["output_norm.weight"]) @ out_w.T
+        gt, up = mm(h, "ffn_gate.weight"), mm(h, "ffn_up.weight")
+        x = x + mm(gt / (1 + np.exp(-gt)) * up, "ffn_down.weight")
+    logits = matmul(norm(x, T["output_norm.weight"]), T, "output.weight" if "output.weight" in T else "token_embd.weight")
     m = logits.max(axis=1, keepdims=True)
     return logits - m - np.log(np.exp(logits - m).sum(axis=1, keepdims=True))
 
 
 if __name__ == "__main__":
+    EMULATE = len(sys.argv) > 4 and sys.argv[4] == "emulate"
     kv, T = read_gguf(sys.argv[1])
     run = json.load(open(sys.argv[2]))
     tol = float(sys.argv[3])
     seq = run["prompt_tokens"] + run["tokens"]
     lp = forward(kv, T, seq)
     n_p = len(run["prompt_tokens"])
-    worst, bad = 0.0, []
+    worst, bad, per_step = 0.0, [], []
     for s, st in enumerate(run["steps"]):
         row = lp[n_p - 1 + s]
+        step_err = 0.0
         for tid, got in st["top"]:
             e = abs(row[tid] - got)
             worst = max(worst, e)
+            step_err = max(step_err, e)
             if e > tol:
                 bad.append(f"step {s} token {tid}: {got:.6f} vs reference {row[tid]:.6f}")
+        per_step.append(step_err)
         order = np.argsort(-row)
         if row[order[0]] - row[order[1]] > tol and st["id"] != order[0]:
             bad.append(f"step {s}: greedy {st['id']} vs reference {order[0]}")
-    print(f"max |logprob error| {worst:.2e} over {len(run['steps'])} steps")
+    med = float(np.median(per_step)) if per_step else 0.0
+    if EMULATE and med > 1e-4:
+        # with the engine's rounding emulated, the typical step must agree to
+        # float precision; only a rare 1-ulp rounding flip (which then carries
+        # into later steps through the KV state) may reach the tolerance
+        bad.append(f"median step error {med:.2e} exceeds 1e-4 with rounding emulated")
+    print(f"max |logprob error| {worst:.2e}, median {med:.1e} over {len(run['steps'])} steps")
     for b in bad[:10]:
         print("  " + b)
     sys.exit(1 if bad else 0)
