@@ -110,6 +110,7 @@ int cmd_run(int argc, char **argv) {
     sp_token *toks = NULL, *gen = NULL;
     float *step_lp = NULL, *top_lp = NULL;
     sp_token *top_id = NULL;
+    int32_t *pos = NULL, *seq = NULL;
     char *out = NULL;
     size_t out_len = 0;
 
@@ -170,13 +171,9 @@ int cmd_run(int argc, char **argv) {
     if (!gen || !step_lp || !top_id || !top_lp) goto done;
 
     /* prefill in chunks of n_batch; logits only after the last prompt token */
-    int32_t *pos = malloc((size_t)cp.n_batch * sizeof(int32_t));
-    int32_t *seq = calloc((size_t)cp.n_batch, sizeof(int32_t));
-    if (!pos || !seq) {
-        free(pos);
-        free(seq);
-        goto done;
-    }
+    pos = malloc((size_t)cp.n_batch * sizeof(int32_t));
+    seq = calloc((size_t)cp.n_batch, sizeof(int32_t));
+    if (!pos || !seq) goto done;
     double t1 = sp_time_s();
     for (int i0 = 0; i0 < n_prompt; i0 += cp.n_batch) {
         int n = SP_MIN(cp.n_batch, n_prompt - i0);
@@ -184,8 +181,6 @@ int cmd_run(int argc, char **argv) {
         sp_batch b = {n, toks + i0, pos, seq, NULL};
         if (sp_decode(ctx, &b, err, sizeof(err))) {
             fprintf(stderr, "specula: %s\n", err);
-            free(pos);
-            free(seq);
             goto done;
         }
     }
@@ -197,6 +192,7 @@ int cmd_run(int argc, char **argv) {
     char piece[1024];
     size_t out_cap = 4096;
     out = malloc(out_cap);
+    if (!out) goto done;
     int n_gen = 0;
     bool ok = true;
     for (; n_gen < o.n; n_gen++) {
@@ -245,8 +241,6 @@ int cmd_run(int argc, char **argv) {
         out_len += (size_t)np;
     }
     double t3 = sp_time_s();
-    free(pos);
-    free(seq);
     const double prefill_tps = n_prompt / (t2 - t1);
     const double decode_tps = n_gen > 1 ? (n_gen - 1) / (t3 - t2) : 0.0;
 
@@ -280,6 +274,8 @@ int cmd_run(int argc, char **argv) {
     }
     rc = ok ? 0 : 1;
 done:
+    free(pos);
+    free(seq);
     free(out);
     free(text);
     free(toks);
