@@ -115,7 +115,14 @@ static bool load_hparams(loader *l) {
     if (!get_u32_key(l, "attention.head_count", &v, true)) return false;
     h->n_head = (int32_t)v;
     h->n_head_kv = h->n_head;
-    if (get_u32_key(l, "attention.head_count_kv", &v, false)) h->n_head_kv = (int32_t)v;
+    {
+        char key[160];
+        snprintf(key, sizeof(key), "%s.attention.head_count_kv", m->arch->name);
+        if (sp_gguf_find_key(m->gguf, key) >= 0) { /* present: must be one count */
+            if (!get_u32_key(l, "attention.head_count_kv", &v, true)) return false;
+            h->n_head_kv = (int32_t)v;
+        }
+    }
     h->n_ctx_train = 4096;
     if (get_u32_key(l, "context_length", &v, false)) h->n_ctx_train = (int32_t)v;
     if (h->n_embd <= 0 || h->n_embd > (1 << 16) || h->n_layer <= 0 || h->n_layer > 1024 ||

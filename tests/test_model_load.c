@@ -1,0 +1,167 @@
+/* test_model_load.c: model files that are valid GGUF but not a usable
+ * model: each is refused by sp_model_load with a message naming the
+ * problem, and never crashes. Built with the project's GGUF writer: one
+ * small llama model (n_embd 32, 2 layers, the Llama-2 vocabulary), then one
+ * change per table row. */
+#include <unistd.h>
+
+#include "gguf/gguf.h"
+#include "specula.h"
+#include "test.h"
+
+enum { E = 32, L = 2, H = 4, HK = 2, FF = 64 };
+
+typedef enum {
+    OK,
+    DROP_TENSOR,   /* arg: tensor name */
+    BAD_SHAPE,     /* arg: tensor name, rows doubled */
+    BAD_TYPE,      /* arg: tensor name, stored as q4_1 (no kernels here) */
+    SET_ARCH,      /* arg: architecture name */
+    DROP_KEY,      /* arg: key */
+    SET_U32,       /* arg: key, u32 value */
+    KEY_AS_ARRAY,  /* arg: key becomes an array of u32 */
+} change;
+
+typedef struct {
+    const char *name;
+    change what;
+    const char *arg;
+    uint32_t value;
+    const char *expect; /* substring of the error; NULL: must load */
+} row;
+
+static const sp_gguf *vocab;
+static float *noise; /* enough random floats for the largest tensor */
+
+static void add(sp_gguf_writer *w, const row *r, const char *name, int64_t n_in, int64_t n_out) {
+    if (r->what == DROP_TENSOR && !strcmp(r->arg, name)) return;
+    int64_t ne[2] = {n_in, n_out};
+    if (r->what == BAD_SHAPE && !strcmp(r->arg, name)) ne[1] *= 2;
+    if (r->what == BAD_TYPE && !strcmp(r->arg, name)) {
+        size_t bytes = (size_t)(n_in / 32) * 20 * ne[1]; /* q4_1: 20 bytes / 32 */
+        sp_gguf_add_tensor(w, name, (sp_type)3, ne[1] == 1 ? 1 : 2, ne, noise, bytes);
+        return;
+    }
+    sp_gguf_add_tensor(w, name, SP_TYPE_F32, ne[1] == 1 ? 1 : 2, ne, noise,
+                       (size_t)(ne[0] * ne[1]) * sizeof(float));
+}
+
+static int build(const row *r, const char *path) {
+    sp_gguf_writer *w = sp_gguf_writer_create();
+    sp_gguf_copy_kv(w, vocab, "tokenizer.");
+    const char *arch = r->what == SET_ARCH ? r->arg : "llama";
+    if (!(r->what == DROP_KEY && !strcmp(r->arg, "general.architecture")))
+        sp_gguf_set_str(w, "general.architecture", arch);
+    struct {
+        const char *k;
+        uint32_t v;
+    } keys[] = {{"llama.embedding_length", E}, {"llama.block_count", L},
+                {"llama.feed_forward_length", FF}, {"llama.attention.head_count", H},
+                {"llama.attention.head_count_kv", HK}, {"llama.context_length", 256}};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        if (r->what == DROP_KEY && !strcmp(r->arg, keys[i].k)) continue;
+        uint32_t v = r->what == SET_U32 && !strcmp(r->arg, keys[i].k) ? r->value : keys[i].v;
+        if (r->what == KEY_AS_ARRAY && !strcmp(r->arg, keys[i].k)) {
+            uint32_t arr[L] = {v, v};
+            sp_gguf_set_arr(w, keys[i].k, SP_GGUF_UINT32, arr, L);
+        } else {
+            sp_gguf_set_u32(w, keys[i].k, v);
+        }
+    }
+    sp_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    uint64_t n_vocab;
+    sp_gguf_vtype et;
+    const void *d;
+    sp_gguf_get_arr(vocab, "tokenizer.ggml.tokens", &et, &n_vocab, &d);
+    add(w, r, "token_embd.weight", E, (int64_t)n_vocab);
+    add(w, r, "output_norm.weight", E, 1);
+    char name[64];
+    for (int l = 0; l < L; l++) {
+#define T(n, a, b) (snprintf(name, sizeof(name), "blk.%d." n, l), add(w, r, name, a, b))
+        T("attn_norm.weight", E, 1);
+        T("attn_q.weight", E, E);
+        T("attn_k.weight", E, E / H * HK);
+        T("attn_v.weight", E, E / H * HK);
+        T("attn_output.weight", E, E);
+        T("ffn_norm.weight", E, 1);
+        T("ffn_gate.weight", E, FF);
+        T("ffn_up.weight", E, FF);
+        T("ffn_down.weight", FF, E);
+#undef T
+    }
+    char err[256];
+    int rc = sp_gguf_writer_write(w, path, err, sizeof(err));
+    if (rc) fprintf(stderr, "  write: %s\n", err);
+    sp_gguf_writer_free(w);
+    return rc;
+}
+
+static const row ROWS[] = {
+    {"valid model", OK, NULL, 0, NULL},
+    {"missing attention tensor", DROP_TENSOR, "blk.1.attn_q.weight", 0, "missing tensor blk.1.attn_q.weight"},
+    {"missing embeddings", DROP_TENSOR, "token_embd.weight", 0, "missing tensor token_embd.weight"},
+    {"missing norm", DROP_TENSOR, "blk.0.ffn_norm.weight", 0, "missing tensor blk.0.ffn_norm.weight"},
+    {"wrong K shape", BAD_SHAPE, "blk.0.attn_k.weight", 0, "blk.0.attn_k.weight has shape"},
+    {"embedding rows != vocabulary", BAD_SHAPE, "token_embd.weight", 0, "token_embd.weight has shape"},
+    {"unsupported tensor type", BAD_TYPE, "blk.0.ffn_down.weight", 0, "does not support"},
+    {"unknown architecture", SET_ARCH, "gpt-neox", 0, "architecture 'gpt-neox' is not supported"},
+    {"no architecture", DROP_KEY, "general.architecture", 0, "general.architecture"},
+    {"no embedding length", DROP_KEY, "llama.embedding_length", 0, "missing metadata llama.embedding_length"},
+    {"no block count", DROP_KEY, "llama.block_count", 0, "missing metadata llama.block_count"},
+    {"heads do not divide", SET_U32, "llama.attention.head_count_kv", 3, "inconsistent hyperparameters"},
+    {"zero layers", SET_U32, "llama.block_count", 0, "inconsistent hyperparameters"},
+    {"absurd embedding", SET_U32, "llama.embedding_length", 1u << 30, "inconsistent hyperparameters"},
+    {"per-layer kv heads", KEY_AS_ARRAY, "llama.attention.head_count_kv", HK, "head_count_kv"},
+};
+
+static void check_row(const row *r) {
+    char path[] = "/tmp/specula-model-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "temp file");
+    if (fd < 0) return;
+    close(fd);
+    CHECK(build(r, path) == 0, "writing the model");
+    char err[512] = "";
+    sp_model *m = sp_model_load(path, sp_model_default_params(), err, sizeof(err));
+    if (!r->expect) {
+        CHECK(m != NULL, "valid model refused: %s", err);
+        if (m) { /* and it runs */
+            sp_context_params cp = sp_context_default_params();
+            cp.n_threads = 2;
+            cp.n_ctx = 16;
+            sp_context *c = sp_context_create(m, cp, err, sizeof(err));
+            int32_t t[3] = {1, 100, 200}, p[3] = {0, 1, 2}, s[3] = {0, 0, 0};
+            sp_batch b = {3, t, p, s, NULL};
+            CHECK(c && sp_decode(c, &b, err, sizeof(err)) == 0, "decode: %s", err);
+            sp_context_free(c);
+        }
+    } else {
+        CHECK(m == NULL, "accepted");
+        CHECK(strstr(err, r->expect) != NULL, "message '%s' lacks '%s'", err, r->expect);
+    }
+    sp_model_free(m);
+    unlink(path);
+}
+
+int main(void) {
+    char path[512], err[512];
+    snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-llama-spm.gguf", t_ref_dir());
+    sp_gguf *g = sp_gguf_open(path, err, sizeof(err));
+    if (!g) {
+        fprintf(stderr, "%s\n", err);
+        printf("RESULT 0 1\n");
+        return 1;
+    }
+    vocab = g;
+    size_t n = (size_t)32000 * E * 2;
+    noise = malloc(n * sizeof(float));
+    uint64_t x = 42;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        noise[i] = (float)((x >> 40) & 0xffff) / 65536.0f * 0.2f - 0.1f;
+    }
+    for (size_t i = 0; i < sizeof(ROWS) / sizeof(ROWS[0]); i++) RUN_NAMED(check_row, &ROWS[i], ROWS[i].name);
+    free(noise);
+    sp_gguf_close(g);
+    TEST_END();
+}
