@@ -326,11 +326,9 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
             for (int32_t hd = 0; hd < Hk; hd++) rope(k + (size_t)hd * D, D, cs, m->arch->rope);
             void *kr = c->kv->ops->k_row(c->kv, l, b->seq[i], b->pos[i]);
             void *vr = c->kv->ops->v_row(c->kv, l, b->seq[i], b->pos[i]);
-            if (f16kv) {
-                for (int32_t j = 0; j < KD; j++) {
-                    ((sp_f16 *)kr)[j] = sp_f32_to_f16(k[j]);
-                    ((sp_f16 *)vr)[j] = sp_f32_to_f16(v[j]);
-                }
+            if (f16kv) { /* the dispatched converter: F16C where the CPU has it */
+                sp_quantize_row(SP_TYPE_F16, k, kr, KD);
+                sp_quantize_row(SP_TYPE_F16, v, vr, KD);
             } else {
                 memcpy(kr, k, (size_t)KD * sizeof(float));
                 memcpy(vr, v, (size_t)KD * sizeof(float));
