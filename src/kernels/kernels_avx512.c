@@ -36,7 +36,9 @@
  *
  * Cost per group of 512 weights and row, single core, data in L2 (TSC
  * cycles at 2.3 GHz; tools/kbench.c has the whole-model numbers):
- *   Q8_0: ~35-50 to unpack + ~11 per token;  Q4_K: ~30 + ~8 per token.
+ *   Q8_0: ~35-50 to unpack + ~11 per token;  Q4_K: ~20 + ~5.7 per token
+ *   (k = 2048: 25.5 at 1 token, 48 at 5; dpbusd, 8 per token and group,
+ *   issue on port 0 only, so a token costs at least 8 core cycles).
  * A core streams ~12.5 GB/s from memory, i.e. ~100 cycles per 544 bytes of
  * Q8_0 and ~53 per 288 bytes of Q4_K, so decode is memory-bound and a few
  * extra tokens cost little: the point of the layout.
@@ -198,20 +200,32 @@ AI void repack_q4_K(const sp_block_q4_K *b, __m512i W[8], __m512 *S, __m512 *M) 
         W[s] = _mm512_permutex2var_epi32(lo, ia, hi);
         W[4 + s] = _mm512_permutex2var_epi32(lo, ib, hi);
     }
-    /* 6-bit scales and mins of both super-blocks at once, one per 128-bit
-     * lane: dwords u0 u1 u2 (12 bytes; the 4 bytes read past them are quants)
-     *   sc[0..3] = u0 & 63, m[0..3] = u1 & 63,
-     *   sc[4..7] = (u2 & 15) | (u0 >> 6) << 4, m[4..7] = (u2 >> 4) | (u1 >> 6) << 4 */
-    const __m256i u = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)b[0].scales)),
-                                              _mm_loadu_si128((const __m128i *)b[1].scales), 1);
-    const __m256i lo6 = _mm256_and_si256(u, _mm256_set1_epi8(63));
-    const __m256i u2 = _mm256_shuffle_epi32(u, _MM_SHUFFLE(2, 2, 2, 2));
-    const __m256i low4 = _mm256_srlv_epi32(u2, _mm256_setr_epi32(0, 4, 0, 0, 0, 4, 0, 0));
-    /* (u >> 6) & 3, moved to bits 4..5: (u >> 2) & 0x30 */
-    const __m256i top2 = _mm256_and_si256(_mm256_srli_epi32(u, 2), _mm256_set1_epi8(0x30));
-    const __m256i hi6 = _mm256_ternarylogic_epi32(low4, top2, _mm256_set1_epi8(15), 0xEC); /* (A & C) | B */
-    /* per lane: sc[0..3] sc[4..7] m[0..3] m[4..7]; then sc of both, m of both */
-    const __m256i sm = _mm256_permute4x64_epi64(_mm256_unpacklo_epi32(lo6, hi6), _MM_SHUFFLE(3, 1, 2, 0));
+    /* 6-bit scales and mins straight into dword lanes (lane 8sb + j):
+     * U = the 16 bytes at b[sb].scales (12 scale bytes q[], 4 quant bytes
+     * that are not used) in 128-bit lanes 2sb and 2sb + 1; one in-lane byte
+     * shuffle per vector puts in the dword of sub-block j
+     *   j < 4:  sc: q[j]             m: q[j+4]
+     *   j >= 4: sc: q[j+4] | q[j-4] << 8,  m: q[j+4] | q[j] << 8
+     * and a bit select finishes: sc = j < 4 ? w & 63 : (w & 15) | (w >> 10 & 0x30),
+     * m = j < 4 ? w & 63 : (w >> 4 & 15) | (w >> 10 & 0x30) (w >> 10 = q[j-4]
+     * resp. q[j] >> 2, whose bits 4..5 are the top 2 bits of that byte; a
+     * shift count of 32 gives 0). */
+    const __m512i U = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[0].scales))),
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[1].scales)), 1);
+#define Z_ (char)0x80
+    const __m512i ish = _mm512_broadcast_i64x4(_mm256_setr_epi8(0, Z_, Z_, Z_, 1, Z_, Z_, Z_, 2, Z_, Z_, Z_, 3, Z_, Z_, Z_,
+                                                                8, 0, Z_, Z_, 9, 1, Z_, Z_, 10, 2, Z_, Z_, 11, 3, Z_, Z_));
+    const __m512i imh = _mm512_broadcast_i64x4(_mm256_setr_epi8(4, Z_, Z_, Z_, 5, Z_, Z_, Z_, 6, Z_, Z_, Z_, 7, Z_, Z_, Z_,
+                                                                8, 4, Z_, Z_, 9, 5, Z_, Z_, 10, 6, Z_, Z_, 11, 7, Z_, Z_));
+#undef Z_
+    const __m512i sh10 = _mm512_setr_epi32(32, 32, 32, 32, 10, 10, 10, 10, 32, 32, 32, 32, 10, 10, 10, 10);
+    const __m512i sh4 = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
+    const __m512i sel = _mm512_setr_epi32(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15);
+    const __m512i ws = _mm512_shuffle_epi8(U, ish), wm = _mm512_shuffle_epi8(U, imh);
+    /* 0xCA: A ? B : C, bitwise */
+    const __m512i sc = _mm512_ternarylogic_epi32(sel, ws, _mm512_srlv_epi32(ws, sh10), 0xCA);
+    const __m512i mn = _mm512_ternarylogic_epi32(sel, _mm512_srlv_epi32(wm, sh4), _mm512_srlv_epi32(wm, sh10), 0xCA);
     /* d, dmin of both super-blocks */
     uint32_t dd0, dd1;
     memcpy(&dd0, &b[0].d, 4);
@@ -219,8 +233,8 @@ AI void repack_q4_K(const sp_block_q4_K *b, __m512i W[8], __m512 *S, __m512 *M) 
     const __m512 dd = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_set_epi32(0, 0, (int)dd1, (int)dd0)));
     const __m512 d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), dd);
     const __m512 dm = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3), dd);
-    *S = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(sm))), d);
-    *M = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(sm, 1))), dm);
+    *S = _mm512_mul_ps(_mm512_cvtepi32_ps(sc), d);
+    *M = _mm512_mul_ps(_mm512_cvtepi32_ps(mn), dm);
 }
 
 /* One Q6_K super-block -> 16 lanes = its 16 scale groups of 16 values
@@ -346,6 +360,15 @@ AI __m512i dot8(const __m512i W[8], const uint8_t *xg, __m512i init) {
     return _mm512_add_epi32(a, b);
 }
 
+/* one chain of 8: with 3 or more tokens the other tokens' chains (and the
+ * next group's) hide the dpbusd latency, and the add is saved */
+AI __m512i dot8_1(const __m512i W[8], const uint8_t *xg) {
+    __m512i a = _mm512_setzero_si512();
+    _Pragma("GCC unroll 8")
+    for (int s = 0; s < 8; s++) a = _mm512_dpbusd_epi32(a, W[s], _mm512_load_si512(xg + 64 * s));
+    return a;
+}
+
 AI void store_row(float *y, int64_t ldy, int64_t r, const int NT, const __m512 *F, int acc) {
     _Pragma("GCC unroll 16")
     for (int t = 0; t < NT; t++) {
@@ -394,9 +417,32 @@ AI void store_row(float *y, int64_t ldy, int64_t r, const int NT, const __m512 *
 QTILE_INIT(q8_0, sp_block_q8_0, repack_q8_0)
 QTILE_INIT(q4_0, sp_block_q4_0, repack_q4_0)
 
+/* Sums of 16 rows' accumulators v[0..15] (16 lanes each) -> lane r = sum of
+ * v[r]: a butterfly of 15 adds and 30 shuffles, against 16 x 8 ops for 16
+ * separate horizontal sums (~10% of the Q4_K tile at 5 tokens and k = 2048). */
+AI __m512 reduce16(const float (*v)[16]) {
+    __m512 t[8], u[4];
+    _Pragma("GCC unroll 8")
+    for (int i = 0; i < 8; i++) {
+        const __m512 a = _mm512_load_ps(v[2 * i]), b = _mm512_load_ps(v[2 * i + 1]);
+        t[i] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    }
+    /* t[i], per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] (a, b = rows 2i, 2i+1) */
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < 4; i++)
+        u[i] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0xEE));
+    /* u[i], per 128-bit lane: partial sums of rows 4i..4i+3 */
+    const __m512 x0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
+    const __m512 x1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xDD));
+}
+
 AI void q4_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT, int64_t k,
                 int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
     const int64_t nsb = k / SP_QK_K, g0 = k0 / 512, g1 = (k1 + 511) / 512;
+    /* per-row accumulators of the last 16 rows, summed 16 rows at a time */
+    float fb[8][16][16] __attribute__((aligned(64)));
     for (int64_t r = 0; r < nr; r++) {
         const sp_block_q4_K *wr = (const sp_block_q4_K *)(w + r * ws);
         __m512 F[8];
@@ -417,12 +463,33 @@ AI void q4_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size
             _Pragma("GCC unroll 16")
             for (int t = 0; t < NT; t++) {
                 const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;
-                const __m512i I = dot8(W, xg, _mm512_setzero_si512());
+                const __m512i I = NT >= 3 ? dot8_1(W, xg) : dot8(W, xg, _mm512_setzero_si512());
                 F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 512)), F[t]);
                 F[t] = _mm512_fnmadd_ps(M, _mm512_load_ps(xg + 576), F[t]);
             }
         }
-        store_row(y, ldy, r, NT, F, acc);
+        const int rr = (int)(r & 15);
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < NT; t++) _mm512_store_ps(fb[t][rr], F[t]);
+        if (rr == 15) {
+            _Pragma("GCC unroll 16")
+            for (int t = 0; t < NT; t++) {
+                float *yt = y + t * ldy + (r - 15);
+                const __m512 v = reduce16((const float(*)[16])fb[t]);
+                _mm512_storeu_ps(yt, acc ? _mm512_add_ps(_mm512_loadu_ps(yt), v) : v);
+            }
+        }
+    }
+    const int rem = (int)(nr & 15);
+    if (rem) { /* the last nr % 16 rows, summed in the same order as the others */
+        const __mmask16 m = (__mmask16)((1u << rem) - 1);
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < NT; t++) {
+            for (int rr = rem; rr < 16; rr++) _mm512_store_ps(fb[t][rr], _mm512_setzero_ps());
+            float *yt = y + t * ldy + (nr - rem);
+            const __m512 v = reduce16((const float(*)[16])fb[t]);
+            _mm512_mask_storeu_ps(yt, m, acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, yt), v) : v);
+        }
     }
 }
 
