@@ -1,5 +1,6 @@
 /* cmd_run.c: `specula run`: prefill a prompt, then sample token by token,
  * streaming the text (or printing one JSON object with --json). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,6 +136,10 @@ int cmd_run(int argc, char **argv) {
     const int32_t V = sp_model_get_info(m)->n_vocab;
 
     int n_prompt = sp_tokenize(vocab, text, text_len, NULL, 0, true, true);
+    if (n_prompt == INT32_MIN) {
+        fprintf(stderr, "specula: out of memory while tokenizing\n");
+        goto done;
+    }
     if (n_prompt < 0) n_prompt = -n_prompt;
     toks = malloc(((size_t)n_prompt + 1) * sizeof(sp_token));
     if (!toks) goto done;

@@ -1,4 +1,5 @@
 /* cmd_tokenize.c: `specula tokenize`: the ids of a text as a JSON array. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,6 +70,12 @@ int cmd_tokenize(int argc, char **argv) {
     }
     const sp_vocab *v = sp_model_get_vocab(m);
     int n = sp_tokenize(v, buf, len, NULL, 0, add_special, parse_special);
+    if (n == INT32_MIN) { /* the tokenizer ran out of memory */
+        fprintf(stderr, "specula: out of memory while tokenizing\n");
+        free(buf);
+        sp_model_free(m);
+        return 1;
+    }
     if (n < 0) n = -n;
     sp_token *ids = malloc(((size_t)n + 1) * sizeof(sp_token));
     int rc = 1;
