@@ -11,6 +11,13 @@
  * which keeps both cores busy when one of them is slowed down by something
  * else. (With fixed 256 KiB chunks the wait at the end of each decode matmul
  * averaged half a chunk, ~10 us, a few percent of a decode step.)
+ * Decode and verification (n_tok <= max_nt, 2+ threads): the rows are first
+ * cut into one contiguous region per thread, each planned as above for one
+ * thread; a thread streams its own region in order (so the kernel's
+ * prefetch past the end of one chunk is the start of its next one, not the
+ * other core's chunk), prefetches the first 8 KiB of it on entry, then
+ * helps with what is left of the others. Alternating bench runs (median of
+ * 8 pairs): decode / roofline 84% -> 88% (Q8_0), 79% -> 80% (Q4_K, noise).
  *
  * Inside a chunk: tokens in tiles of mm->max_nt (the kernel reuses each
  * weight block it loads for every token of the tile), and, for prefill, K in
@@ -43,6 +50,7 @@
 #define SP_MM_CHUNK_BYTES (256 * 1024)  /* weight bytes per row chunk (L2 resident) */
 #define SP_MM_MIN_CHUNK_BYTES (32 * 1024) /* smallest guided chunk */
 #define SP_MM_MAX_CHUNKS 256
+#define SP_MM_MAX_REGIONS 8
 
 static size_t xrow_stride(const sp_mm_kernel *mm, int64_t k) {
     const size_t b = mm->kgroup ? (size_t)((k + mm->kgroup - 1) / mm->kgroup) * mm->xgroup_bytes
@@ -77,7 +85,12 @@ typedef struct {
     int32_t chunk_row[SP_MM_MAX_CHUNKS + 1]; /* chunk c = rows [chunk_row[c], chunk_row[c+1]) */
     int64_t kc;        /* K elements per K range (multiple of kgroup) */
     int convert_in_run;
-    _Atomic int64_t next_chunk;
+    int n_regions;     /* decode: one region of chunks per thread, else 1 */
+    int region_chunk[SP_MM_MAX_REGIONS + 1]; /* region i = chunks [region_chunk[i], region_chunk[i+1]) */
+    struct {
+        _Atomic int64_t next; /* next chunk of the region to hand out */
+        char pad[56];
+    } region[SP_MM_MAX_REGIONS] __attribute__((aligned(64)));
     _Atomic int arrived;
 } mm_job;
 
@@ -108,21 +121,38 @@ static void mm_worker(void *arg, int ith, int nth) {
             if ((i & 255) == 255) sched_yield(); /* ~10 us: a peer may be descheduled */
         }
     }
+    if (j->n_regions > 1) {
+        /* own region first (a contiguous stream, so the prefetch running
+         * ahead of one chunk is the start of the next one), then help the
+         * others with what is left of theirs */
+        for (int i = 0; i < j->n_regions; i++) {
+            const int reg = (ith + i) % j->n_regions;
+            const int64_t end = j->region_chunk[reg + 1];
+            if (i == 0) { /* warm the start of the stream: the kernel prefetches 2-8 KiB ahead */
+                const uint8_t *p = j->w + (size_t)j->chunk_row[j->region_chunk[reg]] * j->w_stride;
+                for (int l = 0; l < 8192; l += 64) __builtin_prefetch(p + l, 0, l < 2048 ? 3 : 2);
+            }
+            for (int64_t c = atomic_fetch_add_explicit(&j->region[reg].next, 1, memory_order_relaxed); c < end;
+                 c = atomic_fetch_add_explicit(&j->region[reg].next, 1, memory_order_relaxed))
+                mm_chunk(j, c);
+        }
+        return;
+    }
     for (int64_t c = ith; c < j->n_chunks;
-         c = atomic_fetch_add_explicit(&j->next_chunk, 1, memory_order_relaxed))
+         c = atomic_fetch_add_explicit(&j->region[0].next, 1, memory_order_relaxed))
         mm_chunk(j, c);
 }
 
 static int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
 /* Fills bounds[0..n] (n returned): see the top of the file. */
-static int plan_chunks(int64_t n_rows, size_t row_bytes, int nth, int32_t *bounds) {
+static int plan_chunks(int64_t n_rows, size_t row_bytes, int nth, int32_t *bounds, int max_chunks) {
     int64_t big = SP_MAX(16, (int64_t)(SP_MM_CHUNK_BYTES / row_bytes) / 16 * 16);
-    big = SP_MAX(big, round16((n_rows + SP_MM_MAX_CHUNKS / 2 - 1) / (SP_MM_MAX_CHUNKS / 2))); /* bound the count */
+    big = SP_MAX(big, round16((n_rows + max_chunks / 2 - 1) / (max_chunks / 2))); /* bound the count */
     const int64_t small = SP_MIN(big, SP_MAX(16, round16((int64_t)(SP_MM_MIN_CHUNK_BYTES / row_bytes))));
     int n = 0;
     int64_t r = 0;
-    while (r < n_rows && n < SP_MM_MAX_CHUNKS - 1) {
+    while (r < n_rows && n < max_chunks - 1) {
         const int64_t c = SP_MIN(SP_MAX(round16((n_rows - r) / (2 * nth)), small), big);
         bounds[n++] = (int32_t)r;
         r += c;
@@ -154,8 +184,28 @@ void sp_matmul(sp_pool *pool, const void *w, sp_type wt, int64_t n_rows, int64_t
     j.ldy = ldy;
 
     SP_ASSERT(n_rows <= INT32_MAX);
-    j.n_chunks = plan_chunks(n_rows, j.w_stride, nth, j.chunk_row);
-    atomic_init(&j.next_chunk, nth);
+    if (n_tok <= mm->max_nt && nth > 1 && nth <= SP_MM_MAX_REGIONS && n_rows >= 32 * nth) {
+        /* decode / verification: each thread streams its own contiguous
+         * region (equal shares, 16-row multiples), planned like a whole
+         * matrix for one thread (big chunks, then guided ones at its end) */
+        j.n_regions = nth;
+        int n = 0;
+        for (int i = 0; i < nth; i++) {
+            const int64_t ra = round16(n_rows * i / nth), rb = i + 1 == nth ? n_rows : round16(n_rows * (i + 1) / nth);
+            const int m = plan_chunks(rb - ra, j.w_stride, 1, j.chunk_row + n, (SP_MM_MAX_CHUNKS - n) / (nth - i));
+            for (int c = 0; c < m; c++) j.chunk_row[n + c] += (int32_t)ra;
+            j.region_chunk[i] = n;
+            atomic_init(&j.region[i].next, n);
+            n += m;
+        }
+        j.region_chunk[nth] = n;
+        j.chunk_row[n] = (int32_t)n_rows;
+        j.n_chunks = n;
+    } else {
+        j.n_regions = 1;
+        j.n_chunks = plan_chunks(n_rows, j.w_stride, nth, j.chunk_row, SP_MM_MAX_CHUNKS);
+        atomic_init(&j.region[0].next, nth);
+    }
     atomic_init(&j.arrived, 0);
 
     /* K range per tile call: the tile's activations fit the L1 budget */
