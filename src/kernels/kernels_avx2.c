@@ -183,42 +183,40 @@ static void vec_dot_bf16_avx2(int64_t k, float *s, const void *vw, const void *v
 /* ---- quantized tiles: one row x NT tokens over blocks [b0, b1) ---------- */
 /* The single-row dots below are these tiles with NT = 1. */
 
+/* One weight block of 32 signed values q (scale dw) against block b of
+ * every token's Q8_0 activations: F[t] += dw * d_t * (q . x_t). The sign
+ * trick makes maddubs (u8 x s8) compute the signed product exactly. */
+AI void q8_block_tokens(const __m256i q, const float dw, const uint8_t *xs, size_t xss, const int NT,
+                        int64_t b, __m256 *F) {
+    const __m256i ones = _mm256_set1_epi16(1), aq = _mm256_sign_epi8(q, q);
+    _Pragma("GCC unroll 16")
+    for (int t = 0; t < NT; t++) {
+        const sp_block_q8_0 *xb = (const sp_block_q8_0 *)(xs + t * xss) + b;
+        const __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb->qs), q);
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, sx), ones);
+        F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * f16f(xb->d)), F[t]);
+    }
+}
+
 AI void q8_0_row(const sp_block_q8_0 *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
                  int64_t b1, __m256 *F) {
-    const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = b0; b < b1; b++) {
         if (!(b & 1)) prefetch_ahead(&w[b], 64);
         const __m256i q = _mm256_loadu_si256((const __m256i *)w[b].qs);
-        const __m256i aq = _mm256_sign_epi8(q, q);
-        const float dw = f16f(w[b].d);
-        _Pragma("GCC unroll 16")
-        for (int t = 0; t < NT; t++) {
-            const sp_block_q8_0 *xb = (const sp_block_q8_0 *)(xs + t * xss) + b;
-            const __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb->qs), q);
-            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, sx), ones);
-            F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * f16f(xb->d)), F[t]);
-        }
+        q8_block_tokens(q, f16f(w[b].d), xs, xss, NT, b, F);
     }
 }
 
 AI void q4_0_row(const sp_block_q4_0 *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
                  int64_t b1, __m256 *F) {
-    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);
+    const __m256i m4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);
     for (int64_t b = b0; b < b1; b++) {
         if (!(b & 3)) prefetch_ahead(&w[b], 72);
         const __m128i raw = _mm_loadu_si128((const __m128i *)w[b].qs);
         /* low nibbles = elements 0..15, high nibbles = 16..31 */
         const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
         const __m256i q = _mm256_sub_epi8(nib, eight);
-        const __m256i aq = _mm256_sign_epi8(q, q);
-        const float dw = f16f(w[b].d);
-        _Pragma("GCC unroll 16")
-        for (int t = 0; t < NT; t++) {
-            const sp_block_q8_0 *xb = (const sp_block_q8_0 *)(xs + t * xss) + b;
-            const __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb->qs), q);
-            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, sx), ones);
-            F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * f16f(xb->d)), F[t]);
-        }
+        q8_block_tokens(q, f16f(w[b].d), xs, xss, NT, b, F);
     }
 }
 

@@ -262,6 +262,12 @@ static int validate(sp_context *c, const sp_batch *b, char *err, size_t errlen) 
     return 0;
 }
 
+/* Drops the K/V reservations of the batch's sequences (lengths unchanged). */
+static void release_reservations(sp_context *c) {
+    for (int32_t s = 0; s < c->p.n_seq_max; s++)
+        if (c->seq_n[s]) c->kv->ops->set_len(c->kv, s, c->kv->ops->len(c->kv, s));
+}
+
 int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
     const sp_model *m = c->m;
     const sp_model_info *h = &m->info;
@@ -274,8 +280,7 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
     for (int32_t s = 0; s < c->p.n_seq_max; s++) {
         if (!c->seq_n[s]) continue;
         if (c->kv->ops->reserve(c->kv, s, c->seq_n[s])) {
-            for (int32_t r = 0; r < s; r++)
-                if (c->seq_n[r]) c->kv->ops->set_len(c->kv, r, c->kv->ops->len(c->kv, r));
+            release_reservations(c); /* a failed reserve changes nothing */
             sp_seterr(err, errlen, "sequence %d would exceed the context of %d positions", s,
                       c->p.n_ctx);
             return -1;
@@ -288,8 +293,7 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
     if (n_out > c->logits_cap) {
         float *nl = realloc(c->logits, (size_t)n_out * V * sizeof(float));
         if (!nl) {
-            for (int32_t s = 0; s < c->p.n_seq_max; s++)
-                if (c->seq_n[s]) c->kv->ops->set_len(c->kv, s, c->kv->ops->len(c->kv, s));
+            release_reservations(c);
             sp_seterr(err, errlen, "out of memory for %d rows of logits", n_out);
             return -1;
         }
@@ -307,6 +311,7 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
         rope_angles(c->rope_cs + (size_t)i * D, D, b->pos[i], h->rope_base, h->rope_freq_scale,
                     m->rope_factors);
     const bool f16kv = c->kv->type == SP_TYPE_F16;
+    int32_t nb = B; /* rows carried through the sub-blocks after attention */
     for (int32_t l = 0; l < h->n_layer; l++) {
         const sp_layer *y = &m->layers[l];
         for (int32_t i = 0; i < B; i++)
@@ -336,23 +341,34 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
         }
         attn_task at = {c, b, l};
         sp_pool_run(c->pool, attn_worker, &at);
-        matmul(c, &y->wo, c->att, B, c->xn);
-        for (int64_t j = 0; j < (int64_t)B * E; j++) c->x[j] += c->xn[j];
+        if (l == h->n_layer - 1 && n_out < B) {
+            /* the last layer's K/V are stored; past this point only the rows
+             * that produce logits matter (a prefill chunk wants one of many),
+             * so they are moved to the front and the rest is not computed */
+            for (int32_t o = 0; o < n_out; o++) {
+                const int32_t i = c->out_rows[o]; /* increasing, so i >= o */
+                memmove(c->att + (size_t)o * QD, c->att + (size_t)i * QD, (size_t)QD * sizeof(float));
+                memmove(c->x + (size_t)o * E, c->x + (size_t)i * E, (size_t)E * sizeof(float));
+            }
+            nb = n_out;
+            if (nb == 0) break;
+        }
+        matmul(c, &y->wo, c->att, nb, c->xn);
+        for (int64_t j = 0; j < (int64_t)nb * E; j++) c->x[j] += c->xn[j];
 
-        for (int32_t i = 0; i < B; i++)
+        for (int32_t i = 0; i < nb; i++)
             sp_rmsnorm(c->x + (size_t)i * E, y->ffn_norm, c->xn + (size_t)i * E, E, h->norm_eps);
-        matmul(c, &y->w_gate, c->xn, B, c->gate);
-        matmul(c, &y->w_up, c->xn, B, c->up);
-        glu_task gt = {c, (int64_t)B * F};
+        matmul(c, &y->w_gate, c->xn, nb, c->gate);
+        matmul(c, &y->w_up, c->xn, nb, c->up);
+        glu_task gt = {c, (int64_t)nb * F};
         sp_pool_run(c->pool, glu_worker, &gt);
-        matmul(c, &y->w_down, c->gate, B, c->xn);
-        for (int64_t j = 0; j < (int64_t)B * E; j++) c->x[j] += c->xn[j];
+        matmul(c, &y->w_down, c->gate, nb, c->xn);
+        for (int64_t j = 0; j < (int64_t)nb * E; j++) c->x[j] += c->xn[j];
     }
 
-    /* final norm and the output head, only for the rows that want logits */
+    /* final norm and the output head: row o of x is output o now */
     for (int32_t o = 0; o < n_out; o++)
-        sp_rmsnorm(c->x + (size_t)c->out_rows[o] * E, m->output_norm, c->xn + (size_t)o * E, E,
-                   h->norm_eps);
+        sp_rmsnorm(c->x + (size_t)o * E, m->output_norm, c->xn + (size_t)o * E, E, h->norm_eps);
     if (n_out) matmul(c, &m->output, c->xn, n_out, c->logits);
     c->n_out = n_out;
 

@@ -13,21 +13,17 @@
 #include "tok_internal.h"
 #include "unicode.h"
 
-typedef struct {
-    int32_t prev, next;
-    uint32_t off, n;
-} sym;
 
 
 typedef struct {
-    sym *s;
+    sp_tok_sym *s;
     size_t cap;
     sp_bigram_heap h;
 } work;
 
 static bool try_add(const sp_vocab *v, const char *w, work *k, int32_t l, int32_t r) {
     if (l < 0 || r < 0) return true;
-    const sym *a = &k->s[l], *b = &k->s[r];
+    const sp_tok_sym *a = &k->s[l], *b = &k->s[r];
     int32_t rank = sp_tok_merge_rank(v, w + a->off, a->n, w + b->off, b->n);
     if (rank < 0) return true;
     sp_bigram bg = {l, r, (float)rank, a->n + b->n}; /* ranks < 2^24 are exact */
@@ -48,29 +44,19 @@ static bool encode_word(const sp_vocab *v, const char *w, size_t len, work *k, s
     if (len == 0) return true;
     if (v->ignore_merges && sp_tok_lookup(v, w, len) >= 0) return emit(v, w, len, out);
     if (len > k->cap) {
-        sym *ns = realloc(k->s, len * sizeof(*ns));
+        sp_tok_sym *ns = realloc(k->s, len * sizeof(*ns));
         if (!ns) return false;
         k->s = ns;
         k->cap = len;
     }
-    sym *s = k->s;
-    int32_t n = 0;
-    for (size_t off = 0; off < len;) {
-        size_t c = sp_tok_utf8_lead_len((unsigned char)w[off]);
-        if (c > len - off) c = len - off;
-        s[n].off = (uint32_t)off;
-        s[n].n = (uint32_t)c;
-        s[n].prev = n - 1;
-        off += c;
-        s[n].next = off == len ? -1 : n + 1;
-        n++;
-    }
+    sp_tok_sym *s = k->s;
+    int32_t n = sp_tok_split_symbols(w, len, s);
     k->h.n = 0;
     for (int32_t i = 1; i < n; i++)
         if (!try_add(v, w, k, i - 1, i)) return false;
     while (k->h.n) {
         sp_bigram b = sp_bigram_pop(&k->h);
-        sym *l = &s[b.left], *r = &s[b.right];
+        sp_tok_sym *l = &s[b.left], *r = &s[b.right];
         /* stale unless both sides are what they were when queued */
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;
         l->n += r->n;

@@ -14,13 +14,9 @@
 #include "tok_internal.h"
 #include "unicode.h"
 
-typedef struct {
-    int32_t prev, next;
-    uint32_t off, n; /* bytes text[off, off + n); n = 0 once merged away */
-} sym;
 
 
-static bool try_add(const sp_vocab *v, const char *text, const sym *s, sp_bigram_heap *h, int32_t l,
+static bool try_add(const sp_vocab *v, const char *text, const sp_tok_sym *s, sp_bigram_heap *h, int32_t l,
                     int32_t r) {
     if (l < 0 || r < 0) return true;
     int32_t id = sp_tok_lookup(v, text + s[l].off, s[l].n + s[r].n);
@@ -32,24 +28,14 @@ static bool try_add(const sp_vocab *v, const char *text, const sym *s, sp_bigram
 bool sp_tok_spm_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out) {
     bool ok = false;
     sp_bigram_heap h = {0};
-    sym *s = malloc((len + 1) * sizeof(*s));
+    sp_tok_sym *s = malloc((len + 1) * sizeof(*s));
     if (!s) return false;
-    int32_t n = 0;
-    for (size_t off = 0; off < len;) {
-        size_t k = sp_tok_utf8_lead_len((unsigned char)text[off]);
-        if (k > len - off) k = len - off;
-        s[n].off = (uint32_t)off;
-        s[n].n = (uint32_t)k;
-        s[n].prev = n - 1;
-        off += k;
-        s[n].next = off == len ? -1 : n + 1;
-        n++;
-    }
+    int32_t n = sp_tok_split_symbols(text, len, s);
     for (int32_t i = 1; i < n; i++)
         if (!try_add(v, text, s, &h, i - 1, i)) goto done;
     while (h.n) {
         sp_bigram b = sp_bigram_pop(&h);
-        sym *l = &s[b.left], *r = &s[b.right];
+        sp_tok_sym *l = &s[b.left], *r = &s[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* stale */
         l->n += r->n;
         r->n = 0;

@@ -114,6 +114,20 @@ int32_t sp_tok_merge_rank(const sp_vocab *v, const char *l, size_t ln, const cha
 bool sp_tok_spm_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out);
 bool sp_tok_bpe_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out);
 
+/* A symbol of the SPM/BPE merge loops: bytes text[off, off + n) in a
+ * doubly linked list (prev/next indices, -1 at the ends); n = 0 once it has
+ * been merged into its left neighbour. */
+typedef struct {
+    int32_t prev, next;
+    uint32_t off, n;
+} sp_tok_sym;
+
+/* Splits text[len] into one symbol per UTF-8 character, cut by the lead
+ * byte only (as llama.cpp: an invalid byte is a symbol of its own, a
+ * truncated sequence at the end is shortened), linked in order. s must hold
+ * len entries; returns the count. */
+int32_t sp_tok_split_symbols(const char *text, size_t len, sp_tok_sym *s);
+
 /* A candidate merge of the adjacent symbols left and right, for the
  * SPM and BPE merge loops: the smallest key comes out first, ties by the
  * leftmost pair (llama.cpp's order). SPM keys are -score, BPE keys the merge

@@ -1,7 +1,9 @@
-/* bigram.c: the binary heap of candidate merges shared by spm.c and bpe.c. */
+/* merge.c: what the SPM and BPE merge loops share: splitting text into a
+ * linked list of symbols, and the binary heap of candidate merges. */
 #include <stdlib.h>
 
 #include "tok_internal.h"
+#include "unicode.h"
 
 static inline bool before(const sp_bigram *a, const sp_bigram *b) {
     return a->key < b->key || (a->key == b->key && a->left < b->left);
@@ -39,4 +41,19 @@ sp_bigram sp_bigram_pop(sp_bigram_heap *h) {
     }
     if (h->n) h->v[i] = last;
     return top;
+}
+
+int32_t sp_tok_split_symbols(const char *text, size_t len, sp_tok_sym *s) {
+    int32_t n = 0;
+    for (size_t off = 0; off < len;) {
+        size_t c = sp_tok_utf8_lead_len((unsigned char)text[off]);
+        if (c > len - off) c = len - off;
+        s[n].off = (uint32_t)off;
+        s[n].n = (uint32_t)c;
+        s[n].prev = n - 1;
+        off += c;
+        s[n].next = off == len ? -1 : n + 1;
+        n++;
+    }
+    return n;
 }
