@@ -174,6 +174,164 @@ double sp_sampler_uniform(sp_sampler *s);
 float sp_logprob_of(const float *logits, int32_t n_vocab, sp_token t);
 int sp_top_logprobs(const float *logits, int32_t n_vocab, int k, sp_token *ids, float *lps);
 
+/* ---- engine: continuous batching over a paged KV pool with prefix caching
+ *
+ * One engine owns a context whose K/V live in a pool of fixed-size blocks.
+ * A thread of its own runs the step loop: each step forms one batch of
+ * decode tokens of running requests and prefill chunks of waiting ones,
+ * runs one forward pass, samples, and reports. Any thread may submit,
+ * cancel, wait, read and take statistics; all of these are thread-safe.
+ * The model must outlive the engine. */
+
+typedef struct sp_engine sp_engine;
+
+typedef struct {
+    int32_t n_threads;        /* compute threads (default: online CPUs) */
+    int32_t max_seqs;         /* requests running at once (default 16) */
+    int32_t max_batch_tokens; /* tokens per step (default 512) */
+    int32_t n_ctx;            /* positions per request, prompt + output
+                                 (default: the model's n_ctx_train, at most 8192) */
+    size_t kv_mem;            /* bytes for the KV block pool (default 0: room for
+                                 max_seqs full contexts, at most 1 GiB) */
+    int32_t kv_block_size;    /* positions per block (default 16) */
+    sp_kv_type kv_type;       /* default F16 */
+    bool prefix_cache;        /* reuse K/V of earlier prompts (default true) */
+} sp_engine_params;
+
+sp_engine_params sp_engine_default_params(void);
+
+/* NULL + err for invalid parameters, a pool that cannot hold even one
+ * request's context (kv_mem too small), or out of memory. */
+sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, size_t errlen);
+/* Cancels whatever is still queued or running (their callbacks see
+ * SP_FINISH_CANCELLED), stops the step loop and frees everything. */
+void sp_engine_free(sp_engine *e);
+
+typedef enum {
+    SP_FINISH_NONE = 0,   /* still running */
+    SP_FINISH_STOP,       /* end-of-generation token, stop token or stop string */
+    SP_FINISH_LENGTH,     /* max_tokens reached, or the context is full */
+    SP_FINISH_CANCELLED,
+    SP_FINISH_ERROR,
+} sp_finish_reason;
+
+/* "stop", "length", "cancelled", "error" (OpenAI's finish_reason words). */
+const char *sp_finish_reason_str(sp_finish_reason r);
+
+typedef struct {
+    int32_t prompt_tokens;
+    int32_t cached_tokens;     /* L_hit: prompt tokens whose K/V came from the cache */
+    int32_t completion_tokens;
+    int32_t preemptions;       /* times its blocks were taken back and recomputed */
+    double queue_ms;           /* submit -> first scheduled */
+    double prefill_ms;         /* first scheduled -> first token */
+    double ttft_ms;            /* submit -> first token */
+    double decode_ms;          /* first token -> last token */
+    double tpot_ms;            /* decode_ms / (completion_tokens - 1), 0 if < 2 */
+    sp_finish_reason finish;
+} sp_request_stats;
+
+typedef struct sp_event sp_event;
+struct sp_event {
+    int64_t id;
+    int32_t n_tokens;          /* tokens new in this event */
+    const sp_token *tokens;    /* [n_tokens] */
+    const float *logprobs;     /* [n_tokens] logprob of each, or NULL (logprobs = 0) */
+    const sp_token *top_ids;   /* [n_tokens][top_logprobs] or NULL */
+    const float *top_lps;      /* [n_tokens][top_logprobs] or NULL */
+    int32_t top_logprobs;
+    const char *text;          /* text new in this event (valid UTF-8, stop strings
+                                  withheld and cut) */
+    size_t text_len;
+    bool finished;             /* last event of the request; stats are final */
+    const sp_request_stats *stats;
+    const char *error;         /* message when finish == SP_FINISH_ERROR, else NULL */
+};
+/* Called on the engine thread, with no engine lock held; the pointers in
+ * ev live until it returns. It may call sp_engine_cancel or submit, and
+ * should return quickly: every request waits while it runs. */
+typedef void (*sp_event_cb)(const sp_event *ev, void *user);
+
+typedef struct {
+    const char *prompt;        /* text (tokenized with the model's vocabulary) ... */
+    size_t prompt_len;         /* 0: strlen(prompt) */
+    const sp_token *tokens;    /* ... or token ids (used when prompt is NULL) */
+    int32_t n_tokens;
+    bool add_bos;              /* text only: prepend BOS if the model wants it (default true) */
+    bool parse_special;        /* text only: "<s>"-style names become special tokens */
+    sp_sampler_params sampling; /* default: sp_sampler_default_params() */
+    int32_t max_tokens;        /* >= 1 (default 16) */
+    const char *const *stop;   /* stop strings (not included in the output) */
+    int32_t n_stop;
+    const sp_token *stop_tokens; /* extra stop token ids (not emitted) */
+    int32_t n_stop_tokens;
+    bool ignore_eos;           /* keep going past end-of-generation tokens */
+    int32_t logprobs;          /* 0: off; else also report the top-N (max 20) */
+    const char *cache_salt;    /* NULL/"": share the prefix cache freely; else only
+                                  with requests of the same salt */
+    int32_t priority;          /* higher is admitted first; ties by arrival */
+    sp_event_cb on_event;      /* NULL: poll with sp_engine_wait / sp_engine_read */
+    void *user;
+} sp_request_params;
+
+sp_request_params sp_request_default_params(void);
+
+/* Queues a request; the params (strings and arrays included) are copied.
+ * Returns its id (> 0), or -1 + err for an invalid request (empty prompt,
+ * prompt + max_tokens beyond n_ctx, bad sampling parameters, token out of
+ * the vocabulary). A request with a callback is forgotten after its final
+ * event; one without must be released with sp_engine_release. */
+int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, size_t errlen);
+
+/* Asks to stop a request; its blocks return to the pool at the next step
+ * and it finishes with SP_FINISH_CANCELLED (unless it finished first).
+ * -1 if the id is unknown. */
+int sp_engine_cancel(sp_engine *e, int64_t id);
+
+typedef struct {
+    int32_t n_tokens;          /* generated so far */
+    size_t text_len;           /* bytes of text released so far */
+    bool finished;
+    sp_request_stats stats;
+} sp_request_status;
+
+/* For requests without a callback. Waits until the request has more than
+ * have_tokens tokens or has finished, or timeout_ms passes (< 0: forever),
+ * then fills st. 0, or -1 if the id is unknown. */
+int sp_engine_wait(sp_engine *e, int64_t id, int32_t have_tokens, int timeout_ms,
+                   sp_request_status *st);
+/* Copies up to cap tokens (from the first) and up to text_cap - 1 bytes of
+ * text (NUL-terminated); either buffer may be NULL. 0 or -1 (unknown id). */
+int sp_engine_read(sp_engine *e, int64_t id, sp_token *tokens, int32_t cap, char *text,
+                   size_t text_cap);
+/* Forgets a request (cancelling it first if it is still running). */
+void sp_engine_release(sp_engine *e, int64_t id);
+
+typedef struct {
+    uint64_t steps;
+    uint64_t submitted, finished, cancelled, preemptions;
+    uint64_t prompt_tokens;      /* of admitted requests */
+    uint64_t prefill_tokens;     /* prompt positions computed (not served from cache) */
+    uint64_t decode_tokens;      /* tokens generated */
+    uint64_t recomputed_tokens;  /* positions computed again after a preemption */
+    uint64_t cache_query_tokens; /* prompt tokens looked up in the prefix cache */
+    uint64_t cache_hit_tokens;   /* ... of which found (sum of L_hit) */
+    uint64_t h_tokens_hist[11];  /* requests by H_tokens = L_hit / prompt tokens:
+                                    [i] counts H in [i/10, (i+1)/10), [10] H == 1 */
+    uint64_t evictions_pressure; /* cached blocks reused because the pool ran out */
+    uint64_t evictions_flush;    /* cached blocks dropped by sp_engine_flush_cache */
+    int32_t blocks_total, blocks_free, blocks_cached, blocks_in_use, block_size;
+    size_t kv_bytes_total;
+    size_t kv_bytes_cached;      /* K/V kept only for reuse (blocks_cached) */
+    int32_t running, waiting;
+} sp_engine_stats;
+
+void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st);
+/* Drops every cached block that no running request uses; returns how many. */
+int32_t sp_engine_flush_cache(sp_engine *e);
+/* Runs the pool's invariant checker (tests): 0, or -1 + err. Safe any time. */
+int sp_engine_check(sp_engine *e, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

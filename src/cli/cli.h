@@ -4,12 +4,19 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "specula.h"
 
-/* The model used when -m is not given: the bundled default if present,
- * else a reference model beside the checkout. */
+/* The bundled default pair (models/, see models/README.md). */
+#define CLI_DEFAULT_TARGET "specula-code-target-f16.gguf"
+#define CLI_DEFAULT_DRAFT "specula-code-draft-f16.gguf"
+/* The model used when -m is not given: $SPECULA_MODEL, else the bundled
+ * target beside the binary or under ./models, else a reference model beside
+ * the checkout. NULL if none exists. */
 const char *cli_default_model(void);
+/* The bundled draft ($SPECULA_DRAFT_MODEL overrides), or NULL. */
+const char *cli_default_draft(void);
 /* Reads a whole file byte for byte; NULL with a message on stderr. */
 char *cli_read_file(const char *path, size_t *len);
 /* Writes s[n] as a JSON string literal (escaped; invalid UTF-8 bytes become
@@ -19,7 +26,14 @@ void cli_json_str(FILE *f, const char *s, size_t n);
 bool cli_int(const char *s, long lo, long hi, long *out);
 bool cli_float(const char *s, double *out);
 
+/* Engine options shared by run and batch (usage text in cli_engine_usage).
+ * Returns how many arguments a/v consumed (1 or 2), 0 if a is not an
+ * engine option, -1 after printing an error. */
+extern const char *cli_engine_usage;
+int cli_engine_opt(const char *cmd, const char *a, const char *v, sp_engine_params *p);
+
 int cmd_run(int argc, char **argv);
+int cmd_batch(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 

@@ -1,5 +1,7 @@
-/* cmd_run.c: `specula run`: prefill a prompt, then sample token by token,
- * streaming the text (or printing one JSON object with --json). */
+/* cmd_run.c: `specula run`: one request through the engine (the same path
+ * the server and `batch` take), streaming the text as it is generated, or
+ * printing one JSON object with --json. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,23 +26,28 @@ static void run_usage(FILE *f) {
             "  --ignore-eos      keep generating past end-of-generation tokens\n"
             "  --logprobs K      with --json: the K most likely tokens of each step\n"
             "  --json            print one JSON object instead of streaming text\n"
-            "  -t N              threads (default: all cores)\n"
-            "  -c N              context size (default: prompt + n)\n"
-            "  --kv f16|f32      KV element type (default f16)\n",
-            cli_default_model() ? cli_default_model() : "none found");
+            "  --stop S          stop at the string S (may repeat)\n"
+            "engine options (-c defaults to prompt + n here):\n%s",
+            cli_default_model() ? cli_default_model() : "none found", cli_engine_usage);
 }
 
 typedef struct {
     const char *model, *prompt, *file;
-    long n, logprobs, threads, ctx;
-    bool json, ignore_eos, kv_f32;
+    long n, logprobs;
+    bool json, ignore_eos;
+    const char *stop[16];
+    int n_stop;
     sp_sampler_params sp;
+    sp_engine_params ep;
 } run_opts;
 
 static int parse(int argc, char **argv, run_opts *o) {
     o->model = cli_default_model();
     o->n = 128;
     o->sp = sp_sampler_default_params();
+    o->ep = sp_engine_default_params();
+    o->ep.max_seqs = 1;
+    o->ep.n_ctx = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -59,16 +66,25 @@ static int parse(int argc, char **argv, run_opts *o) {
         fprintf(stderr, "specula run: invalid value '%s' for %s\n", v, a);      \
         return -1;                                                              \
     } while (0)
+        int used = cli_engine_opt("run", a, v, &o->ep);
+        if (used < 0) return -1;
+        if (used) {
+            i += used - 1;
+            continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             run_usage(stdout);
             exit(0);
         } else if (!strcmp(a, "-m")) { NEEDV(); o->model = v; }
         else if (!strcmp(a, "-p")) { NEEDV(); o->prompt = v; }
         else if (!strcmp(a, "-f")) { NEEDV(); o->file = v; }
-        else if (!strcmp(a, "-n")) { NEEDV(); if (!cli_int(v, 0, 1 << 24, &o->n)) BAD(); }
-        else if (!strcmp(a, "-t")) { NEEDV(); if (!cli_int(v, 1, 256, &o->threads)) BAD(); }
-        else if (!strcmp(a, "-c")) { NEEDV(); if (!cli_int(v, 1, 1 << 24, &o->ctx)) BAD(); }
-        else if (!strcmp(a, "--logprobs")) { NEEDV(); if (!cli_int(v, 0, 1000, &o->logprobs)) BAD(); }
+        else if (!strcmp(a, "-n")) { NEEDV(); if (!cli_int(v, 1, 1 << 20, &o->n)) BAD(); }
+        else if (!strcmp(a, "--logprobs")) { NEEDV(); if (!cli_int(v, 0, 20, &o->logprobs)) BAD(); }
+        else if (!strcmp(a, "--stop")) {
+            NEEDV();
+            if (o->n_stop == 16 || !*v) BAD();
+            o->stop[o->n_stop++] = v;
+        }
         else if (!strcmp(a, "--temp")) { NEEDV(); if (!cli_float(v, &d)) BAD(); o->sp.temperature = (float)d; }
         else if (!strcmp(a, "--top-k")) { NEEDV(); if (!cli_int(v, 0, 1 << 30, &l)) BAD(); o->sp.top_k = (int32_t)l; }
         else if (!strcmp(a, "--top-p")) { NEEDV(); if (!cli_float(v, &d)) BAD(); o->sp.top_p = (float)d; }
@@ -77,7 +93,6 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--frequency-penalty")) { NEEDV(); if (!cli_float(v, &d)) BAD(); o->sp.frequency_penalty = (float)d; }
         else if (!strcmp(a, "--presence-penalty")) { NEEDV(); if (!cli_float(v, &d)) BAD(); o->sp.presence_penalty = (float)d; }
         else if (!strcmp(a, "--seed")) { NEEDV(); char *e; o->sp.seed = strtoull(v, &e, 10); if (*e || !*v) BAD(); }
-        else if (!strcmp(a, "--kv")) { NEEDV(); if (!strcmp(v, "f32")) o->kv_f32 = true; else if (strcmp(v, "f16")) BAD(); }
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else if (!strcmp(a, "--json")) o->json = true;
         else {
@@ -98,6 +113,59 @@ static int parse(int argc, char **argv, run_opts *o) {
     return 0;
 }
 
+/* What the callback collects (engine thread) for the main thread. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t done_cv;
+    bool done, json;
+    sp_token *gen;      /* [n] */
+    float *lp;          /* [n] */
+    sp_token *top_id;   /* [n][logprobs] */
+    float *top_lp;      /* [n][logprobs] */
+    int32_t n_gen, k;
+    char *text;
+    size_t text_len, text_cap;
+    sp_request_stats st;
+    char error[256];
+} run_state;
+
+static void on_event(const sp_event *ev, void *user) {
+    run_state *s = user;
+    for (int32_t i = 0; i < ev->n_tokens; i++) {
+        s->gen[s->n_gen] = ev->tokens[i];
+        s->lp[s->n_gen] = ev->logprobs[i];
+        for (int32_t j = 0; j < s->k; j++) {
+            s->top_id[(size_t)s->n_gen * s->k + j] = ev->top_ids[(size_t)i * s->k + j];
+            s->top_lp[(size_t)s->n_gen * s->k + j] = ev->top_lps[(size_t)i * s->k + j];
+        }
+        s->n_gen++;
+    }
+    if (ev->text_len) {
+        if (s->json) {
+            if (s->text_len + ev->text_len + 1 > s->text_cap) {
+                size_t cap = (s->text_len + ev->text_len + 1) * 2;
+                char *t = realloc(s->text, cap);
+                if (t) s->text = t, s->text_cap = cap;
+            }
+            if (s->text_len + ev->text_len + 1 <= s->text_cap) {
+                memcpy(s->text + s->text_len, ev->text, ev->text_len);
+                s->text_len += ev->text_len;
+            }
+        } else {
+            fwrite(ev->text, 1, ev->text_len, stdout);
+            fflush(stdout);
+        }
+    }
+    if (ev->finished) {
+        pthread_mutex_lock(&s->mu);
+        s->st = *ev->stats;
+        if (ev->error) snprintf(s->error, sizeof(s->error), "%s", ev->error);
+        s->done = true;
+        pthread_cond_signal(&s->done_cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
 int cmd_run(int argc, char **argv) {
     run_opts o = {0};
     if (parse(argc, argv, &o)) return 2;
@@ -106,14 +174,11 @@ int cmd_run(int argc, char **argv) {
     char *text = NULL;
     size_t text_len;
     sp_model *m = NULL;
-    sp_context *ctx = NULL;
-    sp_sampler *smp = NULL;
-    sp_token *toks = NULL, *gen = NULL;
-    float *step_lp = NULL, *top_lp = NULL;
-    sp_token *top_id = NULL;
-    int32_t *pos = NULL, *seq = NULL;
-    char *out = NULL;
-    size_t out_len = 0;
+    sp_engine *eng = NULL;
+    sp_token *toks = NULL;
+    run_state s = {0};
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.done_cv, NULL);
 
     if (o.file) {
         text = cli_read_file(o.file, &text_len);
@@ -133,7 +198,6 @@ int cmd_run(int argc, char **argv) {
     }
     const double load_ms = (sp_time_s() - t0) * 1e3;
     const sp_vocab *vocab = sp_model_get_vocab(m);
-    const int32_t V = sp_model_get_info(m)->n_vocab;
 
     int n_prompt = sp_tokenize(vocab, text, text_len, NULL, 0, true, true);
     if (n_prompt == INT32_MIN) {
@@ -148,106 +212,50 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "specula: the prompt is empty after tokenization\n");
         goto done;
     }
-
-    sp_context_params cp = sp_context_default_params();
-    if (o.threads) cp.n_threads = (int32_t)o.threads;
-    cp.n_ctx = o.ctx ? (int32_t)o.ctx : (int32_t)SP_MIN((long)n_prompt + o.n + 1, 1L << 24);
-    if (n_prompt + o.n > cp.n_ctx) {
+    if (!o.ep.n_ctx) o.ep.n_ctx = (int32_t)SP_MIN((long)n_prompt + o.n + 1, 1L << 20);
+    if (n_prompt + o.n > o.ep.n_ctx) {
         fprintf(stderr, "specula: prompt (%d tokens) + n (%ld) exceeds the context (%d)\n", n_prompt,
-                o.n, cp.n_ctx);
+                o.n, o.ep.n_ctx);
         goto done;
     }
-    if (cp.n_batch > n_prompt) cp.n_batch = SP_MAX(n_prompt, 1);
-    if (o.kv_f32) cp.kv_type = SP_KV_F32;
-    ctx = sp_context_create(m, cp, err, sizeof(err));
-    if (!ctx) {
+    eng = sp_engine_create(m, o.ep, err, sizeof(err));
+    if (!eng) {
         fprintf(stderr, "specula: %s\n", err);
         goto done;
     }
-    smp = sp_sampler_create(o.sp, V, err, sizeof(err));
-    if (!smp) {
+    s.json = o.json;
+    s.k = (int32_t)o.logprobs;
+    s.gen = malloc((size_t)o.n * sizeof(sp_token));
+    s.lp = malloc((size_t)o.n * sizeof(float));
+    s.top_id = malloc((size_t)o.n * (size_t)(o.logprobs + 1) * sizeof(sp_token));
+    s.top_lp = malloc((size_t)o.n * (size_t)(o.logprobs + 1) * sizeof(float));
+    if (!s.gen || !s.lp || !s.top_id || !s.top_lp) goto done;
+
+    sp_request_params rp = sp_request_default_params();
+    rp.tokens = toks;
+    rp.n_tokens = n_prompt;
+    rp.sampling = o.sp;
+    rp.max_tokens = (int32_t)o.n;
+    rp.ignore_eos = o.ignore_eos;
+    rp.logprobs = (int32_t)o.logprobs;
+    rp.stop = o.stop;
+    rp.n_stop = o.n_stop;
+    rp.on_event = on_event;
+    rp.user = &s;
+    if (sp_engine_submit(eng, &rp, err, sizeof(err)) < 0) {
         fprintf(stderr, "specula: %s\n", err);
         goto done;
     }
-    gen = malloc(((size_t)o.n + 1) * sizeof(sp_token));
-    step_lp = malloc(((size_t)o.n + 1) * sizeof(float));
-    top_id = malloc(((size_t)o.n + 1) * (size_t)(o.logprobs + 1) * sizeof(sp_token));
-    top_lp = malloc(((size_t)o.n + 1) * (size_t)(o.logprobs + 1) * sizeof(float));
-    if (!gen || !step_lp || !top_id || !top_lp) goto done;
-
-    /* prefill in chunks of n_batch; logits only after the last prompt token */
-    pos = malloc((size_t)cp.n_batch * sizeof(int32_t));
-    seq = calloc((size_t)cp.n_batch, sizeof(int32_t));
-    if (!pos || !seq) goto done;
-    double t1 = sp_time_s();
-    for (int i0 = 0; i0 < n_prompt; i0 += cp.n_batch) {
-        int n = SP_MIN(cp.n_batch, n_prompt - i0);
-        for (int i = 0; i < n; i++) pos[i] = i0 + i;
-        sp_batch b = {n, toks + i0, pos, seq, NULL};
-        if (sp_decode(ctx, &b, err, sizeof(err))) {
-            fprintf(stderr, "specula: %s\n", err);
-            goto done;
-        }
+    pthread_mutex_lock(&s.mu);
+    while (!s.done) pthread_cond_wait(&s.done_cv, &s.mu);
+    pthread_mutex_unlock(&s.mu);
+    if (s.st.finish == SP_FINISH_ERROR) {
+        fprintf(stderr, "\nspecula: %s\n", s.error);
+        goto done;
     }
-    for (int i = 0; i < n_prompt; i++) sp_sampler_accept(smp, toks[i]);
-    double t2 = sp_time_s();
-
-    sp_detok dt;
-    sp_detok_init(&dt);
-    char piece[1024];
-    size_t out_cap = 4096;
-    out = malloc(out_cap);
-    if (!out) goto done;
-    int n_gen = 0;
-    bool ok = true;
-    for (; n_gen < o.n; n_gen++) {
-        const float *logits = sp_get_logits(ctx, 0);
-        sp_token t = sp_sampler_sample(smp, logits);
-        if (o.json) {
-            step_lp[n_gen] = sp_logprob_of(logits, V, t);
-            sp_top_logprobs(logits, V, (int)o.logprobs, top_id + (size_t)n_gen * o.logprobs,
-                            top_lp + (size_t)n_gen * o.logprobs);
-        }
-        if (!o.ignore_eos && sp_vocab_is_eog(vocab, t)) break;
-        gen[n_gen] = t;
-        sp_sampler_accept(smp, t);
-        int np = sp_detok_push(vocab, &dt, t, piece, sizeof(piece));
-        if (np > 0) {
-            if (o.json) {
-                if (out_len + (size_t)np + 1 > out_cap) {
-                    while (out_len + (size_t)np + 1 > out_cap) out_cap *= 2;
-                    char *no = realloc(out, out_cap);
-                    if (!no) goto done;
-                    out = no;
-                }
-                memcpy(out + out_len, piece, (size_t)np);
-                out_len += (size_t)np;
-            } else {
-                fwrite(piece, 1, (size_t)np, stdout);
-                fflush(stdout);
-            }
-        }
-        if (n_gen + 1 == o.n) {
-            n_gen++;
-            break;
-        }
-        int32_t p = n_prompt + n_gen;
-        sp_batch b = {1, &gen[n_gen], &p, seq, NULL};
-        if (sp_decode(ctx, &b, err, sizeof(err))) {
-            fprintf(stderr, "\nspecula: %s\n", err);
-            ok = false;
-            break;
-        }
-    }
-    int np = sp_detok_flush(&dt, piece, sizeof(piece));
-    if (np > 0 && !o.json) fwrite(piece, 1, (size_t)np, stdout);
-    if (np > 0 && o.json && out_len + (size_t)np < out_cap) {
-        memcpy(out + out_len, piece, (size_t)np);
-        out_len += (size_t)np;
-    }
-    double t3 = sp_time_s();
-    const double prefill_tps = n_prompt / (t2 - t1);
-    const double decode_tps = n_gen > 1 ? (n_gen - 1) / (t3 - t2) : 0.0;
+    const int n_gen = s.n_gen;
+    const double prefill_tps = s.st.prefill_ms > 0 ? n_prompt / (s.st.prefill_ms / 1e3) : 0.0;
+    const double decode_tps = n_gen > 1 && s.st.decode_ms > 0 ? (n_gen - 1) / (s.st.decode_ms / 1e3) : 0.0;
 
     if (o.json) {
         FILE *f = stdout;
@@ -256,40 +264,40 @@ int cmd_run(int argc, char **argv) {
         fprintf(f, ", \"prompt_tokens\": [");
         for (int i = 0; i < n_prompt; i++) fprintf(f, "%s%d", i ? ", " : "", toks[i]);
         fprintf(f, "], \"tokens\": [");
-        for (int i = 0; i < n_gen; i++) fprintf(f, "%s%d", i ? ", " : "", gen[i]);
+        for (int i = 0; i < n_gen; i++) fprintf(f, "%s%d", i ? ", " : "", s.gen[i]);
         fprintf(f, "], \"text\": ");
-        cli_json_str(f, out, out_len);
-        fprintf(f, ", \"steps\": [");
+        cli_json_str(f, s.text ? s.text : "", s.text_len);
+        fprintf(f, ", \"finish_reason\": \"%s\", \"steps\": [", sp_finish_reason_str(s.st.finish));
         for (int i = 0; i < n_gen; i++) {
-            fprintf(f, "%s{\"id\": %d, \"logprob\": %.9g, \"top\": [", i ? ", " : "", gen[i],
-                    step_lp[i]);
+            fprintf(f, "%s{\"id\": %d, \"logprob\": %.9g, \"top\": [", i ? ", " : "", s.gen[i],
+                    s.lp[i]);
             for (long j = 0; j < o.logprobs; j++)
-                fprintf(f, "%s[%d, %.9g]", j ? ", " : "", top_id[i * o.logprobs + j],
-                        top_lp[i * o.logprobs + j]);
+                fprintf(f, "%s[%d, %.9g]", j ? ", " : "", s.top_id[i * o.logprobs + j],
+                        s.top_lp[i * o.logprobs + j]);
             fprintf(f, "]}");
         }
         fprintf(f, "], \"timings\": {\"load_ms\": %.3f, \"prefill_tokens\": %d, "
                    "\"prefill_ms\": %.3f, \"prefill_tokens_per_s\": %.3f, \"decode_tokens\": %d, "
-                   "\"decode_ms\": %.3f, \"decode_tokens_per_s\": %.3f}}\n",
-                load_ms, n_prompt, (t2 - t1) * 1e3, prefill_tps, n_gen, (t3 - t2) * 1e3, decode_tps);
+                   "\"decode_ms\": %.3f, \"decode_tokens_per_s\": %.3f, \"ttft_ms\": %.3f}}\n",
+                load_ms, n_prompt, s.st.prefill_ms, prefill_tps, n_gen, s.st.decode_ms, decode_tps,
+                s.st.ttft_ms);
     } else {
         printf("\n");
         fprintf(stderr, "\nspecula: load %.0f ms, prefill %d tokens at %.1f tokens/s, decode %d tokens "
                 "at %.1f tokens/s\n", load_ms, n_prompt, prefill_tps, n_gen, decode_tps);
     }
-    rc = ok ? 0 : 1;
+    rc = 0;
 done:
-    free(pos);
-    free(seq);
-    free(out);
+    sp_engine_free(eng);
     free(text);
     free(toks);
-    free(gen);
-    free(step_lp);
-    free(top_id);
-    free(top_lp);
-    sp_sampler_free(smp);
-    sp_context_free(ctx);
+    free(s.gen);
+    free(s.lp);
+    free(s.top_id);
+    free(s.top_lp);
+    free(s.text);
+    pthread_mutex_destroy(&s.mu);
+    pthread_cond_destroy(&s.done_cv);
     sp_model_free(m);
     return rc;
 }

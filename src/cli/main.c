@@ -8,14 +8,38 @@
 
 #include "cli.h"
 
-const char *cli_default_model(void) {
-    static const char *candidates[] = {
-        "models/default.gguf",
-        "../shared/reference/models/ref-llama-spm-q8_0.gguf",
-    };
-    for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++)
-        if (access(candidates[i], R_OK) == 0) return candidates[i];
+/* The bundled pair is found beside the binary (bin/../models) or under the
+ * working directory; SPECULA_MODEL overrides both. */
+static const char *find_model(const char *env, const char *file, const char *fallback) {
+    static char buf[2][4096];
+    static int which;
+    const char *e = getenv(env);
+    if (e && *e) return e;
+    char *b = buf[which++ & 1];
+    char exe[4000];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            snprintf(b, sizeof(buf[0]), "%s/../models/%s", exe, file);
+            if (access(b, R_OK) == 0) return b;
+        }
+    }
+    snprintf(b, sizeof(buf[0]), "models/%s", file);
+    if (access(b, R_OK) == 0) return b;
+    if (fallback && access(fallback, R_OK) == 0) return fallback;
     return NULL;
+}
+
+const char *cli_default_model(void) {
+    return find_model("SPECULA_MODEL", CLI_DEFAULT_TARGET,
+                      "../shared/reference/models/ref-llama-spm-q8_0.gguf");
+}
+
+const char *cli_default_draft(void) {
+    return find_model("SPECULA_DRAFT_MODEL", CLI_DEFAULT_DRAFT, NULL);
 }
 
 char *cli_read_file(const char *path, size_t *len) {
@@ -126,6 +150,7 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  run       generate text from a prompt (streams it; --json for details)\n"
+            "  batch     run the requests of a JSONL file through one engine\n"
             "  tokenize  print the token ids of a text as a JSON array\n"
             "  info      describe a model file\n"
             "\n"
@@ -139,6 +164,7 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "batch")) return cmd_batch(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {

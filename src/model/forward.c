@@ -22,6 +22,7 @@ struct sp_context {
     sp_context_params p;
     sp_pool *pool;
     sp_kv *kv;
+    bool own_kv;     /* false when the engine lent its paged store */
     const sp_fwd_ops *ops;
     float *x;        /* [B][E] residual stream */
     float *xn;       /* [B][E] normalized input of a sub-block */
@@ -67,7 +68,8 @@ static size_t max_scratch(const sp_model *m, int64_t B) {
     return s;
 }
 
-sp_context *sp_context_create(const sp_model *m, sp_context_params p, char *err, size_t errlen) {
+static sp_context *context_create(const sp_model *m, sp_context_params p, sp_kv *kv, char *err,
+                                  size_t errlen) {
     if (!m->layers) {
         sp_seterr(err, errlen, "the model was loaded vocab-only");
         return NULL;
@@ -88,9 +90,19 @@ sp_context *sp_context_create(const sp_model *m, sp_context_params p, char *err,
     c->ops = sp_fwd_ops_get();
     const int64_t B = p.n_batch, E = h->n_embd, F = h->n_ff, D = h->head_dim;
     const int64_t QD = (int64_t)h->n_head * D, KD = (int64_t)h->n_head_kv * D;
-    c->kv = sp_kv_simple_create(p.kv_type == SP_KV_F16 ? SP_TYPE_F16 : SP_TYPE_F32, h->n_layer,
-                                (int32_t)KD, p.n_seq_max, p.n_ctx, err, errlen);
-    if (!c->kv) goto fail;
+    if (kv) {
+        if (kv->n_layer != h->n_layer || kv->kv_dim != KD || kv->n_seq != p.n_seq_max) {
+            sp_seterr(err, errlen, "KV store shape (%d layers, kv_dim %d, %d sequences) does not "
+                      "match the context", kv->n_layer, kv->kv_dim, kv->n_seq);
+            goto fail;
+        }
+        c->kv = kv;
+    } else {
+        c->kv = sp_kv_simple_create(p.kv_type == SP_KV_F16 ? SP_TYPE_F16 : SP_TYPE_F32,
+                                    h->n_layer, (int32_t)KD, p.n_seq_max, p.n_ctx, err, errlen);
+        if (!c->kv) goto fail;
+        c->own_kv = true;
+    }
     c->pool = sp_pool_create(p.n_threads);
     c->x = malloc(B * E * sizeof(float));
     c->xn = malloc(B * E * sizeof(float));
@@ -118,9 +130,18 @@ fail:
     return NULL;
 }
 
+sp_context *sp_context_create(const sp_model *m, sp_context_params p, char *err, size_t errlen) {
+    return context_create(m, p, NULL, err, errlen);
+}
+
+sp_context *sp_context_create_with_kv(const sp_model *m, sp_context_params p, sp_kv *kv,
+                                      char *err, size_t errlen) {
+    return context_create(m, p, kv, err, errlen);
+}
+
 void sp_context_free(sp_context *c) {
     if (!c) return;
-    if (c->kv) c->kv->ops->destroy(c->kv);
+    if (c->kv && c->own_kv) c->kv->ops->destroy(c->kv);
     sp_pool_free(c->pool);
     free(c->x);
     free(c->xn);
@@ -281,8 +302,8 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
         if (!c->seq_n[s]) continue;
         if (c->kv->ops->reserve(c->kv, s, c->seq_n[s])) {
             release_reservations(c); /* a failed reserve changes nothing */
-            sp_seterr(err, errlen, "sequence %d would exceed the context of %d positions", s,
-                      c->p.n_ctx);
+            sp_seterr(err, errlen, "sequence %d would exceed the context of %d positions or "
+                      "the KV store is full", s, c->p.n_ctx);
             return -1;
         }
     }

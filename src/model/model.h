@@ -63,4 +63,16 @@ struct sp_model {
     sp_layer *layers;      /* [L] */
 };
 
+struct sp_kv;
+/* A context whose K/V live in a store the caller owns (the engine's paged
+ * pool): kv must match the model's layer count and kv_dim and have
+ * p.n_seq_max slots, and must outlive the context, which never frees it. */
+sp_context *sp_context_create_with_kv(const sp_model *m, sp_context_params p, struct sp_kv *kv,
+                                      char *err, size_t errlen);
+
+/* 32 bytes that identify the weights (SHA-256 over the hyperparameters and
+ * the head and tail of every tensor): the prefix cache mixes them into
+ * every block hash so two models never share K/V. */
+void sp_model_fingerprint(const sp_model *m, uint8_t out[32]);
+
 #endif

@@ -102,3 +102,60 @@ def read_kv(path):
         kv[k] = rd(t)
     kv["__version__"], kv["__n_tensors__"] = ver, nt
     return kv
+
+
+def read(path):
+    """The whole file: (kv, tensors). kv is a list of (key, type, value) in file
+    order with arrays as Arr, so that it can be passed back to write();
+    tensors is {name: (ggml_type, dims innermost-first, raw bytes)}."""
+    with open(path, "rb") as fh:
+        b = fh.read()
+    assert b[:4] == b"GGUF", "%s: not a GGUF file" % path
+    ver, nt, nkv = struct.unpack_from("<IQQ", b, 4)
+    assert ver in (2, 3), "%s: GGUF version %d" % (path, ver)
+    p = 24
+
+    def rd(t):
+        nonlocal p
+        if t == STRING:
+            (n,) = struct.unpack_from("<Q", b, p)
+            p += 8 + n
+            return b[p - n:p].decode("utf-8", "replace")
+        if t == ARRAY:
+            et, n = struct.unpack_from("<IQ", b, p)
+            p += 12
+            if et in _FMT:
+                f = _FMT[et][1]
+                vals = list(struct.unpack_from("<%d%s" % (n, f), b, p))
+                p += n * struct.calcsize("<" + f)
+                return Arr(et, vals)
+            return Arr(et, [rd(et) for _ in range(n)])
+        (v,) = struct.unpack_from(_FMT[t], b, p)
+        p += struct.calcsize(_FMT[t])
+        return v
+
+    kv = []
+    for _ in range(nkv):
+        k = rd(STRING)
+        (t,) = struct.unpack_from("<I", b, p)
+        p += 4
+        kv.append((k, t, rd(t)))
+    infos = []
+    for _ in range(nt):
+        name = rd(STRING)
+        (nd,) = struct.unpack_from("<I", b, p)
+        dims = list(struct.unpack_from("<%dQ" % nd, b, p + 4))
+        gtype, off = struct.unpack_from("<IQ", b, p + 4 + 8 * nd)
+        p += 4 + 8 * nd + 12
+        infos.append((name, gtype, dims, off))
+    align = dict((k, v) for k, _, v in kv).get("general.alignment", ALIGN)
+    base = (p + align - 1) // align * align
+    esize = {GGML_F32: 4, GGML_F16: 2}
+    tensors = {}
+    for name, gtype, dims, off in infos:
+        n = 1
+        for d in dims:
+            n *= d
+        size = n * esize[gtype] if gtype in esize else 0  # other types: no data read
+        tensors[name] = (gtype, dims, b[base + off:base + off + size])
+    return kv, tensors

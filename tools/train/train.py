@@ -176,6 +176,10 @@ def main():
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--untied", action="store_true")
+    ap.add_argument("--save-every", type=int, default=100,
+                    help="checkpoint OUT/model.pt every N steps (a killed run keeps its last one)")
+    ap.add_argument("--max-seconds", type=float, default=0,
+                    help="safety stop: end early (and say so in config.json) past this wall time")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -223,8 +227,23 @@ def main():
             print("step %d loss %.4f%s lr %.3g  %.0f tok/s" % (
                 step, loss.item(), ev and " heldout %.4f" % ev, lr, step * a.batch * a.ctx / dt),
                 file=sys.stderr)
-    torch.save({"config": c, "state_dict": model.state_dict()}, os.path.join(out, "model.pt"))
+        stop = a.max_seconds and time.time() - t0 > a.max_seconds
+        if step % a.save_every == 0 or step == a.steps or stop:
+            save(model, c, out, dict(steps_done=step, seconds=round(time.time() - t0, 1),
+                                     stopped_early=bool(stop and step < a.steps)))
+        if stop:
+            print("stopped early at step %d (--max-seconds)" % step, file=sys.stderr)
+            break
     log.close()
+
+
+def save(model, c, out, progress):
+    """Write model.pt atomically (a kill mid-write leaves the previous checkpoint)."""
+    tmp = os.path.join(out, "model.pt.tmp")
+    torch.save({"config": c, "state_dict": model.state_dict(), "progress": progress}, tmp)
+    os.replace(tmp, os.path.join(out, "model.pt"))
+    with open(os.path.join(out, "progress.json"), "w") as fh:
+        json.dump(progress, fh)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,974 @@
+/* engine.c: the serving engine. Requests arrive from any thread; one engine
+ * thread runs the step loop (schedule -> one batched forward pass -> sample
+ * -> report) over a context whose K/V live in the paged pool.
+ *
+ * A request is one token array, prompt followed by what it generated
+ * (toks[0..n_all)), and a count of positions whose K/V are in its slot
+ * (kv_len, the sequence length of its slot). Every step it is given the
+ * tokens toks[kv_len .. kv_len + n): a prefill chunk when n > 1, a decode
+ * token when n_all - kv_len == 1, and after a preemption the same path
+ * recomputes prompt and output alike. Logits are asked for only when the
+ * chunk reaches n_all.
+ *
+ * Scheduling per step, under a budget of max_batch_tokens tokens:
+ *   1. running requests that decode (1 token each), oldest first;
+ *   2. running requests still prefilling, oldest first, in chunks;
+ *   3. waiting requests by priority then arrival, while a slot is free and
+ *      the pool can hold their whole remaining prompt.
+ * When the pool cannot hold a running request's next tokens, the newest
+ * running request is preempted: its blocks go back (full ones stay cached,
+ * so re-admission usually finds them) and it waits at its old place.
+ *
+ * Locking: one mutex guards every request record and queue; the forward
+ * pass and the user's callbacks run without it. Only the engine thread
+ * changes a running request's tokens, text and slot.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "kv/kv_paged.h"
+#include "model/model.h"
+
+typedef enum { RQ_WAITING, RQ_RUNNING, RQ_DONE } rq_state;
+
+typedef struct request request;
+struct request {
+    int64_t id;
+    uint64_t seqno;            /* arrival order (ties between equal priorities) */
+    uint64_t admit_no;         /* admission order: the newest is preempted first */
+    request *next;             /* all-records list */
+    rq_state state;
+    /* input */
+    sp_token *toks;            /* [cap] prompt then generated tokens */
+    int32_t n_prompt, n_all, cap;
+    sp_sampler *smp;
+    int32_t max_tokens;
+    char **stop;               /* [n_stop] */
+    int32_t n_stop;
+    size_t max_stop_len;
+    sp_token *stop_toks;       /* [n_stop_toks] */
+    int32_t n_stop_toks;
+    bool ignore_eos;
+    int32_t n_lp;              /* top logprobs wanted (0 off) */
+    char *salt;                /* NULL: none */
+    int32_t priority;
+    sp_event_cb cb;
+    void *user;
+    /* output */
+    float *lp;                 /* [max_tokens] logprob of each generated token */
+    sp_token *top_ids;         /* [max_tokens][n_lp] */
+    float *top_lps;            /* [max_tokens][n_lp] */
+    char *text;                /* [text_cap] generated text */
+    size_t text_len, text_cap, text_released;
+    sp_detok dt;
+    int32_t ev_tokens;         /* tokens already reported by events */
+    size_t ev_text;            /* text bytes already reported */
+    /* engine side */
+    int32_t slot;              /* -1 when not running */
+    sp_block_hash *hashes;     /* [max_blocks_per_seq] chain over toks' full blocks */
+    int32_t n_committed;       /* leading blocks of the slot committed to the cache */
+    int32_t max_computed;      /* furthest kv_len ever reached (recompute accounting) */
+    bool admitted_once;
+    bool cancel_req, released;
+    bool final_sent;           /* the finished event went out (callback requests) */
+    sp_request_stats st;
+    double t_submit, t_sched, t_first, t_last;
+    char err[256];
+};
+
+struct sp_engine {
+    const sp_model *m;
+    const sp_vocab *vocab;
+    sp_engine_params p;
+    sp_kv *kv;
+    sp_context *ctx;
+    uint8_t model_key[32];
+    int32_t max_blocks;        /* per sequence */
+    int32_t n_vocab;
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t work;       /* engine thread: something to do */
+    pthread_cond_t changed;    /* waiters: some request progressed */
+    bool stop;
+    int64_t next_id;
+    uint64_t next_seqno, next_admit;
+    request *all;              /* every record */
+    request **waiting;         /* [wait_cap] sorted: priority desc, seqno asc */
+    int32_t n_waiting, wait_cap;
+    request **slots;           /* [max_seqs] running request per slot or NULL */
+    int32_t n_running;
+    /* per-step buffers, sized at creation */
+    sp_token *b_tok;           /* [max_batch_tokens] */
+    int32_t *b_pos, *b_seq;    /* [max_batch_tokens] */
+    int8_t *b_want;            /* [max_batch_tokens] */
+    request **e_req;           /* [max_seqs] batch entries */
+    int32_t *e_n;              /* [max_seqs] tokens of each entry */
+    sp_event *events;          /* [max_seqs] */
+    request **ev_req;          /* [max_seqs] */
+    sp_engine_stats st;
+};
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static double now_ms(void) { return sp_time_s() * 1e3; }
+
+static void rq_free(request *r) {
+    if (!r) return;
+    free(r->toks);
+    sp_sampler_free(r->smp);
+    for (int32_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->stop);
+    free(r->stop_toks);
+    free(r->salt);
+    free(r->lp);
+    free(r->top_ids);
+    free(r->top_lps);
+    free(r->text);
+    free(r->hashes);
+    free(r);
+}
+
+static request *find(sp_engine *e, int64_t id) {
+    for (request *r = e->all; r; r = r->next)
+        if (r->id == id) return r;
+    return NULL;
+}
+
+static void unlink_record(sp_engine *e, request *r) {
+    for (request **pp = &e->all; *pp; pp = &(*pp)->next)
+        if (*pp == r) {
+            *pp = r->next;
+            return;
+        }
+}
+
+static bool before(const request *a, const request *b) {
+    return a->priority != b->priority ? a->priority > b->priority : a->seqno < b->seqno;
+}
+
+static void wait_insert(sp_engine *e, request *r) {
+    SP_ASSERT(e->n_waiting < e->wait_cap);
+    int32_t i = e->n_waiting;
+    while (i > 0 && before(r, e->waiting[i - 1])) {
+        e->waiting[i] = e->waiting[i - 1];
+        i--;
+    }
+    e->waiting[i] = r;
+    e->n_waiting++;
+    r->state = RQ_WAITING;
+}
+
+static void wait_remove(sp_engine *e, request *r) {
+    for (int32_t i = 0; i < e->n_waiting; i++)
+        if (e->waiting[i] == r) {
+            memmove(e->waiting + i, e->waiting + i + 1,
+                    (size_t)(e->n_waiting - i - 1) * sizeof(request *));
+            e->n_waiting--;
+            return;
+        }
+}
+
+static int32_t kv_len(sp_engine *e, const request *r) {
+    return r->slot < 0 ? 0 : sp_seq_len(e->ctx, r->slot);
+}
+
+/* Returns the slot's blocks to the pool (committed ones stay cached). */
+static void release_slot(sp_engine *e, request *r) {
+    if (r->slot < 0) return;
+    sp_seq_clear(e->ctx, r->slot);
+    e->slots[r->slot] = NULL;
+    r->slot = -1;
+    r->n_committed = 0;
+    e->n_running--;
+}
+
+static void finish(sp_engine *e, request *r, sp_finish_reason why) {
+    if (r->state == RQ_DONE) return;
+    if (r->state == RQ_WAITING) wait_remove(e, r);
+    release_slot(e, r);
+    r->state = RQ_DONE;
+    r->st.finish = why;
+    r->text_released = r->text_len;
+    double t = now_ms();
+    if (r->t_first > 0) {
+        r->st.decode_ms = r->t_last - r->t_first;
+        int32_t n = r->n_all - r->n_prompt;
+        r->st.tpot_ms = n > 1 ? r->st.decode_ms / (n - 1) : 0.0;
+    } else if (r->t_sched > 0) {
+        r->st.prefill_ms = t - r->t_sched;
+    }
+    e->st.finished++;
+    if (why == SP_FINISH_CANCELLED) e->st.cancelled++;
+}
+
+/* ---- creation ------------------------------------------------------------- */
+
+sp_engine_params sp_engine_default_params(void) {
+    sp_engine_params p;
+    memset(&p, 0, sizeof(p));
+    p.n_threads = sp_context_default_params().n_threads;
+    p.max_seqs = 16;
+    p.max_batch_tokens = 512;
+    p.n_ctx = 0;
+    p.kv_mem = 0;
+    p.kv_block_size = 16;
+    p.kv_type = SP_KV_F16;
+    p.prefix_cache = true;
+    return p;
+}
+
+static void *engine_main(void *arg);
+
+sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, size_t errlen) {
+    const sp_model_info *h = sp_model_get_info(m);
+    if (p.n_ctx <= 0) p.n_ctx = SP_MIN(h->n_ctx_train > 0 ? h->n_ctx_train : 2048, 8192);
+    if (p.max_seqs <= 0 || p.max_seqs > 1024 || p.max_batch_tokens <= 0 ||
+        p.max_batch_tokens > 65536 || p.n_ctx > (1 << 20) || p.kv_block_size <= 0 ||
+        p.kv_block_size > 4096 || (p.kv_type != SP_KV_F16 && p.kv_type != SP_KV_F32) ||
+        p.n_threads <= 0 || p.n_threads > 256) {
+        sp_seterr(err, errlen, "invalid engine parameters (max_seqs %d, max_batch_tokens %d, "
+                  "n_ctx %d, block size %d, threads %d)", p.max_seqs, p.max_batch_tokens,
+                  p.n_ctx, p.kv_block_size, p.n_threads);
+        return NULL;
+    }
+    sp_engine *e = calloc(1, sizeof(*e));
+    if (!e) {
+        sp_seterr(err, errlen, "out of memory creating the engine");
+        return NULL;
+    }
+    e->m = m;
+    e->vocab = sp_model_get_vocab(m);
+    e->n_vocab = h->n_vocab;
+    e->p = p;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->work, NULL);
+    pthread_cond_init(&e->changed, NULL);
+    const sp_type kt = p.kv_type == SP_KV_F16 ? SP_TYPE_F16 : SP_TYPE_F32;
+    const int32_t kv_dim = h->n_head_kv * h->head_dim;
+    const size_t bb = sp_kv_paged_block_bytes(kt, h->n_layer, kv_dim, p.kv_block_size);
+    e->max_blocks = (p.n_ctx + p.kv_block_size - 1) / p.kv_block_size;
+    size_t mem = p.kv_mem;
+    if (!mem) mem = SP_MIN((size_t)p.max_seqs * e->max_blocks * bb, (size_t)1 << 30);
+    int64_t nb = (int64_t)(mem / bb);
+    if (nb < e->max_blocks + 1) {
+        /* one request of a full context must always fit, or the scheduler
+         * could wait forever */
+        if (p.kv_mem) {
+            sp_seterr(err, errlen, "--kv-mem %zu bytes holds %lld blocks of %zu bytes; one "
+                      "context of %d positions needs %d", p.kv_mem, (long long)nb, bb, p.n_ctx,
+                      e->max_blocks + 1);
+            goto fail;
+        }
+        nb = e->max_blocks + 1;
+    }
+    if (nb > INT32_MAX / 2) nb = INT32_MAX / 2;
+    sp_kv_paged_params kp = {kt, h->n_layer, kv_dim, p.kv_block_size, (int32_t)nb, p.max_seqs,
+                             e->max_blocks, p.prefix_cache};
+    e->kv = sp_kv_paged_create(kp, err, errlen);
+    if (!e->kv) goto fail;
+    sp_context_params cp = sp_context_default_params();
+    cp.n_threads = p.n_threads;
+    cp.n_seq_max = p.max_seqs;
+    cp.n_ctx = p.n_ctx;
+    cp.n_batch = p.max_batch_tokens;
+    cp.kv_type = p.kv_type;
+    e->ctx = sp_context_create_with_kv(m, cp, e->kv, err, errlen);
+    if (!e->ctx) goto fail;
+    sp_model_fingerprint(m, e->model_key);
+    const int32_t B = p.max_batch_tokens, S = p.max_seqs;
+    e->wait_cap = 64;
+    e->waiting = malloc((size_t)e->wait_cap * sizeof(request *));
+    e->slots = calloc((size_t)S, sizeof(request *));
+    e->b_tok = malloc((size_t)B * sizeof(sp_token));
+    e->b_pos = malloc((size_t)B * sizeof(int32_t));
+    e->b_seq = malloc((size_t)B * sizeof(int32_t));
+    e->b_want = malloc((size_t)B);
+    e->e_req = malloc((size_t)S * sizeof(request *));
+    e->e_n = malloc((size_t)S * sizeof(int32_t));
+    e->events = malloc((size_t)S * sizeof(sp_event));
+    e->ev_req = malloc((size_t)S * sizeof(request *));
+    if (!e->waiting || !e->slots || !e->b_tok || !e->b_pos || !e->b_seq || !e->b_want ||
+        !e->e_req || !e->e_n || !e->events || !e->ev_req) {
+        sp_seterr(err, errlen, "out of memory creating the engine");
+        goto fail;
+    }
+    e->next_id = 1;
+    if (pthread_create(&e->thread, NULL, engine_main, e)) {
+        sp_seterr(err, errlen, "cannot start the engine thread");
+        goto fail;
+    }
+    e->thread_started = true;
+    return e;
+fail:
+    sp_engine_free(e);
+    return NULL;
+}
+
+void sp_engine_free(sp_engine *e) {
+    if (!e) return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = true;
+        pthread_cond_broadcast(&e->work);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    while (e->all) {
+        request *r = e->all;
+        e->all = r->next;
+        rq_free(r);
+    }
+    sp_context_free(e->ctx);
+    if (e->kv) e->kv->ops->destroy(e->kv);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->work);
+    pthread_cond_destroy(&e->changed);
+    free(e->waiting);
+    free(e->slots);
+    free(e->b_tok);
+    free(e->b_pos);
+    free(e->b_seq);
+    free(e->b_want);
+    free(e->e_req);
+    free(e->e_n);
+    free(e->events);
+    free(e->ev_req);
+    free(e);
+}
+
+/* ---- submission ----------------------------------------------------------- */
+
+sp_request_params sp_request_default_params(void) {
+    sp_request_params r;
+    memset(&r, 0, sizeof(r));
+    r.add_bos = true;
+    r.sampling = sp_sampler_default_params();
+    r.max_tokens = 16;
+    return r;
+}
+
+const char *sp_finish_reason_str(sp_finish_reason r) {
+    switch (r) {
+    case SP_FINISH_STOP: return "stop";
+    case SP_FINISH_LENGTH: return "length";
+    case SP_FINISH_CANCELLED: return "cancelled";
+    case SP_FINISH_ERROR: return "error";
+    default: return "none";
+    }
+}
+
+int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, size_t errlen) {
+    request *r = calloc(1, sizeof(*r));
+    if (!r) goto oom;
+    r->slot = -1;
+    const int32_t n_ctx = e->p.n_ctx;
+    if (rp->max_tokens < 1) {
+        sp_seterr(err, errlen, "max_tokens must be at least 1 (got %d)", rp->max_tokens);
+        goto fail;
+    }
+    if (rp->logprobs < 0 || rp->logprobs > 20) {
+        sp_seterr(err, errlen, "logprobs must be 0..20 (got %d)", rp->logprobs);
+        goto fail;
+    }
+    /* prompt tokens */
+    if (rp->prompt) {
+        size_t len = rp->prompt_len ? rp->prompt_len : strlen(rp->prompt);
+        if (len > (size_t)64 << 20) {
+            sp_seterr(err, errlen, "prompt of %zu bytes is too long", len);
+            goto fail;
+        }
+        int n = sp_tokenize(e->vocab, rp->prompt, len, NULL, 0, rp->add_bos, rp->parse_special);
+        if (n < 0) n = -n;
+        r->cap = n + rp->max_tokens + 1;
+        r->toks = malloc((size_t)r->cap * sizeof(sp_token));
+        if (!r->toks) goto oom;
+        r->n_prompt = sp_tokenize(e->vocab, rp->prompt, len, r->toks, n, rp->add_bos,
+                                  rp->parse_special);
+        if (r->n_prompt < 0) {
+            sp_seterr(err, errlen, "cannot tokenize the prompt");
+            goto fail;
+        }
+    } else {
+        if (rp->n_tokens < 0 || (rp->n_tokens > 0 && !rp->tokens)) {
+            sp_seterr(err, errlen, "prompt tokens missing");
+            goto fail;
+        }
+        for (int32_t i = 0; i < rp->n_tokens; i++)
+            if (rp->tokens[i] < 0 || rp->tokens[i] >= e->n_vocab) {
+                sp_seterr(err, errlen, "prompt token %d at index %d is outside the vocabulary "
+                          "(0..%d)", rp->tokens[i], i, e->n_vocab - 1);
+                goto fail;
+            }
+        r->cap = rp->n_tokens + rp->max_tokens + 1;
+        r->toks = malloc((size_t)r->cap * sizeof(sp_token));
+        if (!r->toks) goto oom;
+        if (rp->n_tokens) memcpy(r->toks, rp->tokens, (size_t)rp->n_tokens * sizeof(sp_token));
+        r->n_prompt = rp->n_tokens;
+    }
+    if (r->n_prompt == 0) {
+        sp_seterr(err, errlen, "the prompt is empty");
+        goto fail;
+    }
+    if ((int64_t)r->n_prompt + rp->max_tokens > n_ctx) {
+        sp_seterr(err, errlen, "prompt (%d tokens) + max_tokens (%d) exceeds the context of %d "
+                  "positions", r->n_prompt, rp->max_tokens, n_ctx);
+        goto fail;
+    }
+    r->n_all = r->n_prompt;
+    r->smp = sp_sampler_create(rp->sampling, e->n_vocab, err, errlen);
+    if (!r->smp) goto fail;
+    for (int32_t i = 0; i < r->n_prompt; i++) sp_sampler_accept(r->smp, r->toks[i]);
+    r->max_tokens = rp->max_tokens;
+    if (rp->n_stop < 0 || rp->n_stop > 64 || (rp->n_stop && !rp->stop)) {
+        sp_seterr(err, errlen, "at most 64 stop strings");
+        goto fail;
+    }
+    if (rp->n_stop) {
+        r->stop = calloc((size_t)rp->n_stop, sizeof(char *));
+        if (!r->stop) goto oom;
+        for (int32_t i = 0; i < rp->n_stop; i++) {
+            if (!rp->stop[i] || !rp->stop[i][0]) {
+                sp_seterr(err, errlen, "stop string %d is empty", i);
+                goto fail;
+            }
+            if (!(r->stop[r->n_stop++] = strdup(rp->stop[i]))) goto oom;
+            r->max_stop_len = SP_MAX(r->max_stop_len, strlen(rp->stop[i]));
+        }
+    }
+    if (rp->n_stop_tokens < 0 || (rp->n_stop_tokens && !rp->stop_tokens)) {
+        sp_seterr(err, errlen, "stop tokens missing");
+        goto fail;
+    }
+    if (rp->n_stop_tokens) {
+        r->stop_toks = malloc((size_t)rp->n_stop_tokens * sizeof(sp_token));
+        if (!r->stop_toks) goto oom;
+        memcpy(r->stop_toks, rp->stop_tokens, (size_t)rp->n_stop_tokens * sizeof(sp_token));
+        r->n_stop_toks = rp->n_stop_tokens;
+    }
+    r->ignore_eos = rp->ignore_eos;
+    r->n_lp = rp->logprobs;
+    if (rp->cache_salt && rp->cache_salt[0] && !(r->salt = strdup(rp->cache_salt))) goto oom;
+    r->priority = rp->priority;
+    r->cb = rp->on_event;
+    r->user = rp->user;
+    r->lp = malloc((size_t)r->max_tokens * sizeof(float));
+    if (r->n_lp) {
+        r->top_ids = malloc((size_t)r->max_tokens * r->n_lp * sizeof(sp_token));
+        r->top_lps = malloc((size_t)r->max_tokens * r->n_lp * sizeof(float));
+        if (!r->top_ids || !r->top_lps) goto oom;
+    }
+    r->text_cap = 256;
+    r->text = malloc(r->text_cap);
+    r->hashes = malloc((size_t)e->max_blocks * sizeof(sp_block_hash));
+    if (!r->lp || !r->text || !r->hashes) goto oom;
+    r->text[0] = 0;
+    sp_detok_init(&r->dt);
+    r->st.prompt_tokens = r->n_prompt;
+    r->t_submit = now_ms();
+
+    pthread_mutex_lock(&e->mu);
+    if (e->n_waiting == e->wait_cap) {
+        request **nw = realloc(e->waiting, (size_t)e->wait_cap * 2 * sizeof(request *));
+        if (!nw) {
+            pthread_mutex_unlock(&e->mu);
+            goto oom;
+        }
+        e->waiting = nw;
+        e->wait_cap *= 2;
+    }
+    r->id = e->next_id++;
+    r->seqno = e->next_seqno++;
+    r->next = e->all;
+    e->all = r;
+    wait_insert(e, r);
+    e->st.submitted++;
+    int64_t id = r->id;
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->mu);
+    return id;
+oom:
+    sp_seterr(err, errlen, "out of memory queueing the request");
+fail:
+    rq_free(r);
+    return -1;
+}
+
+int sp_engine_cancel(sp_engine *e, int64_t id) {
+    pthread_mutex_lock(&e->mu);
+    request *r = find(e, id);
+    if (r && r->state != RQ_DONE) {
+        r->cancel_req = true;
+        pthread_cond_signal(&e->work);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return r ? 0 : -1;
+}
+
+static void fill_status(const request *r, sp_request_status *st) {
+    st->n_tokens = r->n_all - r->n_prompt;
+    st->text_len = r->text_released;
+    st->finished = r->state == RQ_DONE;
+    st->stats = r->st;
+    st->stats.completion_tokens = r->n_all - r->n_prompt;
+}
+
+int sp_engine_wait(sp_engine *e, int64_t id, int32_t have_tokens, int timeout_ms,
+                   sp_request_status *st) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    if (timeout_ms > 0) {
+        dl.tv_sec += timeout_ms / 1000;
+        dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&e->mu);
+    request *r;
+    for (;;) {
+        r = find(e, id);
+        if (!r || r->state == RQ_DONE || r->n_all - r->n_prompt > have_tokens || timeout_ms == 0)
+            break;
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&e->changed, &e->mu);
+        } else if (pthread_cond_timedwait(&e->changed, &e->mu, &dl) == ETIMEDOUT) {
+            r = find(e, id);
+            break;
+        }
+    }
+    if (r && st) fill_status(r, st);
+    pthread_mutex_unlock(&e->mu);
+    return r ? 0 : -1;
+}
+
+int sp_engine_read(sp_engine *e, int64_t id, sp_token *tokens, int32_t cap, char *text,
+                   size_t text_cap) {
+    pthread_mutex_lock(&e->mu);
+    request *r = find(e, id);
+    if (r) {
+        int32_t n = SP_MIN(cap, r->n_all - r->n_prompt);
+        if (tokens && n > 0) memcpy(tokens, r->toks + r->n_prompt, (size_t)n * sizeof(sp_token));
+        if (text && text_cap) {
+            size_t t = SP_MIN(text_cap - 1, r->text_released);
+            memcpy(text, r->text, t);
+            text[t] = 0;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return r ? 0 : -1;
+}
+
+void sp_engine_release(sp_engine *e, int64_t id) {
+    pthread_mutex_lock(&e->mu);
+    request *r = find(e, id);
+    if (r && !r->cb) {
+        if (r->state == RQ_DONE) {
+            unlink_record(e, r); /* not in any queue or batch once done */
+            rq_free(r);
+        } else {
+            r->cancel_req = r->released = true; /* the engine thread frees it */
+            pthread_cond_signal(&e->work);
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st) {
+    pthread_mutex_lock(&e->mu);
+    *st = e->st;
+    sp_kv_paged_stats ks;
+    sp_kv_paged_get_stats(e->kv, &ks);
+    st->evictions_pressure = ks.evictions;
+    st->evictions_flush = ks.flushed;
+    st->blocks_total = ks.n_blocks;
+    st->blocks_free = ks.n_free;
+    st->blocks_cached = ks.n_cached;
+    st->blocks_in_use = ks.n_in_use;
+    st->block_size = ks.block_size;
+    st->kv_bytes_total = (size_t)ks.n_blocks * ks.block_bytes;
+    st->kv_bytes_cached = ks.cached_bytes;
+    st->running = e->n_running;
+    st->waiting = e->n_waiting;
+    pthread_mutex_unlock(&e->mu);
+}
+
+int32_t sp_engine_flush_cache(sp_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    int32_t n = sp_kv_paged_flush(e->kv);
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+int sp_engine_check(sp_engine *e, char *err, size_t errlen) {
+    pthread_mutex_lock(&e->mu);
+    int rc = sp_kv_paged_check(e->kv, err, errlen);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+/* ---- the step loop -------------------------------------------------------- */
+
+static const uint8_t *salt_of(const request *r, size_t *len) {
+    *len = r->salt ? strlen(r->salt) : 0;
+    return (const uint8_t *)r->salt;
+}
+
+/* Hashes of toks' first n_blocks full blocks into r->hashes. */
+static void hash_blocks(sp_engine *e, request *r, int32_t n_blocks) {
+    size_t sl;
+    const uint8_t *salt = salt_of(r, &sl);
+    sp_block_hash_chain(r->toks, n_blocks * e->p.kv_block_size, e->p.kv_block_size,
+                        e->model_key, sizeof(e->model_key), salt, sl, r->hashes);
+}
+
+/* Commits the slot's blocks that became full of computed tokens. */
+static void commit_full_blocks(sp_engine *e, request *r) {
+    if (!e->p.prefix_cache) return;
+    const int32_t bs = e->p.kv_block_size, full = kv_len(e, r) / bs;
+    if (full <= r->n_committed) return;
+    hash_blocks(e, r, full);
+    for (int32_t b = r->n_committed; b < full; b++) sp_kv_paged_commit(e->kv, r->slot, b, &r->hashes[b]);
+    r->n_committed = full;
+}
+
+static void preempt(sp_engine *e, request *r) {
+    release_slot(e, r);
+    wait_insert(e, r);
+    r->st.preemptions++;
+    e->st.preemptions++;
+}
+
+static request *newest_running(sp_engine *e) {
+    request *best = NULL;
+    for (int32_t s = 0; s < e->p.max_seqs; s++) {
+        request *r = e->slots[s];
+        if (r && (!best || r->admit_no > best->admit_no)) best = r;
+    }
+    return best;
+}
+
+/* Admits r into a free slot, reusing its longest cached prefix. Returns
+ * false (nothing changed) when the pool cannot hold the rest of its prompt
+ * beside the `reserved` blocks this step already promised. Counting the
+ * matched blocks as if they were taken from the pool too keeps the test
+ * simple and errs towards waiting; a lone request always fits, because the
+ * pool holds one full context plus a block. */
+static bool admit(sp_engine *e, request *r, int32_t reserved) {
+    int32_t slot = 0;
+    while (e->slots[slot]) slot++;
+    const int32_t bs = e->p.kv_block_size;
+    /* at least the last token is computed so a full hit still yields logits */
+    int32_t hit = 0;
+    if (e->p.prefix_cache) {
+        int32_t usable = (r->n_all - 1) / bs;
+        hash_blocks(e, r, usable);
+        hit = sp_kv_paged_match(e->kv, r->hashes, usable);
+    }
+    int32_t need = (r->n_all - hit * bs + bs - 1) / bs + 1; /* +1: room to decode */
+    if (hit + need > sp_kv_paged_available(e->kv) - reserved) return false;
+    if (hit && sp_kv_paged_attach(e->kv, slot, r->hashes, hit)) hit = 0;
+    e->slots[slot] = r;
+    e->n_running++;
+    r->slot = slot;
+    r->n_committed = hit;
+    r->admit_no = e->next_admit++;
+    if (!r->admitted_once) {
+        r->admitted_once = true;
+        r->t_sched = now_ms();
+        r->st.queue_ms = r->t_sched - r->t_submit;
+        r->st.cached_tokens = hit * bs;
+        e->st.prompt_tokens += (uint64_t)r->n_prompt;
+        if (e->p.prefix_cache) {
+            e->st.cache_query_tokens += (uint64_t)r->n_prompt;
+            e->st.cache_hit_tokens += (uint64_t)hit * bs;
+        }
+        int32_t bucket = (int32_t)((int64_t)hit * bs * 10 / r->n_prompt);
+        e->st.h_tokens_hist[SP_MIN(bucket, 10)]++;
+    }
+    return true;
+}
+
+static bool in_batch(const sp_engine *e, int32_t n_e, const request *r) {
+    for (int32_t i = 0; i < n_e; i++)
+        if (e->e_req[i] == r) return true;
+    return false;
+}
+
+/* Forms this step's batch; returns the number of entries. `reserved` counts
+ * the blocks the batch's reservations will take from the pool. */
+static int32_t schedule(sp_engine *e) {
+    int32_t budget = e->p.max_batch_tokens, n_e = 0, reserved = 0;
+    /* passes 0 and 1: running requests, decoders first, oldest first */
+    for (int pass = 0; pass < 2; pass++) {
+        while (budget > 0) {
+            request *pick = NULL;
+            for (int32_t s = 0; s < e->p.max_seqs; s++) {
+                request *r = e->slots[s];
+                if (!r || (r->n_all - kv_len(e, r) == 1) != (pass == 0) || in_batch(e, n_e, r))
+                    continue;
+                if (!pick || r->admit_no < pick->admit_no) pick = r;
+            }
+            if (!pick) break;
+            int32_t n = SP_MIN(pick->n_all - kv_len(e, pick), budget);
+            int32_t need = sp_kv_paged_blocks_needed(e->kv, pick->slot, n);
+            while (pick->slot >= 0 && need > sp_kv_paged_available(e->kv) - reserved) {
+                /* take blocks back from the newest request not yet in the
+                 * batch (pick itself when it is the newest) */
+                request *victim = newest_running(e);
+                if (in_batch(e, n_e, victim)) victim = pick;
+                preempt(e, victim);
+            }
+            if (pick->slot < 0) continue;
+            reserved += need;
+            budget -= n;
+            e->e_req[n_e] = pick;
+            e->e_n[n_e++] = n;
+        }
+    }
+    /* pass 2: admission, by priority then arrival; the head of the line
+     * waits for blocks rather than letting later requests overtake it */
+    while (budget > 0 && e->n_waiting > 0 && e->n_running < e->p.max_seqs) {
+        request *r = e->waiting[0];
+        if (!admit(e, r, reserved)) break;
+        wait_remove(e, r);
+        r->state = RQ_RUNNING;
+        int32_t n = SP_MIN(r->n_all - kv_len(e, r), budget);
+        reserved += sp_kv_paged_blocks_needed(e->kv, r->slot, n);
+        budget -= n;
+        e->e_req[n_e] = r;
+        e->e_n[n_e++] = n;
+    }
+    return n_e;
+}
+
+static bool text_grow(request *r, size_t add) {
+    if (r->text_len + add + 1 <= r->text_cap) return true;
+    size_t cap = r->text_cap;
+    while (r->text_len + add + 1 > cap) cap *= 2;
+    char *t = realloc(r->text, cap);
+    if (!t) return false;
+    r->text = t;
+    r->text_cap = cap;
+    return true;
+}
+
+/* After new text: cut at a stop string (true) or hold back a suffix that
+ * may still become one. */
+static bool check_stop_strings(request *r, size_t old_len) {
+    if (!r->n_stop) {
+        r->text_released = r->text_len;
+        return false;
+    }
+    size_t from = old_len >= r->max_stop_len ? old_len - r->max_stop_len + 1 : 0;
+    size_t cut = SIZE_MAX;
+    for (int32_t i = 0; i < r->n_stop; i++) {
+        const char *p = memmem(r->text + from, r->text_len - from, r->stop[i], strlen(r->stop[i]));
+        if (p && (size_t)(p - r->text) < cut) cut = (size_t)(p - r->text);
+    }
+    if (cut != SIZE_MAX) {
+        r->text_len = cut;
+        r->text[cut] = 0;
+        r->text_released = cut;
+        return true;
+    }
+    size_t hold = 0;
+    for (int32_t i = 0; i < r->n_stop; i++) {
+        size_t sl = strlen(r->stop[i]);
+        for (size_t k = SP_MIN(sl - 1, r->text_len); k > hold; k--)
+            if (!memcmp(r->text + r->text_len - k, r->stop[i], k)) {
+                hold = k;
+                break;
+            }
+    }
+    r->text_released = r->text_len - hold;
+    return false;
+}
+
+/* Samples r's next token from logits and applies the stop rules. */
+static void take_token(sp_engine *e, request *r, const float *logits) {
+    sp_token t = sp_sampler_sample(r->smp, logits);
+    double now = now_ms();
+    if (r->t_first == 0) {
+        r->t_first = now;
+        r->st.ttft_ms = now - r->t_submit;
+        r->st.prefill_ms = now - r->t_sched;
+    }
+    r->t_last = now;
+    bool stop_tok = !r->ignore_eos && sp_vocab_is_eog(e->vocab, t);
+    for (int32_t i = 0; i < r->n_stop_toks; i++) stop_tok |= r->stop_toks[i] == t;
+    if (stop_tok) {
+        finish(e, r, SP_FINISH_STOP);
+        return;
+    }
+    const int32_t g = r->n_all - r->n_prompt;
+    r->lp[g] = sp_logprob_of(logits, e->n_vocab, t);
+    if (r->n_lp)
+        sp_top_logprobs(logits, e->n_vocab, r->n_lp, r->top_ids + (size_t)g * r->n_lp,
+                        r->top_lps + (size_t)g * r->n_lp);
+    r->toks[r->n_all++] = t;
+    sp_sampler_accept(r->smp, t);
+    e->st.decode_tokens++;
+    char piece[1024];
+    int np = sp_detok_push(e->vocab, &r->dt, t, piece, sizeof(piece));
+    bool last = r->n_all - r->n_prompt >= r->max_tokens || r->n_all >= e->p.n_ctx;
+    if (last && np >= 0) {
+        int nf = sp_detok_flush(&r->dt, piece + np, (int)sizeof(piece) - np);
+        if (nf > 0) np += nf;
+    }
+    size_t old = r->text_len;
+    if (np > 0) {
+        if (!text_grow(r, (size_t)np)) {
+            snprintf(r->err, sizeof(r->err), "out of memory for the output text");
+            finish(e, r, SP_FINISH_ERROR);
+            return;
+        }
+        memcpy(r->text + r->text_len, piece, (size_t)np);
+        r->text_len += (size_t)np;
+        r->text[r->text_len] = 0;
+    }
+    if (check_stop_strings(r, old)) finish(e, r, SP_FINISH_STOP);
+    else if (last) finish(e, r, SP_FINISH_LENGTH);
+}
+
+/* Event of what r produced since its last event (callback requests). */
+static void make_event(sp_engine *e, request *r, int32_t *n_ev) {
+    if (!r->cb) return;
+    int32_t n_tok = r->n_all - r->n_prompt;
+    bool done = r->state == RQ_DONE;
+    if (n_tok == r->ev_tokens && r->text_released == r->ev_text && !done) return;
+    sp_event *ev = &e->events[*n_ev];
+    memset(ev, 0, sizeof(*ev));
+    ev->id = r->id;
+    ev->n_tokens = n_tok - r->ev_tokens;
+    ev->tokens = r->toks + r->n_prompt + r->ev_tokens;
+    ev->logprobs = r->lp + r->ev_tokens;
+    ev->top_logprobs = r->n_lp;
+    if (r->n_lp) {
+        ev->top_ids = r->top_ids + (size_t)r->ev_tokens * r->n_lp;
+        ev->top_lps = r->top_lps + (size_t)r->ev_tokens * r->n_lp;
+    }
+    ev->text = r->text + r->ev_text;
+    ev->text_len = r->text_released - r->ev_text;
+    ev->finished = done;
+    r->final_sent = done;
+    r->st.completion_tokens = n_tok;
+    ev->stats = &r->st;
+    ev->error = r->st.finish == SP_FINISH_ERROR ? r->err : NULL;
+    r->ev_tokens = n_tok;
+    r->ev_text = r->text_released;
+    e->ev_req[(*n_ev)++] = r;
+}
+
+/* Finishes what was cancelled since the last step and collects the final
+ * events still owed (at most max_seqs per round; the rest wait a round). */
+static void reap(sp_engine *e, int32_t *n_ev) {
+    for (request *r = e->all, *nx; r; r = nx) {
+        nx = r->next;
+        if (r->cancel_req && r->state != RQ_DONE) finish(e, r, SP_FINISH_CANCELLED);
+        if (r->state == RQ_DONE && r->cb && !r->final_sent && *n_ev < e->p.max_seqs)
+            make_event(e, r, n_ev);
+        if (r->released && r->state == RQ_DONE) {
+            unlink_record(e, r);
+            rq_free(r);
+        }
+    }
+}
+
+static void deliver(sp_engine *e, int32_t n_ev) {
+    if (!n_ev) return;
+    pthread_mutex_unlock(&e->mu);
+    for (int32_t i = 0; i < n_ev; i++) e->ev_req[i]->cb(&e->events[i], e->ev_req[i]->user);
+    pthread_mutex_lock(&e->mu);
+    for (int32_t i = 0; i < n_ev; i++) {
+        request *r = e->ev_req[i];
+        if (r->final_sent) { /* a callback request is forgotten after its last event */
+            unlink_record(e, r);
+            rq_free(r);
+        }
+    }
+}
+
+static void *engine_main(void *arg) {
+    sp_engine *e = arg;
+    char err[200];
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop) {
+        int32_t n_ev = 0;
+        reap(e, &n_ev);
+        if (n_ev) {
+            deliver(e, n_ev);
+            pthread_cond_broadcast(&e->changed);
+            continue;
+        }
+        if (e->n_running == 0 && e->n_waiting == 0) {
+            pthread_cond_wait(&e->work, &e->mu);
+            continue;
+        }
+        int32_t n_e = schedule(e);
+        if (n_e == 0) { /* nothing fits (cannot happen with a pool sized for one
+                           full context, but never spin) */
+            struct timespec ts = {0, 1000000};
+            pthread_mutex_unlock(&e->mu);
+            nanosleep(&ts, NULL);
+            pthread_mutex_lock(&e->mu);
+            continue;
+        }
+        int32_t nt = 0;
+        for (int32_t i = 0; i < n_e; i++) {
+            request *r = e->e_req[i];
+            int32_t from = kv_len(e, r);
+            for (int32_t j = 0; j < e->e_n[i]; j++, nt++) {
+                e->b_tok[nt] = r->toks[from + j];
+                e->b_pos[nt] = from + j;
+                e->b_seq[nt] = r->slot;
+                e->b_want[nt] = from + j == r->n_all - 1;
+            }
+            if (from + e->e_n[i] > r->max_computed) {
+                int32_t fresh_from = SP_MAX(from, r->max_computed);
+                e->st.recomputed_tokens += (uint64_t)(fresh_from - from);
+                int32_t pf_end = SP_MIN(from + e->e_n[i], r->n_prompt);
+                if (pf_end > fresh_from) e->st.prefill_tokens += (uint64_t)(pf_end - fresh_from);
+                r->max_computed = from + e->e_n[i];
+            } else {
+                e->st.recomputed_tokens += (uint64_t)e->e_n[i];
+            }
+        }
+        e->st.steps++;
+        sp_batch b = {nt, e->b_tok, e->b_pos, e->b_seq, e->b_want};
+        pthread_mutex_unlock(&e->mu);
+        int rc = sp_decode(e->ctx, &b, err, sizeof(err));
+        pthread_mutex_lock(&e->mu);
+        int32_t out = 0;
+        for (int32_t i = 0; i < n_e; i++) {
+            request *r = e->e_req[i];
+            if (rc) {
+                snprintf(r->err, sizeof(r->err), "forward pass failed: %s", err);
+                finish(e, r, SP_FINISH_ERROR);
+            } else if (r->state == RQ_RUNNING) {
+                commit_full_blocks(e, r);
+                if (kv_len(e, r) == r->n_all) take_token(e, r, sp_get_logits(e->ctx, out++));
+            }
+            make_event(e, r, &n_ev);
+        }
+        deliver(e, n_ev);
+        pthread_cond_broadcast(&e->changed);
+    }
+    /* shutting down: everything still alive is cancelled and told so */
+    for (request *r = e->all; r; r = r->next) r->cancel_req = true;
+    for (;;) {
+        int32_t n_ev = 0;
+        reap(e, &n_ev);
+        if (!n_ev) break;
+        deliver(e, n_ev);
+    }
+    pthread_cond_broadcast(&e->changed);
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}

@@ -1,0 +1,602 @@
+/* kv_paged.c: the paged KV store and its prefix cache (see kv_paged.h).
+ *
+ * Layout: one allocation of NB blocks, data[NB][n_layer][2][bs][kv_dim]
+ * (index 0 of the [2] is K, 1 is V), so within one block and layer the rows
+ * of consecutive positions are contiguous with stride kv_dim and span()
+ * answers at most one block at a time.
+ *
+ * Bookkeeping (all allocated at creation; nothing allocates afterwards):
+ *   free list   a stack of FREE block ids (the most recently freed is reused
+ *               first, which keeps its pages warm)
+ *   LRU list    a doubly linked list of CACHED blocks through lru_prev and
+ *               lru_next: released blocks are appended at the tail, eviction
+ *               takes the head
+ *   hash table  open addressing, linear probing, backward-shift deletion (no
+ *               tombstones), capacity a power of two >= 2 * NB: maps
+ *               sp_block_hash -> block id for every hashed block
+ *   per slot    block table, len (committed) and reserved (writable)
+ */
+#include "kv/kv_paged.h"
+
+#include <stdlib.h>
+
+enum { BLK_FREE = 0, BLK_CACHED = 1, BLK_IN_USE = 2 };
+
+#define MAX_BLOCKS (1 << 28)
+
+typedef struct {
+    sp_kv base;
+    sp_kv_paged_params p;
+    size_t esize;        /* bytes per element (2 or 4) */
+    size_t row_bytes;    /* kv_dim * esize: one K or V row */
+    size_t half_bytes;   /* bs * row_bytes: one layer's K (or V) of a block */
+    size_t layer_bytes;  /* 2 * half_bytes */
+    size_t block_bytes;  /* n_layer * layer_bytes */
+    unsigned char *data; /* [NB][n_layer][2][bs][kv_dim] elements */
+
+    /* per block */
+    int32_t *refcount;   /* [NB] table entries naming the block */
+    uint8_t *state;      /* [NB] BLK_FREE / BLK_CACHED / BLK_IN_USE */
+    uint8_t *hashed;     /* [NB] 1 if hash[b] is valid and in the table */
+    sp_block_hash *hash; /* [NB] the block's identity when hashed */
+    int32_t *lru_prev;   /* [NB] previous CACHED block, -1 at the head or off the list */
+    int32_t *lru_next;   /* [NB] next CACHED block, -1 at the tail or off the list */
+    int32_t lru_head, lru_tail; /* -1 when empty */
+    int32_t *free_stack; /* [NB] FREE block ids, top at n_free - 1 */
+    int32_t n_free, n_cached, n_in_use, n_shared;
+    int32_t *scratch;    /* [NB] for the checker only */
+
+    /* hash table */
+    int32_t *ht;         /* [ht_cap] block id, -1 empty */
+    uint32_t ht_mask;    /* ht_cap - 1 */
+    int32_t n_hashed;
+
+    /* per slot */
+    int32_t *table;      /* [S][max_blocks_per_seq] block ids, -1 past n_table */
+    int32_t *n_table;    /* [S] entries in use = ceil(reserved / bs) */
+    int32_t *len;        /* [S] committed positions */
+    int32_t *reserved;   /* [S] writable positions, >= len */
+
+    uint64_t evictions, flushed;
+} kv_paged;
+
+static const sp_kv_ops kp_ops;
+
+static kv_paged *KP(sp_kv *kv) {
+    SP_ASSERT(kv && kv->ops == &kp_ops);
+    return (kv_paged *)kv;
+}
+static const kv_paged *KPC(const sp_kv *kv) {
+    SP_ASSERT(kv && kv->ops == &kp_ops);
+    return (const kv_paged *)kv;
+}
+
+static int32_t ceil_div(int32_t a, int32_t b) { return (int32_t)(((int64_t)a + b - 1) / b); }
+
+/* ---- hash table ---------------------------------------------------------- */
+
+static uint32_t ht_home(const kv_paged *s, const sp_block_hash *h) {
+    uint32_t x = (uint32_t)h->b[0] | (uint32_t)h->b[1] << 8 | (uint32_t)h->b[2] << 16 |
+                 (uint32_t)h->b[3] << 24;
+    return x & s->ht_mask;
+}
+
+/* Slot of the entry for h, or -1. */
+static int64_t ht_slot(const kv_paged *s, const sp_block_hash *h) {
+    uint32_t i = ht_home(s, h);
+    for (;;) {
+        int32_t b = s->ht[i];
+        if (b < 0) return -1;
+        if (memcmp(s->hash[b].b, h->b, 32) == 0) return i;
+        i = (i + 1) & s->ht_mask;
+    }
+}
+
+static int32_t ht_find(const kv_paged *s, const sp_block_hash *h) {
+    int64_t i = ht_slot(s, h);
+    return i < 0 ? -1 : s->ht[i];
+}
+
+/* Makes block b (whose hash[b] is set and not in the table) findable. */
+static void ht_insert(kv_paged *s, int32_t b) {
+    uint32_t i = ht_home(s, &s->hash[b]);
+    while (s->ht[i] >= 0) i = (i + 1) & s->ht_mask;
+    s->ht[i] = b;
+    s->hashed[b] = 1;
+    s->n_hashed++;
+}
+
+/* Forgets block b's hash (backward-shift deletion keeps probe chains intact). */
+static void ht_remove(kv_paged *s, int32_t b) {
+    SP_ASSERT(s->hashed[b]);
+    int64_t found = ht_slot(s, &s->hash[b]);
+    SP_ASSERT(found >= 0 && s->ht[found] == b);
+    uint32_t i = (uint32_t)found, j = i;
+    for (;;) {
+        j = (j + 1) & s->ht_mask;
+        if (s->ht[j] < 0) break;
+        uint32_t k = ht_home(s, &s->hash[s->ht[j]]);
+        /* The entry at j may move to the hole at i unless its home lies
+         * cyclically in (i, j]. */
+        bool stays = i <= j ? (k > i && k <= j) : (k > i || k <= j);
+        if (!stays) {
+            s->ht[i] = s->ht[j];
+            i = j;
+        }
+    }
+    s->ht[i] = -1;
+    s->hashed[b] = 0;
+    s->n_hashed--;
+}
+
+/* ---- block lists --------------------------------------------------------- */
+
+static void lru_append(kv_paged *s, int32_t b) {
+    s->lru_prev[b] = s->lru_tail;
+    s->lru_next[b] = -1;
+    if (s->lru_tail >= 0) s->lru_next[s->lru_tail] = b;
+    else s->lru_head = b;
+    s->lru_tail = b;
+}
+
+static void lru_remove(kv_paged *s, int32_t b) {
+    int32_t pv = s->lru_prev[b], nx = s->lru_next[b];
+    if (pv >= 0) s->lru_next[pv] = nx;
+    else s->lru_head = nx;
+    if (nx >= 0) s->lru_prev[nx] = pv;
+    else s->lru_tail = pv;
+    s->lru_prev[b] = s->lru_next[b] = -1;
+}
+
+static void free_push(kv_paged *s, int32_t b) {
+    s->state[b] = BLK_FREE;
+    s->free_stack[s->n_free++] = b;
+}
+
+/* A FREE block, else the least recently released CACHED one (its hash is
+ * forgotten first). Refcount 1, IN USE. The caller has checked that one is
+ * available. */
+static int32_t block_alloc(kv_paged *s) {
+    int32_t b;
+    if (s->n_free > 0) {
+        b = s->free_stack[--s->n_free];
+    } else {
+        b = s->lru_head;
+        SP_ASSERT(b >= 0);
+        lru_remove(s, b);
+        ht_remove(s, b);
+        s->n_cached--;
+        s->evictions++;
+    }
+    s->state[b] = BLK_IN_USE;
+    s->refcount[b] = 1;
+    s->n_in_use++;
+    return b;
+}
+
+/* Drops one reference: at 0 a hashed block becomes CACHED, else FREE. */
+static void block_release(kv_paged *s, int32_t b) {
+    SP_ASSERT(s->state[b] == BLK_IN_USE && s->refcount[b] >= 1);
+    if (s->refcount[b] == 2) s->n_shared--;
+    if (--s->refcount[b] > 0) return;
+    s->n_in_use--;
+    if (s->hashed[b]) {
+        s->state[b] = BLK_CACHED;
+        lru_append(s, b);
+        s->n_cached++;
+    } else {
+        free_push(s, b);
+    }
+}
+
+/* Releases seq's table entries from the tail down to nb entries. */
+static void table_truncate(kv_paged *s, int32_t seq, int32_t nb) {
+    int32_t *t = s->table + (size_t)seq * s->p.max_blocks_per_seq;
+    while (s->n_table[seq] > nb) {
+        int32_t i = --s->n_table[seq];
+        block_release(s, t[i]);
+        t[i] = -1;
+    }
+}
+
+/* ---- sp_kv ops ----------------------------------------------------------- */
+
+static unsigned char *row_ptr(const kv_paged *s, int32_t layer, int32_t seq, int32_t pos,
+                              int kv) {
+    int32_t bi = pos / s->p.block_size;
+    int32_t off = pos - bi * s->p.block_size;
+    int32_t b = s->table[(size_t)seq * s->p.max_blocks_per_seq + bi];
+    return s->data + (size_t)b * s->block_bytes + (size_t)layer * s->layer_bytes +
+           (size_t)kv * s->half_bytes + (size_t)off * s->row_bytes;
+}
+
+static int kp_reserve(sp_kv *kv, int32_t seq, int32_t n_new) {
+    kv_paged *s = KP(kv);
+    SP_ASSERT(seq >= 0 && seq < s->p.n_seq);
+    if (n_new < 0) return -1;
+    int64_t target = (int64_t)s->len[seq] + n_new;
+    if (target > (int64_t)s->p.max_blocks_per_seq * s->p.block_size) return -1;
+    int32_t need = ceil_div((int32_t)target, s->p.block_size);
+    int32_t have = s->n_table[seq];
+    if (need > have) {
+        if (need - have > s->n_free + s->n_cached) return -1;
+        int32_t *t = s->table + (size_t)seq * s->p.max_blocks_per_seq;
+        for (int32_t i = have; i < need; i++) t[i] = block_alloc(s);
+        s->n_table[seq] = need;
+    } else {
+        table_truncate(s, seq, need); /* drops an earlier, larger reservation */
+    }
+    s->reserved[seq] = (int32_t)target;
+    return 0;
+}
+
+static void *kp_k_row(sp_kv *kv, int32_t layer, int32_t seq, int32_t pos) {
+    kv_paged *s = (kv_paged *)kv;
+    SP_ASSERT(seq >= 0 && seq < s->p.n_seq && layer >= 0 && layer < s->p.n_layer);
+    SP_ASSERT(pos >= 0 && pos < s->reserved[seq]);
+    int32_t b = s->table[(size_t)seq * s->p.max_blocks_per_seq + pos / s->p.block_size];
+    SP_ASSERT(s->refcount[b] == 1 && !s->hashed[b]); /* never write a shared/cached block */
+    return row_ptr(s, layer, seq, pos, 0);
+}
+
+static void *kp_v_row(sp_kv *kv, int32_t layer, int32_t seq, int32_t pos) {
+    kv_paged *s = (kv_paged *)kv;
+    SP_ASSERT(seq >= 0 && seq < s->p.n_seq && layer >= 0 && layer < s->p.n_layer);
+    SP_ASSERT(pos >= 0 && pos < s->reserved[seq]);
+    int32_t b = s->table[(size_t)seq * s->p.max_blocks_per_seq + pos / s->p.block_size];
+    SP_ASSERT(s->refcount[b] == 1 && !s->hashed[b]);
+    return row_ptr(s, layer, seq, pos, 1);
+}
+
+static int32_t kp_span(sp_kv *kv, int32_t layer, int32_t seq, int32_t pos, int32_t end,
+                       const void **k, const void **v) {
+    kv_paged *s = (kv_paged *)kv;
+    SP_ASSERT(seq >= 0 && seq < s->p.n_seq && layer >= 0 && layer < s->p.n_layer);
+    SP_ASSERT(pos >= 0 && pos < end && end <= s->reserved[seq]);
+    int32_t blk_end = (pos / s->p.block_size + 1) * s->p.block_size;
+    *k = row_ptr(s, layer, seq, pos, 0);
+    *v = row_ptr(s, layer, seq, pos, 1);
+    return SP_MIN(end, blk_end) - pos;
+}
+
+static int32_t kp_len(const sp_kv *kv, int32_t seq) {
+    const kv_paged *s = (const kv_paged *)kv;
+    SP_ASSERT(seq >= 0 && seq < s->p.n_seq);
+    return s->len[seq];
+}
+
+static void kp_set_len(sp_kv *kv, int32_t seq, int32_t len) {
+    kv_paged *s = KP(kv);
+    SP_ASSERT(seq >= 0 && seq < s->p.n_seq);
+    SP_ASSERT(len >= 0 && len <= s->reserved[seq]);
+    table_truncate(s, seq, ceil_div(len, s->p.block_size));
+    s->len[seq] = len;
+    s->reserved[seq] = len;
+}
+
+static void kp_destroy(sp_kv *kv) {
+    kv_paged *s = (kv_paged *)kv;
+    if (!s) return;
+    free(s->data);
+    free(s->refcount);
+    free(s->state);
+    free(s->hashed);
+    free(s->hash);
+    free(s->lru_prev);
+    free(s->lru_next);
+    free(s->free_stack);
+    free(s->scratch);
+    free(s->ht);
+    free(s->table);
+    free(s->n_table);
+    free(s->len);
+    free(s->reserved);
+    free(s);
+}
+
+static const sp_kv_ops kp_ops = {kp_reserve, kp_k_row,   kp_v_row,  kp_span,
+                                 kp_len,     kp_set_len, kp_destroy};
+
+/* ---- creation ------------------------------------------------------------ */
+
+size_t sp_kv_paged_block_bytes(sp_type type, int32_t n_layer, int32_t kv_dim, int32_t block_size) {
+    size_t esize = type == SP_TYPE_F16 ? 2 : 4;
+    return 2 * (size_t)n_layer * (size_t)block_size * (size_t)kv_dim * esize;
+}
+
+sp_kv *sp_kv_paged_create(sp_kv_paged_params p, char *err, size_t errlen) {
+    kv_paged *s = NULL;
+    if (p.type != SP_TYPE_F16 && p.type != SP_TYPE_F32) {
+        sp_seterr(err, errlen, "KV element type must be f16 or f32");
+        return NULL;
+    }
+    if (p.n_layer < 1 || p.kv_dim < 1 || p.n_seq < 1) {
+        sp_seterr(err, errlen, "paged KV: n_layer (%d), kv_dim (%d) and n_seq (%d) must be >= 1",
+                  p.n_layer, p.kv_dim, p.n_seq);
+        return NULL;
+    }
+    if (p.block_size < 1 || p.block_size > 4096) {
+        sp_seterr(err, errlen, "paged KV: block_size %d is not in 1..4096", p.block_size);
+        return NULL;
+    }
+    if (p.n_blocks < 1 || p.n_blocks > MAX_BLOCKS) {
+        sp_seterr(err, errlen, "paged KV: n_blocks %d is not in 1..%d", p.n_blocks, MAX_BLOCKS);
+        return NULL;
+    }
+    if (p.max_blocks_per_seq < 1 ||
+        (int64_t)p.max_blocks_per_seq * p.block_size > INT32_MAX) {
+        sp_seterr(err, errlen, "paged KV: max_blocks_per_seq %d is not in 1..%d",
+                  p.max_blocks_per_seq, INT32_MAX / p.block_size);
+        return NULL;
+    }
+    size_t bb = sp_kv_paged_block_bytes(p.type, p.n_layer, p.kv_dim, p.block_size);
+    size_t esize = p.type == SP_TYPE_F16 ? 2 : 4;
+    /* block_bytes = 2 * n_layer * bs * kv_dim * esize: each factor < 2^31, so
+     * check the products against SIZE_MAX in steps. */
+    if ((size_t)p.kv_dim > SIZE_MAX / 8 / (size_t)p.block_size / (size_t)p.n_layer ||
+        bb > SIZE_MAX / 2 / (size_t)p.n_blocks) {
+        sp_seterr(err, errlen, "paged KV: pool size overflows");
+        return NULL;
+    }
+    size_t pool = bb * (size_t)p.n_blocks;
+
+    s = calloc(1, sizeof(*s));
+    if (!s) goto oom;
+    s->base = (sp_kv){&kp_ops, p.type, p.n_layer, p.kv_dim, p.n_seq};
+    s->p = p;
+    s->esize = esize;
+    s->row_bytes = (size_t)p.kv_dim * esize;
+    s->half_bytes = (size_t)p.block_size * s->row_bytes;
+    s->layer_bytes = 2 * s->half_bytes;
+    s->block_bytes = bb;
+    size_t nb = (size_t)p.n_blocks, ns = (size_t)p.n_seq;
+    /* 64-byte aligned for the SIMD attention; the pool is not zeroed (its
+     * pages are touched only as blocks are written). */
+    s->data = aligned_alloc(64, (pool + 63) / 64 * 64);
+    s->refcount = calloc(nb, sizeof(int32_t));
+    s->state = calloc(nb, 1);
+    s->hashed = calloc(nb, 1);
+    s->hash = calloc(nb, sizeof(sp_block_hash));
+    s->lru_prev = malloc(nb * sizeof(int32_t));
+    s->lru_next = malloc(nb * sizeof(int32_t));
+    s->free_stack = malloc(nb * sizeof(int32_t));
+    s->scratch = malloc(nb * sizeof(int32_t));
+    uint32_t cap = 16;
+    while (cap < 2 * nb) cap <<= 1; /* nb <= 2^28: no overflow */
+    s->ht_mask = cap - 1;
+    s->ht = malloc((size_t)cap * sizeof(int32_t));
+    s->table = malloc(ns * (size_t)p.max_blocks_per_seq * sizeof(int32_t));
+    s->n_table = calloc(ns, sizeof(int32_t));
+    s->len = calloc(ns, sizeof(int32_t));
+    s->reserved = calloc(ns, sizeof(int32_t));
+    if (!s->data || !s->refcount || !s->state || !s->hashed || !s->hash || !s->lru_prev ||
+        !s->lru_next || !s->free_stack || !s->scratch || !s->ht || !s->table || !s->n_table ||
+        !s->len || !s->reserved)
+        goto oom;
+    for (size_t i = 0; i < nb; i++) s->lru_prev[i] = s->lru_next[i] = -1;
+    s->lru_head = s->lru_tail = -1;
+    for (size_t i = 0; i < cap; i++) s->ht[i] = -1;
+    for (size_t i = 0; i < ns * (size_t)p.max_blocks_per_seq; i++) s->table[i] = -1;
+    /* Pushed in reverse so the first allocations hand out 0, 1, 2, ... */
+    for (int32_t b = p.n_blocks - 1; b >= 0; b--) free_push(s, b);
+    return &s->base;
+oom:
+    sp_seterr(err, errlen, "out of memory allocating a paged KV store of %d blocks (%zu bytes)",
+              p.n_blocks, pool);
+    kp_destroy(s ? &s->base : NULL);
+    return NULL;
+}
+
+/* ---- prefix cache -------------------------------------------------------- */
+
+int32_t sp_kv_paged_match(const sp_kv *kv, const sp_block_hash *h, int32_t n) {
+    const kv_paged *s = KPC(kv);
+    if (!s->p.prefix_cache) return 0;
+    int32_t i = 0;
+    while (i < n && ht_find(s, &h[i]) >= 0) i++;
+    return i;
+}
+
+int sp_kv_paged_attach(sp_kv *kv, int32_t seq, const sp_block_hash *h, int32_t n) {
+    kv_paged *s = KP(kv);
+    SP_ASSERT(seq >= 0 && seq < s->p.n_seq);
+    if (n < 0 || n > s->p.max_blocks_per_seq) return -1;
+    if (s->n_table[seq] != 0 || s->len[seq] != 0 || s->reserved[seq] != 0) return -1;
+    int32_t *t = s->table + (size_t)seq * s->p.max_blocks_per_seq;
+    /* First pass: look every block up (the empty table is the scratch), so a
+     * miss changes nothing. */
+    for (int32_t i = 0; i < n; i++) {
+        int32_t b = s->p.prefix_cache ? ht_find(s, &h[i]) : -1;
+        if (b < 0) {
+            for (int32_t j = 0; j < i; j++) t[j] = -1;
+            return -1;
+        }
+        t[i] = b;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        int32_t b = t[i];
+        if (s->state[b] == BLK_CACHED) {
+            lru_remove(s, b);
+            s->state[b] = BLK_IN_USE;
+            s->n_cached--;
+            s->n_in_use++;
+        }
+        if (++s->refcount[b] == 2) s->n_shared++;
+    }
+    s->n_table[seq] = n;
+    s->len[seq] = s->reserved[seq] = n * s->p.block_size;
+    return 0;
+}
+
+void sp_kv_paged_commit(sp_kv *kv, int32_t seq, int32_t block, const sp_block_hash *h) {
+    kv_paged *s = KP(kv);
+    SP_ASSERT(seq >= 0 && seq < s->p.n_seq);
+    SP_ASSERT(block >= 0 && block < s->n_table[seq]);
+    SP_ASSERT((int64_t)(block + 1) * s->p.block_size <= s->len[seq]); /* full and committed */
+    if (!s->p.prefix_cache) return;
+    int32_t b = s->table[(size_t)seq * s->p.max_blocks_per_seq + block];
+    if (s->hashed[b] || ht_find(s, h) >= 0) return;
+    SP_ASSERT(s->state[b] == BLK_IN_USE && s->refcount[b] == 1);
+    s->hash[b] = *h;
+    ht_insert(s, b);
+}
+
+int32_t sp_kv_paged_flush(sp_kv *kv) {
+    kv_paged *s = KP(kv);
+    int32_t n = 0;
+    while (s->lru_head >= 0) {
+        int32_t b = s->lru_head;
+        lru_remove(s, b);
+        ht_remove(s, b);
+        s->n_cached--;
+        free_push(s, b);
+        n++;
+    }
+    s->flushed += (uint64_t)n;
+    return n;
+}
+
+void sp_kv_paged_get_stats(const sp_kv *kv, sp_kv_paged_stats *st) {
+    const kv_paged *s = KPC(kv);
+    *st = (sp_kv_paged_stats){
+        .n_blocks = s->p.n_blocks,
+        .block_size = s->p.block_size,
+        .n_free = s->n_free,
+        .n_cached = s->n_cached,
+        .n_in_use = s->n_in_use,
+        .n_shared = s->n_shared,
+        .evictions = s->evictions,
+        .flushed = s->flushed,
+        .block_bytes = s->block_bytes,
+        .cached_bytes = (size_t)s->n_cached * s->block_bytes,
+    };
+}
+
+int32_t sp_kv_paged_blocks_needed(const sp_kv *kv, int32_t seq, int32_t n_new) {
+    const kv_paged *s = KPC(kv);
+    SP_ASSERT(seq >= 0 && seq < s->p.n_seq && n_new >= 0);
+    int64_t target = (int64_t)s->len[seq] + n_new;
+    int64_t need = (target + s->p.block_size - 1) / s->p.block_size - s->n_table[seq];
+    return need > 0 ? (int32_t)SP_MIN(need, (int64_t)INT32_MAX) : 0;
+}
+
+int32_t sp_kv_paged_available(const sp_kv *kv) {
+    const kv_paged *s = KPC(kv);
+    return s->n_free + s->n_cached;
+}
+
+int32_t sp_kv_paged_block_id(const sp_kv *kv, int32_t seq, int32_t block) {
+    const kv_paged *s = KPC(kv);
+    if (seq < 0 || seq >= s->p.n_seq || block < 0 || block >= s->n_table[seq]) return -1;
+    return s->table[(size_t)seq * s->p.max_blocks_per_seq + block];
+}
+
+int32_t sp_kv_paged_refcount(const sp_kv *kv, int32_t block_id) {
+    const kv_paged *s = KPC(kv);
+    if (block_id < 0 || block_id >= s->p.n_blocks) return -1;
+    return s->refcount[block_id];
+}
+
+/* ---- invariant checker --------------------------------------------------- */
+
+#define FAIL(...)                                                              \
+    do {                                                                       \
+        sp_seterr(err, errlen, __VA_ARGS__);                                   \
+        return -1;                                                             \
+    } while (0)
+
+int sp_kv_paged_check(const sp_kv *kv, char *err, size_t errlen) {
+    const kv_paged *s = KPC(kv);
+    const int32_t NB = s->p.n_blocks, bs = s->p.block_size, mb = s->p.max_blocks_per_seq;
+    int32_t *refs = s->scratch; /* scratch is the checker's own: writing it is no state change */
+
+    /* Slots: lengths, table coverage, entries name IN USE blocks. */
+    for (int32_t b = 0; b < NB; b++) refs[b] = 0;
+    for (int32_t q = 0; q < s->p.n_seq; q++) {
+        const int32_t *t = s->table + (size_t)q * mb;
+        if (s->len[q] < 0 || s->len[q] > s->reserved[q] || (int64_t)s->reserved[q] > (int64_t)mb * bs)
+            FAIL("seq %d: len %d, reserved %d out of order (max %lld)", q, s->len[q],
+                 s->reserved[q], (long long)mb * bs);
+        if (s->n_table[q] != ceil_div(s->reserved[q], bs))
+            FAIL("seq %d: table has %d blocks, reserved %d needs %d", q, s->n_table[q],
+                 s->reserved[q], ceil_div(s->reserved[q], bs));
+        for (int32_t i = 0; i < mb; i++) {
+            int32_t b = t[i];
+            if (i >= s->n_table[q]) {
+                if (b != -1) FAIL("seq %d: table entry %d past the end names block %d", q, i, b);
+                continue;
+            }
+            if (b < 0 || b >= NB) FAIL("seq %d: table entry %d = %d out of range", q, i, b);
+            if (s->state[b] != BLK_IN_USE)
+                FAIL("seq %d: table entry %d names block %d in state %d", q, i, b, s->state[b]);
+            refs[b]++;
+        }
+    }
+
+    /* Blocks: states, refcounts, hashes. */
+    int32_t cnt[3] = {0, 0, 0}, n_shared = 0, n_hashed = 0;
+    for (int32_t b = 0; b < NB; b++) {
+        int st = s->state[b];
+        if (st > BLK_IN_USE) FAIL("block %d: bad state %d", b, st);
+        cnt[st]++;
+        if (s->refcount[b] != refs[b])
+            FAIL("block %d: refcount %d but %d table entries name it", b, s->refcount[b], refs[b]);
+        if ((st == BLK_IN_USE) != (s->refcount[b] >= 1))
+            FAIL("block %d: state %d with refcount %d", b, st, s->refcount[b]);
+        if (st == BLK_FREE && s->hashed[b]) FAIL("block %d: FREE but hashed", b);
+        if (st == BLK_CACHED && !s->hashed[b]) FAIL("block %d: CACHED but not hashed", b);
+        if (s->refcount[b] > 1 && !s->hashed[b])
+            FAIL("block %d: shared (refcount %d) but not hashed", b, s->refcount[b]);
+        if (st != BLK_CACHED && (s->lru_prev[b] != -1 || s->lru_next[b] != -1))
+            FAIL("block %d: not CACHED but linked into the LRU list", b);
+        n_shared += s->refcount[b] > 1;
+        if (s->hashed[b]) {
+            n_hashed++;
+            if (ht_find(s, &s->hash[b]) != b)
+                FAIL("block %d: hashed but the hash table finds %d", b, ht_find(s, &s->hash[b]));
+        }
+    }
+    if (cnt[BLK_FREE] != s->n_free || cnt[BLK_CACHED] != s->n_cached ||
+        cnt[BLK_IN_USE] != s->n_in_use)
+        FAIL("counts free/cached/in-use %d/%d/%d, states say %d/%d/%d", s->n_free, s->n_cached,
+             s->n_in_use, cnt[BLK_FREE], cnt[BLK_CACHED], cnt[BLK_IN_USE]);
+    if (n_shared != s->n_shared) FAIL("n_shared %d, refcounts say %d", s->n_shared, n_shared);
+    if (n_hashed != s->n_hashed) FAIL("n_hashed %d, blocks say %d", s->n_hashed, n_hashed);
+
+    /* Hash table: exactly the hashed blocks, each once. */
+    int32_t n_entries = 0;
+    for (uint32_t i = 0; i <= s->ht_mask; i++) {
+        int32_t b = s->ht[i];
+        if (b == -1) continue;
+        if (b < 0 || b >= NB) FAIL("hash table slot %u: block %d out of range", i, b);
+        if (!s->hashed[b]) FAIL("hash table slot %u: block %d is not hashed", i, b);
+        n_entries++;
+    }
+    if (n_entries != n_hashed) FAIL("hash table holds %d entries for %d hashed blocks", n_entries, n_hashed);
+
+    /* Free list: exactly the FREE blocks, each once (refs reused as marks). */
+    int32_t *mark = refs;
+    for (int32_t b = 0; b < NB; b++) mark[b] = 0;
+    for (int32_t i = 0; i < s->n_free; i++) {
+        int32_t b = s->free_stack[i];
+        if (b < 0 || b >= NB) FAIL("free list entry %d = %d out of range", i, b);
+        if (s->state[b] != BLK_FREE) FAIL("free list holds block %d in state %d", b, s->state[b]);
+        if (mark[b]++) FAIL("free list holds block %d twice", b);
+    }
+
+    /* LRU list: exactly the CACHED blocks, links consistent, no cycle. */
+    int32_t n_lru = 0, prev = -1;
+    for (int32_t b = s->lru_head; b != -1; b = s->lru_next[b]) {
+        if (b < 0 || b >= NB) FAIL("LRU list: block %d out of range", b);
+        if (++n_lru > NB) FAIL("LRU list: cycle");
+        if (s->state[b] != BLK_CACHED) FAIL("LRU list holds block %d in state %d", b, s->state[b]);
+        if (s->lru_prev[b] != prev) FAIL("LRU list: block %d's prev is %d, not %d", b, s->lru_prev[b], prev);
+        if (mark[b]++) FAIL("LRU list holds block %d twice", b);
+        prev = b;
+    }
+    if (s->lru_tail != prev) FAIL("LRU list: tail %d, walk ends at %d", s->lru_tail, prev);
+    if (n_lru != s->n_cached) FAIL("LRU list holds %d blocks, %d are CACHED", n_lru, s->n_cached);
+    if (s->n_free + s->n_cached + s->n_in_use != NB)
+        FAIL("free %d + cached %d + in use %d != %d blocks", s->n_free, s->n_cached, s->n_in_use, NB);
+    return 0;
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# test_train.sh: the training pipeline (tools/train) against the engine, via
+# tools/train/roundtrip.py:
+#   corpus   corpus.py's split: the documented held-out modules, no held-out
+#            file in the train list, no byte-identical files kept twice;
+#   export   seeded random models (GQA, tied and untied) exported to F32 GGUF
+#            by export.py: the engine's top-8 logprobs for a few prompts
+#            match PyTorch's within 1e-3 and the greedy ids agree;
+#   shipped  models/*-target*.gguf and *-draft*.gguf (F16) when present, to
+#            2e-2 (the engine rounds activations to f16 for F16 weights).
+# Needs Debian's python3-torch and python3-numpy: a missing one is a failure.
+set -u
+bin=${SPECULA_BIN:-bin/specula}
+here=$(cd "$(dirname "$0")" && pwd)
+py=tools/train/roundtrip.py  # run from the repository root (make test), or next to it
+for d in "$here/.." "$here/../.."; do
+    [ -f "$d/tools/train/roundtrip.py" ] && { py=$d/tools/train/roundtrip.py; break; }
+done
+if ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
+    echo "FAIL test_train: /usr/bin/python3 cannot import torch and numpy (install python3-torch)"
+    echo "RESULT 0 1"; exit 1
+fi
+if [ ! -x "$bin" ]; then
+    echo "FAIL test_train: engine binary $bin not found (set SPECULA_BIN)"
+    echo "RESULT 0 1"; exit 1
+fi
+out=$(OMP_NUM_THREADS=1 /usr/bin/python3 "$py" --bin "$bin" 2>&1); rc=$?
+printf '%s\n' "$out" | grep -v '^RESULT '
+res=$(printf '%s\n' "$out" | grep '^RESULT ' | tail -n 1)
+if [ -z "$res" ]; then
+    echo "FAIL test_train: roundtrip.py exited with status $rc and no result"
+    echo "RESULT 0 1"; exit 1
+fi
+echo "$res"
+set -- $res
+[ "$3" -eq 0 ] && [ "$rc" -eq 0 ]

@@ -1,0 +1,218 @@
+#!/usr/bin/python3
+"""Checks of the training pipeline against the engine (run by tests/test_train.sh).
+
+    tools/train/roundtrip.py [--bin bin/specula] [--vocab V.gguf] [--models models]
+        [--src /usr/lib/python3.11] [--only corpus,export,shipped]
+
+corpus   corpus.py into a temp dir: the held-out module list is the documented
+         one, no held-out file is in the train list, no two kept files are
+         byte-identical.
+export   seeded random train.Llama models (GQA, tied and untied, init scaled
+         up so the distributions are peaked), exported as F32 GGUF with the
+         tokenizer keys of a llama-tokenizer GGUF (--vocab, else the first of
+         models/*.gguf, build/tok/vocab.gguf,
+         $SPECULA_REF_DIR/vocab/ggml-vocab-llama-spm.gguf; the model's vocab
+         size is that file's token count), read back with export.load_gguf
+         (weights must be bit-identical), then run by the engine (--kv f32
+         --temp 0 --logprobs 8 --json) on a few prompts: every reported top
+         logprob must match PyTorch's float64 log-softmax within 1e-3 and the
+         greedy ids must agree.
+shipped  models/*-target*.gguf and *-draft*.gguf (F16), when present: the same
+         comparison with tolerance 2e-2 (the engine rounds activations to f16
+         for F16 weights, as llama.cpp does); the greedy id must agree where
+         PyTorch's margin over the runner-up exceeds the tolerance.
+Prints one "ok"/"FAIL"/"skip" line per check and "RESULT <passed> <failed>".
+"""
+import argparse
+import glob
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import export  # noqa: E402
+import gguf  # noqa: E402
+from train import Llama  # noqa: E402
+
+HELDOUT = "_threading_local cmd collections json logging modulefinder nturl2path operator queue struct".split()
+PROMPTS = ["def add(a, b):\n    return", "import os\nimport sys\n\n", "class Queue:\n    \"\"\""]
+RESULTS = [0, 0]
+
+
+def report(ok, name, msg):
+    print("%s %s: %s" % ("ok  " if ok else "FAIL", name, msg), flush=True)
+    RESULTS[0 if ok else 1] += 1
+
+
+def check_corpus(src):
+    if not os.path.isdir(src):
+        print("skip corpus: %s not found" % src)
+        return
+    sys.path.insert(0, HERE)
+    import corpus
+    with tempfile.TemporaryDirectory() as tmp:
+        r = subprocess.run([sys.executable, os.path.join(HERE, "corpus.py"), "--src", src, "--out", tmp],
+                           capture_output=True, text=True)
+        if r.returncode:
+            return report(False, "corpus", "corpus.py failed: " + r.stderr[-500:])
+        rd = lambda f: open(os.path.join(tmp, f), encoding="utf-8").read().split()  # noqa: E731
+        mods, train, held = rd("heldout_modules.txt"), rd("files_train.txt"), rd("files_heldout.txt")
+    errs = []
+    if mods != HELDOUT:
+        errs.append("held-out modules %s, documented %s" % (" ".join(mods), " ".join(HELDOUT)))
+    if set(train) & set(held):
+        errs.append("files in both splits: %s" % sorted(set(train) & set(held))[:5])
+    bad = [f for f in train if corpus.module_of(f) in HELDOUT]
+    if bad:
+        errs.append("train files of held-out modules: %s" % bad[:5])
+    bad = [f for f in held if corpus.module_of(f) not in HELDOUT]
+    if bad:
+        errs.append("held-out files of other modules: %s" % bad[:5])
+    seen = {}
+    for f in train + held:
+        h = hashlib.sha256(open(os.path.join(src, f), "rb").read()).digest()
+        if h in seen:
+            errs.append("%s and %s are byte-identical" % (seen[h], f))
+        seen[h] = f
+    report(not errs, "corpus", "; ".join(errs[:5]) if errs else "%d train + %d held-out files, "
+           "held-out modules as documented, no overlap, no duplicates" % (len(train), len(held)))
+
+
+def run_engine(binary, model, prompt, n, tmp):
+    r = subprocess.run([binary, "run", "-m", model, "-p", prompt, "-n", str(n), "--temp", "0",
+                        "--ignore-eos", "--json", "--logprobs", "8", "--kv", "f32", "-t", "1"],
+                       capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError("engine failed (%d): %s" % (r.returncode, r.stderr.strip()[-500:]))
+    return json.loads(r.stdout)
+
+
+@torch.no_grad()
+def compare(model, run, tol, strict_greedy):
+    """Largest |logprob error| over the run's steps and a list of problems."""
+    seq = run["prompt_tokens"] + run["tokens"]
+    m = model.double()
+    lp = torch.log_softmax(m(torch.tensor([seq]))[0], -1)
+    n_p, worst, bad = len(run["prompt_tokens"]), 0.0, []
+    for s, st in enumerate(run["steps"]):
+        row = lp[n_p - 1 + s]
+        for tid, got in st["top"]:
+            e = abs(row[tid].item() - got)
+            worst = max(worst, e)
+            if e > tol:
+                bad.append("step %d token %d: engine %.6f vs torch %.6f" % (s, tid, got, row[tid].item()))
+        top2 = torch.topk(row, 2)
+        margin = (top2.values[0] - top2.values[1]).item()
+        if st["id"] != top2.indices[0].item() and (strict_greedy or margin > tol):
+            bad.append("step %d: engine greedy %d vs torch %d (margin %.2e)" % (
+                s, st["id"], top2.indices[0].item(), margin))
+    return worst, bad
+
+
+def pick_vocab(arg, models_dir):
+    if arg:
+        return arg
+    for f in sorted(glob.glob(os.path.join(models_dir, "*.gguf"))):
+        try:
+            if gguf.read_kv(f).get("tokenizer.ggml.model") == "llama":
+                return f
+        except Exception:  # noqa: BLE001
+            pass
+    ref = os.environ.get("SPECULA_REF_DIR", os.path.join(ROOT, "..", "shared", "reference"))
+    for f in (os.path.join(ROOT, "build", "tok", "vocab.gguf"),
+              os.path.join(ref, "vocab", "ggml-vocab-llama-spm.gguf")):
+        if os.path.exists(f):
+            return f
+    return None
+
+
+def check_export(binary, vocab):
+    if not vocab:
+        return report(False, "export", "no llama-tokenizer GGUF found for the tokenizer keys")
+    n_vocab = len(gguf.read_kv(vocab)["tokenizer.ggml.tokens"])
+    with tempfile.TemporaryDirectory() as tmp:
+        for tied, seed in ((True, 11), (False, 12)):
+            name = "export-%s-f32" % ("tied" if tied else "untied")
+            c = dict(dim=64, n_layer=2, n_head=4, n_head_kv=2, ffn=176, vocab=n_vocab, ctx=128,
+                     eps=1e-5, rope_base=10000.0, tied=tied)
+            torch.manual_seed(seed)
+            model = Llama(c)
+            with torch.no_grad():
+                for n, p in model.named_parameters():
+                    if p.dim() == 1:  # norms: away from 1 so that a dropped norm shows
+                        p.copy_(1 + 0.2 * torch.randn_like(p))
+                    else:
+                        p.normal_(0.0, 0.5 if n.startswith(("tok_emb", "head")) else 0.15)
+            path = os.path.join(tmp, name + ".gguf")
+            try:
+                export.export(model, c, path, vocab, "f32", name, "round-trip test model")
+                back = export.load_gguf(path)
+                sd0, sd1 = model.state_dict(), back.state_dict()
+                diff = [k for k in sd0 if not torch.equal(sd0[k], sd1[k])]
+                if diff or back.c != c:
+                    report(False, name, "load_gguf differs: %s %s" % (diff[:3], back.c))
+                    continue
+                worst, bad, peak = 0.0, [], []
+                for p in PROMPTS:
+                    run = run_engine(binary, path, p, 8, tmp)
+                    w, b = compare(model, run, 1e-3, True)
+                    worst, bad = max(worst, w), bad + b
+                    peak += [st["top"][0][1] for st in run["steps"]]
+                report(not bad, name, "%s max |logprob error| %.2e over %d prompts (top-1 logprob "
+                       "%.2f..%.2f)" % ("; ".join(bad[:4]) + ";" if bad else "", worst, len(PROMPTS),
+                                        min(peak), max(peak)))
+            except (RuntimeError, SystemExit, Exception) as e:  # noqa: BLE001
+                report(False, name, "%s: %s" % (type(e).__name__, e))
+
+
+def check_shipped(binary, models_dir):
+    files = sorted(set(glob.glob(os.path.join(models_dir, "*-target*.gguf")) +
+                       glob.glob(os.path.join(models_dir, "*-draft*.gguf"))))
+    if not files:
+        print("skip shipped: no %s/*-target*.gguf or *-draft*.gguf" % models_dir)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in files:
+            name = os.path.basename(f)
+            try:
+                model = export.load_gguf(f)
+                worst, bad = 0.0, []
+                for p in PROMPTS:
+                    run = run_engine(binary, f, p, 8, tmp)
+                    w, b = compare(model, run, 2e-2, False)
+                    worst, bad = max(worst, w), bad + b
+                report(not bad, name, "%s max |logprob error| %.2e over %d prompts" % (
+                    "; ".join(bad[:4]) + ";" if bad else "", worst, len(PROMPTS)))
+            except (RuntimeError, SystemExit, Exception) as e:  # noqa: BLE001
+                report(False, name, "%s: %s" % (type(e).__name__, e))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin", default=os.environ.get("SPECULA_BIN", "bin/specula"))
+    ap.add_argument("--vocab", default=None)
+    ap.add_argument("--models", default=os.path.join(ROOT, "models"))
+    ap.add_argument("--src", default="/usr/lib/python3.11")
+    ap.add_argument("--only", default="corpus,export,shipped")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    only = a.only.split(",")
+    if "corpus" in only:
+        check_corpus(a.src)
+    if "export" in only:
+        check_export(a.bin, pick_vocab(a.vocab, a.models))
+    if "shipped" in only:
+        check_shipped(a.bin, a.models)
+    print("RESULT %d %d" % tuple(RESULTS))
+    sys.exit(1 if RESULTS[1] else 0)
+
+
+if __name__ == "__main__":
+    main()
