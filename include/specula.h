@@ -196,6 +196,8 @@ typedef struct {
     int32_t kv_block_size;    /* positions per block (default 16) */
     sp_kv_type kv_type;       /* default F16 */
     bool prefix_cache;        /* reuse K/V of earlier prompts (default true) */
+    bool debug_check;         /* run the pool's invariant checker after every step
+                                 (tests; O(blocks) per step); see sp_engine_check */
 } sp_engine_params;
 
 sp_engine_params sp_engine_default_params(void);
@@ -327,9 +329,11 @@ typedef struct {
 } sp_engine_stats;
 
 void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st);
-/* Drops every cached block that no running request uses; returns how many. */
+/* Drops every cached block that no running request uses; returns how many.
+ * Served by the engine thread between steps (this call waits for it). */
 int32_t sp_engine_flush_cache(sp_engine *e);
-/* Runs the pool's invariant checker (tests): 0, or -1 + err. Safe any time. */
+/* Runs the pool's invariant checker between two steps: 0, or -1 + err.
+ * With debug_check it also reports any step after which the check failed. */
 int sp_engine_check(sp_engine *e, char *err, size_t errlen);
 
 #ifdef __cplusplus

@@ -371,9 +371,13 @@ static void commit_all(sp_kv *kv, int32_t seq, const int32_t *tok, const uint8_t
     for (int32_t i = 0; i < n; i++) sp_kv_paged_commit(kv, seq, i, &h[i]);
 }
 
-static int32_t chain(const int32_t *tok, int32_t n, const char *salt, sp_block_hash *h) {
-    return sp_block_hash_chain(tok, n, PBS, (const uint8_t *)"m", 1, (const uint8_t *)salt,
+static int32_t chain_bs(const int32_t *tok, int32_t n, int32_t bs, const char *salt,
+                        sp_block_hash *h) {
+    return sp_block_hash_chain(tok, n, bs, (const uint8_t *)"m", 1, (const uint8_t *)salt,
                                salt ? strlen(salt) : 0, h);
+}
+static int32_t chain(const int32_t *tok, int32_t n, const char *salt, sp_block_hash *h) {
+    return chain_bs(tok, n, PBS, salt, h);
 }
 
 static void stats(sp_kv *kv, int32_t *fr, int32_t *ca, int32_t *iu) {
@@ -549,7 +553,6 @@ static void test_lru_order(void) {
     CHECK(fill(kv, 0, tx, 12) == 0, "refill x");
     commit_all(kv, 0, tx, NULL, 0);
     kv->ops->set_len(kv, 0, 0);
-    for (int i = 0; i < 3; i++) idx[i] = -1;
     CHECK(sp_kv_paged_match(kv, hx, 3) == 3, "x back");
     CHECK(sp_kv_paged_attach(kv, 1, hx, 1) == 0, "attach x0");
     for (int i = 0; i < 3; i++) CHECK(sp_kv_paged_match(kv, hx, 3) == 3, "match is read-only");
@@ -655,7 +658,7 @@ static void test_stress(const stress_row *row) {
             tok[q][0] = -1 - salt[q];
             for (int32_t i = 0; i < plen; i++) tq[i] = i < shared ? tmpl[t][i] : (int32_t)rnd(50);
             sp_block_hash h[SMAX];
-            int32_t nh = chain(tq, plen, salt_s, h);
+            int32_t nh = chain_bs(tq, plen, bs, salt_s, h);
             int32_t m = sp_kv_paged_match(kv, h, nh);
             CHECK(m >= 0 && m <= nh, "match %d of %d", m, nh);
             int32_t a = SP_MIN(m, (plen - 1) / bs);
@@ -716,7 +719,7 @@ static void test_stress(const stress_row *row) {
             salt_s[0] = (char)('a' + salt[q]);
             if (l2 > 0) {
                 sp_block_hash h[SMAX];
-                int32_t nh = chain(tq, l2, salt_s, h);
+                int32_t nh = chain_bs(tq, l2, bs, salt_s, h);
                 for (int32_t i = 0; i < nh; i++) sp_kv_paged_commit(kv, q, i, &h[i]);
                 committed[q] = nh;
             }

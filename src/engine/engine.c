@@ -112,6 +112,17 @@ struct sp_engine {
     sp_event *events;          /* [max_seqs] */
     request **ev_req;          /* [max_seqs] */
     sp_engine_stats st;
+    /* The pool changes inside the forward pass, which runs unlocked, so
+     * other threads never touch it: they read this snapshot (refreshed
+     * after every step) and ask the engine thread to flush or check. */
+    sp_kv_paged_stats kv_snap;
+    uint64_t ctl_gen;          /* bumped when the engine thread served a control ask */
+    bool flush_req, check_req;
+    int32_t flush_result;
+    int check_rc;
+    char check_err[256];
+    uint64_t check_failures;   /* debug_check: steps after which the checker failed */
+    char first_failure[256];
 };
 
 /* ---- small helpers -------------------------------------------------------- */
@@ -281,6 +292,7 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
     e->ctx = sp_context_create_with_kv(m, cp, e->kv, err, errlen);
     if (!e->ctx) goto fail;
     sp_model_fingerprint(m, e->model_key);
+    sp_kv_paged_get_stats(e->kv, &e->kv_snap);
     const int32_t B = p.max_batch_tokens, S = p.max_seqs;
     e->wait_cap = 64;
     e->waiting = malloc((size_t)e->wait_cap * sizeof(request *));
@@ -583,8 +595,7 @@ void sp_engine_release(sp_engine *e, int64_t id) {
 void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st) {
     pthread_mutex_lock(&e->mu);
     *st = e->st;
-    sp_kv_paged_stats ks;
-    sp_kv_paged_get_stats(e->kv, &ks);
+    const sp_kv_paged_stats ks = e->kv_snap;
     st->evictions_pressure = ks.evictions;
     st->evictions_flush = ks.flushed;
     st->blocks_total = ks.n_blocks;
@@ -599,18 +610,63 @@ void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st) {
     pthread_mutex_unlock(&e->mu);
 }
 
-int32_t sp_engine_flush_cache(sp_engine *e) {
+/* Asks the engine thread for a control action and waits until it is done. */
+static void control(sp_engine *e, bool *flag) {
     pthread_mutex_lock(&e->mu);
-    int32_t n = sp_kv_paged_flush(e->kv);
+    uint64_t gen = e->ctl_gen;
+    *flag = true;
+    pthread_cond_signal(&e->work);
+    while (e->ctl_gen == gen) pthread_cond_wait(&e->changed, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+}
+
+int32_t sp_engine_flush_cache(sp_engine *e) {
+    control(e, &e->flush_req);
+    pthread_mutex_lock(&e->mu);
+    int32_t n = e->flush_result;
     pthread_mutex_unlock(&e->mu);
     return n;
 }
 
 int sp_engine_check(sp_engine *e, char *err, size_t errlen) {
+    control(e, &e->check_req);
     pthread_mutex_lock(&e->mu);
-    int rc = sp_kv_paged_check(e->kv, err, errlen);
+    int rc = e->check_rc;
+    if (!rc && e->check_failures) {
+        rc = -1;
+        sp_seterr(err, errlen, "%llu step(s) broke the pool invariant; first: %s",
+                  (unsigned long long)e->check_failures, e->first_failure);
+    } else if (rc) {
+        sp_seterr(err, errlen, "%s", e->check_err);
+    }
     pthread_mutex_unlock(&e->mu);
     return rc;
+}
+
+/* Engine thread, locked: serves flush/check asks and refreshes the stats
+ * snapshot (the pool is quiescent between steps). */
+static void between_steps(sp_engine *e) {
+    if (e->p.debug_check) {
+        char err[256];
+        if (sp_kv_paged_check(e->kv, err, sizeof(err)) && !e->check_failures++)
+            snprintf(e->first_failure, sizeof(e->first_failure), "%s", err);
+    }
+    bool served = false;
+    if (e->flush_req) {
+        e->flush_result = sp_kv_paged_flush(e->kv);
+        e->flush_req = false;
+        served = true;
+    }
+    if (e->check_req) {
+        e->check_rc = sp_kv_paged_check(e->kv, e->check_err, sizeof(e->check_err));
+        e->check_req = false;
+        served = true;
+    }
+    sp_kv_paged_get_stats(e->kv, &e->kv_snap);
+    if (served) {
+        e->ctl_gen++;
+        pthread_cond_broadcast(&e->changed);
+    }
 }
 
 /* ---- the step loop -------------------------------------------------------- */
@@ -901,6 +957,7 @@ static void *engine_main(void *arg) {
     pthread_mutex_lock(&e->mu);
     while (!e->stop) {
         int32_t n_ev = 0;
+        between_steps(e);
         reap(e, &n_ev);
         if (n_ev) {
             deliver(e, n_ev);
@@ -908,7 +965,7 @@ static void *engine_main(void *arg) {
             continue;
         }
         if (e->n_running == 0 && e->n_waiting == 0) {
-            pthread_cond_wait(&e->work, &e->mu);
+            if (!e->flush_req && !e->check_req) pthread_cond_wait(&e->work, &e->mu);
             continue;
         }
         int32_t n_e = schedule(e);
@@ -960,7 +1017,9 @@ static void *engine_main(void *arg) {
         deliver(e, n_ev);
         pthread_cond_broadcast(&e->changed);
     }
-    /* shutting down: everything still alive is cancelled and told so */
+    /* shutting down: everything still alive is cancelled and told so; a
+     * control ask still waiting is answered */
+    between_steps(e);
     for (request *r = e->all; r; r = r->next) r->cancel_req = true;
     for (;;) {
         int32_t n_ev = 0;

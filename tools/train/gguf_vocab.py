@@ -7,7 +7,8 @@ Keys as in llama.cpp's ggml-vocab-llama-spm.gguf: general.architecture =
 "llama", general.name, tokenizer.ggml.model = "llama", tokenizer.ggml.pre =
 "default", tokens (strings, SentencePiece pieces with U+2581 for space),
 scores (f32), token_type (i32: NORMAL=1 UNKNOWN=2 CONTROL=3 USER_DEFINED=4
-UNUSED=5 BYTE=6), bos/eos/unknown_token_id (u32), add_bos_token = true,
+UNUSED=5 BYTE=6), bos/eos/unknown_token_id (u32), add_bos_token = false (the models are trained on raw
+windows of the token stream, never after a BOS, so prompts must not get one),
 add_eos_token = false, add_space_prefix = false (the tokenizer is trained with
 add_dummy_prefix=False; see tokenizer.py).  tokenizer_kv() is reused by the
 model exporter.
@@ -53,7 +54,7 @@ def tokenizer_kv(model_file):
         ("tokenizer.ggml.bos_token_id", gguf.UINT32, sp.bos_id()),
         ("tokenizer.ggml.eos_token_id", gguf.UINT32, sp.eos_id()),
         ("tokenizer.ggml.unknown_token_id", gguf.UINT32, sp.unk_id()),
-        ("tokenizer.ggml.add_bos_token", gguf.BOOL, True),
+        ("tokenizer.ggml.add_bos_token", gguf.BOOL, False),
         ("tokenizer.ggml.add_eos_token", gguf.BOOL, False),
         ("tokenizer.ggml.add_space_prefix", gguf.BOOL, add_prefix),
     ]
