@@ -69,8 +69,9 @@ asan:
 	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
 # ThreadSanitizer build of the multithreaded code (thread pool, matmul, the
-# forward pass); the single-threaded tests gain nothing from it.
-TSAN_TESTS = test_kernels test_forward
+# forward pass, the engine thread and its callers, the KV pool it drives);
+# the single-threaded tests gain nothing from it.
+TSAN_TESTS = test_kernels test_forward test_engine test_kv
 tsan:
 	$(MAKE) BUILD=build-tsan BIN=build-tsan/bin OPT=-O1 SAN="-fsanitize=thread" \
 	  $(TSAN_TESTS:%=build-tsan/tests/%)
@@ -78,12 +79,16 @@ tsan:
 	  for t in $(TSAN_TESTS); do ln -s ../tests/$$t build-tsan/run/$$t; done
 	TSAN_OPTIONS=halt_on_error=1 tests/run.sh build-tsan/run
 
-BENCH_SRC := $(wildcard bench/*.c)
+BENCH_SRC := $(filter-out bench/bench_engine.c,$(wildcard bench/*.c))
 $(BIN)/bench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(LIB)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
 
-bench: $(BIN)/bench $(BIN)/mkmodel
+$(BIN)/bench_engine: $(BUILD)/bench/bench_engine.o $(LIB)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+
+bench: $(BIN)/bench $(BIN)/bench_engine $(BIN)/mkmodel
 	bench/run.sh
 
 clean:

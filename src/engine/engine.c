@@ -960,6 +960,7 @@ static void *engine_main(void *arg) {
         between_steps(e);
         reap(e, &n_ev);
         if (n_ev) {
+            sp_kv_paged_get_stats(e->kv, &e->kv_snap);
             deliver(e, n_ev);
             pthread_cond_broadcast(&e->changed);
             continue;
@@ -1014,6 +1015,7 @@ static void *engine_main(void *arg) {
             }
             make_event(e, r, &n_ev);
         }
+        sp_kv_paged_get_stats(e->kv, &e->kv_snap); /* before anyone hears of it */
         deliver(e, n_ev);
         pthread_cond_broadcast(&e->changed);
     }
