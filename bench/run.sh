@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # `make bench`: builds TinyLlama-1.1B-shaped models (n_embd 2048, 22 layers,
 # 32 heads / 4 KV heads, n_ff 5632, 32000-token Llama vocabulary) in Q8_0
-# and Q4_K with bin/mkmodel, then measures them with bin/bench on 2 threads.
+# and Q4_K with bin/mkmodel, then measures them with bin/bench on 2 threads;
+# then the serving engine with bin/bench_engine (prefix cache on a shared
+# document, continuous batching) on the Q8_0 one, and on the bundled target
+# model (models/specula-code-target-f16.gguf) when it exists.
 # Models are cached in bench/out/ (about 1.8 GB); delete it to rebuild.
+# BENCH_ENGINE=0 skips the engine runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=bench/out
@@ -27,3 +31,31 @@ for t in q8_0 q4_k; do
     bin/bench "$out/tinyllama-shape-$t.gguf" "$threads" 128 32 | tee "$out/bench-$t.txt" | grep '^|'
     tail -n 1 "$out/bench-$t.txt" > "$out/bench-$t.json"
 done
+
+# The serving engine (issue 4). Each run writes bench/out/engine-NAME.txt (the
+# tables) and engine-NAME.json (its last line). --cold-runs bounds how many
+# cache-off (cold) requests are timed: a cold request is the long part.
+engine_bench() { # NAME MODEL ARGS...
+    local name=$1 model=$2
+    shift 2
+    echo
+    echo "## engine: $name, $threads threads"
+    echo
+    bin/bench_engine "$model" -t "$threads" "$@" > "$out/engine-$name.txt"
+    grep -v '^{' "$out/engine-$name.txt"
+    tail -n 1 "$out/engine-$name.txt" > "$out/engine-$name.json"
+}
+if [ "${BENCH_ENGINE:-1}" != 0 ]; then
+    # TinyLlama shape: the issue's shared document scaled to its 2048-token
+    # context (1,920 + 128 tokens, 8 requests), and batching at 1..64 requests.
+    engine_bench tinyllama-shape-q8_0 "$out/tinyllama-shape-q8_0.gguf" \
+        --shared-doc 1920,128,8 --cold-runs 3 --batching 32,1,4,16,64
+    target=models/specula-code-target-f16.gguf
+    if [ -s "$target" ]; then
+        engine_bench target-f16 "$target" --shared-doc 7680,512,8 --cold-runs 3 \
+            --no-reuse 32,256,32,8 --reps 3 --batching 32,1,4,16,64
+    else
+        echo
+        echo "(skipped the engine benchmark of $target: the file does not exist yet)"
+    fi
+fi

@@ -185,6 +185,28 @@ int sp_top_logprobs(const float *logits, int32_t n_vocab, int k, sp_token *ids, 
 
 typedef struct sp_engine sp_engine;
 
+/* Speculative decoding: who proposes the tokens the target verifies. */
+typedef enum {
+    SP_SPEC_DEFAULT = -1, /* in a request: the engine's setting */
+    SP_SPEC_OFF = 0,
+    SP_SPEC_NGRAM,        /* prompt lookup: what followed an earlier occurrence of the last n tokens */
+    SP_SPEC_SUFFIX,       /* suffix matching over this request and earlier requests' outputs */
+    SP_SPEC_DRAFT,        /* a smaller model with the same vocabulary */
+} sp_spec_mode;
+
+/* "off", "ngram", "suffix", "draft"; sp_spec_mode_parse returns -2 for an
+ * unknown name. */
+const char *sp_spec_mode_str(sp_spec_mode m);
+int sp_spec_mode_parse(const char *s);
+
+/* A caller-supplied proposer (benchmarks, experiments): given the sequence
+ * so far (prompt and output), write up to k guesses of what follows into
+ * out and return how many. Called on the engine thread. */
+typedef int32_t (*sp_propose_fn)(const sp_token *toks, int32_t n, int32_t k, sp_token *out,
+                                 void *user);
+
+#define SP_SPEC_K_MAX 16
+
 typedef struct {
     int32_t n_threads;        /* compute threads (default: online CPUs) */
     int32_t max_seqs;         /* requests running at once (default 16) */
@@ -198,6 +220,16 @@ typedef struct {
     bool prefix_cache;        /* reuse K/V of earlier prompts (default true) */
     bool debug_check;         /* run the pool's invariant checker after every step
                                  (tests; O(blocks) per step); see sp_engine_check */
+    /* speculative decoding */
+    sp_spec_mode spec;        /* default SP_SPEC_OFF */
+    int32_t spec_k;           /* most tokens proposed per step, 1..16 (default 4) */
+    bool spec_adaptive;       /* choose k per sequence and step from the measured cost
+                                 of a pass and each sequence's acceptance (default
+                                 true); false: always min(spec_k, what the proposer has) */
+    const sp_model *draft;    /* the draft model (needed for SP_SPEC_DRAFT); it must
+                                 outlive the engine and share the target's vocabulary */
+    int32_t ngram_min, ngram_max; /* n-gram lengths tried, longest first (default 1, 4) */
+    size_t suffix_store_tokens;   /* earlier outputs kept for suffix matching (default 1M) */
 } sp_engine_params;
 
 sp_engine_params sp_engine_default_params(void);
@@ -231,6 +263,12 @@ typedef struct {
     double decode_ms;          /* first token -> last token */
     double tpot_ms;            /* decode_ms / (completion_tokens - 1), 0 if < 2 */
     sp_finish_reason finish;
+    /* speculative decoding: a step is one verification of >= 1 proposed
+     * token; completion_tokens = accepted + steps + plain decode steps */
+    int32_t spec_steps;
+    int32_t spec_drafted;      /* tokens proposed and verified */
+    int32_t spec_accepted;     /* of which accepted */
+    int32_t spec_accepted_per_pos[SP_SPEC_K_MAX]; /* [i]: steps that accepted draft token i */
 } sp_request_stats;
 
 typedef struct sp_event sp_event;
@@ -274,6 +312,10 @@ typedef struct {
     int32_t priority;          /* higher is admitted first; ties by arrival */
     sp_event_cb on_event;      /* NULL: poll with sp_engine_wait / sp_engine_read */
     void *user;
+    sp_spec_mode spec;         /* default SP_SPEC_DEFAULT (the engine's) */
+    int32_t spec_k;            /* 0: the engine's */
+    sp_propose_fn propose;     /* non-NULL: this proposer instead (spec must not be off) */
+    void *propose_user;
 } sp_request_params;
 
 sp_request_params sp_request_default_params(void);
@@ -326,6 +368,13 @@ typedef struct {
     size_t kv_bytes_total;
     size_t kv_bytes_cached;      /* K/V kept only for reuse (blocks_cached) */
     int32_t running, waiting;
+    /* speculative decoding */
+    uint64_t spec_steps, spec_drafted, spec_accepted;
+    uint64_t spec_accepted_per_pos[SP_SPEC_K_MAX];
+    uint64_t spec_planned_zero;  /* decode steps where the planner chose not to speculate */
+    double draft_ms;             /* in draft-model passes */
+    double verify_ms;            /* in target passes that verified proposals */
+    double cost_ms_1, cost_ms_16;/* measured target pass cost at 1 and 16 tokens (0 if not measured) */
 } sp_engine_stats;
 
 void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st);

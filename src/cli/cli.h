@@ -30,7 +30,18 @@ bool cli_float(const char *s, double *out);
  * Returns how many arguments a/v consumed (1 or 2), 0 if a is not an
  * engine option, -1 after printing an error. */
 extern const char *cli_engine_usage;
-int cli_engine_opt(const char *cmd, const char *a, const char *v, sp_engine_params *p);
+typedef struct {
+    sp_engine_params p;
+    const char *draft_path;
+    sp_model *draft;   /* loaded by cli_engine_open */
+} cli_engine;
+int cli_engine_opt(const char *cmd, const char *a, const char *v, cli_engine *ce);
+/* Loads the draft model when one is needed or given; -1 after a message. */
+int cli_engine_open(cli_engine *ce);
+void cli_engine_close(cli_engine *ce);
+/* Writes "spec": {...} (steps, drafted, accepted, acceptance_rate,
+ * mean_acceptance_length, accepted_per_position) for a request. */
+void cli_print_spec(FILE *f, const sp_request_stats *st);
 
 int cmd_run(int argc, char **argv);
 int cmd_batch(int argc, char **argv);

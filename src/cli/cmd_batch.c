@@ -196,9 +196,11 @@ static void print_result(const job *j) {
     cli_json_str(f, j->text ? j->text : "", j->text_len);
     fprintf(f, ", \"finish_reason\": \"%s\", \"prompt_tokens\": %d, \"cached_tokens\": %d, "
                "\"queue_ms\": %.3f, \"prefill_ms\": %.3f, \"ttft_ms\": %.3f, \"decode_ms\": %.3f, "
-               "\"preemptions\": %d}\n",
+               "\"preemptions\": %d, ",
             sp_finish_reason_str(j->st.finish), j->st.prompt_tokens, j->st.cached_tokens,
             j->st.queue_ms, j->st.prefill_ms, j->st.ttft_ms, j->st.decode_ms, j->st.preemptions);
+    cli_print_spec(f, &j->st);
+    fprintf(f, "}\n");
     fflush(f);
 }
 
@@ -228,10 +230,10 @@ int cmd_batch(int argc, char **argv) {
     const char *model = cli_default_model(), *file = NULL;
     long conc = 1;
     bool stats = false;
-    sp_engine_params ep = sp_engine_default_params();
+    cli_engine ce = {.p = sp_engine_default_params()};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int used = cli_engine_opt("batch", a, v, &ep);
+        int used = cli_engine_opt("batch", a, v, &ce);
         if (used < 0) return 2;
         if (used) {
             i += used - 1;
@@ -306,7 +308,8 @@ int cmd_batch(int argc, char **argv) {
         fprintf(stderr, "specula: %s\n", err);
         goto done;
     }
-    e = sp_engine_create(m, ep, err, sizeof(err));
+    if (cli_engine_open(&ce)) goto done;
+    e = sp_engine_create(m, ce.p, err, sizeof(err));
     if (!e) {
         fprintf(stderr, "specula: %s\n", err);
         goto done;
@@ -352,6 +355,7 @@ int cmd_batch(int argc, char **argv) {
         if (jobs[i].st.finish == SP_FINISH_ERROR) rc = 1;
 done:
     sp_engine_free(e);
+    cli_engine_close(&ce);
     sp_model_free(m);
     for (int32_t i = 0; jobs && i < n; i++) job_free(&jobs[i]);
     free(jobs);

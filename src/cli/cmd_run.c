@@ -38,16 +38,16 @@ typedef struct {
     const char *stop[16];
     int n_stop;
     sp_sampler_params sp;
-    sp_engine_params ep;
+    cli_engine ce;
 } run_opts;
 
 static int parse(int argc, char **argv, run_opts *o) {
     o->model = cli_default_model();
     o->n = 128;
     o->sp = sp_sampler_default_params();
-    o->ep = sp_engine_default_params();
-    o->ep.max_seqs = 1;
-    o->ep.n_ctx = 0;
+    o->ce.p = sp_engine_default_params();
+    o->ce.p.max_seqs = 1;
+    o->ce.p.n_ctx = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -66,7 +66,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         fprintf(stderr, "specula run: invalid value '%s' for %s\n", v, a);      \
         return -1;                                                              \
     } while (0)
-        int used = cli_engine_opt("run", a, v, &o->ep);
+        int used = cli_engine_opt("run", a, v, &o->ce);
         if (used < 0) return -1;
         if (used) {
             i += used - 1;
@@ -212,13 +212,14 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "specula: the prompt is empty after tokenization\n");
         goto done;
     }
-    if (!o.ep.n_ctx) o.ep.n_ctx = (int32_t)SP_MIN((long)n_prompt + o.n + 1, 1L << 20);
-    if (n_prompt + o.n > o.ep.n_ctx) {
+    if (!o.ce.p.n_ctx) o.ce.p.n_ctx = (int32_t)SP_MIN((long)n_prompt + o.n + 1, 1L << 20);
+    if (n_prompt + o.n > o.ce.p.n_ctx) {
         fprintf(stderr, "specula: prompt (%d tokens) + n (%ld) exceeds the context (%d)\n", n_prompt,
-                o.n, o.ep.n_ctx);
+                o.n, o.ce.p.n_ctx);
         goto done;
     }
-    eng = sp_engine_create(m, o.ep, err, sizeof(err));
+    if (cli_engine_open(&o.ce)) goto done;
+    eng = sp_engine_create(m, o.ce.p, err, sizeof(err));
     if (!eng) {
         fprintf(stderr, "specula: %s\n", err);
         goto done;
@@ -276,7 +277,9 @@ int cmd_run(int argc, char **argv) {
                         s.top_lp[i * o.logprobs + j]);
             fprintf(f, "]}");
         }
-        fprintf(f, "], \"timings\": {\"load_ms\": %.3f, \"prefill_tokens\": %d, "
+        fprintf(f, "], ");
+        cli_print_spec(f, &s.st);
+        fprintf(f, ", \"timings\": {\"load_ms\": %.3f, \"prefill_tokens\": %d, "
                    "\"prefill_ms\": %.3f, \"prefill_tokens_per_s\": %.3f, \"decode_tokens\": %d, "
                    "\"decode_ms\": %.3f, \"decode_tokens_per_s\": %.3f, \"ttft_ms\": %.3f}}\n",
                 load_ms, n_prompt, s.st.prefill_ms, prefill_tps, n_gen, s.st.decode_ms, decode_tps,
@@ -289,6 +292,7 @@ int cmd_run(int argc, char **argv) {
     rc = 0;
 done:
     sp_engine_free(eng);
+    cli_engine_close(&o.ce);
     free(text);
     free(toks);
     free(s.gen);

@@ -12,7 +12,11 @@ const char *cli_engine_usage =
     "  --block-size N       positions per KV block (default 16)\n"
     "  --max-seqs N         requests running at once (default 16)\n"
     "  --max-batch-tokens N tokens per engine step (default 512)\n"
-    "  --no-prefix-cache    do not reuse K/V of earlier prompts\n";
+    "  --no-prefix-cache    do not reuse K/V of earlier prompts\n"
+    "  --spec MODE          speculative decoding: off, ngram, suffix, draft (default off)\n"
+    "  --spec-k K           most tokens proposed per step, 1..16 (default 4)\n"
+    "  --spec-fixed-k       always propose K (no cost-based choice of k)\n"
+    "  --draft MODEL        the draft model for --spec draft (default: the bundled draft)\n";
 
 static bool parse_size(const char *s, size_t *out) {
     char *end;
@@ -29,13 +33,19 @@ static bool parse_size(const char *s, size_t *out) {
     return true;
 }
 
-int cli_engine_opt(const char *cmd, const char *a, const char *v, sp_engine_params *p) {
+int cli_engine_opt(const char *cmd, const char *a, const char *v, cli_engine *ce) {
+    sp_engine_params *p = &ce->p;
     long l;
     bool takes = !strcmp(a, "-t") || !strcmp(a, "-c") || !strcmp(a, "--kv") ||
                  !strcmp(a, "--kv-mem") || !strcmp(a, "--block-size") ||
-                 !strcmp(a, "--max-seqs") || !strcmp(a, "--max-batch-tokens");
+                 !strcmp(a, "--max-seqs") || !strcmp(a, "--max-batch-tokens") ||
+                 !strcmp(a, "--spec") || !strcmp(a, "--spec-k") || !strcmp(a, "--draft");
     if (!strcmp(a, "--no-prefix-cache")) {
         p->prefix_cache = false;
+        return 1;
+    }
+    if (!strcmp(a, "--spec-fixed-k")) {
+        p->spec_adaptive = false;
         return 1;
     }
     if (!takes) return 0;
@@ -55,9 +65,53 @@ int cli_engine_opt(const char *cmd, const char *a, const char *v, sp_engine_para
     else if (!strcmp(a, "--max-seqs")) ok = cli_int(v, 1, 1024, &l), p->max_seqs = (int32_t)l;
     else if (!strcmp(a, "--max-batch-tokens"))
         ok = cli_int(v, 1, 65536, &l), p->max_batch_tokens = (int32_t)l;
+    else if (!strcmp(a, "--spec-k")) ok = cli_int(v, 1, SP_SPEC_K_MAX, &l), p->spec_k = (int32_t)l;
+    else if (!strcmp(a, "--draft")) ce->draft_path = v;
+    else if (!strcmp(a, "--spec")) {
+        int m = sp_spec_mode_parse(v);
+        ok = m >= 0;
+        if (ok) p->spec = (sp_spec_mode)m;
+    }
     if (!ok) {
         fprintf(stderr, "specula %s: invalid value '%s' for %s\n", cmd, v, a);
         return -1;
     }
     return 2;
+}
+
+int cli_engine_open(cli_engine *ce) {
+    char err[512];
+    if (ce->p.spec == SP_SPEC_DRAFT && !ce->draft_path) ce->draft_path = cli_default_draft();
+    if (ce->p.spec == SP_SPEC_DRAFT && !ce->draft_path) {
+        fprintf(stderr, "specula: --spec draft needs a draft model (--draft MODEL)\n");
+        return -1;
+    }
+    if (ce->draft_path) {
+        ce->draft = sp_model_load(ce->draft_path, sp_model_default_params(), err, sizeof(err));
+        if (!ce->draft) {
+            fprintf(stderr, "specula: draft model: %s\n", err);
+            return -1;
+        }
+        ce->p.draft = ce->draft;
+    }
+    return 0;
+}
+
+void cli_engine_close(cli_engine *ce) {
+    sp_model_free(ce->draft);
+    ce->draft = NULL;
+}
+
+void cli_print_spec(FILE *f, const sp_request_stats *st) {
+    fprintf(f, "\"spec\": {\"steps\": %d, \"drafted\": %d, \"accepted\": %d, "
+               "\"acceptance_rate\": %.6g, \"mean_acceptance_length\": %.6g, "
+               "\"accepted_per_position\": [",
+            st->spec_steps, st->spec_drafted, st->spec_accepted,
+            st->spec_drafted ? (double)st->spec_accepted / st->spec_drafted : 0.0,
+            st->spec_steps ? (double)(st->spec_accepted + st->spec_steps) / st->spec_steps : 0.0);
+    int last = 0;
+    for (int i = 0; i < SP_SPEC_K_MAX; i++)
+        if (st->spec_accepted_per_pos[i]) last = i + 1;
+    for (int i = 0; i < last; i++) fprintf(f, "%s%d", i ? ", " : "", st->spec_accepted_per_pos[i]);
+    fprintf(f, "]}");
 }

@@ -33,6 +33,8 @@
 #include "common.h"
 #include "kv/kv_paged.h"
 #include "model/model.h"
+#include "spec/spec.h"
+#include "spec/verify.h"
 
 typedef enum { RQ_WAITING, RQ_RUNNING, RQ_DONE } rq_state;
 
@@ -74,6 +76,19 @@ struct request {
     int32_t n_committed;       /* leading blocks of the slot committed to the cache */
     int32_t max_computed;      /* furthest kv_len ever reached (recompute accounting) */
     bool admitted_once;
+    /* speculative decoding */
+    sp_spec_mode spec;         /* resolved: OFF, NGRAM, SUFFIX or DRAFT */
+    int32_t spec_k;            /* most proposed per step */
+    sp_propose_fn propose;
+    void *propose_user;
+    bool greedy;
+    sp_token draft[SP_SPEC_K_MAX]; /* this step's proposals */
+    int32_t n_draft;
+    float *q;                  /* [SP_SPEC_K_MAX][V] draft distributions (draft + sampling) */
+    float alpha;               /* acceptance estimate (moving average) */
+    sp_suffix_seq *sfx;        /* suffix index over prompt + committed output */
+    int32_t sfx_len;           /* tokens of toks indexed in sfx */
+    sp_sampler *dsmp;          /* the draft's sampler (sampling requests) */
     bool cancel_req, released;
     bool final_sent;           /* the finished event went out (callback requests) */
     sp_request_stats st;
@@ -112,6 +127,23 @@ struct sp_engine {
     sp_event *events;          /* [max_seqs] */
     request **ev_req;          /* [max_seqs] */
     sp_engine_stats st;
+    /* speculative decoding */
+    const sp_model *draft;
+    sp_kv *dkv;                /* the draft's own paged KV, slot i = target slot i */
+    sp_context *dctx;
+    sp_cost_model cost, dcost; /* measured pass costs of target and draft */
+    bool calibrated;
+    sp_suffix_store *sfx_store;
+    float *probs, *resid;      /* [V] verification scratch */
+    sp_token *commit;          /* [SP_SPEC_K_MAX + 1] tokens verification commits */
+    sp_token *d_tok;           /* [max_batch_tokens] draft batch */
+    int32_t *d_pos, *d_seq;    /* [max_batch_tokens] */
+    int8_t *d_want;            /* [max_batch_tokens] */
+    request **d_req;           /* [max_seqs] */
+    sp_spec_cand *cand;        /* [max_seqs] */
+    int32_t *cand_k;           /* [max_seqs] */
+    int32_t *cand_entry;       /* [max_seqs] batch entry of each candidate */
+    float alpha0[4];           /* engine-wide acceptance per proposer: a new request's prior */
     /* The pool changes inside the forward pass, which runs unlocked, so
      * other threads never touch it: they read this snapshot (refreshed
      * after every step) and ask the engine thread to flush or check. */
@@ -142,6 +174,9 @@ static void rq_free(request *r) {
     free(r->top_lps);
     free(r->text);
     free(r->hashes);
+    free(r->q);
+    sp_suffix_seq_free(r->sfx);
+    sp_sampler_free(r->dsmp);
     free(r);
 }
 
@@ -193,6 +228,7 @@ static int32_t kv_len(sp_engine *e, const request *r) {
 static void release_slot(sp_engine *e, request *r) {
     if (r->slot < 0) return;
     sp_seq_clear(e->ctx, r->slot);
+    if (e->dctx) sp_seq_clear(e->dctx, r->slot);
     e->slots[r->slot] = NULL;
     r->slot = -1;
     r->n_committed = 0;
@@ -203,6 +239,8 @@ static void finish(sp_engine *e, request *r, sp_finish_reason why) {
     if (r->state == RQ_DONE) return;
     if (r->state == RQ_WAITING) wait_remove(e, r);
     release_slot(e, r);
+    if (e->sfx_store && why != SP_FINISH_ERROR && r->n_all > r->n_prompt)
+        sp_suffix_store_add(e->sfx_store, r->toks + r->n_prompt, r->n_all - r->n_prompt);
     r->state = RQ_DONE;
     r->st.finish = why;
     r->text_released = r->text_len;
@@ -231,7 +269,80 @@ sp_engine_params sp_engine_default_params(void) {
     p.kv_block_size = 16;
     p.kv_type = SP_KV_F16;
     p.prefix_cache = true;
+    p.spec = SP_SPEC_OFF;
+    p.spec_k = 4;
+    p.spec_adaptive = true;
+    p.ngram_min = 1;
+    p.ngram_max = 4;
+    p.suffix_store_tokens = 1 << 20;
     return p;
+}
+
+const char *sp_spec_mode_str(sp_spec_mode m) {
+    switch (m) {
+    case SP_SPEC_OFF: return "off";
+    case SP_SPEC_NGRAM: return "ngram";
+    case SP_SPEC_SUFFIX: return "suffix";
+    case SP_SPEC_DRAFT: return "draft";
+    default: return "default";
+    }
+}
+
+int sp_spec_mode_parse(const char *s) {
+    static const char *names[] = {"off", "ngram", "suffix", "draft"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, names[i])) return i;
+    return -2;
+}
+
+/* Times one pass of n tokens in an empty slot (best of two) for n = 1, 2,
+ * 4, ... so the planner knows what verifying k more tokens costs. The pass
+ * runs at the start of a context, so attention over long contexts is not in
+ * it; that cost grows with every token alike and does not change the choice
+ * much. */
+static void measure(sp_context *c, sp_kv *kv, int32_t slot, int32_t max_n, int32_t n_vocab,
+                    sp_cost_model *out) {
+    static sp_token toks[64];
+    static int32_t pos[64], seq[64];
+    int8_t want[64] = {0};
+    out->n = 0;
+    for (int32_t n = 1; n <= max_n && n <= 64 && out->n < SP_COST_POINTS; n *= 2) {
+        if (sp_kv_paged_blocks_needed(kv, slot, n) > sp_kv_paged_available(kv)) break;
+        double best = 1e30;
+        for (int rep = 0; rep < 2; rep++) {
+            for (int32_t i = 0; i < n; i++) {
+                toks[i] = (sp_token)((7 + 31 * i) % n_vocab);
+                pos[i] = i;
+                seq[i] = slot;
+            }
+            want[n - 1] = 1;
+            sp_batch b = {n, toks, pos, seq, want};
+            char err[128];
+            double t0 = now_ms();
+            int rc = sp_decode(c, &b, err, sizeof(err));
+            double t = now_ms() - t0;
+            want[n - 1] = 0;
+            sp_seq_clear(c, slot);
+            if (rc) return;
+            if (t < best) best = t;
+        }
+        out->tok[out->n] = n;
+        out->ms[out->n++] = best;
+    }
+}
+
+/* Measures target (and draft) pass costs in a free slot; engine thread or
+ * creation, pool quiescent. */
+static void calibrate(sp_engine *e) {
+    int32_t slot = 0;
+    while (slot < e->p.max_seqs && e->slots[slot]) slot++;
+    if (slot == e->p.max_seqs) return;
+    int32_t max_n = SP_MIN(e->p.max_batch_tokens, 64);
+    measure(e->ctx, e->kv, slot, max_n, e->n_vocab, &e->cost);
+    if (e->dctx) measure(e->dctx, e->dkv, slot, max_n, sp_model_get_info(e->draft)->n_vocab, &e->dcost);
+    e->calibrated = e->cost.n > 0;
+    if (e->cost.n) e->st.cost_ms_1 = e->cost.ms[0];
+    e->st.cost_ms_16 = e->cost.n ? sp_cost_at(&e->cost, 16) : 0;
 }
 
 static void *engine_main(void *arg);
@@ -248,6 +359,17 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
                   p.n_ctx, p.kv_block_size, p.n_threads);
         return NULL;
     }
+    if (p.spec < SP_SPEC_OFF || p.spec > SP_SPEC_DRAFT || p.spec_k < 1 || p.spec_k > SP_SPEC_K_MAX ||
+        p.ngram_min < 1 || p.ngram_max < p.ngram_min || p.ngram_max > 64) {
+        sp_seterr(err, errlen, "invalid speculation parameters (mode %d, k %d, n-gram %d..%d; k "
+                  "must be 1..%d)", p.spec, p.spec_k, p.ngram_min, p.ngram_max, SP_SPEC_K_MAX);
+        return NULL;
+    }
+    if (p.spec == SP_SPEC_DRAFT && !p.draft) {
+        sp_seterr(err, errlen, "draft speculation needs a draft model (--draft)");
+        return NULL;
+    }
+    if (p.draft && sp_spec_check_draft(m, p.draft, err, errlen)) return NULL;
     sp_engine *e = calloc(1, sizeof(*e));
     if (!e) {
         sp_seterr(err, errlen, "out of memory creating the engine");
@@ -292,6 +414,39 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
     e->ctx = sp_context_create_with_kv(m, cp, e->kv, err, errlen);
     if (!e->ctx) goto fail;
     sp_model_fingerprint(m, e->model_key);
+    if (p.draft) {
+        const sp_model_info *dh = sp_model_get_info(p.draft);
+        const int32_t dkd = dh->n_head_kv * dh->head_dim;
+        /* as many blocks as the target (a draft position never outnumbers a
+         * target one, bar k - 1 in flight) plus one spare per slot */
+        sp_kv_paged_params dp = {kt, dh->n_layer, dkd, p.kv_block_size, (int32_t)nb + p.max_seqs,
+                                 p.max_seqs, e->max_blocks + 1, false};
+        e->dkv = sp_kv_paged_create(dp, err, errlen);
+        if (!e->dkv) goto fail;
+        sp_context_params dcp = cp;
+        dcp.n_ctx = p.n_ctx + SP_SPEC_K_MAX;
+        e->dctx = sp_context_create_with_kv(p.draft, dcp, e->dkv, err, errlen);
+        if (!e->dctx) goto fail;
+        e->draft = p.draft;
+    }
+    e->sfx_store = sp_suffix_store_create(p.suffix_store_tokens, 32);
+    e->probs = malloc((size_t)e->n_vocab * sizeof(float));
+    e->resid = malloc((size_t)e->n_vocab * sizeof(float));
+    e->commit = malloc((SP_SPEC_K_MAX + 1) * sizeof(sp_token));
+    e->d_tok = malloc((size_t)p.max_batch_tokens * sizeof(sp_token));
+    e->d_pos = malloc((size_t)p.max_batch_tokens * sizeof(int32_t));
+    e->d_seq = malloc((size_t)p.max_batch_tokens * sizeof(int32_t));
+    e->d_want = malloc((size_t)p.max_batch_tokens);
+    e->d_req = malloc((size_t)p.max_seqs * sizeof(request *));
+    e->cand = malloc((size_t)p.max_seqs * sizeof(sp_spec_cand));
+    e->cand_k = malloc((size_t)p.max_seqs * sizeof(int32_t));
+    e->cand_entry = malloc((size_t)p.max_seqs * sizeof(int32_t));
+    if (!e->sfx_store || !e->probs || !e->resid || !e->commit || !e->d_tok || !e->d_pos ||
+        !e->d_seq || !e->d_want || !e->d_req || !e->cand || !e->cand_k || !e->cand_entry) {
+        sp_seterr(err, errlen, "out of memory creating the engine");
+        goto fail;
+    }
+    for (int i = 0; i < 4; i++) e->alpha0[i] = 0.5f;
     sp_kv_paged_get_stats(e->kv, &e->kv_snap);
     const int32_t B = p.max_batch_tokens, S = p.max_seqs;
     e->wait_cap = 64;
@@ -311,6 +466,7 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
         goto fail;
     }
     e->next_id = 1;
+    if (p.spec != SP_SPEC_OFF && p.spec_adaptive) calibrate(e);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         sp_seterr(err, errlen, "cannot start the engine thread");
         goto fail;
@@ -338,6 +494,20 @@ void sp_engine_free(sp_engine *e) {
     }
     sp_context_free(e->ctx);
     if (e->kv) e->kv->ops->destroy(e->kv);
+    sp_context_free(e->dctx);
+    if (e->dkv) e->dkv->ops->destroy(e->dkv);
+    sp_suffix_store_free(e->sfx_store);
+    free(e->probs);
+    free(e->resid);
+    free(e->commit);
+    free(e->d_tok);
+    free(e->d_pos);
+    free(e->d_seq);
+    free(e->d_want);
+    free(e->d_req);
+    free(e->cand);
+    free(e->cand_k);
+    free(e->cand_entry);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->work);
     pthread_cond_destroy(&e->changed);
@@ -362,6 +532,7 @@ sp_request_params sp_request_default_params(void) {
     r.add_bos = true;
     r.sampling = sp_sampler_default_params();
     r.max_tokens = 16;
+    r.spec = SP_SPEC_DEFAULT;
     return r;
 }
 
@@ -474,6 +645,36 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
         r->top_ids = malloc((size_t)r->max_tokens * r->n_lp * sizeof(sp_token));
         r->top_lps = malloc((size_t)r->max_tokens * r->n_lp * sizeof(float));
         if (!r->top_ids || !r->top_lps) goto oom;
+    }
+    r->spec = rp->spec == SP_SPEC_DEFAULT ? e->p.spec : rp->spec;
+    if (r->spec < SP_SPEC_OFF || r->spec > SP_SPEC_DRAFT) {
+        sp_seterr(err, errlen, "unknown speculation mode %d", rp->spec);
+        goto fail;
+    }
+    if (r->spec == SP_SPEC_DRAFT && !e->draft) {
+        sp_seterr(err, errlen, "draft speculation asked for, but the engine has no draft model");
+        goto fail;
+    }
+    if (rp->spec_k < 0 || rp->spec_k > SP_SPEC_K_MAX) {
+        sp_seterr(err, errlen, "spec_k must be 0..%d (got %d)", SP_SPEC_K_MAX, rp->spec_k);
+        goto fail;
+    }
+    r->spec_k = rp->spec_k ? rp->spec_k : e->p.spec_k;
+    r->propose = rp->propose;
+    r->propose_user = rp->propose_user;
+    if (r->propose && r->spec == SP_SPEC_OFF) r->spec = SP_SPEC_NGRAM; /* a proposer implies speculation */
+    r->greedy = rp->sampling.temperature <= 0;
+    r->alpha = e->alpha0[r->spec];
+    if (r->spec == SP_SPEC_SUFFIX && !r->propose && !(r->sfx = sp_suffix_seq_create(32))) goto oom;
+    if (r->spec == SP_SPEC_DRAFT && !r->greedy && !r->propose) {
+        r->q = malloc((size_t)SP_SPEC_K_MAX * e->n_vocab * sizeof(float));
+        sp_sampler_params dp = rp->sampling; /* the draft samples without penalties: q must be
+                                                exactly what its token was drawn from */
+        dp.repeat_penalty = 1.0f;
+        dp.frequency_penalty = dp.presence_penalty = 0.0f;
+        dp.seed = rp->sampling.seed ^ 0x9E3779B97F4A7C15ull;
+        r->dsmp = sp_sampler_create(dp, sp_model_get_info(e->draft)->n_vocab, err, errlen);
+        if (!r->q || !r->dsmp) goto oom;
     }
     r->text_cap = 256;
     r->text = malloc(r->text_cap);
@@ -847,9 +1048,9 @@ static bool check_stop_strings(request *r, size_t old_len) {
     return false;
 }
 
-/* Samples r's next token from logits and applies the stop rules. */
-static void take_token(sp_engine *e, request *r, const float *logits) {
-    sp_token t = sp_sampler_sample(r->smp, logits);
+/* Commits token t (chosen from the distribution in logits) to r and
+ * applies the stop rules. The sampler has already recorded t. */
+static void emit_token(sp_engine *e, request *r, sp_token t, const float *logits) {
     double now = now_ms();
     if (r->t_first == 0) {
         r->t_first = now;
@@ -869,7 +1070,6 @@ static void take_token(sp_engine *e, request *r, const float *logits) {
         sp_top_logprobs(logits, e->n_vocab, r->n_lp, r->top_ids + (size_t)g * r->n_lp,
                         r->top_lps + (size_t)g * r->n_lp);
     r->toks[r->n_all++] = t;
-    sp_sampler_accept(r->smp, t);
     e->st.decode_tokens++;
     char piece[1024];
     int np = sp_detok_push(e->vocab, &r->dt, t, piece, sizeof(piece));
@@ -891,6 +1091,202 @@ static void take_token(sp_engine *e, request *r, const float *logits) {
     }
     if (check_stop_strings(r, old)) finish(e, r, SP_FINISH_STOP);
     else if (last) finish(e, r, SP_FINISH_LENGTH);
+}
+
+static void take_token(sp_engine *e, request *r, const float *logits) {
+    sp_token t = sp_sampler_sample(r->smp, logits);
+    sp_sampler_accept(r->smp, t);
+    emit_token(e, r, t, logits);
+}
+
+/* ---- speculation ------------------------------------------------------------ */
+
+static sp_token argmax_row(const float *x, int32_t n) {
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* Runs the draft model for rs[0..n): catches its KV up with the committed
+ * tokens, then r->n_draft autoregressive passes (batched across requests),
+ * leaving the proposals in r->draft (and their distributions in r->q when
+ * sampling). On failure every proposal is dropped. */
+static void draft_run(sp_engine *e, request **rs, int32_t n) {
+    const double t0 = now_ms();
+    const int32_t B = e->p.max_batch_tokens, Vd = sp_model_get_info(e->draft)->n_vocab;
+    char err[200];
+    bool ok = true;
+    /* catch up: every committed token but the last (the first pass feeds it) */
+    for (;;) {
+        int32_t nt = 0;
+        for (int32_t i = 0; i < n && nt < B; i++) {
+            request *r = rs[i];
+            int32_t dl = sp_seq_len(e->dctx, r->slot);
+            if (dl > r->n_all - 1) sp_seq_truncate(e->dctx, r->slot, dl = r->n_all - 1);
+            for (int32_t p = dl; p < r->n_all - 1 && nt < B; p++, nt++) {
+                e->d_tok[nt] = r->toks[p];
+                e->d_pos[nt] = p;
+                e->d_seq[nt] = r->slot;
+                e->d_want[nt] = 0;
+            }
+        }
+        if (!nt) break;
+        sp_batch b = {nt, e->d_tok, e->d_pos, e->d_seq, e->d_want};
+        if (sp_decode(e->dctx, &b, err, sizeof(err))) {
+            ok = false;
+            break;
+        }
+    }
+    int32_t kmax = 0;
+    for (int32_t i = 0; i < n; i++) kmax = SP_MAX(kmax, rs[i]->n_draft);
+    for (int32_t j = 0; ok && j < kmax; j++) {
+        int32_t nt = 0;
+        for (int32_t i = 0; i < n; i++) {
+            request *r = rs[i];
+            if (r->n_draft <= j) continue;
+            e->d_tok[nt] = j == 0 ? r->toks[r->n_all - 1] : r->draft[j - 1];
+            e->d_pos[nt] = r->n_all - 1 + j;
+            e->d_seq[nt] = r->slot;
+            e->d_want[nt++] = 1;
+        }
+        sp_batch b = {nt, e->d_tok, e->d_pos, e->d_seq, e->d_want};
+        if (sp_decode(e->dctx, &b, err, sizeof(err))) {
+            ok = false;
+            break;
+        }
+        int32_t o = 0;
+        for (int32_t i = 0; i < n; i++) {
+            request *r = rs[i];
+            if (r->n_draft <= j) continue;
+            const float *row = sp_get_logits(e->dctx, o++);
+            if (!r->dsmp) {
+                r->draft[j] = argmax_row(row, Vd);
+            } else {
+                float *q = r->q + (size_t)j * e->n_vocab;
+                sp_sampler_probs(r->dsmp, row, q);
+                for (int32_t v = Vd; v < e->n_vocab; v++) q[v] = 0;
+                double u = sp_sampler_uniform(r->dsmp), cum = 0;
+                sp_token t = Vd - 1;
+                for (int32_t v = 0; v < Vd; v++) {
+                    cum += q[v];
+                    if (u < cum) {
+                        t = v;
+                        break;
+                    }
+                }
+                r->draft[j] = t;
+            }
+        }
+    }
+    if (!ok) /* keep going without proposals; the next step catches up again */
+        for (int32_t i = 0; i < n; i++) {
+            rs[i]->n_draft = 0;
+            int32_t dl = sp_seq_len(e->dctx, rs[i]->slot);
+            if (dl > rs[i]->n_all - 1) sp_seq_truncate(e->dctx, rs[i]->slot, rs[i]->n_all - 1);
+        }
+    e->st.draft_ms += now_ms() - t0;
+}
+
+/* After scheduling: gives decoding entries their proposals and grows their
+ * batch entries to 1 + k tokens, within the token budget and the pool. */
+static void spec_prepare(sp_engine *e, int32_t n_e) {
+    int32_t used = 0, reserved = 0, n_c = 0, n_dec = 0;
+    for (int32_t i = 0; i < n_e; i++) {
+        request *r = e->e_req[i];
+        r->n_draft = 0;
+        used += e->e_n[i];
+        reserved += sp_kv_paged_blocks_needed(e->kv, r->slot, e->e_n[i]);
+        const bool decoding = r->n_all - kv_len(e, r) == 1;
+        n_dec += decoding;
+        if (r->spec == SP_SPEC_OFF || !decoding) continue;
+        int32_t cap = SP_MIN(r->spec_k, r->max_tokens - (r->n_all - r->n_prompt) - 1);
+        cap = SP_MIN(cap, e->p.n_ctx - r->n_all); /* positions up to n_all - 1 + k exist */
+        if (cap <= 0) continue;
+        if (r->propose) {
+            int32_t got = r->propose(r->toks, r->n_all, cap, r->draft, r->propose_user);
+            got = SP_MAX(0, SP_MIN(got, cap));
+            for (int32_t j = 0; j < got; j++)
+                if (r->draft[j] < 0 || r->draft[j] >= e->n_vocab) got = j; /* keep the valid prefix */
+            r->n_draft = got;
+        } else if (r->spec == SP_SPEC_NGRAM) {
+            r->n_draft = sp_ngram_propose(r->toks, r->n_all, e->p.ngram_min, e->p.ngram_max, cap,
+                                          r->draft);
+        } else if (r->spec == SP_SPEC_SUFFIX) {
+            if (r->sfx_len < r->n_all &&
+                !sp_suffix_seq_append(r->sfx, r->toks + r->sfx_len, r->n_all - r->sfx_len))
+                r->sfx_len = r->n_all;
+            r->n_draft = r->sfx_len == r->n_all
+                             ? sp_suffix_propose(e->sfx_store, r->sfx, cap, 0.1f, r->draft, NULL)
+                             : 0;
+        } else {
+            r->n_draft = cap; /* drafted below, once k is chosen */
+        }
+        if (!r->n_draft) continue;
+        e->cand[n_c] = (sp_spec_cand){r->alpha, r->n_draft, r->spec == SP_SPEC_DRAFT && !r->propose};
+        e->cand_entry[n_c++] = i;
+    }
+    if (!n_c) return;
+    if (e->p.spec_adaptive && e->calibrated)
+        sp_spec_plan(&e->cost, e->dctx ? &e->dcost : NULL, used, n_dec, e->cand, n_c, e->cand_k);
+    else
+        for (int32_t c = 0; c < n_c; c++) e->cand_k[c] = e->cand[c].k_cap;
+    int32_t room = e->p.max_batch_tokens - used;
+    int32_t avail = sp_kv_paged_available(e->kv) - reserved, n_d = 0;
+    for (int32_t c = 0; c < n_c; c++) {
+        const int32_t i = e->cand_entry[c];
+        request *r = e->e_req[i];
+        int32_t k = SP_MIN(e->cand_k[c], room);
+        const int32_t base = sp_kv_paged_blocks_needed(e->kv, r->slot, 1);
+        while (k > 0 && sp_kv_paged_blocks_needed(e->kv, r->slot, 1 + k) - base > avail) k--;
+        avail -= sp_kv_paged_blocks_needed(e->kv, r->slot, 1 + k) - base;
+        room -= k;
+        if (k == 0) e->st.spec_planned_zero++;
+        r->n_draft = k;
+        e->e_n[i] = 1 + k;
+        if (k && e->cand[c].draft) e->d_req[n_d++] = r;
+    }
+    if (n_d) {
+        draft_run(e, e->d_req, n_d);
+        for (int32_t c = 0; c < n_c; c++) e->e_n[e->cand_entry[c]] = 1 + e->e_req[e->cand_entry[c]]->n_draft;
+    }
+}
+
+/* Verifies r's proposals against the target's rows and commits what
+ * passes; rows [1 + n_draft][V] start at logits output *out. */
+static void spec_commit(sp_engine *e, request *r, int32_t *out) {
+    const int32_t n = r->n_draft, V = e->n_vocab;
+    const float *rows = sp_get_logits(e->ctx, *out);
+    *out += n + 1;
+    const int32_t kv_before = kv_len(e, r) - 1 - n;
+    const int32_t m = sp_spec_verify(r->smp, r->greedy, rows, V, r->draft, r->q, n, e->commit,
+                                     e->probs, e->resid);
+    const int32_t acc = m - 1;
+    r->st.spec_steps++;
+    r->st.spec_drafted += n;
+    r->st.spec_accepted += acc;
+    e->st.spec_steps++;
+    e->st.spec_drafted += (uint64_t)n;
+    e->st.spec_accepted += (uint64_t)acc;
+    for (int32_t j = 0; j < acc; j++) {
+        r->st.spec_accepted_per_pos[j]++;
+        e->st.spec_accepted_per_pos[j]++;
+    }
+    /* acceptance per proposed token, as a moving average that forgets in
+     * ~10 steps: accepted tokens are successes, the first rejection one
+     * failure, tokens after it unobserved */
+    const float obs = (float)acc / (float)(acc + (acc < n));
+    r->alpha = 0.8f * r->alpha + 0.2f * obs;
+    e->alpha0[r->spec] = 0.95f * e->alpha0[r->spec] + 0.05f * obs;
+    /* roll back what was not accepted: target KV keeps the input token and
+     * the accepted proposals; the draft keeps no more than that */
+    sp_seq_truncate(e->ctx, r->slot, kv_before + m);
+    if (e->dctx && sp_seq_len(e->dctx, r->slot) > kv_before + m)
+        sp_seq_truncate(e->dctx, r->slot, kv_before + m);
+    r->n_draft = 0;
+    commit_full_blocks(e, r);
+    for (int32_t j = 0; j < m && r->state == RQ_RUNNING; j++)
+        emit_token(e, r, e->commit[j], rows + (size_t)j * V);
 }
 
 /* Event of what r produced since its last event (callback requests). */
@@ -970,6 +1366,7 @@ static void *engine_main(void *arg) {
             continue;
         }
         int32_t n_e = schedule(e);
+        if (n_e) spec_prepare(e, n_e);
         if (n_e == 0) { /* nothing fits (cannot happen with a pool sized for one
                            full context, but never spin) */
             struct timespec ts = {0, 1000000};
@@ -978,40 +1375,50 @@ static void *engine_main(void *arg) {
             pthread_mutex_lock(&e->mu);
             continue;
         }
-        int32_t nt = 0;
+        int32_t nt = 0, n_spec = 0;
         for (int32_t i = 0; i < n_e; i++) {
             request *r = e->e_req[i];
             int32_t from = kv_len(e, r);
             for (int32_t j = 0; j < e->e_n[i]; j++, nt++) {
-                e->b_tok[nt] = r->toks[from + j];
+                e->b_tok[nt] = from + j < r->n_all ? r->toks[from + j] : r->draft[from + j - r->n_all];
                 e->b_pos[nt] = from + j;
                 e->b_seq[nt] = r->slot;
-                e->b_want[nt] = from + j == r->n_all - 1;
+                e->b_want[nt] = from + j >= r->n_all - 1; /* proposals are all scored */
             }
-            if (from + e->e_n[i] > r->max_computed) {
+            n_spec += r->n_draft > 0;
+            const int32_t real = e->e_n[i] - r->n_draft; /* committed tokens computed */
+            if (from + real > r->max_computed) {
                 int32_t fresh_from = SP_MAX(from, r->max_computed);
                 e->st.recomputed_tokens += (uint64_t)(fresh_from - from);
-                int32_t pf_end = SP_MIN(from + e->e_n[i], r->n_prompt);
+                int32_t pf_end = SP_MIN(from + real, r->n_prompt);
                 if (pf_end > fresh_from) e->st.prefill_tokens += (uint64_t)(pf_end - fresh_from);
-                r->max_computed = from + e->e_n[i];
+                r->max_computed = from + real;
             } else {
-                e->st.recomputed_tokens += (uint64_t)e->e_n[i];
+                e->st.recomputed_tokens += (uint64_t)real;
             }
         }
         e->st.steps++;
         sp_batch b = {nt, e->b_tok, e->b_pos, e->b_seq, e->b_want};
         pthread_mutex_unlock(&e->mu);
+        const double t_pass = now_ms();
         int rc = sp_decode(e->ctx, &b, err, sizeof(err));
         pthread_mutex_lock(&e->mu);
+        if (n_spec) e->st.verify_ms += now_ms() - t_pass;
         int32_t out = 0;
         for (int32_t i = 0; i < n_e; i++) {
             request *r = e->e_req[i];
             if (rc) {
                 snprintf(r->err, sizeof(r->err), "forward pass failed: %s", err);
                 finish(e, r, SP_FINISH_ERROR);
+            } else if (r->state == RQ_RUNNING && r->n_draft > 0) {
+                spec_commit(e, r, &out);
             } else if (r->state == RQ_RUNNING) {
                 commit_full_blocks(e, r);
                 if (kv_len(e, r) == r->n_all) take_token(e, r, sp_get_logits(e->ctx, out++));
+            } else if (r->n_draft > 0) {
+                out += r->n_draft + 1; /* finished meanwhile: skip its rows */
+            } else if (kv_len(e, r) == r->n_all) {
+                out++;
             }
             make_event(e, r, &n_ev);
         }
