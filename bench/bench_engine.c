@@ -565,6 +565,7 @@ int main(int argc, char **argv) {
         R.max_tokens = doc_max;
         if ((int64_t)R.prefix + R.suffix + R.max_tokens > (1 << 20))
             die("--shared-doc: prompt too long", NULL);
+        if (R.n < 2) die("--shared-doc: N must be at least 2 (one cold, then warm ones)", NULL);
         bench_shared_doc(m, threads, &R);
         printf("\n### shared document: %d-token prefix + %d-token suffix, %d requests, "
                "%d tokens each, one at a time\n\n",

@@ -229,7 +229,8 @@ typedef struct {
     const sp_model *draft;    /* the draft model (needed for SP_SPEC_DRAFT); it must
                                  outlive the engine and share the target's vocabulary */
     int32_t ngram_min, ngram_max; /* n-gram lengths tried, longest first (default 1, 4) */
-    size_t suffix_store_tokens;   /* earlier outputs kept for suffix matching (default 1M) */
+    size_t suffix_store_tokens;   /* earlier outputs kept for suffix matching (default 64K;
+                                     about 1 KB of index per token) */
 } sp_engine_params;
 
 sp_engine_params sp_engine_default_params(void);

@@ -274,7 +274,7 @@ sp_engine_params sp_engine_default_params(void) {
     p.spec_adaptive = true;
     p.ngram_min = 1;
     p.ngram_max = 4;
-    p.suffix_store_tokens = 1 << 20;
+    p.suffix_store_tokens = 1 << 16;
     return p;
 }
 
@@ -429,7 +429,7 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
         if (!e->dctx) goto fail;
         e->draft = p.draft;
     }
-    e->sfx_store = sp_suffix_store_create(p.suffix_store_tokens, 32);
+    e->sfx_store = sp_suffix_store_create(p.suffix_store_tokens, 24);
     e->probs = malloc((size_t)e->n_vocab * sizeof(float));
     e->resid = malloc((size_t)e->n_vocab * sizeof(float));
     e->commit = malloc((SP_SPEC_K_MAX + 1) * sizeof(sp_token));
@@ -665,7 +665,7 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
     if (r->propose && r->spec == SP_SPEC_OFF) r->spec = SP_SPEC_NGRAM; /* a proposer implies speculation */
     r->greedy = rp->sampling.temperature <= 0;
     r->alpha = e->alpha0[r->spec];
-    if (r->spec == SP_SPEC_SUFFIX && !r->propose && !(r->sfx = sp_suffix_seq_create(32))) goto oom;
+    if (r->spec == SP_SPEC_SUFFIX && !r->propose && !(r->sfx = sp_suffix_seq_create(24))) goto oom;
     if (r->spec == SP_SPEC_DRAFT && !r->greedy && !r->propose) {
         r->q = malloc((size_t)SP_SPEC_K_MAX * e->n_vocab * sizeof(float));
         sp_sampler_params dp = rp->sampling; /* the draft samples without penalties: q must be

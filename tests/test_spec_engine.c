@@ -1,0 +1,549 @@
+/* test_spec_engine.c: speculative decoding keeps the target's output:
+ *   - greedy output is identical to plain decoding, token for token, for
+ *     every proposer (n-gram, suffix, draft model, and a replay proposer
+ *     that mixes right and wrong guesses) and k in {1, 2, 4, 8}, with 1 and
+ *     with 8 concurrent sequences, and the pool invariant holds after every
+ *     step (rollback returns emptied blocks);
+ *   - the rejection rule samples exactly the target's distribution:
+ *     chi-square tests (false-failure rate 1e-6) on the verifier with
+ *     synthetic distributions, and end to end on a model;
+ *   - stop tokens, stop strings and max_tokens inside an accepted run end
+ *     the request where plain decoding would;
+ *   - cancellation mid-speculation returns every block;
+ *   - counters reconcile with the emitted tokens;
+ *   - an incompatible draft model is refused.
+ * The bundled model pair (models/) is used when present, else the
+ * reference models (random weights: their proposals are rarely right, so
+ * the replay proposer carries the acceptance paths there).
+ */
+#include <math.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "spec/verify.h"
+#include "specula.h"
+#include "test.h"
+
+static sp_model *target, *draft, *other_vocab;
+static bool bundled;
+
+/* ---- replay proposer: the true greedy continuation, each token wrong with
+ * probability 1 - alpha ------------------------------------------------- */
+typedef struct {
+    const sp_token *truth; /* greedy output of plain decoding */
+    int32_t n_truth, n_prompt;
+    uint64_t rng;
+    float alpha;
+} replay;
+
+static uint64_t xs(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static int32_t replay_propose(const sp_token *toks, int32_t n, int32_t k, sp_token *out, void *user) {
+    replay *r = user;
+    (void)toks;
+    int32_t g = n - r->n_prompt, m = 0;
+    for (; m < k && g + m < r->n_truth; m++) {
+        sp_token t = r->truth[g + m];
+        if ((xs(&r->rng) % 1000) >= (uint64_t)(r->alpha * 1000)) t = (t + 1 + (sp_token)(xs(&r->rng) % 50)) % 4000;
+        out[m] = t;
+    }
+    return m;
+}
+
+static const char *PROMPTS[] = {
+    "import os\nimport sys\n\n\ndef main(argv):\n    for name in argv[1:]:\n        if os.path.isdir(name):\n",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n        self.items.append(item)\n\n    def pop(self):\n",
+    "def fib(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n\ndef fact(n):\n",
+    "    def __repr__(self):\n        return '%s(%r)' % (self.__class__.__name__, self.items)\n\n    def __len__(self):\n",
+    "The cat sat on the mat. The cat sat on the mat. The cat",
+    "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(i)\nfor i in range(10):\n",
+    "x = [1, 2, 3]\ny = [1, 2, 3]\nz = [1, 2, 3]\nw = ",
+    "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n",
+};
+#define NPR 8
+#define GEN 24
+
+static sp_engine *engine(sp_spec_mode mode, int32_t k, bool adaptive, int32_t max_seqs) {
+    sp_engine_params p = sp_engine_default_params();
+    p.n_threads = 2;
+    p.n_ctx = 512;
+    p.max_seqs = max_seqs;
+    p.max_batch_tokens = 256;
+    p.debug_check = true;
+    p.spec = mode;
+    p.spec_k = k;
+    p.spec_adaptive = adaptive;
+    p.draft = mode == SP_SPEC_DRAFT ? draft : NULL;
+    char err[256];
+    sp_engine *e = sp_engine_create(target, p, err, sizeof(err));
+    if (!e) fprintf(stderr, "engine: %s\n", err);
+    return e;
+}
+
+typedef struct {
+    sp_token toks[GEN + 8];
+    int32_t n;
+    char text[2048];
+    sp_request_stats st;
+} result;
+
+static void run_requests(sp_engine *e, sp_request_params *rq, int n, int conc, result *out) {
+    int64_t ids[NPR * 2];
+    int sub = 0, done = 0;
+    char err[256];
+    while (done < n) {
+        while (sub < n && sub - done < conc) {
+            ids[sub] = sp_engine_submit(e, &rq[sub], err, sizeof(err));
+            CHECK(ids[sub] > 0, "submit: %s", err);
+            sub++;
+        }
+        sp_request_status st;
+        sp_engine_wait(e, ids[done], 1 << 30, -1, &st);
+        out[done].n = st.n_tokens;
+        out[done].st = st.stats;
+        sp_engine_read(e, ids[done], out[done].toks, GEN + 8, out[done].text, sizeof(out[done].text));
+        sp_engine_release(e, ids[done]);
+        done++;
+    }
+}
+
+static sp_request_params greedy_req(int i) {
+    sp_request_params r = sp_request_default_params();
+    r.prompt = PROMPTS[i];
+    r.max_tokens = GEN;
+    r.ignore_eos = true;
+    r.sampling = sp_sampler_greedy_params();
+    return r;
+}
+
+static result plain[NPR];
+static int32_t n_prompt_of[NPR];
+
+static void reference_outputs(void) {
+    sp_engine *e = engine(SP_SPEC_OFF, 4, true, 8);
+    if (!e) return;
+    sp_request_params rq[NPR];
+    for (int i = 0; i < NPR; i++) rq[i] = greedy_req(i);
+    run_requests(e, rq, NPR, 1, plain);
+    for (int i = 0; i < NPR; i++) {
+        CHECK(plain[i].n == GEN, "plain run %d made %d tokens", i, plain[i].n);
+        n_prompt_of[i] = plain[i].st.prompt_tokens;
+    }
+    sp_engine_free(e);
+}
+
+static void check_clean(sp_engine *e, const char *what) {
+    char err[256];
+    CHECK(sp_engine_check(e, err, sizeof(err)) == 0, "%s: %s", what, err);
+    sp_engine_stats s;
+    sp_engine_get_stats(e, &s);
+    CHECK(s.blocks_in_use == 0, "%s: %d blocks in use", what, s.blocks_in_use);
+}
+
+typedef struct {
+    const char *name;
+    sp_spec_mode mode;
+    bool use_replay;
+    float alpha;
+} proposer_case;
+
+static void greedy_identical(const proposer_case *pc) {
+    static const int32_t ks[] = {1, 2, 4, 8};
+    uint64_t drafted = 0, accepted = 0;
+    for (int ki = 0; ki < 4; ki++)
+        for (int conc = 1; conc <= 8; conc += 7) {
+            sp_engine *e = engine(pc->mode, ks[ki], false, 8);
+            if (!e) return;
+            sp_request_params rq[NPR];
+            replay rp[NPR];
+            for (int i = 0; i < NPR; i++) {
+                rq[i] = greedy_req(i);
+                if (pc->use_replay) {
+                    rp[i] = (replay){plain[i].toks, plain[i].n, n_prompt_of[i],
+                                     0x9E3779B97F4A7C15ull + (uint64_t)i * 7919 + ks[ki], pc->alpha};
+                    rq[i].propose = replay_propose;
+                    rq[i].propose_user = &rp[i];
+                }
+            }
+            result res[NPR];
+            run_requests(e, rq, NPR, conc, res);
+            sp_engine_stats s;
+            sp_engine_get_stats(e, &s);
+            uint64_t emitted = 0, r_steps = 0, r_drafted = 0, r_acc = 0;
+            for (int i = 0; i < NPR; i++) {
+                CHECK(res[i].n == plain[i].n &&
+                          !memcmp(res[i].toks, plain[i].toks, (size_t)plain[i].n * sizeof(sp_token)),
+                      "%s k=%d conc=%d: request %d differs from plain decoding", pc->name, ks[ki],
+                      conc, i);
+                CHECK(!strcmp(res[i].text, plain[i].text), "text differs");
+                const sp_request_stats *t = &res[i].st;
+                CHECK(t->spec_accepted <= t->spec_drafted, "accepted > drafted");
+                CHECK(t->spec_accepted + t->spec_steps <= res[i].n,
+                      "request %d: %d accepted + %d steps > %d tokens", i, t->spec_accepted,
+                      t->spec_steps, res[i].n);
+                int32_t per = 0;
+                for (int j = 0; j < SP_SPEC_K_MAX; j++) {
+                    per += t->spec_accepted_per_pos[j];
+                    if (j >= ks[ki]) CHECK(t->spec_accepted_per_pos[j] == 0, "position %d > k", j);
+                    if (j > 0) CHECK(t->spec_accepted_per_pos[j] <= t->spec_accepted_per_pos[j - 1],
+                                     "per-position counts must not increase");
+                }
+                CHECK(per == t->spec_accepted, "per-position counts %d != accepted %d", per,
+                      t->spec_accepted);
+                emitted += (uint64_t)res[i].n;
+                r_steps += (uint64_t)t->spec_steps;
+                r_drafted += (uint64_t)t->spec_drafted;
+                r_acc += (uint64_t)t->spec_accepted;
+            }
+            /* engine counters reconcile with the requests' */
+            CHECK(s.spec_steps == r_steps && s.spec_drafted == r_drafted && s.spec_accepted == r_acc,
+                  "engine counters (%llu %llu %llu) vs requests (%llu %llu %llu)",
+                  (unsigned long long)s.spec_steps, (unsigned long long)s.spec_drafted,
+                  (unsigned long long)s.spec_accepted, (unsigned long long)r_steps,
+                  (unsigned long long)r_drafted, (unsigned long long)r_acc);
+            CHECK(s.decode_tokens == emitted, "decode tokens %llu vs emitted %llu",
+                  (unsigned long long)s.decode_tokens, (unsigned long long)emitted);
+            drafted += r_drafted;
+            accepted += r_acc;
+            check_clean(e, pc->name);
+            sp_engine_free(e);
+        }
+    printf("  %s: %llu drafted, %llu accepted (%.0f%%)\n", pc->name, (unsigned long long)drafted,
+           (unsigned long long)accepted, drafted ? 100.0 * accepted / drafted : 0.0);
+    if (pc->use_replay && pc->alpha > 0.5f) CHECK(accepted > 0, "the replay proposer was never accepted");
+}
+
+/* ---- distribution ----------------------------------------------------------- */
+
+/* Chi-square critical value for a right tail of 1e-6 (Wilson-Hilferty). */
+static double chi2_crit(int df) {
+    const double z = 4.7534; /* upper 1e-6 quantile of N(0,1) */
+    double h = 2.0 / (9.0 * df);
+    double c = 1 - h + z * sqrt(h);
+    return df * c * c * c;
+}
+
+/* Chi-square of counts against probabilities, merging bins with expected
+ * count below 5 into one. Returns the statistic; *df gets the degrees. */
+static double chi2(const int64_t *count, const double *p, int n, int64_t total, int *df) {
+    double stat = 0, rest_e = 0, rest_o = 0;
+    int bins = 0;
+    for (int i = 0; i < n; i++) {
+        double e = p[i] * total;
+        if (e < 5) {
+            rest_e += e;
+            rest_o += count[i];
+            continue;
+        }
+        stat += (count[i] - e) * (count[i] - e) / e;
+        bins++;
+    }
+    if (rest_e >= 5) {
+        stat += (rest_o - rest_e) * (rest_o - rest_e) / rest_e;
+        bins++;
+    } else if (rest_o > 20) {
+        stat += 1e9; /* mass where there should be almost none */
+    }
+    *df = bins - 1;
+    return stat;
+}
+
+/* The verifier alone, on synthetic distributions: the first committed token
+ * is distributed as p whether the proposal comes from a point mass or from
+ * a draft distribution q, and so is the second when the first was accepted. */
+static void verifier_distribution(void) {
+    enum { V = 12, N = 60000 };
+    float logits[3 * V];
+    double p[V];
+    for (int i = 0; i < 3 * V; i++) logits[i] = (float)sin(i * 1.7) * 2.0f;
+    double z = 0;
+    for (int i = 0; i < V; i++) z += exp(logits[i]);
+    for (int i = 0; i < V; i++) p[i] = exp(logits[i]) / z;
+    float q[2 * V], probs[V], resid[V];
+    for (int mode = 0; mode < 2; mode++) {
+        int64_t count[V] = {0};
+        sp_sampler_params sp = sp_sampler_default_params();
+        sp.temperature = 1.0f;
+        sp.top_k = 0;
+        sp.top_p = 1.0f;
+        sp.min_p = 0.0f;
+        uint64_t rs = 12345 + mode;
+        for (int it = 0; it < N; it++) {
+            sp.seed = 1000003ull * it + mode;
+            char err[64];
+            sp_sampler *s = sp_sampler_create(sp, V, err, sizeof(err));
+            sp_token d[2];
+            const float *qq = NULL;
+            if (mode == 0) { /* deterministic proposer: a fixed guess */
+                d[0] = 3;
+                d[1] = 5;
+            } else { /* draft distribution q: skewed, then sampled */
+                for (int j = 0; j < 2 * V; j++) q[j] = (j % V) < 4 ? 0.2f : 0.2f / (V - 4);
+                for (int j = 0; j < 2; j++) {
+                    double u = (double)(xs(&rs) >> 11) * 0x1.0p-53, cum = 0;
+                    d[j] = V - 1;
+                    for (int v = 0; v < V; v++) {
+                        cum += q[j * V + v];
+                        if (u < cum) {
+                            d[j] = v;
+                            break;
+                        }
+                    }
+                }
+                qq = q;
+            }
+            sp_token out[3];
+            int32_t m = sp_spec_verify(s, false, logits, V, d, qq, 2, out, probs, resid);
+            CHECK(m >= 1 && m <= 3, "m = %d", m);
+            count[out[0]]++;
+            sp_sampler_free(s);
+        }
+        int df;
+        double st = chi2(count, p, V, N, &df);
+        CHECK(st < chi2_crit(df), "mode %d: chi-square %.1f over %d df (critical %.1f)", mode, st,
+              df, chi2_crit(df));
+        printf("  verifier mode %d: chi-square %.1f, %d df, critical %.1f\n", mode, st, df,
+               chi2_crit(df));
+    }
+}
+
+/* End to end: with temperature 1, token 2 of requests whose token 1 is the
+ * most likely one follows the target's exact conditional distribution, when
+ * every token 2 went through the rejection rule (a one-token proposal of the
+ * most likely token 2: accepted often, and the residual is drawn from
+ * otherwise). */
+static int32_t dist_guess;
+static int32_t fixed_propose(const sp_token *toks, int32_t n, int32_t k, sp_token *out, void *user) {
+    (void)toks;
+    (void)n;
+    (void)user;
+    for (int32_t i = 0; i < k; i++) out[i] = dist_guess;
+    return k;
+}
+
+/* Softmax of the target's logits after tokens[0..n). */
+static void exact_next(const sp_token *toks, int n, double *p) {
+    const int32_t V = sp_model_get_info(target)->n_vocab;
+    sp_context_params cp = sp_context_default_params();
+    cp.n_threads = 2;
+    cp.n_ctx = 64;
+    char err[256];
+    sp_context *c = sp_context_create(target, cp, err, sizeof(err));
+    int32_t pos[64], seq[64] = {0};
+    for (int i = 0; i < n; i++) pos[i] = i;
+    sp_batch b = {n, toks, pos, seq, NULL};
+    CHECK(c && sp_decode(c, &b, err, sizeof(err)) == 0, "%s", err);
+    const float *lg = sp_get_logits(c, 0);
+    double mx = lg[0], z = 0;
+    for (int i = 1; i < V; i++) mx = fmax(mx, lg[i]);
+    for (int i = 0; i < V; i++) z += exp(lg[i] - mx);
+    for (int i = 0; i < V; i++) p[i] = exp(lg[i] - mx) / z;
+    sp_context_free(c);
+}
+
+static void end_to_end_distribution(void) {
+    const char *prompt = bundled ? "def " : "The";
+    const int32_t V = sp_model_get_info(target)->n_vocab;
+    enum { N = 1200 };
+    double *p1 = calloc((size_t)V, sizeof(double)), *p2 = calloc((size_t)V, sizeof(double));
+    int64_t *count = calloc((size_t)V, sizeof(int64_t));
+    sp_token toks[64];
+    int n = sp_tokenize(sp_model_get_vocab(target), prompt, strlen(prompt), toks, 60, true, true);
+    exact_next(toks, n, p1);
+    int32_t best = 0;
+    for (int i = 1; i < V; i++)
+        if (p1[i] > p1[best]) best = i;
+    toks[n] = best;
+    exact_next(toks, n + 1, p2);
+    dist_guess = 0;
+    for (int i = 1; i < V; i++)
+        if (p2[i] > p2[dist_guess]) dist_guess = i;
+    sp_sampler_params sp = sp_sampler_default_params();
+    sp.temperature = 1.0f;
+    sp.top_k = 0;
+    sp.top_p = 1.0f;
+    sp.min_p = 0.0f;
+    sp_engine *e = engine(SP_SPEC_NGRAM, 1, false, 16);
+    if (!e) return;
+    static int64_t ids[N];
+    char err[256];
+    for (int i = 0; i < N; i++) {
+        sp_request_params r = sp_request_default_params();
+        r.prompt = prompt;
+        r.max_tokens = 3; /* after token 1, one proposal for token 2 */
+        r.ignore_eos = true;
+        r.sampling = sp;
+        r.sampling.seed = 77 + i;
+        r.propose = fixed_propose;
+        ids[i] = sp_engine_submit(e, &r, err, sizeof(err));
+        CHECK(ids[i] > 0, "%s", err);
+    }
+    int64_t best_n = 0;
+    for (int i = 0; i < N; i++) {
+        sp_request_status st;
+        sp_engine_wait(e, ids[i], 1 << 30, -1, &st);
+        sp_token tk[3] = {-1, -1, -1};
+        sp_engine_read(e, ids[i], tk, 3, NULL, 0);
+        CHECK(st.stats.spec_steps >= 1, "request %d did not speculate", i);
+        if (tk[0] == best) {
+            best_n++;
+            count[tk[1]]++;
+        }
+        sp_engine_release(e, ids[i]);
+    }
+    sp_engine_stats s;
+    sp_engine_get_stats(e, &s);
+    check_clean(e, "distribution");
+    sp_engine_free(e);
+    int df;
+    double st = chi2(count, p2, V, best_n, &df);
+    printf("  end-to-end: p(token 1) = %.2f, %lld samples of token 2, guess accepted %llu of %llu: "
+           "chi-square %.1f, %d df, critical %.1f\n", p1[best], (long long)best_n,
+           (unsigned long long)s.spec_accepted, (unsigned long long)s.spec_drafted, st, df,
+           chi2_crit(df));
+    CHECK(best_n >= 100, "too few samples (%lld) for a test", (long long)best_n);
+    if (df >= 1) CHECK(st < chi2_crit(df), "chi-square %.1f over %d df", st, df);
+    free(p1);
+    free(p2);
+    free(count);
+}
+
+static void stops_inside_runs(void) {
+    /* replay with every guess right: long accepted runs; a stop token, a
+     * stop string and max_tokens must cut them exactly where plain decoding
+     * stops */
+    sp_engine *e = engine(SP_SPEC_NGRAM, 8, false, 4);
+    sp_engine *e0 = engine(SP_SPEC_OFF, 8, false, 4);
+    if (!e || !e0) return;
+    for (int i = 0; i < 3; i++) {
+        replay rp = {plain[i].toks, plain[i].n, n_prompt_of[i], 99, 1.0f};
+        sp_request_params variants[3];
+        for (int v = 0; v < 3; v++) {
+            variants[v] = greedy_req(i);
+            variants[v].propose = replay_propose;
+            variants[v].propose_user = &rp;
+        }
+        variants[0].max_tokens = 13;                 /* inside a run of 8 */
+        variants[1].stop_tokens = &plain[i].toks[9]; /* a token inside a run */
+        variants[1].n_stop_tokens = 1;
+        char stop[16] = "";
+        size_t tl = strlen(plain[i].text);
+        if (tl > 12) memcpy(stop, plain[i].text + tl / 2, 3);
+        const char *stops[1] = {stop};
+        if (stop[0]) {
+            variants[2].stop = stops;
+            variants[2].n_stop = 1;
+        }
+        for (int v = 0; v < 3; v++) {
+            result a, b;
+            rp.rng = 99;
+            run_requests(e, &variants[v], 1, 1, &a);
+            sp_request_params pl = variants[v];
+            pl.propose = NULL;
+            pl.spec = SP_SPEC_OFF;
+            run_requests(e0, &pl, 1, 1, &b);
+            CHECK(a.n == b.n && !memcmp(a.toks, b.toks, (size_t)a.n * sizeof(sp_token)) &&
+                      !strcmp(a.text, b.text) && a.st.finish == b.st.finish,
+                  "prompt %d variant %d: %d tokens (finish %d) vs plain %d (finish %d)", i, v, a.n,
+                  a.st.finish, b.n, b.st.finish);
+            CHECK(a.n <= variants[v].max_tokens, "more than max_tokens");
+        }
+    }
+    check_clean(e, "stops");
+    sp_engine_free(e);
+    sp_engine_free(e0);
+}
+
+static void cancel_mid_speculation(void) {
+    sp_engine *e = engine(SP_SPEC_NGRAM, 8, false, 4);
+    if (!e) return;
+    char err[256];
+    replay rp[4];
+    int64_t ids[4];
+    for (int i = 0; i < 4; i++) {
+        rp[i] = (replay){plain[i].toks, plain[i].n, n_prompt_of[i], 5 + i, 0.8f};
+        sp_request_params r = greedy_req(i);
+        r.propose = replay_propose;
+        r.propose_user = &rp[i];
+        ids[i] = sp_engine_submit(e, &r, err, sizeof(err));
+    }
+    sp_request_status st;
+    sp_engine_wait(e, ids[0], 5, -1, &st);
+    for (int i = 0; i < 4; i++) sp_engine_cancel(e, ids[i]);
+    for (int i = 0; i < 4; i++) {
+        sp_engine_wait(e, ids[i], 1 << 30, -1, &st);
+        CHECK(st.finished, "request %d not finished", i);
+        sp_engine_release(e, ids[i]);
+    }
+    check_clean(e, "cancel");
+    sp_engine_free(e);
+}
+
+static void incompatible_draft_refused(void) {
+    sp_engine_params p = sp_engine_default_params();
+    p.spec = SP_SPEC_DRAFT;
+    p.draft = other_vocab;
+    char err[256];
+    sp_engine *e = sp_engine_create(target, p, err, sizeof(err));
+    CHECK(e == NULL, "an incompatible draft was accepted");
+    if (e) sp_engine_free(e);
+    else printf("  refused: %s\n", err);
+    p.draft = NULL;
+    e = sp_engine_create(target, p, err, sizeof(err));
+    CHECK(e == NULL && strstr(err, "draft"), "draft mode without a draft: %s", err);
+    if (e) sp_engine_free(e);
+    /* a request asking for the draft on an engine without one */
+    sp_engine *e2 = engine(SP_SPEC_NGRAM, 4, true, 2);
+    sp_request_params r = greedy_req(0);
+    r.spec = SP_SPEC_DRAFT;
+    CHECK(sp_engine_submit(e2, &r, err, sizeof(err)) < 0 && strstr(err, "draft"), "%s", err);
+    r.spec = SP_SPEC_NGRAM;
+    r.spec_k = 99;
+    CHECK(sp_engine_submit(e2, &r, err, sizeof(err)) < 0 && strstr(err, "spec_k"), "%s", err);
+    sp_engine_free(e2);
+}
+
+int main(void) {
+    char path[512], err[256];
+    const char *t = "models/specula-code-target-f16.gguf", *d = "models/specula-code-draft-f16.gguf";
+    bundled = access(t, R_OK) == 0 && access(d, R_OK) == 0;
+    if (bundled) {
+        target = sp_model_load(t, sp_model_default_params(), err, sizeof(err));
+        draft = sp_model_load(d, sp_model_default_params(), err, sizeof(err));
+    } else {
+        snprintf(path, sizeof(path), "%s/models/ref-llama-spm-q8_0.gguf", t_ref_dir());
+        target = sp_model_load(path, sp_model_default_params(), err, sizeof(err));
+        snprintf(path, sizeof(path), "%s/models/ref-llama-spm-f16.gguf", t_ref_dir());
+        draft = sp_model_load(path, sp_model_default_params(), err, sizeof(err));
+    }
+    snprintf(path, sizeof(path), "%s/models/ref-qwen2-gpt2-q4_0.gguf", t_ref_dir());
+    other_vocab = sp_model_load(path, sp_model_default_params(), err, sizeof(err));
+    if (!target || !draft || !other_vocab) {
+        printf("FAIL test_spec_engine: cannot load models: %s\nRESULT 0 1\n", err);
+        return 1;
+    }
+    printf("  models: %s\n", bundled ? "the bundled pair" : "reference models");
+    RUN(reference_outputs);
+    static const proposer_case cases[] = {
+        {"ngram", SP_SPEC_NGRAM, false, 0},
+        {"suffix", SP_SPEC_SUFFIX, false, 0},
+        {"draft", SP_SPEC_DRAFT, false, 0},
+        {"replay-0.8", SP_SPEC_NGRAM, true, 0.8f},
+        {"replay-0.3", SP_SPEC_NGRAM, true, 0.3f},
+    };
+    for (int i = 0; i < 5; i++) RUN_NAMED(greedy_identical, &cases[i], cases[i].name);
+    RUN(verifier_distribution);
+    RUN(end_to_end_distribution);
+    RUN(stops_inside_runs);
+    RUN(cancel_mid_speculation);
+    RUN(incompatible_draft_refused);
+    sp_model_free(target);
+    sp_model_free(draft);
+    sp_model_free(other_vocab);
+    TEST_END();
+}
