@@ -79,7 +79,7 @@ tsan:
 	  for t in $(TSAN_TESTS); do ln -s ../tests/$$t build-tsan/run/$$t; done
 	TSAN_OPTIONS=halt_on_error=1 tests/run.sh build-tsan/run
 
-BENCH_SRC := $(filter-out bench/bench_engine.c,$(wildcard bench/*.c))
+BENCH_SRC := $(filter-out bench/bench_engine.c bench/bench_spec.c,$(wildcard bench/*.c))
 $(BIN)/bench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(LIB)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
@@ -88,12 +88,20 @@ $(BIN)/bench_engine: $(BUILD)/bench/bench_engine.o $(LIB)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
 
-bench: $(BIN)/bench $(BIN)/bench_engine $(BIN)/mkmodel
+$(BIN)/bench_spec: $(BUILD)/bench/bench_spec.o $(LIB)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+
+bench: $(BIN)/bench $(BIN)/bench_engine $(BIN)/bench_spec $(BIN)/mkmodel
 	bench/run.sh
+
+# Re-creates the bundled model pair (about two hours; not part of CI).
+models: $(BIN)/specula
+	tools/train/make_models.sh
 
 clean:
 	rm -rf build build-asan build-tsan bin
 
-.PHONY: all test tests asan tsan bench clean
+.PHONY: all test tests asan tsan bench models clean
 .SECONDARY:
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -4,9 +4,11 @@
 # and Q4_K with bin/mkmodel, then measures them with bin/bench on 2 threads;
 # then the serving engine with bin/bench_engine (prefix cache on a shared
 # document, continuous batching) on the Q8_0 one, and on the bundled target
-# model (models/specula-code-target-f16.gguf) when it exists.
+# model (models/specula-code-target-f16.gguf) when it exists; then
+# speculative decoding with bin/bench_spec (replay on the Q8_0 one, the three
+# workloads on the bundled pair when it exists).
 # Models are cached in bench/out/ (about 1.8 GB); delete it to rebuild.
-# BENCH_ENGINE=0 skips the engine runs.
+# BENCH_ENGINE=0 skips the engine runs, BENCH_SPEC=0 the speculation runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=bench/out
@@ -59,3 +61,42 @@ if [ "${BENCH_ENGINE:-1}" != 0 ]; then
         echo "(skipped the engine benchmark of $target: the file does not exist yet)"
     fi
 fi
+
+# Speculative decoding (issue 5). Each run writes bench/out/spec-NAME.txt (the
+# tables) and spec-NAME.json (its last line). bench_spec exits 1 when an
+# output differs from spec off (greedy decoding must be identical): the tables
+# are still written, and this script exits 1 at the end.
+spec_failed=0
+spec_bench() { # NAME MODEL ARGS...
+    local name=$1 model=$2 rc=0
+    shift 2
+    echo
+    echo "## speculative decoding: $name, $threads threads"
+    echo
+    bin/bench_spec "$model" -t "$threads" "$@" > "$out/spec-$name.txt" || rc=$?
+    grep -v '^{' "$out/spec-$name.txt" || true
+    tail -n 1 "$out/spec-$name.txt" > "$out/spec-$name.json"
+    if [ "$rc" != 0 ]; then
+        echo
+        echo "**bench_spec $name failed (exit $rc)**"
+        spec_failed=1
+    fi
+}
+if [ "${BENCH_SPEC:-1}" != 0 ]; then
+    # Replay: the recorded greedy continuation proposed with per-token accuracy
+    # ALPHA, k fixed; measured speedup vs (1 - ALPHA^(k+1)) / (1 - ALPHA).
+    spec_bench replay-tinyllama-shape-q8_0 "$out/tinyllama-shape-q8_0.gguf" \
+        --replay 0.5,0.7,0.8,0.9 --ks 2,4,8 --replay-prompt 64 --replay-gen 96
+    target=models/specula-code-target-f16.gguf
+    draft=models/specula-code-draft-f16.gguf
+    if [ -s "$target" ] && [ -s "$draft" ]; then
+        # the workloads are cut from the held-out split of the training corpus
+        [ -s build/corpus/heldout.txt ] || /usr/bin/python3 tools/train/corpus.py --out build/corpus
+        spec_bench workloads-code-pair "$target" --draft "$draft" --workloads build/corpus \
+            --proposers off,ngram,suffix,draft --concurrency 1,4,16
+    else
+        echo
+        echo "(skipped the speculative workloads: $target or $draft does not exist yet)"
+    fi
+fi
+exit "$spec_failed"

@@ -484,6 +484,52 @@ static void cancel_mid_speculation(void) {
     sp_engine_free(e);
 }
 
+/* Blocks filled during speculation enter the prefix cache only with the
+ * committed tokens: a later request whose prompt is an earlier prompt plus
+ * its output reuses them and still gives what an uncached engine gives. */
+static void speculated_blocks_cache_correctly(void) {
+    sp_engine *e = engine(SP_SPEC_NGRAM, 8, false, 4);
+    if (!e) return;
+    sp_engine_params p0 = sp_engine_default_params();
+    p0.n_threads = 2;
+    p0.n_ctx = 512;
+    p0.prefix_cache = false;
+    char err[256];
+    sp_engine *plain_e = sp_engine_create(target, p0, err, sizeof(err));
+    for (int i = 0; i < 3; i++) {
+        replay rp = {plain[i].toks, plain[i].n, n_prompt_of[i], 11 + i, 0.9f};
+        sp_request_params r = greedy_req(i);
+        r.propose = replay_propose;
+        r.propose_user = &rp;
+        result a;
+        run_requests(e, &r, 1, 1, &a);
+        /* prompt = tokens of prompt i + its output */
+        sp_token toks[512];
+        int n = sp_tokenize(sp_model_get_vocab(target), PROMPTS[i], strlen(PROMPTS[i]), toks, 400,
+                            true, true);
+        memcpy(toks + n, a.toks, (size_t)a.n * sizeof(sp_token));
+        n += a.n;
+        sp_request_params r2 = greedy_req(i);
+        r2.prompt = NULL;
+        r2.tokens = toks;
+        r2.n_tokens = n;
+        r2.max_tokens = 8;
+        r2.spec = SP_SPEC_OFF;
+        result b, c;
+        run_requests(e, &r2, 1, 1, &b);
+        run_requests(plain_e, &r2, 1, 1, &c);
+        /* every full block of A's prompt and output (its last token never
+         * entered the KV) is found again */
+        CHECK(b.st.cached_tokens == (n - 1) / 16 * 16, "request %d: %d cached of %d, expected %d",
+              i, b.st.cached_tokens, n, (n - 1) / 16 * 16);
+        CHECK(b.n == c.n && !memcmp(b.toks, c.toks, (size_t)b.n * sizeof(sp_token)),
+              "request %d: output after reusing speculated blocks differs", i);
+    }
+    check_clean(e, "spec cache");
+    sp_engine_free(e);
+    sp_engine_free(plain_e);
+}
+
 static void incompatible_draft_refused(void) {
     sp_engine_params p = sp_engine_default_params();
     p.spec = SP_SPEC_DRAFT;
@@ -541,6 +587,7 @@ int main(void) {
     RUN(end_to_end_distribution);
     RUN(stops_inside_runs);
     RUN(cancel_mid_speculation);
+    RUN(speculated_blocks_cache_correctly);
     RUN(incompatible_draft_refused);
     sp_model_free(target);
     sp_model_free(draft);

@@ -1284,9 +1284,10 @@ static void spec_commit(sp_engine *e, request *r, int32_t *out) {
     if (e->dctx && sp_seq_len(e->dctx, r->slot) > kv_before + m)
         sp_seq_truncate(e->dctx, r->slot, kv_before + m);
     r->n_draft = 0;
-    commit_full_blocks(e, r);
     for (int32_t j = 0; j < m && r->state == RQ_RUNNING; j++)
         emit_token(e, r, e->commit[j], rows + (size_t)j * V);
+    /* only now are the accepted tokens in r->toks, which the hashes cover */
+    if (r->state == RQ_RUNNING) commit_full_blocks(e, r);
 }
 
 /* Event of what r produced since its last event (callback requests). */
