@@ -71,10 +71,10 @@ static const ngram_row ngram_rows[] = {
     {"n_min met", {1, 2, 3, 9, 2, 3}, 6, 2, 4, 3, {9, 2, 3}, 3},
     {"no self match", {1, 2, 3, 4}, 4, 1, 4, 4, {0}, 0},
     {"no self match, long", {1, 2, 3, 1, 2, 3}, 6, 4, 8, 4, {0}, 0},
-    {"pair", {7, 7}, 2, 1, 4, 4, {7}, 1},
-    {"overlapping repeat", {1, 2, 1, 2, 1, 2}, 6, 1, 4, 8, {1, 2}, 2},
-    {"overlap single token", {5, 5, 5, 5}, 4, 1, 8, 8, {5}, 1},
-    {"continuation capped at n", {3, 4, 9, 9, 3, 4}, 6, 1, 2, 8, {9, 9, 3, 4}, 4},
+    {"pair", {7, 7}, 2, 1, 4, 4, {7, 7, 7, 7}, 4},
+    {"overlapping repeat runs on", {1, 2, 1, 2, 1, 2}, 6, 1, 4, 5, {1, 2, 1, 2, 1}, 5},
+    {"overlap single token", {5, 5, 5, 5}, 4, 1, 8, 8, {5, 5, 5, 5, 5, 5, 5, 5}, 8},
+    {"continuation runs on periodically", {3, 4, 9, 9, 3, 4}, 6, 1, 2, 8, {9, 9, 3, 4, 9, 9, 3, 4}, 8},
     {"empty", {0}, 0, 1, 4, 4, {0}, 0},
     {"one token", {3}, 1, 1, 4, 4, {0}, 0},
     {"n_min > n_max", {1, 2, 1, 2}, 4, 3, 2, 4, {0}, 0},
@@ -102,7 +102,7 @@ static int32_t ngram_ref(const sp_token *t, int32_t n, int32_t n_min, int32_t n_
             for (int32_t d = 0; d < m && ok; d++) ok = t[j - d] == t[n - 1 - d];
             if (!ok) continue;
             int32_t c = 0;
-            for (int32_t p = j + 1; p < n && c < k; p++) out[c++] = t[p];
+            for (int32_t p = j + 1; c < k; p++) out[c++] = p < n ? t[p] : out[p - n];
             return c;
         }
     }

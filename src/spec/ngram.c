@@ -34,9 +34,16 @@ int32_t sp_ngram_propose(const sp_token *toks, int32_t n, int32_t n_min, int32_t
         }
     }
     if (best_len < n_min) return 0;
-    /* The continuation starts at best_j + 1 <= n - 1 and may run into the
-     * matched suffix itself; it is copied as it stands, capped at n. */
-    int32_t cnt = SP_MIN(k, n - (best_j + 1));
-    memcpy(out, toks + best_j + 1, (size_t)cnt * sizeof(sp_token));
+    /* The continuation starts at best_j + 1 <= n - 1. When it runs into the
+     * end of the history it goes on through the proposal itself: the
+     * history, extended by the proposal, repeats with period n - 1 - best_j,
+     * which is what a loop in the text (a repeated line, a copied block
+     * with its own repeats) continues with; a plain copy would stop after
+     * one period. */
+    const int32_t cnt = k;
+    for (int32_t i = 0; i < cnt; i++) {
+        int32_t src = best_j + 1 + i;
+        out[i] = src < n ? toks[src] : out[src - n];
+    }
     return cnt;
 }

@@ -24,10 +24,11 @@
  * matches). 1 <= n_min <= n_max.
  * Precisely: the first m (largest, m <= n - 1) with an occurrence
  * toks[j-m+1..j] == toks[n-m..n-1] at some j <= n - 2 wins, and among its
- * occurrences the largest j. The proposal is toks[j+1 .. min(j+1+k, n)),
- * copied as it stands: it may run into the matched suffix itself (in
- * "a b a b a b" the last "a b" matches at j = 3 and proposes "a b"), so it
- * is never empty when something matches, but may be shorter than k.
+ * occurrences the largest j. The proposal is k tokens: out[i] =
+ * toks[j+1+i] while that is inside the history, then out[j+1+i-n], i.e.
+ * the continuation runs on periodically through the proposal itself (in
+ * "a b a b a b" the last "a b" matches at j = 3 and k = 5 proposes
+ * "a b a b a"), so a loop in the text is proposed to the full k.
  * O(n * n_max) at worst; no allocation. */
 int32_t sp_ngram_propose(const sp_token *toks, int32_t n, int32_t n_min, int32_t n_max, int32_t k,
                          sp_token *out);
