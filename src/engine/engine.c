@@ -302,8 +302,8 @@ int sp_spec_mode_parse(const char *s) {
  * much. */
 static void measure(sp_context *c, sp_kv *kv, int32_t slot, int32_t max_n, int32_t n_vocab,
                     sp_cost_model *out) {
-    static sp_token toks[64];
-    static int32_t pos[64], seq[64];
+    sp_token toks[64];
+    int32_t pos[64], seq[64];
     int8_t want[64] = {0};
     out->n = 0;
     for (int32_t n = 1; n <= max_n && n <= 64 && out->n < SP_COST_POINTS; n *= 2) {
