@@ -70,6 +70,10 @@ typedef struct {
 } sp_model_info;
 
 const sp_model_info *sp_model_get_info(const sp_model *m);
+/* A string metadata value (e.g. "tokenizer.chat_template"): copies up to
+ * len - 1 bytes and a NUL into buf (buf may be NULL to ask the length) and
+ * returns the full length, or -1 when the key is absent or not a string. */
+int sp_model_meta_str(const sp_model *m, const char *key, char *buf, size_t len);
 const sp_vocab *sp_model_get_vocab(const sp_model *m);
 /* A comma-separated list of supported architecture names. */
 const char *sp_arch_names(void);

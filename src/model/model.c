@@ -346,3 +346,14 @@ void sp_model_fingerprint(const sp_model *m, uint8_t out[32]) {
     EVP_DigestFinal_ex(h, out, &len);
     EVP_MD_CTX_free(h);
 }
+
+int sp_model_meta_str(const sp_model *m, const char *key, char *buf, size_t len) {
+    sp_gguf_str s;
+    if (!m->gguf || !sp_gguf_get_str(m->gguf, key, &s)) return -1;
+    if (buf && len) {
+        size_t n = s.n < len - 1 ? s.n : len - 1;
+        memcpy(buf, s.p, n);
+        buf[n] = 0;
+    }
+    return (int)(s.n > INT32_MAX ? INT32_MAX : s.n);
+}
