@@ -43,7 +43,7 @@ $(LIB): $(LIB_OBJ)
 
 $(BIN)/specula: $(CLI_OBJ) $(LIB)
 	@mkdir -p $(BIN)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS) -lcjson
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS) -lcjson -lmicrohttpd
 
 $(BIN)/mkmodel: $(BUILD)/tools/mkmodel.o $(LIB)
 	@mkdir -p $(BIN)

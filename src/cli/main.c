@@ -153,6 +153,7 @@ static void usage(FILE *f) {
             "  batch     run the requests of a JSONL file through one engine\n"
             "  tokenize  print the token ids of a text as a JSON array\n"
             "  info      describe a model file\n"
+            "  serve     OpenAI-compatible HTTP server\n"
             "\n"
             "`specula <command> --help` lists a command's options.\n");
 }
@@ -167,6 +168,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "batch")) return cmd_batch(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

@@ -1,0 +1,170 @@
+/* cmd_serve.c: `specula serve`: the OpenAI-compatible HTTP server. It
+ * listens first (/health answers 503 while the model loads), then loads the
+ * model and the engine, and serves until SIGINT or SIGTERM. */
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+
+#include "cli.h"
+#include "server/server.h"
+
+#define MAX_KEYS 64
+
+static void serve_usage(FILE *f) {
+    fprintf(f,
+            "usage: specula serve [-m MODEL] [--host H] [--port P] [options] [engine options]\n"
+            "  -m MODEL               GGUF model (default: %s)\n"
+            "  --host H               address to listen on (default 127.0.0.1)\n"
+            "  --port P               TCP port (default 8080; 0: any free port, printed)\n"
+            "  --api-key KEY          require 'Authorization: Bearer KEY'; repeat for several\n"
+            "                         tenants (each key gets its own prefix-cache salt)\n"
+            "  --served-model-name N  the model name of the API (default: the file's base name)\n"
+            "  --chat-template NAME   chatml, llama3, llama2, mistral, phi3, gemma (default:\n"
+            "                         recognized from the model's tokenizer.chat_template)\n"
+            "  --max-queue N          generation requests in flight before 429 (default 256)\n"
+            "  --max-body BYTES       largest request body, e.g. 8M (default 8M)\n"
+            "endpoints: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize;\n"
+            "           GET /v1/models, /health, /metrics\n"
+            "engine options:\n%s",
+            cli_default_model() ? cli_default_model() : "none found", cli_engine_usage);
+}
+
+static bool parse_bytes(const char *s, size_t *out) {
+    char *end;
+    double d = strtod(s, &end);
+    if (end == s || d < 1) return false;
+    double mul = 1;
+    if (*end == 'k' || *end == 'K') mul = 1024.0, end++;
+    else if (*end == 'm' || *end == 'M') mul = 1048576.0, end++;
+    else if (*end == 'g' || *end == 'G') mul = 1073741824.0, end++;
+    if (*end == 'i') end++;
+    if (*end == 'B') end++;
+    if (*end || d * mul > 1e12) return false;
+    *out = (size_t)(d * mul);
+    return true;
+}
+
+static char *base_name(const char *path) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    char *s = strdup(b);
+    if (!s) return NULL;
+    size_t n = strlen(s);
+    if (n > 5 && !strcmp(s + n - 5, ".gguf")) s[n - 5] = 0;
+    return s;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model = cli_default_model();
+    const char *keys[MAX_KEYS];
+    sp_server_opts o = {.host = "127.0.0.1", .port = 8080, .api_keys = keys};
+    cli_engine ce = {.p = sp_engine_default_params()};
+    long l;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int used = cli_engine_opt("serve", a, v, &ce);
+        if (used < 0) return 2;
+        if (used) {
+            i += used - 1;
+            continue;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            serve_usage(stdout);
+            return 0;
+        }
+        bool takes = !strcmp(a, "-m") || !strcmp(a, "--host") || !strcmp(a, "--port") ||
+                     !strcmp(a, "--api-key") || !strcmp(a, "--served-model-name") ||
+                     !strcmp(a, "--chat-template") || !strcmp(a, "--max-queue") ||
+                     !strcmp(a, "--max-body");
+        if (!takes) {
+            fprintf(stderr, "specula serve: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+        if (!v) {
+            fprintf(stderr, "specula serve: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        bool ok = true;
+        if (!strcmp(a, "-m")) model = v;
+        else if (!strcmp(a, "--host")) o.host = v;
+        else if (!strcmp(a, "--port")) ok = cli_int(v, 0, 65535, &l), o.port = (int)l;
+        else if (!strcmp(a, "--api-key")) {
+            ok = *v && o.n_api_keys < MAX_KEYS;
+            if (ok) keys[o.n_api_keys++] = v;
+        } else if (!strcmp(a, "--served-model-name")) ok = *v, o.served_name = v;
+        else if (!strcmp(a, "--chat-template")) o.chat_template = v;
+        else if (!strcmp(a, "--max-queue")) ok = cli_int(v, 1, 1 << 20, &l), o.max_queue = (int)l;
+        else if (!strcmp(a, "--max-body")) ok = parse_bytes(v, &o.max_body);
+        if (!ok) {
+            fprintf(stderr, "specula serve: invalid value '%s' for %s\n", v, a);
+            return 2;
+        }
+    }
+    if (!model) {
+        fprintf(stderr, "specula serve: no model given (-m) and no default model found\n");
+        return 2;
+    }
+    char *name = o.served_name ? NULL : base_name(model);
+    if (!o.served_name) o.served_name = name;
+
+    /* SIGINT / SIGTERM are taken by sigwait below; every thread the server
+     * and the engine start inherits the mask */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char err[512];
+    int rc = 1;
+    sp_model *m = NULL;
+    sp_engine *e = NULL;
+    sp_server *s = sp_server_start(&o, err, sizeof(err));
+    if (!s) {
+        fprintf(stderr, "specula serve: %s\n", err);
+        free(name);
+        return 1;
+    }
+    fprintf(stderr, "specula serve: listening on http://%s:%d (loading %s)\n", o.host,
+            sp_server_port(s), model);
+    fflush(stderr);
+    m = sp_model_load(model, sp_model_default_params(), err, sizeof(err));
+    if (!m) {
+        fprintf(stderr, "specula serve: %s\n", err);
+        goto done;
+    }
+    if (cli_engine_open(&ce)) goto done;
+    e = sp_engine_create(m, ce.p, err, sizeof(err));
+    if (!e) {
+        fprintf(stderr, "specula serve: %s\n", err);
+        goto done;
+    }
+    /* the engine's context length, as sp_engine_create chooses it */
+    int32_t n_ctx = ce.p.n_ctx;
+    if (n_ctx <= 0) {
+        int32_t tr = sp_model_get_info(m)->n_ctx_train;
+        n_ctx = tr > 0 ? tr : 2048;
+        if (n_ctx > 8192) n_ctx = 8192;
+    }
+    if (sp_server_ready(s, m, e, n_ctx, err, sizeof(err))) {
+        fprintf(stderr, "specula serve: %s\n", err);
+        goto done;
+    }
+    fprintf(stderr, "specula serve: ready: model '%s', context %d, chat template %s, spec %s\n",
+            o.served_name, n_ctx, sp_server_chat_template_name(s), sp_spec_mode_str(ce.p.spec));
+    fflush(stderr);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "specula serve: signal %d, stopping\n", sig);
+    rc = 0;
+done:
+    sp_server_stop(s);
+    sp_engine_free(e);
+    sp_server_free(s);
+    cli_engine_close(&ce);
+    sp_model_free(m);
+    free(name);
+    return rc;
+}

@@ -1,0 +1,39 @@
+/* server.h: the OpenAI-compatible HTTP server (libmicrohttpd, one thread
+ * per connection). It listens before the model is loaded (/health answers
+ * 503 until sp_server_ready). */
+#ifndef SP_SERVER_H
+#define SP_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "specula.h"
+
+typedef struct {
+    const char *host;            /* default 127.0.0.1 */
+    int port;                    /* 0: any free port (see sp_server_port) */
+    const char *const *api_keys; /* none: no authentication */
+    int n_api_keys;
+    const char *served_name;     /* the model name clients use */
+    const char *chat_template;   /* NULL: recognized from the model */
+    int max_queue;               /* generation requests in flight before 429 (default 256) */
+    size_t max_body;             /* bytes (default 8 MiB) */
+} sp_server_opts;
+
+typedef struct sp_server sp_server;
+
+sp_server *sp_server_start(const sp_server_opts *o, char *err, size_t errlen);
+int sp_server_port(const sp_server *s);
+/* Serves with this model and engine from now on (n_ctx: positions per
+ * request). -1 + err for an unknown --chat-template name. */
+int sp_server_ready(sp_server *s, const sp_model *m, sp_engine *e, int32_t n_ctx, char *err,
+                    size_t errlen);
+/* The chat template in use ("none" without one). */
+const char *sp_server_chat_template_name(const sp_server *s);
+/* Stops listening and ends every connection; call before freeing the
+ * engine, then sp_server_free after it (the engine's final events still
+ * reach the server's request records). */
+void sp_server_stop(sp_server *s);
+void sp_server_free(sp_server *s);
+
+#endif

@@ -1,0 +1,433 @@
+#!/usr/bin/env bash
+# test_server.sh: `specula serve` end to end on loopback with the reference
+# model: every endpoint and error answer; SSE streaming; 32 concurrent
+# streaming clients whose greedy outputs equal the same prompts run one by
+# one; /metrics reconciles with the requests made; API keys (401, tenant
+# cache isolation), the queue limit (429 + Retry-After), a missing chat
+# template (400), /health 503 while loading; the official OpenAI Node client
+# (tests/node/test.mjs: completions, chat, streaming, cached tokens and
+# salts, abort mid-stream). Prints "RESULT <passed> <failed>".
+set -u
+bin=${SPECULA_BIN:-bin/specula}
+ref=${SPECULA_REF_DIR:-../shared/reference}
+model=$ref/models/ref-llama-spm-q8_0.gguf
+nodedir=${SPECULA_NODE_DIR:-tests/node}
+passed=0; failed=0
+ok()   { echo "ok   $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# start_server NAME ARGS...: starts `specula serve --port 0`, waits for its
+# port and for /health 200; sets URL and PID.
+start_server() {
+    local name=$1; shift
+    "$bin" serve --port 0 -t 1 "$@" >"$tmp/$name.log" 2>&1 &
+    PID=$!; pids+=("$PID")
+    URL=""
+    for _ in $(seq 1 200); do
+        URL=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/$name.log" | head -n 1)
+        [ -n "$URL" ] && break
+        sleep 0.05
+    done
+    [ -n "$URL" ] || { fail "server $name starts" "$(cat "$tmp/$name.log")"; return 1; }
+    for _ in $(seq 1 400); do
+        [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] && return 0
+        sleep 0.05
+    done
+    fail "server $name becomes healthy" "$(cat "$tmp/$name.log")"
+    return 1
+}
+
+# req NAME METHOD PATH BODY EXPECTED_CODE [curl args...]: body in $tmp/out
+req() {
+    local name=$1 method=$2 path=$3 body=$4 want=$5; shift 5
+    local code
+    if [ "$method" = GET ]; then
+        code=$(curl -s -o "$tmp/out" -w '%{http_code}' "$@" "$URL$path")
+    else
+        code=$(curl -s -o "$tmp/out" -w '%{http_code}' -H 'Content-Type: application/json' \
+               --data-binary "$body" "$@" "$URL$path")
+    fi
+    if [ "$code" = "$want" ]; then return 0; fi
+    fail "$name" "HTTP $code (want $want): $(head -c 300 "$tmp/out")"
+    return 1
+}
+
+# an OpenAI error object with the given type (and param, if given)
+is_error() { # type [param]
+    python3 - "$tmp/out" "$1" "${2:-}" <<'PY'
+import json, sys
+e = json.load(open(sys.argv[1]))["error"]
+assert set(e) >= {"message", "type", "param", "code"}, e
+assert e["type"] == sys.argv[2], e
+assert not sys.argv[3] or e["param"] == sys.argv[3], e
+PY
+}
+
+# ---- /health answers 503 while the model loads --------------------------
+mkfifo "$tmp/slow.gguf"
+"$bin" serve --port 0 -t 1 -m "$tmp/slow.gguf" >"$tmp/slow.log" 2>&1 &
+slow=$!; pids+=("$slow")
+for _ in $(seq 1 200); do
+    URL=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/slow.log" | head -n 1); [ -n "$URL" ] && break; sleep 0.05
+done
+h=$(curl -s -o "$tmp/out" -w '%{http_code}' "$URL/health")
+c=$(curl -s -o /dev/null -w '%{http_code}' -d '{"prompt": "a"}' "$URL/v1/completions")
+# opening the FIFO for writing and closing it makes the load fail: the server exits
+timeout 10 sh -c 'exec 3>"$1"' sh "$tmp/slow.gguf"
+wait "$slow"; rc=$?
+if [ "$h" = 503 ] && grep -q loading "$tmp/out" && [ "$c" = 503 ] && [ $rc -ne 0 ]; then
+    ok "listens before loading: /health 503, completions 503; a failed load exits $rc"
+else
+    fail "health while loading" "health $h, completions $c, rc $rc: $(cat "$tmp/slow.log")"
+fi
+
+# ---- the main server -----------------------------------------------------
+start_server main -m "$model" --chat-template chatml --max-body 1M --served-model-name ref || {
+    echo "RESULT $passed $((failed + 1))"; exit 1; }
+main=$PID
+
+req "GET /v1/models" GET /v1/models "" 200 && python3 -c '
+import json,sys; d=json.load(open(sys.argv[1])); assert d["object"]=="list" and d["data"][0]["id"]=="ref", d' "$tmp/out" \
+    && req "GET /v1/models/ref" GET /v1/models/ref "" 200 && req "GET /v1/models/x" GET /v1/models/x "" 404 \
+    && is_error invalid_request_error model && ok "/v1/models lists the served name; unknown model 404"
+
+req "completion" POST /v1/completions '{"model": "ref", "prompt": "Hello world", "max_tokens": 6, "temperature": 0, "logprobs": 2, "stop": ["zzzz"]}' 200 \
+    && python3 - "$tmp/out" <<'PY' && ok "POST /v1/completions: OpenAI shape, usage, logprobs, specula extension" || fail "completion shape" "$(head -c 400 "$tmp/out")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["object"] == "text_completion" and d["model"] == "ref" and d["id"].startswith("cmpl-")
+c = d["choices"][0]
+assert c["index"] == 0 and isinstance(c["text"], str) and c["finish_reason"] in ("stop", "length")
+lp = c["logprobs"]
+assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == d["usage"]["completion_tokens"]
+assert all(len(t) <= 2 for t in lp["top_logprobs"])
+u = d["usage"]
+assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"] and "cached_tokens" in u["prompt_tokens_details"]
+s = d["specula"]
+assert {"queue_ms", "prefill_ms", "ttft_ms", "decode_ms"} <= set(s) and {"drafted", "accepted", "acceptance_rate", "mean_acceptance_length"} <= set(s["spec"])
+PY
+
+req "token-id prompt" POST /v1/completions '{"prompt": [1, 15043, 3186], "max_tokens": 3, "temperature": 0}' 200 \
+    && ok "a prompt of token ids is accepted"
+
+req "chat" POST /v1/chat/completions '{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}], "max_tokens": 4, "temperature": 0}' 200 \
+    && python3 -c '
+import json,sys; d=json.load(open(sys.argv[1])); m=d["choices"][0]["message"]
+assert d["object"]=="chat.completion" and m["role"]=="assistant" and isinstance(m["content"],str), d' "$tmp/out" \
+    && ok "POST /v1/chat/completions with the chatml template"
+
+req "tokenize" POST /tokenize '{"prompt": "Hello world"}' 200 && cp "$tmp/out" "$tmp/tok" \
+    && toks=$(python3 -c 'import json,sys; print(json.dumps({"tokens": json.load(open(sys.argv[1]))["tokens"]}))' "$tmp/tok") \
+    && req "detokenize" POST /detokenize "$toks" 200 \
+    && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["prompt"].strip()=="Hello world", d' "$tmp/out" \
+    && req "tokenize content" POST /tokenize '{"content": "Hello world", "add_special": false}' 200 \
+    && python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))["tokens"]; b=json.load(open(sys.argv[2]))["tokens"]; assert a==b[1:], (a,b)' "$tmp/out" "$tmp/tok" \
+    && ok "/tokenize and /detokenize round trip"
+
+# streaming through curl: SSE framing, [DONE], the usage chunk
+curl -sN -H 'Content-Type: application/json' "$URL/v1/completions" \
+    -d '{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}' >"$tmp/sse"
+python3 - "$tmp/sse" <<'PY' && ok "SSE stream: data chunks, final usage chunk, data: [DONE]" || fail "SSE stream" "$(head -c 600 "$tmp/sse")"
+import json, sys
+raw = open(sys.argv[1]).read()
+events = raw.split("\n\n")
+assert events[-1] == "" and events[-2] == "data: [DONE]", events[-3:]
+chunks = [json.loads(e[6:]) for e in events[:-2]]
+assert all(e.startswith("data: ") for e in events[:-1])
+assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 8
+assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+assert sum(1 for c in chunks if c["choices"] and c["choices"][0]["text"]) >= 2
+PY
+
+# sampling: a seed repeats, no seed varies; a stop string ends the text
+python3 - "$URL" <<'PY' && ok "seeded sampling repeats (streamed or not), unseeded varies; stop strings cut with finish_reason stop" || fail "sampling" "see above"
+import http.client, json, sys, urllib.parse
+url = urllib.parse.urlparse(sys.argv[1])
+def post(body):
+    c = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+    c.request("POST", "/v1/completions", json.dumps(body))
+    r = c.getresponse(); raw = r.read()
+    assert r.status == 200, raw
+    if not body.get("stream"): return json.loads(raw)["choices"][0]
+    text, fin = "", None
+    for ev in raw.decode().split("\n\n"):
+        if ev.startswith("data: {"):
+            for ch in json.loads(ev[6:])["choices"]:
+                text += ch["text"]; fin = ch["finish_reason"] or fin
+    return {"text": text, "finish_reason": fin}
+p = {"prompt": "Tell me a story about", "max_tokens": 16, "temperature": 1.0, "top_p": 0.9, "top_k": 50,
+     "min_p": 0.01, "presence_penalty": 0.5, "frequency_penalty": 0.5}
+a = post(dict(p, seed=7)); b = post(dict(p, seed=7, stream=True)); c = post(p); d = post(p)
+bad = 0
+if a["text"] != b["text"]: bad = 1; print("  seeded: %r != %r" % (a["text"], b["text"]))
+if c["text"] == d["text"]: bad = 1; print("  unseeded runs are equal: %r" % c["text"])
+g = post({"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0})["text"]
+if len(g) > 6:
+    cut = g[3:6]
+    h = post({"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0, "stop": ["zzzz", cut]})
+    want = g[:g.index(cut)]
+    if h["text"] != want or h["finish_reason"] != "stop":
+        bad = 1; print("  stop %r: %r (%s), want %r" % (cut, h["text"], h["finish_reason"], want))
+sys.exit(bad)
+PY
+
+# speculative decoding per request: greedy output is that of plain decoding
+python3 - "$URL" <<'PY' && ok "per-request speculative (off, ngram, suffix): same greedy text; /metrics counts drafts" || fail "speculative" "see above"
+import http.client, json, sys, urllib.parse
+url = urllib.parse.urlparse(sys.argv[1])
+def post(body):
+    c = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+    c.request("POST", sys.argv[2] if len(sys.argv) > 2 else "/v1/completions", json.dumps(body))
+    r = c.getresponse(); d = json.loads(r.read())
+    assert r.status == 200, d
+    return d
+def drafts():
+    c = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+    c.request("GET", "/metrics")
+    for l in c.getresponse().read().decode().splitlines():
+        if l.startswith("specula_spec_draft_tokens_total "): return float(l.split()[1])
+p = "one two three four one two three four one two three four one two three four"
+before = drafts()
+out = {m: post({"prompt": p, "max_tokens": 24, "temperature": 0, "speculative": {"method": m, "k": 4}}) for m in ("off", "ngram", "suffix")}
+texts = {m: d["choices"][0]["text"] for m, d in out.items()}
+bad = len(set(texts.values())) != 1
+if bad: print("  texts differ:", texts)
+drafted = out["ngram"]["specula"]["spec"]["drafted"] + out["suffix"]["specula"]["spec"]["drafted"]
+if drafted <= 0 or out["off"]["specula"]["spec"]["drafted"]: bad = True; print("  drafted:", {m: d["specula"]["spec"] for m, d in out.items()})
+if drafts() - before != drafted: bad = True; print("  metrics drafts %s != %s" % (drafts() - before, drafted))
+sys.exit(1 if bad else 0)
+PY
+
+# ---- errors ----------------------------------------------------------------
+long=$(python3 -c 'print({"prompt": list(range(100, 2148))}.__repr__().replace("'"'"'", "\""))')
+head -c 1200000 /dev/zero | tr '\0' 'a' >"$tmp/big"
+errs=0
+experr() { # name path body code type [param]
+    local name=$1 path=$2 body=$3 code=$4 type=$5 param=${6:-}
+    if req "error: $name" POST "$path" "$body" "$code" && is_error "$type" "$param"; then :; else
+        errs=$((errs + 1)); echo "  ($name) $(head -c 300 "$tmp/out")"; fi
+}
+experr "malformed JSON" /v1/completions '{"prompt": ' 400 invalid_request_error
+experr "not an object" /v1/completions '[1, 2]' 400 invalid_request_error
+experr "prompt missing" /v1/completions '{"max_tokens": 3}' 400 invalid_request_error prompt
+experr "prompt wrong type" /v1/completions '{"prompt": {"a": 1}}' 400 invalid_request_error prompt
+experr "max_tokens wrong type" /v1/completions '{"prompt": "a", "max_tokens": "3"}' 400 invalid_request_error max_tokens
+experr "max_tokens 0" /v1/completions '{"prompt": "a", "max_tokens": 0}' 400 invalid_request_error max_tokens
+experr "temperature out of range" /v1/completions '{"prompt": "a", "temperature": 2.5}' 400 invalid_request_error temperature
+experr "top_p 0" /v1/completions '{"prompt": "a", "top_p": 0}' 400 invalid_request_error top_p
+experr "logprobs 21" /v1/completions '{"prompt": "a", "logprobs": 21}' 400 invalid_request_error logprobs
+experr "stop not strings" /v1/completions '{"prompt": "a", "stop": [1]}' 400 invalid_request_error stop
+experr "n = 2" /v1/completions '{"prompt": "a", "n": 2}' 400 invalid_request_error n
+experr "token outside the vocabulary" /v1/completions '{"prompt": [1, 32000]}' 400 invalid_request_error prompt
+experr "bad speculative method" /v1/completions '{"prompt": "a", "speculative": {"method": "magic"}}' 400 invalid_request_error speculative
+experr "prompt longer than the context" /v1/completions "$long" 400 invalid_request_error prompt
+experr "prompt + max_tokens beyond the context" /v1/completions '{"prompt": "a", "max_tokens": 5000}' 400 invalid_request_error max_tokens
+experr "unknown model" /v1/completions '{"model": "gpt-9", "prompt": "a"}' 404 invalid_request_error model
+experr "messages missing" /v1/chat/completions '{"model": "ref"}' 400 invalid_request_error messages
+experr "bad role" /v1/chat/completions '{"messages": [{"role": "wizard", "content": "x"}]}' 400 invalid_request_error messages
+experr "detokenize bad ids" /detokenize '{"tokens": [1, -5]}' 400 invalid_request_error tokens
+experr "unknown endpoint" /v1/embeddings '{}' 404 invalid_request_error
+if req "error: body too large" POST /v1/completions "@$tmp/big" 413 && is_error invalid_request_error; then :; else errs=$((errs + 1)); fi
+[ $errs -eq 0 ] && ok "every error answers an OpenAI error object with the right status (400, 404, 413)" \
+    || fail "errors" "$errs wrong"
+req "still serving" POST /v1/completions '{"prompt": "still there?", "max_tokens": 2}' 200 && ok "the server keeps serving after errors"
+
+# ---- 32 concurrent streaming clients = one by one; /metrics reconciles ---
+python3 - "$URL" <<'PY' && ok "32 concurrent streaming clients match one-by-one greedy outputs; /metrics reconciles" || fail "concurrency / metrics" "see above"
+import http.client, json, sys, threading, urllib.parse
+url = urllib.parse.urlparse(sys.argv[1])
+def metrics():
+    c = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    m = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            m[k] = float(v)
+    return m
+def run(prompt, stream):
+    body = {"prompt": prompt, "max_tokens": 10, "temperature": 0}
+    if stream: body.update(stream=True, stream_options={"include_usage": True})
+    c = http.client.HTTPConnection(url.hostname, url.port, timeout=120)
+    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200, r.status
+    if not stream:
+        d = json.loads(r.read())
+        return d["choices"][0]["text"], d["usage"]
+    text, usage, buf = "", None, b""
+    while True:
+        line = r.fp.readline()
+        if not line: break
+        line = line.strip()
+        if not line.startswith(b"data: "): continue
+        if line == b"data: [DONE]": break
+        ch = json.loads(line[6:])
+        if ch.get("usage"): usage = ch["usage"]
+        for c_ in ch["choices"]: text += c_["text"]
+    return text, usage
+pre = "A long shared preamble that fills a few KV blocks, so that repeats hit the prefix cache. " * 2
+prompts = [pre + "Prompt number %d: the %s of the matter is" % (i, ["heart", "crux", "root", "core"][i % 4]) for i in range(32)]
+before = metrics()
+seq = [run(p, False) for p in prompts]
+res = [None] * 32
+def worker(i):
+    try: res[i] = run(prompts[i], True)
+    except Exception as e: res[i] = ("ERROR %r" % e, None)
+ts = [threading.Thread(target=worker, args=(i,)) for i in range(32)]
+for t in ts: t.start()
+for t in ts: t.join()
+after = metrics()
+bad = 0
+for i in range(32):
+    if res[i][0] != seq[i][0]:
+        bad += 1; print("  prompt %d: concurrent %r != sequential %r" % (i, res[i][0], seq[i][0]))
+d = lambda k: after.get(k, 0) - before.get(k, 0)
+usages = [u for _, u in seq] + [u for _, u in res]
+if any(u is None for u in usages): bad += 1; print("  a stream had no usage chunk")
+else:
+    checks = {
+        'specula_http_requests_total{endpoint="/v1/completions",code="200"}': 64,
+        "specula_prompt_tokens_total": sum(u["prompt_tokens"] for u in usages),
+        "specula_completion_tokens_total": sum(u["completion_tokens"] for u in usages),
+        "specula_cached_prompt_tokens_total": sum(u["prompt_tokens_details"]["cached_tokens"] for u in usages),
+        "specula_time_to_first_token_seconds_count": 64,
+        "specula_e2e_request_latency_seconds_count": 64,
+        'specula_time_to_first_token_seconds_bucket{le="+Inf"}': 64,
+        'specula_requests_finished_total{reason="length"}': sum(1 for u in usages if u["completion_tokens"] == 10),
+        "specula_engine_requests_submitted_total": 64,
+        "specula_prefix_cache_hits_total": sum(u["prompt_tokens_details"]["cached_tokens"] for u in usages),
+        "specula_decode_tokens_total": sum(u["completion_tokens"] for u in usages),
+    }
+    for k, want in checks.items():
+        if d(k) != want: bad += 1; print("  %s grew by %s, expected %s" % (k, d(k), want))
+    if d("specula_inter_token_latency_seconds_count") < 64: bad += 1; print("  too few ITL samples")
+    if d("specula_prefix_cache_hits_total") <= 0: bad += 1; print("  the shared prefixes never hit the cache")
+    if after['specula_kv_blocks{state="in_use"}'] != 0: bad += 1; print("  blocks still in use")
+    tot = sum(after['specula_kv_blocks{state="%s"}' % s] for s in ("free", "cached", "in_use"))
+    if tot != after["specula_kv_blocks_total"]: bad += 1; print("  block states do not add up")
+    if after["specula_requests_active"] != 0: bad += 1; print("  requests still active")
+sys.exit(1 if bad else 0)
+PY
+
+# ---- the official OpenAI Node client -------------------------------------
+if ! command -v node >/dev/null; then
+    fail "node test" "node is not installed (apt-get install nodejs npm)"
+elif [ ! -d "$nodedir/node_modules/openai" ]; then
+    fail "node test" "the openai package is missing: run 'npm ci' in $nodedir"
+else
+    node "$nodedir/test.mjs" "$URL" ref >"$tmp/node.out" 2>&1
+    grep -E '^(ok|FAIL)' "$tmp/node.out"
+    res=$(grep '^NODE ' "$tmp/node.out" | tail -n 1)
+    if [ -z "$res" ]; then fail "node test" "no result: $(tail -n 5 "$tmp/node.out")"
+    else set -- $res; passed=$((passed + $2)); failed=$((failed + $3)); fi
+fi
+
+kill -TERM "$main"; wait "$main"; rc=$?
+[ $rc -eq 0 ] && grep -q stopping "$tmp/main.log" && ok "stops cleanly on SIGTERM" || fail "SIGTERM" "rc $rc"
+
+# ---- API keys (tenants), the queue limit, no chat template ----------------
+start_server keys -m "$model" --api-key key-one --api-key key-two --max-queue 1 || {
+    echo "RESULT $passed $((failed + 1))"; exit 1; }
+keys=$PID
+body='{"prompt": "hi", "max_tokens": 2}'
+if req "no key" POST /v1/completions "$body" 401 && is_error authentication_error \
+   && req "wrong key" POST /v1/completions "$body" 401 -H 'Authorization: Bearer key-three' \
+   && req "wrong key (prefix)" POST /v1/completions "$body" 401 -H 'Authorization: Bearer key-on' \
+   && req "models without key" GET /v1/models "" 401 \
+   && req "key one" POST /v1/completions "$body" 200 -H 'Authorization: Bearer key-one' \
+   && req "key two" GET /v1/models "" 200 -H 'Authorization: Bearer key-two' \
+   && req "health needs no key" GET /health "" 200; then
+    ok "API keys: 401 without or with a wrong key, 200 with either key"
+fi
+req "no chat template" POST /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}]}' 400 \
+    -H 'Authorization: Bearer key-one' && is_error invalid_request_error messages \
+    && grep -q "chat template" "$tmp/out" && ok "a model without a chat template: chat 400, completions work"
+
+python3 - "$URL" <<'PY' && ok "tenants: each key's prefix cache is its own; cache_salt splits further" || fail "tenant isolation" "see above"
+import http.client, json, sys, urllib.parse
+url = urllib.parse.urlparse(sys.argv[1])
+doc = "".join("line %d: all work and no play makes jack a dull boy\n" % i for i in range(16))
+def cached(key, tail, salt=None):
+    b = {"prompt": doc + tail, "max_tokens": 1, "temperature": 0}
+    if salt: b["cache_salt"] = salt
+    c = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+    c.request("POST", "/v1/completions", json.dumps(b), {"Authorization": "Bearer " + key})
+    r = c.getresponse(); d = json.loads(r.read())
+    assert r.status == 200, d
+    return d["usage"]["prompt_tokens_details"]["cached_tokens"]
+got = [cached("key-one", "a"), cached("key-one", "b"), cached("key-two", "c"), cached("key-two", "d"),
+       cached("key-one", "e", "s"), cached("key-two", "f", "s"), cached("key-one", "g", "s")]
+ok = got[0] == 0 and got[1] > 64 and got[2] == 0 and got[3] > 64 and got[4] == 0 and got[5] == 0 and got[6] > 64
+if not ok: print("  cached tokens:", got)
+sys.exit(0 if ok else 1)
+PY
+
+# the queue limit: one long stream in flight, the next request gets 429
+curl -sN -H 'Authorization: Bearer key-one' "$URL/v1/completions" \
+    -d '{"prompt": "Count:", "max_tokens": 1500, "temperature": 0, "stream": true}' >/dev/null &
+bg=$!
+for _ in $(seq 1 250); do
+    curl -s "$URL/metrics" | grep -q '^specula_requests_active 1' && break; sleep 0.02
+done
+code=$(curl -s -D "$tmp/hdr" -o "$tmp/out" -w '%{http_code}' -H 'Authorization: Bearer key-two' \
+       "$URL/v1/completions" -d '{"prompt": "x", "max_tokens": 1}')
+kill "$bg" 2>/dev/null; wait "$bg" 2>/dev/null
+if [ "$code" = 429 ] && grep -qi '^retry-after:' "$tmp/hdr" && is_error rate_limit_exceeded; then
+    ok "over --max-queue: 429 with Retry-After"
+else
+    fail "429" "HTTP $code: $(cat "$tmp/out")"
+fi
+for _ in $(seq 1 100); do
+    curl -s "$URL/metrics" | grep -q '^specula_requests_active 0' && break; sleep 0.05
+done
+curl -s "$URL/metrics" >"$tmp/m"
+if grep -q '^specula_requests_active 0' "$tmp/m" && grep -q '^specula_kv_blocks{state="in_use"} 0' "$tmp/m" \
+   && grep -q '^specula_client_disconnects_total 1' "$tmp/m" \
+   && req "after 429" POST /v1/completions "$body" 200 -H 'Authorization: Bearer key-two'; then
+    ok "a client that disconnects mid-stream is cancelled; its blocks return; serving goes on"
+else
+    fail "disconnect" "$(grep -E 'active|in_use|disconnect' "$tmp/m")"
+fi
+
+kill -TERM "$keys"; wait "$keys"; rc=$?
+[ $rc -eq 0 ] || fail "keys server exit" "rc $rc"
+
+# ---- a draft model (--spec draft) ------------------------------------------
+draft=$ref/models/ref-llama-spm-f16.gguf
+if start_server draft -m "$model" --spec draft --draft "$draft" --spec-fixed-k --spec-k 4 --served-model-name ref; then
+    python3 - "$URL" <<'PY' && ok "--spec draft: same greedy text as without speculation, drafts verified" || fail "--spec draft" "see above"
+import http.client, json, sys, urllib.parse
+url = urllib.parse.urlparse(sys.argv[1])
+def post(body):
+    c = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+    c.request("POST", "/v1/completions", json.dumps(body))
+    r = c.getresponse(); d = json.loads(r.read())
+    assert r.status == 200, d
+    return d
+p = "The history of the city begins"
+off = post({"prompt": p, "max_tokens": 20, "temperature": 0, "speculative": {"method": "off"}})
+dr = post({"prompt": p, "max_tokens": 20, "temperature": 0, "model": "ref"})
+bad = off["choices"][0]["text"] != dr["choices"][0]["text"]
+if bad: print("  %r != %r" % (off["choices"][0]["text"], dr["choices"][0]["text"]))
+s = dr["specula"]["spec"]
+if s["drafted"] <= 0: bad = True; print("  spec:", s)  # (the reference pair rarely agrees)
+sys.exit(1 if bad else 0)
+PY
+    kill -TERM "$PID"; wait "$PID" || fail "draft server exit" "rc $?"
+fi
+if grep -lE 'ERROR: (Address|Leak|Thread)Sanitizer|runtime error:|WARNING: ThreadSanitizer' "$tmp"/*.log; then
+    fail "sanitizer" "$(grep -hE -A 20 'Sanitizer|runtime error' "$tmp"/*.log | head -n 60)"
+fi
+
+echo "RESULT $passed $failed"
+[ $failed -eq 0 ]
