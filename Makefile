@@ -79,16 +79,16 @@ tsan:
 	  for t in $(TSAN_TESTS); do ln -s ../tests/$$t build-tsan/run/$$t; done
 	TSAN_OPTIONS=halt_on_error=1 tests/run.sh build-tsan/run
 
-BENCH_SRC := $(filter-out bench/bench_engine.c bench/bench_spec.c,$(wildcard bench/*.c))
+BENCH_SRC := $(filter-out bench/bench_engine.c bench/bench_spec.c bench/bench_util.c,$(wildcard bench/*.c))
 $(BIN)/bench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(LIB)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
 
-$(BIN)/bench_engine: $(BUILD)/bench/bench_engine.o $(LIB)
+$(BIN)/bench_engine: $(BUILD)/bench/bench_engine.o $(BUILD)/bench/bench_util.o $(LIB)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
 
-$(BIN)/bench_spec: $(BUILD)/bench/bench_spec.o $(LIB)
+$(BIN)/bench_spec: $(BUILD)/bench/bench_spec.o $(BUILD)/bench/bench_util.o $(LIB)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
 

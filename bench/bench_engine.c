@@ -31,218 +31,14 @@
  * goes to stderr. Exit status 1 on any engine error, 2 on bad arguments.
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "common.h"
 #include "kernels/kernels.h"
 #include "specula.h"
-
-/* ---- helpers ---------------------------------------------------------------- */
-
-static void die(const char *what, const char *err) {
-    fprintf(stderr, "bench_engine: %s%s%s\n", what, err && err[0] ? ": " : "", err ? err : "");
-    exit(1);
-}
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) die("out of memory", NULL);
-    return p;
-}
-
-static uint64_t rng_state = 0x5eed;
-static uint64_t rng_next(void) { /* splitmix64 */
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-/* a random non-special token id: 3 .. n_vocab-1 */
-static sp_token rand_tok(int32_t n_vocab) { return 3 + (sp_token)(rng_next() % (uint64_t)(n_vocab - 3)); }
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double median(const double *v, int n) {
-    if (n <= 0) return NAN;
-    double *t = xmalloc(sizeof(double) * (size_t)n);
-    memcpy(t, v, sizeof(double) * (size_t)n);
-    qsort(t, (size_t)n, sizeof(double), cmp_double);
-    double m = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-    free(t);
-    return m;
-}
-
-/* parses "a,b,c" into up to cap positive ints; returns the count or -1 */
-static int parse_ints(const char *s, int *out, int cap) {
-    int n = 0;
-    while (*s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v <= 0 || v > 1000000 || n == cap) return -1;
-        out[n++] = (int)v;
-        s = end;
-        if (*s == ',') s++;
-        else if (*s) return -1;
-    }
-    return n;
-}
-
-static int32_t round_up(int32_t x, int32_t to) { return (x + to - 1) / to * to; }
-
-/* ---- running a set of requests ------------------------------------------------ */
-
-typedef struct run run;
-
-typedef struct {
-    run *r;
-    int idx;
-    int32_t n_gen;
-    double t_submit, t_first, t_last;
-    double *ev_t;      /* event times (batching only), [cap_ev] */
-    int32_t *ev_n;     /* tokens in each event */
-    int32_t n_ev, cap_ev;
-    sp_request_stats st;
-    bool done;
-    char error[256];
-} req;
-
-struct run {
-    sp_engine *e;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    req *q;
-    int n, next, n_done;
-    bool failed;
-    char err[512];
-    sp_token **prompts;
-    const int32_t *plen;
-    sp_request_params tmpl;
-};
-
-static void submit_one(run *r, int i);
-
-static void on_event(const sp_event *ev, void *user) {
-    req *q = user;
-    if (ev->n_tokens > 0) {
-        double now = sp_time_s();
-        if (q->n_gen == 0) q->t_first = now;
-        q->t_last = now;
-        q->n_gen += ev->n_tokens;
-        if (q->n_ev < q->cap_ev) {
-            q->ev_t[q->n_ev] = now;
-            q->ev_n[q->n_ev++] = ev->n_tokens;
-        }
-    }
-    if (!ev->finished) return;
-    run *r = q->r;
-    int next = -1;
-    pthread_mutex_lock(&r->mu);
-    q->st = *ev->stats;
-    if (ev->error || ev->stats->finish == SP_FINISH_ERROR ||
-        ev->stats->finish == SP_FINISH_CANCELLED) {
-        snprintf(q->error, sizeof(q->error), "%s",
-                 ev->error ? ev->error : sp_finish_reason_str(ev->stats->finish));
-        if (!r->failed) {
-            r->failed = true;
-            snprintf(r->err, sizeof(r->err), "request %d: %s", q->idx, q->error);
-        }
-    }
-    q->done = true;
-    r->n_done++;
-    if (!r->failed && r->next < r->n) next = r->next++;
-    pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-    if (next >= 0) submit_one(r, next);
-}
-
-static void submit_one(run *r, int i) {
-    sp_request_params rp = r->tmpl;
-    rp.tokens = r->prompts[i];
-    rp.n_tokens = r->plen[i];
-    rp.on_event = on_event;
-    rp.user = &r->q[i];
-    char err[256];
-    r->q[i].t_submit = sp_time_s();
-    if (sp_engine_submit(r->e, &rp, err, sizeof(err)) < 0) {
-        pthread_mutex_lock(&r->mu);
-        if (!r->failed) {
-            r->failed = true;
-            snprintf(r->err, sizeof(r->err), "submitting request %d: %s", i, err);
-        }
-        pthread_cond_broadcast(&r->cv);
-        pthread_mutex_unlock(&r->mu);
-    }
-}
-
-/* Runs requests [0, n) with at most conc in flight; returns the wall time from
- * the first submit to the last finish. q must hold n zeroed entries (ev_* may
- * be preset). Exits on any error. */
-static double run_requests(sp_engine *e, sp_token **prompts, const int32_t *plen, int n, int conc,
-                           const sp_request_params *tmpl, req *q) {
-    run r;
-    memset(&r, 0, sizeof(r));
-    r.e = e;
-    pthread_mutex_init(&r.mu, NULL);
-    pthread_cond_init(&r.cv, NULL);
-    r.q = q;
-    r.n = n;
-    r.prompts = prompts;
-    r.plen = plen;
-    r.tmpl = *tmpl;
-    for (int i = 0; i < n; i++) {
-        q[i].r = &r;
-        q[i].idx = i;
-    }
-    if (conc > n) conc = n;
-    pthread_mutex_lock(&r.mu);
-    r.next = conc;
-    pthread_mutex_unlock(&r.mu);
-    double t0 = sp_time_s();
-    for (int i = 0; i < conc; i++) submit_one(&r, i);
-    pthread_mutex_lock(&r.mu);
-    while (r.n_done < n && !r.failed) pthread_cond_wait(&r.cv, &r.mu);
-    bool failed = r.failed;
-    pthread_mutex_unlock(&r.mu);
-    double wall = sp_time_s() - t0;
-    if (failed) die("engine request failed", r.err);
-    pthread_cond_destroy(&r.cv);
-    pthread_mutex_destroy(&r.mu);
-    return wall;
-}
-
-static sp_request_params base_params(int32_t max_tokens, bool ignore_eos) {
-    sp_request_params rp = sp_request_default_params();
-    rp.sampling = sp_sampler_greedy_params();
-    rp.max_tokens = max_tokens;
-    rp.ignore_eos = ignore_eos;
-    return rp;
-}
-
-static sp_engine *make_engine(const sp_model *m, sp_engine_params p) {
-    char err[512];
-    sp_engine *e = sp_engine_create(m, p, err, sizeof(err));
-    if (!e) die("creating the engine", err);
-    return e;
-}
-
-/* One short request whose first token no benchmark prompt uses (n_vocab-1),
- * so that its blocks can never be shared: faults in the weights and scratch. */
-static void warmup(sp_engine *e, int32_t n_vocab) {
-    sp_token t[24];
-    t[0] = n_vocab - 1;
-    for (int i = 1; i < 24; i++) t[i] = rand_tok(n_vocab);
-    sp_token *p = t;
-    int32_t len = 24;
-    req q;
-    memset(&q, 0, sizeof(q));
-    sp_request_params rp = base_params(2, true);
-    run_requests(e, &p, &len, 1, 1, &rp, &q);
-}
 
 static size_t kv_bytes_per_block(const sp_model_info *h, int32_t bs) {
     /* K and V, F16, every layer; a little slack for the pool's own layout */
@@ -268,13 +64,13 @@ static void bench_shared_doc(const sp_model *m, int threads, shared_doc_res *R) 
     sp_token *prefix = xmalloc(sizeof(sp_token) * (size_t)P);
     for (int i = 0; i < P; i++) prefix[i] = rand_tok(h->n_vocab);
     if (prefix[0] == h->n_vocab - 1) prefix[0] = 3;
-    sp_token **prompts = xmalloc(sizeof(sp_token *) * (size_t)N);
-    int32_t *plen = xmalloc(sizeof(int32_t) * (size_t)N);
+    prompt_t *prompts = xmalloc(sizeof(prompt_t) * (size_t)N);
     for (int i = 0; i < N; i++) {
-        prompts[i] = xmalloc(sizeof(sp_token) * (size_t)(P + S));
-        memcpy(prompts[i], prefix, sizeof(sp_token) * (size_t)P);
-        for (int j = 0; j < S; j++) prompts[i][P + j] = rand_tok(h->n_vocab);
-        plen[i] = P + S;
+        prompts[i].toks = xmalloc(sizeof(sp_token) * (size_t)(P + S));
+        memcpy(prompts[i].toks, prefix, sizeof(sp_token) * (size_t)P);
+        for (int j = 0; j < S; j++) prompts[i].toks[P + j] = rand_tok(h->n_vocab);
+        prompts[i].n = P + S;
+        prompts[i].gen = M;
     }
     sp_engine_params ep = sp_engine_default_params();
     ep.n_threads = threads;
@@ -284,22 +80,21 @@ static void bench_shared_doc(const sp_model *m, int threads, shared_doc_res *R) 
     ep.n_ctx = round_up(P + S + M, bs);
     /* the prefix plus three whole requests */
     ep.kv_mem = kv_bytes_per_block(h, bs) * (size_t)((P + 3 * ep.n_ctx) / bs + 8);
-    sp_request_params rp = base_params(M, true);
-    R->cached = calloc((size_t)N, sizeof(int32_t));
-    R->ttft_on = calloc((size_t)N, sizeof(double));
-    R->ttft_off = calloc((size_t)K, sizeof(double));
-    if (!R->cached || !R->ttft_on || !R->ttft_off) die("out of memory", NULL);
+    sp_request_params rp = base_params();
+    R->cached = xcalloc((size_t)N, sizeof(int32_t));
+    R->ttft_on = xcalloc((size_t)N, sizeof(double));
+    R->ttft_off = xcalloc((size_t)K, sizeof(double));
     sp_engine_stats s0, s1;
 
     /* (a) cache off: K cold requests, one at a time */
     ep.prefix_cache = false;
     sp_engine *e = make_engine(m, ep);
-    warmup(e, h->n_vocab);
+    warmup(e, h->n_vocab, &rng_state);
     sp_engine_get_stats(e, &s0);
     for (int i = 0; i < K; i++) {
         req q;
         memset(&q, 0, sizeof(q));
-        run_requests(e, &prompts[i], &plen[i], 1, 1, &rp, &q);
+        run_requests(e, &prompts[i], 1, 1, &rp, &q);
         R->ttft_off[i] = q.st.ttft_ms;
         fprintf(stderr, "shared-doc cache off: request %d ttft %.1f ms\n", i, q.st.ttft_ms);
     }
@@ -310,13 +105,13 @@ static void bench_shared_doc(const sp_model *m, int threads, shared_doc_res *R) 
     /* (b) cache on: all N in order */
     ep.prefix_cache = true;
     e = make_engine(m, ep);
-    warmup(e, h->n_vocab);
+    warmup(e, h->n_vocab, &rng_state);
     sp_engine_get_stats(e, &s0);
     int64_t sum_cached = 0, sum_prompt = 0;
     for (int i = 0; i < N; i++) {
         req q;
         memset(&q, 0, sizeof(q));
-        run_requests(e, &prompts[i], &plen[i], 1, 1, &rp, &q);
+        run_requests(e, &prompts[i], 1, 1, &rp, &q);
         R->ttft_on[i] = q.st.ttft_ms;
         R->cached[i] = q.st.cached_tokens;
         if (i > 0) sum_cached += q.st.cached_tokens, sum_prompt += q.st.prompt_tokens;
@@ -352,9 +147,8 @@ static void bench_shared_doc(const sp_model *m, int threads, shared_doc_res *R) 
         R->warm_ttft_med = R->warm_ttft_min = R->warm_ttft_max = NAN;
     }
     R->ratio = R->warm_ttft_med / R->cold_ttft_med;
-    for (int i = 0; i < N; i++) free(prompts[i]);
+    for (int i = 0; i < N; i++) free(prompts[i].toks);
     free(prompts);
-    free(plen);
     free(prefix);
 }
 
@@ -365,8 +159,8 @@ typedef struct {
     uint64_t hit_tokens_on, evictions_on;
 } no_reuse_res;
 
-static double no_reuse_once(const sp_model *m, int threads, bool cache, sp_token **prompts,
-                            const int32_t *plen, no_reuse_res *R) {
+static double no_reuse_once(const sp_model *m, int threads, bool cache, const prompt_t *prompts,
+                            no_reuse_res *R) {
     const sp_model_info *h = sp_model_get_info(m);
     sp_engine_params ep = sp_engine_default_params();
     ep.n_threads = threads;
@@ -375,13 +169,12 @@ static double no_reuse_once(const sp_model *m, int threads, bool cache, sp_token
     ep.n_ctx = round_up(R->prompt + R->gen, 16);
     ep.prefix_cache = cache;
     sp_engine *e = make_engine(m, ep);
-    warmup(e, h->n_vocab);
+    warmup(e, h->n_vocab, &rng_state);
     sp_engine_stats s0, s1;
     sp_engine_get_stats(e, &s0);
-    req *q = calloc((size_t)R->n, sizeof(req));
-    if (!q) die("out of memory", NULL);
-    sp_request_params rp = base_params(R->gen, true);
-    double wall = run_requests(e, prompts, plen, R->n, R->conc, &rp, q);
+    req *q = xcalloc((size_t)R->n, sizeof(req));
+    sp_request_params rp = base_params();
+    double wall = run_requests(e, prompts, R->n, R->conc, &rp, q);
     sp_engine_get_stats(e, &s1);
     uint64_t toks = 0;
     for (int i = 0; i < R->n; i++) toks += (uint64_t)(q[i].st.prompt_tokens + q[i].st.completion_tokens);
@@ -396,19 +189,19 @@ static double no_reuse_once(const sp_model *m, int threads, bool cache, sp_token
 
 static void bench_no_reuse(const sp_model *m, int threads, no_reuse_res *R) {
     const sp_model_info *h = sp_model_get_info(m);
-    sp_token **prompts = xmalloc(sizeof(sp_token *) * (size_t)R->n);
-    int32_t *plen = xmalloc(sizeof(int32_t) * (size_t)R->n);
+    prompt_t *prompts = xmalloc(sizeof(prompt_t) * (size_t)R->n);
     for (int i = 0; i < R->n; i++) {
-        prompts[i] = xmalloc(sizeof(sp_token) * (size_t)R->prompt);
-        prompts[i][0] = 3 + (sp_token)(i % (h->n_vocab - 4)); /* distinct, never n_vocab-1 */
-        for (int j = 1; j < R->prompt; j++) prompts[i][j] = rand_tok(h->n_vocab);
-        plen[i] = R->prompt;
+        prompts[i].toks = xmalloc(sizeof(sp_token) * (size_t)R->prompt);
+        prompts[i].toks[0] = 3 + (sp_token)(i % (h->n_vocab - 4)); /* distinct, never n_vocab-1 */
+        for (int j = 1; j < R->prompt; j++) prompts[i].toks[j] = rand_tok(h->n_vocab);
+        prompts[i].n = R->prompt;
+        prompts[i].gen = R->gen;
     }
     R->best_on = R->best_off = 0;
     for (int rep = 0; rep < R->reps; rep++) {
         for (int k = 0; k < 2; k++) {
             bool cache = (rep + k) % 2 == 0;
-            double tps = no_reuse_once(m, threads, cache, prompts, plen, R);
+            double tps = no_reuse_once(m, threads, cache, prompts, R);
             if (cache) R->tps_on[rep] = tps, R->best_on = fmax(R->best_on, tps);
             else R->tps_off[rep] = tps, R->best_off = fmax(R->best_off, tps);
             fprintf(stderr, "no-reuse rep %d cache %s: %.2f tokens/s\n", rep, cache ? "on" : "off",
@@ -416,9 +209,8 @@ static void bench_no_reuse(const sp_model *m, int threads, no_reuse_res *R) {
         }
     }
     R->ratio = R->best_on / R->best_off;
-    for (int i = 0; i < R->n; i++) free(prompts[i]);
+    for (int i = 0; i < R->n; i++) free(prompts[i].toks);
     free(prompts);
-    free(plen);
 }
 
 typedef struct {
@@ -430,13 +222,13 @@ typedef struct {
 static void bench_batching(const sp_model *m, int threads, int gen, int plen_each, int c,
                            batching_res *R) {
     const sp_model_info *h = sp_model_get_info(m);
-    sp_token **prompts = xmalloc(sizeof(sp_token *) * (size_t)c);
-    int32_t *plen = xmalloc(sizeof(int32_t) * (size_t)c);
+    prompt_t *prompts = xmalloc(sizeof(prompt_t) * (size_t)c);
     for (int i = 0; i < c; i++) {
-        prompts[i] = xmalloc(sizeof(sp_token) * (size_t)plen_each);
-        prompts[i][0] = 3 + (sp_token)(i % (h->n_vocab - 4));
-        for (int j = 1; j < plen_each; j++) prompts[i][j] = rand_tok(h->n_vocab);
-        plen[i] = plen_each;
+        prompts[i].toks = xmalloc(sizeof(sp_token) * (size_t)plen_each);
+        prompts[i].toks[0] = 3 + (sp_token)(i % (h->n_vocab - 4));
+        for (int j = 1; j < plen_each; j++) prompts[i].toks[j] = rand_tok(h->n_vocab);
+        prompts[i].n = plen_each;
+        prompts[i].gen = gen;
     }
     sp_engine_params ep = sp_engine_default_params();
     ep.n_threads = threads;
@@ -444,16 +236,15 @@ static void bench_batching(const sp_model *m, int threads, int gen, int plen_eac
     ep.max_batch_tokens = c * plen_each > 512 ? c * plen_each : 512;
     ep.n_ctx = round_up(plen_each + gen, 16);
     sp_engine *e = make_engine(m, ep);
-    warmup(e, h->n_vocab);
-    req *q = calloc((size_t)c, sizeof(req));
-    if (!q) die("out of memory", NULL);
+    warmup(e, h->n_vocab, &rng_state);
+    req *q = xcalloc((size_t)c, sizeof(req));
     for (int i = 0; i < c; i++) {
         q[i].cap_ev = gen + 1;
         q[i].ev_t = xmalloc(sizeof(double) * (size_t)(gen + 1));
         q[i].ev_n = xmalloc(sizeof(int32_t) * (size_t)(gen + 1));
     }
-    sp_request_params rp = base_params(gen, true);
-    run_requests(e, prompts, plen, c, c, &rp, q);
+    sp_request_params rp = base_params();
+    run_requests(e, prompts, c, c, &rp, q);
     sp_engine_free(e);
     double first_min = 1e300, first_max = 0, last = 0, tpot = 0, ttft = 0;
     int64_t total = 0;
@@ -481,11 +272,10 @@ static void bench_batching(const sp_model *m, int threads, int gen, int plen_eac
     for (int i = 0; i < c; i++) {
         free(q[i].ev_t);
         free(q[i].ev_n);
-        free(prompts[i]);
+        free(prompts[i].toks);
     }
     free(q);
     free(prompts);
-    free(plen);
 }
 
 /* ---- main ------------------------------------------------------------------------- */
@@ -498,6 +288,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    bench_prog = "bench_engine";
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -649,8 +440,7 @@ int main(int argc, char **argv) {
     if (do_bt) {
         const int gen = bt[0];
         const int nc = n_bt - 1;
-        batching_res *R = calloc((size_t)nc, sizeof(batching_res));
-        if (!R) die("out of memory", NULL);
+        batching_res *R = xcalloc((size_t)nc, sizeof(batching_res));
         for (int k = 0; k < nc; k++) {
             if (bt[1 + k] > 1024) die("--batching: concurrency above 1024", NULL);
             bench_batching(m, threads, gen, batch_prompt, bt[1 + k], &R[k]);

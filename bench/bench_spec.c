@@ -54,58 +54,17 @@
  * bad arguments.
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "common.h"
 #include "kernels/kernels.h"
 #include "specula.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-static void die(const char *what, const char *err) {
-    fprintf(stderr, "bench_spec: %s%s%s\n", what, err && err[0] ? ": " : "", err ? err : "");
-    exit(1);
-}
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) die("out of memory", NULL);
-    return p;
-}
-static void *xcalloc(size_t n, size_t sz) {
-    void *p = calloc(n ? n : 1, sz ? sz : 1);
-    if (!p) die("out of memory", NULL);
-    return p;
-}
-
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static uint64_t rng_state = 0x5eed;
-static uint64_t rng_next(void) { return splitmix(&rng_state); }
-/* a random non-special token id: 3 .. n_vocab-1 */
-static sp_token rand_tok(int32_t n_vocab) { return 3 + (sp_token)(rng_next() % (uint64_t)(n_vocab - 3)); }
-
-/* parses "a,b,c" into up to cap positive ints; returns the count or -1 */
-static int parse_ints(const char *s, int *out, int cap) {
-    int n = 0;
-    while (*s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v <= 0 || v > 1000000 || n == cap) return -1;
-        out[n++] = (int)v;
-        s = end;
-        if (*s == ',') s++;
-        else if (*s) return -1;
-    }
-    return n;
-}
 /* parses "a,b,c" into up to cap doubles in (0,1); returns the count or -1 */
 static int parse_alphas(const char *s, double *out, int cap) {
     int n = 0;
@@ -120,8 +79,6 @@ static int parse_alphas(const char *s, double *out, int cap) {
     }
     return n;
 }
-
-static int32_t round_up(int32_t x, int32_t to) { return (x + to - 1) / to * to; }
 
 /* a growable string */
 typedef struct {
@@ -156,152 +113,21 @@ static void jsf(const char *fmt, ...) {
 
 /* ---- running a set of requests ------------------------------------------------ */
 
-typedef struct {
-    sp_token *toks;
-    int32_t n;      /* prompt tokens */
-    int32_t gen;    /* max_tokens */
-} prompt_t;
-
-typedef struct run run;
-
-typedef struct {
-    run *r;
-    int idx;
-    sp_token *out; /* [gen] */
-    int32_t n_out, cap_out;
-    sp_request_stats st;
-    bool done;
-    char error[256];
-} req;
-
-struct run {
-    sp_engine *e;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    req *q;
-    int n, next, n_done;
-    bool failed;
-    char err[512];
-    const prompt_t *prompts;
-    sp_request_params tmpl;
-};
-
-static void submit_one(run *r, int i);
-
-static void on_event(const sp_event *ev, void *user) {
-    req *q = user;
-    for (int32_t i = 0; i < ev->n_tokens && q->n_out < q->cap_out; i++) q->out[q->n_out++] = ev->tokens[i];
-    if (!ev->finished) return;
-    run *r = q->r;
-    int next = -1;
-    pthread_mutex_lock(&r->mu);
-    q->st = *ev->stats;
-    if (ev->error || ev->stats->finish == SP_FINISH_ERROR ||
-        ev->stats->finish == SP_FINISH_CANCELLED) {
-        snprintf(q->error, sizeof(q->error), "%s",
-                 ev->error ? ev->error : sp_finish_reason_str(ev->stats->finish));
-        if (!r->failed) {
-            r->failed = true;
-            snprintf(r->err, sizeof(r->err), "request %d: %s", q->idx, q->error);
-        }
-    }
-    q->done = true;
-    r->n_done++;
-    if (!r->failed && r->next < r->n) next = r->next++;
-    pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-    if (next >= 0) submit_one(r, next);
-}
-
-static void submit_one(run *r, int i) {
-    sp_request_params rp = r->tmpl;
-    rp.tokens = r->prompts[i].toks;
-    rp.n_tokens = r->prompts[i].n;
-    rp.max_tokens = r->prompts[i].gen;
-    rp.on_event = on_event;
-    rp.user = &r->q[i];
-    char err[256];
-    if (sp_engine_submit(r->e, &rp, err, sizeof(err)) < 0) {
-        pthread_mutex_lock(&r->mu);
-        if (!r->failed) {
-            r->failed = true;
-            snprintf(r->err, sizeof(r->err), "submitting request %d: %s", i, err);
-        }
-        pthread_cond_broadcast(&r->cv);
-        pthread_mutex_unlock(&r->mu);
-    }
-}
-
-/* Runs requests [0, n) with at most conc in flight and returns the wall time
- * from the first submit to the last finish; q gets n fresh entries (outputs
- * included; free with free_reqs). Exits on any error. */
-static double run_requests(sp_engine *e, const prompt_t *prompts, int n, int conc,
-                           const sp_request_params *tmpl, req *q) {
-    run r;
-    memset(&r, 0, sizeof(r));
-    r.e = e;
-    pthread_mutex_init(&r.mu, NULL);
-    pthread_cond_init(&r.cv, NULL);
-    r.q = q;
-    r.n = n;
-    r.prompts = prompts;
-    r.tmpl = *tmpl;
+/* Runs requests [0, n) as run_requests does, into n fresh entries of q that
+ * keep their output tokens (free with free_reqs). */
+static double run_spec(sp_engine *e, const prompt_t *prompts, int n, int conc,
+                       const sp_request_params *tmpl, req *q) {
     for (int i = 0; i < n; i++) {
         memset(&q[i], 0, sizeof(q[i]));
-        q[i].r = &r;
-        q[i].idx = i;
         q[i].cap_out = prompts[i].gen;
         q[i].out = xmalloc(sizeof(sp_token) * (size_t)prompts[i].gen);
     }
-    if (conc > n) conc = n;
-    pthread_mutex_lock(&r.mu);
-    r.next = conc;
-    pthread_mutex_unlock(&r.mu);
-    double t0 = sp_time_s();
-    for (int i = 0; i < conc; i++) submit_one(&r, i);
-    pthread_mutex_lock(&r.mu);
-    while (r.n_done < n && !r.failed) pthread_cond_wait(&r.cv, &r.mu);
-    bool failed = r.failed;
-    pthread_mutex_unlock(&r.mu);
-    double wall = sp_time_s() - t0;
-    if (failed) die("engine request failed", r.err);
-    pthread_cond_destroy(&r.cv);
-    pthread_mutex_destroy(&r.mu);
-    return wall;
+    return run_requests(e, prompts, n, conc, tmpl, q);
 }
 
 static void free_reqs(req *q, int n) {
     for (int i = 0; i < n; i++) free(q[i].out);
     free(q);
-}
-
-static sp_request_params base_params(void) {
-    sp_request_params rp = sp_request_default_params();
-    rp.sampling = sp_sampler_greedy_params();
-    rp.ignore_eos = true;
-    return rp;
-}
-
-static sp_engine *make_engine(const sp_model *m, sp_engine_params p) {
-    char err[512];
-    sp_engine *e = sp_engine_create(m, p, err, sizeof(err));
-    if (!e) die("creating the engine", err);
-    return e;
-}
-
-/* One short request whose first token no benchmark prompt uses (n_vocab-1),
- * so that its blocks can never be shared: faults in the weights and scratch. */
-static void warmup(sp_engine *e, int32_t n_vocab) {
-    sp_token t[24];
-    uint64_t s = 0xa11ce;
-    t[0] = n_vocab - 1;
-    for (int i = 1; i < 24; i++) t[i] = 3 + (sp_token)(splitmix(&s) % (uint64_t)(n_vocab - 3));
-    prompt_t p = {t, 24, 2};
-    req *q = xcalloc(1, sizeof(req));
-    sp_request_params rp = base_params();
-    rp.spec = SP_SPEC_OFF;
-    run_requests(e, &p, 1, 1, &rp, q);
-    free_reqs(q, 1);
 }
 
 /* Sums over requests [from, to) */
@@ -620,7 +446,8 @@ static void run_cell(const wl_cfg *cfg, sp_spec_mode mode, int c, int w, const p
     sp_request_params rp = base_params();
     for (int rep = 0; rep < cfg->reps; rep++) {
         sp_engine *e = make_engine(cfg->m, ep);
-        warmup(e, h->n_vocab);
+        uint64_t warm_rng = 0xa11ce;
+        warmup(e, h->n_vocab, &warm_rng);
         sp_engine_stats s0, s1;
         sp_engine_get_stats(e, &s0);
         int nq = w == W_REPEATED ? 2 * n : n;
@@ -628,14 +455,14 @@ static void run_cell(const wl_cfg *cfg, sp_spec_mode mode, int c, int w, const p
         cell r;
         memset(&r, 0, sizeof(r));
         if (w == W_REPEATED) {
-            double w1 = run_requests(e, P, n, c, &rp, q);
-            double w2 = run_requests(e, P, n, c, &rp, q + n);
+            double w1 = run_spec(e, P, n, c, &rp, q);
+            double w2 = run_spec(e, P, n, c, &rp, q + n);
             for (int i = 0; i < n; i++) q[n + i].idx = n + i;
             r.r1 = aggregate(q, 0, n, w1);
             r.r2 = aggregate(q, n, 2 * n, w2);
             r.all = aggregate(q, 0, 2 * n, w1 + w2);
         } else {
-            double wall = run_requests(e, P, n, c, &rp, q);
+            double wall = run_spec(e, P, n, c, &rp, q);
             r.all = aggregate(q, 0, n, wall);
         }
         sp_engine_get_stats(e, &s1);
@@ -763,7 +590,7 @@ static int bench_workloads(const wl_cfg *cfg, const char *dir, const int *modes,
         int nw = SP_MIN(4, WN[W_COMPLETION]);
         req *q = xcalloc((size_t)nw, sizeof(req));
         sp_request_params rp = base_params();
-        run_requests(e, W[W_COMPLETION], nw, nw, &rp, q);
+        run_spec(e, W[W_COMPLETION], nw, nw, &rp, q);
         free_reqs(q, nw);
         sp_engine_free(e);
     }
@@ -896,7 +723,7 @@ static int32_t replay_propose(const sp_token *toks, int32_t n, int32_t k, sp_tok
         sp_token t = u->rec[n + g];
         double x = (double)(splitmix(&u->rng) >> 11) * (1.0 / 9007199254740992.0);
         if (x >= u->alpha) {
-            sp_token w = 3 + (sp_token)(splitmix(&u->rng) % (uint64_t)(u->n_vocab - 3));
+            sp_token w = rand_tok_from(&u->rng, u->n_vocab);
             if (w == t) w = w + 1 < u->n_vocab ? w + 1 : 3;
             t = w;
             u->wrong++;
@@ -929,7 +756,8 @@ static int bench_replay(const sp_model *m, int threads, const double *alphas, in
     ep.n_ctx = round_up(plen + gen + SP_SPEC_K_MAX, 16);
     if (h->n_ctx_train > 0 && ep.n_ctx > h->n_ctx_train && plen + gen <= h->n_ctx_train) ep.n_ctx = plen + gen;
     sp_engine *e = make_engine(m, ep);
-    warmup(e, h->n_vocab);
+    uint64_t warm_rng = 0xa11ce;
+    warmup(e, h->n_vocab, &warm_rng);
 
     prompt_t P;
     P.toks = xmalloc(sizeof(sp_token) * (size_t)plen);
@@ -951,7 +779,7 @@ static int bench_replay(const sp_model *m, int threads, const double *alphas, in
         rp.propose = NULL;
         rp.spec = SP_SPEC_OFF;
         rp.spec_k = 0;
-        run_requests(e, &P, 1, 1, &rp, q);
+        run_spec(e, &P, 1, 1, &rp, q);
         off_tps[ai] = 1000.0 / q->st.tpot_ms;
         if (ai == 0) {
             memcpy(rec + plen, q->out, sizeof(sp_token) * (size_t)q->n_out);
@@ -974,7 +802,7 @@ static int bench_replay(const sp_model *m, int threads, const double *alphas, in
             rp.propose_user = &u;
             rp.spec = SP_SPEC_DEFAULT;
             rp.spec_k = ks[ki];
-            run_requests(e, &P, 1, 1, &rp, q);
+            run_spec(e, &P, 1, 1, &rp, q);
             r->alpha = alphas[ai];
             r->k = ks[ki];
             r->tpot_ms = q->st.tpot_ms;
@@ -1073,6 +901,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    bench_prog = "bench_spec";
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -108,4 +108,8 @@ static inline sp_bf16 sp_f32_to_bf16(float f) {
 /* Monotonic clock in seconds. */
 double sp_time_s(void);
 
+/* Byte length (1..4) of the valid UTF-8 character at s[0..n) (n >= 1): 0 if it is
+ * truncated, malformed, overlong, a surrogate or above U+10FFFF. */
+int sp_utf8_len(const unsigned char *s, size_t n);
+
 #endif

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "common.h"
 
 /* The bundled pair is found beside the binary (bin/../models) or under the
  * working directory; SPECULA_MODEL overrides both. */
@@ -75,21 +76,6 @@ char *cli_read_file(const char *path, size_t *len) {
     return buf;
 }
 
-/* Length of the valid UTF-8 character at s (0 if invalid). */
-static int utf8_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (!len || (size_t)len > n) return 0;
-    for (int i = 1; i < len; i++)
-        if ((s[i] & 0xc0) != 0x80) return 0;
-    uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
-    for (int i = 1; i < len; i++) cp = (cp << 6) | (s[i] & 0x3f);
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
 void cli_json_str(FILE *f, const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     fputc('"', f);
@@ -107,7 +93,7 @@ void cli_json_str(FILE *f, const char *s, size_t n) {
         } else if (c < 0x20 || c == 0x7f) {
             fprintf(f, "\\u%04x", c);
         } else if (c >= 0x80) {
-            int l = utf8_len(u + i, n - i);
+            int l = sp_utf8_len(u + i, n - i);
             if (l == 0) {
                 fputs("\xef\xbf\xbd", f); /* U+FFFD */
                 i++;

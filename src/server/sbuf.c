@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
+
 bool sb_add(sbuf *b, const void *s, size_t n) {
     if (b->oom) return false;
     if (b->len + n + 1 > b->cap) {
@@ -53,21 +55,6 @@ void sb_free(sbuf *b) {
     memset(b, 0, sizeof(*b));
 }
 
-/* Length of the valid UTF-8 character at s (0 if invalid). */
-static int utf8_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (!len || (size_t)len > n) return 0;
-    for (int i = 1; i < len; i++)
-        if ((s[i] & 0xc0) != 0x80) return 0;
-    uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
-    for (int i = 1; i < len; i++) cp = (cp << 6) | (s[i] & 0x3f);
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
 bool sb_json_str(sbuf *b, const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     sb_add(b, "\"", 1);
@@ -86,7 +73,7 @@ bool sb_json_str(sbuf *b, const char *s, size_t n) {
             snprintf(tmp, sizeof(tmp), "\\u%04x", c);
             esc = tmp;
         } else if (c >= 0x80) {
-            l = utf8_len(u + i, n - i);
+            l = sp_utf8_len(u + i, n - i);
             if (!l) {
                 esc = "\xef\xbf\xbd";
                 l = 1;
@@ -109,7 +96,7 @@ char *utf8_sanitize(const char *s, size_t n) {
     if (!out) return NULL;
     size_t o = 0;
     for (size_t i = 0; i < n;) {
-        int l = u[i] < 0x80 ? 1 : utf8_len(u + i, n - i);
+        int l = u[i] < 0x80 ? 1 : sp_utf8_len(u + i, n - i);
         if (!l) {
             memcpy(out + o, "\xef\xbf\xbd", 3);
             o += 3;
