@@ -178,6 +178,14 @@ def main():
     ap.add_argument("--untied", action="store_true")
     ap.add_argument("--save-every", type=int, default=100,
                     help="checkpoint OUT/model.pt every N steps (a killed run keeps its last one)")
+    ap.add_argument("--init", default=None,
+                    help="start from this checkpoint's weights (a fresh optimizer): a second "
+                         "phase, e.g. a learning-rate cooldown after a run cut short")
+    ap.add_argument("--step-offset", type=int, default=0,
+                    help="steps done before (--init): logged steps and tokens continue from there")
+    ap.add_argument("--stop-step", type=int, default=0,
+                    help="end after this step although the schedule spans --steps (replays "
+                         "a run that --max-seconds cut short, deterministically)")
     ap.add_argument("--max-seconds", type=float, default=0,
                     help="safety stop: end early (and say so in config.json) past this wall time")
     a = ap.parse_args()
@@ -190,6 +198,11 @@ def main():
     c = dict(PRESETS[a.preset], vocab=4096, ctx=a.ctx, eps=1e-5, rope_base=10000.0,
              tied=not a.untied)
     model = Llama(c)
+    if a.init:
+        ck = torch.load(a.init)
+        if ck["config"] != c:
+            sys.exit("--init: checkpoint config %s differs from %s" % (ck["config"], c))
+        model.load_state_dict(ck["state_dict"])
     n_params = sum(p.numel() for p in model.parameters())
     print("preset %s: %d parameters, %d train / %d held-out tokens" % (
         a.preset, n_params, len(train), len(held)), file=sys.stderr)
@@ -221,13 +234,14 @@ def main():
         ev = evaluate(model, held, a.ctx) if step % a.eval_every == 0 or step == a.steps else ""
         if step % a.log_every == 0 or ev != "" or step == 1:
             dt = time.time() - t0
-            w.writerow([step, step * a.batch * a.ctx, "%.4f" % loss.item(), ev and "%.4f" % ev,
+            w.writerow([step + a.step_offset, (step + a.step_offset) * a.batch * a.ctx,
+                        "%.4f" % loss.item(), ev and "%.4f" % ev,
                         "%.3g" % lr, "%.1f" % dt])
             log.flush()
             print("step %d loss %.4f%s lr %.3g  %.0f tok/s" % (
                 step, loss.item(), ev and " heldout %.4f" % ev, lr, step * a.batch * a.ctx / dt),
                 file=sys.stderr)
-        stop = a.max_seconds and time.time() - t0 > a.max_seconds
+        stop = (a.max_seconds and time.time() - t0 > a.max_seconds) or step == a.stop_step
         if step % a.save_every == 0 or step == a.steps or stop:
             save(model, c, out, dict(steps_done=step, seconds=round(time.time() - t0, 1),
                                      stopped_early=bool(stop and step < a.steps)))
