@@ -37,16 +37,14 @@
 
 #include "kernels_internal.h"
 
-/* Bytes of converted activations one tile call works on (nt tokens x a K
- * range). Prefill (several token tiles over the same rows): 24 KiB, so that
- * they stay in L1 (48 KiB) next to the weight stream; 64 KiB was 20-30%
- * slower at 128 tokens. A single token tile (decode, verification of up to
- * 8 tokens): 64 KiB, because cutting K there makes the weight stream
- * non-contiguous (each row read in pieces), which cost more than the L1
- * misses on activations: 5 tokens vs 1 went from 1.26x to 1.2x (Q8_0) and
- * from 1.5x to 1.27x (Q4_K) on the TinyLlama shapes (k = 5632 is not cut). */
+/* Bytes of converted activations one tile call works on (max_nt tokens x
+ * a K range): 24 KiB, so that they stay in L1 (48 KiB) next to the weight
+ * stream; 64 KiB was 20-30% slower at 128 tokens. The same ranges serve
+ * decode and verification, although an uncut K streams each weight row in
+ * one piece (a 64 KiB budget for them measured 1.26x vs 1.2x for verifying
+ * 5 tokens on Q8_0, 1.5x vs 1.27x on Q4_K): batch-independent rounding is
+ * worth more than that (see sp_matmul). */
 #define SP_MM_X_BUDGET_PREFILL (24 * 1024)
-#define SP_MM_X_BUDGET_ONE_TILE (64 * 1024)
 #define SP_MM_CHUNK_BYTES (256 * 1024)  /* weight bytes per row chunk (L2 resident) */
 #define SP_MM_MIN_CHUNK_BYTES (32 * 1024) /* smallest guided chunk */
 #define SP_MM_MAX_CHUNKS 256
@@ -208,11 +206,17 @@ void sp_matmul(sp_pool *pool, const void *w, sp_type wt, int64_t n_rows, int64_t
     }
     atomic_init(&j.arrived, 0);
 
-    /* K range per tile call: the tile's activations fit the L1 budget */
+    /* K range per tile call: the tile's activations fit the L1 budget.
+     * The ranges depend on the matrix only, never on n_tok: a token's
+     * result is then the same sum in the same order whatever batch it is
+     * in (decode, a verification of k proposals, a prefill chunk), which
+     * is what makes speculative and batched output equal plain decoding
+     * bit for bit; splitting K differently per batch size changed the
+     * rounding and flipped argmaxes of chaotic (random-weight) models. */
     if (mm->kgroup) {
-        const int64_t nt = SP_MIN((int64_t)mm->max_nt, n_tok);
+        const int64_t nt = mm->max_nt;
         const int64_t ngroups = (k + mm->kgroup - 1) / mm->kgroup;
-        const size_t budget = n_tok <= mm->max_nt ? SP_MM_X_BUDGET_ONE_TILE : SP_MM_X_BUDGET_PREFILL;
+        const size_t budget = SP_MM_X_BUDGET_PREFILL;
         int64_t g = (int64_t)(budget / ((size_t)nt * mm->xgroup_bytes));
         g = SP_MAX(1, SP_MIN(g, ngroups));
         const int64_t nranges = (ngroups + g - 1) / g;
