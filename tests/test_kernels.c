@@ -414,6 +414,7 @@ static void matmul_case(sp_type t) {
         float *want = malloc((size_t)(nt * ldy) * sizeof *want);
         float *got = malloc((size_t)(nt * ldy) * sizeof *got);
         float *first = malloc((size_t)(nt * ldy) * sizeof *first);
+        float *alone = malloc((size_t)nr * sizeof *alone);
         double *tol = malloc((size_t)(nt * nr) * sizeof *tol);
         sp_matmul_ref(w, t, nr, k, x, nt, want, ldy);
         const size_t rb = sp_row_size(t, k);
@@ -445,9 +446,18 @@ static void matmul_case(sp_type t) {
                 if (p == 0) memcpy(first, got, (size_t)(nt * ldy) * sizeof *got);
                 else CHECK(!memcmp(first, got, (size_t)(nt * ldy) * sizeof *got), "%s %s: pool %d differs from 1 thread",
                            LEVELS[l], sp_type_info(t)->name, sp_pool_size(pools[p]));
+                /* nor may the batch: each token alone gives the same bits
+                 * (speculative verification equals plain decoding only so) */
+                if (p == 1)
+                    for (int64_t tt = 0; tt < nt; tt++) {
+                        sp_matmul(pools[p], w, t, nr, k, x + tt * k, 1, alone, nr, scratch);
+                        CHECK(!memcmp(alone, got + tt * ldy, (size_t)nr * sizeof *got),
+                              "%s %s k %lld: token %lld of a batch of %lld differs from it alone",
+                              LEVELS[l], sp_type_info(t)->name, (long long)k, (long long)tt, (long long)nt);
+                    }
             }
         }
-        free(w); free(x); free(want); free(got); free(first); free(tol); free(scratch);
+        free(w); free(x); free(want); free(got); free(first); free(alone); free(tol); free(scratch);
     }
     for (int p = 1; p < 3; p++) sp_pool_free(pools[p]);
 }
