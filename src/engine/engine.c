@@ -73,6 +73,7 @@ struct request {
     /* engine side */
     int32_t slot;              /* -1 when not running */
     sp_block_hash *hashes;     /* [max_blocks_per_seq] chain over toks' full blocks */
+    int32_t n_hashed;          /* leading entries of hashes computed */
     int32_t n_committed;       /* leading blocks of the slot committed to the cache */
     int32_t max_computed;      /* furthest kv_len ever reached (recompute accounting) */
     bool admitted_once;
@@ -877,22 +878,28 @@ static const uint8_t *salt_of(const request *r, size_t *len) {
     return (const uint8_t *)r->salt;
 }
 
-/* Hashes of toks' first n_blocks full blocks into r->hashes. */
-static void hash_blocks(sp_engine *e, request *r, int32_t n_blocks) {
+/* Hashes of toks' first n_blocks full blocks into r->hashes; the blocks
+ * hashed before are kept (toks only grows), so each is hashed once. */
+static int32_t hash_blocks(sp_engine *e, request *r, int32_t n_blocks) {
+    if (n_blocks <= r->n_hashed) return n_blocks;
     size_t sl;
     const uint8_t *salt = salt_of(r, &sl);
-    sp_block_hash_chain(r->toks, n_blocks * e->p.kv_block_size, e->p.kv_block_size,
-                        e->model_key, sizeof(e->model_key), salt, sl, r->hashes);
+    int32_t got = sp_block_hash_extend(r->toks, n_blocks * e->p.kv_block_size, e->p.kv_block_size,
+                                       e->model_key, sizeof(e->model_key), salt, sl, r->hashes,
+                                       r->n_hashed);
+    if (got > r->n_hashed) r->n_hashed = got; /* -1: libcrypto out of memory */
+    return r->n_hashed < n_blocks ? r->n_hashed : n_blocks;
 }
 
 /* Commits the slot's blocks that became full of computed tokens. */
 static void commit_full_blocks(sp_engine *e, request *r) {
     if (!e->p.prefix_cache) return;
-    const int32_t bs = e->p.kv_block_size, full = kv_len(e, r) / bs;
+    const int32_t bs = e->p.kv_block_size;
+    int32_t full = kv_len(e, r) / bs;
     if (full <= r->n_committed) return;
-    hash_blocks(e, r, full);
+    full = hash_blocks(e, r, full); /* fewer only when hashing ran out of memory */
     for (int32_t b = r->n_committed; b < full; b++) sp_kv_paged_commit(e->kv, r->slot, b, &r->hashes[b]);
-    r->n_committed = full;
+    if (full > r->n_committed) r->n_committed = full;
 }
 
 static void preempt(sp_engine *e, request *r) {
@@ -924,8 +931,7 @@ static bool admit(sp_engine *e, request *r, int32_t reserved) {
     /* at least the last token is computed so a full hit still yields logits */
     int32_t hit = 0;
     if (e->p.prefix_cache) {
-        int32_t usable = (r->n_all - 1) / bs;
-        hash_blocks(e, r, usable);
+        int32_t usable = hash_blocks(e, r, (r->n_all - 1) / bs);
         hit = sp_kv_paged_match(e->kv, r->hashes, usable);
     }
     int32_t need = (r->n_all - hit * bs + bs - 1) / bs + 1; /* +1: room to decode */

@@ -20,15 +20,21 @@ static void le64(uint8_t out[8], uint64_t x) {
 int32_t sp_block_hash_chain(const int32_t *tokens, int32_t n, int32_t block_size,
                             const uint8_t *extra, size_t extra_len,
                             const uint8_t *salt, size_t salt_len, sp_block_hash *out) {
+    return sp_block_hash_extend(tokens, n, block_size, extra, extra_len, salt, salt_len, out, 0);
+}
+
+int32_t sp_block_hash_extend(const int32_t *tokens, int32_t n, int32_t block_size,
+                             const uint8_t *extra, size_t extra_len, const uint8_t *salt,
+                             size_t salt_len, sp_block_hash *out, int32_t from) {
     if (n <= 0 || block_size <= 0) return 0;
     int32_t nb = n / block_size;
-    if (nb == 0) return 0;
+    if (nb <= from) return nb;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     if (!ctx) return -1;
     const EVP_MD *md = EVP_sha256();
     static const uint8_t zero[32];
-    int32_t done = 0;
-    for (int32_t b = 0; b < nb; b++) {
+    int32_t done = from;
+    for (int32_t b = from; b < nb; b++) {
         uint8_t buf[256]; /* tokens, 64 at a time, as little-endian int32 */
         uint8_t len8[8];
         unsigned int mdlen = 0;

@@ -87,6 +87,13 @@ int32_t sp_block_hash_chain(const int32_t *tokens, int32_t n, int32_t block_size
                             const uint8_t *extra, size_t extra_len,
                             const uint8_t *salt, size_t salt_len, sp_block_hash *out);
 
+/* The same chain when out[0..from) already holds its first from hashes
+ * (token prefixes only grow, so a request hashes each block once): computes
+ * blocks from .. n / block_size - 1 and returns n / block_size, or -1. */
+int32_t sp_block_hash_extend(const int32_t *tokens, int32_t n, int32_t block_size,
+                             const uint8_t *extra, size_t extra_len, const uint8_t *salt,
+                             size_t salt_len, sp_block_hash *out, int32_t from);
+
 /* Number of leading hashes whose blocks are resident (IN USE or CACHED),
  * 0 when the cache is off. Read-only: changes no LRU order. */
 int32_t sp_kv_paged_match(const sp_kv *kv, const sp_block_hash *h, int32_t n);
