@@ -74,34 +74,8 @@ def write(path, kv, tensors=()):
 
 def read_kv(path):
     """The metadata of a GGUF file as {key: value} (arrays as Python lists)."""
-    with open(path, "rb") as fh:
-        b = fh.read()
-    assert b[:4] == b"GGUF", "not a GGUF file"
-    ver, nt, nkv = struct.unpack_from("<IQQ", b, 4)
-    p = 24
-
-    def rd(t):
-        nonlocal p
-        if t == STRING:
-            (n,) = struct.unpack_from("<Q", b, p)
-            p += 8 + n
-            return b[p - n:p].decode("utf-8", "replace")
-        if t == ARRAY:
-            et, n = struct.unpack_from("<IQ", b, p)
-            p += 12
-            return [rd(et) for _ in range(n)]
-        (v,) = struct.unpack_from(_FMT[t], b, p)
-        p += struct.calcsize(_FMT[t])
-        return v
-
-    kv = {}
-    for _ in range(nkv):
-        k = rd(STRING)
-        (t,) = struct.unpack_from("<I", b, p)
-        p += 4
-        kv[k] = rd(t)
-    kv["__version__"], kv["__n_tensors__"] = ver, nt
-    return kv
+    kv, _ = read(path)
+    return {k: (v.values if isinstance(v, Arr) else v) for k, _, v in kv}
 
 
 def read(path):
