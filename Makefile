@@ -105,3 +105,7 @@ clean:
 .PHONY: all test tests asan tsan bench models clean
 .SECONDARY:
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+
+# Per-concern rules (fuzzing, the serving benchmark tool, the soak test) live
+# in mk/*.mk beside this file.
+-include $(sort $(wildcard mk/*.mk))
