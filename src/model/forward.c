@@ -220,6 +220,8 @@ typedef struct {
     sp_context *c;
     const sp_batch *b;
     int32_t layer;
+    const int32_t *rows; /* batch indices to attend for, NULL for all */
+    int32_t n_rows;
 } attn_task;
 
 static void attn_worker(void *arg, int ith, int nth) {
@@ -230,9 +232,10 @@ static void attn_worker(void *arg, int ith, int nth) {
     const float scale = 1.0f / sqrtf((float)D);
     float *scores = c->scores + (size_t)ith * c->p.n_ctx;
     uint16_t *q16 = c->q16 + (size_t)ith * D;
-    const int64_t n_items = (int64_t)t->b->n_tokens * H;
+    const int64_t n_items = (int64_t)t->n_rows * H;
     for (int64_t it = ith; it < n_items; it += nth) {
         int32_t i = (int32_t)(it / H), hd = (int32_t)(it % H);
+        if (t->rows) i = t->rows[i];
         const float *q = c->q + ((size_t)i * H + hd) * D;
         float *out = c->att + ((size_t)i * H + hd) * D;
         c->ops->attn_head(q, c->kv, t->layer, t->b->seq[i], hd / G, D, t->b->pos[i] + 1, scale,
@@ -360,7 +363,10 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
                 memcpy(vr, v, (size_t)KD * sizeof(float));
             }
         }
-        attn_task at = {c, b, l};
+        /* the last layer attends only for the rows that give logits (a
+         * prefill chunk wants one of many); every row's K/V is stored above */
+        const bool cut = l == h->n_layer - 1 && n_out < B;
+        attn_task at = {c, b, l, cut ? c->out_rows : NULL, cut ? n_out : B};
         sp_pool_run(c->pool, attn_worker, &at);
         if (l == h->n_layer - 1 && n_out < B) {
             /* the last layer's K/V are stored; past this point only the rows
