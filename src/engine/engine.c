@@ -87,6 +87,12 @@ struct request {
     int32_t n_draft;
     float *q;                  /* [SP_SPEC_K_MAX][V] draft distributions (draft + sampling) */
     float alpha;               /* acceptance estimate (moving average) */
+    /* A deterministic proposal the planner chose not to verify is still
+     * checked against the token the target then commits: acceptance keeps
+     * being measured while speculation is off, so a sequence whose
+     * proposals turn good is noticed (else one bad start stops it for good) */
+    sp_token shadow;
+    int32_t shadow_pos;        /* position shadow guesses, -1 for none */
     sp_suffix_seq *sfx;        /* suffix index over prompt + committed output */
     int32_t sfx_len;           /* tokens of toks indexed in sfx */
     sp_sampler *dsmp;          /* the draft's sampler (sampling requests) */
@@ -133,6 +139,7 @@ struct sp_engine {
     sp_kv *dkv;                /* the draft's own paged KV, slot i = target slot i */
     sp_context *dctx;
     sp_cost_model cost, dcost; /* measured pass costs of target and draft */
+    sp_cost_fit tfit, dfit;    /* the same, refitted to every pass since (see verify.h) */
     bool calibrated;
     sp_suffix_store *sfx_store;
     float *probs, *resid;      /* [V] verification scratch */
@@ -342,6 +349,8 @@ static void calibrate(sp_engine *e) {
     measure(e->ctx, e->kv, slot, max_n, e->n_vocab, &e->cost);
     if (e->dctx) measure(e->dctx, e->dkv, slot, max_n, sp_model_get_info(e->draft)->n_vocab, &e->dcost);
     e->calibrated = e->cost.n > 0;
+    sp_cost_fit_init(&e->tfit, &e->cost);
+    sp_cost_fit_init(&e->dfit, &e->dcost);
     if (e->cost.n) e->st.cost_ms_1 = e->cost.ms[0];
     e->st.cost_ms_16 = e->cost.n ? sp_cost_at(&e->cost, 16) : 0;
 }
@@ -666,6 +675,7 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
     if (r->propose && r->spec == SP_SPEC_OFF) r->spec = SP_SPEC_NGRAM; /* a proposer implies speculation */
     r->greedy = rp->sampling.temperature <= 0;
     r->alpha = e->alpha0[r->spec];
+    r->shadow_pos = -1;
     if (r->spec == SP_SPEC_SUFFIX && !r->propose && !(r->sfx = sp_suffix_seq_create(24))) goto oom;
     if (r->spec == SP_SPEC_DRAFT && !r->greedy && !r->propose) {
         r->q = malloc((size_t)SP_SPEC_K_MAX * e->n_vocab * sizeof(float));
@@ -798,6 +808,8 @@ void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st) {
     pthread_mutex_lock(&e->mu);
     *st = e->st;
     const sp_kv_paged_stats ks = e->kv_snap;
+    st->cost_scale = e->calibrated ? e->tfit.s : 0;
+    st->cost_attn_ms_per_1k = e->calibrated ? e->tfit.c_attn : 0;
     st->evictions_pressure = ks.evictions;
     st->evictions_flush = ks.flushed;
     st->blocks_total = ks.n_blocks;
@@ -1114,6 +1126,22 @@ static sp_token argmax_row(const float *x, int32_t n) {
     return b;
 }
 
+/* Positions a batch's tokens attend to, summed: the cost model's second
+ * term. */
+static double batch_attn(const sp_batch *b) {
+    double a = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++) a += b->pos[i] + 1;
+    return a;
+}
+
+/* One draft pass, timed into the draft's cost fit. */
+static int draft_pass(sp_engine *e, const sp_batch *b, char *err, size_t errlen) {
+    const double t0 = now_ms();
+    const int rc = sp_decode(e->dctx, b, err, errlen);
+    if (!rc && e->calibrated) sp_cost_fit_observe(&e->dfit, b->n_tokens, batch_attn(b), now_ms() - t0);
+    return rc;
+}
+
 /* Runs the draft model for rs[0..n): catches its KV up with the committed
  * tokens, then r->n_draft autoregressive passes (batched across requests),
  * leaving the proposals in r->draft (and their distributions in r->q when
@@ -1139,7 +1167,7 @@ static void draft_run(sp_engine *e, request **rs, int32_t n) {
         }
         if (!nt) break;
         sp_batch b = {nt, e->d_tok, e->d_pos, e->d_seq, e->d_want};
-        if (sp_decode(e->dctx, &b, err, sizeof(err))) {
+        if (draft_pass(e, &b, err, sizeof(err))) {
             ok = false;
             break;
         }
@@ -1157,7 +1185,7 @@ static void draft_run(sp_engine *e, request **rs, int32_t n) {
             e->d_want[nt++] = 1;
         }
         sp_batch b = {nt, e->d_tok, e->d_pos, e->d_seq, e->d_want};
-        if (sp_decode(e->dctx, &b, err, sizeof(err))) {
+        if (draft_pass(e, &b, err, sizeof(err))) {
             ok = false;
             break;
         }
@@ -1198,10 +1226,12 @@ static void draft_run(sp_engine *e, request **rs, int32_t n) {
  * batch entries to 1 + k tokens, within the token budget and the pool. */
 static void spec_prepare(sp_engine *e, int32_t n_e) {
     int32_t used = 0, reserved = 0, n_c = 0, n_dec = 0;
+    double attn = 0; /* positions the batch's tokens attend to, summed */
     for (int32_t i = 0; i < n_e; i++) {
         request *r = e->e_req[i];
         r->n_draft = 0;
         used += e->e_n[i];
+        attn += (double)e->e_n[i] * kv_len(e, r) + 0.5 * e->e_n[i] * (e->e_n[i] + 1);
         reserved += sp_kv_paged_blocks_needed(e->kv, r->slot, e->e_n[i]);
         const bool decoding = r->n_all - kv_len(e, r) == 1;
         n_dec += decoding;
@@ -1229,12 +1259,13 @@ static void spec_prepare(sp_engine *e, int32_t n_e) {
             r->n_draft = cap; /* drafted below, once k is chosen */
         }
         if (!r->n_draft) continue;
-        e->cand[n_c] = (sp_spec_cand){r->alpha, r->n_draft, r->spec == SP_SPEC_DRAFT && !r->propose};
+        e->cand[n_c] = (sp_spec_cand){r->alpha, r->n_draft, r->spec == SP_SPEC_DRAFT && !r->propose,
+                                      r->n_all};
         e->cand_entry[n_c++] = i;
     }
     if (!n_c) return;
     if (e->p.spec_adaptive && e->calibrated)
-        sp_spec_plan(&e->cost, e->dctx ? &e->dcost : NULL, used, n_dec, e->cand, n_c, e->cand_k);
+        sp_spec_plan(&e->tfit, e->dctx ? &e->dfit : NULL, used, attn, n_dec, e->cand, n_c, e->cand_k);
     else
         for (int32_t c = 0; c < n_c; c++) e->cand_k[c] = e->cand[c].k_cap;
     int32_t room = e->p.max_batch_tokens - used;
@@ -1247,7 +1278,16 @@ static void spec_prepare(sp_engine *e, int32_t n_e) {
         while (k > 0 && sp_kv_paged_blocks_needed(e->kv, r->slot, 1 + k) - base > avail) k--;
         avail -= sp_kv_paged_blocks_needed(e->kv, r->slot, 1 + k) - base;
         room -= k;
-        if (k == 0) e->st.spec_planned_zero++;
+        if (k == 0) {
+            e->st.spec_planned_zero++;
+            if (!e->cand[c].draft) { /* proposals exist: check the first one later */
+                r->shadow = r->draft[0];
+                r->shadow_pos = r->n_all;
+            } else { /* nothing to check without drafting: drift back to the
+                        engine-wide rate, so a bad start is retried later */
+                r->alpha += 0.02f * (e->alpha0[r->spec] - r->alpha);
+            }
+        }
         r->n_draft = k;
         e->e_n[i] = 1 + k;
         if (k && e->cand[c].draft) e->d_req[n_d++] = r;
@@ -1409,8 +1449,10 @@ static void *engine_main(void *arg) {
         pthread_mutex_unlock(&e->mu);
         const double t_pass = now_ms();
         int rc = sp_decode(e->ctx, &b, err, sizeof(err));
+        const double ms_pass = now_ms() - t_pass;
         pthread_mutex_lock(&e->mu);
-        if (n_spec) e->st.verify_ms += now_ms() - t_pass;
+        if (n_spec) e->st.verify_ms += ms_pass;
+        if (!rc && e->calibrated) sp_cost_fit_observe(&e->tfit, nt, batch_attn(&b), ms_pass);
         int32_t out = 0;
         for (int32_t i = 0; i < n_e; i++) {
             request *r = e->e_req[i];
@@ -1421,7 +1463,15 @@ static void *engine_main(void *arg) {
                 spec_commit(e, r, &out);
             } else if (r->state == RQ_RUNNING) {
                 commit_full_blocks(e, r);
-                if (kv_len(e, r) == r->n_all) take_token(e, r, sp_get_logits(e->ctx, out++));
+                if (kv_len(e, r) == r->n_all) {
+                    const int32_t at = r->n_all;
+                    take_token(e, r, sp_get_logits(e->ctx, out++));
+                    if (r->shadow_pos == at && r->n_all > at) {
+                        const float obs = r->toks[at] == r->shadow ? 1.0f : 0.0f;
+                        r->alpha = 0.8f * r->alpha + 0.2f * obs;
+                    }
+                    r->shadow_pos = -1;
+                }
             } else if (r->n_draft > 0) {
                 out += r->n_draft + 1; /* finished meanwhile: skip its rows */
             } else if (kv_len(e, r) == r->n_all) {

@@ -79,30 +79,78 @@ double sp_cost_at(const sp_cost_model *c, double x) {
     return y > 0 ? y : c->ms[0];
 }
 
-int32_t sp_spec_plan(const sp_cost_model *target, const sp_cost_model *draft, int32_t base_tokens,
-                     double base_commit, const sp_spec_cand *cand, int32_t n_cand, int32_t *k) {
-    int32_t n_draft = 0, total = 0, kmax_draft = 0;
+void sp_cost_fit_init(sp_cost_fit *f, const sp_cost_model *curve) {
+    memset(f, 0, sizeof(*f));
+    f->curve = *curve;
+    f->s = 1.0;
+    f->P[0][0] = f->P[1][1] = 100.0;
+}
+
+void sp_cost_fit_observe(sp_cost_fit *f, double n_tok, double n_attn, double ms) {
+    if (!(ms >= 0) || n_tok <= 0 || f->curve.n == 0) return;
+    const double x[2] = {sp_cost_at(&f->curve, n_tok), n_attn * 1e-3};
+    const double Px[2] = {f->P[0][0] * x[0] + f->P[0][1] * x[1], f->P[1][0] * x[0] + f->P[1][1] * x[1]};
+    const double den = SP_COST_FORGET + x[0] * Px[0] + x[1] * Px[1];
+    const double g[2] = {Px[0] / den, Px[1] / den};
+    const double err = ms - (f->s * x[0] + f->c_attn * x[1]);
+    f->s += g[0] * err;
+    f->c_attn += g[1] * err;
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) f->P[i][j] = (f->P[i][j] - g[i] * Px[j]) / SP_COST_FORGET;
+    /* Passes that all look alike (a steady batch) do not inform the split
+     * between the two terms, and forgetting then inflates P without bound
+     * ("windup"); cap it at its initial width. A negative cost per
+     * position or a non-positive scale is noise, not physics. */
+    const double tr = f->P[0][0] + f->P[1][1];
+    if (tr > 200.0)
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++) f->P[i][j] *= 200.0 / tr;
+    if (f->c_attn < 0) f->c_attn = 0;
+    if (f->s < 0.05) f->s = 0.05;
+    f->n_obs++;
+}
+
+double sp_cost_fit_at(const sp_cost_fit *f, double n_tok, double n_attn) {
+    const double y = f->s * sp_cost_at(&f->curve, n_tok) + f->c_attn * n_attn * 1e-3;
+    return y > 0 ? y : 0;
+}
+
+int32_t sp_spec_plan(const sp_cost_fit *target, const sp_cost_fit *draft, int32_t base_tokens,
+                     double base_attn, double base_commit, const sp_spec_cand *cand,
+                     int32_t n_cand, int32_t *k) {
+    int32_t total = 0, kmax_draft = 0;
+    double draft_attn = 0;
+    int32_t n_draft = 0;
     for (int32_t i = 0; i < n_cand; i++) {
         k[i] = 0;
-        n_draft += cand[i].draft;
+        if (cand[i].draft) {
+            n_draft++;
+            draft_attn += cand[i].ctx;
+        }
     }
     double gain = base_commit;                 /* expected tokens committed */
     double gain_next[1024];                    /* alpha^(k+1) for each candidate */
     SP_ASSERT(n_cand <= 1024);
     for (int32_t i = 0; i < n_cand; i++) gain_next[i] = cand[i].alpha;
-    const double draft_pass = draft && n_draft ? sp_cost_at(draft, n_draft) : 0;
-    double cost = sp_cost_at(target, base_tokens);
+    /* one draft pass over every drafting candidate (their contexts grow by
+     * one position per pass; the mean is close enough) */
+    const double draft_pass = draft && n_draft ? sp_cost_fit_at(draft, n_draft, draft_attn) : 0;
+    double attn = base_attn;
+    double cost = sp_cost_fit_at(target, base_tokens, attn);
+    if (gain <= 0 || cost <= 0) return 0;
     for (;;) {
         int32_t best = -1;
         for (int32_t i = 0; i < n_cand; i++)
             if (k[i] < cand[i].k_cap && (best < 0 || gain_next[i] > gain_next[best])) best = i;
         if (best < 0) break;
-        int32_t kmax2 = cand[best].draft ? SP_MAX(kmax_draft, k[best] + 1) : kmax_draft;
-        double c2 = sp_cost_at(target, base_tokens + total + 1) + kmax2 * draft_pass;
-        double g2 = gain + gain_next[best];
+        const int32_t kmax2 = cand[best].draft ? SP_MAX(kmax_draft, k[best] + 1) : kmax_draft;
+        const double attn2 = attn + cand[best].ctx + k[best] + 1;
+        const double c2 = sp_cost_fit_at(target, base_tokens + total + 1, attn2) + kmax2 * draft_pass;
+        const double g2 = gain + gain_next[best];
         if (g2 / c2 <= gain / cost) break; /* the best marginal token no longer pays */
         gain = g2;
         cost = c2;
+        attn = attn2;
         total++;
         k[best]++;
         kmax_draft = kmax2;

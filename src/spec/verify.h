@@ -50,24 +50,53 @@ typedef struct {
 
 double sp_cost_at(const sp_cost_model *c, double tokens);
 
+/* What a pass costs while serving: the startup curve (measured in an empty
+ * context) times a scale s, plus c_attn per thousand positions attended
+ * (the sum over the pass's tokens of the positions each one attends to).
+ * The curve alone misses both the attention over long contexts, which
+ * every verified token pays (at 400 positions it is a third of a token's
+ * cost on the bundled model), and whatever slows the machine down since
+ * startup. s and c_attn are fitted to every measured pass by recursive
+ * least squares that forgets with a horizon of ~1/(1 - SP_COST_FORGET)
+ * passes. */
+#define SP_COST_FORGET 0.98
+typedef struct {
+    sp_cost_model curve;
+    double s, c_attn;  /* fitted: scale of the curve, ms per 1000 attended positions */
+    double P[2][2];    /* RLS inverse information matrix */
+    int64_t n_obs;
+} sp_cost_fit;
+
+/* s = 1, c_attn = 0, P wide; curve copied. */
+void sp_cost_fit_init(sp_cost_fit *f, const sp_cost_model *curve);
+/* A measured pass of n_tok tokens attending n_attn positions in total. */
+void sp_cost_fit_observe(sp_cost_fit *f, double n_tok, double n_attn, double ms);
+/* Predicted milliseconds of such a pass (>= 0). */
+double sp_cost_fit_at(const sp_cost_fit *f, double n_tok, double n_attn);
+
 /* One speculating sequence as the planner sees it. */
 typedef struct {
     float alpha;     /* estimated probability each proposed token is accepted */
     int32_t k_cap;   /* most tokens it may propose this step */
     bool draft;      /* proposals cost draft-model passes */
+    int32_t ctx;     /* positions its next token attends to (its length) */
 } sp_spec_cand;
 
 /* Chooses k[i] in 0..cand[i].k_cap for every candidate to maximize the
  * expected tokens committed per millisecond of the step: the batch already
- * holds base_tokens tokens (every decoder's own token and any prefill),
- * committing n_cand + base_commit tokens for sure; proposing k tokens for
- * candidate i adds alpha + alpha^2 + ... + alpha^k expected tokens and k
- * tokens to the verification pass; draft proposals also cost one pass of
- * the draft per extra token of the longest draft (draft may be NULL).
- * Greedy on the marginal gain, which is optimal here because each
- * candidate's gains decrease with k. Returns the total proposed. */
-int32_t sp_spec_plan(const sp_cost_model *target, const sp_cost_model *draft, int32_t base_tokens,
-                     double base_commit, const sp_spec_cand *cand, int32_t n_cand, int32_t *k);
+ * holds base_tokens tokens attending base_attn positions (every decoder's
+ * own token and any prefill), committing base_commit tokens for sure;
+ * proposing k tokens for candidate i adds alpha + alpha^2 + ... + alpha^k
+ * expected tokens and k tokens (attending about ctx positions each) to the
+ * verification pass; draft proposals also cost one draft pass over the
+ * drafting candidates per token of the longest draft (draft may be NULL).
+ * extra_ms is fixed per-step cost that speculation adds when any candidate
+ * proposes (proposer bookkeeping). Greedy on the marginal gain, which is
+ * optimal here because each candidate's gains decrease with k. Returns the
+ * total proposed. */
+int32_t sp_spec_plan(const sp_cost_fit *target, const sp_cost_fit *draft, int32_t base_tokens,
+                     double base_attn, double base_commit, const sp_spec_cand *cand,
+                     int32_t n_cand, int32_t *k);
 
 /* ---- draft model ---------------------------------------------------------- */
 
