@@ -8,7 +8,8 @@
 # speculative decoding with bin/bench_spec (replay on the Q8_0 one, the three
 # workloads on the bundled pair when it exists).
 # Models are cached in bench/out/ (about 1.8 GB); delete it to rebuild.
-# BENCH_ENGINE=0 skips the engine runs, BENCH_SPEC=0 the speculation runs.
+# BENCH_ENGINE=0 skips the engine runs, BENCH_SPEC=0 the speculation runs,
+# BENCH_SERVER=0 the HTTP server runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=bench/out
@@ -99,4 +100,9 @@ if [ "${BENCH_SPEC:-1}" != 0 ]; then
         echo "(skipped the speculative workloads: $target or $draft does not exist yet)"
     fi
 fi
+
+# The HTTP server (issue 6): wrk against /v1/completions at 1, 8 and 32
+# connections, and the delivery overhead per streamed token
+# (bench/server/run.sh; BENCH_SERVER=0 skips it).
+[ "${BENCH_SERVER:-1}" = 0 ] || bench/server/run.sh || spec_failed=1
 exit "$spec_failed"

@@ -6,7 +6,8 @@
 # cache isolation), the queue limit (429 + Retry-After), a missing chat
 # template (400), /health 503 while loading; the official OpenAI Node client
 # (tests/node/test.mjs: completions, chat, streaming, cached tokens and
-# salts, abort mid-stream). Prints "RESULT <passed> <failed>".
+# salts, abort mid-stream); --stamp-chunks off by default and well-formed
+# when on. Prints "RESULT <passed> <failed>".
 set -u
 bin=${SPECULA_BIN:-bin/specula}
 ref=${SPECULA_REF_DIR:-../shared/reference}
@@ -145,6 +146,7 @@ assert all(e.startswith("data: ") for e in events[:-1])
 assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 8
 assert chunks[-2]["choices"][0]["finish_reason"] == "length"
 assert sum(1 for c in chunks if c["choices"] and c["choices"][0]["text"]) >= 2
+assert "specula_timing" not in raw  # only with --stamp-chunks
 PY
 
 # sampling: a seed repeats, no seed varies; a stop string ends the text
@@ -401,6 +403,33 @@ fi
 
 kill -TERM "$keys"; wait "$keys"; rc=$?
 [ $rc -eq 0 ] || fail "keys server exit" "rc $rc"
+
+# ---- --stamp-chunks (bench/server/run.sh): off by default (above) --------
+if start_server stamp -m "$model" --stamp-chunks; then
+    curl -sN -H 'Content-Type: application/json' "$URL/v1/completions" \
+        -d '{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0, "stream": true}' >"$tmp/sse"
+    req "stamped plain" POST /v1/completions '{"prompt": "Once upon a time", "max_tokens": 4}' 200
+    python3 - "$tmp/sse" "$tmp/out" <<'PY' && ok "--stamp-chunks: each text chunk carries specula_timing (CLOCK_MONOTONIC us, emit <= built <= now)" || fail "--stamp-chunks" "$(head -c 600 "$tmp/sse")"
+import json, sys, time
+now = time.monotonic_ns() // 1000  # CLOCK_MONOTONIC, as the server's stamps
+events = open(sys.argv[1]).read().split("\n\n")
+assert events[-2] == "data: [DONE]", events[-3:]
+chunks = [json.loads(e[6:]) for e in events[:-2]]
+stamped = [c for c in chunks if "specula_timing" in c]
+assert all(c["choices"][0]["finish_reason"] is None for c in stamped)
+assert all(c["choices"][0]["text"] for c in stamped)
+assert "specula_timing" not in chunks[-1] and len(stamped) == len(chunks) - 1, chunks
+assert sum(c["specula_timing"]["events"] for c in stamped) >= len(stamped) >= 2
+prev = 0
+for c in stamped:
+    t = c["specula_timing"]
+    assert set(t) == {"emit_us", "events", "built_us"} and all(type(v) is int for v in t.values()), t
+    assert prev <= t["emit_us"] <= t["built_us"] <= now and now - t["emit_us"] < 60e6, (t, now)
+    prev = t["emit_us"]
+assert "specula_timing" not in open(sys.argv[2]).read()  # not on plain responses
+PY
+    kill -TERM "$PID"; wait "$PID" || fail "stamp server exit" "rc $?"
+fi
 
 # ---- a draft model (--spec draft) ------------------------------------------
 draft=$ref/models/ref-llama-spm-f16.gguf

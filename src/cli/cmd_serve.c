@@ -23,6 +23,9 @@ static void serve_usage(FILE *f) {
             "                         recognized from the model's tokenizer.chat_template)\n"
             "  --max-queue N          generation requests in flight before 429 (default 256)\n"
             "  --max-body BYTES       largest request body, e.g. 8M (default 8M)\n"
+            "  --stamp-chunks         benchmarking: streamed chunks carry \"specula_timing\", the\n"
+            "                         CLOCK_MONOTONIC microsecond at which the engine handed\n"
+            "                         the server their tokens (bench/server/run.sh)\n"
             "endpoints: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize;\n"
             "           GET /v1/models, /health, /metrics\n"
             "engine options:\n%s",
@@ -71,6 +74,10 @@ int cmd_serve(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             serve_usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--stamp-chunks")) {
+            o.stamp_chunks = true;
+            continue;
         }
         bool takes = !strcmp(a, "-m") || !strcmp(a, "--host") || !strcmp(a, "--port") ||
                      !strcmp(a, "--api-key") || !strcmp(a, "--served-model-name") ||

@@ -81,6 +81,9 @@ typedef struct sreq {
     sp_request_stats st;
     char error[256];
     double t_arrive, t_first, t_last;
+    /* --stamp-chunks: text events not yet in a chunk, the oldest one's time */
+    int32_t pend_events;
+    double t_pend;
     /* streaming state (connection thread) */
     int fd;
     size_t sent_text;
@@ -230,6 +233,12 @@ static void on_event(const sp_event *ev, void *user) {
         }
     }
     if (ev->text_len) sb_add(&r->text, ev->text, ev->text_len);
+    /* the same condition as stream_build's for a chunk with content, so the
+     * stamp is the time the server first had something to send */
+    if (s->o.stamp_chunks && (ev->text_len || (r->logprobs >= 0 && ev->n_tokens > 0))) {
+        if (!r->pend_events) r->t_pend = t;
+        r->pend_events++;
+    }
     bool fin = ev->finished;
     if (fin) {
         r->st = *ev->stats;
@@ -461,6 +470,11 @@ static void sse_chunk(sbuf *b, sreq *r, const char *text, size_t len, int32_t fr
     if (finish) {
         sb_str(b, ", \"specula\": ");
         json_ext(b, &r->st);
+    }
+    if (!finish && !role && r->pend_events) { /* only with --stamp-chunks */
+        sb_printf(b, ", \"specula_timing\": {\"emit_us\": %lld, \"events\": %d, \"built_us\": %lld}",
+                  (long long)(r->t_pend * 1e3), r->pend_events, (long long)(now_ms() * 1e3));
+        r->pend_events = 0;
     }
     sb_str(b, "}\n\n");
 }

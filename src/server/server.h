@@ -18,6 +18,14 @@ typedef struct {
     const char *chat_template;   /* NULL: recognized from the model */
     int max_queue;               /* generation requests in flight before 429 (default 256) */
     size_t max_body;             /* bytes (default 8 MiB) */
+    /* Benchmarking aid, off by default: each streamed chunk that carries
+     * text also carries "specula_timing": {"emit_us": T, "events": N,
+     * "built_us": B}: T is the CLOCK_MONOTONIC time (microseconds) at which
+     * the engine's callback handed the server the oldest of the N events
+     * whose text the chunk carries, B when the chunk was formatted, just
+     * before libmicrohttpd gets it to write. A client on the same host subtracts T from its own
+     * CLOCK_MONOTONIC arrival time to get the server's delivery overhead. */
+    bool stamp_chunks;
 } sp_server_opts;
 
 typedef struct sp_server sp_server;
