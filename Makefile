@@ -71,7 +71,7 @@ asan:
 # ThreadSanitizer build of the multithreaded code (thread pool, matmul, the
 # forward pass, the engine thread and its callers, the KV pool it drives);
 # the single-threaded tests gain nothing from it.
-TSAN_TESTS = test_kernels test_forward test_engine test_kv
+TSAN_TESTS = test_kernels test_forward test_engine test_kv test_spec_engine
 tsan:
 	$(MAKE) BUILD=build-tsan BIN=build-tsan/bin OPT=-O1 SAN="-fsanitize=thread" \
 	  $(TSAN_TESTS:%=build-tsan/tests/%)
