@@ -1,7 +1,8 @@
-/* test_ops.c: the SIMD forward-pass operations (attention over the KV
+/* test_ops.c: the SIMD forward-pass operations (AVX2, AVX-512) (attention over the KV
  * interface, SwiGLU) against their plain-C references, for both KV element
  * types and head sizes on and off the vector width. */
 #include <math.h>
+#include <string.h>
 
 #include "model/ops.h"
 #include "test.h"
@@ -17,10 +18,28 @@ typedef struct {
     int D, Hk, n_pos;
 } attn_row;
 
-static void attn_case(const attn_row *r) {
-    const sp_fwd_ops *simd = sp_fwd_ops_avx2(), *ref = sp_fwd_ops_ref();
+/* The SIMD variants this CPU can run (AVX-512 only when the kernel level
+ * it needs is present). */
+static int simd_variants(const sp_fwd_ops **v, const char **names) {
+    int n = 0;
     __builtin_cpu_init();
-    if (!simd || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        names[n] = "avx2";
+        v[n++] = sp_fwd_ops_avx2();
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+            names[n] = "avx512";
+            v[n++] = sp_fwd_ops_avx512();
+        }
+    }
+    return n;
+}
+
+static void attn_case(const attn_row *r) {
+    const sp_fwd_ops *vs[2], *ref = sp_fwd_ops_ref();
+    const char *vn[2];
+    const int n_var = simd_variants(vs, vn);
+    if (!n_var) return;
     char err[128];
     const int kv_dim = r->D * r->Hk;
     sp_kv *kv = sp_kv_simple_create(r->type, 1, kv_dim, 2, r->n_pos, err, sizeof(err));
@@ -67,16 +86,77 @@ static void attn_case(const attn_row *r) {
                     }
                 b[d] = (float)bound;
             }
-            simd->attn_head(q, kv, 0, seq, g, r->D, n, scale, sc, q16, o2);
-            for (int d = 0; d < r->D; d++)
-                CHECK(fabsf(o1[d] - o2[d]) <= b[d], "g %d n %d d %d: ref %g simd %g (bound %g)", g, n,
-                      d, o1[d], o2[d], b[d]);
+            for (int vi = 0; vi < n_var; vi++) {
+                vs[vi]->attn_head(q, kv, 0, seq, g, r->D, n, scale, sc, q16, o2);
+                for (int d = 0; d < r->D; d++)
+                    CHECK(fabsf(o1[d] - o2[d]) <= b[d], "%s g %d n %d d %d: ref %g simd %g (bound %g)",
+                          vn[vi], g, n, d, o1[d], o2[d], b[d]);
+            }
         }
     free(q);
     free(o1);
     free(o2);
     free(sc);
     free(b);
+    free(q16);
+    kv->ops->destroy(kv);
+}
+
+/* A run of nq queries (one sequence, consecutive positions) gives each
+ * query exactly what attn_head gives it alone, bit for bit, for every run
+ * length and starting position, in every variant: the engine relies on it
+ * for speculative output to equal plain decoding. Queries, outputs and
+ * score rows sit at strides, as in the forward pass. */
+static void run_case(const attn_row *r) {
+    const sp_fwd_ops *ops[3] = {sp_fwd_ops_ref()};
+    const char *names[3] = {"ref"};
+    const int n_ops = 1 + simd_variants(ops + 1, names + 1);
+    char err[128];
+    const int kv_dim = r->D * r->Hk, n_ctx = r->n_pos + SP_ATTN_MAX_Q;
+    sp_kv *kv = sp_kv_simple_create(r->type, 1, kv_dim, 1, n_ctx, err, sizeof(err));
+    CHECK(kv != NULL, "kv: %s", err);
+    if (!kv) return;
+    CHECK(kv->ops->reserve(kv, 0, n_ctx) == 0, "reserve");
+    for (int p = 0; p < n_ctx; p++) {
+        void *k = kv->ops->k_row(kv, 0, 0, p), *v = kv->ops->v_row(kv, 0, 0, p);
+        for (int i = 0; i < kv_dim; i++) {
+            float a = rnd() * 2, b = rnd();
+            if (r->type == SP_TYPE_F16) {
+                ((sp_f16 *)k)[i] = sp_f32_to_f16(a);
+                ((sp_f16 *)v)[i] = sp_f32_to_f16(b);
+            } else {
+                ((float *)k)[i] = a;
+                ((float *)v)[i] = b;
+            }
+        }
+    }
+    kv->ops->set_len(kv, 0, n_ctx);
+    const int QS = r->D * 3; /* query/output stride: three heads per token */
+    float *q = malloc((size_t)SP_ATTN_MAX_Q * QS * sizeof(float));
+    float *o1 = malloc((size_t)SP_ATTN_MAX_Q * QS * sizeof(float));
+    float *o2 = malloc((size_t)r->D * sizeof(float));
+    float *sc = malloc((size_t)SP_ATTN_MAX_Q * n_ctx * sizeof(float));
+    uint16_t *q16 = malloc((size_t)r->D * sizeof(uint16_t));
+    for (int i = 0; i < SP_ATTN_MAX_Q * QS; i++) q[i] = rnd() * 2;
+    const float scale = 1.0f / sqrtf((float)r->D);
+    static const int nqs[] = {1, 2, 3, 5, 9, SP_ATTN_MAX_Q};
+    for (int o = 0; o < n_ops; o++)
+        for (size_t a = 0; a < sizeof nqs / sizeof nqs[0]; a++)
+            for (int n0 = 1; n0 <= r->n_pos; n0 += (r->n_pos + 2) / 3) {
+                const int nq = nqs[a], g = r->Hk - 1;
+                ops[o]->attn_run(q, QS, nq, kv, 0, 0, g, r->D, n0, scale, sc, n_ctx, q16, o1, QS);
+                int bad = 0;
+                for (int t = 0; t < nq; t++) {
+                    ops[o]->attn_head(q + t * QS, kv, 0, 0, g, r->D, n0 + t, scale, sc, q16, o2);
+                    bad += memcmp(o1 + t * QS, o2, (size_t)r->D * sizeof(float)) != 0;
+                }
+                CHECK(!bad, "%s nq %d n_pos0 %d: %d queries differ from attn_head alone", names[o], nq,
+                      n0, bad);
+            }
+    free(q);
+    free(o1);
+    free(o2);
+    free(sc);
     free(q16);
     kv->ops->destroy(kv);
 }
@@ -105,13 +185,17 @@ int main(void) {
     static const attn_row rows[] = {
         {SP_TYPE_F16, 64, 2, 70},  {SP_TYPE_F32, 64, 2, 70},  {SP_TYPE_F16, 128, 1, 33},
         {SP_TYPE_F16, 256, 1, 9},  {SP_TYPE_F32, 8, 3, 17},   {SP_TYPE_F16, 12, 2, 20},
-        {SP_TYPE_F32, 32, 4, 1},   {SP_TYPE_F16, 80, 2, 40},
+        {SP_TYPE_F32, 32, 4, 1},   {SP_TYPE_F16, 80, 2, 40},  {SP_TYPE_F16, 64, 5, 300},
+        {SP_TYPE_F16, 16, 2, 50},  {SP_TYPE_F32, 112, 1, 30},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         char name[64];
         snprintf(name, sizeof(name), "%s D=%d Hk=%d n=%d", rows[i].type == SP_TYPE_F16 ? "f16" : "f32",
                  rows[i].D, rows[i].Hk, rows[i].n_pos);
         RUN_NAMED(attn_case, &rows[i], name);
+        snprintf(name, sizeof(name), "run %s D=%d Hk=%d n=%d", rows[i].type == SP_TYPE_F16 ? "f16" : "f32",
+                 rows[i].D, rows[i].Hk, rows[i].n_pos);
+        RUN_NAMED(run_case, &rows[i], name);
     }
     RUN(swiglu_case);
     TEST_END();

@@ -9,6 +9,7 @@
  * for more outputs than any earlier one).
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,8 +34,10 @@ struct sp_context {
     float *gate;     /* [B][F] */
     float *up;       /* [B][F] */
     float *rope_cs;  /* [B][D/2][2] cos, sin of each token's RoPE angles */
-    float *scores;   /* [n_threads][n_ctx] attention scores */
+    float *scores;   /* [n_threads][SP_ATTN_MAX_Q][n_ctx] attention scores */
     uint16_t *q16;   /* [n_threads][D] f16 copy of a query head */
+    int32_t *runs;   /* [2][B][2] attention runs (first batch index, tokens): of
+                        every token, then of the rows that give logits */
     void *mm_scratch;
     size_t mm_scratch_size;
     float *logits;   /* [O][V] */
@@ -113,14 +116,15 @@ static sp_context *context_create(const sp_model *m, sp_context_params p, sp_kv 
     c->gate = malloc(B * F * sizeof(float));
     c->up = malloc(B * F * sizeof(float));
     c->rope_cs = malloc(B * D * sizeof(float));
-    c->scores = malloc((size_t)p.n_threads * p.n_ctx * sizeof(float));
+    c->scores = malloc((size_t)p.n_threads * SP_ATTN_MAX_Q * p.n_ctx * sizeof(float));
+    c->runs = malloc((size_t)4 * B * sizeof(int32_t));
     c->q16 = malloc((size_t)p.n_threads * D * sizeof(uint16_t));
     c->mm_scratch_size = max_scratch(m, B);
     c->mm_scratch = malloc(c->mm_scratch_size ? c->mm_scratch_size : 1);
     c->out_rows = malloc(B * sizeof(int32_t));
     c->seq_n = calloc((size_t)p.n_seq_max, sizeof(int32_t));
     if (!c->pool || !c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up ||
-        !c->rope_cs || !c->scores || !c->q16 || !c->mm_scratch || !c->out_rows || !c->seq_n)
+        !c->rope_cs || !c->scores || !c->q16 || !c->runs || !c->mm_scratch || !c->out_rows || !c->seq_n)
         goto oom;
     return c;
 oom:
@@ -154,6 +158,7 @@ void sp_context_free(sp_context *c) {
     free(c->rope_cs);
     free(c->scores);
     free(c->q16);
+    free(c->runs);
     free(c->mm_scratch);
     free(c->logits);
     free(c->out_rows);
@@ -216,30 +221,55 @@ static void rope(float *x, int32_t D, const float *cs, sp_rope_kind kind) {
     }
 }
 
+/* Attention runs: the tokens idx[0..n) (increasing; NULL for 0..n-1) cut
+ * into runs of up to SP_ATTN_MAX_Q tokens of one sequence at consecutive
+ * positions, as (first batch index, count) pairs. A run's queries share
+ * every K/V row they read (see attn_run). Returns the number of runs. */
+static int32_t make_runs(const sp_batch *b, const int32_t *idx, int32_t n, int32_t *runs) {
+#define IDX(j) (idx ? idx[j] : (j))
+    int32_t nr = 0;
+    for (int32_t a = 0; a < n;) {
+        int32_t e = a + 1;
+        while (e < n && e - a < SP_ATTN_MAX_Q && IDX(e) == IDX(e - 1) + 1 &&
+               b->seq[IDX(e)] == b->seq[IDX(a)] && b->pos[IDX(e)] == b->pos[IDX(e - 1)] + 1)
+            e++;
+        runs[2 * nr] = IDX(a);
+        runs[2 * nr + 1] = e - a;
+        nr++;
+        a = e;
+    }
+#undef IDX
+    return nr;
+}
+
 typedef struct {
     sp_context *c;
     const sp_batch *b;
     int32_t layer;
-    const int32_t *rows; /* batch indices to attend for, NULL for all */
-    int32_t n_rows;
+    const int32_t *runs;
+    int32_t n_runs;
+    _Atomic int64_t next; /* work items (run x head) handed out so far */
 } attn_task;
 
+/* Items come from a shared counter, last run first: a run's cost grows with
+ * its positions, and a batch's later tokens (a prefill chunk's tail) are
+ * the expensive ones, so the threads finish close together. */
 static void attn_worker(void *arg, int ith, int nth) {
+    (void)nth;
     attn_task *t = arg;
     sp_context *c = t->c;
     const sp_model_info *h = &c->m->info;
     const int32_t H = h->n_head, D = h->head_dim, G = h->n_head / h->n_head_kv;
     const float scale = 1.0f / sqrtf((float)D);
-    float *scores = c->scores + (size_t)ith * c->p.n_ctx;
+    float *scores = c->scores + (size_t)ith * SP_ATTN_MAX_Q * c->p.n_ctx;
     uint16_t *q16 = c->q16 + (size_t)ith * D;
-    const int64_t n_items = (int64_t)t->n_rows * H;
-    for (int64_t it = ith; it < n_items; it += nth) {
-        int32_t i = (int32_t)(it / H), hd = (int32_t)(it % H);
-        if (t->rows) i = t->rows[i];
-        const float *q = c->q + ((size_t)i * H + hd) * D;
-        float *out = c->att + ((size_t)i * H + hd) * D;
-        c->ops->attn_head(q, c->kv, t->layer, t->b->seq[i], hd / G, D, t->b->pos[i] + 1, scale,
-                          scores, q16, out);
+    const int64_t n_items = (int64_t)t->n_runs * H;
+    for (int64_t it; (it = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed)) < n_items;) {
+        const int32_t r = t->n_runs - 1 - (int32_t)(it / H), hd = (int32_t)(it % H);
+        const int32_t i = t->runs[2 * r], nq = t->runs[2 * r + 1];
+        c->ops->attn_run(c->q + ((size_t)i * H + hd) * D, (size_t)H * D, nq, c->kv, t->layer,
+                         t->b->seq[i], hd / G, D, t->b->pos[i] + 1, scale, scores, c->p.n_ctx, q16,
+                         c->att + ((size_t)i * H + hd) * D, (size_t)H * D);
     }
 }
 
@@ -335,6 +365,9 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
         rope_angles(c->rope_cs + (size_t)i * D, D, b->pos[i], h->rope_base, h->rope_freq_scale,
                     m->rope_factors);
     const bool f16kv = c->kv->type == SP_TYPE_F16;
+    int32_t *runs_out = c->runs + 2 * B;
+    const int32_t n_runs = make_runs(b, NULL, B, c->runs);
+    const int32_t n_runs_out = n_out < B ? make_runs(b, c->out_rows, n_out, runs_out) : 0;
     int32_t nb = B; /* rows carried through the sub-blocks after attention */
     for (int32_t l = 0; l < h->n_layer; l++) {
         const sp_layer *y = &m->layers[l];
@@ -366,8 +399,8 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
         /* the last layer attends only for the rows that give logits (a
          * prefill chunk wants one of many); every row's K/V is stored above */
         const bool cut = l == h->n_layer - 1 && n_out < B;
-        attn_task at = {c, b, l, cut ? c->out_rows : NULL, cut ? n_out : B};
-        sp_pool_run(c->pool, attn_worker, &at);
+        attn_task at = {c, b, l, cut ? runs_out : c->runs, cut ? n_runs_out : n_runs, 0};
+        if (at.n_runs) sp_pool_run(c->pool, attn_worker, &at);
         if (l == h->n_layer - 1 && n_out < B) {
             /* the last layer's K/V are stored; past this point only the rows
              * that produce logits matter (a prefill chunk wants one of many),

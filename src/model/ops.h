@@ -20,14 +20,36 @@ typedef struct {
     void (*attn_head)(const float *q, sp_kv *kv, int32_t layer, int32_t seq, int32_t g,
                       int32_t D, int32_t n_pos, float scale, float *scores, uint16_t *q16,
                       float *out);
+    /* The same for nq queries of one sequence at consecutive positions:
+     * query t (at q + t * q_stride) attends to positions [0, n_pos0 + t)
+     * and writes out + t * out_stride. scores holds nq rows of sc_stride
+     * (>= n_pos0 + nq - 1) floats. Each query's result is bit-identical to
+     * attn_head's for it alone: a run only lets a variant share the loading
+     * (and f16 conversion) of each K and V row among its queries, which is
+     * what makes verifying k proposals, or a prefill chunk, cheaper than k
+     * tokens one at a time, without changing any token's logits. */
+    void (*attn_run)(const float *q, size_t q_stride, int32_t nq, sp_kv *kv, int32_t layer,
+                     int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
+                     float *scores, size_t sc_stride, uint16_t *q16, float *out,
+                     size_t out_stride);
     /* y[i] = silu(g[i]) * u[i] */
     void (*swiglu)(int64_t n, const float *g, const float *u, float *y);
 } sp_fwd_ops;
 
-/* The variant for this CPU (SPECULA_KERNELS=ref forces the reference). */
+/* Queries per attention run (the forward pass cuts longer runs). */
+#define SP_ATTN_MAX_Q 16
+
+/* The variant of the kernel level in use (sp_kernels_init: the best the CPU
+ * has, or SPECULA_KERNELS). */
 const sp_fwd_ops *sp_fwd_ops_get(void);
 const sp_fwd_ops *sp_fwd_ops_ref(void);
-const sp_fwd_ops *sp_fwd_ops_avx2(void); /* NULL when built without it */
+const sp_fwd_ops *sp_fwd_ops_avx2(void);
+const sp_fwd_ops *sp_fwd_ops_avx512(void);
+
+/* The loop every variant without sharing uses: attn_head per query. */
+void sp_attn_run_each(const sp_fwd_ops *o, const float *q, size_t q_stride, int32_t nq, sp_kv *kv,
+                      int32_t layer, int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
+                      float *scores, size_t sc_stride, uint16_t *q16, float *out, size_t out_stride);
 
 /* scores[i] = exp(scores[i] - max) in place; returns 1 / their sum (the
  * softmax's normalizer, applied by the caller where it uses the weights). */
