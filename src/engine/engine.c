@@ -286,23 +286,6 @@ sp_engine_params sp_engine_default_params(void) {
     return p;
 }
 
-const char *sp_spec_mode_str(sp_spec_mode m) {
-    switch (m) {
-    case SP_SPEC_OFF: return "off";
-    case SP_SPEC_NGRAM: return "ngram";
-    case SP_SPEC_SUFFIX: return "suffix";
-    case SP_SPEC_DRAFT: return "draft";
-    default: return "default";
-    }
-}
-
-int sp_spec_mode_parse(const char *s) {
-    static const char *names[] = {"off", "ngram", "suffix", "draft"};
-    for (int i = 0; i < 4; i++)
-        if (!strcmp(s, names[i])) return i;
-    return -2;
-}
-
 /* Times one pass of n tokens in an empty slot (best of two) for n = 1, 2,
  * 4, ... so the planner knows what verifying k more tokens costs. The pass
  * runs at the start of a context, so attention over long contexts is not in
