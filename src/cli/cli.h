@@ -48,5 +48,6 @@ int cmd_batch(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

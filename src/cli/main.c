@@ -140,6 +140,7 @@ static void usage(FILE *f) {
             "  tokenize  print the token ids of a text as a JSON array\n"
             "  info      describe a model file\n"
             "  serve     OpenAI-compatible HTTP server\n"
+            "  bench     serving benchmark against OpenAI-compatible servers\n"
             "\n"
             "`specula <command> --help` lists a command's options.\n");
 }
@@ -155,6 +156,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;
