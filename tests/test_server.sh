@@ -96,9 +96,11 @@ start_server main -m "$model" --chat-template chatml --max-body 1M --served-mode
 main=$PID
 
 req "GET /v1/models" GET /v1/models "" 200 && python3 -c '
-import json,sys; d=json.load(open(sys.argv[1])); assert d["object"]=="list" and d["data"][0]["id"]=="ref", d' "$tmp/out" \
+import json,sys; d=json.load(open(sys.argv[1])); assert d["object"]=="list" and d["data"][0]["id"]=="ref", d
+i=d["data"][0]["specula"]; assert i["model_path"].endswith(".gguf") and i["spec"] in ("off","ngram","suffix","draft") \
+    and i["kv_block_size"]>0 and isinstance(i["prefix_cache"],bool), i' "$tmp/out" \
     && req "GET /v1/models/ref" GET /v1/models/ref "" 200 && req "GET /v1/models/x" GET /v1/models/x "" 404 \
-    && is_error invalid_request_error model && ok "/v1/models lists the served name; unknown model 404"
+    && is_error invalid_request_error model && ok "/v1/models lists the served name and its configuration; unknown model 404"
 
 req "completion" POST /v1/completions '{"model": "ref", "prompt": "Hello world", "max_tokens": 6, "temperature": 0, "logprobs": 2, "stop": ["zzzz"]}' 200 \
     && python3 - "$tmp/out" <<'PY' && ok "POST /v1/completions: OpenAI shape, usage, logprobs, specula extension" || fail "completion shape" "$(head -c 400 "$tmp/out")"

@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <cjson/cJSON.h>
+
 #include "specula.h"
 
 /* ---- SSE ----------------------------------------------------------------- */
@@ -239,6 +241,10 @@ int bench_sha256_file(const char *path, char out[65], char *err, size_t errlen);
 /* Fills the server-side fields from the arguments a `specula serve` was (or
  * will be) started with (engine defaults for what is not given). */
 void bench_contract_from_serve_args(bench_contract *c, int argc, char **argv);
+/* Fills what a Specula server reports of itself in /v1/models ("specula":
+ * model and draft files, speculation, KV type and block size, prefix
+ * cache); fields it lacks are left as they are. */
+void bench_contract_from_info(bench_contract *c, const cJSON *info);
 
 /* ---- results and reports ------------------------------------------------------ */
 

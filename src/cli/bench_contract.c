@@ -176,3 +176,34 @@ void bench_contract_from_serve_args(bench_contract *c, int argc, char **argv) {
     snprintf(c->prefix_cache, sizeof(c->prefix_cache), "%s", cache ? "on (LRU)" : "off");
     if (keys > 1) snprintf(c->salt_use, sizeof(c->salt_use), "%d API-key tenants, salted", keys);
 }
+
+void bench_contract_from_info(bench_contract *c, const cJSON *info) {
+    if (!cJSON_IsObject(info)) return;
+    const cJSON *v;
+#define STR(key) ((v = cJSON_GetObjectItemCaseSensitive(info, key)) && cJSON_IsString(v) ? v->valuestring : NULL)
+#define NUM(key) ((v = cJSON_GetObjectItemCaseSensitive(info, key)) && cJSON_IsNumber(v) ? v->valuedouble : -1)
+#define BOOL(key) ((v = cJSON_GetObjectItemCaseSensitive(info, key)) && cJSON_IsBool(v) ? cJSON_IsTrue(v) : -1)
+    const char *model = STR("model_path"), *draft = STR("draft_path"), *spec = STR("spec"),
+               *kv = STR("kv_type");
+    if (model) snprintf(c->model_file, sizeof(c->model_file), "%s", model);
+    snprintf(c->draft_file, sizeof(c->draft_file), "%s", draft ? draft : "none");
+    if (spec) {
+        const double k = NUM("spec_k");
+        const int adaptive = BOOL("spec_adaptive");
+        if (strcmp(spec, "off"))
+            snprintf(c->proposer, sizeof(c->proposer), "%s, k <= %d%s", spec, (int)k,
+                     adaptive == 0 ? " fixed" : " (cost-based choice)");
+        else
+            snprintf(c->proposer, sizeof(c->proposer), "off by default (requests may ask)");
+        snprintf(c->verification, sizeof(c->verification), "%s",
+                 "exact: greedy longest matching prefix; sampled: speculative sampling "
+                 "min(1, p/q) + residual");
+    }
+    if (kv) snprintf(c->kv_type, sizeof(c->kv_type), "%s", kv);
+    if (NUM("kv_block_size") > 0) c->block_size = (int32_t)NUM("kv_block_size");
+    const int pc = BOOL("prefix_cache");
+    if (pc >= 0) snprintf(c->prefix_cache, sizeof(c->prefix_cache), "%s", pc ? "on (LRU)" : "off");
+#undef STR
+#undef NUM
+#undef BOOL
+}

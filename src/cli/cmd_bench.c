@@ -218,8 +218,10 @@ static int start_server(target *t, char *err, size_t errlen) {
     }
 }
 
-/* The served model's id and max_model_len from GET /v1/models. */
-static void query_models(const char *url, const char *key, char *id, size_t idcap, int32_t *max_len) {
+/* The served model's id and max_model_len from GET /v1/models; with ct,
+ * also what a Specula server says of its configuration. */
+static void query_models(const char *url, const char *key, char *id, size_t idcap, int32_t *max_len,
+                         bench_contract *ct) {
     char *body = NULL, e[256];
     id[0] = 0;
     *max_len = 0;
@@ -230,6 +232,7 @@ static void query_models(const char *url, const char *key, char *id, size_t idca
         if (cJSON_IsString(v)) snprintf(id, idcap, "%s", v->valuestring);
         v = cJSON_GetObjectItemCaseSensitive(d, "max_model_len");
         if (cJSON_IsNumber(v)) *max_len = (int32_t)v->valuedouble;
+        if (ct) bench_contract_from_info(ct, cJSON_GetObjectItemCaseSensitive(d, "specula"));
         cJSON_Delete(j);
     }
     free(body);
@@ -498,7 +501,8 @@ int cmd_bench(int argc, char **argv) {
             snprintf(ct->salt_use, sizeof(ct->salt_use), "cache_salt \"%s\" on every request", wo.salt);
         else if (!t->serve && isolate)
             snprintf(ct->salt_use, sizeof(ct->salt_use), "a fresh cache_salt per measured run");
-        query_models(t->url, api_key, ct->served_model, sizeof(ct->served_model), &ct->max_model_len);
+        query_models(t->url, api_key, ct->served_model, sizeof(ct->served_model), &ct->max_model_len,
+                     t->serve ? NULL : ct);
         if (!ct->served_model[0]) snprintf(ct->served_model, sizeof(ct->served_model), "?");
         hash_into(ct->model_file, ct->model_sha256, sizeof(ct->model_sha256));
         hash_into(ct->draft_file, ct->draft_sha256, sizeof(ct->draft_sha256));

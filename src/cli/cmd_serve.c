@@ -1,9 +1,17 @@
 /* cmd_serve.c: `specula serve`: the OpenAI-compatible HTTP server. It
  * listens first (/health answers 503 while the model loads), then loads the
- * model and the engine, and serves until SIGINT or SIGTERM. */
+ * model and the engine, and serves until SIGINT or SIGTERM; then it drains:
+ * no new connections or requests, those in flight get --drain-timeout
+ * seconds to finish (a second signal cuts that short), the rest are
+ * cancelled with a clean final event, and it exits 0. */
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <stdlib.h>
 
 #include "cli.h"
 #include "server/server.h"
@@ -23,6 +31,8 @@ static void serve_usage(FILE *f) {
             "                         recognized from the model's tokenizer.chat_template)\n"
             "  --max-queue N          generation requests in flight before 429 (default 256)\n"
             "  --max-body BYTES       largest request body, e.g. 8M (default 8M)\n"
+            "  --drain-timeout S      on SIGTERM/SIGINT, seconds the requests in flight get to\n"
+            "                         finish before they are cancelled (default 10)\n"
             "  --stamp-chunks         benchmarking: streamed chunks carry \"specula_timing\", the\n"
             "                         CLOCK_MONOTONIC microsecond at which the engine handed\n"
             "                         the server their tokens (bench/server/run.sh)\n"
@@ -57,12 +67,43 @@ static char *base_name(const char *path) {
     return s;
 }
 
+/* The served configuration as a JSON object (/v1/models "specula"): what a
+ * benchmark's reproducibility record needs and cannot see from outside. */
+static void serve_info(char *out, size_t cap, const char *model, const cli_engine *ce, int32_t n_ctx) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) {
+        out[0] = 0;
+        return;
+    }
+    char *abs = realpath(model, NULL);
+    cJSON_AddStringToObject(o, "model_path", abs ? abs : model);
+    free(abs);
+    const bool spec_draft = ce->draft != NULL;
+    abs = spec_draft && ce->draft_path ? realpath(ce->draft_path, NULL) : NULL;
+    if (spec_draft) cJSON_AddStringToObject(o, "draft_path", abs ? abs : ce->draft_path);
+    else cJSON_AddNullToObject(o, "draft_path");
+    free(abs);
+    cJSON_AddStringToObject(o, "spec", sp_spec_mode_str(ce->p.spec));
+    cJSON_AddNumberToObject(o, "spec_k", ce->p.spec_k);
+    cJSON_AddBoolToObject(o, "spec_adaptive", ce->p.spec_adaptive);
+    cJSON_AddStringToObject(o, "kv_type", ce->p.kv_type == SP_KV_F16 ? "f16" : "f32");
+    cJSON_AddNumberToObject(o, "kv_block_size", ce->p.kv_block_size);
+    cJSON_AddBoolToObject(o, "prefix_cache", ce->p.prefix_cache);
+    cJSON_AddNumberToObject(o, "max_seqs", ce->p.max_seqs);
+    cJSON_AddNumberToObject(o, "max_batch_tokens", ce->p.max_batch_tokens);
+    cJSON_AddNumberToObject(o, "n_ctx", n_ctx);
+    cJSON_AddNumberToObject(o, "threads", ce->p.n_threads);
+    if (!cJSON_PrintPreallocated(o, out, (int)cap, false)) out[0] = 0;
+    cJSON_Delete(o);
+}
+
 int cmd_serve(int argc, char **argv) {
     const char *model = cli_default_model();
     const char *keys[MAX_KEYS];
     sp_server_opts o = {.host = "127.0.0.1", .port = 8080, .api_keys = keys};
     cli_engine ce = {.p = sp_engine_default_params()};
     long l;
+    long drain_s = 10;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = cli_engine_opt("serve", a, v, &ce);
@@ -82,7 +123,7 @@ int cmd_serve(int argc, char **argv) {
         bool takes = !strcmp(a, "-m") || !strcmp(a, "--host") || !strcmp(a, "--port") ||
                      !strcmp(a, "--api-key") || !strcmp(a, "--served-model-name") ||
                      !strcmp(a, "--chat-template") || !strcmp(a, "--max-queue") ||
-                     !strcmp(a, "--max-body");
+                     !strcmp(a, "--max-body") || !strcmp(a, "--drain-timeout");
         if (!takes) {
             fprintf(stderr, "specula serve: unknown option '%s' (see --help)\n", a);
             return 2;
@@ -103,6 +144,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--chat-template")) o.chat_template = v;
         else if (!strcmp(a, "--max-queue")) ok = cli_int(v, 1, 1 << 20, &l), o.max_queue = (int)l;
         else if (!strcmp(a, "--max-body")) ok = parse_bytes(v, &o.max_body);
+        else if (!strcmp(a, "--drain-timeout")) ok = cli_int(v, 0, 3600, &drain_s);
         if (!ok) {
             fprintf(stderr, "specula serve: invalid value '%s' for %s\n", v, a);
             return 2;
@@ -155,7 +197,9 @@ int cmd_serve(int argc, char **argv) {
         n_ctx = tr > 0 ? tr : 2048;
         if (n_ctx > 8192) n_ctx = 8192;
     }
-    if (sp_server_ready(s, m, e, n_ctx, err, sizeof(err))) {
+    char info[2048];
+    serve_info(info, sizeof(info), model, &ce, n_ctx);
+    if (sp_server_ready(s, m, e, n_ctx, info[0] ? info : NULL, err, sizeof(err))) {
         fprintf(stderr, "specula serve: %s\n", err);
         goto done;
     }
@@ -164,7 +208,20 @@ int cmd_serve(int argc, char **argv) {
     fflush(stderr);
     int sig = 0;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "specula serve: signal %d, stopping\n", sig);
+    sp_server_drain(s);
+    int64_t n = sp_server_in_flight(s);
+    fprintf(stderr, "specula serve: signal %d, stopping (%lld request(s) in flight, up to %ld s "
+            "to finish)\n", sig, (long long)n, drain_s);
+    fflush(stderr);
+    struct timespec t0, t1, slice = {0, 50 * 1000000L};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (sp_server_in_flight(s) > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if ((t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9 >= (double)drain_s) break;
+        if (sigtimedwait(&sigs, NULL, &slice) > 0) break; /* a second signal: now */
+    }
+    n = sp_server_in_flight(s);
+    if (n) fprintf(stderr, "specula serve: cancelling %lld request(s)\n", (long long)n);
     rc = 0;
 done:
     sp_server_stop(s);

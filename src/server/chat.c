@@ -75,12 +75,21 @@ char *chat_render(chat_tmpl t, const chat_msg *m, int n, char *err, size_t errle
                      "assistant)", i, m[i].role);
             return NULL;
         }
+    /* a family is needed even when there is no message to render */
+    if (!chat_tmpl_eot(t)) {
+        snprintf(err, errlen, "no chat template");
+        return NULL;
+    }
+    /* an empty conversation (or one system message without content) in a
+     * family with no closing text renders as "", not as a NULL buffer that
+     * would read as out of memory below */
+    sb_add(&b, "", 0);
     /* the families without a system role fold it into the first user turn */
     const char *sys = NULL;
     int first = 0;
     if (n > 0 && role_of(m[0].role) == R_SYSTEM &&
         (t == CHAT_LLAMA2 || t == CHAT_MISTRAL || t == CHAT_GEMMA)) {
-        sys = m[0].content;
+        sys = m[0].content ? m[0].content : ""; /* NULL content is empty, as below */
         first = 1;
     }
     for (int i = first; i < n; i++) {

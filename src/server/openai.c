@@ -37,6 +37,19 @@ void oai_error_json(const oai_error *e, sbuf *o) {
     sb_str(o, "}}");
 }
 
+cJSON *oai_json_parse(const char *body, size_t len) {
+    const char *end = NULL;
+    if (!body) body = "", len = 0;
+    cJSON *doc = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (!doc) return NULL;
+    for (; end && end < body + len; end++)
+        if (*end != ' ' && *end != '\t' && *end != '\n' && *end != '\r') {
+            cJSON_Delete(doc);
+            return NULL;
+        }
+    return doc;
+}
+
 #define BAD(param, ...) oai_seterr(e, 400, "invalid_request_error", param, "invalid_value", __VA_ARGS__)
 
 static bool is_int(const cJSON *v) {
@@ -197,7 +210,7 @@ int oai_parse(const char *body, size_t len, bool chat, int32_t n_vocab, oai_req 
     r->sampling.top_p = 1.0f;
     r->sampling.top_k = 0;
     r->sampling.min_p = 0.0f;
-    r->doc = cJSON_ParseWithLength(body ? body : "", len);
+    r->doc = oai_json_parse(body, len);
     if (!r->doc)
         return oai_seterr(e, 400, "invalid_request_error", NULL, "invalid_json",
                           "the body is not valid JSON");

@@ -41,6 +41,9 @@ typedef struct {
     int spec_k;
 } oai_req;
 
+/* One JSON value and nothing after it but white space (cJSON alone would
+ * ignore trailing bytes); NULL if the text is not that. */
+cJSON *oai_json_parse(const char *body, size_t len);
 /* Parses and validates a request body; 0, or -1 with e filled (400). */
 int oai_parse(const char *body, size_t len, bool chat, int32_t n_vocab, oai_req *r, oai_error *e);
 void oai_req_free(oai_req *r);

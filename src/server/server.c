@@ -11,7 +11,12 @@
  * cancels too when a response ends other than normally (a failed write).
  *
  * A request record (sreq) is shared by the connection, the streaming
- * response and the engine; it is freed when the last of them lets go. */
+ * response and the engine; it is freed when the last of them lets go.
+ *
+ * Shutdown: sp_server_drain closes the listening socket and refuses new
+ * generation requests (503) while those in flight go on; sp_server_stop
+ * then cancels what is left, lets each client get its final event (a last
+ * chunk with finish_reason "cancelled" and [DONE], or a 503), and closes. */
 #include "server/server.h"
 
 #include <arpa/inet.h>
@@ -29,7 +34,9 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "common.h"
 #include "server/chat.h"
 #include "server/metrics.h"
 #include "server/openai.h"
@@ -46,8 +53,11 @@ struct sp_server {
     char (*key_salt)[65];          /* its hex: the tenant's cache salt */
     int n_keys;
     char *served_name;
+    char *info;                    /* JSON object for /v1/models "specula", or NULL */
     _Atomic int ready;
-    _Atomic int stopping;
+    _Atomic int draining;          /* SIGTERM: no new requests; those in flight go on */
+    _Atomic int stopping;          /* in-flight requests are being cancelled */
+    _Atomic int64_t open_resps;    /* generation responses not yet completed (sent or failed) */
     const sp_model *m;
     const sp_vocab *v;
     sp_engine *e;
@@ -78,6 +88,7 @@ typedef struct sreq {
     int32_t n_tok, cap_tok, n_top;
     sbuf text;
     bool finished, disconnected;
+    double t_stop;                 /* when the server's stop cancelled it (0: not) */
     sp_request_stats st;
     char error[256];
     double t_arrive, t_first, t_last;
@@ -296,11 +307,24 @@ static bool wait_news(sreq *r, int32_t have_tok, size_t have_text) {
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&r->cv, &r->mu, &ts);
         if (r->finished) break;
-        if (client_gone(r->fd) || r->s->stopping) {
+        if (client_gone(r->fd)) {
             pthread_mutex_unlock(&r->mu);
-            cancel_req(r, !r->s->stopping);
+            cancel_req(r, true);
             pthread_mutex_lock(&r->mu);
             return false;
+        }
+        if (r->s->stopping) {
+            /* the server stops: cancel, then wait for the engine's final
+             * event so the client gets a clean end (finish_reason
+             * "cancelled" and [DONE], or a 503); give up after 5 s */
+            if (r->t_stop == 0) {
+                r->t_stop = now_ms();
+                pthread_mutex_unlock(&r->mu);
+                cancel_req(r, false);
+                pthread_mutex_lock(&r->mu);
+            } else if (now_ms() - r->t_stop > 5000) {
+                return false;
+            }
         }
     }
     return true;
@@ -628,6 +652,11 @@ static enum MHD_Result handle_generate(sp_server *s, struct MHD_Connection *c, c
         goto fail;
     }
     /* admission */
+    if (s->draining) {
+        oai_seterr(&e, 503, "service_unavailable", NULL, "shutting_down",
+                   "the server is shutting down");
+        goto fail;
+    }
     pthread_mutex_lock(&s->mu);
     bool full = s->active >= s->o.max_queue;
     if (!full) s->active++;
@@ -660,6 +689,7 @@ static enum MHD_Result handle_generate(sp_server *s, struct MHD_Connection *c, c
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     r->fd = ci ? ci->connect_fd : -1;
     cx->r = r;
+    s->open_resps++;
 
     sp_request_params rp = sp_request_default_params();
     rp.tokens = toks;
@@ -735,7 +765,9 @@ static enum MHD_Result handle_generate(sp_server *s, struct MHD_Connection *c, c
         bool err_ = r->st.finish == SP_FINISH_ERROR;
         code = err_ ? 500 : 503;
         oai_seterr(&e, code, err_ ? "server_error" : "service_unavailable", NULL, NULL, "%s",
-                   err_ ? (r->error[0] ? r->error : "error") : "the request was cancelled");
+                   err_ ? (r->error[0] ? r->error : "error")
+                        : r->t_stop ? "the server is shutting down; the request was cancelled"
+                                    : "the request was cancelled");
         oai_error_json(&e, &b);
     } else {
         json_full(&b, r);
@@ -754,7 +786,7 @@ fail:
 
 static enum MHD_Result handle_tokenize(sp_server *s, struct MHD_Connection *c, const char *url,
                                        conn *cx) {
-    cJSON *o = cJSON_ParseWithLength(cx->body.p ? cx->body.p : "", cx->body.len);
+    cJSON *o = oai_json_parse(cx->body.p, cx->body.len);
     if (!o || !cJSON_IsObject(o)) {
         cJSON_Delete(o);
         ERR(400, "invalid_request_error", NULL, "invalid_json", "the body must be a JSON object");
@@ -788,7 +820,7 @@ static enum MHD_Result handle_tokenize(sp_server *s, struct MHD_Connection *c, c
 
 static enum MHD_Result handle_detokenize(sp_server *s, struct MHD_Connection *c, const char *url,
                                          conn *cx) {
-    cJSON *o = cJSON_ParseWithLength(cx->body.p ? cx->body.p : "", cx->body.len);
+    cJSON *o = oai_json_parse(cx->body.p, cx->body.len);
     const cJSON *t = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "tokens") : NULL;
     if (!cJSON_IsArray(t)) {
         cJSON_Delete(o);
@@ -803,8 +835,9 @@ static enum MHD_Result handle_detokenize(sp_server *s, struct MHD_Connection *c,
     int i = 0;
     const cJSON *x;
     cJSON_ArrayForEach(x, t) {
-        if (!cJSON_IsNumber(x) || x->valuedouble != (double)(int32_t)x->valuedouble ||
-            x->valuedouble < 0 || x->valuedouble >= s->n_vocab) {
+        /* range first: converting 1e308 or NaN to int32_t is undefined */
+        if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble < s->n_vocab) ||
+            x->valuedouble != (double)(int32_t)x->valuedouble) {
             cJSON_Delete(o);
             sb_free(&text);
             ERR(400, "invalid_request_error", "tokens", "invalid_value",
@@ -831,7 +864,27 @@ static void json_model(sbuf *b, sp_server *s) {
     sb_str(b, "{\"id\": ");
     sb_json_str(b, s->served_name, strlen(s->served_name));
     sb_printf(b, ", \"object\": \"model\", \"created\": %ld, \"owned_by\": \"specula\", "
-                 "\"max_model_len\": %d}", (long)time(NULL), s->n_ctx);
+                 "\"max_model_len\": %d", (long)time(NULL), s->n_ctx);
+    if (s->info) sb_printf(b, ", \"specula\": %s", s->info);
+    sb_str(b, "}");
+}
+
+/* The offset of the first byte of p[n] that is a NUL or not part of valid
+ * UTF-8 (overlong forms, surrogates and code points past U+10FFFF are not),
+ * or n. */
+static size_t utf8_bad_at(const char *p, size_t n) {
+    const unsigned char *u = (const unsigned char *)p;
+    for (size_t i = 0; i < n;) {
+        if (u[i] < 0x80) {
+            if (!u[i]) return i;
+            i++;
+            continue;
+        }
+        int l = sp_utf8_len(u + i, n - i);
+        if (!l) return i;
+        i += (size_t)l;
+    }
+    return n;
 }
 
 /* The tenant's salt for a valid key; NULL when keys are configured and this
@@ -863,6 +916,10 @@ static enum MHD_Result dispatch(sp_server *s, struct MHD_Connection *c, const ch
     bool post = !strcmp(method, "POST");
     if (!strcmp(url, "/health")) {
         if (!get) ERR(405, "invalid_request_error", NULL, "method_not_allowed", "use GET");
+        if (s->draining) {
+            static const char b[] = "{\"status\": \"draining\"}";
+            return send_body(s, c, url, 503, "application/json", b, sizeof(b) - 1, NULL);
+        }
         if (!s->ready) {
             static const char b[] = "{\"status\": \"loading\"}";
             return send_body(s, c, url, 503, "application/json", b, sizeof(b) - 1, NULL);
@@ -910,6 +967,11 @@ static enum MHD_Result dispatch(sp_server *s, struct MHD_Connection *c, const ch
         return send_json(s, c, url, 200, &b);
     }
     if (!post) ERR(405, "invalid_request_error", NULL, "method_not_allowed", "use POST");
+    size_t bad = utf8_bad_at(cx->body.p, cx->body.len);
+    if (bad < cx->body.len)
+        ERR(400, "invalid_request_error", NULL, "invalid_encoding",
+            "the body is not UTF-8 JSON: byte %zu (0x%02x) is %s", bad,
+            (unsigned char)cx->body.p[bad], cx->body.p[bad] ? "not valid UTF-8" : "a NUL");
     if (!strcmp(url, "/tokenize")) return handle_tokenize(s, c, url, cx);
     if (!strcmp(url, "/detokenize")) return handle_detokenize(s, c, url, cx);
     return handle_generate(s, c, url, cx, !strcmp(url, "/v1/chat/completions"), tenant);
@@ -955,8 +1017,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     conn *cx = *con_cls;
     if (!cx) return;
     if (cx->r) {
+        sp_server *s = cx->r->s;
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) cancel_req(cx->r, true);
         sreq_unref(cx->r);
+        s->open_resps--;
     }
     sb_free(&cx->body);
     free(cx);
@@ -1024,7 +1088,7 @@ sp_server *sp_server_start(const sp_server_opts *o, char *err, size_t errlen) {
         return NULL;
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_POLL | MHD_USE_ERROR_LOG;
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
@@ -1047,8 +1111,12 @@ sp_server *sp_server_start(const sp_server_opts *o, char *err, size_t errlen) {
 
 int sp_server_port(const sp_server *s) { return s->port; }
 
-int sp_server_ready(sp_server *s, const sp_model *m, sp_engine *e, int32_t n_ctx, char *err,
-                    size_t errlen) {
+int sp_server_ready(sp_server *s, const sp_model *m, sp_engine *e, int32_t n_ctx, const char *info,
+                    char *err, size_t errlen) {
+    if (info && !(s->info = strdup(info))) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     s->m = m;
     s->v = sp_model_get_vocab(m);
     s->e = e;
@@ -1086,9 +1154,31 @@ int sp_server_ready(sp_server *s, const sp_model *m, sp_engine *e, int32_t n_ctx
 
 const char *sp_server_chat_template_name(const sp_server *s) { return chat_tmpl_name(s->tmpl); }
 
+void sp_server_drain(sp_server *s) {
+    if (!s || !s->d || s->draining) return;
+    s->draining = 1;
+    MHD_socket fd = MHD_quiesce_daemon(s->d); /* new connections are refused */
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+}
+
+int64_t sp_server_in_flight(sp_server *s) {
+    pthread_mutex_lock(&s->mu);
+    int64_t n = s->active;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 void sp_server_stop(sp_server *s) {
     if (!s || !s->d) return;
+    sp_server_drain(s);
     s->stopping = 1;
+    /* the requests still in flight are cancelled (wait_news); their final
+     * events go out before the connections close, for at most 5 s */
+    double dl = now_ms() + 5000;
+    while (s->open_resps > 0 && now_ms() < dl) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     MHD_stop_daemon(s->d);
     s->d = NULL;
 }
@@ -1101,5 +1191,6 @@ void sp_server_free(sp_server *s) {
     free(s->key_hash);
     free(s->key_salt);
     free(s->served_name);
+    free(s->info);
     free(s);
 }

@@ -33,14 +33,25 @@ typedef struct sp_server sp_server;
 sp_server *sp_server_start(const sp_server_opts *o, char *err, size_t errlen);
 int sp_server_port(const sp_server *s);
 /* Serves with this model and engine from now on (n_ctx: positions per
- * request). -1 + err for an unknown --chat-template name. */
-int sp_server_ready(sp_server *s, const sp_model *m, sp_engine *e, int32_t n_ctx, char *err,
-                    size_t errlen);
+ * request). info: a JSON object describing the configuration (files,
+ * speculation, KV cache), reported as "specula" in every /v1/models entry
+ * so that a benchmark can record what it measured; copied; NULL for none.
+ * -1 + err for an unknown --chat-template name. */
+int sp_server_ready(sp_server *s, const sp_model *m, sp_engine *e, int32_t n_ctx, const char *info,
+                    char *err, size_t errlen);
 /* The chat template in use ("none" without one). */
 const char *sp_server_chat_template_name(const sp_server *s);
+/* Graceful shutdown, first step: new connections are refused, new
+ * generation requests get 503 and /health 503 "draining"; the requests in
+ * flight go on (sp_server_in_flight counts them). */
+void sp_server_drain(sp_server *s);
+int64_t sp_server_in_flight(sp_server *s);
 /* Stops listening and ends every connection; call before freeing the
  * engine, then sp_server_free after it (the engine's final events still
- * reach the server's request records). */
+ * reach the server's request records). Requests still in flight are
+ * cancelled first and end cleanly: a stream with a final chunk
+ * (finish_reason "cancelled") and [DONE], a plain response with a 503;
+ * their clients get at most 5 s to take them. */
 void sp_server_stop(sp_server *s);
 void sp_server_free(sp_server *s);
 

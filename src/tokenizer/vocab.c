@@ -645,6 +645,8 @@ int sp_token_to_piece(const sp_vocab *v, int32_t tok, char *buf, int len, bool r
     if (!render_special && (v->attr[tok] & (SP_ATTR_UNKNOWN | SP_ATTR_CONTROL))) return 0;
     int n = (int)v->piece_len[tok];
     if (len < n) return -n;
-    memcpy(buf, v->piece + v->piece_off[tok], (size_t)n);
+    /* buf may be NULL for a size query (len 0), which a token with an
+     * empty piece (a hostile vocabulary) answers here */
+    if (n) memcpy(buf, v->piece + v->piece_off[tok], (size_t)n);
     return n;
 }

@@ -1,0 +1,505 @@
+#!/usr/bin/env python3
+"""bad_inputs.py: runs the table of bad inputs (tests/bad_inputs.json) against
+`specula serve` and `specula info` / `specula serve` on broken model files.
+
+Every HTTP row is sent (raw sockets for broken HTTP, http.client otherwise),
+its answer is checked against the row's expectation (status, error.type,
+error.param, error.code, Retry-After), and after EVERY row a normal small
+completion must succeed: the server keeps serving. Model-file rows craft a
+broken GGUF from a real one and expect a message and an exit status in
+1..127 (>= 128 is a crash), within a timeout. At the end the servers must
+still be alive, /metrics must answer, and their stderr must hold no
+sanitizer report. Prints "ok   ID" / "FAIL ID: why" per row and
+"RESULT <passed> <failed>". Standard library only.
+
+usage: bad_inputs.py --bin BIN --model MODEL --small-model GGUF [--table T] [--only ID,...]
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SAN_RE = re.compile(r"ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error:|WARNING: ThreadSanitizer")
+CHECK_BODY = {"prompt": "def f(x):", "max_tokens": 2, "temperature": 0}
+KEYS = ("tenant-a-key", "tenant-b-key")
+
+
+# ---- servers ---------------------------------------------------------------
+
+class Server:
+    def __init__(self, name, binary, args, tmp):
+        self.name, self.log = name, os.path.join(tmp, name + ".log")
+        self.f = open(self.log, "wb")
+        self.p = subprocess.Popen([binary, "serve", "--port", "0", "-t", "1"] + args,
+                                  stdout=self.f, stderr=subprocess.STDOUT)
+        self.port, self.headers = None, {}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and self.port is None:
+            m = re.search(rb"http://127\.0\.0\.1:(\d+)", open(self.log, "rb").read())
+            if m:
+                self.port = int(m.group(1))
+            elif self.p.poll() is not None:
+                break
+            else:
+                time.sleep(0.05)
+        if self.port is None:
+            raise RuntimeError("server %s did not start: %s" % (name, self.text()))
+        while time.monotonic() < deadline:
+            try:
+                if request(self.port, "GET", "/health", timeout=5)[0] == 200:
+                    return
+            except OSError:
+                pass
+            if self.p.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError("server %s is not healthy: %s" % (name, self.text()))
+
+    def text(self):
+        return open(self.log, "rb").read().decode("utf-8", "replace")
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(30)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.f.close()
+        return self.p.returncode
+
+
+def request(port, method, path, body=None, headers=None, timeout=60, chunked=False):
+    """(status, headers dict (lower-case), body bytes)"""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        if chunked:
+            c.request(method, path, (body[i:i + 65536] for i in range(0, len(body), 65536)),
+                      headers or {}, encode_chunked=True)
+        else:
+            c.request(method, path, body, headers or {})
+        r = c.getresponse()
+        data = r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+    finally:
+        c.close()
+
+
+def raw_exchange(port, data, shut_wr=False, timeout=30):
+    """Sends bytes on a fresh socket; returns the status code of the first
+    response (0: the server closed the connection without answering)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        if data:
+            try:
+                s.sendall(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the server answered early and closed: read what it said
+        if shut_wr or not data:
+            s.shutdown(socket.SHUT_WR)
+        buf = b""
+        while b"\r\n" not in buf:
+            try:
+                chunk = s.recv(4096)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            buf += chunk
+        m = re.match(rb"HTTP/1\.[01] (\d{3})", buf)
+        return int(m.group(1)) if m else 0
+    finally:
+        s.close()
+
+
+def metrics(port, headers=None):
+    st, _, body = request(port, "GET", "/metrics", headers=headers, timeout=30)
+    out = {}
+    for line in body.decode().splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return st, out
+
+
+def wait_idle(port, headers=None, limit=30):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        st, m = metrics(port, headers)
+        if st == 200 and m.get("specula_requests_active") == 0:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# ---- generated request bodies and raw requests ---------------------------
+
+def gen_body(spec):
+    name, _, arg = spec.partition(":")
+    n = int(arg) if arg else 0
+    if name == "deep_array":
+        return b"[" * n + b"]" * n
+    if name == "deep_object":
+        return b'{"a": ' * n + b"1" + b"}" * n
+    if name == "deep_field":
+        return b'{"prompt": "a", "user": ' + b"[" * n + b"]" * n + b"}"
+    if name == "huge_body":
+        return b'{"prompt": "' + b"a" * n + b'"}'
+    if name == "many_keys":
+        d = {"k%d" % i: i for i in range(n)}
+        d.update(CHECK_BODY)
+        return json.dumps(d).encode()
+    if name == "many_ids":
+        return json.dumps({"prompt": [100 + i % 3000 for i in range(n)], "max_tokens": 2}).encode()
+    if name == "huge_prompt":
+        return json.dumps({"prompt": ("def f(x): return x\n" * (n // 19 + 1))[:n], "max_tokens": 2}).encode()
+    if name == "huge_chat":
+        return json.dumps({"messages": [{"role": "user", "content": "hello " * (n // 6)}]}).encode()
+    if name == "huge_tokenize":
+        return json.dumps({"prompt": ("import os\n" * (n // 10 + 1))[:n]}).encode()
+    if name == "detok_many":
+        return json.dumps({"tokens": [3 + i % 4000 for i in range(n)]}).encode()
+    if name == "many_stops":
+        return json.dumps({"prompt": "a", "stop": ["s%d" % i for i in range(n)]}).encode()
+    if name == "long_stop":
+        return json.dumps(dict(CHECK_BODY, stop=["z" * n])).encode()
+    if name == "long_model":
+        return json.dumps(dict(CHECK_BODY, model="m" * n)).encode()
+    if name == "utf16_json":
+        return json.dumps(CHECK_BODY).encode("utf-16")
+    raise ValueError("unknown body generator " + spec)
+
+
+def gen_raw(spec):
+    name, _, arg = spec.partition(":")
+    n = int(arg) if arg else 0
+    if name == "long_header":
+        return b"GET /health HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * n + b"\r\n\r\n"
+    if name == "many_headers":
+        return b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(n)) + b"\r\n"
+    if name == "long_url":
+        return b"GET /health?" + b"a" * n + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    if name in ("big_body", "big_body_expect"):
+        body = b'{"prompt": "' + b"a" * n + b'"}'
+        return (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+                (b"Expect: 100-continue\r\n" if name == "big_body_expect" else b"") +
+                b"Content-Length: %d\r\n\r\n" % len(body) + (b"" if name == "big_body_expect" else body))
+    if name == "chunked_ok":
+        body = json.dumps(CHECK_BODY).encode()
+        return (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" +
+                b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+    raise ValueError("unknown raw generator " + spec)
+
+
+def row_body(row):
+    if "json" in row:
+        return json.dumps(row["json"]).encode()
+    if "body" in row:
+        return row["body"].encode("latin-1")  # U+00XX is byte XX
+    if "body_gen" in row:
+        return gen_body(row["body_gen"])
+    return None
+
+
+# ---- checking one HTTP row --------------------------------------------------
+
+def check_error(status, hdrs, body, exp):
+    if status != exp["status"]:
+        return "HTTP %d (want %d): %r" % (status, exp["status"], body[:200])
+    if status == 200:
+        return None
+    try:
+        e = json.loads(body)["error"]
+    except Exception:
+        return "the body is not an OpenAI error object: %r" % body[:200]
+    if not (set(e) >= {"message", "type", "param", "code"}) or not e["message"]:
+        return "incomplete error object: %r" % e
+    for k in ("type", "param", "code"):
+        if k in exp and e[k] != exp[k]:
+            return "error.%s %r (want %r): %s" % (k, e[k], exp[k], e["message"])
+    if exp.get("retry_after") and "retry-after" not in hdrs:
+        return "no Retry-After header"
+    return None
+
+
+def hold_streams(port, n, headers):
+    """Opens n long streams and waits until the server counts them active."""
+    socks = []
+    body = json.dumps({"prompt": "def main():", "max_tokens": 400, "temperature": 0,
+                       "stream": True}).encode()
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        hdr = "".join("%s: %s\r\n" % kv for kv in headers.items())
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+                  hdr.encode() + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        socks.append(s)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if metrics(port, headers)[1].get("specula_requests_active", 0) >= n:
+            return socks, None
+        time.sleep(0.02)
+    return socks, "the %d streams never became active together" % n
+
+
+def run_http_row(row, srv):
+    exp = row["expect"]
+    hdrs = dict(row.get("headers", {}))  # the row's own: no API key unless it gives one
+    if "raw" in row or "raw_gen" in row:
+        data = row["raw"].encode("latin-1") if "raw" in row else gen_raw(row["raw_gen"])
+        got = raw_exchange(srv.port, data, row.get("shut_wr", False))
+        want = exp["status"]
+        return None if got in want else "status %d (want one of %s; 0 = closed without answer)" % (got, want)
+    method = row.get("method", "POST")
+    body = row_body(row)
+    if body is not None and "Content-Type" not in hdrs:
+        hdrs["Content-Type"] = "application/json"
+    if "burst" in exp:
+        n, res = exp["burst"], []
+        def one():
+            try:
+                res.append(request(srv.port, method, row["path"], body, hdrs, timeout=60))
+            except Exception as e:
+                res.append((0, {}, repr(e).encode()))
+        ts = [threading.Thread(target=one) for _ in range(n)]
+        for t in ts: t.start()
+        for t in ts: t.join(90)
+        bad = [r for r in res if not (r[0] == 200 or (r[0] == 429 and not check_error(r[0], r[1], r[2],
+               {"status": 429, "type": "rate_limit_exceeded", "retry_after": True})))]
+        if len(res) != n or bad:
+            return "%d answers, unexpected: %r" % (len(res), [(r[0], r[2][:100]) for r in bad][:3])
+        if not any(r[0] == 200 for r in res):
+            return "no request of the burst succeeded"
+        return None
+    socks = []
+    try:
+        if row.get("hold_streams"):
+            socks, err = hold_streams(srv.port, row["hold_streams"], srv.headers)
+            if err:
+                return err
+        st, rh, data = request(srv.port, method, row["path"], body, hdrs, chunked=row.get("chunked", False))
+        return check_error(st, rh, data, exp)
+    finally:
+        for s in socks:
+            s.close()
+        if socks and not wait_idle(srv.port, srv.headers):
+            return "the held streams were not cancelled after their clients left"
+
+
+def check_serving(srv):
+    try:
+        st, _, data = request(srv.port, "POST", "/v1/completions", json.dumps(CHECK_BODY).encode(),
+                              dict(srv.headers, **{"Content-Type": "application/json"}), timeout=60)
+        d = json.loads(data)
+        if st != 200 or d["choices"][0]["finish_reason"] not in ("stop", "length"):
+            return "HTTP %d: %r" % (st, data[:200])
+    except Exception as e:
+        return "no answer: %r" % e
+    if srv.p.poll() is not None:
+        return "the server exited with status %s" % srv.p.returncode
+    return None
+
+
+# ---- broken model files ---------------------------------------------------
+
+def gguf_layout(b):
+    """Offsets of the header fields, the KV entries and the tensor infos."""
+    off = 24
+    _, n_t, n_kv = struct.unpack_from("<IQQ", b, 4)
+    def string(o):
+        n = struct.unpack_from("<Q", b, o)[0]
+        return b[o + 8:o + 8 + n].decode(), o + 8 + n
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    def value(t, o):
+        if t in sizes: return o + sizes[t]
+        if t == 8: return string(o)[1]
+        et, n = struct.unpack_from("<IQ", b, o)
+        o += 12
+        if et in sizes: return o + n * sizes[et]
+        for _ in range(n): o = value(et, o)
+        return o
+    kvs = []
+    for _ in range(n_kv):
+        start = off
+        key, off = string(off)
+        t = struct.unpack_from("<I", b, off)[0]
+        kvs.append({"key": key, "off": start, "type_off": off, "vtype": t, "val_off": off + 4})
+        off = value(t, off + 4)
+    kv_end = off
+    tis = []
+    for _ in range(n_t):
+        start = off
+        name, off = string(off)
+        nd = struct.unpack_from("<I", b, off)[0]
+        ti = {"name": name, "off": start, "nd_off": off, "ne_off": off + 4, "n_dims": nd}
+        off += 4 + 8 * nd
+        ti["type_off"], ti["offset_off"] = off, off + 4
+        off += 12
+        tis.append(ti)
+    return {"n_tensors": n_t, "n_kv": n_kv, "kvs": kvs, "kv_end": kv_end, "tis": tis, "ti_end": off}
+
+
+def make_model(spec, base, path):
+    """Writes the broken file named by spec; returns the path to run on."""
+    b = bytearray(base)
+    L = gguf_layout(bytes(b))
+    put = lambda fmt, off, v: struct.pack_into(fmt, b, off, v)
+    kv = lambda key: next(k for k in L["kvs"] if k["key"] == key)
+    ti = lambda i: L["tis"][i]
+    if spec == "empty": b = b""
+    elif spec == "cut3": b = b[:3]
+    elif spec == "cut_header": b = b[:24]
+    elif spec == "cut_kv": b = b[:(24 + L["kv_end"]) // 2]
+    elif spec == "cut_tinfo": b = b[:(L["kv_end"] + L["ti_end"]) // 2]
+    elif spec == "cut_data": b = b[:(L["ti_end"] + len(b)) // 2]
+    elif spec == "cut_last_byte": b = b[:-1]
+    elif spec == "magic": b[:4] = b"GGUX"
+    elif spec == "magic_ggml": b[:4] = b"lmgg"
+    elif spec == "version1": put("<I", 4, 1)
+    elif spec == "version99": put("<I", 4, 99)
+    elif spec == "n_tensors_huge": put("<Q", 8, (1 << 63) - 1)
+    elif spec == "n_tensors_plus1": put("<Q", 8, L["n_tensors"] + 1)
+    elif spec == "n_kv_huge": put("<Q", 16, 1 << 40)
+    elif spec == "key_len_huge": put("<Q", L["kvs"][0]["off"], 1 << 60)
+    elif spec == "bad_vtype": put("<I", L["kvs"][0]["type_off"], 99)
+    elif spec == "array_huge": put("<Q", kv("tokenizer.ggml.tokens")["val_off"] + 4, 1 << 50)
+    elif spec == "n_dims_100": put("<I", ti(0)["nd_off"], 100)
+    elif spec == "ne_huge": put("<Q", ti(0)["ne_off"], 1 << 62)
+    elif spec == "ne_zero": put("<Q", ti(0)["ne_off"], 0)
+    elif spec == "ne_product_overflow":
+        put("<Q", ti(0)["ne_off"], 1 << 40)
+        if ti(0)["n_dims"] > 1: put("<Q", ti(0)["ne_off"] + 8, 1 << 40)
+    elif spec == "offset_past_end": put("<Q", ti(len(L["tis"]) - 1)["offset_off"], len(b))
+    elif spec == "offset_huge": put("<Q", ti(0)["offset_off"], (1 << 64) - 32)
+    elif spec == "offset_misaligned":
+        o = ti(1)["offset_off"]; put("<Q", o, struct.unpack_from("<Q", b, o)[0] + 1)
+    elif spec == "type_999": put("<I", ti(0)["type_off"], 999)
+    elif spec == "type_removed": put("<I", ti(0)["type_off"], 4)  # Q4_2, dropped from ggml
+    elif spec == "dup_tensor_name":
+        a = next(t for t in L["tis"] if t["name"].endswith("attn_q.weight"))
+        c = next(t for t in L["tis"] if t["name"] == a["name"].replace("attn_q", "attn_k"))
+        b[c["off"] + 8:c["off"] + 8 + len(c["name"])] = a["name"].encode()
+    elif spec == "missing_tensor":  # rename a needed tensor to something unknown
+        t = next(t for t in L["tis"] if t["name"].endswith("ffn_up.weight"))
+        b[t["off"] + 8:t["off"] + 8 + len(t["name"])] = t["name"].replace("ffn_up", "ffn_xx").encode()
+    elif spec == "directory":
+        os.makedirs(path, exist_ok=True); return path
+    elif spec == "missing": return path + ".does-not-exist"
+    elif spec == "text": b = b"this is not a model\n" * 100
+    else: raise ValueError("unknown model generator " + spec)
+    with open(path, "wb") as f:
+        f.write(bytes(b))
+    return path
+
+
+def run_model_row(row, binary, base, tmp):
+    exp = row["expect"]
+    path = make_model(row["model_gen"], base, os.path.join(tmp, row["id"] + ".gguf"))
+    for cmd in (["info", "-m", path], ["serve", "--port", "0", "-t", "1", "-m", path]):
+        try:
+            p = subprocess.run([binary] + cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            return "%s: no exit within 30 s" % cmd[0]
+        out = (p.stdout + p.stderr).decode("utf-8", "replace")
+        if SAN_RE.search(out):
+            return "%s: sanitizer report: %s" % (cmd[0], out[-800:])
+        if p.returncode < 0 or p.returncode >= 128:
+            return "%s: crashed (status %d): %s" % (cmd[0], p.returncode, out[-300:])
+        if p.returncode == 0:
+            return "%s: exit status 0 for a broken model: %s" % (cmd[0], out[-300:])
+        if exp["msg"].lower() not in out.lower():
+            return "%s: message lacks %r: %s" % (cmd[0], exp["msg"], out.strip()[-300:])
+    return None
+
+
+# ---- main -----------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.environ.get("SPECULA_BIN", "bin/specula"))
+    ap.add_argument("--model", default=None, help="model to serve (default: the bundled one)")
+    ap.add_argument("--small-model", default="models/specula-code-draft-f16.gguf",
+                    help="a valid GGUF to corrupt for the model-file rows")
+    ap.add_argument("--table", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "bad_inputs.json"))
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    rows = json.load(open(a.table))
+    if a.only:
+        keep = set(a.only.split(","))
+        rows = [r for r in rows if r["id"] in keep or r["cat"] in keep]
+    passed = failed = 0
+    def report(rid, err):
+        nonlocal passed, failed
+        if err:
+            failed += 1
+            print("FAIL %s: %s" % (rid, err), flush=True)
+        else:
+            passed += 1
+            print("ok   %s" % rid, flush=True)
+    tmp = tempfile.mkdtemp(prefix="specula-bad-")
+    servers = {}
+    try:
+        margs = ["-m", a.model] if a.model else []
+        small = ["-c", "512", "--max-seqs", "4", "--max-queue", "4", "--max-body", "1M"] + margs
+        if any(r.get("server", "main") == "main" and r["cat"] != "model_file" for r in rows):
+            servers["main"] = Server("main", a.bin, small + ["--chat-template", "chatml"], tmp)
+        if any(r.get("server") == "auth" for r in rows):
+            servers["auth"] = Server("auth", a.bin, small + ["--api-key", KEYS[0], "--api-key", KEYS[1]], tmp)
+            servers["auth"].headers = {"Authorization": "Bearer " + KEYS[0]}
+        base = open(a.small_model, "rb").read()
+        for row in rows:
+            if row["cat"] == "model_file":
+                try:
+                    report(row["id"], run_model_row(row, a.bin, base, tmp))
+                except Exception as e:
+                    report(row["id"], "driver error %r" % e)
+                continue
+            srv = servers[row.get("server", "main")]
+            try:
+                err = run_http_row(row, srv)
+            except Exception as e:
+                err = "driver error %r" % e
+            after = check_serving(srv)
+            if after:
+                err = (err + "; " if err else "") + "the next normal request failed: " + after
+            report(row["id"] + " (" + row["desc"] + ")", err)
+        for name, srv in servers.items():
+            err = None
+            try:
+                st, m = metrics(srv.port, srv.headers)
+                if st != 200 or m.get("specula_requests_active") != 0 and not wait_idle(srv.port, srv.headers):
+                    err = "/metrics: HTTP %d, active %s" % (st, m.get("specula_requests_active"))
+                elif m.get('specula_kv_blocks{state="in_use"}', 0) != 0 and not wait_idle(srv.port, srv.headers):
+                    err = "KV blocks still in use"
+            except Exception as e:
+                err = "/metrics failed: %r" % e
+            rc = srv.stop()
+            if not err and rc != 0:
+                err = "exit status %s on SIGTERM" % rc
+            if not err and SAN_RE.search(srv.text()):
+                err = "sanitizer report: " + srv.text()[-1500:]
+            report("server %s alive at the end, /metrics idle, clean exit, no sanitizer report" % name, err)
+    except RuntimeError as e:
+        report("servers start", str(e))
+    finally:
+        for srv in servers.values():
+            if srv.p.poll() is None:
+                srv.p.kill()
+                srv.p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("RESULT %d %d" % (passed, failed), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

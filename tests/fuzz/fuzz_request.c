@@ -1,0 +1,217 @@
+/* fuzz_request.c: request bodies as the HTTP server receives them.
+ *
+ * Input: byte 0 picks the endpoint (low two bits: /v1/completions,
+ * /v1/chat/completions, /tokenize, /detokenize) and, for chat, the
+ * template (bits 2-4); the rest is the body.
+ *
+ * Completions and chat go through oai_parse (parse and validate), and an
+ * accepted request through what the server does next: chat rendering and
+ * tokenizing the prompt. Every accepted request must satisfy what the
+ * server relies on (ranges, counts, strings present); every refusal must
+ * give a 4xx/5xx error whose JSON (oai_error_json) parses back.
+ *
+ * /tokenize and /detokenize are parsed inside src/server/server.c, in
+ * static handlers tied to libmicrohttpd connections; fzr_tokenize and
+ * fzr_detokenize below follow those handlers step for step (keep them in
+ * sync) up to the response body, which must be valid JSON. They differ
+ * in one place, marked below, where server.c has a bug. */
+#include <cjson/cJSON.h>
+#include <math.h>
+
+#include "fuzz_common.h"
+#include "server/chat.h"
+#include "server/openai.h"
+#include "server/sbuf.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    fz_load_vocabs();
+    return 0;
+}
+
+/* What the server would send must be JSON. */
+static void fzr_check_json(const sbuf *b) {
+    FZ_ASSERT(!b->oom && b->p);
+    cJSON *j = cJSON_ParseWithLength(b->p, b->len);
+    FZ_ASSERT(j && cJSON_IsObject(j));
+    cJSON_Delete(j);
+}
+
+static void fzr_check_error(const oai_error *e) {
+    FZ_ASSERT(e->status >= 400 && e->status < 600);
+    FZ_ASSERT(e->type && e->message[0]);
+    sbuf b = {0};
+    oai_error_json(e, &b);
+    fzr_check_json(&b);
+    sb_free(&b);
+}
+
+/* Tokenizes a prompt as handle_generate does (bounded: the fuzzer's time
+ * is better spent elsewhere than in the merge loops of a long text). */
+static void fzr_tokenize_prompt(const sp_vocab *v, const char *text, bool chat) {
+    if (!v) return;
+    size_t len = strlen(text);
+    if (len > 2048) len = 2048;
+    int need = sp_tokenize(v, text, len, NULL, 0, true, chat);
+    FZ_ASSERT(need != INT32_MIN);
+    if (need < 0) need = -need;
+    sp_token *toks = malloc((size_t)(need ? need : 1) * sizeof(sp_token));
+    if (!toks) return;
+    int n = sp_tokenize(v, text, len, toks, need, true, chat);
+    FZ_ASSERT(n == need);
+    free(toks);
+}
+
+static void fzr_generate(const char *body, size_t len, bool chat, chat_tmpl tmpl,
+                         const sp_vocab *v) {
+    int32_t n_vocab = v ? sp_vocab_n_tokens(v) : 32000;
+    oai_req q;
+    oai_error e;
+    memset(&e, 0, sizeof(e));
+    if (oai_parse(body, len, chat, n_vocab, &q, &e) < 0) {
+        fzr_check_error(&e);
+        oai_req_free(&q);
+        return;
+    }
+    FZ_ASSERT(q.doc && q.chat == chat);
+    if (chat) {
+        FZ_ASSERT(q.n_msgs > 0 && q.msgs);
+        for (int i = 0; i < q.n_msgs; i++) FZ_ASSERT(q.msgs[i].role && q.msgs[i].content);
+    } else {
+        FZ_ASSERT(q.prompt || (q.tokens && q.n_tokens > 0));
+        for (int32_t i = 0; !q.prompt && i < q.n_tokens; i++)
+            FZ_ASSERT(q.tokens[i] >= 0 && q.tokens[i] < n_vocab);
+    }
+    FZ_ASSERT(q.max_tokens >= 0 && q.max_tokens <= (1 << 24));
+    FZ_ASSERT(q.n_stop >= 0 && q.n_stop <= OAI_MAX_STOP);
+    for (int i = 0; i < q.n_stop; i++) FZ_ASSERT(q.stop[i] && q.stop[i][0]);
+    FZ_ASSERT(q.logprobs >= -1 && q.logprobs <= 20);
+    FZ_ASSERT(q.sampling.temperature >= 0 && q.sampling.temperature <= 2);
+    FZ_ASSERT(q.sampling.top_p > 0 && q.sampling.top_p <= 1);
+    FZ_ASSERT(q.sampling.min_p >= 0 && q.sampling.min_p <= 1);
+    FZ_ASSERT(q.sampling.top_k >= 0 && q.sampling.top_k <= n_vocab);
+    FZ_ASSERT(fabsf(q.sampling.presence_penalty) <= 2 && fabsf(q.sampling.frequency_penalty) <= 2);
+    FZ_ASSERT(q.spec_k >= 0 && q.spec_k <= SP_SPEC_K_MAX);
+    FZ_ASSERT(!q.include_usage || q.stream);
+
+    if (chat) {
+        char err[512];
+        char *text = chat_render(tmpl, q.msgs, q.n_msgs, err, sizeof(err));
+        if (tmpl == CHAT_NONE) FZ_ASSERT(!text);
+        else FZ_ASSERT(text); /* roles were validated: rendering cannot fail */
+        if (text) fzr_tokenize_prompt(v, text, true);
+        free(text);
+    } else if (q.prompt) {
+        fzr_tokenize_prompt(v, q.prompt, false);
+    }
+    oai_req_free(&q);
+}
+
+/* handle_tokenize in server.c, up to the response body. */
+static void fzr_tokenize(const char *body, size_t len, const sp_vocab *v) {
+    cJSON *o = oai_json_parse(body, len);
+    if (!o || !cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return; /* 400 */
+    }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "prompt");
+    if (!t) t = cJSON_GetObjectItemCaseSensitive(o, "content");
+    const cJSON *as = cJSON_GetObjectItemCaseSensitive(o, "add_special");
+    if (!cJSON_IsString(t) || (as && !cJSON_IsBool(as)) || !v) {
+        cJSON_Delete(o);
+        return; /* 400 */
+    }
+    bool add = as ? cJSON_IsTrue(as) : true;
+    size_t tl = strlen(t->valuestring);
+    if (tl > 2048) tl = 2048; /* the fuzzer's bound, not the server's */
+    int need = sp_tokenize(v, t->valuestring, tl, NULL, 0, add, false);
+    FZ_ASSERT(need != INT32_MIN);
+    if (need < 0) need = -need;
+    sp_token *toks = malloc((size_t)(need ? need : 1) * sizeof(sp_token));
+    int n = toks ? sp_tokenize(v, t->valuestring, tl, toks, need, add, false) : -1;
+    cJSON_Delete(o);
+    if (n < 0) {
+        free(toks);
+        return;
+    }
+    sbuf b = {0};
+    sb_str(&b, "{\"tokens\": [");
+    for (int i = 0; i < n; i++) sb_printf(&b, "%s%d", i ? ", " : "", toks[i]);
+    sb_printf(&b, "], \"count\": %d, \"max_model_len\": %d}", n, 2048);
+    free(toks);
+    fzr_check_json(&b);
+    sb_free(&b);
+}
+
+/* handle_detokenize in server.c, up to the response body. */
+static void fzr_detokenize(const char *body, size_t len, const sp_vocab *v) {
+    if (!v) return;
+    int32_t n_vocab = sp_vocab_n_tokens(v);
+    cJSON *o = oai_json_parse(body, len);
+    const cJSON *t = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "tokens") : NULL;
+    if (!cJSON_IsArray(t)) {
+        cJSON_Delete(o);
+        return; /* 400 */
+    }
+    sbuf text = {0};
+    sb_add(&text, "", 0);
+    sp_detok d;
+    sp_detok_init(&d);
+    char buf[4096];
+    const cJSON *x;
+    cJSON_ArrayForEach(x, t) {
+        /* server.c tests x->valuedouble != (double)(int32_t)x->valuedouble
+         * first: converting a value outside int32 (1e308) is undefined
+         * behaviour (found by this target, tests/fuzz/regress/request/
+         * detokenize_huge_id). Here the range is checked before the
+         * conversion, as server.c should. */
+        if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble < n_vocab) ||
+            x->valuedouble != (double)(int32_t)x->valuedouble) {
+            cJSON_Delete(o);
+            sb_free(&text);
+            return; /* 400 */
+        }
+        int k = sp_detok_push(v, &d, (int32_t)x->valuedouble, buf, sizeof(buf));
+        FZ_ASSERT(k >= 0);
+        if (k > 0) sb_add(&text, buf, (size_t)k);
+    }
+    int k = sp_detok_flush(&d, buf, sizeof(buf));
+    if (k > 0) sb_add(&text, buf, (size_t)k);
+    cJSON_Delete(o);
+    FZ_ASSERT(fz_valid_utf8(text.p, text.len));
+    sbuf b = {0};
+    sb_str(&b, "{\"prompt\": ");
+    sb_json_str(&b, text.p, text.len);
+    sb_str(&b, ", \"content\": ");
+    sb_json_str(&b, text.p, text.len);
+    sb_str(&b, "}");
+    sb_free(&text);
+    fzr_check_json(&b);
+    sb_free(&b);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    fz_load_vocabs();
+    if (size < 1) return 0;
+    uint8_t mode = data[0];
+    /* the server's body buffer (an sbuf) is NUL-terminated: so is this */
+    size_t len = size - 1;
+    char *body = malloc(len + 1);
+    if (!body) return 0;
+    memcpy(body, data + 1, len);
+    body[len] = 0;
+    /* the server's vocabulary: SentencePiece unless bit 5 asks for BPE */
+    const sp_vocab *v = fz_vocabs[(mode >> 5) & 1];
+    if (!v) v = fz_vocabs[!((mode >> 5) & 1)];
+    chat_tmpl tmpl = (chat_tmpl)((mode >> 2) & 7);
+    if (tmpl > CHAT_GEMMA) tmpl = CHAT_CHATML;
+    switch (mode & 3) {
+    case 0: fzr_generate(body, len, false, tmpl, v); break;
+    case 1: fzr_generate(body, len, true, tmpl, v); break;
+    case 2: fzr_tokenize(body, len, v); break;
+    default: fzr_detokenize(body, len, v); break;
+    }
+    free(body);
+    return 0;
+}
