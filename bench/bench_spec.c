@@ -422,6 +422,9 @@ typedef struct {
     bool identical;
     int mismatches;
     uint64_t planned_zero;
+    /* where the engine's time went (engine counters over the cell) */
+    uint64_t eng_steps;
+    double draft_ms, verify_ms, cost_scale, cost_attn, dcost_1, dcost_scale;
     req *q;          /* kept for off (the reference) */
     int nq;
 } cell;
@@ -467,6 +470,13 @@ static void run_cell(const wl_cfg *cfg, sp_spec_mode mode, int c, int w, const p
         }
         sp_engine_get_stats(e, &s1);
         r.planned_zero = s1.spec_planned_zero - s0.spec_planned_zero;
+        r.eng_steps = s1.steps - s0.steps;
+        r.draft_ms = s1.draft_ms - s0.draft_ms;
+        r.verify_ms = s1.verify_ms - s0.verify_ms;
+        r.cost_scale = s1.cost_scale;
+        r.cost_attn = s1.cost_attn_ms_per_1k;
+        r.dcost_1 = s1.draft_cost_ms_1;
+        r.dcost_scale = s1.draft_cost_scale;
         char err[512];
         if (sp_engine_check(e, err, sizeof(err))) die("engine invariant check", err);
         sp_engine_free(e);
@@ -672,8 +682,14 @@ static int bench_workloads(const wl_cfg *cfg, const char *dir, const int *modes,
                     jsf(", ");
                     json_agg("round2", &R->r2);
                 }
-                jsf(", \"planned_zero_steps\": %llu, \"identical\": %s, \"mismatched_requests\": %d}",
-                    (unsigned long long)R->planned_zero, R->identical ? "true" : "false", R->mismatches);
+                jsf(", \"planned_zero_steps\": %llu, \"engine_steps\": %llu, \"draft_ms\": %.1f, "
+                    "\"verify_ms\": %.1f, \"cost_scale\": %.3f, \"cost_attn_ms_per_1k\": %.4f, "
+                    "\"draft_cost_ms_1\": %.4f, \"draft_cost_scale\": %.3f, "
+                    "\"identical\": %s, \"mismatched_requests\": %d}",
+                    (unsigned long long)R->planned_zero, (unsigned long long)R->eng_steps, R->draft_ms,
+                    R->verify_ms, R->cost_scale, R->cost_attn, R->dcost_1, R->dcost_scale,
+                    R->identical ? "true" : "false",
+                    R->mismatches);
             }
     jsf("], \"mismatched_requests\": %d}", total_bad);
     if (total_bad)

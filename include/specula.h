@@ -380,8 +380,10 @@ typedef struct {
     double draft_ms;             /* in draft-model passes */
     double verify_ms;            /* in target passes that verified proposals */
     double cost_ms_1, cost_ms_16;/* measured target pass cost at 1 and 16 tokens (0 if not measured) */
-    double cost_scale;           /* the planner's pass-cost fit: measured cost / startup curve */
-    double cost_attn_ms_per_1k;  /* ... and ms per 1000 attended positions */
+    double cost_scale;           /* planner: target passes' measured / startup-predicted cost */
+    double cost_attn_ms_per_1k;  /* planner: target ms per 1000 attended positions (startup) */
+    double draft_cost_ms_1;      /* planner: a 1-token draft pass at startup (0: no draft) */
+    double draft_cost_scale;     /* planner: draft passes' measured / startup-predicted cost */
 } sp_engine_stats;
 
 void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st);

@@ -286,7 +286,7 @@ static void reused_kv_equals_recomputed(void) {
     cp.n_seq_max = 3;
     cp.n_ctx = 256;
     cp.n_batch = 256;
-    sp_context *c = sp_context_create_with_kv(model, cp, kv, err, sizeof(err));
+    sp_context *c = sp_context_create_with_kv(model, cp, kv, NULL, err, sizeof(err));
     CHECK(c != NULL, "%s", err);
     if (!c) {
         kv->ops->destroy(kv);

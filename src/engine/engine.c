@@ -93,6 +93,7 @@ struct request {
      * proposals turn good is noticed (else one bad start stops it for good) */
     sp_token shadow;
     int32_t shadow_pos;        /* position shadow guesses, -1 for none */
+    int32_t idle_steps;        /* draft: steps in a row planned at k = 0 */
     sp_suffix_seq *sfx;        /* suffix index over prompt + committed output */
     int32_t sfx_len;           /* tokens of toks indexed in sfx */
     sp_sampler *dsmp;          /* the draft's sampler (sampling requests) */
@@ -140,7 +141,7 @@ struct sp_engine {
     sp_context *dctx;
     sp_cost_model cost, dcost; /* measured pass costs of target and draft */
     sp_cost_fit tfit, dfit;    /* the same, refitted to every pass since (see verify.h) */
-    bool calibrated;
+    bool calibrated, calib_tried; /* tried: at creation or at the first speculating request */
     sp_suffix_store *sfx_store;
     float *probs, *resid;      /* [V] verification scratch */
     sp_token *commit;          /* [SP_SPEC_K_MAX + 1] tokens verification commits */
@@ -299,8 +300,11 @@ static void measure(sp_context *c, sp_kv *kv, int32_t slot, int32_t max_n, int32
     out->n = 0;
     for (int32_t n = 1; n <= max_n && n <= 64 && out->n < SP_COST_POINTS; n *= 2) {
         if (sp_kv_paged_blocks_needed(kv, slot, n) > sp_kv_paged_available(kv)) break;
+        /* rep 0 warms up (first touch of the pool's pages, cold caches: it
+         * was up to 10x slower, and a draft measured that slow would never
+         * draft, so never be measured again); the best of the rest counts */
         double best = 1e30;
-        for (int rep = 0; rep < 2; rep++) {
+        for (int rep = 0; rep < 4; rep++) {
             for (int32_t i = 0; i < n; i++) {
                 toks[i] = (sp_token)((7 + 31 * i) % n_vocab);
                 pos[i] = i;
@@ -315,11 +319,47 @@ static void measure(sp_context *c, sp_kv *kv, int32_t slot, int32_t max_n, int32
             want[n - 1] = 0;
             sp_seq_clear(c, slot);
             if (rc) return;
-            if (t < best) best = t;
+            if (rep && t < best) best = t;
         }
         out->tok[out->n] = n;
         out->ms[out->n++] = best;
     }
+}
+
+/* The cost of attention per 1000 positions attended: one token at position
+ * P against one at position 0, interleaved, best of 5 each (one quiet pass
+ * of each is enough; a single early sample was often slower than the long
+ * one). The P positions are only reserved, not computed (what they hold
+ * does not change the time), so this costs ten passes whatever the model.
+ * 0 when the pool or context is too small. */
+static double time_one(sp_context *c, int32_t slot, int32_t pos, int32_t n_vocab) {
+    sp_token tok = (sp_token)(17 % n_vocab);
+    int32_t seq = slot;
+    int8_t want = 1;
+    sp_batch b = {1, &tok, &pos, &seq, &want};
+    char err[128];
+    const double t0 = now_ms();
+    const int rc = sp_decode(c, &b, err, sizeof(err));
+    const double t = now_ms() - t0;
+    return rc ? -1 : t;
+}
+
+static double measure_attn(sp_context *c, sp_kv *kv, int32_t slot, int32_t n_ctx, int32_t n_vocab) {
+    const int32_t P = SP_MIN(n_ctx - 1, 1024);
+    if (P < 64 || sp_kv_paged_blocks_needed(kv, slot, P + 1) > sp_kv_paged_available(kv)) return 0;
+    double best0 = 1e30, bestP = 1e30;
+    for (int rep = 0; rep < 5; rep++) {
+        const double t0 = time_one(c, slot, 0, n_vocab);
+        sp_seq_clear(c, slot);
+        if (t0 < 0 || kv->ops->reserve(kv, slot, P)) return 0;
+        kv->ops->set_len(kv, slot, P);
+        const double tP = time_one(c, slot, P, n_vocab);
+        sp_seq_clear(c, slot);
+        if (tP < 0) return 0;
+        best0 = SP_MIN(best0, t0);
+        bestP = SP_MIN(bestP, tP);
+    }
+    return bestP > best0 ? (bestP - best0) / (P * 1e-3) : 0;
 }
 
 /* Measures target (and draft) pass costs in a free slot; engine thread or
@@ -329,11 +369,17 @@ static void calibrate(sp_engine *e) {
     while (slot < e->p.max_seqs && e->slots[slot]) slot++;
     if (slot == e->p.max_seqs) return;
     int32_t max_n = SP_MIN(e->p.max_batch_tokens, 64);
+    e->calib_tried = true;
     measure(e->ctx, e->kv, slot, max_n, e->n_vocab, &e->cost);
-    if (e->dctx) measure(e->dctx, e->dkv, slot, max_n, sp_model_get_info(e->draft)->n_vocab, &e->dcost);
+    double ta = e->cost.n ? measure_attn(e->ctx, e->kv, slot, e->p.n_ctx, e->n_vocab) : 0, da = 0;
+    if (e->dctx) {
+        const int32_t dv = sp_model_get_info(e->draft)->n_vocab;
+        measure(e->dctx, e->dkv, slot, max_n, dv, &e->dcost);
+        if (e->dcost.n) da = measure_attn(e->dctx, e->dkv, slot, e->p.n_ctx, dv);
+    }
     e->calibrated = e->cost.n > 0;
-    sp_cost_fit_init(&e->tfit, &e->cost);
-    sp_cost_fit_init(&e->dfit, &e->dcost);
+    sp_cost_fit_init(&e->tfit, &e->cost, ta);
+    sp_cost_fit_init(&e->dfit, &e->dcost, da);
     if (e->cost.n) e->st.cost_ms_1 = e->cost.ms[0];
     e->st.cost_ms_16 = e->cost.n ? sp_cost_at(&e->cost, 16) : 0;
 }
@@ -404,7 +450,7 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
     cp.n_ctx = p.n_ctx;
     cp.n_batch = p.max_batch_tokens;
     cp.kv_type = p.kv_type;
-    e->ctx = sp_context_create_with_kv(m, cp, e->kv, err, errlen);
+    e->ctx = sp_context_create_with_kv(m, cp, e->kv, NULL, err, errlen);
     if (!e->ctx) goto fail;
     sp_model_fingerprint(m, e->model_key);
     if (p.draft) {
@@ -418,7 +464,7 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
         if (!e->dkv) goto fail;
         sp_context_params dcp = cp;
         dcp.n_ctx = p.n_ctx + SP_SPEC_K_MAX;
-        e->dctx = sp_context_create_with_kv(p.draft, dcp, e->dkv, err, errlen);
+        e->dctx = sp_context_create_with_kv(p.draft, dcp, e->dkv, e->ctx, err, errlen);
         if (!e->dctx) goto fail;
         e->draft = p.draft;
     }
@@ -485,10 +531,10 @@ void sp_engine_free(sp_engine *e) {
         e->all = r->next;
         rq_free(r);
     }
+    sp_context_free(e->dctx); /* first: it runs on the target context's threads */
+    if (e->dkv) e->dkv->ops->destroy(e->dkv);
     sp_context_free(e->ctx);
     if (e->kv) e->kv->ops->destroy(e->kv);
-    sp_context_free(e->dctx);
-    if (e->dkv) e->dkv->ops->destroy(e->dkv);
     sp_suffix_store_free(e->sfx_store);
     free(e->probs);
     free(e->resid);
@@ -793,6 +839,8 @@ void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st) {
     const sp_kv_paged_stats ks = e->kv_snap;
     st->cost_scale = e->calibrated ? e->tfit.s : 0;
     st->cost_attn_ms_per_1k = e->calibrated ? e->tfit.c_attn : 0;
+    st->draft_cost_ms_1 = e->calibrated && e->dcost.n ? e->dcost.ms[0] : 0;
+    st->draft_cost_scale = e->calibrated && e->dcost.n ? e->dfit.s : 0;
     st->evictions_pressure = ks.evictions;
     st->evictions_flush = ks.flushed;
     st->blocks_total = ks.n_blocks;
@@ -1134,14 +1182,23 @@ static void draft_run(sp_engine *e, request **rs, int32_t n) {
     const int32_t B = e->p.max_batch_tokens, Vd = sp_model_get_info(e->draft)->n_vocab;
     char err[200];
     bool ok = true;
-    /* catch up: every committed token but the last (the first pass feeds it) */
+    /* Catch up on committed tokens the draft has not seen. The first
+     * drafting pass feeds them along with each sequence's last token (one
+     * pass per step, not two: after an accepted run there is always some);
+     * only a backlog too big for one batch gets passes of its own first. */
     for (;;) {
-        int32_t nt = 0;
-        for (int32_t i = 0; i < n && nt < B; i++) {
+        int32_t backlog = n;
+        for (int32_t i = 0; i < n; i++) {
             request *r = rs[i];
             int32_t dl = sp_seq_len(e->dctx, r->slot);
             if (dl > r->n_all - 1) sp_seq_truncate(e->dctx, r->slot, dl = r->n_all - 1);
-            for (int32_t p = dl; p < r->n_all - 1 && nt < B; p++, nt++) {
+            backlog += r->n_all - 1 - dl;
+        }
+        if (backlog <= B) break;
+        int32_t nt = 0;
+        for (int32_t i = 0; i < n && nt < B; i++) {
+            request *r = rs[i];
+            for (int32_t p = sp_seq_len(e->dctx, r->slot); p < r->n_all - 1 && nt < B; p++, nt++) {
                 e->d_tok[nt] = r->toks[p];
                 e->d_pos[nt] = p;
                 e->d_seq[nt] = r->slot;
@@ -1162,6 +1219,13 @@ static void draft_run(sp_engine *e, request **rs, int32_t n) {
         for (int32_t i = 0; i < n; i++) {
             request *r = rs[i];
             if (r->n_draft <= j) continue;
+            if (j == 0) /* the rest of the catch-up */
+                for (int32_t p = sp_seq_len(e->dctx, r->slot); p < r->n_all - 1; p++, nt++) {
+                    e->d_tok[nt] = r->toks[p];
+                    e->d_pos[nt] = p;
+                    e->d_seq[nt] = r->slot;
+                    e->d_want[nt] = 0;
+                }
             e->d_tok[nt] = j == 0 ? r->toks[r->n_all - 1] : r->draft[j - 1];
             e->d_pos[nt] = r->n_all - 1 + j;
             e->d_seq[nt] = r->slot;
@@ -1207,8 +1271,30 @@ static void draft_run(sp_engine *e, request **rs, int32_t n) {
 
 /* After scheduling: gives decoding entries their proposals and grows their
  * batch entries to 1 + k tokens, within the token budget and the pool. */
+/* A draft sequence the planner keeps at k = 0 drafts one token every this
+ * many steps, if a better acceptance estimate could change the plan. */
+#define SP_DRAFT_PROBE_EVERY 16
+
+/* Whether candidate c would draft if its acceptance were 0.9: if not, the
+ * step's cost (a big batch, a long catch-up) rules drafting out, and
+ * measuring acceptance would buy nothing. */
+static bool probe_pays(sp_engine *e, int32_t c, int32_t used, double attn, int32_t n_dec) {
+    if (!e->calibrated || !e->p.spec_adaptive) return true;
+    sp_spec_cand opt = e->cand[c];
+    opt.alpha = 0.9f;
+    int32_t k = 0;
+    return sp_spec_plan(&e->tfit, &e->dfit, used, attn, n_dec, &opt, 1, &k) > 0;
+}
+
 static void spec_prepare(sp_engine *e, int32_t n_e) {
     int32_t used = 0, reserved = 0, n_c = 0, n_dec = 0;
+    if (e->p.spec_adaptive && !e->calib_tried) /* an engine without a default method
+                                                  meets its first speculating request */
+        for (int32_t i = 0; i < n_e; i++)
+            if (e->e_req[i]->spec != SP_SPEC_OFF) {
+                calibrate(e);
+                break;
+            }
     double attn = 0; /* positions the batch's tokens attend to, summed */
     for (int32_t i = 0; i < n_e; i++) {
         request *r = e->e_req[i];
@@ -1242,8 +1328,14 @@ static void spec_prepare(sp_engine *e, int32_t n_e) {
             r->n_draft = cap; /* drafted below, once k is chosen */
         }
         if (!r->n_draft) continue;
-        e->cand[n_c] = (sp_spec_cand){r->alpha, r->n_draft, r->spec == SP_SPEC_DRAFT && !r->propose,
-                                      r->n_all};
+        const bool by_draft = r->spec == SP_SPEC_DRAFT && !r->propose;
+        /* The draft's backlog (a prompt it never saw, steps it sat out) is
+         * fed once and then never again: an investment the steps after it
+         * share. Counting it all would keep a new sequence from ever
+         * drafting, so the plan sees what a drafting sequence carries from
+         * step to step (the tokens of an accepted run, a few). */
+        const int32_t backlog = by_draft ? SP_MAX(0, r->n_all - 1 - sp_seq_len(e->dctx, r->slot)) : 0;
+        e->cand[n_c] = (sp_spec_cand){r->alpha, r->n_draft, by_draft, r->n_all, SP_MIN(backlog, 4)};
         e->cand_entry[n_c++] = i;
     }
     if (!n_c) return;
@@ -1266,10 +1358,21 @@ static void spec_prepare(sp_engine *e, int32_t n_e) {
             if (!e->cand[c].draft) { /* proposals exist: check the first one later */
                 r->shadow = r->draft[0];
                 r->shadow_pos = r->n_all;
-            } else { /* nothing to check without drafting: drift back to the
-                        engine-wide rate, so a bad start is retried later */
-                r->alpha += 0.02f * (e->alpha0[r->spec] - r->alpha);
+            } else if (++r->idle_steps >= SP_DRAFT_PROBE_EVERY && room > 0 &&
+                       sp_kv_paged_blocks_needed(e->kv, r->slot, 2) - base <= avail &&
+                       probe_pays(e, c, used, attn, n_dec)) {
+                /* nothing to check without drafting: every so often draft
+                 * one token anyway, so that acceptance keeps being measured
+                 * and a bad start (or a draft that gets better as the text
+                 * goes on) is not final */
+                r->idle_steps = 0;
+                k = 1;
+                avail -= sp_kv_paged_blocks_needed(e->kv, r->slot, 2) - base;
+                room -= 1;
+                e->st.spec_planned_zero--;
             }
+        } else {
+            r->idle_steps = 0;
         }
         r->n_draft = k;
         e->e_n[i] = 1 + k;

@@ -24,6 +24,7 @@ struct sp_context {
     sp_pool *pool;
     sp_kv *kv;
     bool own_kv;     /* false when the engine lent its paged store */
+    bool own_pool;   /* false when sharing another context's threads */
     const sp_fwd_ops *ops;
     float *x;        /* [B][E] residual stream */
     float *xn;       /* [B][E] normalized input of a sub-block */
@@ -71,8 +72,8 @@ static size_t max_scratch(const sp_model *m, int64_t B) {
     return s;
 }
 
-static sp_context *context_create(const sp_model *m, sp_context_params p, sp_kv *kv, char *err,
-                                  size_t errlen) {
+static sp_context *context_create(const sp_model *m, sp_context_params p, sp_kv *kv, sp_pool *pool,
+                                  char *err, size_t errlen) {
     if (!m->layers) {
         sp_seterr(err, errlen, "the model was loaded vocab-only");
         return NULL;
@@ -106,7 +107,8 @@ static sp_context *context_create(const sp_model *m, sp_context_params p, sp_kv 
         if (!c->kv) goto fail;
         c->own_kv = true;
     }
-    c->pool = sp_pool_create(p.n_threads);
+    c->own_pool = !pool;
+    c->pool = pool ? pool : sp_pool_create(p.n_threads);
     c->x = malloc(B * E * sizeof(float));
     c->xn = malloc(B * E * sizeof(float));
     c->q = malloc(B * QD * sizeof(float));
@@ -135,18 +137,23 @@ fail:
 }
 
 sp_context *sp_context_create(const sp_model *m, sp_context_params p, char *err, size_t errlen) {
-    return context_create(m, p, NULL, err, errlen);
+    return context_create(m, p, NULL, NULL, err, errlen);
 }
 
 sp_context *sp_context_create_with_kv(const sp_model *m, sp_context_params p, sp_kv *kv,
-                                      char *err, size_t errlen) {
-    return context_create(m, p, kv, err, errlen);
+                                      const sp_context *share_threads, char *err, size_t errlen) {
+    if (share_threads && share_threads->p.n_threads != p.n_threads) {
+        sp_seterr(err, errlen, "a context sharing threads must use as many (%d, not %d)",
+                  share_threads->p.n_threads, p.n_threads);
+        return NULL;
+    }
+    return context_create(m, p, kv, share_threads ? share_threads->pool : NULL, err, errlen);
 }
 
 void sp_context_free(sp_context *c) {
     if (!c) return;
     if (c->kv && c->own_kv) c->kv->ops->destroy(c->kv);
-    sp_pool_free(c->pool);
+    if (c->own_pool) sp_pool_free(c->pool);
     free(c->x);
     free(c->xn);
     free(c->q);

@@ -66,9 +66,15 @@ struct sp_model {
 struct sp_kv;
 /* A context whose K/V live in a store the caller owns (the engine's paged
  * pool): kv must match the model's layer count and kv_dim and have
- * p.n_seq_max slots, and must outlive the context, which never frees it. */
+ * p.n_seq_max slots, and must outlive the context, which never frees it.
+ * share_threads (or NULL): a context whose thread pool this one uses, with
+ * the same n_threads; it must outlive this one, and the two must never run
+ * at the same time (the engine's target and draft run one after the other
+ * on its thread). Two pools would each keep a worker spinning for a while
+ * after its last run, on cores the other pool needs: on two cores, drafting
+ * then verifying ran 15-30% slower. */
 sp_context *sp_context_create_with_kv(const sp_model *m, sp_context_params p, struct sp_kv *kv,
-                                      char *err, size_t errlen);
+                                      const sp_context *share_threads, char *err, size_t errlen);
 
 /* 32 bytes that identify the weights (SHA-256 over the hyperparameters and
  * the head and tail of every tensor): the prefix cache mixes them into

@@ -79,47 +79,37 @@ double sp_cost_at(const sp_cost_model *c, double x) {
     return y > 0 ? y : c->ms[0];
 }
 
-void sp_cost_fit_init(sp_cost_fit *f, const sp_cost_model *curve) {
+void sp_cost_fit_init(sp_cost_fit *f, const sp_cost_model *curve, double c_attn) {
     memset(f, 0, sizeof(*f));
     f->curve = *curve;
+    f->c_attn = c_attn > 0 ? c_attn : 0;
     f->s = 1.0;
-    f->P[0][0] = f->P[1][1] = 100.0;
+}
+
+static double unscaled(const sp_cost_fit *f, double n_tok, double n_attn) {
+    return sp_cost_at(&f->curve, n_tok) + f->c_attn * n_attn * 1e-3;
 }
 
 void sp_cost_fit_observe(sp_cost_fit *f, double n_tok, double n_attn, double ms) {
-    if (!(ms >= 0) || n_tok <= 0 || f->curve.n == 0) return;
-    const double x[2] = {sp_cost_at(&f->curve, n_tok), n_attn * 1e-3};
-    const double Px[2] = {f->P[0][0] * x[0] + f->P[0][1] * x[1], f->P[1][0] * x[0] + f->P[1][1] * x[1]};
-    const double den = SP_COST_FORGET + x[0] * Px[0] + x[1] * Px[1];
-    const double g[2] = {Px[0] / den, Px[1] / den};
-    const double err = ms - (f->s * x[0] + f->c_attn * x[1]);
-    f->s += g[0] * err;
-    f->c_attn += g[1] * err;
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++) f->P[i][j] = (f->P[i][j] - g[i] * Px[j]) / SP_COST_FORGET;
-    /* Passes that all look alike (a steady batch) do not inform the split
-     * between the two terms, and forgetting then inflates P without bound
-     * ("windup"); cap it at its initial width. A negative cost per
-     * position or a non-positive scale is noise, not physics. */
-    const double tr = f->P[0][0] + f->P[1][1];
-    if (tr > 200.0)
-        for (int i = 0; i < 2; i++)
-            for (int j = 0; j < 2; j++) f->P[i][j] *= 200.0 / tr;
-    if (f->c_attn < 0) f->c_attn = 0;
-    if (f->s < 0.05) f->s = 0.05;
+    if (!(ms >= 0) || !(n_tok > 0) || !(n_attn >= 0) || f->curve.n == 0) return;
+    const double pred = unscaled(f, n_tok, n_attn);
+    if (!(pred > 0)) return;
+    double r = ms / pred;
+    r = r < 0.25 ? 0.25 : r > 4.0 ? 4.0 : r;
+    f->s += SP_COST_RATE * (r - f->s);
     f->n_obs++;
 }
 
 double sp_cost_fit_at(const sp_cost_fit *f, double n_tok, double n_attn) {
-    const double y = f->s * sp_cost_at(&f->curve, n_tok) + f->c_attn * n_attn * 1e-3;
+    const double y = f->s * unscaled(f, n_tok, n_attn);
     return y > 0 ? y : 0;
 }
 
 int32_t sp_spec_plan(const sp_cost_fit *target, const sp_cost_fit *draft, int32_t base_tokens,
                      double base_attn, double base_commit, const sp_spec_cand *cand,
                      int32_t n_cand, int32_t *k) {
-    int32_t total = 0, kmax_draft = 0;
-    double draft_attn = 0;
+    int32_t total = 0, kmax_draft = 0, catchup = 0;
+    double draft_attn = 0, cu_attn = 0;
     int32_t n_draft = 0;
     for (int32_t i = 0; i < n_cand; i++) {
         k[i] = 0;
@@ -145,7 +135,15 @@ int32_t sp_spec_plan(const sp_cost_fit *target, const sp_cost_fit *draft, int32_
         if (best < 0) break;
         const int32_t kmax2 = cand[best].draft ? SP_MAX(kmax_draft, k[best] + 1) : kmax_draft;
         const double attn2 = attn + cand[best].ctx + k[best] + 1;
-        const double c2 = sp_cost_fit_at(target, base_tokens + total + 1, attn2) + kmax2 * draft_pass;
+        /* a draft that has been idle first catches up on what it missed */
+        const bool joins = cand[best].draft && k[best] == 0;
+        const int32_t cu2 = catchup + (joins ? cand[best].catchup : 0);
+        const double cu_attn2 = cu_attn + (joins ? (double)cand[best].catchup * cand[best].ctx : 0);
+        /* the first draft pass also feeds the catch-up tokens */
+        const double dcost = draft && kmax2 > 0 ? sp_cost_fit_at(draft, n_draft + cu2, draft_attn + cu_attn2) +
+                                             (kmax2 - 1) * draft_pass
+                                       : 0;
+        const double c2 = sp_cost_fit_at(target, base_tokens + total + 1, attn2) + dcost;
         const double g2 = gain + gain_next[best];
         if (g2 / c2 <= gain / cost) break; /* the best marginal token no longer pays */
         gain = g2;
@@ -154,6 +152,8 @@ int32_t sp_spec_plan(const sp_cost_fit *target, const sp_cost_fit *draft, int32_
         total++;
         k[best]++;
         kmax_draft = kmax2;
+        catchup = cu2;
+        cu_attn = cu_attn2;
         gain_next[best] *= cand[best].alpha;
     }
     return total;

@@ -50,26 +50,31 @@ typedef struct {
 
 double sp_cost_at(const sp_cost_model *c, double tokens);
 
-/* What a pass costs while serving: the startup curve (measured in an empty
- * context) times a scale s, plus c_attn per thousand positions attended
- * (the sum over the pass's tokens of the positions each one attends to).
- * The curve alone misses both the attention over long contexts, which
- * every verified token pays (at 400 positions it is a third of a token's
- * cost on the bundled model), and whatever slows the machine down since
- * startup. s and c_attn are fitted to every measured pass by recursive
- * least squares that forgets with a horizon of ~1/(1 - SP_COST_FORGET)
- * passes. */
-#define SP_COST_FORGET 0.98
+/* What a pass costs while serving: s x (curve(n) + c_attn x A / 1000) for
+ * n tokens attending A positions in total (the sum over the pass's tokens
+ * of the positions each one attends to). The curve is measured at startup
+ * in an empty context and c_attn from a pass at a long context: the curve
+ * alone misses the attention that every verified token pays (at 400
+ * positions about a third of a token's cost on the bundled model). The
+ * scale s follows every measured pass (a moving average of measured /
+ * predicted with weight SP_COST_RATE, each ratio clamped to [1/4, 4] so a
+ * pass slowed by a preemption or the OS moves it little): whatever slows
+ * the machine down since startup. One parameter, so it is identified by any
+ * pass; fitting c_attn online as well was tried and is not: in steady
+ * decoding the two terms move together and the fit drifted to
+ * "everything is attention", which made verification look 5x dearer. */
+#define SP_COST_RATE 0.05
 typedef struct {
     sp_cost_model curve;
-    double s, c_attn;  /* fitted: scale of the curve, ms per 1000 attended positions */
-    double P[2][2];    /* RLS inverse information matrix */
+    double c_attn;    /* ms per 1000 attended positions (startup) */
+    double s;         /* fitted scale */
     int64_t n_obs;
 } sp_cost_fit;
 
-/* s = 1, c_attn = 0, P wide; curve copied. */
-void sp_cost_fit_init(sp_cost_fit *f, const sp_cost_model *curve);
-/* A measured pass of n_tok tokens attending n_attn positions in total. */
+/* s = 1; curve and c_attn (>= 0) copied. */
+void sp_cost_fit_init(sp_cost_fit *f, const sp_cost_model *curve, double c_attn);
+/* A measured pass of n_tok tokens attending n_attn positions in total
+ * (nonsense values are ignored). */
 void sp_cost_fit_observe(sp_cost_fit *f, double n_tok, double n_attn, double ms);
 /* Predicted milliseconds of such a pass (>= 0). */
 double sp_cost_fit_at(const sp_cost_fit *f, double n_tok, double n_attn);
@@ -80,6 +85,8 @@ typedef struct {
     int32_t k_cap;   /* most tokens it may propose this step */
     bool draft;      /* proposals cost draft-model passes */
     int32_t ctx;     /* positions its next token attends to (its length) */
+    int32_t catchup; /* draft: committed tokens the draft has not seen yet,
+                        fed with its first drafting pass */
 } sp_spec_cand;
 
 /* Chooses k[i] in 0..cand[i].k_cap for every candidate to maximize the
@@ -89,7 +96,8 @@ typedef struct {
  * proposing k tokens for candidate i adds alpha + alpha^2 + ... + alpha^k
  * expected tokens and k tokens (attending about ctx positions each) to the
  * verification pass; draft proposals also cost one draft pass over the
- * drafting candidates per token of the longest draft (draft may be NULL).
+ * drafting candidates per token of the longest draft, the first one also
+ * over the tokens they must catch up on (draft may be NULL).
  * extra_ms is fixed per-step cost that speculation adds when any candidate
  * proposes (proposer bookkeeping). Greedy on the marginal gain, which is
  * optimal here because each candidate's gains decrease with k. Returns the
