@@ -99,12 +99,16 @@ static const plan_row plan_rows[] = {
     /* 16 decoders cost 2.5 ms (6.4 tokens/ms); a 17th token at 2.6 ms with
      * alpha 0.5 gives 16.5/2.6 = 6.35: speculation stops in a big batch */
     {"big batch: none", 1, 0, 0, 16, 0, 16, 1, {{0.5f, 8, false, 0, 0}}, {0}},
-    /* draft pass 0.5 ms: 1.7/1.6 = 1.06 beats 1/1; a second token costs
-     * another draft pass: 2.19/2.2 < 1.06 */
-    {"draft pass limits k", 1, 0, 0.49, 1, 0, 1, 1, {{0.7f, 4, true, 0, 0}}, {1}},
-    /* the same draft after 40 idle steps must first catch up on them, a
-     * 0.89 ms pass: 1.7/2.49 < 1/1 */
-    {"draft catch-up cost counted", 1, 0, 0.49, 1, 0, 1, 1, {{0.7f, 4, true, 0, 40}}, {0}},
+    /* draft pass 0.3 ms: 1.7/1.4 = 1.21 beats 1/1 by the 10% margin, a
+     * second token (another draft pass) 2.19/1.8 = 1.217, a third
+     * 2.53/2.2 = 1.15 no longer */
+    {"draft pass limits k", 1, 0, 0.29, 1, 0, 1, 1, {{0.7f, 4, true, 0, 0}}, {2}},
+    /* a draft pass of 0.5 ms: 1.7/1.6 = 1.06 gains, but less than the
+     * margin the first token needs */
+    {"first token needs the margin", 1, 0, 0.49, 1, 0, 1, 1, {{0.7f, 4, true, 0, 0}}, {0}},
+    /* the 0.3 ms draft carrying 40 tokens of catch-up in its first pass
+     * (0.7 ms): 1.7/1.8 < 1.1 */
+    {"draft catch-up cost counted", 1, 0, 0.29, 1, 0, 1, 1, {{0.7f, 4, true, 0, 40}}, {0}},
     /* the strong candidate takes its cap (ratio 3.75), the weak one's
      * first token (0.3 for 0.1 ms) would lower it: 7.42/2.0 < 7.12/1.9 */
     {"strong before weak", 1, 0, 0, 2, 0, 2, 2, {{0.9f, 8, false, 0, 0}, {0.3f, 8, false, 0, 0}}, {8, 0}},

@@ -145,7 +145,10 @@ int32_t sp_spec_plan(const sp_cost_fit *target, const sp_cost_fit *draft, int32_
                                        : 0;
         const double c2 = sp_cost_fit_at(target, base_tokens + total + 1, attn2) + dcost;
         const double g2 = gain + gain_next[best];
-        if (g2 / c2 <= gain / cost) break; /* the best marginal token no longer pays */
+        /* the best marginal token no longer pays; the step's first must pay
+         * by a margin, since the estimates it rests on (acceptance, pass
+         * costs) are noisy and speculating for nothing is the costly error */
+        if (g2 / c2 <= gain / cost * (total ? 1.0 : 1.0 + SP_PLAN_MARGIN)) break;
         gain = g2;
         cost = c2;
         attn = attn2;

@@ -98,10 +98,10 @@ typedef struct {
  * verification pass; draft proposals also cost one draft pass over the
  * drafting candidates per token of the longest draft, the first one also
  * over the tokens they must catch up on (draft may be NULL).
- * extra_ms is fixed per-step cost that speculation adds when any candidate
- * proposes (proposer bookkeeping). Greedy on the marginal gain, which is
- * optimal here because each candidate's gains decrease with k. Returns the
- * total proposed. */
+ * Greedy on the marginal gain, which is optimal here because each
+ * candidate's gains decrease with k; the step's first proposed token must
+ * raise tokens per ms by SP_PLAN_MARGIN. Returns the total proposed. */
+#define SP_PLAN_MARGIN 0.10
 int32_t sp_spec_plan(const sp_cost_fit *target, const sp_cost_fit *draft, int32_t base_tokens,
                      double base_attn, double base_commit, const sp_spec_cand *cand,
                      int32_t n_cand, int32_t *k);
