@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tokenizer/tokenizer.h"
+
 int oai_seterr(oai_error *e, int status, const char *type, const char *param, const char *code,
                const char *fmt, ...) {
     e->status = status;
@@ -307,5 +309,82 @@ int oai_parse(const char *body, size_t len, bool chat, int32_t n_vocab, oai_req 
         if ((k = integer(sp, "k", 1, SP_SPEC_K_MAX, &ll, e)) < 0) return -1;
         if (k) r->spec_k = (int)ll;
     }
+    return 0;
+}
+
+int oai_tokenize(const char *body, size_t len, const sp_vocab *v, int32_t n_ctx, sbuf *out,
+                 oai_error *e) {
+    cJSON *o = oai_json_parse(body, len);
+    if (!o || !cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return oai_seterr(e, 400, "invalid_request_error", NULL, "invalid_json",
+                          "the body must be a JSON object");
+    }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "prompt");
+    if (!t) t = cJSON_GetObjectItemCaseSensitive(o, "content");
+    const cJSON *as = cJSON_GetObjectItemCaseSensitive(o, "add_special");
+    if (!cJSON_IsString(t) || (as && !cJSON_IsBool(as))) {
+        cJSON_Delete(o);
+        return oai_seterr(e, 400, "invalid_request_error", "prompt", "invalid_value",
+                          "give the text as \"prompt\" (or \"content\"), a string; \"add_special\" "
+                          "is a boolean");
+    }
+    const bool add = as ? cJSON_IsTrue(as) : true;
+    const size_t tl = strlen(t->valuestring);
+    int need = sp_tokenize(v, t->valuestring, tl, NULL, 0, add, false);
+    if (need < 0) need = -need;
+    sp_token *toks = malloc((size_t)(need ? need : 1) * sizeof(sp_token));
+    const int n = toks ? sp_tokenize(v, t->valuestring, tl, toks, need, add, false) : -1;
+    cJSON_Delete(o);
+    if (n < 0) {
+        free(toks);
+        return oai_seterr(e, 500, "server_error", NULL, NULL, "cannot tokenize");
+    }
+    sb_str(out, "{\"tokens\": [");
+    for (int i = 0; i < n; i++) sb_printf(out, "%s%d", i ? ", " : "", toks[i]);
+    sb_printf(out, "], \"count\": %d, \"max_model_len\": %d}", n, n_ctx);
+    free(toks);
+    return 0;
+}
+
+int oai_detokenize(const char *body, size_t len, const sp_vocab *v, sbuf *out, oai_error *e) {
+    const int32_t n_vocab = sp_vocab_n_tokens(v);
+    cJSON *o = oai_json_parse(body, len);
+    const cJSON *t = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "tokens") : NULL;
+    if (!cJSON_IsArray(t)) {
+        cJSON_Delete(o);
+        return oai_seterr(e, 400, "invalid_request_error", "tokens", "invalid_value",
+                          "the body must be an object with \"tokens\": an array of token ids");
+    }
+    sbuf text = {0};
+    sb_add(&text, "", 0);
+    sp_detok d;
+    sp_detok_init(&d);
+    char buf[4096];
+    int i = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, t) {
+        /* range first: converting 1e308 or NaN to int32_t is undefined
+         * (found by fuzzing: tests/fuzz/regress/request/detokenize_huge_id) */
+        if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble < n_vocab) ||
+            x->valuedouble != (double)(int32_t)x->valuedouble) {
+            cJSON_Delete(o);
+            sb_free(&text);
+            return oai_seterr(e, 400, "invalid_request_error", "tokens", "invalid_value",
+                              "tokens[%d] is not a token id of this model (0..%d)", i, n_vocab - 1);
+        }
+        const int k = sp_detok_push(v, &d, (int32_t)x->valuedouble, buf, sizeof(buf));
+        if (k > 0) sb_add(&text, buf, (size_t)k);
+        i++;
+    }
+    const int k = sp_detok_flush(&d, buf, sizeof(buf));
+    if (k > 0) sb_add(&text, buf, (size_t)k);
+    cJSON_Delete(o);
+    sb_str(out, "{\"prompt\": ");
+    sb_json_str(out, text.p, text.len);
+    sb_str(out, ", \"content\": ");
+    sb_json_str(out, text.p, text.len);
+    sb_str(out, "}");
+    sb_free(&text);
     return 0;
 }

@@ -47,6 +47,12 @@ cJSON *oai_json_parse(const char *body, size_t len);
 /* Parses and validates a request body; 0, or -1 with e filled (400). */
 int oai_parse(const char *body, size_t len, bool chat, int32_t n_vocab, oai_req *r, oai_error *e);
 void oai_req_free(oai_req *r);
+/* POST /tokenize and /detokenize: the body in, the 200 response's JSON
+ * appended to out; or -1 with e filled (400 for the client's mistakes, 500
+ * when memory runs out). n_ctx is reported as max_model_len. */
+int oai_tokenize(const char *body, size_t len, const sp_vocab *v, int32_t n_ctx, sbuf *out,
+                 oai_error *e);
+int oai_detokenize(const char *body, size_t len, const sp_vocab *v, sbuf *out, oai_error *e);
 /* Sets e and returns -1 (for one-line error returns). */
 int oai_seterr(oai_error *e, int status, const char *type, const char *param, const char *code,
                const char *fmt, ...) __attribute__((format(printf, 6, 7)));

@@ -786,77 +786,23 @@ fail:
 
 static enum MHD_Result handle_tokenize(sp_server *s, struct MHD_Connection *c, const char *url,
                                        conn *cx) {
-    cJSON *o = oai_json_parse(cx->body.p, cx->body.len);
-    if (!o || !cJSON_IsObject(o)) {
-        cJSON_Delete(o);
-        ERR(400, "invalid_request_error", NULL, "invalid_json", "the body must be a JSON object");
-    }
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "prompt");
-    if (!t) t = cJSON_GetObjectItemCaseSensitive(o, "content");
-    const cJSON *as = cJSON_GetObjectItemCaseSensitive(o, "add_special");
-    if (!cJSON_IsString(t) || (as && !cJSON_IsBool(as))) {
-        cJSON_Delete(o);
-        ERR(400, "invalid_request_error", "prompt", "invalid_value",
-            "give the text as \"prompt\" (or \"content\"), a string; \"add_special\" is a boolean");
-    }
-    bool add = as ? cJSON_IsTrue(as) : true;
-    size_t len = strlen(t->valuestring);
-    int need = sp_tokenize(s->v, t->valuestring, len, NULL, 0, add, false);
-    if (need < 0) need = -need;
-    sp_token *toks = malloc((size_t)(need ? need : 1) * sizeof(sp_token));
-    int n = toks ? sp_tokenize(s->v, t->valuestring, len, toks, need, add, false) : -1;
-    cJSON_Delete(o);
-    if (n < 0) {
-        free(toks);
-        ERR(500, "server_error", NULL, NULL, "cannot tokenize");
-    }
     sbuf b = {0};
-    sb_str(&b, "{\"tokens\": [");
-    for (int i = 0; i < n; i++) sb_printf(&b, "%s%d", i ? ", " : "", toks[i]);
-    sb_printf(&b, "], \"count\": %d, \"max_model_len\": %d}", n, s->n_ctx);
-    free(toks);
+    oai_error e;
+    if (oai_tokenize(cx->body.p, cx->body.len, s->v, s->n_ctx, &b, &e)) {
+        sb_free(&b);
+        return send_error(s, c, url, &e);
+    }
     return send_json(s, c, url, 200, &b);
 }
 
 static enum MHD_Result handle_detokenize(sp_server *s, struct MHD_Connection *c, const char *url,
                                          conn *cx) {
-    cJSON *o = oai_json_parse(cx->body.p, cx->body.len);
-    const cJSON *t = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "tokens") : NULL;
-    if (!cJSON_IsArray(t)) {
-        cJSON_Delete(o);
-        ERR(400, "invalid_request_error", "tokens", "invalid_value",
-            "the body must be an object with \"tokens\": an array of token ids");
-    }
-    sbuf text = {0};
-    sb_add(&text, "", 0);
-    sp_detok d;
-    sp_detok_init(&d);
-    char buf[4096];
-    int i = 0;
-    const cJSON *x;
-    cJSON_ArrayForEach(x, t) {
-        /* range first: converting 1e308 or NaN to int32_t is undefined */
-        if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble < s->n_vocab) ||
-            x->valuedouble != (double)(int32_t)x->valuedouble) {
-            cJSON_Delete(o);
-            sb_free(&text);
-            ERR(400, "invalid_request_error", "tokens", "invalid_value",
-                "tokens[%d] is not a token id of this model (0..%d)", i, s->n_vocab - 1);
-        }
-        int k = sp_detok_push(s->v, &d, (int32_t)x->valuedouble, buf, sizeof(buf));
-        if (k > 0) sb_add(&text, buf, (size_t)k);
-        i++;
-    }
-    int k = sp_detok_flush(&d, buf, sizeof(buf));
-    if (k > 0) sb_add(&text, buf, (size_t)k);
-    cJSON_Delete(o);
     sbuf b = {0};
-    sb_str(&b, "{\"prompt\": ");
-    sb_json_str(&b, text.p, text.len);
-    sb_str(&b, ", \"content\": ");
-    sb_json_str(&b, text.p, text.len);
-    sb_str(&b, "}");
-    sb_free(&text);
+    oai_error e;
+    if (oai_detokenize(cx->body.p, cx->body.len, s->v, &b, &e)) {
+        sb_free(&b);
+        return send_error(s, c, url, &e);
+    }
     return send_json(s, c, url, 200, &b);
 }
 

@@ -108,86 +108,32 @@ static void fzr_generate(const char *body, size_t len, bool chat, chat_tmpl tmpl
     oai_req_free(&q);
 }
 
-/* handle_tokenize in server.c, up to the response body. */
+/* POST /tokenize and /detokenize exactly as server.c answers them
+ * (oai_tokenize, oai_detokenize): a refusal is a well-formed error, an
+ * answer is a JSON object, and detokenized text is valid UTF-8 (the
+ * streaming detokenizer never splits a character). */
 static void fzr_tokenize(const char *body, size_t len, const sp_vocab *v) {
-    cJSON *o = oai_json_parse(body, len);
-    if (!o || !cJSON_IsObject(o)) {
-        cJSON_Delete(o);
-        return; /* 400 */
-    }
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "prompt");
-    if (!t) t = cJSON_GetObjectItemCaseSensitive(o, "content");
-    const cJSON *as = cJSON_GetObjectItemCaseSensitive(o, "add_special");
-    if (!cJSON_IsString(t) || (as && !cJSON_IsBool(as)) || !v) {
-        cJSON_Delete(o);
-        return; /* 400 */
-    }
-    bool add = as ? cJSON_IsTrue(as) : true;
-    size_t tl = strlen(t->valuestring);
-    if (tl > 2048) tl = 2048; /* the fuzzer's bound, not the server's */
-    int need = sp_tokenize(v, t->valuestring, tl, NULL, 0, add, false);
-    FZ_ASSERT(need != INT32_MIN);
-    if (need < 0) need = -need;
-    sp_token *toks = malloc((size_t)(need ? need : 1) * sizeof(sp_token));
-    int n = toks ? sp_tokenize(v, t->valuestring, tl, toks, need, add, false) : -1;
-    cJSON_Delete(o);
-    if (n < 0) {
-        free(toks);
-        return;
-    }
+    if (!v) return;
     sbuf b = {0};
-    sb_str(&b, "{\"tokens\": [");
-    for (int i = 0; i < n; i++) sb_printf(&b, "%s%d", i ? ", " : "", toks[i]);
-    sb_printf(&b, "], \"count\": %d, \"max_model_len\": %d}", n, 2048);
-    free(toks);
-    fzr_check_json(&b);
+    oai_error e;
+    if (oai_tokenize(body, len, v, 2048, &b, &e)) fzr_check_error(&e);
+    else fzr_check_json(&b);
     sb_free(&b);
 }
 
-/* handle_detokenize in server.c, up to the response body. */
 static void fzr_detokenize(const char *body, size_t len, const sp_vocab *v) {
     if (!v) return;
-    int32_t n_vocab = sp_vocab_n_tokens(v);
-    cJSON *o = oai_json_parse(body, len);
-    const cJSON *t = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "tokens") : NULL;
-    if (!cJSON_IsArray(t)) {
-        cJSON_Delete(o);
-        return; /* 400 */
-    }
-    sbuf text = {0};
-    sb_add(&text, "", 0);
-    sp_detok d;
-    sp_detok_init(&d);
-    char buf[4096];
-    const cJSON *x;
-    cJSON_ArrayForEach(x, t) {
-        /* server.c tests x->valuedouble != (double)(int32_t)x->valuedouble
-         * first: converting a value outside int32 (1e308) is undefined
-         * behaviour (found by this target, tests/fuzz/regress/request/
-         * detokenize_huge_id). Here the range is checked before the
-         * conversion, as server.c should. */
-        if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble < n_vocab) ||
-            x->valuedouble != (double)(int32_t)x->valuedouble) {
-            cJSON_Delete(o);
-            sb_free(&text);
-            return; /* 400 */
-        }
-        int k = sp_detok_push(v, &d, (int32_t)x->valuedouble, buf, sizeof(buf));
-        FZ_ASSERT(k >= 0);
-        if (k > 0) sb_add(&text, buf, (size_t)k);
-    }
-    int k = sp_detok_flush(&d, buf, sizeof(buf));
-    if (k > 0) sb_add(&text, buf, (size_t)k);
-    cJSON_Delete(o);
-    FZ_ASSERT(fz_valid_utf8(text.p, text.len));
     sbuf b = {0};
-    sb_str(&b, "{\"prompt\": ");
-    sb_json_str(&b, text.p, text.len);
-    sb_str(&b, ", \"content\": ");
-    sb_json_str(&b, text.p, text.len);
-    sb_str(&b, "}");
-    sb_free(&text);
-    fzr_check_json(&b);
+    oai_error e;
+    if (oai_detokenize(body, len, v, &b, &e)) {
+        fzr_check_error(&e);
+    } else {
+        fzr_check_json(&b);
+        cJSON *j = cJSON_ParseWithLength(b.p, b.len);
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "content");
+        FZ_ASSERT(cJSON_IsString(c) && fz_valid_utf8(c->valuestring, strlen(c->valuestring)));
+        cJSON_Delete(j);
+    }
     sb_free(&b);
 }
 
