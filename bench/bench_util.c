@@ -168,6 +168,7 @@ sp_request_params base_params(void) {
     sp_request_params rp = sp_request_default_params();
     rp.sampling = sp_sampler_greedy_params();
     rp.ignore_eos = true;
+    rp.logprobs = -1; /* benchmarks time decoding, not a per-token softmax */
     return rp;
 }
 

@@ -281,7 +281,7 @@ struct sp_event {
     int64_t id;
     int32_t n_tokens;          /* tokens new in this event */
     const sp_token *tokens;    /* [n_tokens] */
-    const float *logprobs;     /* [n_tokens] logprob of each, or NULL (logprobs = 0) */
+    const float *logprobs;     /* [n_tokens] logprob of each, or NULL (logprobs < 0) */
     const sp_token *top_ids;   /* [n_tokens][top_logprobs] or NULL */
     const float *top_lps;      /* [n_tokens][top_logprobs] or NULL */
     int32_t top_logprobs;
@@ -311,7 +311,8 @@ typedef struct {
     const sp_token *stop_tokens; /* extra stop token ids (not emitted) */
     int32_t n_stop_tokens;
     bool ignore_eos;           /* keep going past end-of-generation tokens */
-    int32_t logprobs;          /* 0: off; else also report the top-N (max 20) */
+    int32_t logprobs;          /* -1: none (no per-token softmax at all); 0: the chosen
+                                  token's logprob (default); N (max 20): also the top N */
     const char *cache_salt;    /* NULL/"": share the prefix cache freely; else only
                                   with requests of the same salt */
     int32_t priority;          /* higher is admitted first; ties by arrival */

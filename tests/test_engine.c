@@ -447,6 +447,11 @@ static void invalid_requests(void) {
     r = req("hello", 4, 0, 0);
     r.sampling.temperature = -1;
     CHECK(sp_engine_submit(e, &r, err, sizeof(err)) < 0, "negative temperature accepted");
+    r = req("hello", 4, 0, 0);
+    r.logprobs = -2;
+    CHECK(sp_engine_submit(e, &r, err, sizeof(err)) < 0 && strstr(err, "logprobs"), "%s", err);
+    r.logprobs = 21;
+    CHECK(sp_engine_submit(e, &r, err, sizeof(err)) < 0 && strstr(err, "logprobs"), "%s", err);
     CHECK(sp_engine_cancel(e, 12345) == -1, "unknown id");
     sp_engine_params p = base_params();
     p.kv_mem = 1000;

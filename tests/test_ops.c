@@ -18,6 +18,32 @@ typedef struct {
     int D, Hk, n_pos;
 } attn_row;
 
+/* A one-layer store of r's type and shape with n_seq sequences; sequence
+ * seq holds n_pos positions of random K (in [-2, 2)) and V (in [-1, 1)). */
+static sp_kv *random_kv(const attn_row *r, int n_seq, int seq, int n_pos) {
+    char err[128];
+    const int kv_dim = r->D * r->Hk;
+    sp_kv *kv = sp_kv_simple_create(r->type, 1, kv_dim, n_seq, n_pos, err, sizeof(err));
+    CHECK(kv != NULL, "kv: %s", err);
+    if (!kv) return NULL;
+    CHECK(kv->ops->reserve(kv, seq, n_pos) == 0, "reserve");
+    for (int p = 0; p < n_pos; p++) {
+        void *k = kv->ops->k_row(kv, 0, seq, p), *v = kv->ops->v_row(kv, 0, seq, p);
+        for (int i = 0; i < kv_dim; i++) {
+            float a = rnd() * 2, b = rnd();
+            if (r->type == SP_TYPE_F16) {
+                ((sp_f16 *)k)[i] = sp_f32_to_f16(a);
+                ((sp_f16 *)v)[i] = sp_f32_to_f16(b);
+            } else {
+                ((float *)k)[i] = a;
+                ((float *)v)[i] = b;
+            }
+        }
+    }
+    kv->ops->set_len(kv, seq, n_pos);
+    return kv;
+}
+
 /* The SIMD variants this CPU can run (AVX-512 only when the kernel level
  * it needs is present). */
 static int simd_variants(const sp_fwd_ops **v, const char **names) {
@@ -40,27 +66,9 @@ static void attn_case(const attn_row *r) {
     const char *vn[2];
     const int n_var = simd_variants(vs, vn);
     if (!n_var) return;
-    char err[128];
-    const int kv_dim = r->D * r->Hk;
-    sp_kv *kv = sp_kv_simple_create(r->type, 1, kv_dim, 2, r->n_pos, err, sizeof(err));
-    CHECK(kv != NULL, "kv: %s", err);
-    if (!kv) return;
     const int seq = 1; /* the second sequence, so offsets are exercised */
-    CHECK(kv->ops->reserve(kv, seq, r->n_pos) == 0, "reserve");
-    for (int p = 0; p < r->n_pos; p++) {
-        void *k = kv->ops->k_row(kv, 0, seq, p), *v = kv->ops->v_row(kv, 0, seq, p);
-        for (int i = 0; i < kv_dim; i++) {
-            float a = rnd() * 2, b = rnd();
-            if (r->type == SP_TYPE_F16) {
-                ((sp_f16 *)k)[i] = sp_f32_to_f16(a);
-                ((sp_f16 *)v)[i] = sp_f32_to_f16(b);
-            } else {
-                ((float *)k)[i] = a;
-                ((float *)v)[i] = b;
-            }
-        }
-    }
-    kv->ops->set_len(kv, seq, r->n_pos);
+    sp_kv *kv = random_kv(r, 2, seq, r->n_pos);
+    if (!kv) return;
     float *q = malloc(r->D * sizeof(float)), *o1 = malloc(r->D * sizeof(float)),
           *o2 = malloc(r->D * sizeof(float)), *sc = malloc(r->n_pos * sizeof(float)),
           *b = malloc(r->D * sizeof(float)); /* allowed |ref - simd| per output */
@@ -111,26 +119,9 @@ static void run_case(const attn_row *r) {
     const sp_fwd_ops *ops[3] = {sp_fwd_ops_ref()};
     const char *names[3] = {"ref"};
     const int n_ops = 1 + simd_variants(ops + 1, names + 1);
-    char err[128];
-    const int kv_dim = r->D * r->Hk, n_ctx = r->n_pos + SP_ATTN_MAX_Q;
-    sp_kv *kv = sp_kv_simple_create(r->type, 1, kv_dim, 1, n_ctx, err, sizeof(err));
-    CHECK(kv != NULL, "kv: %s", err);
+    const int n_ctx = r->n_pos + SP_ATTN_MAX_Q;
+    sp_kv *kv = random_kv(r, 1, 0, n_ctx);
     if (!kv) return;
-    CHECK(kv->ops->reserve(kv, 0, n_ctx) == 0, "reserve");
-    for (int p = 0; p < n_ctx; p++) {
-        void *k = kv->ops->k_row(kv, 0, 0, p), *v = kv->ops->v_row(kv, 0, 0, p);
-        for (int i = 0; i < kv_dim; i++) {
-            float a = rnd() * 2, b = rnd();
-            if (r->type == SP_TYPE_F16) {
-                ((sp_f16 *)k)[i] = sp_f32_to_f16(a);
-                ((sp_f16 *)v)[i] = sp_f32_to_f16(b);
-            } else {
-                ((float *)k)[i] = a;
-                ((float *)v)[i] = b;
-            }
-        }
-    }
-    kv->ops->set_len(kv, 0, n_ctx);
     const int QS = r->D * 3; /* query/output stride: three heads per token */
     float *q = malloc((size_t)SP_ATTN_MAX_Q * QS * sizeof(float));
     float *o1 = malloc((size_t)SP_ATTN_MAX_Q * QS * sizeof(float));
@@ -144,7 +135,7 @@ static void run_case(const attn_row *r) {
         for (size_t a = 0; a < sizeof nqs / sizeof nqs[0]; a++)
             for (int n0 = 1; n0 <= r->n_pos; n0 += (r->n_pos + 2) / 3) {
                 const int nq = nqs[a], g = r->Hk - 1;
-                ops[o]->attn_run(q, QS, nq, kv, 0, 0, g, r->D, n0, scale, sc, n_ctx, q16, o1, QS);
+                sp_attn_run(ops[o], q, QS, nq, kv, 0, 0, g, r->D, n0, scale, sc, n_ctx, q16, o1, QS);
                 int bad = 0;
                 for (int t = 0; t < nq; t++) {
                     ops[o]->attn_head(q + t * QS, kv, 0, 0, g, r->D, n0 + t, scale, sc, q16, o2);

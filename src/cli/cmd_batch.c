@@ -323,6 +323,7 @@ int cmd_batch(int argc, char **argv) {
             job *j = &jobs[next_submit];
             args[next_submit] = (cb_arg){j, &sh};
             sp_request_params rp = sp_request_default_params();
+            rp.logprobs = -1; /* the output lines carry none */
             rp.prompt = j->prompt;
             rp.max_tokens = j->max_tokens;
             rp.sampling = j->sp;

@@ -133,7 +133,7 @@ static void on_event(const sp_event *ev, void *user) {
     run_state *s = user;
     for (int32_t i = 0; i < ev->n_tokens; i++) {
         s->gen[s->n_gen] = ev->tokens[i];
-        s->lp[s->n_gen] = ev->logprobs[i];
+        if (ev->logprobs) s->lp[s->n_gen] = ev->logprobs[i];
         for (int32_t j = 0; j < s->k; j++) {
             s->top_id[(size_t)s->n_gen * s->k + j] = ev->top_ids[(size_t)i * s->k + j];
             s->top_lp[(size_t)s->n_gen * s->k + j] = ev->top_lps[(size_t)i * s->k + j];
@@ -238,7 +238,7 @@ int cmd_run(int argc, char **argv) {
     rp.sampling = o.sp;
     rp.max_tokens = (int32_t)o.n;
     rp.ignore_eos = o.ignore_eos;
-    rp.logprobs = (int32_t)o.logprobs;
+    rp.logprobs = o.json ? (int32_t)o.logprobs : -1; /* streaming text prints none */
     rp.stop = o.stop;
     rp.n_stop = o.n_stop;
     rp.on_event = on_event;

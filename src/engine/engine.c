@@ -62,7 +62,8 @@ struct request {
     sp_event_cb cb;
     void *user;
     /* output */
-    float *lp;                 /* [max_tokens] logprob of each generated token */
+    float *lp;                 /* [max_tokens] logprob of each generated token, or NULL
+                                  when none was asked for (logprobs < 0) */
     sp_token *top_ids;         /* [max_tokens][n_lp] */
     float *top_lps;            /* [max_tokens][n_lp] */
     char *text;                /* [text_cap] generated text */
@@ -287,11 +288,9 @@ sp_engine_params sp_engine_default_params(void) {
     return p;
 }
 
-/* Times one pass of n tokens in an empty slot (best of two) for n = 1, 2,
- * 4, ... so the planner knows what verifying k more tokens costs. The pass
- * runs at the start of a context, so attention over long contexts is not in
- * it; that cost grows with every token alike and does not change the choice
- * much. */
+/* Times one pass of n tokens in an empty slot for n = 1, 2, 4, ... so the
+ * planner knows what verifying k more tokens costs. Attention over a long
+ * context is not in these passes; measure_attn adds it. */
 static void measure(sp_context *c, sp_kv *kv, int32_t slot, int32_t max_n, int32_t n_vocab,
                     sp_cost_model *out) {
     sp_token toks[64];
@@ -594,8 +593,8 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
         sp_seterr(err, errlen, "max_tokens must be at least 1 (got %d)", rp->max_tokens);
         goto fail;
     }
-    if (rp->logprobs < 0 || rp->logprobs > 20) {
-        sp_seterr(err, errlen, "logprobs must be 0..20 (got %d)", rp->logprobs);
+    if (rp->logprobs < -1 || rp->logprobs > 20) {
+        sp_seterr(err, errlen, "logprobs must be -1..20 (got %d)", rp->logprobs);
         goto fail;
     }
     /* prompt tokens */
@@ -674,12 +673,12 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
         r->n_stop_toks = rp->n_stop_tokens;
     }
     r->ignore_eos = rp->ignore_eos;
-    r->n_lp = rp->logprobs;
+    r->n_lp = SP_MAX(rp->logprobs, 0);
     if (rp->cache_salt && rp->cache_salt[0] && !(r->salt = strdup(rp->cache_salt))) goto oom;
     r->priority = rp->priority;
     r->cb = rp->on_event;
     r->user = rp->user;
-    r->lp = malloc((size_t)r->max_tokens * sizeof(float));
+    if (rp->logprobs >= 0) r->lp = malloc((size_t)r->max_tokens * sizeof(float));
     if (r->n_lp) {
         r->top_ids = malloc((size_t)r->max_tokens * r->n_lp * sizeof(sp_token));
         r->top_lps = malloc((size_t)r->max_tokens * r->n_lp * sizeof(float));
@@ -719,7 +718,7 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
     r->text_cap = 256;
     r->text = malloc(r->text_cap);
     r->hashes = malloc((size_t)e->max_blocks * sizeof(sp_block_hash));
-    if (!r->lp || !r->text || !r->hashes) goto oom;
+    if ((rp->logprobs >= 0 && !r->lp) || !r->text || !r->hashes) goto oom;
     r->text[0] = 0;
     sp_detok_init(&r->dt);
     r->st.prompt_tokens = r->n_prompt;
@@ -1114,7 +1113,8 @@ static void emit_token(sp_engine *e, request *r, sp_token t, const float *logits
         return;
     }
     const int32_t g = r->n_all - r->n_prompt;
-    r->lp[g] = sp_logprob_of(logits, e->n_vocab, t);
+    /* a softmax over the vocabulary per token: only when asked for */
+    if (r->lp) r->lp[g] = sp_logprob_of(logits, e->n_vocab, t);
     if (r->n_lp)
         sp_top_logprobs(logits, e->n_vocab, r->n_lp, r->top_ids + (size_t)g * r->n_lp,
                         r->top_lps + (size_t)g * r->n_lp);
@@ -1354,7 +1354,6 @@ static void spec_prepare(sp_engine *e, int32_t n_e) {
         avail -= sp_kv_paged_blocks_needed(e->kv, r->slot, 1 + k) - base;
         room -= k;
         if (k == 0) {
-            e->st.spec_planned_zero++;
             if (!e->cand[c].draft) { /* proposals exist: check the first one later */
                 r->shadow = r->draft[0];
                 r->shadow_pos = r->n_all;
@@ -1369,8 +1368,8 @@ static void spec_prepare(sp_engine *e, int32_t n_e) {
                 k = 1;
                 avail -= sp_kv_paged_blocks_needed(e->kv, r->slot, 2) - base;
                 room -= 1;
-                e->st.spec_planned_zero--;
             }
+            if (k == 0) e->st.spec_planned_zero++;
         } else {
             r->idle_steps = 0;
         }
@@ -1433,7 +1432,7 @@ static void make_event(sp_engine *e, request *r, int32_t *n_ev) {
     ev->id = r->id;
     ev->n_tokens = n_tok - r->ev_tokens;
     ev->tokens = r->toks + r->n_prompt + r->ev_tokens;
-    ev->logprobs = r->lp + r->ev_tokens;
+    ev->logprobs = r->lp ? r->lp + r->ev_tokens : NULL;
     ev->top_logprobs = r->n_lp;
     if (r->n_lp) {
         ev->top_ids = r->top_ids + (size_t)r->ev_tokens * r->n_lp;

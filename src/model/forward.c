@@ -274,9 +274,9 @@ static void attn_worker(void *arg, int ith, int nth) {
     for (int64_t it; (it = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed)) < n_items;) {
         const int32_t r = t->n_runs - 1 - (int32_t)(it / H), hd = (int32_t)(it % H);
         const int32_t i = t->runs[2 * r], nq = t->runs[2 * r + 1];
-        c->ops->attn_run(c->q + ((size_t)i * H + hd) * D, (size_t)H * D, nq, c->kv, t->layer,
-                         t->b->seq[i], hd / G, D, t->b->pos[i] + 1, scale, scores, c->p.n_ctx, q16,
-                         c->att + ((size_t)i * H + hd) * D, (size_t)H * D);
+        sp_attn_run(c->ops, c->q + ((size_t)i * H + hd) * D, (size_t)H * D, nq, c->kv, t->layer,
+                    t->b->seq[i], hd / G, D, t->b->pos[i] + 1, scale, scores, c->p.n_ctx, q16,
+                    c->att + ((size_t)i * H + hd) * D, (size_t)H * D);
     }
 }
 

@@ -27,7 +27,8 @@ typedef struct {
      * attn_head's for it alone: a run only lets a variant share the loading
      * (and f16 conversion) of each K and V row among its queries, which is
      * what makes verifying k proposals, or a prefill chunk, cheaper than k
-     * tokens one at a time, without changing any token's logits. */
+     * tokens one at a time, without changing any token's logits. NULL in a
+     * variant that has nothing to share (sp_attn_run loops attn_head). */
     void (*attn_run)(const float *q, size_t q_stride, int32_t nq, sp_kv *kv, int32_t layer,
                      int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
                      float *scores, size_t sc_stride, uint16_t *q16, float *out,
@@ -46,10 +47,10 @@ const sp_fwd_ops *sp_fwd_ops_ref(void);
 const sp_fwd_ops *sp_fwd_ops_avx2(void);
 const sp_fwd_ops *sp_fwd_ops_avx512(void);
 
-/* The loop every variant without sharing uses: attn_head per query. */
-void sp_attn_run_each(const sp_fwd_ops *o, const float *q, size_t q_stride, int32_t nq, sp_kv *kv,
-                      int32_t layer, int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
-                      float *scores, size_t sc_stride, uint16_t *q16, float *out, size_t out_stride);
+/* o's attn_run, or attn_head per query when o has none. */
+void sp_attn_run(const sp_fwd_ops *o, const float *q, size_t q_stride, int32_t nq, sp_kv *kv,
+                 int32_t layer, int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
+                 float *scores, size_t sc_stride, uint16_t *q16, float *out, size_t out_stride);
 
 /* scores[i] = exp(scores[i] - max) in place; returns 1 / their sum (the
  * softmax's normalizer, applied by the caller where it uses the weights). */

@@ -114,13 +114,5 @@ static void avx2_swiglu(int64_t n, const float *g, const float *u, float *y) {
     for (; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-static void avx2_attn_run(const float *q, size_t q_stride, int32_t nq, sp_kv *kv, int32_t layer,
-                          int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
-                          float *scores, size_t sc_stride, uint16_t *q16, float *out,
-                          size_t out_stride) {
-    sp_attn_run_each(sp_fwd_ops_avx2(), q, q_stride, nq, kv, layer, seq, g, D, n_pos0, scale, scores,
-                     sc_stride, q16, out, out_stride);
-}
-
-static const sp_fwd_ops AVX2 = {avx2_attn_head, avx2_attn_run, avx2_swiglu};
+static const sp_fwd_ops AVX2 = {avx2_attn_head, NULL, avx2_swiglu};
 const sp_fwd_ops *sp_fwd_ops_avx2(void) { return &AVX2; }

@@ -158,8 +158,8 @@ static void avx512_attn_run(const float *q, size_t q_stride, int32_t nq, sp_kv *
         DC_CASE(1) DC_CASE(2) DC_CASE(3) DC_CASE(4) DC_CASE(5) DC_CASE(6) DC_CASE(7) DC_CASE(8)
 #undef DC_CASE
     default: /* other head sizes: AVX2, one query at a time */
-        sp_fwd_ops_avx2()->attn_run(q, q_stride, nq, kv, layer, seq, g, D, n_pos0, scale, scores,
-                                    sc_stride, q16, out, out_stride);
+        sp_attn_run(sp_fwd_ops_avx2(), q, q_stride, nq, kv, layer, seq, g, D, n_pos0, scale, scores,
+                    sc_stride, q16, out, out_stride);
     }
 }
 

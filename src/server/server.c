@@ -712,7 +712,7 @@ static enum MHD_Result handle_generate(sp_server *s, struct MHD_Connection *c, c
         rp.stop_tokens = &eot_tok;
         rp.n_stop_tokens = 1;
     }
-    rp.logprobs = q.logprobs < 0 ? 0 : q.logprobs > 0 ? q.logprobs : 1;
+    rp.logprobs = q.logprobs < 0 ? -1 : q.logprobs > 0 ? q.logprobs : 1;
     rp.cache_salt = salt[0] ? salt : NULL;
     rp.on_event = on_event;
     rp.user = r;
