@@ -15,7 +15,6 @@ sanitizer report. Prints "ok   ID" / "FAIL ID: why" per row and
 usage: bad_inputs.py --bin BIN --model MODEL --small-model GGUF [--table T] [--only ID,...]
 """
 import argparse
-import http.client
 import json
 import os
 import re
@@ -28,72 +27,13 @@ import tempfile
 import threading
 import time
 
-SAN_RE = re.compile(r"ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error:|WARNING: ThreadSanitizer")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import SAN_RE, Server, Tally, metrics, request, wait_idle  # noqa: E402,F401
 CHECK_BODY = {"prompt": "def f(x):", "max_tokens": 2, "temperature": 0}
 KEYS = ("tenant-a-key", "tenant-b-key")
 
 
-# ---- servers ---------------------------------------------------------------
-
-class Server:
-    def __init__(self, name, binary, args, tmp):
-        self.name, self.log = name, os.path.join(tmp, name + ".log")
-        self.f = open(self.log, "wb")
-        self.p = subprocess.Popen([binary, "serve", "--port", "0", "-t", "1"] + args,
-                                  stdout=self.f, stderr=subprocess.STDOUT)
-        self.port, self.headers = None, {}
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and self.port is None:
-            m = re.search(rb"http://127\.0\.0\.1:(\d+)", open(self.log, "rb").read())
-            if m:
-                self.port = int(m.group(1))
-            elif self.p.poll() is not None:
-                break
-            else:
-                time.sleep(0.05)
-        if self.port is None:
-            raise RuntimeError("server %s did not start: %s" % (name, self.text()))
-        while time.monotonic() < deadline:
-            try:
-                if request(self.port, "GET", "/health", timeout=5)[0] == 200:
-                    return
-            except OSError:
-                pass
-            if self.p.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise RuntimeError("server %s is not healthy: %s" % (name, self.text()))
-
-    def text(self):
-        return open(self.log, "rb").read().decode("utf-8", "replace")
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(30)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-        self.f.close()
-        return self.p.returncode
-
-
-def request(port, method, path, body=None, headers=None, timeout=60, chunked=False):
-    """(status, headers dict (lower-case), body bytes)"""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        if chunked:
-            c.request(method, path, (body[i:i + 65536] for i in range(0, len(body), 65536)),
-                      headers or {}, encode_chunked=True)
-        else:
-            c.request(method, path, body, headers or {})
-        r = c.getresponse()
-        data = r.read()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, data
-    finally:
-        c.close()
-
+# ---- raw sockets ------------------------------------------------------------
 
 def raw_exchange(port, data, shut_wr=False, timeout=30):
     """Sends bytes on a fresh socket; returns the status code of the first
@@ -120,26 +60,6 @@ def raw_exchange(port, data, shut_wr=False, timeout=30):
         return int(m.group(1)) if m else 0
     finally:
         s.close()
-
-
-def metrics(port, headers=None):
-    st, _, body = request(port, "GET", "/metrics", headers=headers, timeout=30)
-    out = {}
-    for line in body.decode().splitlines():
-        if line and not line.startswith("#"):
-            k, v = line.rsplit(" ", 1)
-            out[k] = float(v)
-    return st, out
-
-
-def wait_idle(port, headers=None, limit=30):
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        st, m = metrics(port, headers)
-        if st == 200 and m.get("specula_requests_active") == 0:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 # ---- generated request bodies and raw requests ---------------------------
@@ -437,15 +357,8 @@ def main():
     if a.only:
         keep = set(a.only.split(","))
         rows = [r for r in rows if r["id"] in keep or r["cat"] in keep]
-    passed = failed = 0
-    def report(rid, err):
-        nonlocal passed, failed
-        if err:
-            failed += 1
-            print("FAIL %s: %s" % (rid, err), flush=True)
-        else:
-            passed += 1
-            print("ok   %s" % rid, flush=True)
+    tally = Tally()
+    report = tally.report
     tmp = tempfile.mkdtemp(prefix="specula-bad-")
     servers = {}
     try:
@@ -497,8 +410,7 @@ def main():
                 srv.p.kill()
                 srv.p.wait()
         shutil.rmtree(tmp, ignore_errors=True)
-    print("RESULT %d %d" % (passed, failed), flush=True)
-    return 1 if failed else 0
+    return tally.result()
 
 
 if __name__ == "__main__":

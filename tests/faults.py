@@ -31,22 +31,13 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bad_inputs import SAN_RE, Server, metrics, request  # noqa: E402
+from harness import SAN_RE, Server, Tally, metrics, request  # noqa: E402
 
 BIN = os.environ.get("SPECULA_BIN", "bin/specula")
 MODEL = os.environ.get("SPECULA_MODEL")
 MARGS = ["-m", MODEL] if MODEL else []
-passed = failed = 0
-
-
-def report(name, err):
-    global passed, failed
-    if err:
-        failed += 1
-        print("FAIL %s: %s" % (name, err), flush=True)
-    else:
-        passed += 1
-        print("ok   %s" % name, flush=True)
+TALLY = Tally()
+report = TALLY.report
 
 
 def run(args, timeout=60):
@@ -353,8 +344,7 @@ def main():
             print("     (%.1f s)" % (time.monotonic() - t0), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("RESULT %d %d" % (passed, failed), flush=True)
-    return 1 if failed else 0
+    return TALLY.result()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bad_inputs import SAN_RE, Server, request  # noqa: E402
+from harness import SAN_RE, Server, Tally, request  # noqa: E402
 
 ROUNDS = 10      # rounds per scenario at most ...
 MIN_ROUNDS = 5   # ... and at least; more only while a scenario is under BUDGET_S
@@ -84,16 +84,8 @@ def reconcile(ledgers, since, quorum=2):
 def main():
     binary = os.environ.get("SPECULA_BIN", "bin/specula")
     model = os.environ.get("SPECULA_MODEL")
-    passed = failed = 0
-
-    def report(name, err):
-        nonlocal passed, failed
-        if err:
-            failed += 1
-            print("FAIL %s: %s" % (name, err), flush=True)
-        else:
-            passed += 1
-            print("ok   %s" % name, flush=True)
+    tally = Tally()
+    report = tally.report
 
     tmp = tempfile.mkdtemp(prefix="specula-iso-")
     servers = []
@@ -197,8 +189,7 @@ def main():
                 srv.p.kill()
                 srv.p.wait()
         shutil.rmtree(tmp, ignore_errors=True)
-    print("RESULT %d %d" % (passed, failed), flush=True)
-    return 1 if failed else 0
+    return tally.result()
 
 
 if __name__ == "__main__":

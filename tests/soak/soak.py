@@ -34,13 +34,13 @@ import http.client
 import json
 import os
 import random
-import re
-import signal
-import socket
-import subprocess
 import sys
+import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import SAN_RE, Server, metrics, request  # noqa: E402
 
 FAIL = []
 
@@ -64,69 +64,21 @@ def load_texts(root):
     return "\n".join(out) or ("def f(x):\n    return x + 1\n" * 200)
 
 
-class Server:
-    def __init__(self, binary, args, log):
-        self.log = open(log, "wb")
-        self.proc = subprocess.Popen([binary, "serve", "--port", "0"] + args,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        self.logpath = log
-        self.port = None
-        deadline = time.time() + 60
-        while time.time() < deadline and self.port is None:
-            if self.proc.poll() is not None:
-                raise SystemExit("server exited at start:\n" + open(log).read())
-            m = re.search(r"http://127\.0\.0\.1:(\d+)", open(log, errors="replace").read())
-            if m:
-                self.port = int(m.group(1))
-            time.sleep(0.05)
-        if self.port is None:
-            raise SystemExit("server did not print its port")
-        while time.time() < deadline:
-            try:
-                if self.get("/health")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise SystemExit("server did not become healthy")
-
-    def conn(self, timeout=120):
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-
-    def get(self, path):
-        c = self.conn(10)
-        try:
-            c.request("GET", path)
-            r = c.getresponse()
-            return r.status, r.read().decode("utf-8", "replace")
-        finally:
-            c.close()
-
-    def rss_kb(self):
-        try:
-            for line in open("/proc/%d/status" % self.proc.pid):
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        except OSError:
-            return None
+def rss_kb(pid):
+    try:
+        for line in open("/proc/%d/status" % pid):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
         return None
-
-    def metrics(self):
-        st, body = self.get("/metrics")
-        out = {}
-        for line in body.splitlines():
-            if not line or line.startswith("#"):
-                continue
-            k, v = line.rsplit(" ", 1)
-            out[k] = float(v)
-        return out
+    return None
 
 
 def complete(srv, body, abandon_after=None):
     """One request. Returns (status, result dict or None, error text).
     result: text, finish_reason, usage; 'abandoned' when the client closed
     the stream on purpose."""
-    c = srv.conn()
+    c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=120)
     try:
         c.request("POST", "/v1/completions", json.dumps(body),
                   {"Content-Type": "application/json"})
@@ -192,7 +144,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", default="2")
     ap.add_argument("--kv-mem", default="12M")
-    ap.add_argument("--log", default=None)
+    ap.add_argument("--log-dir", default=None, help="where the server's log goes (default: a temp dir)")
     a = ap.parse_args()
     duration = a.seconds if a.seconds is not None else a.minutes * 60
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -211,13 +163,17 @@ def main():
         n = r.choice([20, 80, 300, 600]) if kind < 0.9 else 800
         return texts[o:o + n]
 
-    log = a.log or "/tmp/specula-soak-%d.log" % os.getpid()
-    args = ["-t", a.threads, "-c", "512", "--max-seqs", "8", "--kv-mem", a.kv_mem, "--max-queue", "64"]
+    tmp = a.log_dir or tempfile.mkdtemp(prefix="specula-soak-")
+    args = ["-c", "512", "--max-seqs", "8", "--kv-mem", a.kv_mem, "--max-queue", "64"]
     draft = os.path.join(root, "models/specula-code-draft-f16.gguf")
     if os.path.exists(draft):  # requests may ask for any method
         args += ["--draft", draft]
-    srv = Server(a.bin, args, log)
-    model = json.loads(srv.get("/v1/models")[1])["data"][0]["id"]
+    try:
+        srv = Server("soak", a.bin, args, tmp, threads=a.threads)
+    except RuntimeError as e:
+        raise SystemExit(str(e))
+    log = srv.log
+    model = json.loads(request(srv.port, "GET", "/v1/models")[2])["data"][0]["id"]
     print("soak: server on port %d, %s for %.0f s with %d clients (log %s)" %
           (srv.port, a.bin, duration, a.clients, log), flush=True)
 
@@ -230,7 +186,7 @@ def main():
     def sampler():
         t_q = time.time() + duration / 4
         while time.time() < t_end:
-            v = srv.rss_kb()
+            v = rss_kb(srv.p.pid)
             if v:
                 rss.append((time.time(), v, time.time() >= t_q))
             time.sleep(1.0)
@@ -301,15 +257,15 @@ def main():
     ts.join()
     print("soak: %(sent)d sent, %(ok)d completed, %(abandoned)d abandoned, %(rejected)d rejected, "
           "%(errors)d errors, %(tokens)d tokens" % stats, flush=True)
-    if srv.proc.poll() is not None:
-        fail("server died (exit %s)" % srv.proc.returncode)
-        print(open(log, errors="replace").read()[-3000:])
+    if srv.p.poll() is not None:
+        fail("server died (exit %s)" % srv.p.returncode)
+        print(srv.text()[-3000:])
         return 1
 
     # idle: every request finished, every block back
     deadline = time.time() + 30
     while True:
-        m = srv.metrics()
+        m = metrics(srv.port)[1]
         active = m.get("specula_requests_active", -1)
         in_use = m.get('specula_kv_blocks{state="in_use"}', -1)
         if (active == 0 and in_use == 0) or time.time() > deadline:
@@ -351,17 +307,11 @@ def main():
         if growth > a.rss_growth_mb:
             fail("RSS grew by %.1f MB (bound %.1f)" % (growth, a.rss_growth_mb))
 
-    srv.proc.send_signal(signal.SIGTERM)
-    try:
-        rc = srv.proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        srv.proc.kill()
-        rc = "timeout"
-        fail("server did not exit within 30 s of SIGTERM")
-    out = open(log, errors="replace").read()
+    rc = srv.stop()  # SIGTERM, killed after 30 s
+    out = srv.text()
     if rc != 0:
-        fail("server exit status %s after SIGTERM" % rc)
-    if re.search(r"(AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|ThreadSanitizer|runtime error:)", out):
+        fail("server exit status %s after SIGTERM (-9: killed after 30 s)" % rc)
+    if SAN_RE.search(out):
         fail("sanitizer report in the server's output:\n" + out[-4000:])
     if stats["ok"] == 0:
         fail("no request completed")
