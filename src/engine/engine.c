@@ -702,7 +702,6 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
     r->propose_user = rp->propose_user;
     if (r->propose && r->spec == SP_SPEC_OFF) r->spec = SP_SPEC_NGRAM; /* a proposer implies speculation */
     r->greedy = rp->sampling.temperature <= 0;
-    r->alpha = e->alpha0[r->spec];
     r->shadow_pos = -1;
     if (r->spec == SP_SPEC_SUFFIX && !r->propose && !(r->sfx = sp_suffix_seq_create(24))) goto oom;
     if (r->spec == SP_SPEC_DRAFT && !r->greedy && !r->propose) {
@@ -725,6 +724,7 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
     r->t_submit = now_ms();
 
     pthread_mutex_lock(&e->mu);
+    r->alpha = e->alpha0[r->spec]; /* the engine thread updates the prior */
     if (e->n_waiting == e->wait_cap) {
         request **nw = realloc(e->waiting, (size_t)e->wait_cap * 2 * sizeof(request *));
         if (!nw) {
