@@ -12,7 +12,14 @@
   the server exits 0 within a bound;
 - a client that reads its stream slowly (SO_RCVBUF 4096, reading nothing
   for seconds) does not stall other clients, and gets its whole stream
-  when it reads.
+  when it reads;
+- hostile connections (issue 13): 1,100 slowloris connections sending a
+  byte a second for 20 s while a normal client is served within a second;
+  connections past --max-conns answer /health only; 100 keyless 7 MiB
+  bodies answered 401 before the body with RSS growth bounded; eight
+  parallel 7.8 MB prompts refused in milliseconds with RSS bounded; a
+  half-closed client gets its whole answer; a client that resets its
+  connection cancels its request; during a drain /health answers 503.
 
 Every wait is bounded; timing assertions use wide margins. Prints
 "ok"/"FAIL" lines and "RESULT <passed> <failed>". Standard library only.
@@ -237,7 +244,8 @@ def sigterm_case(tmp, name, drain, max_tokens, want_finish, plain_want, bound):
         err = "the 4 requests never ran together"
     t0 = time.monotonic()
     srv.p.send_signal(signal.SIGTERM)
-    # once the server says it is stopping, new connections are refused
+    # once the server says it is stopping, /health answers 503 "draining"
+    # (the listening socket stays open until the drain ends)
     deadline = time.monotonic() + 10
     while "stopping" not in srv.text() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -246,9 +254,10 @@ def sigterm_case(tmp, name, drain, max_tokens, want_finish, plain_want, bound):
         c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         got = c.recv(100)
         c.close()
-        new_conn = "answered %r" % got[:40] if got and not got.startswith(b"HTTP/1.1 503") else None
-    except OSError:
-        new_conn = None  # refused
+        new_conn = None if got.startswith(b"HTTP/1.1 503") and b"draining" in got else \
+            "answered %r (want 503 draining)" % got[:200]
+    except OSError as e:
+        new_conn = "refused (%r): a load balancer wants 503 draining" % e
     try:
         rc = srv.p.wait(bound)
     except subprocess.TimeoutExpired:
@@ -277,7 +286,7 @@ def sigterm_case(tmp, name, drain, max_tokens, want_finish, plain_want, bound):
     if not err and SAN_RE.search(srv.text()):
         err = "sanitizer report: " + srv.text()[-1000:]
     report("SIGTERM (--drain-timeout %d) with 3 streams + 1 plain request in flight: exit 0 in %.1f s "
-           "(bound %d), new connections refused, streams end with %s and [DONE], plain %s"
+           "(bound %d), /health 503 draining meanwhile, streams end with %s and [DONE], plain %s"
            % (drain, dt, bound, "/".join(want_finish), "/".join(map(str, plain_want))), err)
 
 
@@ -329,13 +338,355 @@ def slow_reader(tmp):
             report("slow-reader server exits cleanly", "exit %s: %s" % (rc, srv.text()[-800:]))
 
 
+# ---- 5. hostile connections (issue 13) ---------------------------------------------
+
+def raise_nofile(n):
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(n, hard) if hard != resource.RLIM_INFINITY else n
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+class RssPeak:
+    """Samples a process's VmRSS every 20 ms in a thread until stopped."""
+
+    def __init__(self, pid):
+        self.pid, self.peak, self.base, self.run = pid, 0, rss_kb(pid), True
+        self.t = threading.Thread(target=self.loop)
+        self.t.start()
+
+    def loop(self):
+        while self.run:
+            try:
+                self.peak = max(self.peak, rss_kb(self.pid))
+            except OSError:
+                break
+            time.sleep(0.02)
+
+    def stop(self):
+        self.run = False
+        self.t.join()
+        return (self.peak - self.base) / 1024.0
+
+
+def timed_request(port, method, path, body=None, headers=None, source="127.0.0.1"):
+    """(status, seconds) of one request on a fresh connection from `source`."""
+    import http.client
+    t = time.monotonic()
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(source, 0))
+        c.request(method, path, body, headers or {})
+        r = c.getresponse()
+        r.read()
+        c.close()
+        return r.status, time.monotonic() - t
+    except OSError as e:
+        return 0, time.monotonic() - t
+
+
+def slowloris(tmp):
+    """1,100 connections from 127.0.0.2 each sending one byte of a request
+    head a second for 20 s (reconnecting when cut); a normal client on
+    127.0.0.1 meanwhile asks /health and a two-token completion every 0.25 s:
+    every answer must be a 200 within a second."""
+    if raise_nofile(4096) < 1300:
+        return report("slowloris", "cannot raise RLIMIT_NOFILE for 1,100 client sockets")
+    srv = Server("slowloris", BIN, ["-c", "512", "--recv-timeout", "5"] + MARGS, tmp)
+    n_conns, seconds = 1100, 20
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 10\r\n"
+    socks, stats = {}, {"opened": 0, "refused": 0, "closed": 0}
+    stop = threading.Event()
+
+    def attacker():
+        import selectors
+        pos = {}
+        def connect():
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setblocking(False)
+            try:
+                s.bind(("127.0.0.2", 0))
+                s.connect_ex(("127.0.0.1", srv.port))
+            except OSError:
+                s.close()
+                stats["refused"] += 1
+                return
+            socks[s.fileno()] = s
+            pos[s.fileno()] = 0
+            stats["opened"] += 1
+        while len(socks) < n_conns and not stop.is_set():
+            connect()
+        while not stop.is_set():
+            t_next = time.monotonic() + 1.0
+            for fd, s in list(socks.items()):
+                try:
+                    i = pos[fd] % len(head)
+                    s.send(head[i:i + 1])
+                    pos[fd] += 1
+                except OSError:
+                    s.close()
+                    del socks[fd]
+                    stats["closed"] += 1
+            while len(socks) < n_conns and not stop.is_set():
+                connect()
+            time.sleep(max(0.0, t_next - time.monotonic()))
+
+    at = threading.Thread(target=attacker)
+    rss = RssPeak(srv.p.pid)
+    try:
+        at.start()
+        time.sleep(2)  # the connections are open
+        body = json.dumps({"prompt": "def f(x):", "max_tokens": 2, "temperature": 0}).encode()
+        lat, bad = [], []
+        t_end = time.monotonic() + seconds
+        while time.monotonic() < t_end:
+            for method, path, b in (("GET", "/health", None), ("POST", "/v1/completions", body)):
+                st, dt = timed_request(srv.port, method, path, b)
+                lat.append(dt)
+                if st != 200 or dt > 1.0:
+                    bad.append("%s %s: %d in %.2f s" % (method, path, st, dt))
+            time.sleep(0.25)
+        try:
+            _, m = metrics(srv.port)
+        except OSError as e:
+            m = {}
+            bad.append("/metrics: %r" % e)
+        stop.set()
+        at.join(30)
+        grow = rss.stop()
+        for s in socks.values():
+            s.close()
+        err = None
+        if bad:
+            err = "%d of %d normal requests failed or took > 1 s: %s" % (len(bad), len(lat), bad[:5])
+        elif m.get("specula_connections_cut_total", 0) < 1:
+            err = "no slow connection was cut (--recv-timeout 5): %r" % {
+                k: v for k, v in m.items() if "connections" in k}
+        elif grow > 100:
+            err = "RSS grew %.0f MB" % grow
+        report("slowloris: %d connections at 1 byte/s for %d s (%d opened, %d closed by the server, "
+               "%d cut): %d normal requests all 200 within 1 s (max %.0f ms), RSS +%.0f MB"
+               % (n_conns, seconds, stats["opened"], stats["closed"],
+                  m.get("specula_connections_cut_total", 0), len(lat), max(lat or [0]) * 1e3, grow), err)
+    finally:
+        stop.set()
+        if rss.run:
+            rss.stop()
+        at.join(30)
+        for s in socks.values():
+            s.close()
+        rc = srv.stop()
+        if rc != 0 or SAN_RE.search(srv.text()):
+            report("slowloris server exits cleanly", "exit %s: %s" % (rc, srv.text()[-800:]))
+
+
+def health_reserve(tmp):
+    """Past --max-conns, a connection answers /health only."""
+    srv = Server("reserve", BIN, ["-c", "512", "--max-conns", "8", "--max-conns-per-ip", "100"] + MARGS, tmp)
+    hold = []
+    try:
+        for _ in range(8):
+            hold.append(socket.create_connection(("127.0.0.1", srv.port), timeout=10))
+        time.sleep(0.3)
+        st_h, dt = timed_request(srv.port, "GET", "/health")
+        body = json.dumps({"prompt": "x", "max_tokens": 1}).encode()
+        st_c, _ = timed_request(srv.port, "POST", "/v1/completions", body)
+        err = None
+        if st_h != 200 or dt > 1:
+            err = "/health past --max-conns: %d in %.2f s" % (st_h, dt)
+        elif st_c not in (503, 0):
+            err = "a completion past --max-conns got %d (want 503)" % st_c
+        report("8 idle connections fill --max-conns 8: /health still 200 in %.0f ms, a completion "
+               "503" % (dt * 1e3), err)
+    finally:
+        for s in hold:
+            s.close()
+        rc = srv.stop()
+        if rc != 0 or SAN_RE.search(srv.text()):
+            report("reserve server exits cleanly", "exit %s: %s" % (rc, srv.text()[-800:]))
+
+
+def auth_before_body(tmp):
+    """100 keyless connections each announcing a 7 MiB body: 401 on the
+    head, before any body byte is read; RSS growth bounded."""
+    srv = Server("authbody", BIN, ["-c", "512", "--api-key", "the-key"] + MARGS, tmp)
+    size = 7 << 20
+    payload = b"x" * size
+    codes = [None] * 100
+    def one(i):
+        try:
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n" % size + payload[:1])
+            buf = b""
+            while b"\r\n" not in buf:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                buf += chunk
+            m = re.match(rb"HTTP/1\.1 (\d{3})", buf)
+            codes[i] = int(m.group(1)) if m else 0
+            try:  # the attacker goes on sending: the server must not buffer it
+                s.sendall(payload)
+            except OSError:
+                pass
+            s.close()
+        except OSError as e:
+            codes[i] = repr(e)
+    rss = RssPeak(srv.p.pid)
+    try:
+        ts = [threading.Thread(target=one, args=(i,)) for i in range(100)]
+        for t in ts: t.start()
+        for t in ts: t.join(120)
+        grow = rss.stop()
+        err = None
+        if any(c != 401 for c in codes):
+            err = "answers: %r" % sorted(set(map(str, codes)))
+        elif grow > 64:
+            err = "RSS grew %.0f MB" % grow
+        ok_after = request(srv.port, "POST", "/v1/completions", json.dumps({"prompt": "x", "max_tokens": 1}).encode(),
+                           {"Authorization": "Bearer the-key"})[0]
+        if not err and ok_after != 200:
+            err = "a keyed request afterwards got %d" % ok_after
+        report("100 keyless 7 MiB bodies: all 401 on the head, RSS +%.0f MB" % grow, err)
+    finally:
+        if rss.run:
+            rss.stop()
+        rc = srv.stop()
+        if rc != 0 or SAN_RE.search(srv.text()):
+            report("auth server exits cleanly", "exit %s: %s" % (rc, srv.text()[-800:]))
+
+
+def huge_prompts(tmp):
+    """Eight parallel 7.8 MB prompts: each refused (400) in milliseconds,
+    RSS bounded, a normal client unaffected."""
+    srv = Server("huge", BIN, ["-c", "512"] + MARGS, tmp)
+    text = ("def f(x):\n    return x * 2\n" * 300000)[:7800000]
+    body = json.dumps({"prompt": text, "max_tokens": 4}).encode()
+    res = [None] * 8
+    def one(i):
+        t = time.monotonic()
+        try:
+            st, _, b = request(srv.port, "POST", "/v1/completions", body, timeout=120)
+            res[i] = (st, time.monotonic() - t, json.loads(b).get("error", {}).get("code"))
+        except Exception as e:
+            res[i] = (0, time.monotonic() - t, repr(e))
+    rss = RssPeak(srv.p.pid)
+    try:
+        ts = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+        for t in ts: t.start()
+        for t in ts: t.join(120)
+        grow = rss.stop()
+        st, dt = timed_request(srv.port, "POST", "/v1/completions",
+                               json.dumps({"prompt": "x", "max_tokens": 1}).encode())
+        err = None
+        # the bodies themselves take ~0.1 s each to send over loopback and
+        # are buffered (8 x 7.8 MB): the bound is on the work beyond that
+        if any(r[0] != 400 or r[2] != "context_length_exceeded" for r in res):
+            err = "answers: %r" % [(r[0], r[2]) for r in res]
+        elif max(r[1] for r in res) > 2.0:
+            err = "slowest refusal %.2f s" % max(r[1] for r in res)
+        elif grow > 200:
+            err = "RSS grew %.0f MB" % grow
+        elif st != 200 or dt > 1:
+            err = "a normal request afterwards: %d in %.2f s" % (st, dt)
+        report("8 parallel 7.8 MB prompts: all 400 context_length_exceeded, slowest %.0f ms, RSS +%.0f MB"
+               % (max(r[1] for r in res) * 1e3, grow), err)
+    finally:
+        if rss.run:
+            rss.stop()
+        rc = srv.stop()
+        if rc != 0 or SAN_RE.search(srv.text()):
+            report("huge-prompt server exits cleanly", "exit %s: %s" % (rc, srv.text()[-800:]))
+
+
+def half_close_and_reset(tmp):
+    """A client that shuts down its write side after the request gets its
+    whole answer (plain and streamed); one that resets its connection
+    mid-request has the request cancelled."""
+    srv = Server("halfclose", BIN, ["-c", "4096"] + MARGS, tmp)
+    try:
+        errs = []
+        for stream in (False, True):
+            body = json.dumps({"prompt": "def g(y):", "max_tokens": 24, "temperature": 0, "stream": stream}).encode()
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            s.shutdown(socket.SHUT_WR)
+            raw = b""
+            while True:
+                try:
+                    chunk = s.recv(65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                raw += chunk
+            s.close()
+            if stream:
+                st, ev, done, fin, n = sse_summary(raw)
+                if st != 200 or not done or fin != "length":
+                    errs.append("stream: status %d, [DONE] %s, finish %s" % (st, done, fin))
+            else:
+                head, _, b = raw.partition(b"\r\n\r\n")
+                try:
+                    ok_ = head.startswith(b"HTTP/1.1 200") and json.loads(b)["usage"]["completion_tokens"] == 24
+                except ValueError:
+                    ok_ = False
+                if not ok_:
+                    errs.append("plain: %r" % raw[:200])
+        report("a half-closed client (SHUT_WR after the request) gets its whole answer, plain and streamed",
+               "; ".join(errs) or None)
+        # a reset mid-request (SO_LINGER 0) cancels a long plain request
+        _, m0 = metrics(srv.port)
+        body = json.dumps({"prompt": "class Z:", "max_tokens": 4000, "temperature": 0}).encode()
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        ok_active = wait_active(srv.port, 1, 10)
+        import struct as _st
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _st.pack("ii", 1, 0))
+        s.close()
+        t0, idle = time.monotonic(), False
+        while time.monotonic() - t0 < 10:
+            _, m = metrics(srv.port)
+            if m.get("specula_requests_active", 1) == 0:
+                idle = True
+                break
+            time.sleep(0.02)
+        dt = time.monotonic() - t0
+        err = None
+        if not ok_active:
+            err = "the request never ran"
+        elif not idle:
+            err = "still active 10 s after the client reset"
+        elif m.get("specula_client_disconnects_total", 0) != m0.get("specula_client_disconnects_total", 0) + 1:
+            err = "not counted as a disconnect: %r" % m.get("specula_client_disconnects_total")
+        report("a client that resets its connection mid-request has it cancelled (%.0f ms)" % (dt * 1e3), err)
+    finally:
+        rc = srv.stop()
+        if rc != 0 or SAN_RE.search(srv.text()):
+            report("half-close server exits cleanly", "exit %s: %s" % (rc, srv.text()[-800:]))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="specula-faults-")
     try:
         for f in (lambda: model_faults(tmp), lambda: kv_faults(tmp),
                   lambda: sigterm_case(tmp, "drain", 60, 200, ("length", "stop"), (200,), 90),
                   lambda: sigterm_case(tmp, "cancel", 1, 480, ("cancelled",), (503,), 20),
-                  lambda: slow_reader(tmp)):
+                  lambda: slow_reader(tmp), lambda: health_reserve(tmp),
+                  lambda: half_close_and_reset(tmp), lambda: auth_before_body(tmp),
+                  lambda: huge_prompts(tmp), lambda: slowloris(tmp)):
             t0 = time.monotonic()
             try:
                 f()

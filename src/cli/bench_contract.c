@@ -183,7 +183,7 @@ void bench_contract_from_info(bench_contract *c, const cJSON *info) {
 #define STR(key) ((v = cJSON_GetObjectItemCaseSensitive(info, key)) && cJSON_IsString(v) ? v->valuestring : NULL)
 #define NUM(key) ((v = cJSON_GetObjectItemCaseSensitive(info, key)) && cJSON_IsNumber(v) ? v->valuedouble : -1)
 #define BOOL(key) ((v = cJSON_GetObjectItemCaseSensitive(info, key)) && cJSON_IsBool(v) ? cJSON_IsTrue(v) : -1)
-    const char *model = STR("model_path"), *draft = STR("draft_path"), *spec = STR("spec"),
+    const char *model = STR("model_file"), *draft = STR("draft_file"), *spec = STR("spec"),
                *kv = STR("kv_type");
     if (model) snprintf(c->model_file, sizeof(c->model_file), "%s", model);
     snprintf(c->draft_file, sizeof(c->draft_file), "%s", draft ? draft : "none");

@@ -1,11 +1,12 @@
 /* cmd_serve.c: `specula serve`: the OpenAI-compatible HTTP server. It
  * listens first (/health answers 503 while the model loads), then loads the
  * model and the engine, and serves until SIGINT or SIGTERM; then it drains:
- * no new connections or requests, those in flight get --drain-timeout
+ * no new requests (503; /health says "draining"), those in flight get --drain-timeout
  * seconds to finish (a second signal cuts that short), the rest are
  * cancelled with a clean final event, and it exits 0. */
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <string.h>
 #include <time.h>
 
@@ -31,6 +32,18 @@ static void serve_usage(FILE *f) {
             "                         recognized from the model's tokenizer.chat_template)\n"
             "  --max-queue N          generation requests in flight before 429 (default 256)\n"
             "  --max-body BYTES       largest request body, e.g. 8M (default 8M)\n"
+            "  --max-body-total BYTES request bodies buffered at once, all connections together,\n"
+            "                         before 503 (default 8 x --max-body)\n"
+            "  --max-conns N          open connections (default 1024; 16 more answer /health only)\n"
+            "  --max-conns-per-ip N   open connections from one client address (default 256)\n"
+            "  --recv-timeout S       seconds a connection has to send a whole request (head and\n"
+            "                         body), counted from when it starts waiting for one, idle\n"
+            "                         keep-alive included (default 30)\n"
+            "  --http-threads N       HTTP event-loop threads (default 2)\n"
+            "  --metrics-key KEY      /metrics requires 'Authorization: Bearer KEY'\n"
+            "  --metrics-public       /metrics needs no key even with --api-key (default: with one\n"
+            "                         --api-key, that key; with several, closed unless\n"
+            "                         --metrics-key is given)\n"
             "  --drain-timeout S      on SIGTERM/SIGINT, seconds the requests in flight get to\n"
             "                         finish before they are cancelled (default 10)\n"
             "  --stamp-chunks         benchmarking: streamed chunks carry \"specula_timing\", the\n"
@@ -57,6 +70,19 @@ static bool parse_bytes(const char *s, size_t *out) {
     return true;
 }
 
+/* The soft RLIMIT_NOFILE raised to at least `need` (up to the hard limit);
+ * false when the hard limit is lower. */
+static bool raise_fd_limit(rlim_t need) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return true; /* cannot tell: MHD will say */
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) return false;
+        rl.rlim_cur = need;
+        if (setrlimit(RLIMIT_NOFILE, &rl)) return false;
+    }
+    return true;
+}
+
 static char *base_name(const char *path) {
     const char *b = strrchr(path, '/');
     b = b ? b + 1 : path;
@@ -75,14 +101,17 @@ static void serve_info(char *out, size_t cap, const char *model, const cli_engin
         out[0] = 0;
         return;
     }
-    char *abs = realpath(model, NULL);
-    cJSON_AddStringToObject(o, "model_path", abs ? abs : model);
-    free(abs);
+    /* file names only: every tenant can read /v1/models, and the server's
+     * directory layout is none of their business */
+    const char *mb = strrchr(model, '/');
+    cJSON_AddStringToObject(o, "model_file", mb ? mb + 1 : model);
     const bool spec_draft = ce->draft != NULL;
-    abs = spec_draft && ce->draft_path ? realpath(ce->draft_path, NULL) : NULL;
-    if (spec_draft) cJSON_AddStringToObject(o, "draft_path", abs ? abs : ce->draft_path);
-    else cJSON_AddNullToObject(o, "draft_path");
-    free(abs);
+    if (spec_draft && ce->draft_path) {
+        const char *db = strrchr(ce->draft_path, '/');
+        cJSON_AddStringToObject(o, "draft_file", db ? db + 1 : ce->draft_path);
+    } else {
+        cJSON_AddNullToObject(o, "draft_file");
+    }
     cJSON_AddStringToObject(o, "spec", sp_spec_mode_str(ce->p.spec));
     cJSON_AddNumberToObject(o, "spec_k", ce->p.spec_k);
     cJSON_AddBoolToObject(o, "spec_adaptive", ce->p.spec_adaptive);
@@ -120,10 +149,17 @@ int cmd_serve(int argc, char **argv) {
             o.stamp_chunks = true;
             continue;
         }
+        if (!strcmp(a, "--metrics-public")) {
+            o.metrics_public = true;
+            continue;
+        }
         bool takes = !strcmp(a, "-m") || !strcmp(a, "--host") || !strcmp(a, "--port") ||
                      !strcmp(a, "--api-key") || !strcmp(a, "--served-model-name") ||
                      !strcmp(a, "--chat-template") || !strcmp(a, "--max-queue") ||
-                     !strcmp(a, "--max-body") || !strcmp(a, "--drain-timeout");
+                     !strcmp(a, "--max-body") || !strcmp(a, "--drain-timeout") ||
+                     !strcmp(a, "--max-body-total") || !strcmp(a, "--max-conns") ||
+                     !strcmp(a, "--max-conns-per-ip") || !strcmp(a, "--recv-timeout") ||
+                     !strcmp(a, "--http-threads") || !strcmp(a, "--metrics-key");
         if (!takes) {
             fprintf(stderr, "specula serve: unknown option '%s' (see --help)\n", a);
             return 2;
@@ -145,6 +181,13 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-queue")) ok = cli_int(v, 1, 1 << 20, &l), o.max_queue = (int)l;
         else if (!strcmp(a, "--max-body")) ok = parse_bytes(v, &o.max_body);
         else if (!strcmp(a, "--drain-timeout")) ok = cli_int(v, 0, 3600, &drain_s);
+        else if (!strcmp(a, "--max-body-total")) ok = parse_bytes(v, &o.max_body_total);
+        else if (!strcmp(a, "--max-conns")) ok = cli_int(v, 1, 1 << 20, &l), o.max_conns = (int)l;
+        else if (!strcmp(a, "--max-conns-per-ip"))
+            ok = cli_int(v, 1, 1 << 20, &l), o.max_conns_per_ip = (int)l;
+        else if (!strcmp(a, "--recv-timeout")) ok = cli_int(v, 1, 3600, &l), o.recv_timeout_s = (int)l;
+        else if (!strcmp(a, "--http-threads")) ok = cli_int(v, 1, 64, &l), o.http_threads = (int)l;
+        else if (!strcmp(a, "--metrics-key")) ok = *v, o.metrics_key = v;
         if (!ok) {
             fprintf(stderr, "specula serve: invalid value '%s' for %s\n", v, a);
             return 2;
@@ -154,6 +197,23 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "specula serve: no model given (-m) and no default model found\n");
         return 2;
     }
+    if (o.max_body_total && o.max_body_total < (o.max_body ? o.max_body : 8u << 20)) {
+        fprintf(stderr, "specula serve: --max-body-total is smaller than --max-body\n");
+        return 2;
+    }
+    if (o.metrics_key && o.metrics_public) {
+        fprintf(stderr, "specula serve: --metrics-key and --metrics-public contradict each other\n");
+        return 2;
+    }
+    /* a socket per connection, and a few for the model files and MHD */
+    if (!raise_fd_limit((rlim_t)(o.max_conns > 0 ? o.max_conns : 1024) + 16 + 64)) {
+        fprintf(stderr, "specula serve: the file descriptor limit is too low for --max-conns %d "
+                "(ulimit -n)\n", o.max_conns > 0 ? o.max_conns : 1024);
+        return 2;
+    }
+    if (o.n_api_keys > 1 && !o.metrics_key && !o.metrics_public)
+        fprintf(stderr, "specula serve: /metrics is closed with several API keys; give "
+                "--metrics-key KEY for Prometheus, or --metrics-public\n");
     char *name = o.served_name ? NULL : base_name(model);
     if (!o.served_name) o.served_name = name;
 

@@ -1,22 +1,44 @@
 /* server.c: the OpenAI-compatible HTTP server on libmicrohttpd.
  *
- * Threads: MHD runs one thread per connection. A generation request is
- * submitted to the engine with a callback; the callback (engine thread)
- * only appends the event's tokens and text to the request's record under
- * its mutex and signals its condition variable. The connection's thread
- * waits on that (in the access handler for a plain response, in the
- * response's content reader for an SSE stream) with a short timeout, and
- * between waits checks whether the client has gone (EOF on the socket),
- * cancelling the engine request if so. MHD's request-completed callback
- * cancels too when a response ends other than normally (a failed write).
+ * Threads: MHD runs a small pool of event-loop threads (epoll), each with
+ * its own connections; no connection holds a thread of its own, so a
+ * client that sends slowly, reads slowly or idles costs a socket and a few
+ * hundred bytes, not a thread. Nothing in an MHD callback blocks: a
+ * generation request is submitted to the engine and its connection is
+ * suspended (MHD_suspend_connection); the engine's callback (engine
+ * thread) appends the event's tokens and text to the request's record
+ * under its mutex and resumes the connection, which then takes what is new
+ * (a plain response once the request finished, the next SSE chunks of a
+ * stream) and suspends again if it must wait.
+ *
+ * A watcher thread, every WATCH_MS:
+ *  - cuts (shutdown) a connection that has not delivered a whole request
+ *    head and body within --recv-timeout of starting to wait for one
+ *    (slowloris: one byte a second keeps MHD's idle timer alive forever);
+ *  - cancels the engine request of a suspended connection whose socket has
+ *    an error or was reset (POLLERR/POLLHUP). A half-close (the client shut
+ *    its write side, POLLRDHUP) is not a disconnect: such a client still
+ *    reads its answer. A stream whose client is gone fails its next write,
+ *    and MHD's request-completed callback cancels the request.
+ *
+ * Limits checked on the request head, before any body byte is buffered:
+ * ambiguous framing (Content-Length with Transfer-Encoding, several
+ * Content-Length headers, a Transfer-Encoding other than chunked) is a
+ * 400; the endpoint and method; the API key (401 before the body is read);
+ * Content-Length against --max-body; the body bytes buffered across all
+ * connections against --max-body-total (503). Connections are capped in
+ * total (--max-conns) and per client address (--max-conns-per-ip); past
+ * the total cap, HEALTH_RESERVE more connections are admitted for /health
+ * only, so a load balancer can still tell the server is alive.
  *
  * A request record (sreq) is shared by the connection, the streaming
  * response and the engine; it is freed when the last of them lets go.
  *
- * Shutdown: sp_server_drain closes the listening socket and refuses new
- * generation requests (503) while those in flight go on; sp_server_stop
- * then cancels what is left, lets each client get its final event (a last
- * chunk with finish_reason "cancelled" and [DONE], or a 503), and closes. */
+ * Shutdown: sp_server_drain refuses new generation requests (503) while
+ * those in flight go on; /health answers 503 "draining" until the end.
+ * sp_server_stop then cancels what is left, lets each client get its final
+ * event (a last chunk with finish_reason "cancelled" and [DONE], or a
+ * 503), resumes whatever is still suspended and stops MHD. */
 #include "server/server.h"
 
 #include <arpa/inet.h>
@@ -43,7 +65,22 @@
 #include "server/sbuf.h"
 #include "tokenizer/tokenizer.h"
 
-#define WAIT_SLICE_MS 50
+#define WATCH_MS 100          /* the watcher's period */
+#define HEALTH_RESERVE 16     /* connections past --max-conns, for /health only */
+#define RESERVE_RECV_MS 2000  /* how long such a connection may take to send its request */
+
+/* One TCP connection (MHD's socket context), from accept to close; linked
+ * in the server's list for the watcher (s->reg_mu guards the links and the
+ * fields marked so). */
+typedef struct peer {
+    struct peer *prev, *next;
+    int fd;
+    double t_wait;            /* reg_mu: when it began waiting for a request */
+    bool receiving;           /* reg_mu: waiting for or reading a request's head and body */
+    bool cut;                 /* reg_mu: the watcher shut it down */
+    bool reserve;             /* admitted past --max-conns: /health only */
+    struct sreq *r;           /* reg_mu: its generation request (a reference), or NULL */
+} peer;
 
 struct sp_server {
     sp_server_opts o;
@@ -52,12 +89,16 @@ struct sp_server {
     unsigned char (*key_hash)[32]; /* SHA-256 of each API key */
     char (*key_salt)[65];          /* its hex: the tenant's cache salt */
     int n_keys;
+    unsigned char metrics_hash[32];
+    bool metrics_keyed;            /* /metrics needs Bearer --metrics-key */
+    bool metrics_closed;           /* several tenants, no metrics key: /metrics refused */
     char *served_name;
     char *info;                    /* JSON object for /v1/models "specula", or NULL */
     _Atomic int ready;
     _Atomic int draining;          /* SIGTERM: no new requests; those in flight go on */
     _Atomic int stopping;          /* in-flight requests are being cancelled */
     _Atomic int64_t open_resps;    /* generation responses not yet completed (sent or failed) */
+    _Atomic int64_t body_bytes;    /* request body bytes reserved across connections */
     const sp_model *m;
     const sp_vocab *v;
     sp_engine *e;
@@ -68,6 +109,14 @@ struct sp_server {
     int64_t active;                /* generation requests accepted, not finished */
     _Atomic uint64_t seq;
     metrics met;
+    /* connections and the watcher */
+    pthread_mutex_t reg_mu;
+    peer *peers;                   /* every open connection */
+    int n_peers;
+    pthread_t watcher;
+    bool watcher_started;
+    _Atomic int watcher_quit;
+    _Atomic uint64_t n_cut;        /* connections cut for taking too long to send a request */
 };
 
 typedef struct sreq {
@@ -95,8 +144,11 @@ typedef struct sreq {
     /* --stamp-chunks: text events not yet in a chunk, the oldest one's time */
     int32_t pend_events;
     double t_pend;
+    /* the connection (mu): suspended while it waits for the engine */
+    struct MHD_Connection *c;      /* NULL once the request completed */
+    bool suspended;
+    bool abort;                    /* the server stops: end the response now */
     /* streaming state (connection thread) */
-    int fd;
     size_t sent_text;
     int32_t sent_tok;
     bool sent_role, sent_done;
@@ -106,7 +158,10 @@ typedef struct sreq {
 
 typedef struct {
     sbuf body;
-    bool too_big, answered;
+    size_t reserved;               /* bytes of s->body_bytes this request holds */
+    bool too_big, busy, answered;
+    const char *tenant;            /* the key's salt (authenticated on the head) */
+    peer *p;
     sreq *r;
 } conn;
 
@@ -190,6 +245,33 @@ static enum MHD_Result send_error(sp_server *s, struct MHD_Connection *c, const 
         return send_error(s, c, url, &e_);                                                  \
     } while (0)
 
+/* ---- suspending a connection while the engine works ------------------- */
+
+/* Resumes r's connection if it waits (r->mu held). MHD allows resuming
+ * from any thread; resuming a connection that is not suspended is
+ * undefined, hence the flag, which only this and park() change, both
+ * under r->mu. */
+static void wake(sreq *r) {
+    if (!r->suspended || !r->c) return;
+    r->suspended = false;
+    MHD_resume_connection(r->c);
+}
+
+/* Suspends r's connection until wake() (r->mu held; only from the access
+ * handler or the content reader, as MHD requires). False when the server
+ * is stopping and the response must end instead. */
+static bool park(sreq *r) {
+    if (r->abort || !r->c) return false;
+    r->suspended = true;
+    MHD_suspend_connection(r->c);
+    return true;
+}
+
+/* Whether r has something its response has not taken yet (r->mu held). */
+static bool has_news(const sreq *r) {
+    return r->finished || r->n_tok != r->sent_tok || r->text.len != r->sent_text;
+}
+
 /* ---- the engine's callback (engine thread: copy, signal, return) ------ */
 
 static bool grow_tokens(sreq *r, int32_t need, int32_t n_top) {
@@ -267,23 +349,12 @@ static void on_event(const sp_event *ev, void *user) {
     }
     if (itl >= 0) metrics_observe(&s->met, &s->met.itl, itl);
     pthread_cond_broadcast(&r->cv);
+    wake(r);
     pthread_mutex_unlock(&r->mu);
     if (fin) sreq_unref(r);
 }
 
-/* ---- disconnect detection ---------------------------------------------- */
-
-static bool client_gone(int fd) {
-    if (fd < 0) return false;
-    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
-    if (poll(&p, 1, 0) <= 0) return false;
-    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
-    if (p.revents & POLLIN) {
-        char ch;
-        return recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
-    }
-    return false;
-}
+/* ---- cancellation -------------------------------------------------------- */
 
 static void cancel_req(sreq *r, bool disconnect) {
     pthread_mutex_lock(&r->mu);
@@ -294,40 +365,6 @@ static void cancel_req(sreq *r, bool disconnect) {
     if (!do_it) return;
     sp_engine_cancel(r->s->e, id);
     if (disconnect) metrics_disconnect(&r->s->met);
-}
-
-/* Waits (r->mu held) until the request has something new past the given
- * marks or has finished; false if the client went away or the server is
- * stopping (the request is then cancelled; r->mu is still held). */
-static bool wait_news(sreq *r, int32_t have_tok, size_t have_text) {
-    while (!r->finished && r->n_tok == have_tok && r->text.len == have_text) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += WAIT_SLICE_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-        if (r->finished) break;
-        if (client_gone(r->fd)) {
-            pthread_mutex_unlock(&r->mu);
-            cancel_req(r, true);
-            pthread_mutex_lock(&r->mu);
-            return false;
-        }
-        if (r->s->stopping) {
-            /* the server stops: cancel, then wait for the engine's final
-             * event so the client gets a clean end (finish_reason
-             * "cancelled" and [DONE], or a 503); give up after 5 s */
-            if (r->t_stop == 0) {
-                r->t_stop = now_ms();
-                pthread_mutex_unlock(&r->mu);
-                cancel_req(r, false);
-                pthread_mutex_lock(&r->mu);
-            } else if (now_ms() - r->t_stop > 5000) {
-                return false;
-            }
-        }
-    }
-    return true;
 }
 
 /* ---- response bodies ------------------------------------------------------ */
@@ -538,6 +575,9 @@ static void stream_build(sreq *r) {
     r->sent_done = true;
 }
 
+/* MHD's content reader for a stream: what is buffered, else what is new,
+ * else suspend (return 0) until the engine's next event wakes the
+ * connection. */
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     sreq *r = cls;
     for (;;) {
@@ -552,11 +592,19 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         r->out_off = 0;
         if (r->sent_done) return MHD_CONTENT_READER_END_OF_STREAM;
         pthread_mutex_lock(&r->mu);
-        bool ok = wait_news(r, r->sent_tok, r->sent_text);
-        if (ok) stream_build(r);
+        if (r->abort) {
+            pthread_mutex_unlock(&r->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (!has_news(r)) {
+            bool parked = park(r);
+            pthread_mutex_unlock(&r->mu);
+            return parked ? 0 : MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        stream_build(r);
         bool oom = r->out.oom;
         pthread_mutex_unlock(&r->mu);
-        if (!ok || oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (oom) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
 }
 
@@ -572,6 +620,76 @@ static void make_id(sp_server *s, const char *prefix, char *out, size_t len) {
              (unsigned long long)(n * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_nsec));
 }
 
+/* TEMPORARY until openai.c provides it */
+static int prompt_tokens_tmp(const oai_req *q, chat_tmpl t, const sp_vocab *v, int32_t max_prompt,
+                             sp_token **out, int32_t *n, oai_error *e) {
+    char err[512];
+    char *text = NULL;
+    *out = NULL;
+    *n = 0;
+    if (q->chat) {
+        text = chat_render(t, q->msgs, q->n_msgs, err, sizeof(err));
+        if (!text) return oai_seterr(e, 400, "invalid_request_error", "messages", "invalid_value", "%s", err);
+    }
+    const char *ptext = q->chat ? text : q->prompt;
+    sp_token *toks = NULL;
+    int32_t k = 0;
+    if (ptext) {
+        size_t len = strlen(ptext);
+        int need = sp_tokenize(v, ptext, len, NULL, 0, true, q->chat);
+        if (need < 0) need = -need;
+        toks = malloc((size_t)(need ? need : 1) * sizeof(sp_token));
+        if (!toks || (k = sp_tokenize(v, ptext, len, toks, need, true, q->chat)) < 0) {
+            free(toks); free(text);
+            return oai_seterr(e, 500, "server_error", NULL, NULL, "cannot tokenize the prompt");
+        }
+    } else {
+        toks = malloc((size_t)(q->n_tokens ? q->n_tokens : 1) * sizeof(sp_token));
+        if (!toks) return oai_seterr(e, 500, "server_error", NULL, NULL, "out of memory");
+        memcpy(toks, q->tokens, (size_t)q->n_tokens * sizeof(sp_token));
+        k = q->n_tokens;
+    }
+    free(text);
+    if (k == 0) {
+        free(toks);
+        return oai_seterr(e, 400, "invalid_request_error", q->chat ? "messages" : "prompt", "invalid_value", "the prompt is empty");
+    }
+    (void)max_prompt;
+    *out = toks;
+    *n = k;
+    return 0;
+}
+#define oai_prompt_tokens prompt_tokens_tmp
+
+/* A plain (non-streaming) request's answer once the engine finished it;
+ * until then the connection is suspended and this runs again at each
+ * wake-up (the access handler's re-entry after a resume). */
+static enum MHD_Result generate_answer(sp_server *s, struct MHD_Connection *c, const char *url,
+                                       sreq *r) {
+    pthread_mutex_lock(&r->mu);
+    if (!r->finished) {
+        bool parked = park(r);
+        pthread_mutex_unlock(&r->mu);
+        return parked ? MHD_YES : MHD_NO; /* MHD_NO: the server stops, close */
+    }
+    sbuf b = {0};
+    int code = 200;
+    if (r->st.finish == SP_FINISH_ERROR || r->st.finish == SP_FINISH_CANCELLED) {
+        bool err_ = r->st.finish == SP_FINISH_ERROR;
+        code = err_ ? 500 : 503;
+        oai_error e;
+        oai_seterr(&e, code, err_ ? "server_error" : "service_unavailable", NULL, NULL, "%s",
+                   err_ ? (r->error[0] ? r->error : "error")
+                        : r->t_stop ? "the server is shutting down; the request was cancelled"
+                                    : "the request was cancelled");
+        oai_error_json(&e, &b);
+    } else {
+        json_full(&b, r);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return send_json(s, c, url, code, &b);
+}
+
 static enum MHD_Result handle_generate(sp_server *s, struct MHD_Connection *c, const char *url,
                                        conn *cx, bool chat, const char *tenant) {
     oai_req q;
@@ -581,10 +699,9 @@ static enum MHD_Result handle_generate(sp_server *s, struct MHD_Connection *c, c
         oai_req_free(&q);
         return send_error(s, c, url, &e);
     }
-    enum MHD_Result ret;
-    char *text = NULL;
     sp_token *toks = NULL;
     int32_t n = 0;
+    bool admitted = false;  /* holds one of s->active's places */
     char err[512];
     if (q.model && strcmp(q.model, s->served_name)) {
         oai_seterr(&e, 404, "invalid_request_error", "model", "model_not_found",
@@ -592,40 +709,40 @@ static enum MHD_Result handle_generate(sp_server *s, struct MHD_Connection *c, c
                    s->served_name);
         goto fail;
     }
-    if (chat) {
-        if (s->tmpl == CHAT_NONE) {
-            oai_seterr(&e, 400, "invalid_request_error", "messages", "no_chat_template",
-                       "the model has no recognized chat template; start the server with "
-                       "--chat-template NAME (chatml, llama3, llama2, mistral, phi3, gemma) or "
-                       "use /v1/completions");
-            goto fail;
-        }
-        text = chat_render(s->tmpl, q.msgs, q.n_msgs, err, sizeof(err));
-        if (!text) {
-            oai_seterr(&e, 400, "invalid_request_error", "messages", "invalid_value", "%s", err);
-            goto fail;
-        }
-    }
-    const char *ptext = chat ? text : q.prompt;
-    if (ptext) {
-        size_t len = strlen(ptext);
-        int need = sp_tokenize(s->v, ptext, len, NULL, 0, true, chat);
-        if (need < 0) need = -need;
-        toks = malloc((size_t)(need ? need : 1) * sizeof(sp_token));
-        if (!toks || (n = sp_tokenize(s->v, ptext, len, toks, need, true, chat)) < 0) {
-            oai_seterr(&e, 500, "server_error", NULL, NULL, "cannot tokenize the prompt");
-            goto fail;
-        }
-    } else {
-        toks = q.tokens;
-        q.tokens = NULL;
-        n = q.n_tokens;
-    }
-    if (n == 0) {
-        oai_seterr(&e, 400, "invalid_request_error", chat ? "messages" : "prompt", "invalid_value",
-                   "the prompt is empty");
+    if (chat && s->tmpl == CHAT_NONE) {
+        oai_seterr(&e, 400, "invalid_request_error", "messages", "no_chat_template",
+                   "the model has no recognized chat template; start the server with "
+                   "--chat-template NAME (chatml, llama3, llama2, mistral, phi3, gemma) or "
+                   "use /v1/completions");
         goto fail;
     }
+    const char *cs = q.cache_salt && q.cache_salt[0] ? q.cache_salt : NULL;
+    if (cs && strlen(cs) > 500) {
+        oai_seterr(&e, 400, "invalid_request_error", "cache_salt", "invalid_value",
+                   "'cache_salt' is longer than 500 bytes");
+        goto fail;
+    }
+    /* admission before the prompt's tokenization, the request's one costly
+     * step before the engine: a full queue or a draining server refuses in
+     * microseconds whatever the prompt's size */
+    if (s->draining) {
+        oai_seterr(&e, 503, "service_unavailable", NULL, "shutting_down",
+                   "the server is shutting down");
+        goto fail;
+    }
+    pthread_mutex_lock(&s->mu);
+    bool full = s->active >= s->o.max_queue;
+    if (!full) s->active++;
+    pthread_mutex_unlock(&s->mu);
+    if (full) {
+        oai_seterr(&e, 429, "rate_limit_exceeded", NULL, "too_many_requests",
+                   "the server has %d requests in flight; retry later", s->o.max_queue);
+        goto fail;
+    }
+    admitted = true;
+    /* at most n_ctx - 1 prompt tokens: the tokenizer stops there */
+    if (oai_prompt_tokens(&q, chat ? s->tmpl : CHAT_NONE, s->v, s->n_ctx - 1, &toks, &n, &e))
+        goto fail;
     int32_t max_tokens = q.max_tokens;
     if (max_tokens == 0) max_tokens = chat ? s->n_ctx - n : 16;
     if (n >= s->n_ctx || (int64_t)n + max_tokens > s->n_ctx) {
@@ -643,34 +760,10 @@ static enum MHD_Result handle_generate(sp_server *s, struct MHD_Connection *c, c
     if (eot && s->eot_token < 0) stops[n_stop++] = eot;
     /* the cache salt: the tenant's, combined with the request's */
     char salt[600];
-    const char *cs = q.cache_salt && q.cache_salt[0] ? q.cache_salt : NULL;
     if (tenant && cs) snprintf(salt, sizeof(salt), "%s:%.500s", tenant, cs);
     else snprintf(salt, sizeof(salt), "%.500s", tenant ? tenant : cs ? cs : "");
-    if (cs && strlen(cs) > 500) {
-        oai_seterr(&e, 400, "invalid_request_error", "cache_salt", "invalid_value",
-                   "'cache_salt' is longer than 500 bytes");
-        goto fail;
-    }
-    /* admission */
-    if (s->draining) {
-        oai_seterr(&e, 503, "service_unavailable", NULL, "shutting_down",
-                   "the server is shutting down");
-        goto fail;
-    }
-    pthread_mutex_lock(&s->mu);
-    bool full = s->active >= s->o.max_queue;
-    if (!full) s->active++;
-    pthread_mutex_unlock(&s->mu);
-    if (full) {
-        oai_seterr(&e, 429, "rate_limit_exceeded", NULL, "too_many_requests",
-                   "the server has %d requests in flight; retry later", s->o.max_queue);
-        goto fail;
-    }
     sreq *r = calloc(1, sizeof(*r));
     if (!r) {
-        pthread_mutex_lock(&s->mu);
-        s->active--;
-        pthread_mutex_unlock(&s->mu);
         oai_seterr(&e, 500, "server_error", NULL, NULL, "out of memory");
         goto fail;
     }
@@ -684,12 +777,8 @@ static enum MHD_Result handle_generate(sp_server *s, struct MHD_Connection *c, c
     r->logprobs = q.logprobs;
     r->t_arrive = t_arrive;
     r->created = (long)time(NULL);
+    r->c = c;
     make_id(s, chat ? "chatcmpl-" : "cmpl-", r->rid, sizeof(r->rid));
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    r->fd = ci ? ci->connect_fd : -1;
-    cx->r = r;
-    s->open_resps++;
 
     sp_request_params rp = sp_request_default_params();
     rp.tokens = toks;
@@ -718,12 +807,22 @@ static enum MHD_Result handle_generate(sp_server *s, struct MHD_Connection *c, c
     rp.user = r;
     rp.spec = q.spec;
     rp.spec_k = q.spec_k;
+    /* the record is the connection's before the engine can call back */
+    cx->r = r;
+    s->open_resps++;
+    pthread_mutex_lock(&s->reg_mu);
+    if (cx->p) cx->p->r = r;
+    pthread_mutex_unlock(&s->reg_mu);
     int64_t id = sp_engine_submit(s->e, &rp, err, sizeof(err));
     if (id < 0) {
         pthread_mutex_lock(&s->mu);
         s->active--;
         pthread_mutex_unlock(&s->mu);
+        admitted = false;
+        pthread_mutex_lock(&r->mu);
         r->refs--; /* the engine never took it */
+        r->finished = true;
+        pthread_mutex_unlock(&r->mu);
         bool ctx = strstr(err, "context") != NULL;
         oai_seterr(&e, 400, "invalid_request_error", ctx ? "max_tokens" : NULL,
                    ctx ? "context_length_exceeded" : "invalid_value", "%s", err);
@@ -733,8 +832,9 @@ static enum MHD_Result handle_generate(sp_server *s, struct MHD_Connection *c, c
     r->id = id;
     pthread_mutex_unlock(&r->mu);
     free(toks);
-    free(text);
     oai_req_free(&q);
+    /* sp_server_stop may have swept the requests before this one had an id */
+    if (s->stopping) cancel_req(r, false);
 
     if (r->stream) {
         struct MHD_Response *resp =
@@ -748,36 +848,20 @@ static enum MHD_Result handle_generate(sp_server *s, struct MHD_Connection *c, c
         pthread_mutex_unlock(&r->mu);
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        ret = MHD_queue_response(c, 200, resp);
+        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp);
         metrics_request(&s->met, endpoint_label(url), 200);
         return ret;
     }
-    pthread_mutex_lock(&r->mu);
-    while (!r->finished)
-        if (!wait_news(r, r->n_tok, r->text.len)) {
-            pthread_mutex_unlock(&r->mu);
-            return MHD_NO; /* the client is gone: close the connection */
-        }
-    sbuf b = {0};
-    int code = 200;
-    if (r->st.finish == SP_FINISH_ERROR || r->st.finish == SP_FINISH_CANCELLED) {
-        bool err_ = r->st.finish == SP_FINISH_ERROR;
-        code = err_ ? 500 : 503;
-        oai_seterr(&e, code, err_ ? "server_error" : "service_unavailable", NULL, NULL, "%s",
-                   err_ ? (r->error[0] ? r->error : "error")
-                        : r->t_stop ? "the server is shutting down; the request was cancelled"
-                                    : "the request was cancelled");
-        oai_error_json(&e, &b);
-    } else {
-        json_full(&b, r);
-    }
-    pthread_mutex_unlock(&r->mu);
-    return send_json(s, c, url, code, &b);
+    return generate_answer(s, c, url, r);
 
 fail:
+    if (admitted) {
+        pthread_mutex_lock(&s->mu);
+        s->active--;
+        pthread_mutex_unlock(&s->mu);
+    }
     free(toks);
-    free(text);
     oai_req_free(&q);
     return send_error(s, c, url, &e);
 }
@@ -833,19 +917,25 @@ static size_t utf8_bad_at(const char *p, size_t n) {
     return n;
 }
 
+/* The SHA-256 of the Bearer token of the request; false without one. */
+static bool bearer_digest(struct MHD_Connection *c, unsigned char dig[32]) {
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
+    h += 7;
+    while (*h == ' ') h++;
+    SHA256((const unsigned char *)h, strlen(h), dig);
+    return true;
+}
+
 /* The tenant's salt for a valid key; NULL when keys are configured and this
  * one is missing or wrong (*ok false). Every key is compared, in constant
  * time, over SHA-256 digests. */
 static const char *authenticate(sp_server *s, struct MHD_Connection *c, bool *ok) {
     *ok = true;
     if (!s->n_keys) return NULL;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     *ok = false;
-    if (!h || strncasecmp(h, "Bearer ", 7)) return NULL;
-    h += 7;
-    while (*h == ' ') h++;
     unsigned char dig[32];
-    SHA256((const unsigned char *)h, strlen(h), dig);
+    if (!bearer_digest(c, dig)) return NULL;
     int found = -1;
     for (int i = 0; i < s->n_keys; i++) {
         int eq = CRYPTO_memcmp(dig, s->key_hash[i], 32) == 0;
@@ -856,12 +946,130 @@ static const char *authenticate(sp_server *s, struct MHD_Connection *c, bool *ok
     return s->key_salt[found];
 }
 
-static enum MHD_Result dispatch(sp_server *s, struct MHD_Connection *c, const char *url,
-                                const char *method, conn *cx) {
+/* Whether this request may read /metrics: with --metrics-key, only that
+ * key; with one API key (one tenant, the operator), that key; with several
+ * and no metrics key, nobody: the aggregates would tell each tenant the
+ * others' token counts at low traffic (--metrics-public opens it). */
+static bool metrics_allowed(sp_server *s, struct MHD_Connection *c) {
+    if (s->metrics_keyed) {
+        unsigned char dig[32];
+        return bearer_digest(c, dig) && CRYPTO_memcmp(dig, s->metrics_hash, 32) == 0;
+    }
+    if (s->metrics_closed) return false;
+    bool ok;
+    authenticate(s, c, &ok);
+    return ok;
+}
+
+typedef enum { EP_OTHER, EP_HEALTH, EP_METRICS, EP_MODELS, EP_COMPLETIONS, EP_CHAT, EP_TOKENIZE,
+               EP_DETOKENIZE } endpoint;
+
+static endpoint route(const char *url) {
+    if (!strcmp(url, "/health")) return EP_HEALTH;
+    if (!strcmp(url, "/metrics")) return EP_METRICS;
+    if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11)) return EP_MODELS;
+    if (!strcmp(url, "/v1/completions")) return EP_COMPLETIONS;
+    if (!strcmp(url, "/v1/chat/completions")) return EP_CHAT;
+    if (!strcmp(url, "/tokenize")) return EP_TOKENIZE;
+    if (!strcmp(url, "/detokenize")) return EP_DETOKENIZE;
+    return EP_OTHER;
+}
+
+typedef struct {
+    int n_cl, n_te;
+} framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value) {
+    framing *f = cls;
+    if (!strcasecmp(key, "Content-Length")) f->n_cl++;
+    else if (!strcasecmp(key, "Transfer-Encoding")) f->n_te++;
+    return MHD_YES;
+}
+
+/* Takes n more body bytes from the server-wide budget; false (nothing
+ * taken) when that would pass --max-body-total. */
+static bool body_reserve(sp_server *s, conn *cx, size_t n) {
+    int64_t after = atomic_fetch_add(&s->body_bytes, (int64_t)n) + (int64_t)n;
+    if (after > (int64_t)s->o.max_body_total) {
+        atomic_fetch_sub(&s->body_bytes, (int64_t)n);
+        return false;
+    }
+    cx->reserved += n;
+    return true;
+}
+
+static void body_release(sp_server *s, conn *cx) {
+    sb_free(&cx->body);
+    atomic_fetch_sub(&s->body_bytes, (int64_t)cx->reserved);
+    cx->reserved = 0;
+}
+
+/* The first call for a request: its head is in, no body byte has been
+ * read. Everything that can refuse the request without its body does so
+ * here, cheapest first; an answer queued now makes MHD skip the body and
+ * close the connection. */
+static enum MHD_Result on_head(sp_server *s, struct MHD_Connection *c, const char *url,
+                               const char *method, conn *cx) {
+    cx->answered = true; /* until it passes every check */
+    framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+    const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+    /* a front proxy that frames the body differently could smuggle a
+     * second request inside it: refuse every ambiguous framing */
+    if (f.n_cl && f.n_te)
+        ERR(400, "invalid_request_error", NULL, "invalid_framing",
+            "both Content-Length and Transfer-Encoding are given");
+    if (f.n_cl > 1)
+        ERR(400, "invalid_request_error", NULL, "invalid_framing",
+            "more than one Content-Length header");
+    if (f.n_te > 1 || (te && strcasecmp(te, "chunked")))
+        ERR(400, "invalid_request_error", NULL, "invalid_framing",
+            "the only Transfer-Encoding accepted is a single 'chunked'");
+    endpoint ep = route(url);
+    if (cx->p && cx->p->reserve && ep != EP_HEALTH)
+        ERR(503, "service_unavailable", NULL, "too_many_connections",
+            "the server has too many open connections; retry later");
+    if (ep == EP_OTHER)
+        ERR(404, "invalid_request_error", NULL, "not_found", "no such endpoint: %.200s", url);
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     bool post = !strcmp(method, "POST");
-    if (!strcmp(url, "/health")) {
+    if (ep == EP_HEALTH || ep == EP_METRICS || ep == EP_MODELS) {
         if (!get) ERR(405, "invalid_request_error", NULL, "method_not_allowed", "use GET");
+    } else if (!post) {
+        ERR(405, "invalid_request_error", NULL, "method_not_allowed", "use POST");
+    }
+    if (ep == EP_METRICS && !metrics_allowed(s, c))
+        ERR(401, "authentication_error", NULL, "invalid_api_key",
+            s->metrics_closed ? "/metrics is closed on a server with several API keys; start it "
+                                "with --metrics-key KEY (or --metrics-public)"
+                              : "missing or invalid metrics key (send 'Authorization: Bearer KEY')");
+    if (ep != EP_HEALTH && ep != EP_METRICS) {
+        bool ok;
+        cx->tenant = authenticate(s, c, &ok);
+        if (!ok)
+            ERR(401, "authentication_error", NULL, "invalid_api_key",
+                "missing or invalid API key (send 'Authorization: Bearer KEY')");
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl) {
+        unsigned long long n = strtoull(cl, NULL, 10);
+        if (n > s->o.max_body)
+            ERR(413, "invalid_request_error", NULL, "request_too_large",
+                "the body is larger than %zu bytes", s->o.max_body);
+        if (n && !body_reserve(s, cx, (size_t)n))
+            ERR(503, "service_unavailable", NULL, "server_busy",
+                "the server is receiving too many request bodies at once; retry later");
+    }
+    cx->answered = false;
+    return MHD_YES;
+}
+
+/* The final call: the whole body is in (cx->body). */
+static enum MHD_Result dispatch(sp_server *s, struct MHD_Connection *c, const char *url,
+                                conn *cx) {
+    endpoint ep = route(url);
+    if (ep == EP_HEALTH) {
         if (s->draining) {
             static const char b[] = "{\"status\": \"draining\"}";
             return send_body(s, c, url, 503, "application/json", b, sizeof(b) - 1, NULL);
@@ -873,32 +1081,31 @@ static enum MHD_Result dispatch(sp_server *s, struct MHD_Connection *c, const ch
         static const char b[] = "{\"status\": \"ok\"}";
         return send_body(s, c, url, 200, "application/json", b, sizeof(b) - 1, NULL);
     }
-    if (!strcmp(url, "/metrics")) {
-        if (!get) ERR(405, "invalid_request_error", NULL, "method_not_allowed", "use GET");
+    if (ep == EP_METRICS) {
         sbuf b = {0};
         pthread_mutex_lock(&s->mu);
         int64_t active = s->active;
         pthread_mutex_unlock(&s->mu);
         metrics_render(&s->met, s->ready ? s->e : NULL, active, &b);
+        pthread_mutex_lock(&s->reg_mu);
+        int n_peers = s->n_peers;
+        pthread_mutex_unlock(&s->reg_mu);
+        sb_printf(&b, "# HELP specula_connections_open Open HTTP connections.\n"
+                      "# TYPE specula_connections_open gauge\nspecula_connections_open %d\n"
+                      "# HELP specula_connections_cut_total Connections closed for not sending "
+                      "a whole request within --recv-timeout.\n"
+                      "# TYPE specula_connections_cut_total counter\n"
+                      "specula_connections_cut_total %llu\n",
+                  n_peers, (unsigned long long)s->n_cut);
         if (b.oom) return send_json(s, c, url, 500, &b);
         enum MHD_Result r = send_body(s, c, url, 200, "text/plain; version=0.0.4", b.p ? b.p : "",
                                       b.len, NULL);
         sb_free(&b);
         return r;
     }
-    bool known = !strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions") ||
-                 !strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11) ||
-                 !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize");
-    if (!known) ERR(404, "invalid_request_error", NULL, "not_found", "no such endpoint: %.200s", url);
-    bool ok;
-    const char *tenant = authenticate(s, c, &ok);
-    if (!ok)
-        ERR(401, "authentication_error", NULL, "invalid_api_key",
-            "missing or invalid API key (send 'Authorization: Bearer KEY')");
     if (!s->ready)
         ERR(503, "service_unavailable", NULL, "loading", "the model is still loading");
-    if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11)) {
-        if (!get) ERR(405, "invalid_request_error", NULL, "method_not_allowed", "use GET");
+    if (ep == EP_MODELS) {
         sbuf b = {0};
         if (url[10] == '/') {
             if (strcmp(url + 11, s->served_name))
@@ -912,15 +1119,22 @@ static enum MHD_Result dispatch(sp_server *s, struct MHD_Connection *c, const ch
         }
         return send_json(s, c, url, 200, &b);
     }
-    if (!post) ERR(405, "invalid_request_error", NULL, "method_not_allowed", "use POST");
     size_t bad = utf8_bad_at(cx->body.p, cx->body.len);
     if (bad < cx->body.len)
         ERR(400, "invalid_request_error", NULL, "invalid_encoding",
             "the body is not UTF-8 JSON: byte %zu (0x%02x) is %s", bad,
             (unsigned char)cx->body.p[bad], cx->body.p[bad] ? "not valid UTF-8" : "a NUL");
-    if (!strcmp(url, "/tokenize")) return handle_tokenize(s, c, url, cx);
-    if (!strcmp(url, "/detokenize")) return handle_detokenize(s, c, url, cx);
-    return handle_generate(s, c, url, cx, !strcmp(url, "/v1/chat/completions"), tenant);
+    if (ep == EP_TOKENIZE) return handle_tokenize(s, c, url, cx);
+    if (ep == EP_DETOKENIZE) return handle_detokenize(s, c, url, cx);
+    return handle_generate(s, c, url, cx, ep == EP_CHAT, cx->tenant);
+}
+
+static void peer_set_receiving(sp_server *s, peer *p, bool receiving) {
+    if (!p) return;
+    pthread_mutex_lock(&s->reg_mu);
+    p->receiving = receiving;
+    p->t_wait = now_ms();
+    pthread_mutex_unlock(&s->reg_mu);
 }
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
@@ -932,45 +1146,169 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         cx = calloc(1, sizeof(*cx));
         if (!cx) return MHD_NO;
         *con_cls = cx;
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > s->o.max_body) {
-            cx->answered = true;
-            ERR(413, "invalid_request_error", NULL, "request_too_large",
-                "the body is larger than %zu bytes", s->o.max_body);
-        }
-        return MHD_YES;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        cx->p = ci ? ci->socket_context : NULL;
+        return on_head(s, c, url, method, cx);
     }
     if (*upload_size) {
-        if (!cx->too_big && cx->body.len + *upload_size > s->o.max_body) {
-            cx->too_big = true;
-            sb_free(&cx->body);
-        }
-        if (!cx->too_big) sb_add(&cx->body, upload, *upload_size);
+        size_t n = *upload_size;
         *upload_size = 0;
+        if (cx->answered || cx->too_big || cx->busy) return MHD_YES;
+        if (cx->body.len + n > s->o.max_body) {
+            cx->too_big = true;
+            body_release(s, cx);
+            return MHD_YES;
+        }
+        /* a chunked body reserves as it comes; a Content-Length one did
+         * at the head */
+        if (cx->body.len + n > cx->reserved && !body_reserve(s, cx, cx->body.len + n - cx->reserved)) {
+            cx->busy = true;
+            body_release(s, cx);
+            return MHD_YES;
+        }
+        sb_add(&cx->body, upload, n);
         return MHD_YES;
     }
+    if (cx->r) /* a plain generation request, woken by the engine */
+        return cx->r->stream ? MHD_YES : generate_answer(s, c, url, cx->r);
     if (cx->answered) return MHD_YES;
     cx->answered = true;
-    if (cx->too_big)
-        ERR(413, "invalid_request_error", NULL, "request_too_large",
-            "the body is larger than %zu bytes", s->o.max_body);
-    if (cx->body.oom) ERR(500, "server_error", NULL, NULL, "out of memory");
-    return dispatch(s, c, url, method, cx);
+    peer_set_receiving(s, cx->p, false);
+    enum MHD_Result ret;
+    if (cx->too_big) {
+        oai_error e;
+        oai_seterr(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                   "the body is larger than %zu bytes", s->o.max_body);
+        ret = send_error(s, c, url, &e);
+    } else if (cx->busy) {
+        oai_error e;
+        oai_seterr(&e, 503, "service_unavailable", NULL, "server_busy",
+                   "the server is receiving too many request bodies at once; retry later");
+        ret = send_error(s, c, url, &e);
+    } else if (cx->body.oom) {
+        oai_error e;
+        oai_seterr(&e, 500, "server_error", NULL, NULL, "out of memory");
+        ret = send_error(s, c, url, &e);
+    } else {
+        ret = dispatch(s, c, url, cx);
+    }
+    body_release(s, cx); /* parsed by now: the request holds what it needs */
+    return ret;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
+    sp_server *s = cls;
     conn *cx = *con_cls;
     if (!cx) return;
+    if (cx->p) {
+        /* the connection waits for its next request from now on */
+        pthread_mutex_lock(&s->reg_mu);
+        cx->p->r = NULL;
+        cx->p->receiving = true;
+        cx->p->t_wait = now_ms();
+        pthread_mutex_unlock(&s->reg_mu);
+    }
     if (cx->r) {
-        sp_server *s = cx->r->s;
-        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) cancel_req(cx->r, true);
-        sreq_unref(cx->r);
+        sreq *r = cx->r;
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) cancel_req(r, true);
+        pthread_mutex_lock(&r->mu);
+        r->c = NULL;
+        r->suspended = false;
+        pthread_mutex_unlock(&r->mu);
+        sreq_unref(r);
         s->open_resps--;
     }
-    sb_free(&cx->body);
+    body_release(s, cx);
     free(cx);
     *con_cls = NULL;
+}
+
+/* MHD's connection notifications: a peer record from accept to close. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    sp_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        peer *p = calloc(1, sizeof(*p));
+        *socket_context = p;
+        if (!p) return; /* served without the watcher's deadline */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        p->fd = ci ? ci->connect_fd : -1;
+        p->receiving = true;
+        p->t_wait = now_ms();
+        pthread_mutex_lock(&s->reg_mu);
+        p->reserve = s->n_peers >= s->o.max_conns;
+        p->next = s->peers;
+        if (s->peers) s->peers->prev = p;
+        s->peers = p;
+        s->n_peers++;
+        pthread_mutex_unlock(&s->reg_mu);
+        return;
+    }
+    peer *p = *socket_context;
+    if (!p) return;
+    /* called before MHD closes the socket: the watcher, which uses p->fd
+     * only under reg_mu, never touches a descriptor that was reused */
+    pthread_mutex_lock(&s->reg_mu);
+    if (p->prev) p->prev->next = p->next;
+    else s->peers = p->next;
+    if (p->next) p->next->prev = p->prev;
+    s->n_peers--;
+    pthread_mutex_unlock(&s->reg_mu);
+    free(p);
+    *socket_context = NULL;
+}
+
+/* ---- the watcher ---------------------------------------------------------- */
+
+static void *watcher_main(void *arg) {
+    sp_server *s = arg;
+    struct pollfd *pf = NULL;
+    sreq **who = NULL;
+    int cap = 0;
+    while (!s->watcher_quit) {
+        struct timespec ts = {0, WATCH_MS * 1000000L};
+        nanosleep(&ts, NULL);
+        double now = now_ms();
+        int n = 0;
+        pthread_mutex_lock(&s->reg_mu);
+        if (cap < s->n_peers) {
+            int nc = s->n_peers * 2;
+            struct pollfd *npf = realloc(pf, (size_t)nc * sizeof(*pf));
+            if (npf) pf = npf;
+            sreq **nw = realloc(who, (size_t)nc * sizeof(*who));
+            if (nw) who = nw;
+            if (npf && nw) cap = nc;
+        }
+        for (peer *p = s->peers; p; p = p->next) {
+            if (p->fd < 0) continue;
+            double limit = p->reserve ? RESERVE_RECV_MS : s->o.recv_timeout_s * 1e3;
+            if (p->receiving && !p->cut && now - p->t_wait > limit) {
+                /* MHD reads EOF next and closes the connection itself */
+                shutdown(p->fd, SHUT_RDWR);
+                p->cut = true;
+                s->n_cut++;
+                continue;
+            }
+            if (p->r && n < cap) {
+                pf[n] = (struct pollfd){.fd = p->fd, .events = 0};
+                who[n++] = p->r;
+            }
+        }
+        /* only an error or a reset is a disconnect (POLLERR/POLLHUP are
+         * reported whatever .events asks); a half-closed client still
+         * reads its answer */
+        if (n > 0 && poll(pf, (nfds_t)n, 0) > 0) {
+            for (int i = 0; i < n; i++)
+                if (pf[i].revents & (POLLERR | POLLHUP | POLLNVAL)) cancel_req(who[i], true);
+        }
+        pthread_mutex_unlock(&s->reg_mu);
+    }
+    free(pf);
+    free(who);
+    return NULL;
 }
 
 /* ---- life cycle ---------------------------------------------------------- */
@@ -997,17 +1335,28 @@ sp_server *sp_server_start(const sp_server_opts *o, char *err, size_t errlen) {
     if (!s->o.host) s->o.host = "127.0.0.1";
     if (s->o.max_queue <= 0) s->o.max_queue = 256;
     if (!s->o.max_body) s->o.max_body = 8u << 20;
+    if (!s->o.max_body_total) s->o.max_body_total = 8 * s->o.max_body;
+    if (s->o.max_body_total < s->o.max_body) s->o.max_body_total = s->o.max_body;
+    if (s->o.max_conns <= 0) s->o.max_conns = 1024;
+    if (s->o.max_conns_per_ip <= 0) s->o.max_conns_per_ip = 256;
+    if (s->o.recv_timeout_s <= 0) s->o.recv_timeout_s = 30;
+    if (s->o.http_threads <= 0) s->o.http_threads = 2;
     s->served_name = strdup(o->served_name ? o->served_name : "specula");
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->reg_mu, NULL);
+    metrics_init(&s->met);
+    s->eot_token = -1;
+    if (!s->served_name) {
+        snprintf(err, errlen, "out of memory");
+        sp_server_free(s);
+        return NULL;
+    }
     if (o->chat_template && chat_tmpl_parse(o->chat_template) < 0) {
         snprintf(err, errlen, "unknown chat template '%s' (chatml, llama3, llama2, mistral, phi3, "
                  "gemma)", o->chat_template);
-        free(s->served_name);
-        free(s);
+        sp_server_free(s);
         return NULL;
     }
-    pthread_mutex_init(&s->mu, NULL);
-    metrics_init(&s->met);
-    s->eot_token = -1;
     if (o->n_api_keys) {
         s->key_hash = calloc((size_t)o->n_api_keys, sizeof(*s->key_hash));
         s->key_salt = calloc((size_t)o->n_api_keys, sizeof(*s->key_salt));
@@ -1022,6 +1371,12 @@ sp_server *sp_server_start(const sp_server_opts *o, char *err, size_t errlen) {
         }
         s->n_keys = o->n_api_keys;
     }
+    if (o->metrics_key) {
+        SHA256((const unsigned char *)o->metrics_key, strlen(o->metrics_key), s->metrics_hash);
+        s->metrics_keyed = true;
+    } else if (!o->metrics_public && s->n_keys > 1) {
+        s->metrics_closed = true;
+    }
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *ai = NULL;
@@ -1033,25 +1388,42 @@ sp_server *sp_server_start(const sp_server_opts *o, char *err, size_t errlen) {
         sp_server_free(s);
         return NULL;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
+    /* event loops (epoll) in a small pool of threads, connections
+     * suspended while the engine works: see the top of this file */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->o.http_threads,
+                            MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)(s->o.max_conns + HEALTH_RESERVE),
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->o.max_conns_per_ip,
+                            /* idle while MHD is writing (a client that stops
+                             * reading); receiving is the watcher's */
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
                             MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)256,
+                            /* HTTP/1.1 without Host is a 400 */
+                            MHD_OPTION_STRICT_FOR_CLIENT, (int)1,
                             MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->d) {
-        snprintf(err, errlen, "cannot listen on %s:%d (address in use?)", s->o.host, o->port);
+        snprintf(err, errlen, "cannot listen on %s:%d (address in use, or too few file "
+                 "descriptors for --max-conns?)", s->o.host, o->port);
         sp_server_free(s);
         return NULL;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
+    if (pthread_create(&s->watcher, NULL, watcher_main, s)) {
+        snprintf(err, errlen, "cannot start a thread");
+        sp_server_free(s);
+        return NULL;
+    }
+    s->watcher_started = true;
     return s;
 }
 
@@ -1101,10 +1473,9 @@ int sp_server_ready(sp_server *s, const sp_model *m, sp_engine *e, int32_t n_ctx
 const char *sp_server_chat_template_name(const sp_server *s) { return chat_tmpl_name(s->tmpl); }
 
 void sp_server_drain(sp_server *s) {
-    if (!s || !s->d || s->draining) return;
-    s->draining = 1;
-    MHD_socket fd = MHD_quiesce_daemon(s->d); /* new connections are refused */
-    if (fd != MHD_INVALID_SOCKET) close(fd);
+    /* the listening socket stays open: a load balancer's health check gets
+     * 503 "draining" rather than a refused connection */
+    if (s) s->draining = 1;
 }
 
 int64_t sp_server_in_flight(sp_server *s) {
@@ -1114,17 +1485,65 @@ int64_t sp_server_in_flight(sp_server *s) {
     return n;
 }
 
+/* Every generation request whose connection is open (reg_mu held): each
+ * with a reference taken, for fn to use after reg_mu is released. */
+static int collect_requests(sp_server *s, sreq ***out) {
+    int n = 0;
+    for (peer *p = s->peers; p; p = p->next) n += p->r != NULL;
+    sreq **v = n ? calloc((size_t)n, sizeof(*v)) : NULL;
+    int k = 0;
+    if (v)
+        for (peer *p = s->peers; p; p = p->next)
+            if (p->r) {
+                pthread_mutex_lock(&p->r->mu);
+                p->r->refs++;
+                pthread_mutex_unlock(&p->r->mu);
+                v[k++] = p->r;
+            }
+    *out = v;
+    return k;
+}
+
 void sp_server_stop(sp_server *s) {
     if (!s || !s->d) return;
     sp_server_drain(s);
     s->stopping = 1;
-    /* the requests still in flight are cancelled (wait_news); their final
-     * events go out before the connections close, for at most 5 s */
+    /* cancel what is in flight; the engine's final events wake the
+     * connections, which send a last chunk and [DONE] or a 503 */
+    sreq **v;
+    pthread_mutex_lock(&s->reg_mu);
+    int n = collect_requests(s, &v);
+    pthread_mutex_unlock(&s->reg_mu);
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_lock(&v[i]->mu);
+        if (!v[i]->finished && !v[i]->t_stop) v[i]->t_stop = now_ms();
+        pthread_mutex_unlock(&v[i]->mu);
+        cancel_req(v[i], false);
+        sreq_unref(v[i]);
+    }
+    free(v);
+    /* their clients get at most 5 s to take those final events */
     double dl = now_ms() + 5000;
     while (s->open_resps > 0 && now_ms() < dl) {
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);
     }
+    /* MHD must not stop with a connection suspended: wake every one that
+     * still waits, telling it to end its response */
+    pthread_mutex_lock(&s->reg_mu);
+    n = collect_requests(s, &v);
+    pthread_mutex_unlock(&s->reg_mu);
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_lock(&v[i]->mu);
+        v[i]->abort = true;
+        wake(v[i]);
+        pthread_mutex_unlock(&v[i]->mu);
+        sreq_unref(v[i]);
+    }
+    free(v);
+    s->watcher_quit = 1;
+    if (s->watcher_started) pthread_join(s->watcher, NULL);
+    s->watcher_started = false;
     MHD_stop_daemon(s->d);
     s->d = NULL;
 }
@@ -1132,8 +1551,13 @@ void sp_server_stop(sp_server *s) {
 void sp_server_free(sp_server *s) {
     if (!s) return;
     sp_server_stop(s);
+    if (s->watcher_started) {
+        s->watcher_quit = 1;
+        pthread_join(s->watcher, NULL);
+    }
     metrics_destroy(&s->met);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->reg_mu);
     free(s->key_hash);
     free(s->key_salt);
     free(s->served_name);

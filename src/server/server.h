@@ -1,5 +1,6 @@
-/* server.h: the OpenAI-compatible HTTP server (libmicrohttpd, one thread
- * per connection). It listens before the model is loaded (/health answers
+/* server.h: the OpenAI-compatible HTTP server (libmicrohttpd, a few
+ * event-loop threads; a connection waiting for the engine is suspended and
+ * holds no thread). It listens before the model is loaded (/health answers
  * 503 until sp_server_ready). */
 #ifndef SP_SERVER_H
 #define SP_SERVER_H
@@ -18,6 +19,19 @@ typedef struct {
     const char *chat_template;   /* NULL: recognized from the model */
     int max_queue;               /* generation requests in flight before 429 (default 256) */
     size_t max_body;             /* bytes (default 8 MiB) */
+    size_t max_body_total;       /* body bytes buffered across connections before 503
+                                    (default 8 x max_body) */
+    int max_conns;               /* open connections (default 1024); HEALTH_RESERVE more
+                                    are taken for /health only */
+    int max_conns_per_ip;        /* from one client address (default 256) */
+    int recv_timeout_s;          /* a request's head and body must arrive within this
+                                    many seconds of the connection starting to wait for
+                                    it, keep-alive idling included (default 30) */
+    int http_threads;            /* event-loop threads (default 2) */
+    const char *metrics_key;     /* /metrics needs 'Bearer metrics_key' (NULL: see below) */
+    bool metrics_public;         /* /metrics needs no key even when API keys are set.
+                                    Neither: open without API keys; with one API key,
+                                    that key; with several, closed (401) */
     /* Benchmarking aid, off by default: each streamed chunk that carries
      * text also carries "specula_timing": {"emit_us": T, "events": N,
      * "built_us": B}: T is the CLOCK_MONOTONIC time (microseconds) at which
@@ -41,9 +55,10 @@ int sp_server_ready(sp_server *s, const sp_model *m, sp_engine *e, int32_t n_ctx
                     char *err, size_t errlen);
 /* The chat template in use ("none" without one). */
 const char *sp_server_chat_template_name(const sp_server *s);
-/* Graceful shutdown, first step: new connections are refused, new
- * generation requests get 503 and /health 503 "draining"; the requests in
- * flight go on (sp_server_in_flight counts them). */
+/* Graceful shutdown, first step: new generation requests get 503 and
+ * /health 503 "draining" (the server still listens, so load balancers see
+ * the drain rather than a refused connection); the requests in flight go
+ * on (sp_server_in_flight counts them). */
 void sp_server_drain(sp_server *s);
 int64_t sp_server_in_flight(sp_server *s);
 /* Stops listening and ends every connection; call before freeing the
