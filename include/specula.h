@@ -194,7 +194,8 @@ typedef enum {
     SP_SPEC_DEFAULT = -1, /* in a request: the engine's setting */
     SP_SPEC_OFF = 0,
     SP_SPEC_NGRAM,        /* prompt lookup: what followed an earlier occurrence of the last n tokens */
-    SP_SPEC_SUFFIX,       /* suffix matching over this request and earlier requests' outputs */
+    SP_SPEC_SUFFIX,       /* suffix matching over this request and the earlier outputs of
+                             requests with the same cache salt */
     SP_SPEC_DRAFT,        /* a smaller model with the same vocabulary */
 } sp_spec_mode;
 
@@ -233,8 +234,18 @@ typedef struct {
     const sp_model *draft;    /* the draft model (needed for SP_SPEC_DRAFT); it must
                                  outlive the engine and share the target's vocabulary */
     int32_t ngram_min, ngram_max; /* n-gram lengths tried, longest first (default 1, 4) */
-    size_t suffix_store_tokens;   /* earlier outputs kept for suffix matching (default 64K;
-                                     about 1 KB of index per token) */
+    size_t suffix_store_tokens;   /* earlier outputs kept for suffix matching, in all
+                                     partitions together (default 64K; about 1 KB of
+                                     index per token) */
+    int32_t spec_partitions;  /* what speculation learns across requests (stored outputs,
+                                 acceptance priors) is kept apart per cache salt: a
+                                 request proposes from and teaches only the partition of
+                                 its own salt, so another tenant's outputs never change
+                                 its proposals, counts or timing. At most this many
+                                 partitions (default 256, 0 too; raised to max_seqs + 1);
+                                 the least recently used is dropped to make room, and when
+                                 suffix_store_tokens is exceeded the least recently used
+                                 partitions lose their oldest outputs first */
 } sp_engine_params;
 
 sp_engine_params sp_engine_default_params(void);
@@ -314,7 +325,8 @@ typedef struct {
     int32_t logprobs;          /* -1: none (no per-token softmax at all); 0: the chosen
                                   token's logprob (default); N (max 20): also the top N */
     const char *cache_salt;    /* NULL/"": share the prefix cache freely; else only
-                                  with requests of the same salt */
+                                  with requests of the same salt. The same holds for
+                                  what speculation learns (spec_partitions) */
     int32_t priority;          /* higher is admitted first; ties by arrival */
     sp_event_cb on_event;      /* NULL: poll with sp_engine_wait / sp_engine_read */
     void *user;
@@ -392,8 +404,13 @@ void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st);
  * Served by the engine thread between steps (this call waits for it). */
 int32_t sp_engine_flush_cache(sp_engine *e);
 /* Runs the pool's invariant checker between two steps: 0, or -1 + err.
- * With debug_check it also reports any step after which the check failed. */
+ * With debug_check it also reports any step after which the check failed.
+ * Also checks the speculation partitions (counts, budget, which are held). */
 int sp_engine_check(sp_engine *e, char *err, size_t errlen);
+/* The acceptance estimate a request with this cache salt (NULL or "" for
+ * none) and method would start from (tests, diagnostics): learned only from
+ * earlier requests of the same salt, 0.5 when there were none. -1 for a mode that is not a method (off, default). */
+float sp_engine_spec_prior(sp_engine *e, const char *cache_salt, sp_spec_mode m);
 
 #ifdef __cplusplus
 }

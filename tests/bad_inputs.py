@@ -7,7 +7,12 @@ its answer is checked against the row's expectation (status, error.type,
 error.param, error.code, Retry-After), and after EVERY row a normal small
 completion must succeed: the server keeps serving. Model-file rows craft a
 broken GGUF from a real one and expect a message and an exit status in
-1..127 (>= 128 is a crash), within a timeout. At the end the servers must
+1..127 (>= 128 is a crash), within a timeout. A row may also bound the
+answer's wall time ("max_s") and the server's peak RSS growth while it ran
+("max_rss_growth_mb"), run on the "big" server (--max-body 8M) for bodies
+beyond the main server's 1 MiB, expect a status of every answer of a burst,
+or bound usage.prompt_tokens ("prompt_tokens_min"); model rows may set
+metadata ("kv:KEY=TYPE:VALUE;..."). At the end the servers must
 still be alive, /metrics must answer, and their stderr must hold no
 sanitizer report. Prints "ok   ID" / "FAIL ID: why" per row and
 "RESULT <passed> <failed>". Standard library only.
@@ -31,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import SAN_RE, Server, Tally, metrics, request, wait_idle  # noqa: E402,F401
 CHECK_BODY = {"prompt": "def f(x):", "max_tokens": 2, "temperature": 0}
 KEYS = ("tenant-a-key", "tenant-b-key")
+METRICS_KEY = "metrics-key"
 
 
 # ---- raw sockets ------------------------------------------------------------
@@ -172,7 +178,31 @@ def hold_streams(port, n, headers):
     return socks, "the %d streams never became active together" % n
 
 
+def peak_rss_kb(pid):
+    """The process's peak resident set (VmHWM) in KiB, 0 if unknown."""
+    try:
+        for line in open("/proc/%d/status" % pid):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def run_http_row(row, srv):
+    """run_http_one, then the row's bounds on time and memory."""
+    exp = row["expect"]
+    hwm0, t0 = peak_rss_kb(srv.p.pid), time.monotonic()
+    err = run_http_one(row, srv)
+    dt, grown = time.monotonic() - t0, (peak_rss_kb(srv.p.pid) - hwm0) / 1024
+    if not err and "max_s" in exp and dt > exp["max_s"]:
+        err = "answered in %.2f s (at most %.2f s)" % (dt, exp["max_s"])
+    if not err and "max_rss_growth_mb" in exp and grown > exp["max_rss_growth_mb"]:
+        err = "peak RSS grew by %.0f MiB (at most %d)" % (grown, exp["max_rss_growth_mb"])
+    return err
+
+
+def run_http_one(row, srv):
     exp = row["expect"]
     hdrs = dict(row.get("headers", {}))  # the row's own: no API key unless it gives one
     if "raw" in row or "raw_gen" in row:
@@ -194,6 +224,10 @@ def run_http_row(row, srv):
         ts = [threading.Thread(target=one) for _ in range(n)]
         for t in ts: t.start()
         for t in ts: t.join(90)
+        if "status" in exp:  # every answer must be this one
+            bad = [(r[0], check_error(r[0], r[1], r[2], exp)) for r in res]
+            bad = [b for b in bad if b[1]]
+            return "%d answers, unexpected: %r" % (len(res), bad[:3]) if len(res) != n or bad else None
         bad = [r for r in res if not (r[0] == 200 or (r[0] == 429 and not check_error(r[0], r[1], r[2],
                {"status": 429, "type": "rate_limit_exceeded", "retry_after": True})))]
         if len(res) != n or bad:
@@ -208,7 +242,12 @@ def run_http_row(row, srv):
             if err:
                 return err
         st, rh, data = request(srv.port, method, row["path"], body, hdrs, chunked=row.get("chunked", False))
-        return check_error(st, rh, data, exp)
+        err = check_error(st, rh, data, exp)
+        if not err and "prompt_tokens_min" in exp:
+            got = json.loads(data)["usage"]["prompt_tokens"]
+            if got < exp["prompt_tokens_min"]:
+                err = "usage.prompt_tokens %d (at least %d)" % (got, exp["prompt_tokens_min"])
+        return err
     finally:
         for s in socks:
             s.close()
@@ -269,8 +308,44 @@ def gguf_layout(b):
     return {"n_tensors": n_t, "n_kv": n_kv, "kvs": kvs, "kv_end": kv_end, "tis": tis, "ti_end": off}
 
 
+KV_TYPES = {"u32": (4, "<I"), "i32": (5, "<i"), "f32": (6, "<f"), "f64": (12, "<d"), "str": (8, None)}
+
+
+def set_kvs(base, spec):
+    """The GGUF base with metadata set or added: spec is "KEY=TYPE:VALUE"
+    items joined by ';' (TYPE u32, i32, f32, f64 or str; VALUE in Python's
+    float()/int() syntax, so inf and nan work). The file is rebuilt: header,
+    metadata, tensor infos, then the data section at the alignment (offsets
+    in the tensor infos are relative to it, so they stay valid)."""
+    b = bytes(base)
+    L = gguf_layout(b)
+    align = 32
+    kvs = {k["key"]: b[k["off"]:(L["kvs"][i + 1]["off"] if i + 1 < len(L["kvs"]) else L["kv_end"])]
+           for i, k in enumerate(L["kvs"])}
+    for k in L["kvs"]:
+        if k["key"] == "general.alignment":
+            align = struct.unpack_from("<I", b, k["val_off"])[0]
+    for item in spec.split(";"):
+        key, _, tv = item.partition("=")
+        t, _, val = tv.partition(":")
+        code, fmt = KV_TYPES[t]
+        if t == "str":
+            v = struct.pack("<Q", len(val.encode())) + val.encode()
+        else:
+            v = struct.pack(fmt, float(val) if t[0] == "f" else int(val))
+        kvs[key] = struct.pack("<Q", len(key.encode())) + key.encode() + struct.pack("<I", code) + v
+    data_off = (L["ti_end"] + align - 1) // align * align
+    head = b[:4] + struct.pack("<IQQ", struct.unpack_from("<I", b, 4)[0], L["n_tensors"], len(kvs))
+    meta = head + b"".join(kvs.values()) + b[L["kv_end"]:L["ti_end"]]
+    return meta + b"\0" * ((-len(meta)) % align) + b[data_off:]
+
+
 def make_model(spec, base, path):
     """Writes the broken file named by spec; returns the path to run on."""
+    if spec.startswith("kv:"):
+        with open(path, "wb") as f:
+            f.write(set_kvs(base, spec[3:]))
+        return path
     b = bytearray(base)
     L = gguf_layout(bytes(b))
     put = lambda fmt, off, v: struct.pack_into(fmt, b, off, v)
@@ -366,9 +441,15 @@ def main():
         small = ["-c", "512", "--max-seqs", "4", "--max-queue", "4", "--max-body", "1M"] + margs
         if any(r.get("server", "main") == "main" and r["cat"] != "model_file" for r in rows):
             servers["main"] = Server("main", a.bin, small + ["--chat-template", "chatml"], tmp)
+        if any(r.get("server") == "big" for r in rows):  # bodies up to 8 MiB, 8 at once
+            servers["big"] = Server("big", a.bin, small + ["--chat-template", "chatml", "--max-body", "8M",
+                                                           "--max-body-total", "80M", "--max-queue", "16"], tmp)
         if any(r.get("server") == "auth" for r in rows):
-            servers["auth"] = Server("auth", a.bin, small + ["--api-key", KEYS[0], "--api-key", KEYS[1]], tmp)
+            # with several keys /metrics is closed unless it has its own key
+            servers["auth"] = Server("auth", a.bin, small + ["--api-key", KEYS[0], "--api-key", KEYS[1],
+                                                            "--metrics-key", METRICS_KEY], tmp)
             servers["auth"].headers = {"Authorization": "Bearer " + KEYS[0]}
+            servers["auth"].metrics_headers = {"Authorization": "Bearer " + METRICS_KEY}
         base = open(a.small_model, "rb").read()
         for row in rows:
             if row["cat"] == "model_file":
@@ -389,10 +470,11 @@ def main():
         for name, srv in servers.items():
             err = None
             try:
-                st, m = metrics(srv.port, srv.headers)
-                if st != 200 or m.get("specula_requests_active") != 0 and not wait_idle(srv.port, srv.headers):
+                mh = getattr(srv, "metrics_headers", srv.headers)
+                st, m = metrics(srv.port, mh)
+                if st != 200 or m.get("specula_requests_active") != 0 and not wait_idle(srv.port, mh):
                     err = "/metrics: HTTP %d, active %s" % (st, m.get("specula_requests_active"))
-                elif m.get('specula_kv_blocks{state="in_use"}', 0) != 0 and not wait_idle(srv.port, srv.headers):
+                elif m.get('specula_kv_blocks{state="in_use"}', 0) != 0 and not wait_idle(srv.port, mh):
                     err = "KV blocks still in use"
             except Exception as e:
                 err = "/metrics failed: %r" % e

@@ -12,8 +12,21 @@ is clearly below it. Two servers: one without keys (tenants are salts: A
 uses salt "a<i>", B "b<i>"), one with two --api-key keys (A and B send the
 SAME cache_salt "x<i>"; only the key differs). Medians of ROUNDS samples
 each, ratios with wide margins, so a loaded machine does not make it flaky;
-the cached_tokens assertions are exact. Prints "ok"/"FAIL" lines and
-"RESULT <passed> <failed>". Standard library only.
+the cached_tokens assertions are exact.
+
+Then the same isolation for what speculative decoding learns (issue 13: the
+suffix store of earlier outputs was shared by every tenant). Two identical
+servers with two keys and --spec-fixed-k (k is what the proposer has, so
+the counts are deterministic): "attacked", where tenant A sends a prompt
+and gets its greedy continuation, and "control", where A never does. Tenant
+B sends the same requests to both: A's prompt plus the first half of that
+continuation, with "speculative": {"method": "suffix"}. B's output, steps,
+drafted and accepted tokens must be identical on both servers, round after
+round (with the same cache_salt under both keys, and with none), so B
+cannot tell whether A sent the prompt (nor by timing: the work is the
+same). A itself, sending that probe, drafts its own continuation: accepted
+tokens well above B's (the feature still works within a tenant).
+Prints "ok"/"FAIL" lines and "RESULT <passed> <failed>". Standard library only.
 """
 import json
 import os
@@ -80,6 +93,79 @@ def reconcile(ledgers, since, quorum=2):
     return [value for _, value in agreed]
 '''
 
+# prompts for the suffix-store probe: distinct per round, so that one
+# round's outputs say nothing about the next
+PROBE_PROMPTS = [
+    'def audit_patient_4471(record):\n    """Flag the record for early-onset review."""\n',
+    "class Ledger:\n    def settle(self, account, amount):\n",
+    "import os\nimport sys\n\n\ndef main(argv):\n    for name in argv[1:]:\n        if os.path.isdir(name):\n",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n"
+    "        self.items.append(item)\n\n    def pop(self):\n",
+    "def parse_header(line):\n    key, _, value = line.partition(':')\n",
+    "def median(values):\n    ordered = sorted(values)\n",
+]
+
+
+def completion(srv, key, prompt, max_tokens, salt=None, spec=None):
+    """(text, usage, specula) of a greedy completion; RuntimeError unless 200."""
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+    if salt is not None:
+        body["cache_salt"] = salt
+    if spec is not None:
+        body["speculative"] = spec
+    hdrs = {"Content-Type": "application/json"}
+    if key:
+        hdrs["Authorization"] = "Bearer " + key
+    st, _, b = request(srv.port, "POST", "/v1/completions", json.dumps(body).encode(), hdrs,
+                       timeout=120)
+    if st != 200:
+        raise RuntimeError("HTTP %d: %s" % (st, b[:200]))
+    d = json.loads(b)
+    return d["choices"][0]["text"], d["usage"], d["specula"]
+
+
+def suffix_probe(report, scout, attacked, control):
+    """The attack of issue 13 against the suffix store, see the docstring."""
+    spec = {"method": "suffix", "k": 8}
+    gen, half = 32, 16
+    rows, same_acc, b_acc = [], 0, 0
+    try:
+        for i, prompt in enumerate(PROBE_PROMPTS):
+            salt = "s%d" % i if i % 2 == 0 else None  # same cache_salt under both keys, or none
+            # the model's continuation of A's prompt, from a server A never used
+            cont = completion(scout, None, prompt, gen, salt="scout")[0]
+            probe = prompt + cont[:len(cont) // 2]
+            a_text = completion(attacked, "key-alpha", prompt, gen, salt)[0]
+            if a_text != cont:
+                raise RuntimeError("round %d: A's greedy output differs from the scout's" % i)
+            b_text, bu, b = completion(attacked, "key-beta", probe, half, salt, spec)
+            c_text, _, c = completion(control, "key-beta", probe, half, salt, spec)
+            _, _, a = completion(attacked, "key-alpha", probe, half, salt, spec)
+            rows.append((i, salt, b_text == c_text, b["spec"], c["spec"], a["spec"],
+                         bu["prompt_tokens_details"]["cached_tokens"], b["decode_ms"], c["decode_ms"]))
+            same_acc += a["spec"]["accepted"]
+            b_acc += b["spec"]["accepted"]
+    except (RuntimeError, OSError, KeyError, ValueError) as e:
+        report("suffix store: the probe ran", "request failed: %r" % e)
+        return
+    keys = ("steps", "drafted", "accepted")
+    for i, salt, same_text, b, c, a, cached, bms, cms in rows:
+        print("     round %d (%s): B after A %d/%d drafted/accepted, B where A never ran %d/%d, "
+              "A's own probe %d/%d; B decode %.1f ms vs %.1f ms"
+              % (i, "cache_salt %s" % salt if salt else "no cache_salt", b["drafted"], b["accepted"],
+                 c["drafted"], c["accepted"], a["drafted"], a["accepted"], bms, cms), flush=True)
+    bad = ["round %d: %s vs %s" % (i, [b[k] for k in keys], [c[k] for k in keys])
+           for i, _, same_text, b, c, _, _, _, _ in rows
+           if not same_text or any(b[k] != c[k] for k in keys)]
+    report("suffix store: B's probe of A's prompt + half its output drafts and accepts exactly what it "
+           "does where A never sent it (%d rounds, keys only and keys + the same cache_salt)" % len(rows),
+           "; ".join(bad) if bad else None)
+    report("suffix store: B's probe hits none of A's prefix cache",
+           None if all(r[6] == 0 for r in rows) else "cached tokens %s" % [r[6] for r in rows])
+    report("suffix store: A's own probe drafts from A's output (accepted %d vs B's %d over %d rounds)"
+           % (same_acc, b_acc, len(rows)),
+           None if same_acc >= b_acc + len(rows) else "A accepted %d, B %d" % (same_acc, b_acc))
+
 
 def main():
     binary = os.environ.get("SPECULA_BIN", "bin/specula")
@@ -95,6 +181,11 @@ def main():
         servers.append(plain)
         keyed = Server("keys", binary, common + ["--api-key", "key-alpha", "--api-key", "key-beta"], tmp)
         servers.append(keyed)
+        spec_args = common + ["--api-key", "key-alpha", "--api-key", "key-beta", "--spec-fixed-k"]
+        attacked = Server("suffix-attacked", binary, spec_args, tmp)
+        servers.append(attacked)
+        control = Server("suffix-control", binary, spec_args, tmp)
+        servers.append(control)
 
         # the prompt: the held-out code cut to at most 420 tokens
         text = CODE
@@ -175,6 +266,7 @@ def main():
         cb = gen(keyed, "key-beta", None)[0]
         report("api keys without salt: A repeat hits (%d), B misses (%d)" % (ca, cb),
                None if ca > 0 and cb == 0 else "A %d, B %d" % (ca, cb))
+        suffix_probe(report, plain, attacked, control)
         for srv in servers:
             rc = srv.stop()
             err = "exit status %s" % rc if rc != 0 else None

@@ -3,6 +3,7 @@
  * problem, and never crashes. Built with the project's GGUF writer: one
  * small llama model (n_embd 32, 2 layers, the Llama-2 vocabulary), then one
  * change per table row. */
+#include <math.h>
 #include <unistd.h>
 
 #include "gguf/gguf.h"
@@ -20,6 +21,9 @@ typedef enum {
     DROP_KEY,      /* arg: key */
     SET_U32,       /* arg: key, u32 value */
     KEY_AS_ARRAY,  /* arg: key becomes an array of u32 */
+    SET_F32,       /* arg: key, f32 value f (a rope.scaling key adds type linear) */
+    SET_F64,       /* arg: key, f64 value f */
+    SET_STR,       /* arg: key, string value str */
 } change;
 
 typedef struct {
@@ -28,6 +32,8 @@ typedef struct {
     const char *arg;
     uint32_t value;
     const char *expect; /* substring of the error; NULL: must load */
+    double f;
+    const char *str;
 } row;
 
 static const sp_gguf *vocab;
@@ -68,7 +74,18 @@ static int build(const row *r, const char *path) {
             sp_gguf_set_u32(w, keys[i].k, v);
         }
     }
-    sp_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    bool listed = false; /* a count the table above does not write */
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        listed |= r->what == SET_U32 && !strcmp(r->arg, keys[i].k);
+    if (r->what == SET_U32 && !listed) sp_gguf_set_u32(w, r->arg, r->value);
+    const char *eps = "llama.attention.layer_norm_rms_epsilon";
+    if (!((r->what == SET_F32 || r->what == SET_F64 || r->what == SET_STR) && !strcmp(r->arg, eps)))
+        sp_gguf_set_f32(w, eps, 1e-5f);
+    if (r->what == SET_F32) sp_gguf_set_f32(w, r->arg, (float)r->f);
+    if (r->what == SET_F64) sp_gguf_set_scalar(w, r->arg, SP_GGUF_FLOAT64, &r->f);
+    if (r->what == SET_STR) sp_gguf_set_str(w, r->arg, r->str);
+    if (r->what == SET_F32 && strstr(r->arg, "rope.scaling"))
+        sp_gguf_set_str(w, "llama.rope.scaling.type", "linear");
     uint64_t n_vocab;
     sp_gguf_vtype et;
     const void *d;
@@ -97,21 +114,39 @@ static int build(const row *r, const char *path) {
 }
 
 static const row ROWS[] = {
-    {"valid model", OK, NULL, 0, NULL},
-    {"missing attention tensor", DROP_TENSOR, "blk.1.attn_q.weight", 0, "missing tensor blk.1.attn_q.weight"},
-    {"missing embeddings", DROP_TENSOR, "token_embd.weight", 0, "missing tensor token_embd.weight"},
-    {"missing norm", DROP_TENSOR, "blk.0.ffn_norm.weight", 0, "missing tensor blk.0.ffn_norm.weight"},
-    {"wrong K shape", BAD_SHAPE, "blk.0.attn_k.weight", 0, "blk.0.attn_k.weight has shape"},
-    {"embedding rows != vocabulary", BAD_SHAPE, "token_embd.weight", 0, "token_embd.weight has shape"},
-    {"unsupported tensor type", BAD_TYPE, "blk.0.ffn_down.weight", 0, "does not support"},
-    {"unknown architecture", SET_ARCH, "gpt-neox", 0, "architecture 'gpt-neox' is not supported"},
-    {"no architecture", DROP_KEY, "general.architecture", 0, "general.architecture"},
-    {"no embedding length", DROP_KEY, "llama.embedding_length", 0, "missing metadata llama.embedding_length"},
-    {"no block count", DROP_KEY, "llama.block_count", 0, "missing metadata llama.block_count"},
-    {"heads do not divide", SET_U32, "llama.attention.head_count_kv", 3, "inconsistent hyperparameters"},
-    {"zero layers", SET_U32, "llama.block_count", 0, "inconsistent hyperparameters"},
-    {"absurd embedding", SET_U32, "llama.embedding_length", 1u << 30, "inconsistent hyperparameters"},
-    {"per-layer kv heads", KEY_AS_ARRAY, "llama.attention.head_count_kv", HK, "head_count_kv"},
+    {"valid model", OK, NULL, 0, NULL, 0, NULL},
+    {"missing attention tensor", DROP_TENSOR, "blk.1.attn_q.weight", 0, "missing tensor blk.1.attn_q.weight", 0, NULL},
+    {"missing embeddings", DROP_TENSOR, "token_embd.weight", 0, "missing tensor token_embd.weight", 0, NULL},
+    {"missing norm", DROP_TENSOR, "blk.0.ffn_norm.weight", 0, "missing tensor blk.0.ffn_norm.weight", 0, NULL},
+    {"wrong K shape", BAD_SHAPE, "blk.0.attn_k.weight", 0, "blk.0.attn_k.weight has shape", 0, NULL},
+    {"embedding rows != vocabulary", BAD_SHAPE, "token_embd.weight", 0, "token_embd.weight has shape", 0, NULL},
+    {"unsupported tensor type", BAD_TYPE, "blk.0.ffn_down.weight", 0, "does not support", 0, NULL},
+    {"unknown architecture", SET_ARCH, "gpt-neox", 0, "architecture 'gpt-neox' is not supported", 0, NULL},
+    {"no architecture", DROP_KEY, "general.architecture", 0, "general.architecture", 0, NULL},
+    {"no embedding length", DROP_KEY, "llama.embedding_length", 0, "missing metadata llama.embedding_length", 0, NULL},
+    {"no block count", DROP_KEY, "llama.block_count", 0, "missing metadata llama.block_count", 0, NULL},
+    {"heads do not divide", SET_U32, "llama.attention.head_count_kv", 3, "inconsistent hyperparameters", 0, NULL},
+    {"zero layers", SET_U32, "llama.block_count", 0, "inconsistent hyperparameters", 0, NULL},
+    {"absurd embedding", SET_U32, "llama.embedding_length", 1u << 30, "inconsistent hyperparameters", 0, NULL},
+    {"per-layer kv heads", KEY_AS_ARRAY, "llama.attention.head_count_kv", HK, "head_count_kv", 0, NULL},
+    /* non-finite or absurd hyperparameters (issue 13) */
+    {"rope base inf", SET_F32, "llama.rope.freq_base", 0, "rope.freq_base = inf", INFINITY, NULL},
+    {"rope base nan", SET_F32, "llama.rope.freq_base", 0, "rope.freq_base = nan", NAN, NULL},
+    {"rope base below 1", SET_F32, "llama.rope.freq_base", 0, "rope.freq_base = 0.5", 0.5, NULL},
+    {"rope base f64 1e300", SET_F64, "llama.rope.freq_base", 0, "rope.freq_base = inf", 1e300, NULL},
+    {"rope base a string", SET_STR, "llama.rope.freq_base", 0, "not a floating-point", 0, "1e4"},
+    {"rope base f64 ok", SET_F64, "llama.rope.freq_base", 0, NULL, 500000.0, NULL},
+    {"rms eps inf", SET_F32, "llama.attention.layer_norm_rms_epsilon", 0, "epsilon = inf",
+     INFINITY, NULL},
+    {"rms eps zero", SET_F32, "llama.attention.layer_norm_rms_epsilon", 0, "epsilon = 0", 0, NULL},
+    {"rms eps 2", SET_F32, "llama.attention.layer_norm_rms_epsilon", 0, "epsilon = 2", 2, NULL},
+    {"context length 0", SET_U32, "llama.context_length", 0, "context_length = 0", 0, NULL},
+    {"context length 2^31", SET_U32, "llama.context_length", 1u << 31, "context_length = 2147483648", 0, NULL},
+    {"value length", SET_U32, "llama.attention.value_length", 16, "value_length 16", 0, NULL},
+    {"rope scaling inf", SET_F32, "llama.rope.scaling.factor", 0, "scaling.factor = inf", INFINITY, NULL},
+    {"rope scaling negative", SET_F32, "llama.rope.scaling.factor", 0, "scaling.factor = -2", -2, NULL},
+    {"rope scaling tiny", SET_F32, "llama.rope.scaling.factor", 0, "scaling.factor = 1e-20", 1e-20, NULL},
+    {"rope scaling 4", SET_F32, "llama.rope.scaling.factor", 0, NULL, 4, NULL},
 };
 
 static void check_row(const row *r) {

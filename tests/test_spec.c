@@ -1,6 +1,8 @@
 /* test_spec.c: the model-free speculative proposers (src/spec/spec.h):
- * n-gram prompt lookup and suffix matching (per-request index + global
- * store).
+ * n-gram prompt lookup and suffix matching (per-request index + store of
+ * earlier outputs), and the partitions that keep what they learn apart
+ * per cache salt (isolation, the token budget across partitions, LRU
+ * eviction, the partition cap, memory following what is held).
  *
  * Hand-made cases pin each rule of the contract; randomized cases compare
  * against brute-force implementations of the same definitions on small
@@ -478,6 +480,246 @@ static void test_suffix_vs_bruteforce(void) {
           both);
 }
 
+/* ---- partitions per cache salt --------------------------------------------- */
+
+#define CHECK_PARTS(m, holds)                                                  \
+    do {                                                                       \
+        char e_[256] = "";                                                     \
+        int r_ = sp_spec_parts_check(m, holds, true, e_, sizeof(e_));          \
+        CHECK(r_ == 0, "partitions invariant: %s", e_);                        \
+    } while (0)
+
+/* What salt A's requests taught is invisible to salt B: B's store is empty
+ * (its proposals come from its own text only, as if A never ran), B's
+ * priors are untouched, while A itself proposes A's continuation. No salt
+ * and "" are one partition. */
+static void test_parts_isolation(void) {
+    sp_spec_parts *m = sp_spec_parts_create(1000, 8, 16);
+    const sp_token out_a[] = {40, 41, 42, 43, 44, 45, 46, 47}; /* A's output */
+    const sp_token h[] = {7, 40, 41, 42};                      /* prompt + half of it */
+    sp_suffix_seq *q = mkseq(16, h, LEN(h));
+    sp_token out[8];
+    sp_spec_part *a = sp_spec_parts_acquire(m, "tenant-a");
+    CHECK(a && sp_spec_parts_add(m, a, out_a, LEN(out_a)) == 0, "add to A");
+    float *pa = sp_spec_part_priors(a);
+    CHECK(pa[SP_SPEC_SUFFIX] == SP_SPEC_PRIOR0, "a new partition starts at the default prior");
+    pa[SP_SPEC_SUFFIX] = 0.97f;
+    sp_spec_parts_release(m, a);
+    sp_spec_part *b = sp_spec_parts_acquire(m, "tenant-b");
+    CHECK(b && b != a, "B has its own partition");
+    CHECK(sp_spec_part_store(b) == NULL, "B's store is empty");
+    int32_t nb = sp_suffix_propose(sp_spec_part_store(b), q, 8, 0.0f, out, NULL);
+    int32_t n0 = sp_suffix_propose(NULL, q, 8, 0.0f, out, NULL);
+    CHECK(nb == 0 && n0 == 0, "B proposes what no store proposes: %d vs %d", nb, n0);
+    CHECK(sp_spec_part_prior(b, SP_SPEC_SUFFIX) == SP_SPEC_PRIOR0, "B's prior untouched: %g",
+          sp_spec_part_prior(b, SP_SPEC_SUFFIX));
+    sp_spec_part *a2 = sp_spec_parts_acquire(m, "tenant-a");
+    CHECK(a2 == a, "the same salt finds the same partition");
+    int32_t na = sp_suffix_propose(sp_spec_part_store(a2), q, 8, 0.0f, out, NULL);
+    CHECK(na == 5 && out[0] == 43 && out[4] == 47, "A proposes its own continuation: %d", na);
+    CHECK(sp_spec_part_prior(a2, SP_SPEC_SUFFIX) == 0.97f, "A's prior kept");
+    /* a salt that only extends another is another partition */
+    CHECK(sp_spec_parts_find(m, "tenant-a:x") == NULL && sp_spec_parts_find(m, "tenant-") == NULL,
+          "prefix salts are distinct");
+    sp_spec_part *n1 = sp_spec_parts_acquire(m, NULL), *n2 = sp_spec_parts_acquire(m, "");
+    CHECK(n1 && n1 == n2 && !strcmp(sp_spec_part_salt(n1), ""), "no salt is the partition \"\"");
+    CHECK(sp_spec_parts_count(m) == 3 && sp_spec_parts_tokens(m) == 8, "%d partitions, %zu tokens",
+          sp_spec_parts_count(m), sp_spec_parts_tokens(m));
+    CHECK_PARTS(m, 4);
+    sp_spec_parts_release(m, b);
+    sp_spec_parts_release(m, a2);
+    sp_spec_parts_release(m, n1);
+    sp_spec_parts_release(m, n2);
+    CHECK_PARTS(m, 0);
+    sp_suffix_seq_free(q);
+    sp_spec_parts_free(m);
+}
+
+/* The cap on partitions: the least recently used one nobody holds goes,
+ * with what it learned; held ones stay; all held: NULL. */
+static void test_parts_cap(void) {
+    sp_spec_parts *m = sp_spec_parts_create(1000, 3, 8);
+    const sp_token t[] = {1, 2, 3};
+    sp_spec_part *a = sp_spec_parts_acquire(m, "a");
+    sp_spec_parts_add(m, a, t, 3);
+    sp_spec_part *b = sp_spec_parts_acquire(m, "b");
+    sp_spec_parts_add(m, b, t, 3);
+    sp_spec_part *c = sp_spec_parts_acquire(m, "c"); /* recency: a, b, c */
+    CHECK(sp_spec_parts_acquire(m, "d") == NULL, "all three held: no room");
+    CHECK_PARTS(m, 3);
+    sp_spec_parts_release(m, b);
+    sp_spec_parts_release(m, c);
+    /* a is the oldest but held; b is the least recently used one free */
+    sp_spec_part *d = sp_spec_parts_acquire(m, "d");
+    CHECK(d && sp_spec_parts_find(m, "b") == NULL && sp_spec_parts_find(m, "a") == a &&
+              sp_spec_parts_find(m, "c") == c,
+          "b dropped for d");
+    CHECK(sp_spec_parts_count(m) == 3 && sp_spec_parts_tokens(m) == 3, "b's tokens went with it: %zu",
+          sp_spec_parts_tokens(m));
+    CHECK_PARTS(m, 2);
+    /* b comes back empty */
+    sp_spec_parts_release(m, d);
+    sp_spec_part *b2 = sp_spec_parts_acquire(m, "b");
+    CHECK(b2 && sp_spec_part_store(b2) == NULL && sp_spec_parts_find(m, "c") == NULL,
+          "b new and empty, c (least recent) dropped");
+    sp_spec_parts_release(m, b2);
+    sp_spec_parts_release(m, a);
+    CHECK_PARTS(m, 0);
+    sp_spec_parts_free(m);
+    /* max_tokens 0 learns nothing */
+    sp_spec_parts *z = sp_spec_parts_create(0, 2, 8);
+    sp_spec_part *p = sp_spec_parts_acquire(z, "x");
+    CHECK(sp_spec_parts_add(z, p, t, 3) == 0 && sp_spec_part_store(p) == NULL, "max_tokens 0");
+    sp_spec_parts_release(z, p);
+    sp_spec_parts_free(z);
+}
+
+/* A shadow of the contract: per partition a FIFO of sequence lengths and a
+ * recency order; an add appends (the tail of an over-long one), trims the
+ * partition to the budget alone, then takes the oldest sequences of the
+ * least recently used other partitions until the total fits. */
+#define SH_P 6
+#define SH_SEQ 256
+typedef struct {
+    int32_t len[SH_SEQ];
+    int32_t head, tail;
+    size_t tokens;
+    bool exists;
+    int32_t holds;
+    uint64_t used; /* recency stamp */
+} shadow_part;
+
+static void test_parts_budget_random(void) {
+    const size_t budget = 40;
+    const int32_t max_parts = 4;
+    static const char *salts[SH_P] = {"", "k1", "k2", "k1:s", "k3", "k4"};
+    sp_spec_parts *m = sp_spec_parts_create(budget, max_parts, 6);
+    shadow_part sh[SH_P];
+    memset(sh, 0, sizeof(sh));
+    sp_spec_part *held[SH_P][4] = {{0}};
+    uint64_t clock = 0;
+    int32_t n_exist = 0;
+    for (int op = 0; op < 3000; op++) {
+        const int32_t i = rnd_in(0, SH_P - 1);
+        const int what = rnd_in(0, 9);
+        if (what < 3 && sh[i].holds < 4) { /* acquire */
+            if (!sh[i].exists && n_exist == max_parts) {
+                int32_t v = -1;
+                for (int32_t j = 0; j < SH_P; j++)
+                    if (sh[j].exists && !sh[j].holds && (v < 0 || sh[j].used < sh[v].used)) v = j;
+                if (v < 0) {
+                    CHECK(sp_spec_parts_acquire(m, salts[i]) == NULL, "op %d: room found when all held", op);
+                    continue;
+                }
+                memset(&sh[v], 0, sizeof(sh[v]));
+                n_exist--;
+            }
+            sp_spec_part *p = sp_spec_parts_acquire(m, salts[i]);
+            CHECK(p != NULL, "op %d: acquire", op);
+            if (!p) continue;
+            if (!sh[i].exists) sh[i].exists = true, n_exist++;
+            sh[i].used = ++clock;
+            held[i][sh[i].holds++] = p;
+        } else if (what < 6 && sh[i].holds) { /* release */
+            sp_spec_parts_release(m, held[i][--sh[i].holds]);
+        } else if (sh[i].holds) { /* add to a held partition */
+            sp_token t[60];
+            const int32_t n = rnd() % 4 ? rnd_in(1, 12) : rnd_in(30, 60);
+            for (int32_t j = 0; j < n; j++) t[j] = rnd_in(0, 4);
+            CHECK(sp_spec_parts_add(m, held[i][0], t, n) == 0, "op %d: add", op);
+            shadow_part *p = &sh[i];
+            p->len[p->tail++ % SH_SEQ] = SP_MIN(n, (int32_t)budget);
+            p->tokens += (size_t)SP_MIN(n, (int32_t)budget);
+            while (p->tokens > budget) p->tokens -= (size_t)p->len[p->head++ % SH_SEQ];
+            p->used = ++clock;
+            size_t total = 0;
+            for (int32_t j = 0; j < SH_P; j++) total += sh[j].tokens;
+            while (total > budget) {
+                int32_t v = -1;
+                for (int32_t j = 0; j < SH_P; j++)
+                    if (j != i && sh[j].tokens && (v < 0 || sh[j].used < sh[v].used)) v = j;
+                SP_ASSERT(v >= 0);
+                while (total > budget && sh[v].tokens) {
+                    const int32_t l = sh[v].len[sh[v].head++ % SH_SEQ];
+                    sh[v].tokens -= (size_t)l;
+                    total -= (size_t)l;
+                }
+            }
+        }
+        size_t total = 0;
+        int64_t holds = 0;
+        for (int32_t j = 0; j < SH_P; j++) {
+            total += sh[j].tokens;
+            holds += sh[j].holds;
+            const sp_spec_part *p = sp_spec_parts_find(m, salts[j]);
+            CHECK((p != NULL) == sh[j].exists, "op %d: partition %d exists %d, shadow %d", op, j,
+                  p != NULL, sh[j].exists);
+            const size_t got = p ? sp_suffix_store_tokens(sp_spec_part_store(p)) : 0;
+            CHECK(got == sh[j].tokens, "op %d: partition %d holds %zu tokens, shadow %zu", op, j,
+                  got, sh[j].tokens);
+        }
+        CHECK(sp_spec_parts_tokens(m) == total && total <= budget, "op %d: %zu tokens, shadow %zu",
+              op, sp_spec_parts_tokens(m), total);
+        CHECK(sp_spec_parts_count(m) == n_exist, "op %d: %d partitions, shadow %d", op,
+              sp_spec_parts_count(m), n_exist);
+        if (op % 10 == 0) CHECK_PARTS(m, holds);
+        if (t_case_failures) break;
+    }
+    for (int32_t j = 0; j < SH_P; j++)
+        while (sh[j].holds) sp_spec_parts_release(m, held[j][--sh[j].holds]);
+    CHECK_PARTS(m, 0);
+    sp_spec_parts_free(m);
+}
+
+/* Memory follows what is held, not each partition's peak: one partition
+ * fills the whole budget, then others push it down to a few sequences; its
+ * index is rebuilt smaller, and the map's bytes stay within a small
+ * multiple of what one full store takes. */
+static void test_parts_memory(void) {
+    const size_t budget = 4096;
+    const int32_t D = 16;
+    sp_spec_parts *m = sp_spec_parts_create(budget, 64, D);
+    sp_token t[256];
+    sp_spec_part *a = sp_spec_parts_acquire(m, "big");
+    for (int r = 0; r < 16; r++) {
+        for (int j = 0; j < 256; j++) t[j] = (sp_token)rnd_in(0, 5000);
+        sp_spec_parts_add(m, a, t, 256);
+    }
+    sp_spec_parts_release(m, a);
+    const size_t full = sp_spec_parts_bytes(m);
+    const size_t a_full = sp_suffix_store_bytes(sp_spec_part_store(a));
+    CHECK(sp_spec_parts_tokens(m) == budget, "full: %zu", sp_spec_parts_tokens(m));
+    /* 60 more partitions, 60 tokens each: "big" keeps 4096 - 3600 - its
+     * tokens, its peak arrays would stay if nothing shrank them */
+    size_t worst = full;
+    for (int i = 0; i < 60; i++) {
+        char salt[16];
+        snprintf(salt, sizeof(salt), "t%d", i);
+        sp_spec_part *p = sp_spec_parts_acquire(m, salt);
+        for (int j = 0; j < 60; j++) t[j] = (sp_token)rnd_in(0, 5000);
+        sp_spec_parts_add(m, p, t, 60);
+        sp_spec_parts_release(m, p);
+        worst = SP_MAX(worst, sp_spec_parts_bytes(m));
+    }
+    CHECK_PARTS(m, 0);
+    const sp_spec_part *big = sp_spec_parts_find(m, "big");
+    const sp_suffix_store *bs = big ? sp_spec_part_store(big) : NULL;
+    const size_t a_now = sp_suffix_store_bytes(bs);
+    /* a store built afresh for what it holds now (one 256-token sequence) */
+    sp_suffix_store *fresh = sp_suffix_store_create(budget, D);
+    sp_suffix_store_add(fresh, t, 256);
+    const size_t f = sp_suffix_store_bytes(fresh);
+    sp_suffix_store_free(fresh);
+    CHECK(bs && sp_suffix_store_tokens(bs) == 256, "big keeps one sequence");
+    CHECK(a_now <= 4 * f && a_now < a_full, "the trimmed store shrank: %zu -> %zu bytes (fresh: %zu)",
+          a_full, a_now, f);
+    CHECK(worst <= 3 * full, "bytes with 61 partitions %zu, one full store %zu", worst, full);
+    printf("  memory: one full store (%zu tokens) %zu KB; 61 partitions at the same budget: at "
+           "most %zu KB; the first store after trimming %zu -> %zu KB\n", budget, full >> 10,
+           worst >> 10, a_full >> 10, a_now >> 10);
+    sp_spec_parts_free(m);
+}
+
 /* ---- cost ---------------------------------------------------------------------- */
 
 /* Text-like tokens: a Zipf-ish draw over 32k ids, with stretches copied from
@@ -568,6 +810,10 @@ int main(void) {
     RUN(test_suffix_store_lru);
     RUN(test_suffix_store_cycles);
     RUN(test_suffix_vs_bruteforce);
+    RUN(test_parts_isolation);
+    RUN(test_parts_cap);
+    RUN(test_parts_budget_random);
+    RUN(test_parts_memory);
     RUN(test_cost);
     TEST_END();
 }

@@ -11,7 +11,12 @@
  *     the request where plain decoding would;
  *   - cancellation mid-speculation returns every block;
  *   - counters reconcile with the emitted tokens;
- *   - an incompatible draft model is refused.
+ *   - an incompatible draft model is refused;
+ *   - what speculation learns stays within a cache salt: a request of salt
+ *     B that continues salt A's output drafts and accepts exactly what it
+ *     does on an engine that never saw A, while salt A itself does draft A's
+ *     output; acceptance priors are per salt; more salts than partitions
+ *     (the cap) keep every invariant.
  * The bundled model pair (models/) is used when present, else the
  * reference models (random weights: their proposals are rarely right, so
  * the replay proposer carries the acceptance paths there).
@@ -530,6 +535,181 @@ static void speculated_blocks_cache_correctly(void) {
     sp_engine_free(plain_e);
 }
 
+/* ---- isolation of what speculation learns ------------------------------------ */
+
+static sp_engine *suffix_engine(int32_t partitions) {
+    sp_engine_params p = sp_engine_default_params();
+    p.n_threads = 2;
+    p.n_ctx = 512;
+    p.max_seqs = 4;
+    p.max_batch_tokens = 256;
+    p.debug_check = true;
+    p.spec = SP_SPEC_SUFFIX;
+    p.spec_k = 8;
+    p.spec_adaptive = false; /* k = what the proposer has: counts are deterministic */
+    p.spec_partitions = partitions;
+    char err[256];
+    sp_engine *e = sp_engine_create(target, p, err, sizeof(err));
+    if (!e) fprintf(stderr, "engine: %s\n", err);
+    return e;
+}
+
+/* Prompt i's tokens followed by the first half of its greedy output: what
+ * someone who suspects another tenant sent prompt i would send. */
+static int32_t probe_tokens(int i, sp_token *toks) {
+    int32_t n = sp_tokenize(sp_model_get_vocab(target), PROMPTS[i], strlen(PROMPTS[i]), toks, 400,
+                            true, true);
+    memcpy(toks + n, plain[i].toks, (GEN / 2) * sizeof(sp_token));
+    return n + GEN / 2;
+}
+
+static result run_salted(sp_engine *e, const sp_token *toks, int32_t n, const char *salt,
+                         int32_t max_tokens) {
+    sp_request_params r = greedy_req(0);
+    r.prompt = NULL;
+    r.tokens = toks;
+    r.n_tokens = n;
+    r.max_tokens = max_tokens;
+    r.cache_salt = salt;
+    result out;
+    run_requests(e, &r, 1, 1, &out);
+    return out;
+}
+
+static bool same_spec(const result *a, const result *b) {
+    return a->n == b->n && !memcmp(a->toks, b->toks, (size_t)a->n * sizeof(sp_token)) &&
+           a->st.spec_steps == b->st.spec_steps && a->st.spec_drafted == b->st.spec_drafted &&
+           a->st.spec_accepted == b->st.spec_accepted;
+}
+
+/* The attack of issue 13: tenant A generates; tenant B sends A's prompt
+ * plus half of A's output with suffix speculation. B's drafted and accepted
+ * counts (and so its timing) must be those of an engine that never saw A;
+ * A's own salt must still draft its output (the feature), and requests
+ * without a salt share one partition ("" and NULL alike). */
+static void suffix_store_partitioned(void) {
+    int32_t ctl_acc = 0, same_acc = 0;
+    for (int i = 0; i < 4; i++) {
+        sp_token probe[512];
+        const int32_t np = probe_tokens(i, probe);
+        sp_token prompt[512];
+        const int32_t n0 = np - GEN / 2;
+        memcpy(prompt, probe, (size_t)n0 * sizeof(sp_token));
+        /* control: B's probe on an engine where A never ran */
+        sp_engine *e0 = suffix_engine(0);
+        sp_engine *e = suffix_engine(0);
+        if (!e0 || !e) return;
+        const result ctl = run_salted(e0, probe, np, "tenant-b", GEN / 2);
+        const result ctl_none = run_salted(e0, probe, np, NULL, GEN / 2);
+        /* A generates (its output goes to A's partition), then B probes */
+        const result a = run_salted(e, prompt, n0, "tenant-a", GEN);
+        CHECK(a.n == GEN && !memcmp(a.toks, plain[i].toks, GEN * sizeof(sp_token)),
+              "prompt %d: A's output differs from plain decoding", i);
+        const result b = run_salted(e, probe, np, "tenant-b", GEN / 2);
+        const result none = run_salted(e, probe, np, NULL, GEN / 2);
+        const result sub = run_salted(e, probe, np, "tenant-a:sub", GEN / 2);
+        CHECK(same_spec(&b, &ctl),
+              "prompt %d: salt B after A: %d steps, %d drafted, %d accepted; never saw A: %d, %d, %d",
+              i, b.st.spec_steps, b.st.spec_drafted, b.st.spec_accepted, ctl.st.spec_steps,
+              ctl.st.spec_drafted, ctl.st.spec_accepted);
+        CHECK(same_spec(&none, &ctl_none), "prompt %d: no salt after A: %d drafted, %d accepted; "
+              "never saw A: %d, %d", i, none.st.spec_drafted, none.st.spec_accepted,
+              ctl_none.st.spec_drafted, ctl_none.st.spec_accepted);
+        CHECK(same_spec(&sub, &ctl), "prompt %d: a salt extending A's learned from A", i);
+        /* A's own salt drafts from A's output */
+        const result same = run_salted(e, probe, np, "tenant-a", GEN / 2);
+        CHECK(same.n == ctl.n && !memcmp(same.toks, ctl.toks, (size_t)ctl.n * sizeof(sp_token)),
+              "prompt %d: output differs", i);
+        CHECK(same.st.spec_accepted >= ctl.st.spec_accepted,
+              "prompt %d: same salt accepted %d, fewer than without A's output (%d)", i,
+              same.st.spec_accepted, ctl.st.spec_accepted);
+        printf("  prompt %d: salt B after A %d/%d drafted/accepted, never saw A %d/%d, salt A %d/%d\n",
+               i, b.st.spec_drafted, b.st.spec_accepted, ctl.st.spec_drafted, ctl.st.spec_accepted,
+               same.st.spec_drafted, same.st.spec_accepted);
+        ctl_acc += ctl.st.spec_accepted;
+        same_acc += same.st.spec_accepted;
+        /* no salt and "" are one partition: "" learns from NULL's output
+         * just as salt A from A's */
+        sp_engine *e3 = suffix_engine(0);
+        if (!e3) return;
+        run_salted(e3, prompt, n0, NULL, GEN);
+        const result n2 = run_salted(e3, probe, np, "", GEN / 2);
+        CHECK(same_spec(&n2, &same), "prompt %d: \"\" after no salt accepted %d, salt A after A %d",
+              i, n2.st.spec_accepted, same.st.spec_accepted);
+        check_clean(e, "partitioned");
+        check_clean(e3, "partitioned");
+        sp_engine_free(e3);
+        sp_engine_free(e);
+        sp_engine_free(e0);
+    }
+    CHECK(same_acc > ctl_acc, "the same salt never gained from its own earlier output (%d vs %d)",
+          same_acc, ctl_acc);
+}
+
+/* The acceptance prior a new request starts from is learned per salt (and
+ * per method): one salt's bad proposals do not lower another's. */
+static void prior_partitioned(void) {
+    sp_engine *e = engine(SP_SPEC_NGRAM, 4, false, 2);
+    if (!e) return;
+    CHECK(sp_engine_spec_prior(e, "tenant-a", SP_SPEC_NGRAM) == 0.5f, "initial prior");
+    CHECK(sp_engine_spec_prior(e, NULL, SP_SPEC_OFF) < 0, "off is not a method");
+    for (int i = 0; i < 2; i++) { /* salt A: every proposal wrong */
+        replay rp = {plain[i].toks, plain[i].n, n_prompt_of[i], 3 + i, 0.0f};
+        sp_request_params r = greedy_req(i);
+        r.propose = replay_propose;
+        r.propose_user = &rp;
+        r.cache_salt = "tenant-a";
+        result out;
+        run_requests(e, &r, 1, 1, &out);
+        CHECK(out.st.spec_drafted > 0 && out.st.spec_accepted == 0, "A: %d drafted, %d accepted",
+              out.st.spec_drafted, out.st.spec_accepted);
+    }
+    const float pa = sp_engine_spec_prior(e, "tenant-a", SP_SPEC_NGRAM);
+    CHECK(pa < 0.1f, "A's prior after rejections: %g", pa);
+    CHECK(sp_engine_spec_prior(e, "tenant-b", SP_SPEC_NGRAM) == 0.5f &&
+              sp_engine_spec_prior(e, NULL, SP_SPEC_NGRAM) == 0.5f &&
+              sp_engine_spec_prior(e, "tenant-a", SP_SPEC_SUFFIX) == 0.5f,
+          "other salts (and A's other methods) keep the default: B %g, none %g, A suffix %g",
+          sp_engine_spec_prior(e, "tenant-b", SP_SPEC_NGRAM), sp_engine_spec_prior(e, NULL, SP_SPEC_NGRAM),
+          sp_engine_spec_prior(e, "tenant-a", SP_SPEC_SUFFIX));
+    /* salt B: every proposal right; A's prior does not move */
+    replay rp = {plain[2].toks, plain[2].n, n_prompt_of[2], 7, 1.0f};
+    sp_request_params r = greedy_req(2);
+    r.propose = replay_propose;
+    r.propose_user = &rp;
+    r.cache_salt = "tenant-b";
+    result out;
+    run_requests(e, &r, 1, 1, &out);
+    CHECK(sp_engine_spec_prior(e, "tenant-b", SP_SPEC_NGRAM) > 0.5f, "B's prior after acceptances: %g",
+          sp_engine_spec_prior(e, "tenant-b", SP_SPEC_NGRAM));
+    CHECK(sp_engine_spec_prior(e, "tenant-a", SP_SPEC_NGRAM) == pa, "A's prior moved with B's requests");
+    check_clean(e, "prior");
+    sp_engine_free(e);
+}
+
+/* More salts than partitions, concurrently: running requests hold theirs,
+ * the least recently used free ones make room, outputs are unchanged and
+ * the partitions' invariants (checked after every step) hold. */
+static void partitions_bounded(void) {
+    sp_engine *e = suffix_engine(1); /* raised to max_seqs + 1 = 5 */
+    if (!e) return;
+    sp_request_params rq[NPR * 2];
+    char salts[NPR * 2][16];
+    for (int i = 0; i < NPR * 2; i++) {
+        rq[i] = greedy_req(i % NPR);
+        snprintf(salts[i], sizeof(salts[i]), "salt-%d", i % 7);
+        rq[i].cache_salt = salts[i];
+    }
+    result res[NPR * 2];
+    run_requests(e, rq, NPR * 2, 4, res);
+    for (int i = 0; i < NPR * 2; i++)
+        CHECK(res[i].n == plain[i % NPR].n &&
+                  !memcmp(res[i].toks, plain[i % NPR].toks, (size_t)res[i].n * sizeof(sp_token)),
+              "request %d differs from plain decoding", i);
+    check_clean(e, "bounded");
+    sp_engine_free(e);
+}
+
 static void incompatible_draft_refused(void) {
     sp_engine_params p = sp_engine_default_params();
     p.spec = SP_SPEC_DRAFT;
@@ -589,6 +769,9 @@ int main(void) {
     RUN(cancel_mid_speculation);
     RUN(speculated_blocks_cache_correctly);
     RUN(incompatible_draft_refused);
+    RUN(suffix_store_partitioned);
+    RUN(prior_partitioned);
+    RUN(partitions_bounded);
     sp_model_free(target);
     sp_model_free(draft);
     sp_model_free(other_vocab);

@@ -8,7 +8,10 @@
  *     and its special tokens, must give prompt_tokens;
  *   - pieces, special tokens, the streaming detokenizer's UTF-8 handling, edge
  *     cases (empty, spaces, invalid UTF-8, a 100 KB text, a short output
- *     buffer) and load errors on crafted GGUF files.
+ *     buffer) and load errors on crafted GGUF files;
+ *   - bounded tokenizing (issue 13): the same tokens as sp_tokenize within
+ *     the bound, the byte bound, work that stops past the bound, SPM chunks
+ *     that change nothing, and special tokens read only in given spans.
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -22,6 +25,7 @@
 #include "common.h"
 #include "gguf/gguf.h"
 #include "test.h"
+#include "tokenizer/tok_internal.h"
 #include "tokenizer/tokenizer.h"
 
 #define SPM_VOCAB "vocab/ggml-vocab-llama-spm.gguf"
@@ -572,6 +576,201 @@ static void test_detok_stream(void) {
     CHECK(sp_detok_push(g_spm, &d, 2, out, sizeof(out)) == 0, "eos emits nothing");
 }
 
+/* ---------------------------------------------------------- bounded (issue 13) */
+
+/* sp_tokenize_bounded into a fresh array; *n the return value. */
+static int32_t *tokb(const sp_vocab *v, const char *s, size_t len, int n_max, const sp_tok_opts *o,
+                     int *n) {
+    int32_t *out = (int32_t *)1; /* must be reset */
+    *n = sp_tokenize_bounded(v, s, len, n_max, o, &out);
+    CHECK((*n >= 0) == (out != NULL), "bounded: return %d with out %p", *n, (void *)out);
+    return *n >= 0 ? out : NULL;
+}
+
+/* The same tokens as sp_tokenize whenever the count fits, one short of it
+ * a refusal with no output, for texts that do and do not hold special
+ * tokens, with and without BOS and special parsing. */
+static void test_bounded_equal(void) {
+    if (!g_spm || !g_bpe) return;
+    size_t blen;
+    char *big = big_text(&blen);
+    const char *texts[] = {"", " ", "Hello world", "<s>Hi</s> a<|endoftext|>b", "\xff\xfe x",
+                           "  many   spaces  \n\n\t"};
+    const sp_vocab *vs[2] = {g_spm, g_bpe};
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; i <= sizeof(texts) / sizeof(texts[0]); i++) {
+            const char *s = i < sizeof(texts) / sizeof(texts[0]) ? texts[i] : big;
+            size_t len = i < sizeof(texts) / sizeof(texts[0]) ? strlen(s) : blen;
+            for (int mode = 0; mode < 4; mode++) {
+                sp_tok_opts o = {.add_special = mode & 1, .parse_special = mode & 2};
+                int nf, nb;
+                int32_t *full = tok(vs[k], s, len, o.add_special, o.parse_special, &nf);
+                int32_t *b = tokb(vs[k], s, len, nf, &o, &nb);
+                CHECK(nb == nf && (nf == 0 || memcmp(b, full, (size_t)nf * sizeof(int32_t)) == 0),
+                      "vocab %d text %zu mode %d: bounded %d tokens, sp_tokenize %d", k, i, mode,
+                      nb, nf);
+                free(b);
+                if (nf > 0) {
+                    b = tokb(vs[k], s, len, nf - 1, &o, &nb);
+                    CHECK(nb <= -nf && !b, "vocab %d text %zu mode %d: n_max %d gave %d", k, i,
+                          mode, nf - 1, nb);
+                }
+                free(full);
+            }
+        }
+    }
+    free(big);
+}
+
+/* The byte bound: no token stands for more bytes than
+ * sp_vocab_max_token_bytes, and a text longer than n_max times that is
+ * refused at once with a lower bound of its count. */
+static void test_bounded_bytes(void) {
+    if (!g_spm || !g_bpe) return;
+    const sp_vocab *vs[2] = {g_spm, g_bpe};
+    for (int k = 0; k < 2; k++) {
+        int32_t mb = sp_vocab_max_token_bytes(vs[k]);
+        CHECK(mb > 0, "vocab %d: no byte bound", k);
+        char buf[1024];
+        for (int32_t id = 0; id < sp_vocab_n_tokens(vs[k]); id++) {
+            int n = sp_token_to_piece(vs[k], id, buf, sizeof(buf), true);
+            CHECK(n <= mb, "vocab %d token %d: piece of %d bytes > %d", k, id, n, mb);
+        }
+        size_t len = (size_t)mb * 100 + 1;
+        char *s = malloc(len);
+        memset(s, 'a', len);
+        int n;
+        double t0 = sp_time_s();
+        int32_t *out = tokb(vs[k], s, len, 100, NULL, &n);
+        double dt = sp_time_s() - t0;
+        CHECK(!out && n <= -101 && n >= -(int)len, "vocab %d: %zu bytes, n_max 100 -> %d", k, len,
+              n);
+        CHECK(dt < 0.01, "vocab %d: the byte bound took %.4f s", k, dt);
+        free(s);
+    }
+}
+
+/* A text well within the byte bound but over n_max: tokenizing stops soon
+ * after n_max tokens (both the count it reports and the time it takes say
+ * it did not tokenize the rest). */
+static void test_bounded_stops(void) {
+    if (!g_spm || !g_bpe) return;
+    size_t blen;
+    char *one = big_text(&blen);
+    size_t len = 10 * blen;
+    char *s = malloc(len);
+    for (int i = 0; i < 10; i++) memcpy(s + (size_t)i * blen, one, blen);
+    free(one);
+    const sp_vocab *vs[2] = {g_spm, g_bpe};
+    for (int k = 0; k < 2; k++) {
+        int n_max = (int)(len / (size_t)sp_vocab_max_token_bytes(vs[k])) + 1; /* passes the bound */
+        int nf;
+        double t0 = sp_time_s();
+        int32_t *full = tok(vs[k], s, len, false, false, &nf);
+        double t_full = sp_time_s() - t0, t_b = 1e9;
+        free(full);
+        CHECK(nf > 4 * n_max, "vocab %d: %d tokens, n_max %d: not a test", k, nf, n_max);
+        int nb = 0;
+        for (int rep = 0; rep < 3; rep++) { /* the best of three: a busy machine */
+            t0 = sp_time_s();
+            int32_t *b = tokb(vs[k], s, len, n_max, NULL, &nb);
+            double dt = sp_time_s() - t0;
+            if (dt < t_b) t_b = dt;
+            free(b);
+        }
+        CHECK(nb < -n_max && -nb < n_max + 4096, "vocab %d: n_max %d -> %d (of %d)", k, n_max, nb,
+              nf);
+        /* the SPM merges stop within a chunk; BPE still splits the whole
+         * text into words first */
+        CHECK(t_b < t_full / (k == 0 ? 4 : 1.5), "vocab %d: bounded %.4f s, whole %.4f s", k, t_b,
+              t_full);
+        printf("     %s: %zu bytes, %d tokens in %.3f s; n_max %d refused in %.4f s\n",
+               k ? "bpe" : "spm", len, nf, t_full, n_max, t_b);
+    }
+    free(s);
+}
+
+/* SPM text is cut into chunks at places no merge can cross: the tokens are
+ * those of one merge loop over the whole text. */
+static void test_spm_chunks(void) {
+    if (!g_spm) return;
+    size_t blen;
+    char *big = big_text(&blen);
+    /* plus runs where cuts are rare: one letter, spaces, bytes */
+    size_t len = blen + 3 * 20000;
+    char *s = malloc(len);
+    memcpy(s, big, blen);
+    memset(s + blen, 'a', 20000);
+    memset(s + blen + 20000, ' ', 20000);
+    for (size_t i = 0; i < 20000; i++) s[blen + 40000 + i] = (char)(i * 131 + 7);
+    free(big);
+    /* and the bundled model's vocabulary, when the test runs from the root */
+    sp_vocab *vs[2] = {g_spm, load_vocab("models/specula-code-draft-f16.gguf")};
+    for (int k = 0; k < 2; k++) {
+        if (!vs[k]) continue;
+        int n1, n2;
+        int32_t *cut = tok(vs[k], s, len, true, true, &n1);
+        size_t keep = sp_tok_spm_cut_after;
+        sp_tok_spm_cut_after = SIZE_MAX;
+        int32_t *whole = tok(vs[k], s, len, true, true, &n2);
+        sp_tok_spm_cut_after = keep;
+        CHECK(n1 == n2 && n1 > 0 && memcmp(cut, whole, (size_t)n1 * sizeof(int32_t)) == 0,
+              "vocab %d: cut %d tokens, whole %d", k, n1, n2);
+        free(cut);
+        free(whole);
+    }
+    sp_vocab_free(vs[1]);
+    free(s);
+}
+
+/* Special tokens only inside spans: CONTROL text outside stays text, as
+ * with parse_special false, USER_DEFINED text still matches unless listed
+ * as markup, an occurrence that straddles a span's edge is text; without
+ * special text outside the spans, the result is parse_special's. */
+static void test_special_spans(void) {
+    if (!g_spm || !g_bpe) return;
+    /* BPE: the second <|endoftext|> is in a span, the first is not */
+    const char *t = "a<|endoftext|>b<|endoftext|>c";
+    sp_span sp[1] = {{15, 13}};
+    sp_tok_opts o = {.spans = sp, .n_spans = 1};
+    int n, n1, n2;
+    int32_t *got = tokb(g_bpe, t, strlen(t), 1000, &o, &n);
+    int32_t *plain = tok(g_bpe, t, 15, false, false, &n1);
+    int32_t *c = tok(g_bpe, "c", 1, false, false, &n2);
+    CHECK(n == n1 + 1 + n2 && got && memcmp(got, plain, (size_t)n1 * sizeof(int32_t)) == 0 &&
+              got[n1] == 50256 && got[n1 + 1] == c[0],
+          "[%s] want [%s] 50256 [%s]", ids_str(got, n), ids_str(plain, n1), ids_str(c, n2));
+    free(got);
+    free(plain);
+    free(c);
+    /* a span that holds only part of the token's text: text */
+    sp[0] = (sp_span){15, 12};
+    got = tokb(g_bpe, t, strlen(t), 1000, &o, &n);
+    plain = tok(g_bpe, t, strlen(t), false, false, &n1);
+    CHECK(n == n1 && memcmp(got, plain, (size_t)n * sizeof(int32_t)) == 0, "straddling: [%s]",
+          ids_str(got, n));
+    free(got);
+    free(plain);
+    /* no special text outside the spans: parse_special's tokens (SPM) */
+    const char *u = "<s>[INST] hi there [/INST] ok</s>";
+    sp_span us[3] = {{0, 10}, {18, 9}, {29, 4}};
+    o = (sp_tok_opts){.add_special = true, .spans = us, .n_spans = 3};
+    got = tokb(g_spm, u, strlen(u), 1000, &o, &n);
+    plain = tok(g_spm, u, strlen(u), true, true, &n1);
+    CHECK(n == n1 && n > 0 && memcmp(got, plain, (size_t)n * sizeof(int32_t)) == 0,
+          "[%s] want [%s]", ids_str(got, n), ids_str(plain, n1));
+    free(got);
+    free(plain);
+    /* no spans at all: nothing CONTROL matches (the same as parse_special false) */
+    o = (sp_tok_opts){.spans = us, .n_spans = 0};
+    got = tokb(g_spm, u, strlen(u), 1000, &o, &n);
+    plain = tok(g_spm, u, strlen(u), false, false, &n1);
+    CHECK(n == n1 && memcmp(got, plain, (size_t)n * sizeof(int32_t)) == 0, "no spans: [%s]",
+          ids_str(got, n));
+    free(got);
+    free(plain);
+}
+
 /* -------------------------------------------------------------- load errors */
 
 static char g_tmp[256];
@@ -699,6 +898,97 @@ static void test_load_errors(void) {
     unlink(g_tmp);
 }
 
+/* A crafted vocabulary where "<x>" is USER_DEFINED: matched in plain text
+ * (as llama.cpp does), but not outside the spans once listed as markup. */
+static void x_user_defined(sp_gguf_writer *w) {
+    int32_t types[40];
+    for (int i = 0; i < 40; i++) types[i] = 1;
+    types[5] = 4; /* USER_DEFINED */
+    sp_gguf_set_arr(w, "tokenizer.ggml.token_type", SP_GGUF_INT32, types, 40);
+    sp_gguf_str toks[40];
+    static char names[40][16];
+    for (int i = 0; i < 40; i++) {
+        snprintf(names[i], 16, "%c%d", 'a' + i % 26, i);
+        toks[i] = (sp_gguf_str){names[i], strlen(names[i])};
+    }
+    toks[5] = (sp_gguf_str){"<x>", 3};
+    sp_gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, 40);
+}
+
+static void test_user_defined_markup(void) {
+    snprintf(g_tmp, sizeof(g_tmp), "/tmp/specula_tok_%d.gguf", (int)getpid());
+    sp_vocab *v = load_crafted("llama", 40, x_user_defined);
+    CHECK(v, "crafted: %s", g_err);
+    if (!v) return;
+    const char *t = "q<x>q";
+    int n;
+    int32_t *a = tok(v, t, 5, false, false, &n);
+    bool has = false;
+    for (int i = 0; i < n; i++) has |= a[i] == 5;
+    CHECK(has, "USER_DEFINED <x> in plain text: [%s]", ids_str(a, n));
+    free(a);
+    int32_t markup[1] = {5};
+    sp_tok_opts o = {.spans = NULL, .n_spans = 0, .markup_ids = markup, .n_markup_ids = 1};
+    sp_span none[1];
+    o.spans = none;
+    a = tokb(v, t, 5, 100, &o, &n);
+    has = false;
+    for (int i = 0; i < n; i++) has |= a[i] == 5;
+    CHECK(!has && n > 0, "listed as markup, outside spans: [%s]", ids_str(a, n));
+    free(a);
+    sp_span in[1] = {{1, 3}};
+    o.spans = in;
+    o.n_spans = 1;
+    a = tokb(v, t, 5, 100, &o, &n);
+    has = false;
+    for (int i = 0; i < n; i++) has |= a[i] == 5;
+    CHECK(has, "listed as markup, inside a span: [%s]", ids_str(a, n));
+    free(a);
+    sp_vocab_free(v);
+    unlink(g_tmp);
+}
+
+/* A byte-level vocabulary with tokens for four characters only. */
+static void x_four_chars(sp_gguf_writer *w) {
+    sp_gguf_set_str(w, "tokenizer.ggml.pre", "qwen2");
+    sp_gguf_str toks[40];
+    static char names[40][16];
+    for (int i = 0; i < 40; i++) {
+        snprintf(names[i], 16, "%c%d", 'a' + i % 26, i);
+        toks[i] = (sp_gguf_str){names[i], strlen(names[i])};
+    }
+    toks[0] = (sp_gguf_str){"a", 1};
+    toks[1] = (sp_gguf_str){"b", 1};
+    toks[2] = (sp_gguf_str){"c", 1};
+    toks[3] = (sp_gguf_str){"1", 1};
+    sp_gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, 40);
+}
+
+/* A vocabulary that drops bytes it has no token for gives no byte bound;
+ * tokenizing still stops past n_max and agrees with sp_tokenize. */
+static void test_bounded_no_byte_bound(void) {
+    snprintf(g_tmp, sizeof(g_tmp), "/tmp/specula_tok_%d.gguf", (int)getpid());
+    sp_vocab *v = load_crafted("gpt2", 40, x_four_chars);
+    CHECK(v, "crafted: %s", g_err);
+    if (!v) return;
+    CHECK(sp_vocab_max_token_bytes(v) == 0, "bound %d", sp_vocab_max_token_bytes(v));
+    size_t len = 200000;
+    char *s = malloc(len);
+    for (size_t i = 0; i < len; i++) s[i] = "ab1 c!"[i % 6]; /* ' ', '!': dropped */
+    int nf, nb;
+    int32_t *full = tok(v, s, len, false, false, &nf);
+    int32_t *b = tokb(v, s, len, nf, NULL, &nb);
+    CHECK(nf > 100 && nb == nf && memcmp(b, full, (size_t)nf * sizeof(int32_t)) == 0,
+          "%d vs %d", nb, nf);
+    free(b);
+    b = tokb(v, s, len, 100, NULL, &nb);
+    CHECK(!b && nb < -100 && -nb < nf / 2, "n_max 100 -> %d of %d", nb, nf);
+    free(full);
+    free(s);
+    sp_vocab_free(v);
+    unlink(g_tmp);
+}
+
 static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -739,7 +1029,14 @@ int main(void) {
     RUN(test_edge_cases);
     RUN(test_big_text);
     RUN(test_detok_stream);
+    RUN(test_bounded_equal);
+    RUN(test_bounded_bytes);
+    RUN(test_bounded_stops);
+    RUN(test_spm_chunks);
+    RUN(test_special_spans);
     RUN(test_load_errors);
+    RUN(test_user_defined_markup);
+    RUN(test_bounded_no_byte_bound);
     sp_vocab_free(g_spm);
     sp_vocab_free(g_bpe);
     TEST_END();

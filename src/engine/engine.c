@@ -22,6 +22,16 @@
  * Locking: one mutex guards every request record and queue; the forward
  * pass and the user's callbacks run without it. Only the engine thread
  * changes a running request's tokens, text and slot.
+ *
+ * Isolation: what speculation learns from one request and uses for another
+ * (the suffix store of earlier outputs, the acceptance prior per method)
+ * lives in partitions keyed by the request's cache salt (src/spec/parts.c),
+ * the same key as the prefix cache: a request is bound to its salt's
+ * partition while it holds a slot, proposes from and feeds only that one,
+ * so its proposals, drafted and accepted counts and timing never depend on
+ * what requests of another salt (tenant) generated. The partitions are
+ * touched only by the engine thread, under the mutex (submit does not read
+ * them: the prior is taken at admission).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -87,7 +97,9 @@ struct request {
     sp_token draft[SP_SPEC_K_MAX]; /* this step's proposals */
     int32_t n_draft;
     float *q;                  /* [SP_SPEC_K_MAX][V] draft distributions (draft + sampling) */
-    float alpha;               /* acceptance estimate (moving average) */
+    float alpha;               /* acceptance estimate (moving average); starts from its
+                                  partition's prior at the first admission */
+    sp_spec_part *part;        /* its salt's partition, held while it has a slot */
     /* A deterministic proposal the planner chose not to verify is still
      * checked against the token the target then commits: acceptance keeps
      * being measured while speculation is off, so a sequence whose
@@ -143,7 +155,7 @@ struct sp_engine {
     sp_cost_model cost, dcost; /* measured pass costs of target and draft */
     sp_cost_fit tfit, dfit;    /* the same, refitted to every pass since (see verify.h) */
     bool calibrated, calib_tried; /* tried: at creation or at the first speculating request */
-    sp_suffix_store *sfx_store;
+    sp_spec_parts *parts;      /* per cache salt: suffix store and acceptance priors */
     float *probs, *resid;      /* [V] verification scratch */
     sp_token *commit;          /* [SP_SPEC_K_MAX + 1] tokens verification commits */
     sp_token *d_tok;           /* [max_batch_tokens] draft batch */
@@ -153,7 +165,6 @@ struct sp_engine {
     sp_spec_cand *cand;        /* [max_seqs] */
     int32_t *cand_k;           /* [max_seqs] */
     int32_t *cand_entry;       /* [max_seqs] batch entry of each candidate */
-    float alpha0[4];           /* engine-wide acceptance per proposer: a new request's prior */
     /* The pool changes inside the forward pass, which runs unlocked, so
      * other threads never touch it: they read this snapshot (refreshed
      * after every step) and ask the engine thread to flush or check. */
@@ -237,6 +248,8 @@ static int32_t kv_len(sp_engine *e, const request *r) {
 /* Returns the slot's blocks to the pool (committed ones stay cached). */
 static void release_slot(sp_engine *e, request *r) {
     if (r->slot < 0) return;
+    sp_spec_parts_release(e->parts, r->part);
+    r->part = NULL;
     sp_seq_clear(e->ctx, r->slot);
     if (e->dctx) sp_seq_clear(e->dctx, r->slot);
     e->slots[r->slot] = NULL;
@@ -248,9 +261,15 @@ static void release_slot(sp_engine *e, request *r) {
 static void finish(sp_engine *e, request *r, sp_finish_reason why) {
     if (r->state == RQ_DONE) return;
     if (r->state == RQ_WAITING) wait_remove(e, r);
+    /* the output feeds later suffix proposals of its own salt only; a
+     * request that waits after a preemption holds no partition, so it
+     * looks its own up (out of memory: nothing is learned, nothing breaks) */
+    if (why != SP_FINISH_ERROR && r->n_all > r->n_prompt) {
+        sp_spec_part *pt = r->part ? r->part : sp_spec_parts_acquire(e->parts, r->salt);
+        sp_spec_parts_add(e->parts, pt, r->toks + r->n_prompt, r->n_all - r->n_prompt);
+        if (!r->part) sp_spec_parts_release(e->parts, pt);
+    }
     release_slot(e, r);
-    if (e->sfx_store && why != SP_FINISH_ERROR && r->n_all > r->n_prompt)
-        sp_suffix_store_add(e->sfx_store, r->toks + r->n_prompt, r->n_all - r->n_prompt);
     r->state = RQ_DONE;
     r->st.finish = why;
     r->text_released = r->text_len;
@@ -285,6 +304,7 @@ sp_engine_params sp_engine_default_params(void) {
     p.ngram_min = 1;
     p.ngram_max = 4;
     p.suffix_store_tokens = 1 << 16;
+    p.spec_partitions = 256;
     return p;
 }
 
@@ -467,7 +487,11 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
         if (!e->dctx) goto fail;
         e->draft = p.draft;
     }
-    e->sfx_store = sp_suffix_store_create(p.suffix_store_tokens, 24);
+    /* one partition per cache salt; at least max_seqs + 1, so that a request
+     * being admitted or finishing always finds one that no running request
+     * holds to make room (each running request holds one) */
+    const int32_t n_parts = SP_MAX(p.spec_partitions > 0 ? p.spec_partitions : 256, p.max_seqs + 1);
+    e->parts = sp_spec_parts_create(p.suffix_store_tokens, n_parts, 24);
     e->probs = malloc((size_t)e->n_vocab * sizeof(float));
     e->resid = malloc((size_t)e->n_vocab * sizeof(float));
     e->commit = malloc((SP_SPEC_K_MAX + 1) * sizeof(sp_token));
@@ -479,12 +503,11 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
     e->cand = malloc((size_t)p.max_seqs * sizeof(sp_spec_cand));
     e->cand_k = malloc((size_t)p.max_seqs * sizeof(int32_t));
     e->cand_entry = malloc((size_t)p.max_seqs * sizeof(int32_t));
-    if (!e->sfx_store || !e->probs || !e->resid || !e->commit || !e->d_tok || !e->d_pos ||
+    if (!e->parts || !e->probs || !e->resid || !e->commit || !e->d_tok || !e->d_pos ||
         !e->d_seq || !e->d_want || !e->d_req || !e->cand || !e->cand_k || !e->cand_entry) {
         sp_seterr(err, errlen, "out of memory creating the engine");
         goto fail;
     }
-    for (int i = 0; i < 4; i++) e->alpha0[i] = 0.5f;
     sp_kv_paged_get_stats(e->kv, &e->kv_snap);
     const int32_t B = p.max_batch_tokens, S = p.max_seqs;
     e->wait_cap = 64;
@@ -534,7 +557,7 @@ void sp_engine_free(sp_engine *e) {
     if (e->dkv) e->dkv->ops->destroy(e->dkv);
     sp_context_free(e->ctx);
     if (e->kv) e->kv->ops->destroy(e->kv);
-    sp_suffix_store_free(e->sfx_store);
+    sp_spec_parts_free(e->parts);
     free(e->probs);
     free(e->resid);
     free(e->commit);
@@ -724,7 +747,6 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
     r->t_submit = now_ms();
 
     pthread_mutex_lock(&e->mu);
-    r->alpha = e->alpha0[r->spec]; /* the engine thread updates the prior */
     if (e->n_waiting == e->wait_cap) {
         request **nw = realloc(e->waiting, (size_t)e->wait_cap * 2 * sizeof(request *));
         if (!nw) {
@@ -854,6 +876,16 @@ void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st) {
     pthread_mutex_unlock(&e->mu);
 }
 
+float sp_engine_spec_prior(sp_engine *e, const char *cache_salt, sp_spec_mode m) {
+    if (m <= SP_SPEC_OFF || m > SP_SPEC_DRAFT) return -1.0f;
+    /* the engine thread changes the partitions only under the lock */
+    pthread_mutex_lock(&e->mu);
+    const sp_spec_part *pt = sp_spec_parts_find(e->parts, cache_salt);
+    const float a = pt ? sp_spec_part_prior(pt, m) : SP_SPEC_PRIOR0;
+    pthread_mutex_unlock(&e->mu);
+    return a;
+}
+
 /* Asks the engine thread for a control action and waits until it is done. */
 static void control(sp_engine *e, bool *flag) {
     pthread_mutex_lock(&e->mu);
@@ -889,10 +921,18 @@ int sp_engine_check(sp_engine *e, char *err, size_t errlen) {
 
 /* Engine thread, locked: serves flush/check asks and refreshes the stats
  * snapshot (the pool is quiescent between steps). */
+static int64_t parts_held(const sp_engine *e) {
+    int64_t n = 0; /* every running request holds its partition, nothing else does */
+    for (int32_t s = 0; s < e->p.max_seqs; s++) n += e->slots[s] && e->slots[s]->part;
+    return n;
+}
+
 static void between_steps(sp_engine *e) {
     if (e->p.debug_check) {
         char err[256];
-        if (sp_kv_paged_check(e->kv, err, sizeof(err)) && !e->check_failures++)
+        if ((sp_kv_paged_check(e->kv, err, sizeof(err)) ||
+             sp_spec_parts_check(e->parts, parts_held(e), false, err, sizeof(err))) &&
+            !e->check_failures++)
             snprintf(e->first_failure, sizeof(e->first_failure), "%s", err);
     }
     bool served = false;
@@ -903,6 +943,9 @@ static void between_steps(sp_engine *e) {
     }
     if (e->check_req) {
         e->check_rc = sp_kv_paged_check(e->kv, e->check_err, sizeof(e->check_err));
+        if (!e->check_rc)
+            e->check_rc = sp_spec_parts_check(e->parts, parts_held(e), false, e->check_err,
+                                              sizeof(e->check_err));
         e->check_req = false;
         served = true;
     }
@@ -984,8 +1027,12 @@ static bool admit(sp_engine *e, request *r, int32_t reserved) {
     r->slot = slot;
     r->n_committed = hit;
     r->admit_no = e->next_admit++;
+    /* NULL only out of memory: then it speculates from its own text alone */
+    r->part = sp_spec_parts_acquire(e->parts, r->salt);
     if (!r->admitted_once) {
         r->admitted_once = true;
+        /* the prior: how its method has done for requests of the same salt */
+        r->alpha = r->part ? sp_spec_part_prior(r->part, r->spec) : SP_SPEC_PRIOR0;
         r->t_sched = now_ms();
         r->st.queue_ms = r->t_sched - r->t_submit;
         r->st.cached_tokens = hit * bs;
@@ -1322,7 +1369,8 @@ static void spec_prepare(sp_engine *e, int32_t n_e) {
                 !sp_suffix_seq_append(r->sfx, r->toks + r->sfx_len, r->n_all - r->sfx_len))
                 r->sfx_len = r->n_all;
             r->n_draft = r->sfx_len == r->n_all
-                             ? sp_suffix_propose(e->sfx_store, r->sfx, cap, 0.1f, r->draft, NULL)
+                             ? sp_suffix_propose(sp_spec_part_store(r->part), r->sfx, cap, 0.1f,
+                                                 r->draft, NULL)
                              : 0;
         } else {
             r->n_draft = cap; /* drafted below, once k is chosen */
@@ -1408,7 +1456,10 @@ static void spec_commit(sp_engine *e, request *r, int32_t *out) {
      * failure, tokens after it unobserved */
     const float obs = (float)acc / (float)(acc + (acc < n));
     r->alpha = 0.8f * r->alpha + 0.2f * obs;
-    e->alpha0[r->spec] = 0.95f * e->alpha0[r->spec] + 0.05f * obs;
+    if (r->part) { /* the prior of later requests of the same salt */
+        float *prior = sp_spec_part_priors(r->part);
+        prior[r->spec] = 0.95f * prior[r->spec] + 0.05f * obs;
+    }
     /* roll back what was not accepted: target KV keeps the input token and
      * the accepted proposals; the draft keeps no more than that */
     sp_seq_truncate(e->ctx, r->slot, kv_before + m);

@@ -19,8 +19,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -711,7 +713,11 @@ bool sp_gguf_get_f32(const sp_gguf *g, const char *key, float *out) {
     if (kv->type == SP_GGUF_FLOAT64) {
         double d;
         memcpy(&d, p, 8);
-        *out = (float)d;
+        /* a double beyond float's range: converting it is undefined in C;
+         * it reads as the infinity it rounds to, for the caller to refuse */
+        if (d > FLT_MAX) *out = INFINITY;
+        else if (d < -FLT_MAX) *out = -INFINITY;
+        else *out = (float)d;
         return true;
     }
     return false;

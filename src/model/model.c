@@ -8,6 +8,7 @@
 #include <openssl/evp.h>
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,10 +39,28 @@ static bool get_u32_key(loader *l, const char *suffix, uint32_t *out, bool requi
     return false;
 }
 
-static bool get_f32_key(loader *l, const char *suffix, float *out) {
+/* An optional float: true when absent (out untouched) or read; false with
+ * a message when the key holds something else (a silent default would run
+ * the model with a hyperparameter other than the file's), or a value that
+ * is not finite and in [lo, hi]: inf or NaN there would turn every logit
+ * into NaN, and absurd magnitudes into garbage, without a word. */
+static bool get_f32_key(loader *l, const char *suffix, float lo, float hi, float *out) {
     char key[160];
     snprintf(key, sizeof(key), "%s.%s", l->m->arch->name, suffix);
-    return sp_gguf_get_f32(l->m->gguf, key, out);
+    if (sp_gguf_find_key(l->m->gguf, key) < 0) return true;
+    float f;
+    if (!sp_gguf_get_f32(l->m->gguf, key, &f)) {
+        sp_seterr(l->err, l->errlen, "%s: metadata %s is not a floating-point number", l->path,
+                  key);
+        return false;
+    }
+    if (!isfinite(f) || f < lo || f > hi) {
+        sp_seterr(l->err, l->errlen, "%s: metadata %s = %g is out of range (a finite number in "
+                  "[%g, %g])", l->path, key, f, lo, hi);
+        return false;
+    }
+    *out = f;
+    return true;
 }
 
 /* Finds a 2-D weight [n_in -> n_out]; fails with a message on absence (when
@@ -126,7 +145,16 @@ static bool load_hparams(loader *l) {
         }
     }
     h->n_ctx_train = 4096;
-    if (get_u32_key(l, "context_length", &v, false)) h->n_ctx_train = (int32_t)v;
+    if (get_u32_key(l, "context_length", &v, false)) {
+        /* 0 or beyond what a context can have (forward.c's limit): the
+         * default context would be 0, or negative as an int32_t */
+        if (v == 0 || v > (1u << 24)) {
+            sp_seterr(l->err, l->errlen, "%s: metadata %s.context_length = %u is out of range "
+                      "(1 to %u)", l->path, m->arch->name, v, 1u << 24);
+            return false;
+        }
+        h->n_ctx_train = (int32_t)v;
+    }
     if (h->n_embd <= 0 || h->n_embd > (1 << 16) || h->n_layer <= 0 || h->n_layer > 1024 ||
         h->n_head <= 0 || h->n_head > 1024 || h->n_head_kv <= 0 || h->n_ff <= 0 ||
         h->n_ff > (1 << 20) || h->n_head % h->n_head_kv != 0 || h->n_embd % h->n_head != 0) {
@@ -146,21 +174,36 @@ static bool load_hparams(loader *l) {
                   "supported (partial RoPE)", l->path, h->head_dim, rope_dims);
         return false;
     }
+    /* the value head must be the key head: one head_dim throughout */
+    if (get_u32_key(l, "attention.value_length", &v, false) && v != (uint32_t)h->head_dim) {
+        sp_seterr(l->err, l->errlen, "%s: attention.value_length %u differs from the key length "
+                  "%d, which is not supported", l->path, v, h->head_dim);
+        return false;
+    }
+    /* Ranges far beyond any model's but short of what breaks the
+     * arithmetic: a RoPE base below 1 or above 1e12 (models use 1e4 to
+     * 1e8), an epsilon that is 0 (a zero vector's norm divides by 0) or
+     * above 1 (it would swamp the activations). */
     h->rope_base = m->arch->default_rope_base;
-    get_f32_key(l, "rope.freq_base", &h->rope_base);
+    if (!get_f32_key(l, "rope.freq_base", 1.0f, 1e12f, &h->rope_base)) return false;
     h->norm_eps = m->arch->default_eps;
-    get_f32_key(l, "attention.layer_norm_rms_epsilon", &h->norm_eps);
+    if (!get_f32_key(l, "attention.layer_norm_rms_epsilon", 1e-30f, 1.0f, &h->norm_eps))
+        return false;
     h->rope_freq_scale = 1.0f;
     char key[160];
     snprintf(key, sizeof(key), "%s.rope.scaling.type", m->arch->name);
     sp_gguf_str st;
     if (sp_gguf_get_str(m->gguf, key, &st) && st.n == 6 && memcmp(st.p, "linear", 6) == 0) {
-        float f = 1.0f;
-        if (get_f32_key(l, "rope.scaling.factor", &f) && f > 0) h->rope_freq_scale = 1.0f / f;
-    }
-    if (!(h->rope_base > 0) || !(h->norm_eps > 0)) {
-        sp_seterr(l->err, l->errlen, "%s: invalid rope.freq_base or rms epsilon", l->path);
-        return false;
+        /* 0 means no scaling, as in llama.cpp; else its inverse scales the
+         * positions, so it must be a sane positive number */
+        float f = 0.0f;
+        if (!get_f32_key(l, "rope.scaling.factor", 0.0f, 1e6f, &f)) return false;
+        if (f > 0 && f < 1e-6f) {
+            sp_seterr(l->err, l->errlen, "%s: metadata %s.rope.scaling.factor = %g is out of "
+                      "range (0, or a number in [1e-06, 1e+06])", l->path, m->arch->name, f);
+            return false;
+        }
+        if (f > 0) h->rope_freq_scale = 1.0f / f;
     }
     return true;
 }
@@ -179,6 +222,13 @@ static bool load_tensors(loader *l) {
     const sp_gguf_tensor *rf = sp_gguf_find_tensor(m->gguf, "rope_freqs.weight");
     if (rf && !load_vec(l, "rope_freqs.weight", h->head_dim / 2, true, &m->rope_factors))
         return false;
+    /* the RoPE angles are divided by these */
+    for (int32_t i = 0; m->rope_factors && i < h->head_dim / 2; i++)
+        if (!isfinite(m->rope_factors[i]) || !(m->rope_factors[i] > 0)) {
+            sp_seterr(l->err, l->errlen, "%s: rope_freqs.weight[%d] = %g (the frequency factors "
+                      "must be finite and positive)", l->path, i, m->rope_factors[i]);
+            return false;
+        }
     h->rope_freq_factors = m->rope_factors != NULL;
 
     m->layers = calloc((size_t)h->n_layer, sizeof(sp_layer));

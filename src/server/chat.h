@@ -28,9 +28,26 @@ chat_tmpl chat_tmpl_detect(const char *text);
 const char *chat_tmpl_name(chat_tmpl t);
 /* The text that ends an assistant turn ("<|im_end|>", "<|eot_id|>", ...). */
 const char *chat_tmpl_eot(chat_tmpl t);
+/* The texts of a family's markup that models spell with special tokens
+ * (e.g. "<|im_start|>"), NULL-terminated (an empty list for CHAT_NONE):
+ * the ones that must never be read as tokens inside message content,
+ * whatever type the vocabulary gives them. */
+const char *const *chat_tmpl_markup(chat_tmpl t);
 /* The conversation followed by the opening of the assistant's turn, as a
  * malloc'd string (BOS not included: the tokenizer adds it). NULL + err for
  * an unknown role or out of memory. */
 char *chat_render(chat_tmpl t, const chat_msg *m, int n, char *err, size_t errlen);
+
+/* A byte range [off, off + len) of a rendered conversation. */
+typedef struct {
+    size_t off, len;
+} chat_span;
+/* chat_render, and in *spans (malloc'd, the caller frees; NULL when
+ * *n_spans is 0) the parts of the text that are the template's own
+ * markup, in order, disjoint and not adjoining: everything but message
+ * content. The tokenizer reads special tokens only there (oai_prompt_tokens),
+ * so content cannot forge a turn. spans NULL: as chat_render. */
+char *chat_render_spans(chat_tmpl t, const chat_msg *m, int n, chat_span **spans, int *n_spans,
+                        char *err, size_t errlen);
 
 #endif

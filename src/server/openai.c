@@ -102,6 +102,73 @@ static int string(const cJSON *o, const char *k, const char **out, oai_error *e)
     return 1;
 }
 
+/* ---- escaped NUL characters ----
+ * cJSON decodes "\u0000" into a NUL byte inside a NUL-terminated string,
+ * so every string read from the tree would silently end there (a prompt
+ * cut short, a key "prompt\u0000x" read as "prompt"). cJSON keeps no
+ * lengths, so the check is on the body's text: once it parsed as JSON,
+ * every backslash in it starts an escape of two or more bytes, and an
+ * escape that is "\u0000" is the only way to a NUL. Any such string is
+ * refused, in whatever field (one scan of the body, memchr-fast). */
+
+/* Top-level fields that can hold strings, for error.param (which must
+ * outlive the request's JSON). */
+static const char *const nul_params[] = {"prompt", "messages", "stop", "model", "cache_salt",
+                                         "user", "speculative", "stream_options", "content",
+                                         NULL};
+
+/* Copies into key (raw JSON text, truncated) the top-level member name
+ * whose key or value holds body offset at. body is valid JSON. */
+static void top_key_at(const char *body, size_t at, char *key, size_t cap) {
+    int depth = 0;
+    bool in_str = false, is_key = false, expect_key = false;
+    size_t ks = 0, ke = 0, start = 0;
+    for (size_t i = 0; i < at; i++) {
+        char c = body[i];
+        if (in_str) {
+            if (c == '\\') {
+                i++;
+            } else if (c == '"') {
+                in_str = false;
+                if (is_key) ks = start, ke = i;
+            }
+        } else if (c == '"') {
+            in_str = true;
+            start = i + 1;
+            is_key = depth == 1 && expect_key;
+            expect_key = false;
+        } else if (c == '{' || c == '[') {
+            expect_key = ++depth == 1 && c == '{';
+        } else if (c == '}' || c == ']') {
+            depth--;
+        } else if (c == ',' && depth == 1) {
+            expect_key = true;
+        }
+    }
+    if (in_str && is_key) ks = start, ke = at; /* the NUL is in the name itself */
+    size_t n = ke - ks < cap - 1 ? ke - ks : cap - 1;
+    memcpy(key, body + ks, n);
+    key[n] = 0;
+}
+
+static int refuse_nul(const char *body, size_t len, oai_error *e) {
+    for (size_t i = 0; i < len; i += 2) { /* i: at a backslash, then past its escape */
+        const char *p = memchr(body + i, '\\', len - i);
+        if (!p) break;
+        i = (size_t)(p - body);
+        if (len - i < 6 || memcmp(p + 1, "u0000", 5)) continue;
+        char key[65];
+        top_key_at(body, i, key, sizeof(key));
+        const char *param = NULL;
+        for (int i = 0; nul_params[i] && !param; i++)
+            if (!strcmp(key, nul_params[i])) param = nul_params[i];
+        return oai_seterr(e, 400, "invalid_request_error", param, "invalid_value",
+                          "'%s' holds an escaped NUL character (\\u0000), which no string may "
+                          "hold", key);
+    }
+    return 0;
+}
+
 void oai_req_free(oai_req *r) {
     cJSON_Delete(r->doc);
     free(r->tokens);
@@ -220,6 +287,7 @@ int oai_parse(const char *body, size_t len, bool chat, int32_t n_vocab, oai_req 
     if (!cJSON_IsObject(o))
         return oai_seterr(e, 400, "invalid_request_error", NULL, "invalid_json",
                           "the body must be a JSON object");
+    if (refuse_nul(body, len, e)) return -1;
     if (string(o, "model", &r->model, e) < 0) return -1;
     if (chat) {
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "messages");
@@ -320,6 +388,10 @@ int oai_tokenize(const char *body, size_t len, const sp_vocab *v, int32_t n_ctx,
         return oai_seterr(e, 400, "invalid_request_error", NULL, "invalid_json",
                           "the body must be a JSON object");
     }
+    if (refuse_nul(body, len, e)) {
+        cJSON_Delete(o);
+        return -1;
+    }
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "prompt");
     if (!t) t = cJSON_GetObjectItemCaseSensitive(o, "content");
     const cJSON *as = cJSON_GetObjectItemCaseSensitive(o, "add_special");
@@ -329,17 +401,17 @@ int oai_tokenize(const char *body, size_t len, const sp_vocab *v, int32_t n_ctx,
                           "give the text as \"prompt\" (or \"content\"), a string; \"add_special\" "
                           "is a boolean");
     }
-    const bool add = as ? cJSON_IsTrue(as) : true;
-    const size_t tl = strlen(t->valuestring);
-    int need = sp_tokenize(v, t->valuestring, tl, NULL, 0, add, false);
-    if (need < 0) need = -need;
-    sp_token *toks = malloc((size_t)(need ? need : 1) * sizeof(sp_token));
-    const int n = toks ? sp_tokenize(v, t->valuestring, tl, toks, need, add, false) : -1;
+    const sp_tok_opts opts = {.add_special = as ? cJSON_IsTrue(as) : true};
+    const int limit = n_ctx > OAI_TOKENIZE_MAX ? n_ctx : OAI_TOKENIZE_MAX;
+    sp_token *toks;
+    const int n = sp_tokenize_bounded(v, t->valuestring, strlen(t->valuestring), limit, &opts,
+                                      &toks);
     cJSON_Delete(o);
-    if (n < 0) {
-        free(toks);
-        return oai_seterr(e, 500, "server_error", NULL, NULL, "cannot tokenize");
-    }
+    if (n == INT32_MIN) return oai_seterr(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (n < 0)
+        return oai_seterr(e, 400, "invalid_request_error", "prompt", "context_length_exceeded",
+                          "/tokenize counts at most %d tokens; the text has at least %d", limit,
+                          -n);
     sb_str(out, "{\"tokens\": [");
     for (int i = 0; i < n; i++) sb_printf(out, "%s%d", i ? ", " : "", toks[i]);
     sb_printf(out, "], \"count\": %d, \"max_model_len\": %d}", n, n_ctx);
@@ -387,4 +459,92 @@ int oai_detokenize(const char *body, size_t len, const sp_vocab *v, sbuf *out, o
     sb_str(out, "}");
     sb_free(&text);
     return 0;
+}
+
+/* ---- the prompt's tokens ---- */
+
+/* least: the count, or (exact false) a lower bound of it: tokenizing
+ * stopped there */
+static int too_long(oai_error *e, const char *param, int32_t max_prompt, int32_t least,
+                    bool exact) {
+    return oai_seterr(e, 400, "invalid_request_error", param, "context_length_exceeded",
+                      "this model's context leaves room for %d prompt tokens; the prompt has %s%d",
+                      max_prompt, exact ? "" : "at least ", least);
+}
+
+int oai_prompt_tokens(const oai_req *q, chat_tmpl t, const sp_vocab *v, int32_t max_prompt,
+                      sp_token **out, int32_t *n, oai_error *e) {
+    const char *param = q->chat ? "messages" : "prompt";
+    *out = NULL;
+    *n = 0;
+    if (max_prompt < 0) max_prompt = 0;
+    if (!q->chat && !q->prompt) { /* token ids, already checked against the vocabulary */
+        if (q->n_tokens == 0)
+            return oai_seterr(e, 400, "invalid_request_error", param, "invalid_value",
+                              "the prompt is empty");
+        if (q->n_tokens > max_prompt) return too_long(e, param, max_prompt, q->n_tokens, true);
+        sp_token *c = malloc((size_t)q->n_tokens * sizeof(sp_token));
+        if (!c) return oai_seterr(e, 500, "server_error", NULL, NULL, "out of memory");
+        memcpy(c, q->tokens, (size_t)q->n_tokens * sizeof(sp_token));
+        *out = c;
+        *n = q->n_tokens;
+        return 0;
+    }
+    char *text = NULL;
+    chat_span *cs = NULL;
+    sp_span *spans = NULL;
+    int n_cs = 0, rc = -1;
+    int32_t ids[16];
+    sp_tok_opts o = {.add_special = true};
+    if (q->chat) {
+        char err[512];
+        text = chat_render_spans(t, q->msgs, q->n_msgs, &cs, &n_cs, err, sizeof(err));
+        if (!text) {
+            if (!strcmp(err, "out of memory"))
+                return oai_seterr(e, 500, "server_error", NULL, NULL, "out of memory");
+            return oai_seterr(e, 400, "invalid_request_error", "messages", "invalid_value", "%s",
+                              err);
+        }
+        /* special tokens only in the template's markup: the spans, and the
+         * markup's tokens even where the vocabulary says USER_DEFINED (which
+         * plain text would otherwise match) */
+        spans = malloc((size_t)(n_cs ? n_cs : 1) * sizeof(sp_span));
+        if (!spans) {
+            oai_seterr(e, 500, "server_error", NULL, NULL, "out of memory");
+            goto done;
+        }
+        for (int i = 0; i < n_cs; i++) spans[i] = (sp_span){cs[i].off, cs[i].len};
+        int n_ids = 0;
+        for (const char *const *m = chat_tmpl_markup(t); *m && n_ids < 12; m++) {
+            int32_t id = sp_vocab_find(v, *m, strlen(*m));
+            if (id >= 0) ids[n_ids++] = id;
+        }
+        const int32_t own[3] = {sp_vocab_bos(v), sp_vocab_eos(v), sp_vocab_eot(v)};
+        for (int i = 0; i < 3; i++)
+            if (own[i] >= 0) ids[n_ids++] = own[i];
+        o.spans = spans;
+        o.n_spans = (size_t)n_cs;
+        o.markup_ids = ids;
+        o.n_markup_ids = n_ids;
+    }
+    const char *p = q->chat ? text : q->prompt;
+    sp_token *toks;
+    int k = sp_tokenize_bounded(v, p, strlen(p), max_prompt, &o, &toks);
+    if (k == INT32_MIN) {
+        oai_seterr(e, 500, "server_error", NULL, NULL, "out of memory");
+    } else if (k < 0) {
+        too_long(e, param, max_prompt, -k, false);
+    } else if (k == 0) {
+        free(toks);
+        oai_seterr(e, 400, "invalid_request_error", param, "invalid_value", "the prompt is empty");
+    } else {
+        *out = toks;
+        *n = k;
+        rc = 0;
+    }
+done:
+    free(text);
+    free(cs);
+    free(spans);
+    return rc;
 }

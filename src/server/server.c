@@ -1,6 +1,6 @@
 /* server.c: the OpenAI-compatible HTTP server on libmicrohttpd.
  *
- * Threads: MHD runs a small pool of event-loop threads (epoll), each with
+ * Threads: MHD runs a small pool of event-loop threads (poll), each with
  * its own connections; no connection holds a thread of its own, so a
  * client that sends slowly, reads slowly or idles costs a socket and a few
  * hundred bytes, not a thread. Nothing in an MHD callback blocks: a
@@ -619,47 +619,6 @@ static void make_id(sp_server *s, const char *prefix, char *out, size_t len) {
     snprintf(out, len, "%s%08llx%016llx", prefix, (unsigned long long)(ts.tv_sec & 0xffffffff),
              (unsigned long long)(n * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_nsec));
 }
-
-/* TEMPORARY until openai.c provides it */
-static int prompt_tokens_tmp(const oai_req *q, chat_tmpl t, const sp_vocab *v, int32_t max_prompt,
-                             sp_token **out, int32_t *n, oai_error *e) {
-    char err[512];
-    char *text = NULL;
-    *out = NULL;
-    *n = 0;
-    if (q->chat) {
-        text = chat_render(t, q->msgs, q->n_msgs, err, sizeof(err));
-        if (!text) return oai_seterr(e, 400, "invalid_request_error", "messages", "invalid_value", "%s", err);
-    }
-    const char *ptext = q->chat ? text : q->prompt;
-    sp_token *toks = NULL;
-    int32_t k = 0;
-    if (ptext) {
-        size_t len = strlen(ptext);
-        int need = sp_tokenize(v, ptext, len, NULL, 0, true, q->chat);
-        if (need < 0) need = -need;
-        toks = malloc((size_t)(need ? need : 1) * sizeof(sp_token));
-        if (!toks || (k = sp_tokenize(v, ptext, len, toks, need, true, q->chat)) < 0) {
-            free(toks); free(text);
-            return oai_seterr(e, 500, "server_error", NULL, NULL, "cannot tokenize the prompt");
-        }
-    } else {
-        toks = malloc((size_t)(q->n_tokens ? q->n_tokens : 1) * sizeof(sp_token));
-        if (!toks) return oai_seterr(e, 500, "server_error", NULL, NULL, "out of memory");
-        memcpy(toks, q->tokens, (size_t)q->n_tokens * sizeof(sp_token));
-        k = q->n_tokens;
-    }
-    free(text);
-    if (k == 0) {
-        free(toks);
-        return oai_seterr(e, 400, "invalid_request_error", q->chat ? "messages" : "prompt", "invalid_value", "the prompt is empty");
-    }
-    (void)max_prompt;
-    *out = toks;
-    *n = k;
-    return 0;
-}
-#define oai_prompt_tokens prompt_tokens_tmp
 
 /* A plain (non-streaming) request's answer once the engine finished it;
  * until then the connection is suspended and this runs again at each
@@ -1388,9 +1347,14 @@ sp_server *sp_server_start(const sp_server_opts *o, char *err, size_t errlen) {
         sp_server_free(s);
         return NULL;
     }
-    /* event loops (epoll) in a small pool of threads, connections
-     * suspended while the engine works: see the top of this file */
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+    /* event loops in a small pool of threads, connections suspended while
+     * the engine works: see the top of this file. poll(), not epoll: MHD
+     * 0.9.75 runs epoll edge-triggered and drops read-readiness after a
+     * short read, so a FIN that arrives with the last bytes of a truncated
+     * body is never read and the connection hangs until --recv-timeout;
+     * poll is level-triggered, and costs O(connections) per wake-up, which
+     * at --max-conns of a few thousand is microseconds */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,

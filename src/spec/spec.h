@@ -10,6 +10,7 @@
 #ifndef SP_SPEC_H
 #define SP_SPEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,10 +38,12 @@ int32_t sp_ngram_propose(const sp_token *toks, int32_t n, int32_t n_min, int32_t
 
 /* A bounded store of earlier requests' token sequences (their outputs, and
  * whatever else the engine adds), indexed so any recent context can be
- * matched against all of them. When it holds more than max_tokens tokens,
- * whole sequences are dropped, least recently added first (propose takes
- * the store const, so use does not refresh a sequence). A sequence longer
- * than max_tokens keeps only its last max_tokens tokens.
+ * matched against all of them. The engine keeps one per cache salt (see
+ * partitions below), never one shared by every request. When it holds
+ * more than max_tokens tokens, whole sequences are dropped, least recently
+ * added first (propose takes the store const, so use does not refresh a
+ * sequence). A sequence longer than max_tokens keeps only its last
+ * max_tokens tokens.
  *
  * Both indexes are suffix tries of depth D = max_depth over every suffix
  * start; memory is ~40 bytes per trie node and a sequence of n tokens makes
@@ -54,6 +57,16 @@ void sp_suffix_store_free(sp_suffix_store *s);
 /* Adds one finished sequence. 0, or -1 on out of memory (store unchanged). */
 int sp_suffix_store_add(sp_suffix_store *s, const sp_token *toks, int32_t n);
 size_t sp_suffix_store_tokens(const sp_suffix_store *s);
+/* Drops the oldest sequence; returns its token count (0 when empty). */
+size_t sp_suffix_store_drop_oldest(sp_suffix_store *s);
+/* Dropping frees nodes into a free list but never shrinks the arrays; this
+ * rebuilds the index at the present size when its arrays have room for
+ * more than 4x the nodes the held sequences could need (so memory follows
+ * what the store holds, not its peak). 1 rebuilt, 0 not needed, -1 out of
+ * memory (the store is unchanged and still valid). O(tokens * D). */
+int sp_suffix_store_shrink(sp_suffix_store *s);
+/* Bytes held (index arrays at their capacity, plus the sequences). */
+size_t sp_suffix_store_bytes(const sp_suffix_store *s);
 
 /* Per-request index over its own prompt and output, grown as tokens are
  * committed. */
@@ -66,7 +79,8 @@ void sp_suffix_seq_free(sp_suffix_seq *q);
 int sp_suffix_seq_append(sp_suffix_seq *q, const sp_token *toks, int32_t n);
 
 /* Proposes up to k_max tokens continuing the sequence indexed by q (its own
- * history) using both q and the global store s (either may be NULL): the
+ * history) using both q and the store s of earlier outputs (either may be
+ * NULL; the engine passes the store of the request's partition): the
  * longest suffix of the history that occurs before (in q) or anywhere (in
  * s) is matched, and the proposal follows the most frequent continuation,
  * token by token, while the estimated probability that the whole proposal
@@ -97,5 +111,72 @@ int32_t sp_suffix_propose(const sp_suffix_store *s, const sp_suffix_seq *q, int3
  * stored sequences / the history. 0, or -1 with a message in err. */
 int sp_suffix_store_check(const sp_suffix_store *s, char *err, size_t errlen);
 int sp_suffix_seq_check(const sp_suffix_seq *q, char *err, size_t errlen);
+
+/* ---- partitions: what speculation learns, kept apart per cache salt ------ */
+
+/* Everything speculative decoding learns from one request and uses for
+ * another (the suffix store of earlier outputs, the acceptance prior per
+ * method) lives in a partition keyed by the request's cache salt, the same
+ * string that isolates the prefix cache; requests without a salt share the
+ * partition "". A request reads and feeds only its own partition, so what
+ * it is proposed, how many tokens are drafted and accepted, and how long
+ * that takes, depend only on requests of its own salt (tenant): a
+ * different salt can never tell whether a text was generated before.
+ *
+ * Bounds: at most max_parts partitions (the least recently used one that no
+ * request holds is dropped, with everything it learned, to make room) and
+ * max_tokens stored tokens in all (when an add goes over, the least
+ * recently used partitions lose their oldest sequences first; one
+ * partition alone keeps at most max_tokens, dropping its own oldest).
+ * Stores are created at their first add, freed when emptied and rebuilt
+ * smaller when trimmed well below their peak (sp_suffix_store_shrink), so
+ * memory is proportional to the tokens held, ~40 * D bytes per token at
+ * worst (x2 for array growth, x4 before a shrink), plus ~100 bytes and the
+ * salt per partition. A lookup hashes the salt (FNV-1a: a tenant that
+ * forges colliding salts only lengthens its own lookups, at most max_parts
+ * long); nothing is allocated except when a partition or a store is
+ * created or an add grows a store.
+ * Not thread-safe: the engine touches it only under its lock (in practice
+ * on its thread: admission, proposals, verification, finish). */
+#define SP_SPEC_PRIOR0 0.5f /* a new partition's acceptance prior, every method */
+#define SP_SPEC_N_METHODS 4 /* priors indexed by sp_spec_mode: OFF (unused) .. DRAFT */
+
+typedef struct sp_spec_parts sp_spec_parts;
+typedef struct sp_spec_part sp_spec_part;
+
+/* max_parts >= 1 (values below are taken as 1); max_tokens 0 stores
+ * nothing; depth as sp_suffix_store_create. NULL on out of memory. */
+sp_spec_parts *sp_spec_parts_create(size_t max_tokens, int32_t max_parts, int32_t depth);
+void sp_spec_parts_free(sp_spec_parts *m);
+/* The partition of salt (NULL = ""), created if missing, made the most
+ * recently used, and held: it is not dropped until every holder released
+ * it (its store can still be trimmed). NULL when out of memory, or when all
+ * max_parts partitions are held (a caller that holds fewer than max_parts
+ * at a time never sees this). */
+sp_spec_part *sp_spec_parts_acquire(sp_spec_parts *m, const char *salt);
+void sp_spec_parts_release(sp_spec_parts *m, sp_spec_part *p);
+/* The partition of salt if it exists (no side effects), else NULL. */
+const sp_spec_part *sp_spec_parts_find(const sp_spec_parts *m, const char *salt);
+/* Adds a finished sequence to p's store within the bounds above; the store
+ * is created on the first add. 0, or -1 on out of memory (nothing
+ * changed). */
+int sp_spec_parts_add(sp_spec_parts *m, sp_spec_part *p, const sp_token *toks, int32_t n);
+/* p's store for sp_suffix_propose; NULL when it holds nothing. Valid until
+ * the next add, acquire or release on the map. */
+const sp_suffix_store *sp_spec_part_store(const sp_spec_part *p);
+/* p's acceptance prior per method ([SP_SPEC_N_METHODS], indexed by
+ * sp_spec_mode), which the engine moves with every verification. */
+float *sp_spec_part_priors(sp_spec_part *p);
+float sp_spec_part_prior(const sp_spec_part *p, sp_spec_mode m); /* priors[m] */
+const char *sp_spec_part_salt(const sp_spec_part *p);
+int32_t sp_spec_parts_count(const sp_spec_parts *m);
+size_t sp_spec_parts_tokens(const sp_spec_parts *m);
+size_t sp_spec_parts_bytes(const sp_spec_parts *m);
+/* For tests and sp_engine_check: the lookup table, LRU list, counts, token
+ * total and bounds agree; held partitions number `holds` in total (-1: not
+ * checked); with deep, each store is also recounted (sp_suffix_store_check,
+ * O(tokens * D)). 0, or -1 with a message in err. */
+int sp_spec_parts_check(const sp_spec_parts *m, int64_t holds, bool deep, char *err,
+                        size_t errlen);
 
 #endif

@@ -1,7 +1,7 @@
 /* suffix.c: suffix matching (SuffixDecoding, Oliaro et al. 2024; see spec.h).
  *
- * Both the per-request index and the global store are suffix tries of
- * bounded depth D: inserting a sequence t[0..n) inserts, for every start i,
+ * Both the per-request index and the store of earlier outputs (one per
+ * cache-salt partition, see parts.c) are suffix tries of bounded depth D: inserting a sequence t[0..n) inserts, for every start i,
  * the path t[i..min(i+D, n)), adding 1 to the count of each node on it. So a
  * node for the string w (|w| <= D) counts the occurrences of w, and for
  * |w| < D the counts of its children are exactly how often each token
@@ -237,7 +237,7 @@ static void st_insert_all(st_trie *t, const sp_token *toks, int32_t n) {
     }
 }
 
-/* ---- global store ---------------------------------------------------------- */
+/* ---- store of earlier outputs (one per partition) ------------------------- */
 
 typedef struct st_rec {
     struct st_rec *next;
@@ -248,6 +248,8 @@ typedef struct st_rec {
 struct sp_suffix_store {
     st_trie t;
     size_t max_tokens, tokens;
+    uint64_t bound;      /* sum over the sequences of path_nodes_bound: the most
+                            nodes they can need (sp_suffix_store_shrink) */
     st_rec *head, *tail; /* oldest first */
 };
 
@@ -280,7 +282,42 @@ static void store_drop_oldest(sp_suffix_store *s) {
     s->head = r->next;
     if (!s->head) s->tail = NULL;
     s->tokens -= (size_t)r->n;
+    s->bound -= path_nodes_bound(r->n, s->t.depth);
     free(r);
+}
+
+size_t sp_suffix_store_drop_oldest(sp_suffix_store *s) {
+    if (!s || !s->head) return 0;
+    const size_t n = (size_t)s->head->n;
+    store_drop_oldest(s);
+    return n;
+}
+
+int sp_suffix_store_shrink(sp_suffix_store *s) {
+    if (!s) return 0;
+    /* the arrays never shrink by themselves (freed nodes go to a free list,
+     * the hash table keeps its size): rebuild when they hold room for more
+     * than 4x the nodes the sequences could need, so the memory of a store
+     * follows what it holds now rather than its peak. After a rebuild the
+     * room is at most 2x the need (power-of-two growth), so a rebuild is
+     * paid for by the tokens dropped since the last one. */
+    if ((uint64_t)s->t.cap_nodes <= 64 || (uint64_t)s->t.cap_nodes <= 4 * s->bound) return 0;
+    st_trie t;
+    if (st_init(&t, s->t.depth) != 0) return -1;
+    if (st_reserve(&t, s->bound) != 0) {
+        st_destroy(&t);
+        return -1; /* keep the old one: still correct, only larger */
+    }
+    for (const st_rec *r = s->head; r; r = r->next) st_insert_all(&t, r->toks, r->n);
+    st_destroy(&s->t);
+    s->t = t;
+    return 1;
+}
+
+size_t sp_suffix_store_bytes(const sp_suffix_store *s) {
+    if (!s) return 0;
+    return sizeof(*s) + (size_t)s->t.cap_nodes * sizeof(st_node) +
+           (size_t)s->t.n_slots * sizeof(st_slot) + s->tokens * sizeof(sp_token);
 }
 
 int sp_suffix_store_add(sp_suffix_store *s, const sp_token *toks, int32_t n) {
@@ -303,6 +340,7 @@ int sp_suffix_store_add(sp_suffix_store *s, const sp_token *toks, int32_t n) {
     else s->head = r;
     s->tail = r;
     s->tokens += (size_t)n;
+    s->bound += path_nodes_bound(n, s->t.depth);
     while (s->tokens > s->max_tokens) store_drop_oldest(s);
     return 0;
 }
@@ -552,9 +590,13 @@ out:
 
 int sp_suffix_store_check(const sp_suffix_store *s, char *err, size_t errlen) {
     size_t n_seqs = 0, tokens = 0;
-    for (const st_rec *r = s->head; r; r = r->next) n_seqs++, tokens += (size_t)r->n;
-    if (tokens != s->tokens || tokens > s->max_tokens) {
-        sp_seterr(err, errlen, "tokens %zu, counted %zu, max %zu", s->tokens, tokens, s->max_tokens);
+    uint64_t bound = 0;
+    for (const st_rec *r = s->head; r; r = r->next)
+        n_seqs++, tokens += (size_t)r->n, bound += path_nodes_bound(r->n, s->t.depth);
+    if (tokens != s->tokens || tokens > s->max_tokens || bound != s->bound) {
+        sp_seterr(err, errlen, "tokens %zu, counted %zu, max %zu; node bound %llu, counted %llu",
+                  s->tokens, tokens, s->max_tokens, (unsigned long long)s->bound,
+                  (unsigned long long)bound);
         return -1;
     }
     const sp_token **seqs = malloc((n_seqs + 1) * sizeof(*seqs));

@@ -70,12 +70,17 @@ static bool encode_word(const sp_vocab *v, const char *w, size_t len, work *k, s
     return true;
 }
 
-bool sp_tok_bpe_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out) {
+bool sp_tok_bpe_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out,
+                       size_t limit) {
     sp_tok_words words = {0};
     work k = {0};
+    /* The split runs over the whole fragment (the regexes give no place
+     * where a split of a prefix is sure to agree with the whole's); the
+     * caller's byte bound keeps the fragment in proportion to the limit,
+     * and the merges, the costly part, stop at the limit. */
     bool ok = sp_tok_pretok_split(v->pretok, text, len, &words);
     size_t start = 0;
-    for (size_t i = 0; ok && i < words.n; i++) {
+    for (size_t i = 0; ok && i < words.n && out->n <= limit; i++) {
         ok = encode_word(v, words.buf + start, words.end[i] - start, &k, out);
         start = words.end[i];
     }

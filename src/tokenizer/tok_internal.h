@@ -101,6 +101,17 @@ struct sp_vocab {
     uint32_t *piece_off, *piece_len;
 
     sp_pretok *pretok; /* BPE only */
+
+    /* Work bounds (vocab.c, set at load; see sp_vocab_max_token_bytes). */
+    uint32_t max_token_bytes; /* 0: no bound */
+    bool has_strip;           /* some token has LSTRIP or RSTRIP */
+    /* SPM: the adjacent symbol pairs of every token text (symbols as
+     * sp_tok_split_symbols cuts them), as a bit set indexed by a hash: a
+     * clear bit means no merge can ever join that pair, so the text can be
+     * cut there and each side encoded alone with the same result. A hash
+     * collision only makes a place look unsafe. NULL: never cut. */
+    uint64_t *pair_bits;
+    uint64_t pair_mask; /* number of bits - 1 */
 };
 
 uint64_t sp_tok_hash_bytes(uint64_t h, const void *p, size_t n);
@@ -110,9 +121,20 @@ int32_t sp_tok_lookup(const sp_vocab *v, const char *s, size_t n);
 /* rank of the merge (left, right), -1 if none. */
 int32_t sp_tok_merge_rank(const sp_vocab *v, const char *l, size_t ln, const char *r, size_t rn);
 
-/* Encoders: append the tokens of one raw-text fragment to out. */
+/* Encoders: append the tokens of one raw-text fragment to out. The BPE
+ * encoder stops after the word that takes out->n past limit (SIZE_MAX:
+ * never); the SPM one encodes all it is given (tokenize.c cuts long SPM
+ * text into chunks, see pair_bits). false on allocation failure. */
 bool sp_tok_spm_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out);
-bool sp_tok_bpe_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out);
+bool sp_tok_bpe_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out,
+                       size_t limit);
+/* SPM chunks end at the first safe cut after this many bytes (tokenize.c;
+ * 2048). Tests set SIZE_MAX, never to cut, to check that cutting changes
+ * nothing; nothing else writes it. */
+extern size_t sp_tok_spm_cut_after;
+/* Whether a merge could join the adjacent symbols a[la] and b[lb] (true
+ * when the vocabulary has no pair set). */
+bool sp_tok_pair_may_merge(const sp_vocab *v, const char *a, size_t la, const char *b, size_t lb);
 
 /* A symbol of the SPM/BPE merge loops: bytes text[off, off + n) in a
  * doubly linked list (prev/next indices, -1 at the ends); n = 0 once it has

@@ -61,6 +61,54 @@ const char *sp_vocab_token_text(const sp_vocab *v, int32_t tok);
 int sp_tokenize(const sp_vocab *v, const char *text, size_t len, int32_t *out, int n_max,
                 bool add_special, bool parse_special);
 
+/* The most bytes of input text one token can stand for (the longest token
+ * text; for byte-level BPE, in code points, one per input byte), computed
+ * at load; 0 when the vocabulary gives no such bound (it has no token for
+ * some bytes, which are then dropped, as llama.cpp does). A text of more
+ * than n * this many bytes needs more than n tokens, so it can be refused
+ * without being tokenized (sp_tokenize_bounded does; for a vocabulary
+ * whose special tokens swallow the white space next to them, the ASCII
+ * white space is not counted). */
+int32_t sp_vocab_max_token_bytes(const sp_vocab *v);
+/* The token whose stored text is exactly s[len]; -1 if none. */
+int32_t sp_vocab_find(const sp_vocab *v, const char *s, size_t len);
+
+/* A byte range [off, off + len) of a text. */
+typedef struct {
+    size_t off, len;
+} sp_span;
+
+/* How sp_tokenize_bounded reads special-token text. */
+typedef struct {
+    bool add_special;   /* as sp_tokenize's */
+    bool parse_special; /* as sp_tokenize's, when spans is NULL */
+    /* When spans is non-NULL (sorted, disjoint; n_spans may be 0), CONTROL
+     * and UNKNOWN tokens, and the tokens listed in markup_ids whatever
+     * their type, are recognized only where their text lies wholly inside
+     * one span; everywhere else the text reads as with parse_special false
+     * (USER_DEFINED tokens are still recognized). For a chat prompt the
+     * spans are the template's markup, so message content can never forge
+     * a turn: the result equals sp_tokenize(parse_special true) whenever the
+     * content holds no special-token text. */
+    const sp_span *spans;
+    size_t n_spans;
+    const int32_t *markup_ids;
+    int n_markup_ids;
+} sp_tok_opts;
+
+/* Tokenizes as sp_tokenize does (same tokens), but the work is bounded by
+ * n_max: a text that cannot fit in n_max tokens by its length alone (see
+ * sp_vocab_max_token_bytes) is refused before any tokenizing, and
+ * otherwise tokenizing stops soon after the count passes n_max, rather
+ * than costing the whole text. Returns the count (0..n_max) with *out a
+ * malloc'd array of it (the caller frees it; never NULL on success, even
+ * for 0 tokens); or a value <= -(n_max + 1), minus a lower bound of the
+ * count, with *out NULL, when the text needs more than n_max tokens;
+ * INT32_MIN (and *out NULL) if memory ran out. o NULL: add_special and
+ * parse_special false. Thread-safe for a shared vocabulary. */
+int sp_tokenize_bounded(const sp_vocab *v, const char *text, size_t len, int n_max,
+                        const sp_tok_opts *o, int32_t **out);
+
 /* The bytes a token stands for (SPM "▁" -> ' ', <0xNN> -> that byte, GPT-2
  * byte-unicode decoded). Control tokens give "" unless render_special.
  * Returns the byte count; when len is too small returns -(count needed). */

@@ -63,6 +63,21 @@ int32_t sp_tok_merge_rank(const sp_vocab *v, const char *l, size_t ln, const cha
     }
 }
 
+/* The bit of the symbol pair (a, b) in pair_bits; la is hashed between
+ * the two so that a pair is not confused with another cut of the same
+ * bytes. */
+static uint64_t pair_bit(const char *a, size_t la, const char *b, size_t lb) {
+    uint64_t h = sp_tok_hash_bytes(SP_TOK_HASH_SEED, a, la);
+    h = sp_tok_hash_bytes(h ^ ((uint64_t)la * 0x9E3779B97F4A7C15ull), b, lb);
+    return hash_slot(h);
+}
+
+bool sp_tok_pair_may_merge(const sp_vocab *v, const char *a, size_t la, const char *b, size_t lb) {
+    if (!v->pair_bits) return true;
+    uint64_t i = pair_bit(a, la, b, lb) & v->pair_mask;
+    return (v->pair_bits[i >> 6] >> (i & 63)) & 1;
+}
+
 static uint64_t table_size(uint64_t n) {
     uint64_t s = 16;
     while (s < n * 2) s *= 2;
@@ -208,6 +223,95 @@ static size_t make_piece(const sp_vocab *v, int32_t id, char *buf) {
     }
     return o;
 #undef PUT
+}
+
+/* Whether every byte of any input ends up in some token: llama.cpp drops
+ * the bytes it finds no token for (SPM: no byte token and no UNK; BPE: a
+ * symbol that is not a token goes out as the tokens of its single bytes,
+ * those that exist), and a dropped byte breaks the byte bound. For BPE the
+ * symbols are the byte characters and the results of merges. */
+static bool covers_every_byte(const sp_vocab *v) {
+    if (v->kind == SP_VOCAB_SPM) {
+        if (v->unk >= 0) return true;
+        for (int b = 0; b < 256; b++)
+            if (v->byte_tok[b] < 0) return false;
+        return true;
+    }
+    for (int b = 0; b < 256; b++) {
+        /* the pre-tokenizer re-encodes code points as UTF-8, which never
+         * holds these bytes */
+        if (b == 0xc0 || b == 0xc1 || b >= 0xf5) continue;
+        char u[4];
+        int k = sp_tok_utf8_encode(sp_tok_byte_to_ucp((uint8_t)b), u);
+        if (sp_tok_lookup(v, u, (size_t)k) < 0) return false;
+    }
+    char *cat = NULL;
+    size_t cap = 0;
+    bool ok = true;
+    for (int32_t i = 0; ok && i < v->n_merges; i++) {
+        const char *t = v->merge_text + v->merge_off[i];
+        size_t n = v->merge_len[i];
+        const char *sp = n > 1 ? memchr(t + 1, ' ', n - 1) : NULL;
+        if (!sp) continue; /* never matches a pair (see the merge table) */
+        if (n > cap) {
+            char *nc = realloc(cat, n);
+            if (!nc) { /* no bound then, which is only slower */
+                ok = false;
+                break;
+            }
+            cat = nc;
+            cap = n;
+        }
+        size_t ln = (size_t)(sp - t);
+        memcpy(cat, t, ln);
+        memcpy(cat + ln, sp + 1, n - ln - 1);
+        ok = sp_tok_lookup(v, cat, n - 1) >= 0;
+    }
+    free(cat);
+    return ok;
+}
+
+/* max_token_bytes, has_strip and (SPM) pair_bits; false when out of
+ * memory. About 20 ms for a 150k-token vocabulary. */
+static bool work_bounds(sp_vocab *v) {
+    uint32_t most = 0;
+    uint64_t n_pairs = 0;
+    for (int32_t id = 0; id < v->n_tokens; id++) {
+        const char *t = tok_text(v, id);
+        uint32_t n = v->text_len[id], k = n;
+        v->has_strip |= (v->attr[id] & (SP_ATTR_LSTRIP | SP_ATTR_RSTRIP)) != 0;
+        bool special = v->attr[id] & (SP_ATTR_CONTROL | SP_ATTR_USER_DEFINED | SP_ATTR_UNKNOWN);
+        if (v->kind == SP_VOCAB_BPE && !special) {
+            k = 0; /* one code point of the byte-level text per input byte */
+            for (uint32_t i = 0; i < n; i++) k += ((unsigned char)t[i] & 0xc0) != 0x80;
+        }
+        if (k > most) most = k;
+        for (uint32_t off = 0; off < n; n_pairs++)
+            off += (uint32_t)SP_MIN(sp_tok_utf8_lead_len((unsigned char)t[off]), n - off);
+        n_pairs--; /* symbols - 1 (every text has at least one byte) */
+    }
+    v->max_token_bytes = covers_every_byte(v) ? most : 0;
+    if (v->kind != SP_VOCAB_SPM) return true;
+    /* about 16 bits per pair keeps false "may merge" answers near 6%;
+     * 2^24 bits (2 MiB) at most */
+    uint64_t bits = 1024;
+    while (bits < 16 * n_pairs && bits < (1ull << 24)) bits *= 2;
+    v->pair_bits = calloc(bits / 64, sizeof(uint64_t));
+    if (!v->pair_bits) return false;
+    v->pair_mask = bits - 1;
+    for (int32_t id = 0; id < v->n_tokens; id++) {
+        const char *t = tok_text(v, id);
+        size_t n = v->text_len[id], a = 0;
+        size_t la = SP_MIN(sp_tok_utf8_lead_len((unsigned char)t[0]), n);
+        while (a + la < n) {
+            size_t b = a + la, lb = SP_MIN(sp_tok_utf8_lead_len((unsigned char)t[b]), n - b);
+            uint64_t i = pair_bit(t + a, la, t + b, lb) & v->pair_mask;
+            v->pair_bits[i >> 6] |= 1ull << (i & 63);
+            a = b;
+            la = lb;
+        }
+    }
+    return true;
 }
 
 sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
@@ -581,6 +685,7 @@ sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
         v->pretok = sp_tok_pretok_create(pinfo.regexes, pinfo.n_regexes, err, errlen);
         if (!v->pretok) goto fail;
     }
+    if (!work_bounds(v)) goto oom;
     return v;
 oom:
     sp_seterr(err, errlen, "out of memory loading the vocabulary");
@@ -607,6 +712,7 @@ void sp_vocab_free(sp_vocab *v) {
     free(v->piece_off);
     free(v->piece_len);
     sp_tok_pretok_free(v->pretok);
+    free(v->pair_bits);
     free(v);
 }
 
@@ -618,6 +724,11 @@ int32_t sp_vocab_eos(const sp_vocab *v) { return v->eos; }
 int32_t sp_vocab_eot(const sp_vocab *v) { return v->eot; }
 bool sp_vocab_add_bos(const sp_vocab *v) { return v->add_bos; }
 bool sp_vocab_add_eos(const sp_vocab *v) { return v->add_eos; }
+int32_t sp_vocab_max_token_bytes(const sp_vocab *v) { return (int32_t)v->max_token_bytes; }
+
+int32_t sp_vocab_find(const sp_vocab *v, const char *s, size_t len) {
+    return s ? sp_tok_lookup(v, s, len) : -1;
+}
 
 bool sp_vocab_is_eog(const sp_vocab *v, int32_t tok) {
     return tok >= 0 && tok < v->n_tokens && v->eog[tok];

@@ -5,10 +5,12 @@
  * template (bits 2-4); the rest is the body.
  *
  * Completions and chat go through oai_parse (parse and validate), and an
- * accepted request through what the server does next: chat rendering and
- * tokenizing the prompt. Every accepted request must satisfy what the
- * server relies on (ranges, counts, strings present); every refusal must
- * give a 4xx/5xx error whose JSON (oai_error_json) parses back.
+ * accepted request through what the server does next: the prompt's tokens
+ * (oai_prompt_tokens: chat rendering, bounded tokenizing with special
+ * tokens only in the template's markup). Every accepted request must
+ * satisfy what the server relies on (ranges, counts, strings present, no
+ * NUL cut short); every refusal must give a 4xx/5xx error whose JSON
+ * (oai_error_json) parses back.
  *
  * /tokenize and /detokenize are parsed inside src/server/server.c, in
  * static handlers tied to libmicrohttpd connections; fzr_tokenize and
@@ -47,20 +49,36 @@ static void fzr_check_error(const oai_error *e) {
     sb_free(&b);
 }
 
-/* Tokenizes a prompt as handle_generate does (bounded: the fuzzer's time
- * is better spent elsewhere than in the merge loops of a long text). */
-static void fzr_tokenize_prompt(const sp_vocab *v, const char *text, bool chat) {
+/* The prompt's tokens as the server takes them, at most FZR_MAX_PROMPT:
+ * a refusal is a well-formed error (400, or 500 for memory), an answer
+ * holds 1..FZR_MAX_PROMPT ids of the vocabulary, and a completion's text
+ * gives exactly sp_tokenize's tokens (plain text, BOS as asked). */
+#define FZR_MAX_PROMPT 2047
+static void fzr_prompt_tokens(const oai_req *q, chat_tmpl tmpl, const sp_vocab *v) {
     if (!v) return;
-    size_t len = strlen(text);
-    if (len > 2048) len = 2048;
-    int need = sp_tokenize(v, text, len, NULL, 0, true, chat);
-    FZ_ASSERT(need != INT32_MIN);
-    if (need < 0) need = -need;
-    sp_token *toks = malloc((size_t)(need ? need : 1) * sizeof(sp_token));
-    if (!toks) return;
-    int n = sp_tokenize(v, text, len, toks, need, true, chat);
-    FZ_ASSERT(n == need);
-    free(toks);
+    sp_token *t = NULL;
+    int32_t n = 0;
+    oai_error e;
+    memset(&e, 0, sizeof(e));
+    if (oai_prompt_tokens(q, tmpl, v, FZR_MAX_PROMPT, &t, &n, &e)) {
+        fzr_check_error(&e);
+        FZ_ASSERT(!t && (e.status == 400 || e.status == 500));
+        if (q->chat && tmpl != CHAT_NONE && e.status == 400) /* roles were validated */
+            FZ_ASSERT(e.code && (!strcmp(e.code, "context_length_exceeded") ||
+                                 !strcmp(e.message, "the prompt is empty")));
+        return;
+    }
+    FZ_ASSERT(t && n >= 1 && n <= FZR_MAX_PROMPT);
+    for (int32_t i = 0; i < n; i++) FZ_ASSERT(t[i] >= 0 && t[i] < sp_vocab_n_tokens(v));
+    if (!q->chat && q->prompt) {
+        sp_token *w = malloc((size_t)(n + 1) * sizeof(sp_token));
+        if (w) {
+            FZ_ASSERT(sp_tokenize(v, q->prompt, strlen(q->prompt), w, n, true, false) == n);
+            FZ_ASSERT(memcmp(w, t, (size_t)n * sizeof(sp_token)) == 0);
+            free(w);
+        }
+    }
+    free(t);
 }
 
 static void fzr_generate(const char *body, size_t len, bool chat, chat_tmpl tmpl,
@@ -95,16 +113,20 @@ static void fzr_generate(const char *body, size_t len, bool chat, chat_tmpl tmpl
     FZ_ASSERT(q.spec_k >= 0 && q.spec_k <= SP_SPEC_K_MAX);
     FZ_ASSERT(!q.include_usage || q.stream);
 
+    /* no string was cut at an escaped NUL: an accepted body has none */
+    for (size_t i = 0; i + 1 < len; i++)
+        if (body[i] == '\\') {
+            FZ_ASSERT(strncmp(body + i + 1, "u0000", 5) != 0);
+            i++; /* the escaped character */
+        }
     if (chat) {
         char err[512];
         char *text = chat_render(tmpl, q.msgs, q.n_msgs, err, sizeof(err));
         if (tmpl == CHAT_NONE) FZ_ASSERT(!text);
         else FZ_ASSERT(text); /* roles were validated: rendering cannot fail */
-        if (text) fzr_tokenize_prompt(v, text, true);
         free(text);
-    } else if (q.prompt) {
-        fzr_tokenize_prompt(v, q.prompt, false);
     }
+    fzr_prompt_tokens(&q, chat ? tmpl : CHAT_NONE, v);
     oai_req_free(&q);
 }
 

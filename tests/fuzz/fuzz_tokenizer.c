@@ -8,8 +8,16 @@
  * gets -(needed), every id is in the vocabulary, tokenizing is
  * deterministic, and detokenizing (streaming and piece by piece) keeps its
  * promises (see fz_detok_stream). Arbitrary ids, in and out of range, go
- * through sp_token_to_piece and the streaming detokenizer too. */
+ * through sp_token_to_piece and the streaming detokenizer too.
+ *
+ * Bounded tokenizing (sp_tokenize_bounded) must give sp_tokenize's tokens
+ * whenever they fit, and otherwise a refusal whose lower bound of the count
+ * holds (the byte bound and the early stop are never wrong); special-token
+ * spans over the whole text must equal parse_special, no spans must equal
+ * plain text; and SPM text cut into chunks every few bytes must give the
+ * tokens of one uncut merge loop. */
 #include "fuzz_common.h"
+#include "tokenizer/tok_internal.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
@@ -56,6 +64,52 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FZ_ASSERT(sp_tokenize(v, text, len, again, n, add_special, parse_special) == n);
         FZ_ASSERT(memcmp(again, toks, (size_t)n * sizeof(int32_t)) == 0);
         free(again);
+    }
+
+    /* bounded: the same tokens when they fit; else a true lower bound */
+    int32_t *bt;
+    sp_tok_opts bo = {.add_special = add_special, .parse_special = parse_special};
+    int bn = sp_tokenize_bounded(v, text, len, n, &bo, &bt);
+    FZ_ASSERT(bn == n && bt && memcmp(bt, toks, (size_t)n * sizeof(int32_t)) == 0);
+    free(bt);
+    int small = len ? (unsigned char)text[0] % 64 : 0;
+    bn = sp_tokenize_bounded(v, text, len, small, &bo, &bt);
+    if (n <= small) {
+        FZ_ASSERT(bn == n && bt && memcmp(bt, toks, (size_t)n * sizeof(int32_t)) == 0);
+        free(bt);
+    } else {
+        FZ_ASSERT(bn < -small && -bn <= n && !bt);
+    }
+    /* spans: the whole text is parse_special, none is plain text */
+    sp_span all = {0, len};
+    sp_tok_opts so = {.add_special = add_special, .spans = &all, .n_spans = 1};
+    bn = sp_tokenize_bounded(v, text, len, 1 << 20, &so, &bt);
+    int32_t *ref = malloc((size_t)(n + 1 + len + 8) * sizeof(int32_t));
+    if (ref && bn >= 0) {
+        int rn = sp_tokenize(v, text, len, ref, n + (int)len + 8, add_special, true);
+        FZ_ASSERT(rn == bn && memcmp(ref, bt, (size_t)rn * sizeof(int32_t)) == 0);
+    }
+    free(bt);
+    so.n_spans = 0;
+    bn = sp_tokenize_bounded(v, text, len, 1 << 20, &so, &bt);
+    if (ref && bn >= 0) {
+        int rn = sp_tokenize(v, text, len, ref, n + (int)len + 8, add_special, false);
+        FZ_ASSERT(rn == bn && memcmp(ref, bt, (size_t)rn * sizeof(int32_t)) == 0);
+    }
+    free(bt);
+    free(ref);
+    /* SPM chunks: cut as often as the pairs allow, then never */
+    if (sp_vocab_kind_of(v) == SP_VOCAB_SPM) {
+        size_t keep = sp_tok_spm_cut_after;
+        int32_t *c1, *c2;
+        sp_tok_spm_cut_after = 1 + (size_t)(mode >> 5);
+        int n1 = sp_tokenize_bounded(v, text, len, 1 << 20, &bo, &c1);
+        sp_tok_spm_cut_after = SIZE_MAX;
+        int n2 = sp_tokenize_bounded(v, text, len, 1 << 20, &bo, &c2);
+        sp_tok_spm_cut_after = keep;
+        FZ_ASSERT(n1 == n2 && (n1 < 0 || memcmp(c1, c2, (size_t)n1 * sizeof(int32_t)) == 0));
+        free(c1);
+        free(c2);
     }
 
     /* decode what was encoded, piece by piece and streaming */

@@ -1,0 +1,268 @@
+/* parts.c: the partitions of what speculative decoding learns across
+ * requests, one per cache salt (see spec.h for the contract).
+ *
+ * Why: a suffix store shared by every request let any tenant learn whether
+ * another tenant had generated a text (send its prompt plus half its
+ * continuation and read how many proposals were accepted, or time the
+ * answer); a shared acceptance prior leaked, more faintly, how well other
+ * tenants' proposals did. Keyed by the prefix cache's salt, each tenant
+ * sees only what its own requests taught.
+ *
+ * Layout: partitions are found through a chained hash table of
+ * power-of-two size (>= max_parts, so chains stay short) and ordered in a
+ * doubly linked LRU list, most recent at the head. Each holds its salt, a
+ * hold count (requests running with it), its priors and its suffix store
+ * (NULL while empty). Cost: an acquire is one hash of the salt and one
+ * chain walk; an add is the store's add plus, over the budget, one drop per
+ * sequence evicted and possibly a rebuild of each trimmed store.
+ */
+#include "spec/spec.h"
+
+#include "common.h"
+
+struct sp_spec_part {
+    char *salt;                  /* "" for requests without one */
+    uint64_t hash;
+    sp_spec_part *chain;         /* next in its hash bucket */
+    sp_spec_part *newer, *older; /* LRU list */
+    int32_t holds;
+    sp_suffix_store *store;      /* NULL while it holds nothing */
+    float prior[SP_SPEC_N_METHODS];
+};
+
+struct sp_spec_parts {
+    sp_spec_part **buckets;
+    uint32_t n_buckets;          /* power of two */
+    sp_spec_part *newest, *oldest;
+    int32_t n_parts, max_parts;
+    size_t max_tokens, tokens;   /* tokens: summed over every store */
+    int32_t depth;
+};
+
+static uint64_t salt_hash(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+sp_spec_parts *sp_spec_parts_create(size_t max_tokens, int32_t max_parts, int32_t depth) {
+    sp_spec_parts *m = calloc(1, sizeof(*m));
+    if (!m) return NULL;
+    m->max_parts = max_parts < 1 ? 1 : max_parts;
+    m->n_buckets = 16;
+    while (m->n_buckets < (uint32_t)m->max_parts && m->n_buckets < (1u << 30)) m->n_buckets *= 2;
+    m->buckets = calloc(m->n_buckets, sizeof(*m->buckets));
+    if (!m->buckets) {
+        free(m);
+        return NULL;
+    }
+    m->max_tokens = max_tokens;
+    m->depth = depth;
+    return m;
+}
+
+static void lru_unlink(sp_spec_parts *m, sp_spec_part *p) {
+    if (p->newer) p->newer->older = p->older;
+    else m->newest = p->older;
+    if (p->older) p->older->newer = p->newer;
+    else m->oldest = p->newer;
+    p->newer = p->older = NULL;
+}
+
+static void lru_push_newest(sp_spec_parts *m, sp_spec_part *p) {
+    p->newer = NULL;
+    p->older = m->newest;
+    if (m->newest) m->newest->newer = p;
+    else m->oldest = p;
+    m->newest = p;
+}
+
+static void touch(sp_spec_parts *m, sp_spec_part *p) {
+    if (m->newest == p) return;
+    lru_unlink(m, p);
+    lru_push_newest(m, p);
+}
+
+static void drop_store(sp_spec_parts *m, sp_spec_part *p) {
+    if (!p->store) return;
+    m->tokens -= sp_suffix_store_tokens(p->store);
+    sp_suffix_store_free(p->store);
+    p->store = NULL;
+}
+
+/* Removes p with everything it learned (it must not be held). */
+static void part_drop(sp_spec_parts *m, sp_spec_part *p) {
+    SP_ASSERT(p->holds == 0);
+    sp_spec_part **pp = &m->buckets[p->hash & (m->n_buckets - 1)];
+    while (*pp != p) pp = &(*pp)->chain;
+    *pp = p->chain;
+    lru_unlink(m, p);
+    drop_store(m, p);
+    m->n_parts--;
+    free(p->salt);
+    free(p);
+}
+
+void sp_spec_parts_free(sp_spec_parts *m) {
+    if (!m) return;
+    for (sp_spec_part *p = m->newest, *nx; p; p = nx) {
+        nx = p->older;
+        sp_suffix_store_free(p->store);
+        free(p->salt);
+        free(p);
+    }
+    free(m->buckets);
+    free(m);
+}
+
+static sp_spec_part *lookup(const sp_spec_parts *m, const char *salt, uint64_t h) {
+    for (sp_spec_part *p = m->buckets[h & (m->n_buckets - 1)]; p; p = p->chain)
+        if (p->hash == h && !strcmp(p->salt, salt)) return p;
+    return NULL;
+}
+
+const sp_spec_part *sp_spec_parts_find(const sp_spec_parts *m, const char *salt) {
+    if (!m) return NULL;
+    if (!salt) salt = "";
+    return lookup(m, salt, salt_hash(salt));
+}
+
+sp_spec_part *sp_spec_parts_acquire(sp_spec_parts *m, const char *salt) {
+    if (!m) return NULL;
+    if (!salt) salt = "";
+    const uint64_t h = salt_hash(salt);
+    sp_spec_part *p = lookup(m, salt, h);
+    if (!p) {
+        if (m->n_parts >= m->max_parts) { /* room: the least recently used one not held */
+            sp_spec_part *v = m->oldest;
+            while (v && v->holds) v = v->newer;
+            if (!v) return NULL;
+            part_drop(m, v);
+        }
+        p = calloc(1, sizeof(*p));
+        if (!p || !(p->salt = strdup(salt))) {
+            free(p);
+            return NULL;
+        }
+        p->hash = h;
+        for (int i = 0; i < SP_SPEC_N_METHODS; i++) p->prior[i] = SP_SPEC_PRIOR0;
+        sp_spec_part **b = &m->buckets[h & (m->n_buckets - 1)];
+        p->chain = *b;
+        *b = p;
+        lru_push_newest(m, p);
+        m->n_parts++;
+    }
+    touch(m, p);
+    p->holds++;
+    return p;
+}
+
+void sp_spec_parts_release(sp_spec_parts *m, sp_spec_part *p) {
+    (void)m;
+    if (!p) return;
+    SP_ASSERT(p->holds > 0);
+    p->holds--;
+}
+
+int sp_spec_parts_add(sp_spec_parts *m, sp_spec_part *p, const sp_token *toks, int32_t n) {
+    if (!m || !p || !toks || n <= 0 || m->max_tokens == 0) return 0;
+    bool created = false;
+    if (!p->store) {
+        if (!(p->store = sp_suffix_store_create(m->max_tokens, m->depth))) return -1;
+        created = true;
+    }
+    const size_t before = sp_suffix_store_tokens(p->store);
+    if (sp_suffix_store_add(p->store, toks, n) != 0) {
+        if (created) drop_store(m, p);
+        return -1;
+    }
+    /* the store keeps at most max_tokens itself (its own oldest go first) */
+    m->tokens = m->tokens - before + sp_suffix_store_tokens(p->store);
+    touch(m, p);
+    /* Over the total: the least recently used partitions give up their
+     * oldest sequences. p is the newest and within max_tokens alone, so
+     * the others always hold enough. */
+    for (sp_spec_part *v = m->oldest, *nx; v && m->tokens > m->max_tokens; v = nx) {
+        nx = v->newer;
+        if (v == p || !v->store) continue;
+        while (m->tokens > m->max_tokens) {
+            const size_t k = sp_suffix_store_drop_oldest(v->store);
+            if (!k) break;
+            m->tokens -= k;
+        }
+        if (sp_suffix_store_tokens(v->store) == 0) drop_store(m, v);
+        else sp_suffix_store_shrink(v->store); /* failing leaves it valid, only larger */
+    }
+    SP_ASSERT(m->tokens <= m->max_tokens);
+    return 0;
+}
+
+const sp_suffix_store *sp_spec_part_store(const sp_spec_part *p) { return p ? p->store : NULL; }
+float *sp_spec_part_priors(sp_spec_part *p) { return p->prior; }
+float sp_spec_part_prior(const sp_spec_part *p, sp_spec_mode m) {
+    return m >= 0 && m < SP_SPEC_N_METHODS ? p->prior[m] : SP_SPEC_PRIOR0;
+}
+const char *sp_spec_part_salt(const sp_spec_part *p) { return p->salt; }
+int32_t sp_spec_parts_count(const sp_spec_parts *m) { return m ? m->n_parts : 0; }
+size_t sp_spec_parts_tokens(const sp_spec_parts *m) { return m ? m->tokens : 0; }
+
+size_t sp_spec_parts_bytes(const sp_spec_parts *m) {
+    if (!m) return 0;
+    size_t b = sizeof(*m) + m->n_buckets * sizeof(*m->buckets);
+    for (const sp_spec_part *p = m->newest; p; p = p->older)
+        b += sizeof(*p) + strlen(p->salt) + 1 + sp_suffix_store_bytes(p->store);
+    return b;
+}
+
+int sp_spec_parts_check(const sp_spec_parts *m, int64_t holds, bool deep, char *err,
+                        size_t errlen) {
+    int32_t n = 0;
+    int64_t held = 0;
+    size_t tokens = 0;
+    for (const sp_spec_part *p = m->newest, *newer = NULL; p; newer = p, p = p->older) {
+        if (++n > m->n_parts || p->newer != newer) {
+            sp_seterr(err, errlen, "LRU list broken at partition %d", (int)n);
+            return -1;
+        }
+        if (p->holds < 0 || p->hash != salt_hash(p->salt) ||
+            lookup(m, p->salt, p->hash) != p) {
+            sp_seterr(err, errlen, "partition \"%.40s\": holds %d, not found by its salt",
+                      p->salt, (int)p->holds);
+            return -1;
+        }
+        if (p->store && sp_suffix_store_tokens(p->store) == 0) {
+            sp_seterr(err, errlen, "partition \"%.40s\" keeps an empty store", p->salt);
+            return -1;
+        }
+        held += p->holds;
+        tokens += sp_suffix_store_tokens(p->store);
+        if (deep && p->store && sp_suffix_store_check(p->store, err, errlen) != 0) return -1;
+        if (!p->older && m->oldest != p) {
+            sp_seterr(err, errlen, "LRU tail is not the oldest partition");
+            return -1;
+        }
+    }
+    int32_t chained = 0;
+    for (uint32_t b = 0; b < m->n_buckets; b++)
+        for (const sp_spec_part *p = m->buckets[b]; p; p = p->chain)
+            if (++chained > m->n_parts || (p->hash & (m->n_buckets - 1)) != b) {
+                sp_seterr(err, errlen, "hash chains broken in bucket %u", b);
+                return -1;
+            }
+    if (n != m->n_parts || chained != m->n_parts || n > m->max_parts) {
+        sp_seterr(err, errlen, "%d partitions listed, %d chained, count %d, max %d", (int)n,
+                  (int)chained, (int)m->n_parts, (int)m->max_parts);
+        return -1;
+    }
+    if (tokens != m->tokens || tokens > m->max_tokens) {
+        sp_seterr(err, errlen, "stores hold %zu tokens, total says %zu, max %zu", tokens,
+                  m->tokens, m->max_tokens);
+        return -1;
+    }
+    if (holds >= 0 && held != holds) {
+        sp_seterr(err, errlen, "partitions held %lld times, expected %lld", (long long)held,
+                  (long long)holds);
+        return -1;
+    }
+    return 0;
+}
