@@ -220,15 +220,22 @@ def wait_active(port, n, limit=30):
     return False
 
 
-def sigterm_case(tmp, name, drain, max_tokens, want_finish, plain_want, bound):
-    srv = Server(name, BIN, ["-c", "512", "--max-seqs", "4", "--drain-timeout", str(drain)] + MARGS, tmp)
+def sigterm_case(tmp, name, drain, max_tokens, want_finish, plain_want, bound, ctx=512):
+    """The cancel case needs streams that cannot end inside the drain
+    window: ignore_eos and thousands of tokens (seconds of decoding, several
+    times the window on any machine this runs on) rather than a guess at
+    how fast the machine is."""
+    srv = Server(name, BIN, ["-c", str(ctx), "--max-seqs", "4", "--drain-timeout", str(drain)] + MARGS, tmp)
+    long_ = "cancelled" in want_finish
     socks = [open_stream(srv.port, {"prompt": "def main():%d" % i, "max_tokens": max_tokens,
-                                    "temperature": 0, "stream": True}) for i in range(3)]
+                                    "temperature": 0, "stream": True, "ignore_eos": long_})
+             for i in range(3)]
     plain = {}
     def do_plain():
         try:
             st, _, b = request(srv.port, "POST", "/v1/completions", json.dumps(
-                {"prompt": "import os", "max_tokens": max_tokens, "temperature": 0}).encode(), timeout=120)
+                {"prompt": "import os", "max_tokens": max_tokens, "temperature": 0,
+                 "ignore_eos": long_}).encode(), timeout=120)
             plain["r"] = (st, json.loads(b))
         except Exception as e:
             plain["r"] = (0, repr(e))
@@ -688,7 +695,7 @@ def main():
     try:
         for f in (lambda: model_faults(tmp), lambda: kv_faults(tmp),
                   lambda: sigterm_case(tmp, "drain", 60, 200, ("length", "stop"), (200,), 90),
-                  lambda: sigterm_case(tmp, "cancel", 1, 480, ("cancelled",), (503,), 20),
+                  lambda: sigterm_case(tmp, "cancel", 1, 4000, ("cancelled",), (503,), 20, ctx=4096),
                   lambda: slow_reader(tmp), lambda: health_reserve(tmp),
                   lambda: half_close_and_reset(tmp), lambda: auth_before_body(tmp),
                   lambda: huge_prompts(tmp), lambda: slowloris(tmp)):

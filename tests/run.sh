@@ -1,24 +1,106 @@
 #!/usr/bin/env bash
-# Runs every test binary in $1 (default build/tests) and sums their RESULT
-# lines into "N passed, N failed". A binary that dies without a RESULT line
-# counts as one failed case. Exit status is non-zero when anything failed.
+# Runs every test in $1 (default build/tests) and sums their RESULT lines
+# into "N passed, N failed, N skipped". Exit status is non-zero when anything
+# failed.
+#
+# Each test prints one line per check ("ok   NAME", "FAIL NAME...", or
+# "SKIP NAME: why") and ends with "RESULT <passed> <failed> [<skipped>]" (a
+# missing third number is 0). On top of what the tests report, each of these
+# counts as one failure:
+#   - a test that exits without a RESULT line, or non-zero with no failure;
+#   - a test that runs past its timeout (killed, with its process group);
+#   - a file named test_* in the directory that is not executable;
+#   - a test whose check count (passed + failed + skipped) differs from its
+#     line in tests/expected_counts (fewer: a check disappeared; more: update
+#     the file; a test that skipped as a whole, "RESULT 0 0 N", has no count
+#     to compare), a test that has no line there, and a line whose test is not
+#     in the directory (set SPECULA_TEST_SUBSET=1 when running a chosen subset
+#     on purpose, as `make tsan` does).
+# Skips are printed and counted, never passed. With SPECULA_NO_SKIP=1 (CI)
+# every skip is also a failure.
+#
+# Environment: SPECULA_EXPECTED_COUNTS (default: expected_counts next to this
+# script), SPECULA_TEST_TIMEOUT (seconds for tests without their own timeout
+# in that file; default 300), SPECULA_TIMEOUT_SCALE (multiplies every
+# timeout, e.g. 4 for sanitizer builds; default 1).
+set -u
 dir=${1:-build/tests}
-passed=0; failed=0
+here=$(cd "$(dirname "$0")" && pwd)
+counts=${SPECULA_EXPECTED_COUNTS:-$here/expected_counts}
+default_timeout=${SPECULA_TEST_TIMEOUT:-300}
+scale=${SPECULA_TIMEOUT_SCALE:-1}
+no_skip=${SPECULA_NO_SKIP:-0}
+subset=${SPECULA_TEST_SUBSET:-0}
+passed=0; failed=0; skipped=0
+
+declare -A want_count want_timeout
+if [ -r "$counts" ]; then
+    while read -r name n t _; do
+        case "$name" in ''|'#'*) continue ;; esac
+        want_count[$name]=$n
+        want_timeout[$name]=${t:-$default_timeout}
+    done <"$counts"
+else
+    echo "FAIL run.sh: cannot read $counts (expected check counts per test)"
+    failed=$((failed + 1))
+fi
+
+problem() { echo "FAIL $1"; failed=$((failed + 1)); }
+
+seen=()
 for t in "$dir"/test_*; do
-    [ -x "$t" ] || continue
-    echo "== $(basename "$t")"
-    out=$("$t" 2>&1); rc=$?
+    [ -e "$t" ] || continue
+    name=$(basename "$t")
+    case "$name" in *.c|*.o|*.d|*.py|*.log) continue ;; esac
+    if [ ! -x "$t" ]; then
+        problem "$name is not executable (chmod +x it or remove it from $dir)"
+        continue
+    fi
+    seen+=("$name")
+    limit=${want_timeout[$name]:-$default_timeout}
+    limit=$(awk -v a="$limit" -v b="$scale" 'BEGIN { printf "%d", a * b + 0.5 }')
+    echo "== $name"
+    start=$(date +%s)
+    # timeout signals the test's whole process group (servers it started too)
+    out=$(timeout -k 10 "$limit" "$t" 2>&1); rc=$?
+    secs=$(( $(date +%s) - start ))
     printf '%s\n' "$out" | grep -v '^RESULT '
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        problem "$name timed out after ${limit}s (its checks are not counted)"
+        continue
+    fi
     res=$(printf '%s\n' "$out" | grep '^RESULT ' | tail -n 1)
     if [ -z "$res" ]; then
-        echo "FAIL $(basename "$t") exited with status $rc and no result"
-        failed=$((failed + 1)); continue
+        problem "$name exited with status $rc and no result"
+        continue
     fi
     set -- $res
-    passed=$((passed + $2)); failed=$((failed + $3))
-    if [ "$rc" -ne 0 ] && [ "$3" -eq 0 ]; then
-        echo "FAIL $(basename "$t") exited with status $rc"; failed=$((failed + 1))
+    p=${2:-0}; f=${3:-0}; s=${4:-0}
+    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        problem "$name exited with status $rc"
     fi
+    if [ "$s" -gt 0 ] && [ "$no_skip" = 1 ]; then
+        problem "$name skipped $s check(s) and SPECULA_NO_SKIP=1: $(printf '%s\n' "$out" | grep '^SKIP ' | head -n 3 | tr '\n' ' ')"
+    fi
+    total=$((p + f + s))
+    if [ "$p" -eq 0 ] && [ "$f" -eq 0 ] && [ "$s" -gt 0 ]; then
+        : # the whole test was skipped (it says why): counted as skipped, no count to compare
+    elif [ -z "${want_count[$name]:-}" ]; then
+        problem "$name has no line in $counts (it reported $total checks)"
+    elif [ "$total" -lt "${want_count[$name]}" ]; then
+        problem "$name reported $total checks, expected ${want_count[$name]} (a check disappeared)"
+    elif [ "$total" -gt "${want_count[$name]}" ]; then
+        problem "$name reported $total checks, expected ${want_count[$name]} (update $counts)"
+    fi
+    echo "   ($name: $p passed, $f failed, $s skipped in ${secs}s)"
 done
-echo "$passed passed, $failed failed"
+if [ "$subset" != 1 ]; then
+    for name in "${!want_count[@]}"; do
+        found=0
+        for s in "${seen[@]}"; do [ "$s" = "$name" ] && found=1 && break; done
+        [ "$found" = 1 ] || problem "$name is listed in $counts but not in $dir"
+    done
+fi
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

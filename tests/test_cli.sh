@@ -2,7 +2,10 @@
 # test_cli.sh: the command-line front end, end to end: `run --json` gives
 # the reference's greedy tokens, `tokenize` its prompt tokens, `info`
 # describes models, and bad input gives a message and a non-zero exit.
-# Prints "RESULT <passed> <failed>" like the C tests.
+# A sanitizer report (AddressSanitizer, UBSan, LeakSanitizer, ThreadSanitizer:
+# the pattern of SAN_RE in tests/harness.py) on any stderr is a failure, even
+# where the exit status alone would pass (a refusal exits 1, and so does a
+# sanitizer abort under `make asan`). Prints "RESULT <passed> <failed>".
 set -u
 bin=${SPECULA_BIN:-bin/specula}
 ref=${SPECULA_REF_DIR:-../shared/reference}
@@ -10,6 +13,8 @@ passed=0; failed=0
 ok()   { echo "ok   $1"; passed=$((passed + 1)); }
 fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+SAN_RE='ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error:|WARNING: ThreadSanitizer'
+sanitizer() { grep -qE "$SAN_RE" "$@" 2>/dev/null; }  # FILE...: a report in any
 
 q8=$ref/models/ref-llama-spm-q8_0.gguf
 # The reference record whose first greedy steps are the most clear-cut (top-1
@@ -50,21 +55,21 @@ else
     fail "run --json" "exit status $?: $(cat "$tmp/run.err")"
 fi
 
-if "$bin" run -m "$q8" -p "Once upon a time" -n 8 --temp 0.8 --seed 7 -t 2 >"$tmp/a.txt" 2>/dev/null &&
-   "$bin" run -m "$q8" -p "Once upon a time" -n 8 --temp 0.8 --seed 7 -t 2 >"$tmp/b.txt" 2>/dev/null &&
+if "$bin" run -m "$q8" -p "Once upon a time" -n 8 --temp 0.8 --seed 7 -t 2 >"$tmp/a.txt" 2>"$tmp/a.err" &&
+   "$bin" run -m "$q8" -p "Once upon a time" -n 8 --temp 0.8 --seed 7 -t 2 >"$tmp/b.txt" 2>"$tmp/b.err" &&
    cmp -s "$tmp/a.txt" "$tmp/b.txt"; then
     ok "run with a seed is reproducible"
 else
     fail "run --seed" "two runs differ or failed"
 fi
 
-got=$("$bin" tokenize -m "$rm_model" -f "$tmp/prompt.txt" 2>&1)
+got=$("$bin" tokenize -m "$rm_model" -f "$tmp/prompt.txt" 2>"$tmp/tok1.err")
 want=$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$tmp/expect_prompt.txt")
 [ "$got" = "$want" ] && ok "tokenize -f gives the reference prompt tokens" || fail "tokenize" "$got vs $want"
-got=$("$bin" tokenize -m "$q8" --no-bos "Hello world" 2>&1)
+got=$("$bin" tokenize -m "$q8" --no-bos "Hello world" 2>"$tmp/tok2.err")
 [ "$got" = "[15043, 3186]" ] && ok "tokenize --no-bos" || fail "tokenize --no-bos" "$got"
 
-if "$bin" info -m "$ref/models/ref-qwen2-gpt2-q4_0.gguf" >"$tmp/info.txt" 2>&1 &&
+if "$bin" info -m "$ref/models/ref-qwen2-gpt2-q4_0.gguf" >"$tmp/info.txt" 2>"$tmp/info.err" &&
    grep -q "qwen2" "$tmp/info.txt" && grep -q "q4_0" "$tmp/info.txt" && grep -q "n_head 4, n_head_kv 2" "$tmp/info.txt"; then
     ok "info describes the qwen2 model"
 else
@@ -77,7 +82,9 @@ head -c 5000 "$q8" >"$tmp/trunc.gguf"
 while IFS='|' read -r name args; do
     eval "set -- $args"
     "$bin" "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
-    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ -s "$tmp/err" ]; then ok "refuses: $name"
+    if sanitizer "$tmp/err" "$tmp/out"; then
+        fail "refuses: $name" "exit $rc with a sanitizer report: $(grep -E -A 12 "$SAN_RE" "$tmp/err" "$tmp/out" | head -c 1500)"
+    elif [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ -s "$tmp/err" ]; then ok "refuses: $name"
     else fail "refuses: $name" "exit $rc, stderr: $(head -c 200 "$tmp/err")"; fi
 done <<EOF2
 missing model file|run -m /nonexistent.gguf -p hi
@@ -96,6 +103,13 @@ missing prompt file|run -m $q8 -f /nonexistent.txt
 context too small|run -m $q8 -p hi -n 100 -c 10
 tokenize without text|tokenize -m $q8
 EOF2
+
+# the runs above that were judged by their output or exit status alone
+if sanitizer "$tmp"/*.err; then
+    fail "sanitizer" "$(grep -E -A 12 "$SAN_RE" "$tmp"/*.err | head -c 1500)"
+else
+    ok "no sanitizer report on the stderr of the runs above"
+fi
 
 echo "RESULT $passed $failed"
 [ $failed -eq 0 ]

@@ -1,27 +1,26 @@
-/* test_reference.c: Specula against llama.cpp's golden data in
- * ../shared/reference/generations.jsonl, one case per record.
+/* test_reference.c: Specula against llama.cpp's golden data for the
+ * random-weight models, ../shared/reference/generations.jsonl.
  *
- * Asserted:
- *   - prompt tokens identical;
- *   - teacher-forced over every reference step (the reference's tokens are
- *     fed whatever Specula would pick, so every step stays comparable):
- *     the log-probabilities of the reference's top-8 tokens within
- *       tol + 3 * spread
- *     where tol is 2e-3 (F16/F32) or 2e-2 (quantized) and spread is how far
- *     Specula's own kernel levels (plain C, AVX2, AVX-512: all exact to
- *     float32, each summing in its own order) are apart anywhere in the
- *     record, and the greedy token equal to the
- *     reference's wherever its top-1/top-2 margin exceeds 1e-3 + 3 * spread.
+ * Asserted, with no tolerance derived from anything Specula computes:
+ *   - prompt tokens identical (one case per record);
+ *   - teacher-forced on llama.cpp's greedy tokens, Specula's greedy token
+ *     equal to llama.cpp's at every step before the record's first near-tie
+ *     (a step whose top-1/top-2 log-probability margin is 1e-3 or less:
+ *     there either choice is acceptable and, these models being chaotic,
+ *     the rest of the record is not comparable). One case per record and
+ *     kernel level (plain C, AVX2, AVX-512); each level runs in a child
+ *     process of this binary started with SPECULA_KERNELS=<level>, so that
+ *     the matmul kernels and the attention/SwiGLU operations both come from
+ *     that level; a level the CPU lacks is a counted skip.
  *
- * Why the spread: these reference models have random weights and are
- * chaotic: a float32 summation-order difference (1 ulp) occasionally flips
- * one f16 or q8 rounding of an activation, and the flip moves later
- * log-probabilities by up to ~0.5. Two engines agree bit-for-bit only if
- * they sum in the same order. Specula's kernel levels are all exact to
- * float32 but sum in different orders, so their distance measures what
- * summation order alone does to this record; a real
- * difference in formulas (RoPE layout, scaling, rounding points) stays far
- * outside it. The plain tolerances are also reported (the "strict" line).
+ * Measured, not asserted: how many steps have the log-probabilities of
+ * llama.cpp's top-8 tokens within 2e-3 (F16) / 2e-2 (quantized). These
+ * models have random weights and are chaotic: a 1-ulp summation-order
+ * difference now and then flips one f16 or Q8 rounding of an activation,
+ * and the flip moves later log-probabilities by up to ~1 nat, so the
+ * log-probability agreement is judged on the trained model instead
+ * (test_reference_trained). The line "log-probabilities within ... on N of
+ * M steps" reports it per level.
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -31,15 +30,75 @@
 #include "test.h"
 
 #define MAX_MODELS 16
+#define MAX_REC 64
 #define TOPN 8
+#define TIE_MARGIN 1e-3
+
+static const char *LEVELS[] = {"ref", "avx2", "avx512"};
+#define NL 3
+
+typedef struct {
+    char model[96], prompt_id[64], name[192];
+    char *prompt;
+    int32_t prompt_tokens[1024];
+    int n_prompt;
+    int n_steps;
+    int32_t tokens[64];      /* llama.cpp's greedy tokens */
+    int32_t ids[64][TOPN];   /* llama.cpp's top ids per step */
+    double lp[64][TOPN];     /* and their log-probabilities */
+} record;
+
+static record recs[MAX_REC];
+static int n_recs;
+
+static int parse(char *data) {
+    for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        if (!j || n_recs == MAX_REC) {
+            cJSON_Delete(j);
+            return -1;
+        }
+        record *r = &recs[n_recs++];
+        const cJSON *model = cJSON_GetObjectItem(j, "model"), *pid = cJSON_GetObjectItem(j, "prompt_id"),
+                    *prompt = cJSON_GetObjectItem(j, "prompt"), *pt = cJSON_GetObjectItem(j, "prompt_tokens"),
+                    *steps = cJSON_GetObjectItem(j, "steps");
+        if (!cJSON_IsString(model) || !cJSON_IsString(pid) || !cJSON_IsString(prompt) || !cJSON_IsArray(pt) ||
+            !cJSON_IsArray(steps) || cJSON_GetArraySize(pt) > 1024 || cJSON_GetArraySize(steps) > 64) {
+            cJSON_Delete(j);
+            return -1;
+        }
+        snprintf(r->model, sizeof r->model, "%s", model->valuestring);
+        snprintf(r->prompt_id, sizeof r->prompt_id, "%s", pid->valuestring);
+        char name[sizeof r->name];
+        snprintf(name, sizeof name, "%s/%s", model->valuestring, pid->valuestring);
+        memcpy(r->name, name, sizeof name);
+        r->prompt = strdup(prompt->valuestring);
+        const cJSON *e;
+        cJSON_ArrayForEach(e, pt) r->prompt_tokens[r->n_prompt++] = (int32_t)e->valuedouble;
+        cJSON_ArrayForEach(e, steps) {
+            const int s = r->n_steps++;
+            r->tokens[s] = (int32_t)cJSON_GetObjectItem(e, "id")->valuedouble;
+            const cJSON *top = cJSON_GetObjectItem(e, "top");
+            if (cJSON_GetArraySize(top) < TOPN) {
+                cJSON_Delete(j);
+                return -1;
+            }
+            for (int k = 0; k < TOPN; k++) {
+                const cJSON *pair = cJSON_GetArrayItem(top, k);
+                r->ids[s][k] = (int32_t)cJSON_GetArrayItem(pair, 0)->valuedouble;
+                r->lp[s][k] = cJSON_GetArrayItem(pair, 1)->valuedouble;
+            }
+        }
+        cJSON_Delete(j);
+    }
+    return n_recs ? 0 : -1;
+}
 
 static struct {
-    char name[128];
+    char name[96];
     sp_model *m;
 } models[MAX_MODELS];
 static int n_models;
-static const char *simd_level;
-static int strict_steps, all_steps;
 
 static sp_model *get_model(const char *name) {
     for (int i = 0; i < n_models; i++)
@@ -54,157 +113,133 @@ static sp_model *get_model(const char *name) {
     return m;
 }
 
-static int int_array(const cJSON *a, int32_t *out, int cap) {
-    int n = 0;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, a) {
-        if (n < cap) out[n] = (int32_t)e->valuedouble;
-        n++;
-    }
-    return n;
+/* ---- parent: prompt tokens ---------------------------------------------- */
+
+static void check_prompt_tokens(const record *r) {
+    sp_model *m = get_model(r->model);
+    CHECK(m != NULL, "model %s loads", r->model);
+    if (!m) return;
+    static int32_t ours[4096];
+    const int n = sp_tokenize(sp_model_get_vocab(m), r->prompt, strlen(r->prompt), ours, 4096, true, false);
+    CHECK(n == r->n_prompt, "prompt token count %d, llama.cpp %d", n, r->n_prompt);
+    for (int i = 0; i < n && i < r->n_prompt; i++)
+        CHECK(ours[i] == r->prompt_tokens[i], "prompt token %d: %d, llama.cpp %d", i, ours[i], r->prompt_tokens[i]);
 }
 
-typedef struct {
-    int n_steps;
-    int32_t ids[64][TOPN];  /* the reference's top ids per step */
-    int32_t tokens[64];     /* the reference's greedy tokens */
-    double lp[64][TOPN];    /* reference logprobs */
-    double ours[64][TOPN];  /* filled by run() */
-    int32_t argmax[64];
-} record;
+/* ---- child: greedy tokens at one kernel level --------------------------- */
 
-/* Teacher-forced run at the current kernel level: logprobs of the
- * reference's top ids at every step, and Specula's own argmax. */
-static int run(sp_model *m, const int32_t *prompt, int n_prompt, record *r) {
+static const char *level_name;
+static int within_steps, all_steps;
+
+static void check_greedy(const record *r) {
+    sp_model *m = get_model(r->model);
+    CHECK(m != NULL, "model %s loads", r->model);
+    if (!m) return;
     const int32_t V = sp_model_get_info(m)->n_vocab;
+    /* the steps before the first near-tie */
+    int n_cmp = 0;
+    while (n_cmp < r->n_steps && r->lp[n_cmp][0] - r->lp[n_cmp][1] > TIE_MARGIN) n_cmp++;
+    CHECK(n_cmp > 0, "the first step is already a near-tie: nothing to compare");
     sp_context_params cp = sp_context_default_params();
     cp.n_threads = 2;
-    cp.n_ctx = n_prompt + r->n_steps + 1;
+    cp.n_ctx = r->n_prompt + r->n_steps + 1;
     char err[512];
     sp_context *c = sp_context_create(m, cp, err, sizeof(err));
-    if (!c) {
-        fprintf(stderr, "  context: %s\n", err);
-        return -1;
-    }
-    int32_t pos[4096], seq[4096] = {0};
-    for (int i = 0; i < n_prompt; i++) pos[i] = i;
-    sp_batch b = {n_prompt, prompt, pos, seq, NULL};
+    CHECK(c != NULL, "context: %s", err);
+    if (!c) return;
+    static int32_t pos[4096], seq[4096];
+    for (int i = 0; i < r->n_prompt; i++) pos[i] = i, seq[i] = 0;
+    sp_batch b = {r->n_prompt, r->prompt_tokens, pos, seq, NULL};
     int rc = sp_decode(c, &b, err, sizeof(err));
-    for (int s = 0; s < r->n_steps && rc == 0; s++) {
-        const float *logits = sp_get_logits(c, 0);
+    CHECK(rc == 0, "prefill: %s", err);
+    const double tol = strstr(r->model, "f16") || strstr(r->model, "f32") ? 2e-3 : 2e-2;
+    int matched = 0, within = 0;
+    for (int s = 0; s < n_cmp && rc == 0; s++) {
+        const float *l = sp_get_logits(c, 0);
         int32_t best = 0;
         for (int32_t i = 1; i < V; i++)
-            if (logits[i] > logits[best]) best = i;
-        r->argmax[s] = best;
-        for (int j = 0; j < TOPN; j++) r->ours[s][j] = sp_logprob_of(logits, V, r->ids[s][j]);
-        int32_t p = n_prompt + s;
+            if (l[i] > l[best]) best = i;
+        CHECK(best == r->tokens[s], "step %d: greedy token %d, llama.cpp %d (llama.cpp's margin %.4f)", s, best,
+              r->tokens[s], r->lp[s][0] - r->lp[s][1]);
+        matched += best == r->tokens[s];
+        /* measured only: the log-probabilities, in double from the logits */
+        double mx = l[best], sum = 0, err_s = 0;
+        for (int32_t i = 0; i < V; i++) sum += exp((double)l[i] - mx);
+        const double lse = mx + log(sum);
+        for (int k = 0; k < TOPN; k++) err_s = fmax(err_s, fabs((double)l[r->ids[s][k]] - lse - r->lp[s][k]));
+        within += err_s <= tol;
+        if (s + 1 == n_cmp) break;
+        const int32_t p = r->n_prompt + s;
         sp_batch nb = {1, &r->tokens[s], &p, seq, NULL};
-        if (s + 1 < r->n_steps) rc = sp_decode(c, &nb, err, sizeof(err));
+        rc = sp_decode(c, &nb, err, sizeof(err));
+        CHECK(rc == 0, "step %d: %s", s, err);
     }
-    if (rc) fprintf(stderr, "  decode: %s\n", err);
     sp_context_free(c);
-    return rc;
+    within_steps += within;
+    all_steps += n_cmp;
+    printf("     %-6s %-22s %-10s greedy %2d/%2d steps before the first near-tie; log-probabilities within %g: "
+           "%2d\n",
+           level_name, r->model, r->prompt_id, matched, n_cmp, tol, within);
 }
 
-static void check_record(const cJSON *rec) {
-    const char *model = cJSON_GetObjectItem(rec, "model")->valuestring;
-    const char *prompt = cJSON_GetObjectItem(rec, "prompt")->valuestring;
-    sp_model *m = get_model(model);
-    CHECK(m != NULL, "model %s loads", model);
-    if (!m) return;
-    const sp_vocab *v = sp_model_get_vocab(m);
-    const double tol = strstr(model, "f16") || strstr(model, "f32") ? 2e-3 : 2e-2;
-
-    static int32_t ref_prompt[4096], ours[4096];
-    int n_ref = int_array(cJSON_GetObjectItem(rec, "prompt_tokens"), ref_prompt, 4096);
-    int n = sp_tokenize(v, prompt, strlen(prompt), ours, 4096, true, false);
-    CHECK(n == n_ref, "prompt token count %d, reference %d", n, n_ref);
-    for (int i = 0; i < n && i < n_ref; i++)
-        CHECK(ours[i] == ref_prompt[i], "prompt token %d: %d, reference %d", i, ours[i], ref_prompt[i]);
-    if (n != n_ref) return;
-
-    static record simd, other[2];
-    const cJSON *steps = cJSON_GetObjectItem(rec, "steps");
-    simd.n_steps = SP_MIN(cJSON_GetArraySize(steps), 64);
-    for (int s = 0; s < simd.n_steps; s++) {
-        const cJSON *st = cJSON_GetArrayItem(steps, s);
-        simd.tokens[s] = (int32_t)cJSON_GetObjectItem(st, "id")->valuedouble;
-        const cJSON *top = cJSON_GetObjectItem(st, "top");
-        for (int j = 0; j < TOPN; j++) {
-            const cJSON *pair = cJSON_GetArrayItem(top, j);
-            simd.ids[s][j] = pair ? (int32_t)cJSON_GetArrayItem(pair, 0)->valuedouble : 0;
-            simd.lp[s][j] = pair ? cJSON_GetArrayItem(pair, 1)->valuedouble : 0;
-        }
-    }
-    sp_kernels_force(simd_level);
-    int rc = run(m, ref_prompt, n_ref, &simd);
-    /* the other levels this CPU has: each sums in its own order */
-    static const char *levels[] = {"ref", "avx2", "avx512"};
-    int n_other = 0;
-    for (int i = 0; i < 3; i++) {
-        if (!strcmp(levels[i], simd_level) || !sp_kernels_available(levels[i])) continue;
-        other[n_other] = simd;
-        sp_kernels_force(levels[i]);
-        rc |= run(m, ref_prompt, n_ref, &other[n_other++]);
-    }
-    sp_kernels_force(simd_level);
-    CHECK(rc == 0, "forward pass failed");
-    if (rc) return;
-
-    /* spread: how far Specula's own summation orders are apart anywhere in
-     * this record, i.e. how strongly this trajectory amplifies 1-ulp
-     * differences (a flip at one step perturbs every later step, and which
-     * step flips depends on the order) */
-    double max_err = 0, spread = 0;
-    for (int s = 0; s < simd.n_steps; s++)
-        for (int o = 0; o < n_other; o++)
-            for (int j = 0; j < TOPN; j++)
-                spread = fmax(spread, fabs(simd.ours[s][j] - other[o].ours[s][j]));
-    const double max_spread = spread;
-    int strict = 0;
-    for (int s = 0; s < simd.n_steps; s++) {
-        double err = 0;
-        for (int j = 0; j < TOPN; j++) err = fmax(err, fabs(simd.ours[s][j] - simd.lp[s][j]));
-        max_err = fmax(max_err, err);
-        strict += err <= tol;
-        CHECK(err <= tol + 3 * spread,
-              "step %d: |logprob error| %.4f exceeds %g + 3 x spread %.4f", s, err, tol, spread);
-        const double margin = simd.lp[s][0] - simd.lp[s][1];
-        if (margin > 1e-3 + 3 * spread)
-            CHECK(simd.argmax[s] == simd.tokens[s], "step %d: greedy token %d, reference %d (margin %.4f)",
-                  s, simd.argmax[s], simd.tokens[s], margin);
-    }
-    strict_steps += strict;
-    all_steps += simd.n_steps;
-    printf("     %-22s %-10s %2d steps: max |error| %.1e, max spread %.1e, within %g: %d/%d\n",
-           model, cJSON_GetObjectItem(rec, "prompt_id")->valuestring, simd.n_steps, max_err,
-           max_spread, tol, strict, simd.n_steps);
-}
-
-int main(void) {
-    char path[512];
-    snprintf(path, sizeof(path), "%s/generations.jsonl", t_ref_dir());
-    size_t len;
-    char *data = t_read_file(path, &len);
-    if (!data) {
-        fprintf(stderr, "cannot read %s\n", path);
-        printf("RESULT 0 1\n");
+static int run_level(int l) {
+    level_name = LEVELS[l];
+    const char *got = sp_kernels_init();
+    if (strcmp(got, LEVELS[l])) {
+        printf("FAIL level %s: SPECULA_KERNELS gave %s\nRESULT 0 1 0\n", LEVELS[l], got);
         return 1;
     }
-    simd_level = sp_kernels_init();
-    printf("     kernels: %s (spread measured against the other levels)\n", simd_level);
-    for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n")) {
-        cJSON *rec = cJSON_Parse(line);
-        if (!rec) continue;
+    for (int i = 0; i < n_recs; i++) {
         char name[256];
-        snprintf(name, sizeof(name), "%s/%s", cJSON_GetObjectItem(rec, "model")->valuestring,
-                 cJSON_GetObjectItem(rec, "prompt_id")->valuestring);
-        RUN_NAMED(check_record, rec, name);
-        cJSON_Delete(rec);
+        snprintf(name, sizeof name, "%s %s", LEVELS[l], recs[i].name);
+        RUN_NAMED(check_greedy, &recs[i], name);
     }
-    printf("     strict tolerances (2e-3 F16, 2e-2 quantized) met on %d of %d steps\n", strict_steps,
-           all_steps);
-    for (int i = 0; i < n_models; i++) sp_model_free(models[i].m);
-    free(data);
+    printf("     %s: log-probabilities within 2e-3 (F16) / 2e-2 (quantized) on %d of %d steps (measured, not "
+           "asserted)\n",
+           LEVELS[l], within_steps, all_steps);
     TEST_END();
+}
+
+/* The parent runs one child per level and adds up their results. */
+static void spawn_level(int l) {
+    if (!sp_kernels_available(LEVELS[l])) {
+        for (int i = 0; i < n_recs; i++) {
+            t_cases_skipped++;
+            printf("SKIP check_greedy[%s %s]: this CPU cannot run the %s kernels\n", LEVELS[l], recs[i].name,
+                   LEVELS[l]);
+        }
+        return;
+    }
+    char env[64];
+    snprintf(env, sizeof env, "SPECULA_KERNELS=%s", LEVELS[l]);
+    t_run_child(env, "--level", LEVELS[l], LEVELS[l]);
+}
+
+int main(int argc, char **argv) {
+    char path[512];
+    snprintf(path, sizeof(path), "%s/generations.jsonl", t_ref_dir());
+    char *data = t_read_file(path, NULL);
+    if (!data || parse(data)) {
+        printf("FAIL %s: cannot read or parse\nRESULT 0 1 0\n", path);
+        return 1;
+    }
+    free(data);
+    int rc;
+    if (argc == 3 && !strcmp(argv[1], "--level")) {
+        int l = 0;
+        while (l < NL && strcmp(LEVELS[l], argv[2])) l++;
+        if (l == NL) {
+            printf("FAIL unknown level %s\nRESULT 0 1 0\n", argv[2]);
+            return 1;
+        }
+        rc = run_level(l);
+    } else {
+        for (int i = 0; i < n_recs; i++) RUN_NAMED(check_prompt_tokens, &recs[i], recs[i].name);
+        for (int l = 0; l < NL; l++) spawn_level(l);
+        printf("RESULT %d %d %d\n", t_cases_passed, t_cases_failed, t_cases_skipped);
+        rc = t_cases_failed ? 1 : 0;
+    }
+    for (int i = 0; i < n_models; i++) sp_model_free(models[i].m);
+    for (int i = 0; i < n_recs; i++) free(recs[i].prompt);
+    return rc;
 }

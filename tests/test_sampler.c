@@ -1,4 +1,7 @@
-/* test_sampler.c: sampling transforms and reproducibility. */
+/* test_sampler.c: sampling transforms and reproducibility. Distributions are
+ * checked against probabilities computed here, in double, from the logits
+ * and the definitions (softmax of logits / temperature, restricted to the
+ * top k), never against the sampler's own sp_sampler_probs. */
 #include <math.h>
 
 #include "specula.h"
@@ -9,6 +12,63 @@ static float logits[NV];
 
 static void setup(void) {
     for (int i = 0; i < NV; i++) logits[i] = (float)(NV - i) * 0.1f; /* token 0 most likely */
+}
+
+/* softmax(logits / temp) over the k largest logits (k <= 0: all), in double */
+static void expected_probs(double temp, int k, double *out) {
+    double mx = logits[0], z = 0;
+    for (int i = 1; i < NV; i++) mx = logits[i] > mx ? logits[i] : mx;
+    for (int i = 0; i < NV; i++) {
+        int rank = 0; /* tokens strictly more likely than i */
+        for (int j = 0; j < NV; j++) rank += logits[j] > logits[i];
+        out[i] = k > 0 && rank >= k ? 0.0 : exp(((double)logits[i] - mx) / temp);
+        z += out[i];
+    }
+    for (int i = 0; i < NV; i++) out[i] /= z;
+}
+
+/* The chi-square critical value for df degrees of freedom at a false-failure
+ * rate of 1e-6 (Wilson-Hilferty; z = 4.7534). */
+static double chi2_crit(int df) {
+    const double a = 2.0 / (9.0 * df), z = 4.7534;
+    const double c = 1 - a + z * sqrt(a);
+    return df * c * c * c;
+}
+
+/* Draws n tokens and tests their counts against expected probabilities
+ * (chi-square, tail bins with an expected count under 5 pooled); tokens
+ * with expected probability 0 must never be drawn. */
+static void check_draws(sp_sampler *s, const double *want, int n, const char *what) {
+    static int counts[NV];
+    memset(counts, 0, sizeof(counts));
+    for (int i = 0; i < n; i++) {
+        const sp_token t = sp_sampler_sample(s, logits);
+        CHECK(t >= 0 && t < NV, "%s: token %d out of range", what, t);
+        if (t >= 0 && t < NV) counts[t]++;
+    }
+    double chi2 = 0, pool_e = 0, pool_o = 0;
+    int bins = 0;
+    for (int i = 0; i < NV; i++) {
+        if (want[i] == 0) {
+            CHECK(counts[i] == 0, "%s: token %d has probability 0 and was drawn %d times", what, i, counts[i]);
+            continue;
+        }
+        const double e = want[i] * n;
+        if (e < 5) {
+            pool_e += e;
+            pool_o += counts[i];
+            continue;
+        }
+        chi2 += (counts[i] - e) * (counts[i] - e) / e;
+        bins++;
+    }
+    if (pool_e > 0) {
+        chi2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
+        bins++;
+    }
+    CHECK(bins >= 2, "%s: %d bins", what, bins);
+    CHECK(chi2 <= chi2_crit(bins - 1), "%s: chi-square %.1f over %d bins exceeds %.1f", what, chi2, bins,
+          chi2_crit(bins - 1));
 }
 
 static sp_sampler *mk(sp_sampler_params p) {
@@ -87,10 +147,10 @@ static void test_seed_reproducible_and_matches_distribution(void) {
         counts[x]++;
     }
     CHECK(same, "two samplers with one seed diverged");
-    float pr[NV];
-    sp_sampler_probs(a, logits, pr);
+    double want[NV];
+    expected_probs(1.0, 0, want); /* independent of the sampler */
     for (int i = 0; i < 5; i++) {
-        double expect = pr[i] * N, sd = sqrt(expect);
+        double expect = want[i] * N, sd = sqrt(expect);
         CHECK(fabs(counts[i] - expect) < 5 * sd, "token %d drawn %d times, expected %.0f", i,
               counts[i], expect);
     }
@@ -103,6 +163,38 @@ static void test_seed_reproducible_and_matches_distribution(void) {
     sp_sampler_free(a);
     sp_sampler_free(b);
     sp_sampler_free(c);
+}
+
+/* Temperature (and top-k, which keeps the same tokens at any temperature):
+ * sp_sampler_probs and the sampled frequencies against softmax(l / T)
+ * computed here. */
+static void test_temperature_against_independent_probs(void) {
+    static const struct {
+        float temp;
+        int top_k;
+    } rows[] = {{0.25f, 0}, {0.5f, 0}, {1.0f, 0}, {1.7f, 0}, {3.0f, 0}, {0.7f, 5}, {2.0f, 12}};
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        char what[64];
+        snprintf(what, sizeof what, "T=%g top_k=%d", rows[r].temp, rows[r].top_k);
+        sp_sampler_params p = sp_sampler_default_params();
+        p.temperature = rows[r].temp;
+        p.top_k = rows[r].top_k;
+        p.top_p = 1.0f;
+        p.min_p = 0.0f;
+        p.seed = 4242 + r;
+        sp_sampler *s = mk(p);
+        CHECK(s != NULL, "%s: sampler", what);
+        if (!s) continue;
+        double want[NV];
+        expected_probs(rows[r].temp, rows[r].top_k, want);
+        float pr[NV];
+        sp_sampler_probs(s, logits, pr);
+        double worst = 0;
+        for (int i = 0; i < NV; i++) worst = fmax(worst, fabs(pr[i] - want[i]) / fmax(want[i], 1e-30));
+        CHECK(worst <= 1e-5, "%s: sp_sampler_probs differs from softmax(l/T) by %.2e relative", what, worst);
+        check_draws(s, want, 40000, what);
+        sp_sampler_free(s);
+    }
 }
 
 static void test_penalties(void) {
@@ -165,6 +257,7 @@ int main(void) {
     RUN(test_greedy);
     RUN(test_probs_sum_and_filters);
     RUN(test_seed_reproducible_and_matches_distribution);
+    RUN(test_temperature_against_independent_probs);
     RUN(test_penalties);
     RUN(test_invalid_params);
     RUN(test_logprob_helpers);

@@ -46,7 +46,11 @@ start_server() {
     return 1
 }
 
-# req NAME METHOD PATH BODY EXPECTED_CODE [curl args...]: body in $tmp/out
+# req NAME METHOD PATH BODY EXPECTED_CODE [curl args...]: body in $tmp/out;
+# returns non-zero (and prints why) when the status is not EXPECTED_CODE.
+# Every check below is "if ...; then ok ...; else fail ...; fi" (or
+# "... && ok ... || fail ...", where ok cannot fail), so that it always
+# counts as one ok or one FAIL.
 req() {
     local name=$1 method=$2 path=$3 body=$4 want=$5; shift 5
     local code
@@ -57,7 +61,8 @@ req() {
                --data-binary "$body" "$@" "$URL$path")
     fi
     if [ "$code" = "$want" ]; then return 0; fi
-    fail "$name" "HTTP $code (want $want): $(head -c 300 "$tmp/out")"
+    # the caller counts the check (ok or fail); this says why it failed
+    echo "  $name: HTTP $code (want $want): $(head -c 300 "$tmp/out")"
     return 1
 }
 
@@ -92,15 +97,19 @@ fi
 
 # ---- the main server -----------------------------------------------------
 start_server main -m "$model" --chat-template chatml --max-body 1M --served-model-name ref || {
-    echo "RESULT $passed $((failed + 1))"; exit 1; }
+    echo "RESULT $passed $failed"; exit 1; }
 main=$PID
 
-req "GET /v1/models" GET /v1/models "" 200 && python3 -c '
+if req "GET /v1/models" GET /v1/models "" 200 && python3 -c '
 import json,sys; d=json.load(open(sys.argv[1])); assert d["object"]=="list" and d["data"][0]["id"]=="ref", d
-i=d["data"][0]["specula"]; assert i["model_path"].endswith(".gguf") and i["spec"] in ("off","ngram","suffix","draft") \
+i=d["data"][0]["specula"]; assert i["model_file"]=="ref-llama-spm-q8_0.gguf" and i["spec"] in ("off","ngram","suffix","draft") \
     and i["kv_block_size"]>0 and isinstance(i["prefix_cache"],bool), i' "$tmp/out" \
     && req "GET /v1/models/ref" GET /v1/models/ref "" 200 && req "GET /v1/models/x" GET /v1/models/x "" 404 \
-    && is_error invalid_request_error model && ok "/v1/models lists the served name and its configuration; unknown model 404"
+    && is_error invalid_request_error model; then
+    ok "/v1/models lists the served name and its configuration; unknown model 404"
+else
+    fail "/v1/models" "$(head -c 300 "$tmp/out")"
+fi
 
 req "completion" POST /v1/completions '{"model": "ref", "prompt": "Hello world", "max_tokens": 6, "temperature": 0, "logprobs": 2, "stop": ["zzzz"]}' 200 \
     && python3 - "$tmp/out" <<'PY' && ok "POST /v1/completions: OpenAI shape, usage, logprobs, specula extension" || fail "completion shape" "$(head -c 400 "$tmp/out")"
@@ -118,22 +127,32 @@ s = d["specula"]
 assert {"queue_ms", "prefill_ms", "ttft_ms", "decode_ms"} <= set(s) and {"drafted", "accepted", "acceptance_rate", "mean_acceptance_length"} <= set(s["spec"])
 PY
 
-req "token-id prompt" POST /v1/completions '{"prompt": [1, 15043, 3186], "max_tokens": 3, "temperature": 0}' 200 \
-    && ok "a prompt of token ids is accepted"
+if req "token-id prompt" POST /v1/completions '{"prompt": [1, 15043, 3186], "max_tokens": 3, "temperature": 0}' 200 \
+    && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["usage"]["prompt_tokens"]==3, d' "$tmp/out"; then
+    ok "a prompt of token ids is accepted (3 prompt tokens)"
+else
+    fail "token-id prompt" "$(head -c 300 "$tmp/out")"
+fi
 
-req "chat" POST /v1/chat/completions '{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}], "max_tokens": 4, "temperature": 0}' 200 \
+if req "chat" POST /v1/chat/completions '{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}], "max_tokens": 4, "temperature": 0}' 200 \
     && python3 -c '
 import json,sys; d=json.load(open(sys.argv[1])); m=d["choices"][0]["message"]
-assert d["object"]=="chat.completion" and m["role"]=="assistant" and isinstance(m["content"],str), d' "$tmp/out" \
-    && ok "POST /v1/chat/completions with the chatml template"
+assert d["object"]=="chat.completion" and m["role"]=="assistant" and isinstance(m["content"],str), d' "$tmp/out"; then
+    ok "POST /v1/chat/completions with the chatml template"
+else
+    fail "chat" "$(head -c 300 "$tmp/out")"
+fi
 
-req "tokenize" POST /tokenize '{"prompt": "Hello world"}' 200 && cp "$tmp/out" "$tmp/tok" \
+if req "tokenize" POST /tokenize '{"prompt": "Hello world"}' 200 && cp "$tmp/out" "$tmp/tok" \
     && toks=$(python3 -c 'import json,sys; print(json.dumps({"tokens": json.load(open(sys.argv[1]))["tokens"]}))' "$tmp/tok") \
     && req "detokenize" POST /detokenize "$toks" 200 \
     && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["prompt"].strip()=="Hello world", d' "$tmp/out" \
     && req "tokenize content" POST /tokenize '{"content": "Hello world", "add_special": false}' 200 \
-    && python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))["tokens"]; b=json.load(open(sys.argv[2]))["tokens"]; assert a==b[1:], (a,b)' "$tmp/out" "$tmp/tok" \
-    && ok "/tokenize and /detokenize round trip"
+    && python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))["tokens"]; b=json.load(open(sys.argv[2]))["tokens"]; assert a==b[1:], (a,b)' "$tmp/out" "$tmp/tok"; then
+    ok "/tokenize and /detokenize round trip"
+else
+    fail "tokenize round trip" "$(head -c 300 "$tmp/out")"
+fi
 
 # streaming through curl: SSE framing, [DONE], the usage chunk
 curl -sN -H 'Content-Type: application/json' "$URL/v1/completions" \
@@ -242,7 +261,11 @@ experr "unknown endpoint" /v1/embeddings '{}' 404 invalid_request_error
 if req "error: body too large" POST /v1/completions "@$tmp/big" 413 && is_error invalid_request_error; then :; else errs=$((errs + 1)); fi
 [ $errs -eq 0 ] && ok "every error answers an OpenAI error object with the right status (400, 404, 413)" \
     || fail "errors" "$errs wrong"
-req "still serving" POST /v1/completions '{"prompt": "still there?", "max_tokens": 2}' 200 && ok "the server keeps serving after errors"
+if req "still serving" POST /v1/completions '{"prompt": "still there?", "max_tokens": 2}' 200; then
+    ok "the server keeps serving after errors"
+else
+    fail "still serving" "see above"
+fi
 
 # ---- 32 concurrent streaming clients = one by one; /metrics reconciles ---
 python3 - "$URL" <<'PY' && ok "32 concurrent streaming clients match one-by-one greedy outputs; /metrics reconciles" || fail "concurrency / metrics" "see above"
@@ -340,9 +363,11 @@ kill -TERM "$main"; wait "$main"; rc=$?
 [ $rc -eq 0 ] && grep -q stopping "$tmp/main.log" && ok "stops cleanly on SIGTERM" || fail "SIGTERM" "rc $rc"
 
 # ---- API keys (tenants), the queue limit, no chat template ----------------
-start_server keys -m "$model" --api-key key-one --api-key key-two --max-queue 1 || {
-    echo "RESULT $passed $((failed + 1))"; exit 1; }
+# (with several API keys /metrics needs --metrics-key: MK below)
+start_server keys -m "$model" --api-key key-one --api-key key-two --metrics-key metrics-key --max-queue 1 || {
+    echo "RESULT $passed $failed"; exit 1; }
 keys=$PID
+MK=(-H 'Authorization: Bearer metrics-key')
 body='{"prompt": "hi", "max_tokens": 2}'
 if req "no key" POST /v1/completions "$body" 401 && is_error authentication_error \
    && req "wrong key" POST /v1/completions "$body" 401 -H 'Authorization: Bearer key-three' \
@@ -352,10 +377,16 @@ if req "no key" POST /v1/completions "$body" 401 && is_error authentication_erro
    && req "key two" GET /v1/models "" 200 -H 'Authorization: Bearer key-two' \
    && req "health needs no key" GET /health "" 200; then
     ok "API keys: 401 without or with a wrong key, 200 with either key"
+else
+    fail "API keys" "$(head -c 300 "$tmp/out")"
 fi
-req "no chat template" POST /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}]}' 400 \
+if req "no chat template" POST /v1/chat/completions '{"messages": [{"role": "user", "content": "hi"}]}' 400 \
     -H 'Authorization: Bearer key-one' && is_error invalid_request_error messages \
-    && grep -q "chat template" "$tmp/out" && ok "a model without a chat template: chat 400, completions work"
+    && grep -q "chat template" "$tmp/out"; then
+    ok "a model without a chat template: chat 400, completions work"
+else
+    fail "no chat template" "$(head -c 300 "$tmp/out")"
+fi
 
 python3 - "$URL" <<'PY' && ok "tenants: each key's prefix cache is its own; cache_salt splits further" || fail "tenant isolation" "see above"
 import http.client, json, sys, urllib.parse
@@ -381,7 +412,7 @@ curl -sN -H 'Authorization: Bearer key-one' "$URL/v1/completions" \
     -d '{"prompt": "Count:", "max_tokens": 1500, "temperature": 0, "stream": true}' >/dev/null &
 bg=$!
 for _ in $(seq 1 250); do
-    curl -s "$URL/metrics" | grep -q '^specula_requests_active 1' && break; sleep 0.02
+    curl -s "${MK[@]}" "$URL/metrics" | grep -q '^specula_requests_active 1' && break; sleep 0.02
 done
 code=$(curl -s -D "$tmp/hdr" -o "$tmp/out" -w '%{http_code}' -H 'Authorization: Bearer key-two' \
        "$URL/v1/completions" -d '{"prompt": "x", "max_tokens": 1}')
@@ -392,9 +423,9 @@ else
     fail "429" "HTTP $code: $(cat "$tmp/out")"
 fi
 for _ in $(seq 1 100); do
-    curl -s "$URL/metrics" | grep -q '^specula_requests_active 0' && break; sleep 0.05
+    curl -s "${MK[@]}" "$URL/metrics" | grep -q '^specula_requests_active 0' && break; sleep 0.05
 done
-curl -s "$URL/metrics" >"$tmp/m"
+curl -s "${MK[@]}" "$URL/metrics" >"$tmp/m"
 if grep -q '^specula_requests_active 0' "$tmp/m" && grep -q '^specula_kv_blocks{state="in_use"} 0' "$tmp/m" \
    && grep -q '^specula_client_disconnects_total 1' "$tmp/m" \
    && req "after 429" POST /v1/completions "$body" 200 -H 'Authorization: Bearer key-two'; then
@@ -404,14 +435,14 @@ else
 fi
 
 kill -TERM "$keys"; wait "$keys"; rc=$?
-[ $rc -eq 0 ] || fail "keys server exit" "rc $rc"
+[ $rc -eq 0 ] && ok "the keys server exits 0 on SIGTERM" || fail "keys server exit" "rc $rc"
 
 # ---- --stamp-chunks (bench/server/run.sh): off by default (above) --------
 if start_server stamp -m "$model" --stamp-chunks; then
     curl -sN -H 'Content-Type: application/json' "$URL/v1/completions" \
         -d '{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0, "stream": true}' >"$tmp/sse"
-    req "stamped plain" POST /v1/completions '{"prompt": "Once upon a time", "max_tokens": 4}' 200
-    python3 - "$tmp/sse" "$tmp/out" <<'PY' && ok "--stamp-chunks: each text chunk carries specula_timing (CLOCK_MONOTONIC us, emit <= built <= now)" || fail "--stamp-chunks" "$(head -c 600 "$tmp/sse")"
+    req "stamped plain" POST /v1/completions '{"prompt": "Once upon a time", "max_tokens": 4}' 200 \
+    && python3 - "$tmp/sse" "$tmp/out" <<'PY' && ok "--stamp-chunks: each text chunk carries specula_timing (CLOCK_MONOTONIC us, emit <= built <= now)" || fail "--stamp-chunks" "$(head -c 600 "$tmp/sse")"
 import json, sys, time
 now = time.monotonic_ns() // 1000  # CLOCK_MONOTONIC, as the server's stamps
 events = open(sys.argv[1]).read().split("\n\n")
@@ -430,7 +461,8 @@ for c in stamped:
     prev = t["emit_us"]
 assert "specula_timing" not in open(sys.argv[2]).read()  # not on plain responses
 PY
-    kill -TERM "$PID"; wait "$PID" || fail "stamp server exit" "rc $?"
+    kill -TERM "$PID"; wait "$PID"; rc=$?
+    [ $rc -eq 0 ] && ok "the --stamp-chunks server exits 0 on SIGTERM" || fail "stamp server exit" "rc $rc"
 fi
 
 # ---- a draft model (--spec draft) ------------------------------------------
@@ -454,10 +486,14 @@ s = dr["specula"]["spec"]
 if s["drafted"] <= 0: bad = True; print("  spec:", s)  # (the reference pair rarely agrees)
 sys.exit(1 if bad else 0)
 PY
-    kill -TERM "$PID"; wait "$PID" || fail "draft server exit" "rc $?"
+    kill -TERM "$PID"; wait "$PID"; rc=$?
+    [ $rc -eq 0 ] && ok "the --spec draft server exits 0 on SIGTERM" || fail "draft server exit" "rc $rc"
 fi
-if grep -lE 'ERROR: (Address|Leak|Thread)Sanitizer|runtime error:|WARNING: ThreadSanitizer' "$tmp"/*.log; then
+# the same pattern as SAN_RE in tests/harness.py
+if grep -lE 'ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error:|WARNING: ThreadSanitizer' "$tmp"/*.log; then
     fail "sanitizer" "$(grep -hE -A 20 'Sanitizer|runtime error' "$tmp"/*.log | head -n 60)"
+else
+    ok "no sanitizer report in any server's log"
 fi
 
 echo "RESULT $passed $failed"

@@ -362,6 +362,8 @@ int oai_parse(const char *body, size_t len, bool chat, int32_t n_vocab, oai_req 
     if ((k = integer(o, "best_of", 1, 1e9, &ll, e)) < 0) return -1;
     if (k && ll != 1) return BAD("best_of", "only best_of = 1 is supported");
     if (string(o, "cache_salt", &r->cache_salt, e) < 0) return -1;
+    /* extension (llama-server, vLLM): generate past end-of-generation tokens */
+    if (boolean(o, "ignore_eos", &r->ignore_eos, e) < 0) return -1;
     const cJSON *sp = cJSON_GetObjectItemCaseSensitive(o, "speculative");
     if (present(sp)) {
         if (!cJSON_IsObject(sp))

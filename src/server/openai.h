@@ -38,6 +38,7 @@ typedef struct {
     int n_stop;
     int logprobs;         /* -1: off; else top-N to report (0..20) */
     const char *cache_salt;
+    bool ignore_eos;      /* extension: keep going past end-of-generation tokens */
     sp_spec_mode spec;
     int spec_k;
 } oai_req;

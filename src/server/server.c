@@ -766,6 +766,7 @@ static enum MHD_Result handle_generate(sp_server *s, struct MHD_Connection *c, c
     rp.user = r;
     rp.spec = q.spec;
     rp.spec_k = q.spec_k;
+    rp.ignore_eos = q.ignore_eos;
     /* the record is the connection's before the engine can call back */
     cx->r = r;
     s->open_resps++;
@@ -812,7 +813,13 @@ static enum MHD_Result handle_generate(sp_server *s, struct MHD_Connection *c, c
         metrics_request(&s->met, endpoint_label(url), 200);
         return ret;
     }
-    return generate_answer(s, c, url, r);
+    /* no answer yet and not suspended: MHD calls again at once (its next
+     * loop), and generate_answer suspends then. Suspending in this, the
+     * request's final call, would leave the connection's poll interest at
+     * "read" (MHD 0.9.75 does not update it for a suspended connection),
+     * and after the resume MHD would read the EOF of a client that
+     * half-closed and drop the answer */
+    return MHD_YES;
 
 fail:
     if (admitted) {

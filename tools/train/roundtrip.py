@@ -17,11 +17,15 @@ export   seeded random train.Llama models (GQA, tied and untied, init scaled
          --temp 0 --logprobs 8 --json) on a few prompts: every reported top
          logprob must match PyTorch's float64 log-softmax within 1e-3 and the
          greedy ids must agree.
-shipped  models/*-target*.gguf and *-draft*.gguf (F16), when present: the same
+shipped  models/*-target*.gguf and *-draft*.gguf (F16; missing ones are a failure): the same
          comparison with tolerance 2e-2 (the engine rounds activations to f16
          for F16 weights, as llama.cpp does); the greedy id must agree where
          PyTorch's margin over the runner-up exceeds the tolerance.
-Prints one "ok"/"FAIL"/"skip" line per check and "RESULT <passed> <failed>".
+Prints one "ok"/"FAIL"/"SKIP" line per check and "RESULT <passed> <failed>
+<skipped>" (tests/run.sh counts a skip as skipped, never as passed, and CI
+fails on any skip). The corpus check is skipped when the Python source tree
+(--src) is absent; the shipped models are part of the repository, so their
+absence is a failure.
 """
 import argparse
 import glob
@@ -43,7 +47,7 @@ from train import Llama  # noqa: E402
 
 HELDOUT = "_threading_local cmd collections json logging modulefinder nturl2path operator queue struct".split()
 PROMPTS = ["def add(a, b):\n    return", "import os\nimport sys\n\n", "class Queue:\n    \"\"\""]
-RESULTS = [0, 0]
+RESULTS = [0, 0, 0]  # passed, failed, skipped
 
 
 def report(ok, name, msg):
@@ -51,10 +55,14 @@ def report(ok, name, msg):
     RESULTS[0 if ok else 1] += 1
 
 
+def skip(name, why):
+    print("SKIP %s: %s" % (name, why), flush=True)
+    RESULTS[2] += 1
+
+
 def check_corpus(src):
     if not os.path.isdir(src):
-        print("skip corpus: %s not found" % src)
-        return
+        return skip("corpus", "%s not found (pass --src)" % src)
     sys.path.insert(0, HERE)
     import corpus
     with tempfile.TemporaryDirectory() as tmp:
@@ -176,8 +184,8 @@ def check_shipped(binary, models_dir):
     files = sorted(set(glob.glob(os.path.join(models_dir, "*-target*.gguf")) +
                        glob.glob(os.path.join(models_dir, "*-draft*.gguf"))))
     if not files:
-        print("skip shipped: no %s/*-target*.gguf or *-draft*.gguf" % models_dir)
-        return
+        return report(False, "shipped", "no %s/*-target*.gguf or *-draft*.gguf (the repository ships them)"
+                      % models_dir)
     with tempfile.TemporaryDirectory() as tmp:
         for f in files:
             name = os.path.basename(f)
@@ -210,7 +218,7 @@ def main():
         check_export(a.bin, pick_vocab(a.vocab, a.models))
     if "shipped" in only:
         check_shipped(a.bin, a.models)
-    print("RESULT %d %d" % tuple(RESULTS))
+    print("RESULT %d %d %d" % tuple(RESULTS))
     sys.exit(1 if RESULTS[1] else 0)
 
 
