@@ -471,11 +471,17 @@ def main():
             err = None
             try:
                 mh = getattr(srv, "metrics_headers", srv.headers)
+                # idle first (a request's blocks go back when it ends), then
+                # read the block count again: it must be 0, and it must be there
+                idle = wait_idle(srv.port, mh)
                 st, m = metrics(srv.port, mh)
-                if st != 200 or m.get("specula_requests_active") != 0 and not wait_idle(srv.port, mh):
+                in_use = m.get('specula_kv_blocks{state="in_use"}')
+                if st != 200 or not idle:
                     err = "/metrics: HTTP %d, active %s" % (st, m.get("specula_requests_active"))
-                elif m.get('specula_kv_blocks{state="in_use"}', 0) != 0 and not wait_idle(srv.port, mh):
-                    err = "KV blocks still in use"
+                elif in_use is None:
+                    err = "/metrics has no specula_kv_blocks{state=\"in_use\"}"
+                elif in_use != 0:
+                    err = "%d KV blocks still in use with no request active" % in_use
             except Exception as e:
                 err = "/metrics failed: %r" % e
             rc = srv.stop()

@@ -39,6 +39,15 @@ static char t_skip_why[256];
         }                                                                      \
     } while (0)
 
+/* A setup step the rest of the case depends on: a failed CHECK, then the
+ * case returns (a case that could not set up compared nothing and must not
+ * pass). Only in functions returning void. */
+#define REQUIRE(cond, ...)                                                     \
+    do {                                                                       \
+        CHECK(cond, __VA_ARGS__);                                              \
+        if (!(cond)) return;                                                   \
+    } while (0)
+
 /* Marks the current case skipped, with a reason (printf-style). The case
  * still fails if a CHECK in it failed. */
 #define SKIP(...)                                                              \

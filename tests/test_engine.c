@@ -130,7 +130,7 @@ static void cache_on_off_identical(void) {
     static result on[2 * NT], off[2 * NT];
     sp_engine_params p = base_params();
     sp_engine *e = new_engine(p);
-    if (!e) return;
+    REQUIRE(e, "the engine could not be created");
     run_all(e, reqs, 2 * NT, 1, on);
     check_clean(e, "cache on");
     sp_engine_stats s;
@@ -138,7 +138,7 @@ static void cache_on_off_identical(void) {
     sp_engine_free(e);
     p.prefix_cache = false;
     e = new_engine(p);
-    if (!e) return;
+    REQUIRE(e, "the engine could not be created");
     run_all(e, reqs, 2 * NT, 1, off);
     check_clean(e, "cache off");
     sp_engine_free(e);
@@ -174,7 +174,7 @@ static void batched_equals_alone(void) {
     sp_engine_params p = base_params();
     p.prefix_cache = false;
     sp_engine *e = new_engine(p);
-    if (!e) return;
+    REQUIRE(e, "the engine could not be created");
     run_all(e, reqs, NT, 1, alone);
     run_all(e, reqs, NT, NT, together);
     check_clean(e, "batched");
@@ -193,7 +193,7 @@ static void memory_pressure(void) {
     static result ref[12], pressed[12];
     sp_engine_params p = base_params();
     sp_engine *e = new_engine(p);
-    if (!e) return;
+    REQUIRE(e, "the engine could not be created");
     run_all(e, reqs, 12, 1, ref);
     sp_engine_free(e);
     p.n_ctx = 176;
@@ -204,7 +204,7 @@ static void memory_pressure(void) {
     p.kv_mem = sp_kv_paged_block_bytes(SP_TYPE_F16, h->n_layer, h->n_head_kv * h->head_dim, 16) *
                20;
     e = new_engine(p);
-    if (!e) return;
+    REQUIRE(e, "the engine could not be created");
     run_all(e, reqs, 12, 12, pressed);
     sp_engine_stats s;
     sp_engine_get_stats(e, &s);
@@ -221,7 +221,7 @@ static void memory_pressure(void) {
 
 static void salts(void) {
     sp_engine *e = new_engine(base_params());
-    if (!e) return;
+    REQUIRE(e, "the engine could not be created");
     const char *salts[] = {NULL, "tenant-a", "tenant-a", "tenant-b", NULL, ""};
     const int32_t expect_hit[] = {0, 0, 1, 0, 1, 1}; /* "" means no salt */
     for (int i = 0; i < 6; i++) {
@@ -262,7 +262,7 @@ static void other_model_never_hits(void) {
     char err[256];
     sp_kv *kv = sp_kv_paged_create(kp, err, sizeof(err));
     CHECK(kv != NULL, "%s", err);
-    if (!kv) return;
+    REQUIRE(kv, "the KV store could not be created");
     CHECK(kv->ops->reserve(kv, 0, 64) == 0, "reserve");
     kv->ops->set_len(kv, 0, 64);
     for (int b = 0; b < 4; b++) sp_kv_paged_commit(kv, 0, b, &h1[b]);
@@ -280,7 +280,7 @@ static void reused_kv_equals_recomputed(void) {
     char err[256];
     sp_kv *kv = sp_kv_paged_create(kp, err, sizeof(err));
     CHECK(kv != NULL, "%s", err);
-    if (!kv) return;
+    REQUIRE(kv, "the KV store could not be created");
     sp_context_params cp = sp_context_default_params();
     cp.n_threads = 2;
     cp.n_seq_max = 3;
@@ -336,7 +336,7 @@ static void cancellation(void) {
     p.max_seqs = 2;
     p.max_batch_tokens = 16; /* prefill of ~100 tokens takes several steps */
     sp_engine *e = new_engine(p);
-    if (!e) return;
+    REQUIRE(e, "the engine could not be created");
     char err[256];
     /* mid-decode: a long request cancelled after some tokens */
     sp_request_params r = req(prompt_of(1), 400, 0, 0);
@@ -394,7 +394,7 @@ static void cancellation(void) {
 
 static void stop_rules(void) {
     sp_engine *e = new_engine(base_params());
-    if (!e) return;
+    REQUIRE(e, "the engine could not be created");
     /* find what greedy decoding says, then stop on a piece of it */
     sp_request_params r = req(prompt_of(2), 12, 0, 0);
     result full, cut;
@@ -430,7 +430,7 @@ static void stop_rules(void) {
 
 static void invalid_requests(void) {
     sp_engine *e = new_engine(base_params());
-    if (!e) return;
+    REQUIRE(e, "the engine could not be created");
     char err[256];
     sp_request_params r = req("", 4, 0, 0);
     r.add_bos = false;

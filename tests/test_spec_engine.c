@@ -131,7 +131,7 @@ static int32_t n_prompt_of[NPR];
 
 static void reference_outputs(void) {
     sp_engine *e = engine(SP_SPEC_OFF, 4, true, 8);
-    if (!e) return;
+    REQUIRE(e, "the engine could not be created");
     sp_request_params rq[NPR];
     for (int i = 0; i < NPR; i++) rq[i] = greedy_req(i);
     run_requests(e, rq, NPR, 1, plain);
@@ -158,12 +158,15 @@ typedef struct {
 } proposer_case;
 
 static void greedy_identical(const proposer_case *pc) {
-    static const int32_t ks[] = {1, 2, 4, 8};
+    /* fixed k in {1, 2, 4, 8}, then the default: the adaptive planner with
+     * k up to 8 (it chooses per step, possibly 0) */
+    static const int32_t ks[] = {1, 2, 4, 8, 8};
     uint64_t drafted = 0, accepted = 0;
-    for (int ki = 0; ki < 4; ki++)
+    for (int ki = 0; ki < 5; ki++)
         for (int conc = 1; conc <= 8; conc += 7) {
-            sp_engine *e = engine(pc->mode, ks[ki], false, 8);
-            if (!e) return;
+            const bool adaptive = ki == 4;
+            sp_engine *e = engine(pc->mode, ks[ki], adaptive, 8);
+            REQUIRE(e, "the engine could not be created");
             sp_request_params rq[NPR];
             replay rp[NPR];
             for (int i = 0; i < NPR; i++) {
@@ -221,6 +224,11 @@ static void greedy_identical(const proposer_case *pc) {
     printf("  %s: %llu drafted, %llu accepted (%.0f%%)\n", pc->name, (unsigned long long)drafted,
            (unsigned long long)accepted, drafted ? 100.0 * accepted / drafted : 0.0);
     if (pc->use_replay && pc->alpha > 0.5f) CHECK(accepted > 0, "the replay proposer was never accepted");
+    /* a proposer that proposes nothing would pass the equality checks:
+     * each real one must draft, and get some of it accepted, on this text */
+    if (!pc->use_replay)
+        CHECK(drafted > 0 && accepted > 0, "%s drafted %llu, accepted %llu", pc->name,
+              (unsigned long long)drafted, (unsigned long long)accepted);
 }
 
 /* ---- distribution ----------------------------------------------------------- */
@@ -374,7 +382,7 @@ static void end_to_end_distribution(void) {
     sp.top_p = 1.0f;
     sp.min_p = 0.0f;
     sp_engine *e = engine(SP_SPEC_NGRAM, 1, false, 16);
-    if (!e) return;
+    REQUIRE(e, "the engine could not be created");
     static int64_t ids[N];
     char err[256];
     for (int i = 0; i < N; i++) {
@@ -424,7 +432,7 @@ static void stops_inside_runs(void) {
      * stops */
     sp_engine *e = engine(SP_SPEC_NGRAM, 8, false, 4);
     sp_engine *e0 = engine(SP_SPEC_OFF, 8, false, 4);
-    if (!e || !e0) return;
+    REQUIRE(e && e0, "cannot create the engines");
     for (int i = 0; i < 3; i++) {
         replay rp = {plain[i].toks, plain[i].n, n_prompt_of[i], 99, 1.0f};
         sp_request_params variants[3];
@@ -466,7 +474,7 @@ static void stops_inside_runs(void) {
 
 static void cancel_mid_speculation(void) {
     sp_engine *e = engine(SP_SPEC_NGRAM, 8, false, 4);
-    if (!e) return;
+    REQUIRE(e, "the engine could not be created");
     char err[256];
     replay rp[4];
     int64_t ids[4];
@@ -478,13 +486,27 @@ static void cancel_mid_speculation(void) {
         ids[i] = sp_engine_submit(e, &r, err, sizeof(err));
     }
     sp_request_status st;
+    for (int i = 0; i < 4; i++) REQUIRE(ids[i] > 0, "submit %d: %s", i, err);
     sp_engine_wait(e, ids[0], 5, -1, &st);
     for (int i = 0; i < 4; i++) sp_engine_cancel(e, ids[i]);
+    int cancelled = 0;
     for (int i = 0; i < 4; i++) {
         sp_engine_wait(e, ids[i], 1 << 30, -1, &st);
         CHECK(st.finished, "request %d not finished", i);
+        /* a request cancelled mid-way has fewer tokens than plain decoding
+         * gave and says so; one that finished first is whole */
+        if (st.stats.finish == SP_FINISH_CANCELLED) {
+            cancelled++;
+            CHECK(st.n_tokens < plain[i].n, "request %d cancelled with all %d tokens", i, st.n_tokens);
+        } else {
+            CHECK(st.n_tokens == plain[i].n, "request %d: %d tokens, finish %d", i, st.n_tokens,
+                  (int)st.stats.finish);
+        }
         sp_engine_release(e, ids[i]);
     }
+    /* request 0 was waited for until it had 5 of its tokens, far from its
+     * end: at least it was cut while speculating */
+    CHECK(cancelled >= 1, "no request was cancelled");
     check_clean(e, "cancel");
     sp_engine_free(e);
 }
@@ -494,7 +516,7 @@ static void cancel_mid_speculation(void) {
  * its output reuses them and still gives what an uncached engine gives. */
 static void speculated_blocks_cache_correctly(void) {
     sp_engine *e = engine(SP_SPEC_NGRAM, 8, false, 4);
-    if (!e) return;
+    REQUIRE(e, "the engine could not be created");
     sp_engine_params p0 = sp_engine_default_params();
     p0.n_threads = 2;
     p0.n_ctx = 512;
@@ -598,7 +620,7 @@ static void suffix_store_partitioned(void) {
         /* control: B's probe on an engine where A never ran */
         sp_engine *e0 = suffix_engine(0);
         sp_engine *e = suffix_engine(0);
-        if (!e0 || !e) return;
+        REQUIRE(e0 && e, "cannot create the engines");
         const result ctl = run_salted(e0, probe, np, "tenant-b", GEN / 2);
         const result ctl_none = run_salted(e0, probe, np, NULL, GEN / 2);
         /* A generates (its output goes to A's partition), then B probes */
@@ -631,7 +653,7 @@ static void suffix_store_partitioned(void) {
         /* no salt and "" are one partition: "" learns from NULL's output
          * just as salt A from A's */
         sp_engine *e3 = suffix_engine(0);
-        if (!e3) return;
+        REQUIRE(e3, "the engine could not be created");
         run_salted(e3, prompt, n0, NULL, GEN);
         const result n2 = run_salted(e3, probe, np, "", GEN / 2);
         CHECK(same_spec(&n2, &same), "prompt %d: \"\" after no salt accepted %d, salt A after A %d",
@@ -650,7 +672,7 @@ static void suffix_store_partitioned(void) {
  * per method): one salt's bad proposals do not lower another's. */
 static void prior_partitioned(void) {
     sp_engine *e = engine(SP_SPEC_NGRAM, 4, false, 2);
-    if (!e) return;
+    REQUIRE(e, "the engine could not be created");
     CHECK(sp_engine_spec_prior(e, "tenant-a", SP_SPEC_NGRAM) == 0.5f, "initial prior");
     CHECK(sp_engine_spec_prior(e, NULL, SP_SPEC_OFF) < 0, "off is not a method");
     for (int i = 0; i < 2; i++) { /* salt A: every proposal wrong */
@@ -692,7 +714,7 @@ static void prior_partitioned(void) {
  * the partitions' invariants (checked after every step) hold. */
 static void partitions_bounded(void) {
     sp_engine *e = suffix_engine(1); /* raised to max_seqs + 1 = 5 */
-    if (!e) return;
+    REQUIRE(e, "the engine could not be created");
     sp_request_params rq[NPR * 2];
     char salts[NPR * 2][16];
     for (int i = 0; i < NPR * 2; i++) {

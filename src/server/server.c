@@ -97,6 +97,7 @@ struct sp_server {
     _Atomic int ready;
     _Atomic int draining;          /* SIGTERM: no new requests; those in flight go on */
     _Atomic int stopping;          /* in-flight requests are being cancelled */
+    _Atomic int closing;           /* MHD is about to stop: no connection may suspend */
     _Atomic int64_t open_resps;    /* generation responses not yet completed (sent or failed) */
     _Atomic int64_t body_bytes;    /* request body bytes reserved across connections */
     const sp_model *m;
@@ -137,6 +138,7 @@ typedef struct sreq {
     int32_t n_tok, cap_tok, n_top;
     sbuf text;
     bool finished, disconnected;
+    bool oom;                      /* an event's tokens or text could not be kept */
     double t_stop;                 /* when the server's stop cancelled it (0: not) */
     sp_request_stats st;
     char error[256];
@@ -261,7 +263,7 @@ static void wake(sreq *r) {
  * handler or the content reader, as MHD requires). False when the server
  * is stopping and the response must end instead. */
 static bool park(sreq *r) {
-    if (r->abort || !r->c) return false;
+    if (r->abort || !r->c || r->s->closing) return false;
     r->suspended = true;
     MHD_suspend_connection(r->c);
     return true;
@@ -306,7 +308,9 @@ static void on_event(const sp_event *ev, void *user) {
         int32_t n_top = r->logprobs >= 0 && ev->top_ids ? ev->top_logprobs : 0;
         if (r->n_tok == 0) r->n_top = n_top;
         if (n_top != r->n_top) n_top = 0;
-        if (grow_tokens(r, r->n_tok + ev->n_tokens, r->n_top)) {
+        if (!grow_tokens(r, r->n_tok + ev->n_tokens, r->n_top)) {
+            r->oom = true;
+        } else {
             memcpy(r->toks + r->n_tok, ev->tokens, (size_t)ev->n_tokens * sizeof(sp_token));
             if (r->logprobs >= 0 && ev->logprobs)
                 memcpy(r->lps + r->n_tok, ev->logprobs, (size_t)ev->n_tokens * sizeof(float));
@@ -326,6 +330,7 @@ static void on_event(const sp_event *ev, void *user) {
         }
     }
     if (ev->text_len) sb_add(&r->text, ev->text, ev->text_len);
+    if (r->text.oom) r->oom = true;
     /* the same condition as stream_build's for a chunk with content, so the
      * stamp is the time the server first had something to send */
     if (s->o.stamp_chunks && (ev->text_len || (r->logprobs >= 0 && ev->n_tokens > 0))) {
@@ -335,8 +340,13 @@ static void on_event(const sp_event *ev, void *user) {
     bool fin = ev->finished;
     if (fin) {
         r->st = *ev->stats;
-        if (ev->error) snprintf(r->error, sizeof(r->error), "%s", ev->error);
-        else if (r->text.oom) snprintf(r->error, sizeof(r->error), "out of memory");
+        if (ev->error) {
+            snprintf(r->error, sizeof(r->error), "%s", ev->error);
+        } else if (r->oom) {
+            /* an answer with tokens or text missing must not look whole */
+            snprintf(r->error, sizeof(r->error), "out of memory");
+            r->st.finish = SP_FINISH_ERROR;
+        }
         if (r->n_tok >= 2) tpot = (r->t_last - r->t_first) / 1e3 / (r->n_tok - 1);
         /* counted before anyone can see the request finished, so a client
          * that reads /metrics after its response finds it there */
@@ -349,7 +359,9 @@ static void on_event(const sp_event *ev, void *user) {
     }
     if (itl >= 0) metrics_observe(&s->met, &s->met.itl, itl);
     pthread_cond_broadcast(&r->cv);
-    wake(r);
+    /* a stream takes every event; a plain request only its end (each
+     * resume costs the worker a rebuild of its poll set) */
+    if (r->stream || fin) wake(r);
     pthread_mutex_unlock(&r->mu);
     if (fin) sreq_unref(r);
 }
@@ -366,6 +378,8 @@ static void cancel_req(sreq *r, bool disconnect) {
     sp_engine_cancel(r->s->e, id);
     if (disconnect) metrics_disconnect(&r->s->met);
 }
+
+static void stop_one(sreq *r);
 
 /* ---- response bodies ------------------------------------------------------ */
 
@@ -794,7 +808,7 @@ static enum MHD_Result handle_generate(sp_server *s, struct MHD_Connection *c, c
     free(toks);
     oai_req_free(&q);
     /* sp_server_stop may have swept the requests before this one had an id */
-    if (s->stopping) cancel_req(r, false);
+    if (s->stopping) stop_one(r);
 
     if (r->stream) {
         struct MHD_Response *resp =
@@ -1017,16 +1031,21 @@ static enum MHD_Result on_head(sp_server *s, struct MHD_Connection *c, const cha
             ERR(401, "authentication_error", NULL, "invalid_api_key",
                 "missing or invalid API key (send 'Authorization: Bearer KEY')");
     }
+    /* the body budget is taken as bytes arrive (on_access), never on a
+     * promise: a Content-Length alone must not let a client hold it */
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    if (cl) {
-        unsigned long long n = strtoull(cl, NULL, 10);
-        if (n > s->o.max_body)
-            ERR(413, "invalid_request_error", NULL, "request_too_large",
-                "the body is larger than %zu bytes", s->o.max_body);
-        if (n && !body_reserve(s, cx, (size_t)n))
-            ERR(503, "service_unavailable", NULL, "server_busy",
-                "the server is receiving too many request bodies at once; retry later");
-    }
+    unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
+    if (n > s->o.max_body)
+        ERR(413, "invalid_request_error", NULL, "request_too_large",
+            "the body is larger than %zu bytes", s->o.max_body);
+    if ((n || f.n_te) && !post)
+        ERR(413, "invalid_request_error", NULL, "request_too_large",
+            "%s %.200s takes no body", method, url);
+    /* a connection the watcher does not know (its record could not be
+     * allocated) has no receive deadline, and sp_server_stop could not
+     * wake it: it may not start a generation */
+    if (!cx->p && ep != EP_HEALTH && ep != EP_METRICS && ep != EP_MODELS)
+        ERR(503, "service_unavailable", NULL, "server_busy", "out of memory; retry later");
     cx->answered = false;
     return MHD_YES;
 }
@@ -1126,9 +1145,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
             body_release(s, cx);
             return MHD_YES;
         }
-        /* a chunked body reserves as it comes; a Content-Length one did
-         * at the head */
-        if (cx->body.len + n > cx->reserved && !body_reserve(s, cx, cx->body.len + n - cx->reserved)) {
+        if (!body_reserve(s, cx, n)) {
             cx->busy = true;
             body_release(s, cx);
             return MHD_YES;
@@ -1232,7 +1249,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 static void *watcher_main(void *arg) {
     sp_server *s = arg;
     struct pollfd *pf = NULL;
-    sreq **who = NULL;
+    sreq **who = NULL, **gone = NULL;
     int cap = 0;
     while (!s->watcher_quit) {
         struct timespec ts = {0, WATCH_MS * 1000000L};
@@ -1246,7 +1263,9 @@ static void *watcher_main(void *arg) {
             if (npf) pf = npf;
             sreq **nw = realloc(who, (size_t)nc * sizeof(*who));
             if (nw) who = nw;
-            if (npf && nw) cap = nc;
+            sreq **ng = realloc(gone, (size_t)nc * sizeof(*gone));
+            if (ng) gone = ng;
+            if (npf && nw && ng) cap = nc;
         }
         for (peer *p = s->peers; p; p = p->next) {
             if (p->fd < 0) continue;
@@ -1266,14 +1285,28 @@ static void *watcher_main(void *arg) {
         /* only an error or a reset is a disconnect (POLLERR/POLLHUP are
          * reported whatever .events asks); a half-closed client still
          * reads its answer */
+        int n_gone = 0;
         if (n > 0 && poll(pf, (nfds_t)n, 0) > 0) {
             for (int i = 0; i < n; i++)
-                if (pf[i].revents & (POLLERR | POLLHUP | POLLNVAL)) cancel_req(who[i], true);
+                if (pf[i].revents & (POLLERR | POLLHUP | POLLNVAL)) {
+                    pthread_mutex_lock(&who[i]->mu);
+                    bool live = !who[i]->finished && !who[i]->disconnected;
+                    if (live) who[i]->refs++;
+                    pthread_mutex_unlock(&who[i]->mu);
+                    if (live) gone[n_gone++] = who[i];
+                }
         }
         pthread_mutex_unlock(&s->reg_mu);
+        /* the engine's lock is taken without reg_mu held: the HTTP threads
+         * need reg_mu for every connection event */
+        for (int i = 0; i < n_gone; i++) {
+            cancel_req(gone[i], true);
+            sreq_unref(gone[i]);
+        }
     }
     free(pf);
     free(who);
+    free(gone);
     return NULL;
 }
 
@@ -1456,23 +1489,28 @@ int64_t sp_server_in_flight(sp_server *s) {
     return n;
 }
 
-/* Every generation request whose connection is open (reg_mu held): each
- * with a reference taken, for fn to use after reg_mu is released. */
-static int collect_requests(sp_server *s, sreq ***out) {
-    int n = 0;
-    for (peer *p = s->peers; p; p = p->next) n += p->r != NULL;
-    sreq **v = n ? calloc((size_t)n, sizeof(*v)) : NULL;
-    int k = 0;
-    if (v)
-        for (peer *p = s->peers; p; p = p->next)
-            if (p->r) {
-                pthread_mutex_lock(&p->r->mu);
-                p->r->refs++;
-                pthread_mutex_unlock(&p->r->mu);
-                v[k++] = p->r;
-            }
-    *out = v;
-    return k;
+/* Applies fn to the generation request of every open connection, under
+ * reg_mu (so no request record can be freed meanwhile: the connection
+ * holds a reference while p->r is set), without allocating. */
+static void for_each_request(sp_server *s, void (*fn)(sreq *r)) {
+    pthread_mutex_lock(&s->reg_mu);
+    for (peer *p = s->peers; p; p = p->next)
+        if (p->r) fn(p->r);
+    pthread_mutex_unlock(&s->reg_mu);
+}
+
+static void stop_one(sreq *r) {
+    pthread_mutex_lock(&r->mu);
+    if (!r->finished && !r->t_stop) r->t_stop = now_ms();
+    pthread_mutex_unlock(&r->mu);
+    cancel_req(r, false);
+}
+
+static void abort_one(sreq *r) {
+    pthread_mutex_lock(&r->mu);
+    r->abort = true;
+    wake(r);
+    pthread_mutex_unlock(&r->mu);
 }
 
 void sp_server_stop(sp_server *s) {
@@ -1480,38 +1518,21 @@ void sp_server_stop(sp_server *s) {
     sp_server_drain(s);
     s->stopping = 1;
     /* cancel what is in flight; the engine's final events wake the
-     * connections, which send a last chunk and [DONE] or a 503 */
-    sreq **v;
-    pthread_mutex_lock(&s->reg_mu);
-    int n = collect_requests(s, &v);
-    pthread_mutex_unlock(&s->reg_mu);
-    for (int i = 0; i < n; i++) {
-        pthread_mutex_lock(&v[i]->mu);
-        if (!v[i]->finished && !v[i]->t_stop) v[i]->t_stop = now_ms();
-        pthread_mutex_unlock(&v[i]->mu);
-        cancel_req(v[i], false);
-        sreq_unref(v[i]);
-    }
-    free(v);
+     * connections, which send a last chunk and [DONE] or a 503 (a request
+     * submitted after this sweep sees `stopping` and cancels itself) */
+    for_each_request(s, stop_one);
     /* their clients get at most 5 s to take those final events */
     double dl = now_ms() + 5000;
     while (s->open_resps > 0 && now_ms() < dl) {
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);
     }
-    /* MHD must not stop with a connection suspended: wake every one that
-     * still waits, telling it to end its response */
-    pthread_mutex_lock(&s->reg_mu);
-    n = collect_requests(s, &v);
-    pthread_mutex_unlock(&s->reg_mu);
-    for (int i = 0; i < n; i++) {
-        pthread_mutex_lock(&v[i]->mu);
-        v[i]->abort = true;
-        wake(v[i]);
-        pthread_mutex_unlock(&v[i]->mu);
-        sreq_unref(v[i]);
-    }
-    free(v);
+    /* MHD must not stop with a connection suspended (it aborts): from now
+     * on none may suspend (park refuses), and every one that waits is woken
+     * to end its response. A request registers on its peer before it can
+     * suspend, so the sweep sees every suspended one */
+    s->closing = 1;
+    for_each_request(s, abort_one);
     s->watcher_quit = 1;
     if (s->watcher_started) pthread_join(s->watcher, NULL);
     s->watcher_started = false;
