@@ -198,13 +198,13 @@ static void test_vocab_file(const char *name) {
     snprintf(path, sizeof(path), "%s/vocab/%s", t_ref_dir(), name);
     sp_vocab *v = load_vocab(path);
     if (!v && strstr(g_err, "unsupported tokenizer model")) {
-        /* WPM/UGM/RWKV vocabularies are out of scope: loading them must fail
-         * cleanly, which it did */
-        printf("     %s: skipped (%s)\n", name, g_err);
+        /* WPM/UGM/RWKV vocabularies are not implemented yet: loading them
+         * failed cleanly, but their vectors were not compared, which is a
+         * skip (counted as one, and a failure under SPECULA_NO_SKIP) */
+        SKIP("%s: %s", name, g_err);
         return;
     }
-    CHECK(v != NULL, "cannot load %s: %s", path, g_err);
-    if (!v) return;
+    REQUIRE(v != NULL, "cannot load %s: %s", path, g_err);
     char ipath[1100], opath[1100];
     snprintf(ipath, sizeof(ipath), "%s.inp", path);
     snprintf(opath, sizeof(opath), "%s.out", path);
