@@ -359,7 +359,13 @@ static void exact_next(const sp_token *toks, int n, double *p) {
     sp_context_free(c);
 }
 
-static void end_to_end_distribution(void) {
+/* Sampled output (temperature 1) follows the target's exact distribution
+ * end to end: token 2 given token 1, against probabilities computed by a
+ * plain forward pass. With mode NGRAM a fixed one-token guess is verified
+ * (a point-mass proposal, k = 1); with mode DRAFT the draft model proposes
+ * k = 4 tokens from its own distribution and rejection sampling must still
+ * give the target's. */
+static void end_to_end_distribution_mode(sp_spec_mode mode) {
     const char *prompt = bundled ? "def " : "The";
     const int32_t V = sp_model_get_info(target)->n_vocab;
     enum { N = 1200 };
@@ -381,18 +387,19 @@ static void end_to_end_distribution(void) {
     sp.top_k = 0;
     sp.top_p = 1.0f;
     sp.min_p = 0.0f;
-    sp_engine *e = engine(SP_SPEC_NGRAM, 1, false, 16);
+    const bool drafting = mode == SP_SPEC_DRAFT;
+    sp_engine *e = engine(mode, drafting ? 4 : 1, false, 16);
     REQUIRE(e, "the engine could not be created");
     static int64_t ids[N];
     char err[256];
     for (int i = 0; i < N; i++) {
         sp_request_params r = sp_request_default_params();
         r.prompt = prompt;
-        r.max_tokens = 3; /* after token 1, one proposal for token 2 */
+        r.max_tokens = drafting ? 6 : 3; /* after token 1, proposals for token 2 on */
         r.ignore_eos = true;
         r.sampling = sp;
         r.sampling.seed = 77 + i;
-        r.propose = fixed_propose;
+        if (!drafting) r.propose = fixed_propose;
         ids[i] = sp_engine_submit(e, &r, err, sizeof(err));
         CHECK(ids[i] > 0, "%s", err);
     }
@@ -415,15 +422,27 @@ static void end_to_end_distribution(void) {
     sp_engine_free(e);
     int df;
     double st = chi2(count, p2, V, best_n, &df);
-    printf("  end-to-end: p(token 1) = %.2f, %lld samples of token 2, guess accepted %llu of %llu: "
-           "chi-square %.1f, %d df, critical %.1f\n", p1[best], (long long)best_n,
+    printf("  end-to-end (%s): p(token 1) = %.2f, %lld samples of token 2, accepted %llu of %llu "
+           "drafted: chi-square %.1f, %d df, critical %.1f\n", drafting ? "draft model, k = 4" :
+           "one fixed guess", p1[best], (long long)best_n,
            (unsigned long long)s.spec_accepted, (unsigned long long)s.spec_drafted, st, df,
            chi2_crit(df));
     CHECK(best_n >= 100, "too few samples (%lld) for a test", (long long)best_n);
     if (df >= 1) CHECK(st < chi2_crit(df), "chi-square %.1f over %d df", st, df);
+    if (drafting) CHECK(s.spec_accepted > 0, "the draft's proposals were never accepted");
     free(p1);
     free(p2);
     free(count);
+}
+
+static void end_to_end_distribution(void) { end_to_end_distribution_mode(SP_SPEC_NGRAM); }
+
+static void end_to_end_distribution_draft(void) {
+    if (!draft) {
+        SKIP("no draft model beside this target");
+        return;
+    }
+    end_to_end_distribution_mode(SP_SPEC_DRAFT);
 }
 
 static void stops_inside_runs(void) {
@@ -787,6 +806,7 @@ int main(void) {
     for (int i = 0; i < 5; i++) RUN_NAMED(greedy_identical, &cases[i], cases[i].name);
     RUN(verifier_distribution);
     RUN(end_to_end_distribution);
+    RUN(end_to_end_distribution_draft);
     RUN(stops_inside_runs);
     RUN(cancel_mid_speculation);
     RUN(speculated_blocks_cache_correctly);
