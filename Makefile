@@ -65,7 +65,7 @@ test: tests
 
 # Sanitizer build: separate objects and binaries, same tests.
 asan:
-	$(MAKE) BUILD=build-asan BIN=build-asan/bin OPT=-O1 \
+	SPECULA_TIMEOUT_SCALE=$${SPECULA_TIMEOUT_SCALE:-3} $(MAKE) BUILD=build-asan BIN=build-asan/bin OPT=-O1 \
 	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
 # ThreadSanitizer build of the multithreaded code (thread pool, matmul, the
@@ -77,7 +77,8 @@ tsan:
 	  $(TSAN_TESTS:%=build-tsan/tests/%)
 	rm -rf build-tsan/run && mkdir -p build-tsan/run && \
 	  for t in $(TSAN_TESTS); do ln -s ../tests/$$t build-tsan/run/$$t; done
-	TSAN_OPTIONS=halt_on_error=1 SPECULA_TEST_SUBSET=1 tests/run.sh build-tsan/run
+	TSAN_OPTIONS=halt_on_error=1 SPECULA_TEST_SUBSET=1 SPECULA_TIMEOUT_SCALE=$${SPECULA_TIMEOUT_SCALE:-4} \
+	  tests/run.sh build-tsan/run
 
 BENCH_SRC := $(filter-out bench/bench_engine.c bench/bench_spec.c bench/bench_util.c,$(wildcard bench/*.c))
 $(BIN)/bench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(LIB)
