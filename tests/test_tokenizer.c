@@ -201,7 +201,7 @@ static void test_vocab_file(const char *name) {
         /* WPM/UGM/RWKV vocabularies are not implemented yet: loading them
          * failed cleanly, but their vectors were not compared, which is a
          * skip (counted as one, and a failure under SPECULA_NO_SKIP) */
-        SKIP("%s: %s", name, g_err);
+        SKIP("%.80s: %.160s", name, g_err);
         return;
     }
     REQUIRE(v != NULL, "cannot load %s: %s", path, g_err);

@@ -217,14 +217,20 @@ static void rope_angles(float *cs, int32_t D, int32_t pos, float base, float fre
 }
 
 /* Rotates one head vector in place. NORM rotates adjacent pairs
- * (2i, 2i+1), NEOX rotates (i, i + D/2). */
+ * (2i, 2i+1), NEOX rotates (i, i + D/2): a' = fma(a, cos, -(b sin)),
+ * b' = fma(a, sin, b cos), as llama.cpp's compiled rope rounds. */
 static void rope(float *x, int32_t D, const float *cs, sp_rope_kind kind) {
     for (int32_t i = 0; i < D / 2; i++) {
         int32_t a = kind == SP_ROPE_NEOX ? i : 2 * i;
         int32_t b = kind == SP_ROPE_NEOX ? i + D / 2 : 2 * i + 1;
         float x0 = x[a], x1 = x[b];
-        x[a] = x0 * cs[2 * i] - x1 * cs[2 * i + 1];
-        x[b] = x0 * cs[2 * i + 1] + x1 * cs[2 * i];
+        /* llama.cpp's rope (ggml-cpu, built -march=native with the default
+         * -ffp-contract) fuses the first product of each line into an FMA:
+         * on the reference random-weight models this one rounding decided
+         * 2 of 5 Q8_0 records from their first step. fmaf is one
+         * instruction through glibc's FMA variant. */
+        x[a] = fmaf(x0, cs[2 * i], -(x1 * cs[2 * i + 1]));
+        x[b] = fmaf(x0, cs[2 * i + 1], x1 * cs[2 * i]);
     }
 }
 
@@ -333,6 +339,7 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
     const sp_model *m = c->m;
     const sp_model_info *h = &m->info;
     if (validate(c, b, err, errlen)) return -1;
+    c->ops = sp_fwd_ops_get(); /* the level in use now (sp_kernels_force may switch it) */
     const int32_t B = b->n_tokens, E = h->n_embd, H = h->n_head, Hk = h->n_head_kv;
     const int32_t D = h->head_dim, F = h->n_ff, V = h->n_vocab;
     const int32_t QD = H * D, KD = Hk * D;

@@ -95,12 +95,11 @@ static const sp_fwd_ops REF = {ref_attn_head, NULL, ref_swiglu};
 const sp_fwd_ops *sp_fwd_ops_ref(void) { return &REF; }
 
 const sp_fwd_ops *sp_fwd_ops_get(void) {
-    static const sp_fwd_ops *chosen;
-    if (chosen) return chosen;
-    const char *level = sp_kernels_init(); /* the matmul level, so one switch picks both */
-    const sp_fwd_ops *o = &REF;
-    if (!strcmp(level, "avx512")) o = sp_fwd_ops_avx512();
-    else if (!strcmp(level, "avx2")) o = sp_fwd_ops_avx2();
-    chosen = o;
-    return o;
+    /* follows the matmul level on every call (not cached), so that
+     * sp_kernels_force switches the forward operations with the kernels,
+     * as kernels.h promises */
+    const char *level = sp_kernels_init();
+    if (!strcmp(level, "avx512")) return sp_fwd_ops_avx512();
+    if (!strcmp(level, "avx2")) return sp_fwd_ops_avx2();
+    return &REF;
 }
