@@ -123,7 +123,6 @@ struct sp_server {
 typedef struct sreq {
     sp_server *s;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     int refs;
     int64_t id;                    /* engine id (0 until submitted) */
     bool chat, stream, include_usage;
@@ -179,7 +178,6 @@ static void sreq_unref(sreq *r) {
     pthread_mutex_unlock(&r->mu);
     if (left) return;
     pthread_mutex_destroy(&r->mu);
-    pthread_cond_destroy(&r->cv);
     free(r->toks);
     free(r->lps);
     free(r->top_ids);
@@ -358,7 +356,6 @@ static void on_event(const sp_event *ev, void *user) {
         r->finished = true;
     }
     if (itl >= 0) metrics_observe(&s->met, &s->met.itl, itl);
-    pthread_cond_broadcast(&r->cv);
     /* a stream takes every event; a plain request only its end (each
      * resume costs the worker a rebuild of its poll set) */
     if (r->stream || fin) wake(r);
@@ -741,7 +738,6 @@ static enum MHD_Result handle_generate(sp_server *s, struct MHD_Connection *c, c
         goto fail;
     }
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
     r->s = s;
     r->refs = 2; /* the connection and the engine */
     r->chat = chat;
