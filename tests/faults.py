@@ -84,6 +84,23 @@ def stop_clean(srv, what):
     report("%s exits 0 on SIGTERM, no sanitizer report" % what, err)
 
 
+def post_head(n):
+    """The head of a POST /v1/completions with an n-byte JSON body."""
+    return (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % n)
+
+
+def recv_until(s, marker):
+    """Bytes received on s until marker appears or the peer closes."""
+    got = b""
+    while marker not in got:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
 def open_stream(port, body, rcvbuf=None, timeout=120):
     """A raw socket with a streaming request sent."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -92,8 +109,7 @@ def open_stream(port, body, rcvbuf=None, timeout=120):
     s.settimeout(timeout)
     s.connect(("127.0.0.1", port))
     data = json.dumps(body).encode()
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Content-Length: %d\r\n\r\n" % len(data) + data)
+    s.sendall(post_head(len(data)) + data)
     return s
 
 
@@ -267,12 +283,7 @@ def sigterm_case(tmp, name, drain, max_tokens, want_finish, plain_want, bound, c
     try:
         c = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
         c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-        got = b""
-        while b"}" not in got:
-            chunk = c.recv(4096)
-            if not chunk:
-                break
-            got += chunk
+        got = recv_until(c, b"}")
         c.close()
         new_conn = None if got.startswith(b"HTTP/1.1 503") and b"draining" in got else \
             "answered %r (want 503 draining)" % got[:200]
@@ -539,14 +550,8 @@ def auth_before_body(tmp):
     def one(i):
         try:
             s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: %d\r\n\r\n" % size + payload[:1])
-            buf = b""
-            while b"\r\n" not in buf:
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                buf += chunk
+            s.sendall(post_head(size) + payload[:1])
+            buf = recv_until(s, b"\r\n")
             m = re.match(rb"HTTP/1\.1 (\d{3})", buf)
             codes[i] = int(m.group(1)) if m else 0
             try:  # the attacker goes on sending: the server must not buffer it
@@ -646,8 +651,7 @@ def half_close_and_reset(tmp):
         for stream in (False, True):
             body = json.dumps({"prompt": "def g(y):", "max_tokens": 24, "temperature": 0, "stream": stream}).encode()
             s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            s.sendall(post_head(len(body)) + body)
             s.shutdown(socket.SHUT_WR)
             raw = b""
             while True:
@@ -677,8 +681,7 @@ def half_close_and_reset(tmp):
         _, m0 = metrics(srv.port)
         body = json.dumps({"prompt": "class Z:", "max_tokens": 4000, "temperature": 0}).encode()
         s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        s.sendall(post_head(len(body)) + body)
         ok_active = wait_active(srv.port, 1, 10)
         import struct as _st
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _st.pack("ii", 1, 0))

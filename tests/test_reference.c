@@ -22,77 +22,13 @@
  * (test_reference_trained). The line "log-probabilities within ... on N of
  * M steps" reports it per level.
  */
-#include <cjson/cJSON.h>
 #include <math.h>
 
-#include "kernels/kernels.h"
+#include "ref_records.h"
 #include "specula.h"
-#include "test.h"
 
 #define MAX_MODELS 16
-#define MAX_REC 64
-#define TOPN 8
 #define TIE_MARGIN 1e-3
-
-static const char *LEVELS[] = {"ref", "avx2", "avx512"};
-#define NL 3
-
-typedef struct {
-    char model[96], prompt_id[64], name[192];
-    char *prompt;
-    int32_t prompt_tokens[1024];
-    int n_prompt;
-    int n_steps;
-    int32_t tokens[64];      /* llama.cpp's greedy tokens */
-    int32_t ids[64][TOPN];   /* llama.cpp's top ids per step */
-    double lp[64][TOPN];     /* and their log-probabilities */
-} record;
-
-static record recs[MAX_REC];
-static int n_recs;
-
-static int parse(char *data) {
-    for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n")) {
-        cJSON *j = cJSON_Parse(line);
-        if (!j || n_recs == MAX_REC) {
-            cJSON_Delete(j);
-            return -1;
-        }
-        record *r = &recs[n_recs++];
-        const cJSON *model = cJSON_GetObjectItem(j, "model"), *pid = cJSON_GetObjectItem(j, "prompt_id"),
-                    *prompt = cJSON_GetObjectItem(j, "prompt"), *pt = cJSON_GetObjectItem(j, "prompt_tokens"),
-                    *steps = cJSON_GetObjectItem(j, "steps");
-        if (!cJSON_IsString(model) || !cJSON_IsString(pid) || !cJSON_IsString(prompt) || !cJSON_IsArray(pt) ||
-            !cJSON_IsArray(steps) || cJSON_GetArraySize(pt) > 1024 || cJSON_GetArraySize(steps) > 64) {
-            cJSON_Delete(j);
-            return -1;
-        }
-        snprintf(r->model, sizeof r->model, "%s", model->valuestring);
-        snprintf(r->prompt_id, sizeof r->prompt_id, "%s", pid->valuestring);
-        char name[sizeof r->name];
-        snprintf(name, sizeof name, "%s/%s", model->valuestring, pid->valuestring);
-        memcpy(r->name, name, sizeof name);
-        r->prompt = strdup(prompt->valuestring);
-        const cJSON *e;
-        cJSON_ArrayForEach(e, pt) r->prompt_tokens[r->n_prompt++] = (int32_t)e->valuedouble;
-        cJSON_ArrayForEach(e, steps) {
-            const int s = r->n_steps++;
-            r->tokens[s] = (int32_t)cJSON_GetObjectItem(e, "id")->valuedouble;
-            const cJSON *top = cJSON_GetObjectItem(e, "top");
-            if (cJSON_GetArraySize(top) < TOPN) {
-                cJSON_Delete(j);
-                return -1;
-            }
-            for (int k = 0; k < TOPN; k++) {
-                const cJSON *pair = cJSON_GetArrayItem(top, k);
-                r->ids[s][k] = (int32_t)cJSON_GetArrayItem(pair, 0)->valuedouble;
-                r->lp[s][k] = cJSON_GetArrayItem(pair, 1)->valuedouble;
-            }
-        }
-        cJSON_Delete(j);
-    }
-    return n_recs ? 0 : -1;
-}
 
 static struct {
     char name[96];
@@ -202,24 +138,19 @@ static int run_level(int l) {
 
 /* The parent runs one child per level and adds up their results. */
 static void spawn_level(int l) {
-    if (!sp_kernels_available(LEVELS[l])) {
-        for (int i = 0; i < n_recs; i++) {
-            t_cases_skipped++;
-            printf("SKIP check_greedy[%s %s]: this CPU cannot run the %s kernels\n", LEVELS[l], recs[i].name,
-                   LEVELS[l]);
-        }
-        return;
+    if (run_level_child(l)) return;
+    for (int i = 0; i < n_recs; i++) {
+        t_cases_skipped++;
+        printf("SKIP check_greedy[%s %s]: this CPU cannot run the %s kernels\n", LEVELS[l], recs[i].name,
+               LEVELS[l]);
     }
-    char env[64];
-    snprintf(env, sizeof env, "SPECULA_KERNELS=%s", LEVELS[l]);
-    t_run_child(env, "--level", LEVELS[l], LEVELS[l]);
 }
 
 int main(int argc, char **argv) {
     char path[512];
     snprintf(path, sizeof(path), "%s/generations.jsonl", t_ref_dir());
     char *data = t_read_file(path, NULL);
-    if (!data || parse(data)) {
+    if (!data || parse_records(data)) {
         printf("FAIL %s: cannot read or parse\nRESULT 0 1 0\n", path);
         return 1;
     }

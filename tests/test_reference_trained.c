@@ -30,84 +30,25 @@
  *
  * The log-softmax is computed here in double from the raw logits, not with
  * Specula's helpers. */
-#include <cjson/cJSON.h>
 #include <math.h>
 
-#include "kernels/kernels.h"
+#include "ref_records.h"
 #include "specula.h"
-#include "test.h"
 
-#define MAX_REC 64
-#define MAX_STEPS 64
-#define TOPN 8
 #define TOP_METRIC 4
 #define F32_TOL 2e-3
 #define TIE_MARGIN 1e-3
 #define QUANT_SLACK 1.10
 
-typedef struct {
-    char model[64], prompt_id[64];
-    char *prompt;
-    int32_t prompt_tokens[512];
-    int n_prompt;
-    int32_t tokens[MAX_STEPS];
-    int n_steps;
-    int32_t ids[MAX_STEPS][TOPN];
-    double lp[MAX_STEPS][TOPN];
-} record;
-
-static record recs[MAX_REC];
-static int n_recs;
-
 static const char *QUANTS[] = {"bf16", "f16", "q8_0", "q6_k", "q4_k_m", "q4_0"};
 #define NQ 6
 /* llama.cpp's own figures, as published in trained/README.md */
 static const double PUBLISHED[NQ] = {0.0026, 0.0004, 0.0087, 0.0215, 0.0567, 0.0625};
-static const char *LEVELS[] = {"ref", "avx2", "avx512"};
-#define NL 3
 
 static const record *find(const char *model, const char *prompt_id) {
     for (int i = 0; i < n_recs; i++)
         if (!strcmp(recs[i].model, model) && !strcmp(recs[i].prompt_id, prompt_id)) return &recs[i];
     return NULL;
-}
-
-static int parse(char *data) {
-    for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n")) {
-        cJSON *j = cJSON_Parse(line);
-        if (!j) return -1;
-        if (n_recs == MAX_REC) return -1;
-        record *r = &recs[n_recs++];
-        const cJSON *model = cJSON_GetObjectItem(j, "model"), *pid = cJSON_GetObjectItem(j, "prompt_id"),
-                    *prompt = cJSON_GetObjectItem(j, "prompt"), *pt = cJSON_GetObjectItem(j, "prompt_tokens"),
-                    *steps = cJSON_GetObjectItem(j, "steps");
-        if (!cJSON_IsString(model) || !cJSON_IsString(pid) || !cJSON_IsString(prompt) || !cJSON_IsArray(pt) ||
-            !cJSON_IsArray(steps) || cJSON_GetArraySize(pt) > 512 || cJSON_GetArraySize(steps) > MAX_STEPS) {
-            cJSON_Delete(j);
-            return -1;
-        }
-        snprintf(r->model, sizeof r->model, "%s", model->valuestring);
-        snprintf(r->prompt_id, sizeof r->prompt_id, "%s", pid->valuestring);
-        r->prompt = strdup(prompt->valuestring);
-        const cJSON *e;
-        cJSON_ArrayForEach(e, pt) r->prompt_tokens[r->n_prompt++] = (int32_t)e->valuedouble;
-        cJSON_ArrayForEach(e, steps) {
-            const int s = r->n_steps++;
-            r->tokens[s] = (int32_t)cJSON_GetObjectItem(e, "id")->valuedouble;
-            const cJSON *top = cJSON_GetObjectItem(e, "top");
-            if (cJSON_GetArraySize(top) < TOPN) {
-                cJSON_Delete(j);
-                return -1;
-            }
-            for (int k = 0; k < TOPN; k++) {
-                const cJSON *pair = cJSON_GetArrayItem(top, k);
-                r->ids[s][k] = (int32_t)cJSON_GetArrayItem(pair, 0)->valuedouble;
-                r->lp[s][k] = cJSON_GetArrayItem(pair, 1)->valuedouble;
-            }
-        }
-        cJSON_Delete(j);
-    }
-    return 0;
 }
 
 /* ---- the engine's side ------------------------------------------------- */
@@ -371,23 +312,18 @@ static int run_level(int l) {
 /* The parent: one child per level (a level the CPU lacks: its cases are
  * counted skips). */
 static void spawn_level(int l) {
-    if (!sp_kernels_available(LEVELS[l])) {
-        for (int c = 0; c < CASES_PER_LEVEL; c++) {
-            t_cases_skipped++;
-            printf("SKIP level %s case %d: this CPU cannot run the %s kernels\n", LEVELS[l], c + 1, LEVELS[l]);
-        }
-        return;
+    if (run_level_child(l)) return;
+    for (int c = 0; c < CASES_PER_LEVEL; c++) {
+        t_cases_skipped++;
+        printf("SKIP level %s case %d: this CPU cannot run the %s kernels\n", LEVELS[l], c + 1, LEVELS[l]);
     }
-    char env[64];
-    snprintf(env, sizeof env, "SPECULA_KERNELS=%s", LEVELS[l]);
-    t_run_child(env, "--level", LEVELS[l], LEVELS[l]);
 }
 
 int main(int argc, char **argv) {
     char path[512];
     snprintf(path, sizeof(path), "%s/trained/generations.jsonl", t_ref_dir());
     char *data = t_read_file(path, NULL);
-    if (!data || parse(data)) {
+    if (!data || parse_records(data)) {
         printf("FAIL %s: cannot read or parse\nRESULT 0 1 0\n", path);
         return 1;
     }
