@@ -32,6 +32,28 @@ typedef struct sp_context sp_context;
 typedef struct sp_sampler sp_sampler;
 typedef struct sp_vocab sp_vocab;
 
+/* ---- status codes --------------------------------------------------------- */
+
+/* What a failing call returns (negative), beside its message in err. One
+ * code per way a caller can react: the server maps each to an HTTP status
+ * and an OpenAI error type in one table (src/server). */
+typedef enum {
+    SP_OK = 0,
+    SP_ERR_INVALID = -1,     /* an argument or request field is invalid */
+    SP_ERR_CONTEXT = -2,     /* prompt (+ max_tokens) does not fit the context */
+    SP_ERR_NOMEM = -3,       /* out of memory */
+    SP_ERR_BUSY = -4,        /* a queue or pool is full: retry later */
+    SP_ERR_CANCELLED = -5,   /* the request was cancelled */
+    SP_ERR_UNSUPPORTED = -6, /* valid, but this build or model cannot do it */
+    SP_ERR_IO = -7,          /* a file cannot be read, or is malformed */
+    SP_ERR_NOT_FOUND = -8,   /* unknown id or name */
+    SP_ERR_INTERNAL = -9,    /* a broken invariant (a bug) */
+} sp_status;
+
+/* "ok", "invalid", "context", "nomem", "busy", "cancelled", "unsupported",
+ * "io", "not_found", "internal"; "unknown" for anything else. Static. */
+const char *sp_status_str(int status);
+
 /* ---- model --------------------------------------------------------------- */
 
 typedef struct {
@@ -339,9 +361,11 @@ typedef struct {
 sp_request_params sp_request_default_params(void);
 
 /* Queues a request; the params (strings and arrays included) are copied.
- * Returns its id (> 0), or -1 + err for an invalid request (empty prompt,
- * prompt + max_tokens beyond n_ctx, bad sampling parameters, token out of
- * the vocabulary). A request with a callback is forgotten after its final
+ * Returns its id (> 0), or a negative sp_status + err: SP_ERR_CONTEXT when
+ * prompt + max_tokens is beyond n_ctx, SP_ERR_UNSUPPORTED for draft
+ * speculation on an engine without a draft model, SP_ERR_NOMEM, and
+ * SP_ERR_INVALID for any other invalid request (empty prompt, bad sampling
+ * parameters, token out of the vocabulary). A request with a callback is forgotten after its final
  * event; one without must be released with sp_engine_release. */
 int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, size_t errlen);
 

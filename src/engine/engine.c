@@ -597,6 +597,22 @@ sp_request_params sp_request_default_params(void) {
     return r;
 }
 
+const char *sp_status_str(int status) {
+    switch (status) {
+    case SP_OK: return "ok";
+    case SP_ERR_INVALID: return "invalid";
+    case SP_ERR_CONTEXT: return "context";
+    case SP_ERR_NOMEM: return "nomem";
+    case SP_ERR_BUSY: return "busy";
+    case SP_ERR_CANCELLED: return "cancelled";
+    case SP_ERR_UNSUPPORTED: return "unsupported";
+    case SP_ERR_IO: return "io";
+    case SP_ERR_NOT_FOUND: return "not_found";
+    case SP_ERR_INTERNAL: return "internal";
+    default: return "unknown";
+    }
+}
+
 const char *sp_finish_reason_str(sp_finish_reason r) {
     switch (r) {
     case SP_FINISH_STOP: return "stop";
@@ -608,6 +624,7 @@ const char *sp_finish_reason_str(sp_finish_reason r) {
 }
 
 int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, size_t errlen) {
+    int64_t rc = SP_ERR_INVALID;
     request *r = calloc(1, sizeof(*r));
     if (!r) goto oom;
     r->slot = -1;
@@ -662,6 +679,7 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
     if ((int64_t)r->n_prompt + rp->max_tokens > n_ctx) {
         sp_seterr(err, errlen, "prompt (%d tokens) + max_tokens (%d) exceeds the context of %d "
                   "positions", r->n_prompt, rp->max_tokens, n_ctx);
+        rc = SP_ERR_CONTEXT;
         goto fail;
     }
     r->n_all = r->n_prompt;
@@ -714,6 +732,7 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
     }
     if (r->spec == SP_SPEC_DRAFT && !e->draft) {
         sp_seterr(err, errlen, "draft speculation asked for, but the engine has no draft model");
+        rc = SP_ERR_UNSUPPORTED;
         goto fail;
     }
     if (rp->spec_k < 0 || rp->spec_k > SP_SPEC_K_MAX) {
@@ -768,9 +787,10 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
     return id;
 oom:
     sp_seterr(err, errlen, "out of memory queueing the request");
+    rc = SP_ERR_NOMEM;
 fail:
     rq_free(r);
-    return -1;
+    return rc;
 }
 
 int sp_engine_cancel(sp_engine *e, int64_t id) {

@@ -793,7 +793,7 @@ static enum MHD_Result handle_generate(sp_server *s, struct MHD_Connection *c, c
         r->refs--; /* the engine never took it */
         r->finished = true;
         pthread_mutex_unlock(&r->mu);
-        bool ctx = strstr(err, "context") != NULL;
+        bool ctx = id == SP_ERR_CONTEXT;
         oai_seterr(&e, 400, "invalid_request_error", ctx ? "max_tokens" : NULL,
                    ctx ? "context_length_exceeded" : "invalid_value", "%s", err);
         goto fail;
