@@ -76,6 +76,46 @@ else
     fail "info" "$(cat "$tmp/info.txt")"
 fi
 
+# other engines' option names (README "Option names from other engines"):
+# the same greedy output as Specula's own spelling, and the notes they imply
+tgt=models/specula-code-target-f16.gguf
+drf=models/specula-code-draft-f16.gguf
+"$bin" run -m "$tgt" -p "def add(a, b):" -n 12 --temp 0 -c 256 -t 2 --max-seqs 2 >"$tmp/own.txt" 2>"$tmp/own.err"
+if "$bin" run "$tgt" -p "def add(a, b):" -n 12 --temp 0 --ctx-size 256 --threads 2 -np 2 >"$tmp/alias1.txt" 2>"$tmp/alias1.err" &&
+   "$bin" run --model "$tgt" -p "def add(a, b):" -n 12 --temp 0 --max-model-len 256 --max-num-seqs 2 >"$tmp/alias2.txt" 2>"$tmp/alias2.err" &&
+   [ -s "$tmp/own.txt" ] && cmp -s "$tmp/own.txt" "$tmp/alias1.txt" && cmp -s "$tmp/own.txt" "$tmp/alias2.txt"; then
+    ok "llama-server / vLLM option names and a positional model give the same output"
+else
+    fail "option aliases" "$(head -c 300 "$tmp/alias1.err" "$tmp/alias2.err")"
+fi
+if printf 'def add(a, b):' | "$bin" run -m "$tgt" -f - -n 12 --temp 0 -c 256 -t 2 >"$tmp/stdin.txt" 2>"$tmp/stdin.err" &&
+   cmp -s "$tmp/own.txt" "$tmp/stdin.txt"; then
+    ok "run -f - reads the prompt from standard input"
+else
+    fail "run -f -" "$(head -c 300 "$tmp/stdin.err")"
+fi
+if "$bin" run -m "$tgt" -p "x = " -n 4 --temp 0 -c 4096 >/dev/null 2>"$tmp/ctxwarn.err" &&
+   grep -q "past the 512 the model was trained on" "$tmp/ctxwarn.err" &&
+   "$bin" run -m "$tgt" -p "x = " -n 4 --temp 0 -c 512 >/dev/null 2>"$tmp/ctxok.err" &&
+   ! grep -q "trained on" "$tmp/ctxok.err"; then
+    ok "a context past the trained one is warned about, and only then"
+else
+    fail "context warning" "$(head -c 300 "$tmp/ctxwarn.err" "$tmp/ctxok.err")"
+fi
+if "$bin" run -m "$tgt" -p "def add(a, b):" -n 24 --temp 0 -md "$drf" --json -t 2 >"$tmp/md.json" 2>"$tmp/md.err" &&
+   grep -q "draft speculation on" "$tmp/md.err" &&
+   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["spec"]["drafted"] > 0, d["spec"]' "$tmp/md.json"; then
+    ok "-md without --spec turns draft speculation on, and says so"
+else
+    fail "-md" "$(head -c 300 "$tmp/md.err")"
+fi
+if ! "$bin" run -m "$q8" -p hi -n 4 --spec draft >/dev/null 2>"$tmp/bd.err" &&
+   grep -q "the draft was the bundled default" "$tmp/bd.err" && grep -q -- "--draft MODEL" "$tmp/bd.err"; then
+    ok "the bundled draft with another target: the error names it and the way out"
+else
+    fail "bundled draft" "$(head -c 300 "$tmp/bd.err")"
+fi
+
 # bad input: a message on stderr and a non-zero exit, never a crash
 printf 'GGUF\x03\x00\x00\x00garbage' >"$tmp/bad.gguf"
 head -c 5000 "$q8" >"$tmp/trunc.gguf"

@@ -17,7 +17,8 @@
 const char *cli_default_model(void);
 /* The bundled draft ($SPECULA_DRAFT_MODEL overrides), or NULL. */
 const char *cli_default_draft(void);
-/* Reads a whole file byte for byte; NULL with a message on stderr. */
+/* Reads a whole file byte for byte ("-": standard input); NULL with a
+ * message on stderr. */
 char *cli_read_file(const char *path, size_t *len);
 /* Writes s[n] as a JSON string literal (escaped; invalid UTF-8 bytes become
  * U+FFFD so the output is always valid JSON). */
@@ -34,11 +35,25 @@ typedef struct {
     sp_engine_params p;
     const char *draft_path;
     sp_model *draft;   /* loaded by cli_engine_open */
+    bool spec_set;     /* --spec was given (else --draft turns draft speculation on) */
+    bool draft_default;/* the draft is the bundled default, not the user's choice */
 } cli_engine;
+/* The canonical spelling of an option that other engines spell otherwise
+ * (--model, --ctx-size, --max-model-len, --threads, -np, --max-num-seqs, -md,
+ * --model-draft, --draft-max) for run, batch and serve; a itself when it
+ * is not an alias. cli_bench_alias: the same for specula bench's vLLM
+ * benchmark names (--num-prompts, --max-concurrency, --request-rate). */
+const char *cli_alias(const char *a);
+const char *cli_bench_alias(const char *a);
 int cli_engine_opt(const char *cmd, const char *a, const char *v, cli_engine *ce);
 /* Loads the draft model when one is needed or given; -1 after a message. */
 int cli_engine_open(cli_engine *ce);
 void cli_engine_close(cli_engine *ce);
+/* Prints why sp_engine_create failed (err), and, when the draft was the
+ * bundled default, which draft that was and how to choose another. 1. */
+int cli_engine_create_failed(const cli_engine *ce, const char *cmd, const char *err);
+/* Warns on stderr when n_ctx goes past what the model was trained on. */
+void cli_warn_ctx(const char *cmd, const sp_model *m, int32_t n_ctx);
 /* Writes "spec": {...} (steps, drafted, accepted, acceptance_rate,
  * mean_acceptance_length, accepted_per_position) for a request. */
 void cli_print_spec(FILE *f, const sp_request_stats *st);

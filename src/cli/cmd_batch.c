@@ -231,8 +231,9 @@ int cmd_batch(int argc, char **argv) {
     long conc = 1;
     bool stats = false;
     cli_engine ce = {.p = sp_engine_default_params()};
+    bool model_given = false;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = cli_alias(argv[i]), *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = cli_engine_opt("batch", a, v, &ce);
         if (used < 0) return 2;
         if (used) {
@@ -250,12 +251,14 @@ int cmd_batch(int argc, char **argv) {
                 return 2;
             }
             i++;
-            if (!strcmp(a, "-m")) model = v;
+            if (!strcmp(a, "-m")) model = v, model_given = true;
             else if (!strcmp(a, "-f")) file = v;
             else if (!cli_int(v, 1, 4096, &conc)) {
                 fprintf(stderr, "specula batch: invalid value '%s' for --concurrency\n", v);
                 return 2;
             }
+        } else if (a[0] != '-' && !model_given) {
+            model = a, model_given = true; /* vLLM-style positional model */
         } else {
             fprintf(stderr, "specula batch: unknown option '%s' (see --help)\n", a);
             return 2;
@@ -309,9 +312,10 @@ int cmd_batch(int argc, char **argv) {
         goto done;
     }
     if (cli_engine_open(&ce)) goto done;
+    cli_warn_ctx("batch", m, ce.p.n_ctx);
     e = sp_engine_create(m, ce.p, err, sizeof(err));
     if (!e) {
-        fprintf(stderr, "specula: %s\n", err);
+        cli_engine_create_failed(&ce, "batch", err);
         goto done;
     }
     args = calloc((size_t)n + 1, sizeof(cb_arg));

@@ -284,7 +284,7 @@ int cmd_bench(int argc, char **argv) {
     bench_slo slo = {0};
     char err[1024];
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = cli_bench_alias(argv[i]), *v = i + 1 < argc ? argv[i + 1] : NULL;
         long l;
         double d;
         bool ok = true;

@@ -15,7 +15,7 @@ static void run_usage(FILE *f) {
             "usage: specula run [-m MODEL] (-p PROMPT | -f FILE) [options]\n"
             "  -m MODEL          GGUF model (default: %s)\n"
             "  -p PROMPT         prompt text\n"
-            "  -f FILE           read the prompt from FILE, byte for byte\n"
+            "  -f FILE           read the prompt from FILE, byte for byte (- : standard input)\n"
             "  -n N              tokens to generate (default 128)\n"
             "  --temp T          temperature, 0 = greedy (default 0.8)\n"
             "  --top-k K         (default 40, 0 = off)\n"
@@ -48,8 +48,9 @@ static int parse(int argc, char **argv, run_opts *o) {
     o->ce.p = sp_engine_default_params();
     o->ce.p.max_seqs = 1;
     o->ce.p.n_ctx = 0;
+    bool model_given = false;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = cli_alias(argv[i]);
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         double d;
         long l;
@@ -75,7 +76,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             run_usage(stdout);
             exit(0);
-        } else if (!strcmp(a, "-m")) { NEEDV(); o->model = v; }
+        } else if (!strcmp(a, "-m")) { NEEDV(); o->model = v; model_given = true; }
         else if (!strcmp(a, "-p")) { NEEDV(); o->prompt = v; }
         else if (!strcmp(a, "-f")) { NEEDV(); o->file = v; }
         else if (!strcmp(a, "-n")) { NEEDV(); if (!cli_int(v, 1, 1 << 20, &o->n)) BAD(); }
@@ -95,6 +96,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--seed")) { NEEDV(); char *e; o->sp.seed = strtoull(v, &e, 10); if (*e || !*v) BAD(); }
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else if (!strcmp(a, "--json")) o->json = true;
+        else if (a[0] != '-' && !model_given) o->model = a, model_given = true; /* vLLM-style positional */
         else {
             fprintf(stderr, "specula run: unknown option '%s' (see --help)\n", a);
             return -1;
@@ -219,9 +221,10 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     if (cli_engine_open(&o.ce)) goto done;
+    cli_warn_ctx("run", m, o.ce.p.n_ctx);
     eng = sp_engine_create(m, o.ce.p, err, sizeof(err));
     if (!eng) {
-        fprintf(stderr, "specula: %s\n", err);
+        cli_engine_create_failed(&o.ce, "run", err);
         goto done;
     }
     s.json = o.json;

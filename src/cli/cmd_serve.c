@@ -133,8 +133,9 @@ int cmd_serve(int argc, char **argv) {
     cli_engine ce = {.p = sp_engine_default_params()};
     long l;
     long drain_s = 10;
+    bool model_given = false;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = cli_alias(argv[i]), *v = i + 1 < argc ? argv[i + 1] : NULL;
         int used = cli_engine_opt("serve", a, v, &ce);
         if (used < 0) return 2;
         if (used) {
@@ -160,6 +161,10 @@ int cmd_serve(int argc, char **argv) {
                      !strcmp(a, "--max-body-total") || !strcmp(a, "--max-conns") ||
                      !strcmp(a, "--max-conns-per-ip") || !strcmp(a, "--recv-timeout") ||
                      !strcmp(a, "--http-threads") || !strcmp(a, "--metrics-key");
+        if (!takes && a[0] != '-' && !model_given) { /* vLLM-style positional model */
+            model = a, model_given = true;
+            continue;
+        }
         if (!takes) {
             fprintf(stderr, "specula serve: unknown option '%s' (see --help)\n", a);
             return 2;
@@ -170,7 +175,7 @@ int cmd_serve(int argc, char **argv) {
         }
         i++;
         bool ok = true;
-        if (!strcmp(a, "-m")) model = v;
+        if (!strcmp(a, "-m")) model = v, model_given = true;
         else if (!strcmp(a, "--host")) o.host = v;
         else if (!strcmp(a, "--port")) ok = cli_int(v, 0, 65535, &l), o.port = (int)l;
         else if (!strcmp(a, "--api-key")) {
@@ -236,8 +241,10 @@ int cmd_serve(int argc, char **argv) {
         free(name);
         return 1;
     }
-    fprintf(stderr, "specula serve: listening on http://%s:%d (loading %s)\n", o.host,
-            sp_server_port(s), model);
+    /* bound before the model loads so that /health can say "loading" (503);
+     * "listening" is said only once requests are served (below) */
+    fprintf(stderr, "specula serve: loading %s; http://%s:%d answers /health with 503 until "
+            "ready\n", model, o.host, sp_server_port(s));
     fflush(stderr);
     m = sp_model_load(model, sp_model_default_params(), err, sizeof(err));
     if (!m) {
@@ -245,9 +252,10 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     }
     if (cli_engine_open(&ce)) goto done;
+    cli_warn_ctx("serve", m, ce.p.n_ctx);
     e = sp_engine_create(m, ce.p, err, sizeof(err));
     if (!e) {
-        fprintf(stderr, "specula serve: %s\n", err);
+        cli_engine_create_failed(&ce, "serve", err);
         goto done;
     }
     /* the engine's context length, as sp_engine_create chooses it */
@@ -263,8 +271,13 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "specula serve: %s\n", err);
         goto done;
     }
-    fprintf(stderr, "specula serve: ready: model '%s', context %d, chat template %s, spec %s\n",
-            o.served_name, n_ctx, sp_server_chat_template_name(s), sp_spec_mode_str(ce.p.spec));
+    if (!strcmp(sp_server_chat_template_name(s), "none"))
+        fprintf(stderr, "specula serve: warning: the model has no chat template and none was "
+                "chosen: /v1/chat/completions answers 400 (choose one with --chat-template; "
+                "/v1/completions works)\n");
+    fprintf(stderr, "specula serve: listening on http://%s:%d: model '%s', context %d, chat "
+            "template %s, spec %s\n", o.host, sp_server_port(s), o.served_name, n_ctx,
+            sp_server_chat_template_name(s), sp_spec_mode_str(ce.p.spec));
     fflush(stderr);
     int sig = 0;
     sigwait(&sigs, &sig);

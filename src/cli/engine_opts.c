@@ -18,6 +18,33 @@ const char *cli_engine_usage =
     "  --spec-fixed-k       always propose K (no cost-based choice of k)\n"
     "  --draft MODEL        the draft model for --spec draft (default: the bundled draft)\n";
 
+/* Other engines' spellings of the same options (llama-server, vLLM), so
+ * that a command line a user already has works; README "Option names".
+ * Only exact equivalents: llama-server's -c is the total over its slots,
+ * Specula's -c is per request, so the mapping of -c itself is documented,
+ * not aliased. */
+static const struct {
+    const char *alias, *canonical;
+    bool bench; /* specula bench's (vLLM benchmark) names, else run/batch/serve's */
+} ALIASES[] = {
+    {"--model", "-m", false},           {"--ctx-size", "-c", false},
+    {"--max-model-len", "-c", false},   {"--threads", "-t", false},
+    {"-np", "--max-seqs", false},       {"--parallel", "--max-seqs", false},
+    {"--max-num-seqs", "--max-seqs", false}, {"-md", "--draft", false},
+    {"--model-draft", "--draft", false}, {"--draft-max", "--spec-k", false},
+    {"--num-prompts", "--num-requests", true}, {"--max-concurrency", "--concurrency", true},
+    {"--request-rate", "--rate", true},
+};
+
+static const char *alias_in(const char *a, bool bench) {
+    for (size_t i = 0; i < sizeof ALIASES / sizeof ALIASES[0]; i++)
+        if (ALIASES[i].bench == bench && !strcmp(a, ALIASES[i].alias)) return ALIASES[i].canonical;
+    return a;
+}
+
+const char *cli_alias(const char *a) { return alias_in(a, false); }
+const char *cli_bench_alias(const char *a) { return alias_in(a, true); }
+
 static bool parse_size(const char *s, size_t *out) {
     char *end;
     double d = strtod(s, &end);
@@ -70,7 +97,7 @@ int cli_engine_opt(const char *cmd, const char *a, const char *v, cli_engine *ce
     else if (!strcmp(a, "--spec")) {
         int m = sp_spec_mode_parse(v);
         ok = m >= 0;
-        if (ok) p->spec = (sp_spec_mode)m;
+        if (ok) p->spec = (sp_spec_mode)m, ce->spec_set = true;
     }
     if (!ok) {
         fprintf(stderr, "specula %s: invalid value '%s' for %s\n", cmd, v, a);
@@ -81,7 +108,15 @@ int cli_engine_opt(const char *cmd, const char *a, const char *v, cli_engine *ce
 
 int cli_engine_open(cli_engine *ce) {
     char err[512];
-    if (ce->p.spec == SP_SPEC_DRAFT && !ce->draft_path) ce->draft_path = cli_default_draft();
+    /* a draft model given without --spec means draft speculation, as
+     * llama.cpp's -md does; said once, since it changes how tokens are made */
+    if (ce->draft_path && !ce->spec_set) {
+        ce->p.spec = SP_SPEC_DRAFT;
+        fprintf(stderr, "specula: --draft %s given: draft speculation on (--spec off loads no "
+                "draft)\n", ce->draft_path);
+    }
+    const bool bundled = ce->p.spec == SP_SPEC_DRAFT && !ce->draft_path;
+    if (bundled) ce->draft_path = cli_default_draft(), ce->draft_default = true;
     if (ce->p.spec == SP_SPEC_DRAFT && !ce->draft_path) {
         fprintf(stderr, "specula: --spec draft needs a draft model (--draft MODEL)\n");
         return -1;
@@ -95,6 +130,17 @@ int cli_engine_open(cli_engine *ce) {
         ce->p.draft = ce->draft;
     }
     return 0;
+}
+
+int cli_engine_create_failed(const cli_engine *ce, const char *cmd, const char *err) {
+    fprintf(stderr, "specula %s: %s\n", cmd, err);
+    /* the bundled draft goes with the bundled target only: name it and the
+     * way out, since the user never chose it */
+    if (ce->p.spec == SP_SPEC_DRAFT && ce->draft_path && ce->draft_default)
+        fprintf(stderr, "specula %s: the draft was the bundled default, %s, which fits only the "
+                "bundled target; give a draft that shares the target's vocabulary with --draft "
+                "MODEL, or another method with --spec ngram|suffix\n", cmd, ce->draft_path);
+    return 1;
 }
 
 void cli_engine_close(cli_engine *ce) {
@@ -114,4 +160,12 @@ void cli_print_spec(FILE *f, const sp_request_stats *st) {
         if (st->spec_accepted_per_pos[i]) last = i + 1;
     for (int i = 0; i < last; i++) fprintf(f, "%s%d", i ? ", " : "", st->spec_accepted_per_pos[i]);
     fprintf(f, "]}");
+}
+
+void cli_warn_ctx(const char *cmd, const sp_model *m, int32_t n_ctx) {
+    const int32_t tr = sp_model_get_info(m)->n_ctx_train;
+    if (tr > 0 && n_ctx > tr)
+        fprintf(stderr, "specula %s: warning: a context of %d positions is past the %d the model "
+                "was trained on; output beyond position %d is not what it learned (often noise)\n",
+                cmd, n_ctx, tr, tr);
 }

@@ -44,7 +44,8 @@ const char *cli_default_draft(void) {
 }
 
 char *cli_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
+    const bool std_in = !strcmp(path, "-"); /* "-f -": the prompt from a pipe */
+    FILE *f = std_in ? stdin : fopen(path, "rb");
     if (!f) {
         fprintf(stderr, "specula: cannot open %s: %s\n", path, strerror(errno));
         return NULL;
@@ -65,7 +66,7 @@ char *cli_read_file(const char *path, size_t *len) {
         cap *= 2;
     }
     bool bad = ferror(f);
-    fclose(f);
+    if (!std_in) fclose(f);
     if (!buf || bad) {
         fprintf(stderr, "specula: cannot read %s\n", path);
         free(buf);
