@@ -50,10 +50,11 @@
   }
   const delta = (a, b, name, labels) => get(b.m, name, labels) - get(a.m, name, labels);
 
-  /* histogram_quantile over the difference of two samples' buckets */
+  /* histogram_quantile over the difference of two samples' buckets (a
+   * null: since the server started) */
   function quantile(a, b, name, q) {
     const bs = byLabel(b.m, name + '_bucket', 'le').map(([le, v]) =>
-      [le === '+Inf' ? Infinity : parseFloat(le), v - get(a.m, name + '_bucket', { le })]);
+      [le === '+Inf' ? Infinity : parseFloat(le), v - (a ? get(a.m, name + '_bucket', { le }) : 0)]);
     bs.sort((x, y) => x[0] - y[0]);
     const total = bs.length ? bs[bs.length - 1][1] : 0;
     if (!(total > 0)) return NaN;
@@ -100,6 +101,8 @@
       x += 20 + 6.2 * s.name.length;
     }
   }
+  /* the smallest multiple of 4 (4 grid steps) at least v: integer ticks */
+  function niceInt(v) { return Math.max(4, 4 * Math.ceil(v / 4)); }
   /* series: [{name, cls, key, dash}] over points[] (x: time) */
   function lineChart(svg, series, opts) {
     opts = opts || {};
@@ -110,6 +113,7 @@
       for (const p of pts) for (const s of series) { const v = p[s.key]; if (isFinite(v) && v > yMax) yMax = v; }
     if (!(yMax > 0)) yMax = 1;
     else if (!opts.yMax) yMax *= 1.1;
+    if (opts.int) yMax = niceInt(yMax);
     const yFmt = opts.yFmt || ((v) => fmt(v));
     yTicks(svg, f, yMax, yFmt);
     legend(svg, f, series);
@@ -138,6 +142,7 @@
     const f = frame(svg);
     let yMax = opts.yMax || Math.max(0, ...bars.map((b) => b[1]).filter(isFinite)) * 1.1;
     if (!(yMax > 0)) yMax = 1;
+    if (opts.int) yMax = niceInt(yMax);
     yTicks(svg, f, yMax, opts.yFmt || ((v) => fmt(v)));
     if (opts.title) { const t = el('text', { x: f.l, y: 11, class: 'legend' }, svg); t.textContent = opts.title; }
     const n = Math.max(1, bars.length), bw = (f.w - f.l - f.r) / n;
@@ -216,8 +221,14 @@
 
     tile('active', 'requests in flight', fmt(p.active, 0), p.active, 'running ' + fmt(p.running, 0) + ' · queued ' + fmt(p.waiting, 0));
     tile('gen', 'tokens/s generated', fmt(p.gen), p.gen, 'prefilled ' + fmt(p.prefill) + '/s');
-    tile('ttft', 'TTFT p50 / p99', fmt(p.ttft50) + ' / ' + fmt(p.ttft99), p.ttft50, 'ms, last ' + win);
-    tile('tpot', 'TPOT p50 / p99', fmt(p.tpot50) + ' / ' + fmt(p.tpot99), p.tpot50, 'ms, last ' + win);
+    /* windowed; since the start while the window has seen no request */
+    const lat = (id, label, hist, p50, p99) => {
+      if (isFinite(p50)) return tile(id, label, fmt(p50) + ' / ' + fmt(p99), p50, 'ms, last ' + win);
+      const q50 = 1e3 * quantile(null, b, hist, 0.5), q99 = 1e3 * quantile(null, b, hist, 0.99);
+      tile(id, label, fmt(q50) + ' / ' + fmt(q99), q50, 'ms, since start (none in the last ' + win + ')');
+    };
+    lat('ttft', 'TTFT p50 / p99', 'specula_time_to_first_token_seconds', p.ttft50, p.ttft99);
+    lat('tpot', 'TPOT p50 / p99', 'specula_time_per_output_token_seconds', p.tpot50, p.tpot99);
     tile('hit', 'prefix cache hit rate', pct(hitAll), hitAll, 'token-weighted, since start; last ' + win + ' ' + pct(hitWin));
     tile('kv', 'KV blocks in use', fmt(p.in_use, 0), p.in_use,
       'cached ' + fmt(p.cached, 0) + ' · free ' + fmt(p.free, 0) + ' of ' + fmt(get(m, 'specula_kv_blocks_total'), 0));
@@ -232,17 +243,17 @@
       'mean over the window ' + fmt(ratio(delta(w, b, 'specula_spec_planned_k_sum_total'), delta(w, b, 'specula_spec_plans_total')), 1));
 
     lineChart($('c_req'), [{ name: 'in flight', cls: 's0', key: 'active' }, { name: 'running', cls: 's2', key: 'running' },
-      { name: 'queued', cls: 's1', key: 'waiting' }], { yFmt: (v) => fmt(v, 0) });
+      { name: 'queued', cls: 's1', key: 'waiting' }], { int: true, yFmt: (v) => fmt(v, 0) });
     lineChart($('c_tps'), [{ name: 'generated', cls: 's0', key: 'gen' }, { name: 'prefilled', cls: 's1', key: 'prefill' }]);
     lineChart($('c_lat'), [{ name: 'TTFT p50', cls: 's0', key: 'ttft50' }, { name: 'TTFT p99', cls: 's0', key: 'ttft99', dash: true },
       { name: 'TPOT p50', cls: 's1', key: 'tpot50' }, { name: 'TPOT p99', cls: 's1', key: 'tpot99', dash: true }]);
     lineChart($('c_hit'), [{ name: 'hit rate', cls: 's2', key: 'hit' }], { yMax: 1, yFmt: (v) => (100 * v).toFixed(0) + '%' });
     const h = byLabel(m, 'specula_prefix_cache_h_tokens_total', 'bucket');
-    barChart($('c_h'), h.map(([l, v]) => [l === '1' ? '=1' : l, v]), { yFmt: (v) => fmt(v, 0) });
+    barChart($('c_h'), h.map(([l, v]) => [l === '1' ? '=1' : l, v]), { int: true, yFmt: (v) => fmt(v, 0) });
     lineChart($('c_kv'), [{ name: 'in use', cls: 's0', key: 'in_use' }, { name: 'cached', cls: 's2', key: 'cached' },
-      { name: 'free', cls: 's5', key: 'free' }], { yFmt: (v) => fmt(v, 0) });
+      { name: 'free', cls: 's5', key: 'free' }], { int: true, yFmt: (v) => fmt(v, 0) });
     lineChart($('c_ev'), [{ name: 'evicted (pressure)', cls: 's1', key: 'ev_pressure' },
-      { name: 'evicted (flush)', cls: 's3', key: 'ev_flush' }, { name: 'preemptions', cls: 's4', key: 'preempt' }], { yFmt: (v) => fmt(v, 0) });
+      { name: 'evicted (flush)', cls: 's3', key: 'ev_flush' }, { name: 'preemptions', cls: 's4', key: 'preempt' }], { int: true, yFmt: (v) => fmt(v, 0) });
     const pos = byLabel(m, 'specula_spec_accepted_per_position_total', 'position')
       .map(([l, v]) => [String(parseInt(l, 10) + 1), ratio(v, steps)]);
     let last = pos.length; while (last > 1 && !(pos[last - 1][1] > 0)) last--;
