@@ -12,7 +12,8 @@
 # screen; screenshots of both pages at desktop and phone sizes go to
 # $SPECULA_WEBUI_SHOTS (default build/webui-shots).
 #
-# Without chromium every browser check is a SKIP (counted, never passed);
+# Without chromium (or SPECULA_CHROMIUM naming no browser) every browser
+# check is a SKIP (counted, never passed);
 # without node or puppeteer-core ('npm ci' in tests/node) each is a FAIL.
 # Prints "ok NAME" / "FAIL NAME" / "SKIP NAME" and "RESULT <passed> <failed> <skipped>".
 set -u
@@ -143,9 +144,12 @@ else
 fi
 
 # ---- in the browser -------------------------------------------------------
+# SPECULA_CHROMIUM: the browser to drive (default: chromium on the PATH)
 chromium=${SPECULA_CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
-if [ -z "$chromium" ]; then
-    for c in "${browser_checks[@]}"; do skip "$c" "chromium is not installed (apt-get install chromium)"; done
+if [ -z "$chromium" ] || [ ! -x "$chromium" ]; then
+    for c in "${browser_checks[@]}"; do
+        skip "$c" "chromium is not installed (apt-get install chromium)${chromium:+: no $chromium}"
+    done
 elif ! command -v node >/dev/null || [ ! -d "$nodedir/node_modules/puppeteer-core" ]; then
     for c in "${browser_checks[@]}"; do fail "$c" "node or puppeteer-core is missing: run 'npm ci' in $nodedir"; done
 elif [ -z "$CHAT" ]; then

@@ -94,7 +94,10 @@ try {
   });
 
   await check('a typed prompt streams an answer that grows over time', async () => {
+    // sampled (seeded: 200 tokens, no early end) so that the stream lasts a few seconds
     await setField(page, 'max_tokens', '200');
+    await setField(page, 'temperature', '1');
+    await setField(page, 'seed', '7');
     await page.click('#prompt');
     await page.keyboard.type('import os\n\n\ndef list_files(path):\n');
     // lengths of the answer as the stream goes, recorded in the page
@@ -130,8 +133,9 @@ try {
 
   await check('Stop cancels the request on the server and its KV blocks come back', async () => {
     const before = await metrics(codeUrl);
-    await setField(page, 'max_tokens', '400');
+    await setField(page, 'max_tokens', '400'); // seeded: 400 tokens, about 5 s
     await setField(page, 'temperature', '1');
+    await setField(page, 'seed', '3');
     await setField(page, 'prompt', 'class Parser:\n    def __init__(self, text):\n');
     await page.click('#send');
     await waitFor('text to appear', async () => (await lastAnswer(page)).text.length > 0, 30000, 20);
@@ -150,6 +154,7 @@ try {
 
   await check('shared-prefix run: the second answer reports cached tokens (Ctrl+Enter sends)', async () => {
     await setField(page, 'temperature', '0');
+    await setField(page, 'seed', '');
     await setField(page, 'max_tokens', '48');
     await setField(page, 'spec_method', 'ngram');
     await setField(page, 'spec_k', '4');
@@ -182,18 +187,40 @@ try {
   });
 
   await page.screenshot({ path: path.join(shots, 'playground-desktop.png') });
+  // a phone viewport reloads the page: one more answer there, sent with Ctrl+Enter
   await page.setViewport({ width: 390, height: 844, isMobile: true, hasTouch: true, deviceScaleFactor: 2 });
-  await sleep(200);
+  await waitFor('the reloaded page', () => page.$eval('#model', (e) => e.textContent !== '…'), 10000);
+  await setField(page, 'max_tokens', '40');
+  await setField(page, 'prompt', 'def fibonacci(n):\n');
+  await page.focus('#prompt');
+  await page.keyboard.down('Control');
+  await page.keyboard.press('Enter');
+  await page.keyboard.up('Control');
+  await waitFor('the phone answer', async () => { const a = await lastAnswer(page); return a.n === 1 && a.state !== 'running'; }, 60000);
   const fits = (p) => p.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
   const pageWidth = await fits(page);
   await page.screenshot({ path: path.join(shots, 'playground-phone.png') });
 
   // ---- the dashboard on the same server -------------------------------
   const dash = await open(codeUrl + '/dashboard');
+  const samples = () => dash.evaluate(() => +(document.body.dataset.samples || 0));
   await check('the dashboard loads with no console error and polls /metrics', async () => {
-    await waitFor('three samples', () => dash.evaluate(() => +(document.body.dataset.samples || 0) >= 3), 20000);
+    await dash.select('#period', '1000');
+    await waitFor('three samples', async () => (await samples()) >= 3, 20000);
     return dash.errors.length ? dash.errors.join('; ') : true;
   });
+  // traffic while the dashboard watches: shared-prefix completions, two at a time
+  const load = async (n) => {
+    for (let i = 0; i < n; i++) {
+      const r = await fetch(codeUrl + '/v1/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ prompt: codePrompt + '    # variant ' + (i % 3) + '\n', max_tokens: 64, temperature: 0,
+          speculative: { method: 'ngram', k: 4 } }) });
+      await r.text();
+    }
+  };
+  await Promise.all([load(6), load(6)]);
+  const s0 = await samples();
+  await waitFor('two samples after the traffic', async () => (await samples()) >= s0 + 2, 20000);
 
   await check('the dashboard shows a non-zero hit rate and acceptance figures that agree with /metrics', async () => {
     const t = await dash.evaluate(() => {

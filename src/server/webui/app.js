@@ -218,6 +218,10 @@
         err.textContent = e.message;
         if (chat) history.pop();
         if (e.status === 401) $('settings-box').open = true;
+        if (e.code === 'no_chat_template') { /* this model takes completions only */
+          $('mode').value = 'completion';
+          history.length = 0;
+        }
       }
       m.box.append(err);
     } finally {

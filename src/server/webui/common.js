@@ -42,13 +42,15 @@ const Specula = (() => {
       headers: headers(opts.headers), cache: 'no-store', credentials: 'omit'
     }));
     if (!r.ok) {
-      let msg = 'HTTP ' + r.status;
+      let msg = 'HTTP ' + r.status, code = null;
       try {
         const j = await r.json();
         if (j && j.error && j.error.message) msg += ': ' + j.error.message;
+        if (j && j.error) code = j.error.code;
       } catch (e) { /* not JSON */ }
       const err = new Error(msg);
       err.status = r.status;
+      err.code = code;
       throw err;
     }
     return r;
