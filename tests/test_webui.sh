@@ -2,7 +2,8 @@
 # test_webui.sh: the web page (GET /) and the dashboard (GET /dashboard).
 # Over HTTP: both pages and their assets are served from the binary with a
 # strict Content-Security-Policy, anything but GET is a 405, the pages are
-# public while /metrics keeps its key, --no-webui turns them off. In a real
+# public while /metrics keeps its key, --no-webui turns them off; the
+# metrics added for the dashboard reconcile (by method, planner k, H_tokens). In a real
 # browser (Debian's chromium, headless, driven by tests/node/webui.mjs through
 # puppeteer-core): no console error, a typed prompt streams and the text
 # grows, Stop cancels the request on the server (its KV blocks come back),
@@ -168,6 +169,41 @@ else
             fail "browser driver" "reported $n checks, not ${#browser_checks[@]}: $(grep -v '^ok' "$tmp/node.out" | tail -n 5)"
     fi
     [ -d "$shots" ] && echo "  screenshots: $shots"
+fi
+
+# ---- the dashboard's metrics reconcile ----------------------------------------
+# (the code server speculates with ngram only: every verification is ngram's)
+for i in 1 2; do
+    curl -s -o /dev/null "$CODE/v1/completions" -H 'Content-Type: application/json' \
+        -d '{"prompt": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef add(a, b):\n", "max_tokens": 64, "temperature": 0}'
+done
+if curl -s "$CODE/metrics" >"$tmp/m" && python3 - "$tmp/m" <<'PY'
+import sys
+m = {}
+for line in open(sys.argv[1]):
+    if line.strip() and not line.startswith("#"):
+        k, v = line.rsplit(" ", 1)
+        m[k] = float(v)
+bad = []
+for by, total in (("steps", "specula_spec_drafts_total"), ("draft_tokens", "specula_spec_draft_tokens_total"),
+                  ("accepted_tokens", "specula_spec_accepted_tokens_total")):
+    s = sum(m['specula_spec_method_%s_total{method="%s"}' % (by, x)] for x in ("ngram", "suffix", "draft"))
+    n = m['specula_spec_method_%s_total{method="ngram"}' % by]
+    if not (s == n == m[total] > 0): bad.append("%s: methods %g, ngram %g, total %g" % (by, s, n, m[total]))
+if m["specula_spec_planned_k_sum_total"] != m["specula_spec_draft_tokens_total"]:
+    bad.append("planned k sum %g != drafted %g" % (m["specula_spec_planned_k_sum_total"], m["specula_spec_draft_tokens_total"]))
+if not m["specula_spec_plans_total"] >= m["specula_spec_drafts_total"] + m["specula_spec_planned_zero_total"]:
+    bad.append("plans %g < verifications + k=0 decisions" % m["specula_spec_plans_total"])
+if not 0 <= m["specula_spec_planned_k"] <= 16: bad.append("planned k %g" % m["specula_spec_planned_k"])
+h = [m['specula_prefix_cache_h_tokens_total{bucket="%s"}' % b]
+     for b in ("0.0", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7", "0.8", "0.9", "1")]
+if sum(h) < 2 or sum(h[1:]) < 1: bad.append("H_tokens buckets %s" % h)
+if bad: print("  " + "; ".join(bad)); sys.exit(1)
+PY
+then
+    ok "/metrics: speculation by method sums to the totals, the planner's k, H_tokens buckets"
+else
+    fail "dashboard metrics" "see above"
 fi
 
 echo "RESULT $passed $failed $skipped"
