@@ -421,6 +421,12 @@ typedef struct {
     double cost_attn_ms_per_1k;  /* planner: target ms per 1000 attended positions (startup) */
     double draft_cost_ms_1;      /* planner: a 1-token draft pass at startup (0: no draft) */
     double draft_cost_scale;     /* planner: draft passes' measured / startup-predicted cost */
+    /* speculation by method (index: sp_spec_mode; [SP_SPEC_OFF] unused) */
+    uint64_t spec_steps_by[SP_SPEC_DRAFT + 1], spec_drafted_by[SP_SPEC_DRAFT + 1],
+        spec_accepted_by[SP_SPEC_DRAFT + 1];
+    uint64_t spec_plans;         /* planner: k chosen for a speculating request, times */
+    uint64_t spec_plan_k_sum;    /* ... the k chosen, summed */
+    float spec_last_k;           /* planner: the mean k of its latest step (0 before any) */
 } sp_engine_stats;
 
 void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st);

@@ -44,13 +44,14 @@ static void serve_usage(FILE *f) {
             "  --metrics-public       /metrics needs no key even with --api-key (default: with one\n"
             "                         --api-key, that key; with several, closed unless\n"
             "                         --metrics-key is given)\n"
+            "  --no-webui             no web page (GET /) and no dashboard (GET /dashboard)\n"
             "  --drain-timeout S      on SIGTERM/SIGINT, seconds the requests in flight get to\n"
             "                         finish before they are cancelled (default 10)\n"
             "  --stamp-chunks         benchmarking: streamed chunks carry \"specula_timing\", the\n"
             "                         CLOCK_MONOTONIC microsecond at which the engine handed\n"
             "                         the server their tokens (bench/server/run.sh)\n"
             "endpoints: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize;\n"
-            "           GET /v1/models, /health, /metrics\n"
+            "           GET /v1/models, /health, /metrics; / (web page), /dashboard\n"
             "engine options:\n%s",
             cli_default_model() ? cli_default_model() : "none found", cli_engine_usage);
 }
@@ -148,6 +149,10 @@ int cmd_serve(int argc, char **argv) {
         }
         if (!strcmp(a, "--stamp-chunks")) {
             o.stamp_chunks = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-webui")) { /* webui: no page, no dashboard */
+            o.no_webui = true;
             continue;
         }
         if (!strcmp(a, "--metrics-public")) {

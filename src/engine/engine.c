@@ -1445,6 +1445,11 @@ static void spec_prepare(sp_engine *e, int32_t n_e) {
         e->e_n[i] = 1 + k;
         if (k && e->cand[c].draft) e->d_req[n_d++] = r;
     }
+    int64_t k_sum = 0; /* the plan, for the dashboard (specula_spec_planned_k) */
+    for (int32_t c = 0; c < n_c; c++) k_sum += e->e_req[e->cand_entry[c]]->n_draft;
+    e->st.spec_plans += (uint64_t)n_c;
+    e->st.spec_plan_k_sum += (uint64_t)k_sum;
+    e->st.spec_last_k = (float)k_sum / (float)n_c;
     if (n_d) {
         draft_run(e, e->d_req, n_d);
         for (int32_t c = 0; c < n_c; c++) e->e_n[e->cand_entry[c]] = 1 + e->e_req[e->cand_entry[c]]->n_draft;
@@ -1467,6 +1472,9 @@ static void spec_commit(sp_engine *e, request *r, int32_t *out) {
     e->st.spec_steps++;
     e->st.spec_drafted += (uint64_t)n;
     e->st.spec_accepted += (uint64_t)acc;
+    e->st.spec_steps_by[r->spec]++;
+    e->st.spec_drafted_by[r->spec] += (uint64_t)n;
+    e->st.spec_accepted_by[r->spec] += (uint64_t)acc;
     for (int32_t j = 0; j < acc; j++) {
         r->st.spec_accepted_per_pos[j]++;
         e->st.spec_accepted_per_pos[j]++;

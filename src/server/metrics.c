@@ -3,6 +3,7 @@
  * the engine's events arrive. */
 #include "server/metrics.h"
 
+#include <stddef.h>
 #include <string.h>
 
 static const double lat_le[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -164,4 +165,38 @@ void metrics_render(metrics *m, sp_engine *e, int64_t active, sbuf *o) {
     for (int i = 0; i < SP_SPEC_K_MAX; i++)
         sb_printf(o, "specula_spec_accepted_per_position_total{position=\"%d\"} %llu\n", i,
                   (unsigned long long)s.spec_accepted_per_pos[i]);
+    /* for the dashboard (webui): H_tokens, speculation by method, the planner's k */
+    head(o, "specula_prefix_cache_h_tokens_total", "counter",
+         "requests by H_tokens = cached / prompt tokens: bucket b counts H in [b, b + 0.1), "
+         "bucket 1 H = 1");
+    for (int i = 0; i < 11; i++)
+        sb_printf(o, "specula_prefix_cache_h_tokens_total{bucket=\"%s\"} %llu\n",
+                  (const char *[]){"0.0", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7", "0.8",
+                                   "0.9", "1"}[i],
+                  (unsigned long long)s.h_tokens_hist[i]);
+    static const struct {
+        const char *name, *help;
+        size_t off;
+    } by[] = {
+        {"specula_spec_method_steps_total", "speculative verification steps, by method",
+         offsetof(sp_engine_stats, spec_steps_by)},
+        {"specula_spec_method_draft_tokens_total", "tokens proposed and verified, by method",
+         offsetof(sp_engine_stats, spec_drafted_by)},
+        {"specula_spec_method_accepted_tokens_total", "proposed tokens accepted, by method",
+         offsetof(sp_engine_stats, spec_accepted_by)},
+    };
+    for (int j = 0; j < 3; j++) {
+        const uint64_t *v = (const uint64_t *)((const char *)&s + by[j].off);
+        head(o, by[j].name, "counter", by[j].help);
+        for (int mth = SP_SPEC_NGRAM; mth <= SP_SPEC_DRAFT; mth++)
+            sb_printf(o, "%s{method=\"%s\"} %llu\n", by[j].name, sp_spec_mode_str((sp_spec_mode)mth),
+                      (unsigned long long)v[mth]);
+    }
+    counter(o, "specula_spec_plans_total", "planner decisions (one per speculating request and step)",
+            s.spec_plans);
+    counter(o, "specula_spec_planned_k_sum_total", "the k of those decisions, summed",
+            s.spec_plan_k_sum);
+    counter(o, "specula_spec_planned_zero_total", "decisions not to speculate (k = 0)",
+            s.spec_planned_zero);
+    gauge(o, "specula_spec_planned_k", "the planner's mean k in its latest step", s.spec_last_k);
 }

@@ -63,6 +63,7 @@
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/sbuf.h"
+#include "server/webui.h" /* webui: GET / and /dashboard */
 #include "tokenizer/tokenizer.h"
 
 #define WATCH_MS 100          /* the watcher's period */
@@ -1006,6 +1007,14 @@ static enum MHD_Result on_head(sp_server *s, struct MHD_Connection *c, const cha
     if (cx->p && cx->p->reserve && ep != EP_HEALTH)
         ERR(503, "service_unavailable", NULL, "too_many_connections",
             "the server has too many open connections; retry later");
+    /* webui: the static page and dashboard (webui.c), public like a 404;
+     * their API and /metrics calls carry the key typed into the page */
+    if (ep == EP_OTHER && !s->o.no_webui && webui_path(url)) {
+        int code;
+        enum MHD_Result wr = webui_answer(c, url, method, &code);
+        metrics_request(&s->met, "webui", code);
+        return wr;
+    }
     if (ep == EP_OTHER)
         ERR(404, "invalid_request_error", NULL, "not_found", "no such endpoint: %.200s", url);
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");

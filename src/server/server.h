@@ -40,6 +40,7 @@ typedef struct {
      * before libmicrohttpd gets it to write. A client on the same host subtracts T from its own
      * CLOCK_MONOTONIC arrival time to get the server's delivery overhead. */
     bool stamp_chunks;
+    bool no_webui;               /* GET / and /dashboard answer 404 (webui.c) */
 } sp_server_opts;
 
 typedef struct sp_server sp_server;
