@@ -131,10 +131,10 @@ static void test_prometheus_and_slo(void) {
                     "specula_requests_finished_total_other 100\n"
                     "specula_kv_blocks{state=\"free\"} 10\n"
                     "specula_kv_blocks{state=\"in_use\"} 6\n"
-                    "specula_kv_blocks_total 16\n";
+                    "specula_kv_blocks_capacity 16\n";
     CHECK(bench_prom_value(m, "specula_requests_finished_total") == 7, "labels summed");
     CHECK(bench_prom_value(m, "specula_kv_blocks{state=\"in_use\"}") == 6, "exact label");
-    CHECK(bench_prom_value(m, "specula_kv_blocks_total") == 16, "plain");
+    CHECK(bench_prom_value(m, "specula_kv_blocks_capacity") == 16, "plain");
     CHECK(isnan(bench_prom_value(m, "specula_nope")), "absent is NaN");
     bench_slo s;
     char err[256];

@@ -271,12 +271,16 @@ fi
 python3 - "$URL" <<'PY' && ok "32 concurrent streaming clients match one-by-one greedy outputs; /metrics reconciles" || fail "concurrency / metrics" "see above"
 import http.client, json, sys, threading, urllib.parse
 url = urllib.parse.urlparse(sys.argv[1])
+types = {}  # metric name -> its # TYPE
 def metrics():
     c = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
     c.request("GET", "/metrics")
     text = c.getresponse().read().decode()
     m = {}
     for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            types[name] = kind
         if line and not line.startswith("#"):
             k, v = line.rsplit(" ", 1)
             m[k] = float(v)
@@ -341,7 +345,10 @@ else:
     if d("specula_prefix_cache_hits_total") <= 0: bad += 1; print("  the shared prefixes never hit the cache")
     if after['specula_kv_blocks{state="in_use"}'] != 0: bad += 1; print("  blocks still in use")
     tot = sum(after['specula_kv_blocks{state="%s"}' % s] for s in ("free", "cached", "in_use"))
-    if tot != after["specula_kv_blocks_total"]: bad += 1; print("  block states do not add up")
+    if tot != after["specula_kv_blocks_capacity"]: bad += 1; print("  block states do not add up")
+    if after["specula_kv_usage_ratio"] != 0: bad += 1; print("  KV usage ratio not 0 with nothing running")
+    if not types or any(n.endswith("_total") and types.get(n) != "counter" for n in set(k.split("{")[0] for k in after)):
+        bad += 1; print("  a metric ending in _total is not a counter:", {n: types.get(n) for n in types if n.endswith("_total") and types[n] != "counter"})
     if after["specula_requests_active"] != 0: bad += 1; print("  requests still active")
 sys.exit(1 if bad else 0)
 PY

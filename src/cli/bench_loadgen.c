@@ -508,7 +508,7 @@ int bench_load_run(const bench_load_opts *o, const bench_workload *w, bench_run 
                 if (cc == CURLE_OK && st == 200 && mbuf.p) {
                     bench_kv_sample ks = {
                         .t = tn,
-                        .blocks_total = bench_prom_value(mbuf.p, "specula_kv_blocks_total"),
+                        .blocks_total = bench_prom_value(mbuf.p, "specula_kv_blocks_capacity"),
                         .blocks_free = bench_prom_value(mbuf.p, "specula_kv_blocks{state=\"free\"}"),
                         .blocks_cached = bench_prom_value(mbuf.p, "specula_kv_blocks{state=\"cached\"}"),
                         .blocks_in_use = bench_prom_value(mbuf.p, "specula_kv_blocks{state=\"in_use\"}"),

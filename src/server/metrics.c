@@ -155,7 +155,9 @@ void metrics_render(metrics *m, sp_engine *e, int64_t active, sbuf *o) {
     sb_printf(o, "specula_kv_blocks{state=\"free\"} %d\n", s.blocks_free);
     sb_printf(o, "specula_kv_blocks{state=\"cached\"} %d\n", s.blocks_cached);
     sb_printf(o, "specula_kv_blocks{state=\"in_use\"} %d\n", s.blocks_in_use);
-    gauge(o, "specula_kv_blocks_total", "KV blocks in the pool", s.blocks_total);
+    gauge(o, "specula_kv_blocks_capacity", "KV blocks in the pool", s.blocks_total);
+    gauge(o, "specula_kv_usage_ratio", "share of the pool's KV blocks in use by running requests (cached blocks are reclaimable)",
+          s.blocks_total ? (double)s.blocks_in_use / s.blocks_total : 0.0);
     gauge(o, "specula_kv_cached_bytes", "KV bytes kept only for reuse", (double)s.kv_bytes_cached);
     counter(o, "specula_spec_drafts_total", "speculative verification steps", s.spec_steps);
     counter(o, "specula_spec_draft_tokens_total", "tokens proposed and verified", s.spec_drafted);

@@ -231,7 +231,7 @@
     lat('tpot', 'TPOT p50 / p99', 'specula_time_per_output_token_seconds', p.tpot50, p.tpot99);
     tile('hit', 'prefix cache hit rate', pct(hitAll), hitAll, 'token-weighted, since start; last ' + win + ' ' + pct(hitWin));
     tile('kv', 'KV blocks in use', fmt(p.in_use, 0), p.in_use,
-      'cached ' + fmt(p.cached, 0) + ' · free ' + fmt(p.free, 0) + ' of ' + fmt(get(m, 'specula_kv_blocks_total'), 0));
+      'cached ' + fmt(p.cached, 0) + ' · free ' + fmt(p.free, 0) + ' of ' + fmt(get(m, 'specula_kv_blocks_capacity'), 0));
     tile('evict', 'evictions', fmt(get(m, 'specula_kv_evictions_total', { cause: 'pressure' }) +
       get(m, 'specula_kv_evictions_total', { cause: 'flush' }), 0), NaN,
       'pressure ' + fmt(get(m, 'specula_kv_evictions_total', { cause: 'pressure' }), 0) + ' · flush ' +
