@@ -75,8 +75,8 @@ else
         sudo=sudo
     else
         echo "$me: missing packages: $missing" >&2
-        echo "$me: installing them needs root, and sudo is not installed: run this as root," >&2
-        echo "$me: or as root: apt-get install $missing" >&2
+        echo "$me: installing them needs root and sudo is not installed: run $me as root" >&2
+        echo "$me: (or, as root: apt-get install $missing)" >&2
         exit 1
     fi
     echo "$me: $*: installing the missing packages with ${sudo:+sudo }apt-get: $missing"
