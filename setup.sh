@@ -80,10 +80,11 @@ else
         exit 1
     fi
     echo "$me: $*: installing the missing packages with ${sudo:+sudo }apt-get: $missing"
+    failed() { echo "$me: $1 failed: the missing packages are: $missing" >&2; exit 1; }
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get -q update || failed "apt-get update"
     # shellcheck disable=SC2086  # $missing: one package a word
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get -q update
-    # shellcheck disable=SC2086
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o DPkg::Lock::Timeout=300 install $missing
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o DPkg::Lock::Timeout=300 install $missing ||
+        failed "apt-get install"
 fi
 
 # the server test's OpenAI Node client (tests/node/node_modules, git-ignored)
