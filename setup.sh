@@ -36,7 +36,7 @@ case " $* " in *" all "*) set -- $groups ;; esac
 entries=$(awk -v want=" $* " '
     { sub(/#.*/, ""); sub(/[ \t]+$/, "") }
     /^\[/ { g = $0; gsub(/[][]/, "", g); on = index(want, " " g " ") > 0; next }
-    on && NF && !seen[$1]++ { print $1, ($2 == "" ? "" : $2) }
+    on && NF && !seen[$1]++ { print $1, $2 }
 ' "$deps")
 
 if [ "$list" = 1 ]; then
