@@ -60,7 +60,12 @@ $(BUILD)/tests/%.sh: tests/%.sh
 
 tests: $(TESTS) $(TEST_SH:tests/%=$(BUILD)/tests/%) $(BIN)/specula $(BIN)/mkmodel
 
-test: tests
+# `make test` first runs ./setup.sh build test, which installs what the build
+# and the tests need when something is missing (deps.txt; apt-get, npm ci in
+# tests/node) and changes nothing otherwise; then it builds and runs them.
+test:
+	./setup.sh build test
+	$(MAKE) --no-print-directory tests
 	SPECULA_BIN=$(BIN)/specula SPECULA_MKMODEL=$(BIN)/mkmodel tests/run.sh $(BUILD)/tests
 
 # Sanitizer build: separate objects and binaries, same tests.
@@ -98,6 +103,7 @@ bench: $(BIN)/bench $(BIN)/bench_engine $(BIN)/bench_spec $(BIN)/mkmodel
 
 # Re-creates the bundled model pair (about two hours; not part of CI).
 models: $(BIN)/specula
+	./setup.sh train
 	tools/train/make_models.sh
 
 clean:

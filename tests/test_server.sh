@@ -355,9 +355,9 @@ PY
 
 # ---- the official OpenAI Node client -------------------------------------
 if ! command -v node >/dev/null; then
-    fail "node test" "node is not installed (apt-get install nodejs npm)"
+    fail "node test" "node is not installed (./setup.sh test installs it)"
 elif [ ! -d "$nodedir/node_modules/openai" ]; then
-    fail "node test" "the openai package is missing: run 'npm ci' in $nodedir"
+    fail "node test" "the openai package is missing: run 'npm ci' in $nodedir (./setup.sh test does)"
 else
     node "$nodedir/test.mjs" "$URL" ref >"$tmp/node.out" 2>&1
     grep -E '^(ok|FAIL)' "$tmp/node.out"

@@ -101,7 +101,7 @@ if [ "$have_wrk" = 1 ]; then
     done
     stop_server
 else
-    echo "(wrk is not installed: skipped requests/s and latency; apt-get install wrk)" >&2
+    echo "(wrk is not installed: skipped requests/s and latency; ./setup.sh bench installs it)" >&2
 fi
 
 # ---- 2. the server's own overhead ----------------------------------------------
