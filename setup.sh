@@ -93,7 +93,8 @@ case " $* " in *" test "*)
     if [ ! -f "$nm" ] || [ -n "$(find tests/node/package-lock.json -newer "$nm")" ]; then
         command -v npm >/dev/null 2>&1 || { echo "$me: npm is needed for tests/node (see deps.txt)" >&2; exit 1; }
         echo "$me: installing the Node modules of tests/node (npm ci)"
-        (cd tests/node && npm ci --no-audit --no-fund) || {
+        # puppeteer-core drives Debian's chromium (deps.txt): no browser download
+        (cd tests/node && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund) || {
             echo "$me: npm ci in tests/node failed (it downloads from the npm registry)" >&2
             exit 1
         }
