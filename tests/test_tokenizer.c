@@ -57,7 +57,7 @@ static int32_t *tok(const sp_vocab *v, const char *s, size_t len, bool add_speci
         *n = need;
         return malloc(sizeof(int32_t));
     }
-    if (need == -2147483647 - 1) {
+    if (need == SP_TOKENIZE_FAILED) {
         *n = -1;
         return NULL;
     }
@@ -833,7 +833,7 @@ static void test_load_errors(void) {
         void (*extra)(sp_gguf_writer *);
         const char *msg;
     } cases[] = {
-        {"bert", NULL, "unsupported tokenizer model bert"},
+        {"bert", NULL, "unsupported tokenizer model 'bert'"},
         {"llama", x_bad_scores, "scores has 3 entries"},
         {"llama", x_bad_types, "token_type has 2 entries"},
         {"llama", x_bad_bos, "out of range"},

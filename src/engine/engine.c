@@ -645,6 +645,7 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
             goto fail;
         }
         int n = sp_tokenize(e->vocab, rp->prompt, len, NULL, 0, rp->add_bos, rp->parse_special);
+        if (n == SP_TOKENIZE_FAILED) goto oom; /* not a count: never negated */
         if (n < 0) n = -n;
         r->cap = n + rp->max_tokens + 1;
         r->toks = malloc((size_t)r->cap * sizeof(sp_token));

@@ -63,7 +63,6 @@
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/sbuf.h"
-#include "tokenizer/tokenizer.h"
 
 #define WATCH_MS 100          /* the watcher's period */
 #define HEALTH_RESERVE 16     /* connections past --max-conns, for /health only */
