@@ -61,8 +61,8 @@ typedef struct {
      * tokenizer does not depend on it, as llama.cpp's vocab-only mode), no
      * hyperparameters read, no weights validated. The load still fails when
      * the file has no tokenizer Specula implements. Such a model can
-     * tokenize, be described and listed, but not run: sp_context_create on
-     * it fails. */
+     * tokenize, be described and listed, but not run: sp_context_create and
+     * sp_engine_create on it fail. */
     bool vocab_only;
     /* As vocab_only, and the load succeeds even without a usable tokenizer:
      * sp_model_get_vocab then returns NULL (sp_model_print_info says why).

@@ -1076,6 +1076,10 @@ static int check_any_arch(const char *path, const char *what, const char *text) 
     sp_context *c = sp_context_create(m, sp_context_default_params(), g_err, sizeof(g_err));
     CHECK(c == NULL, "%s: a context on a vocab-only model", what);
     sp_context_free(c);
+    sp_engine *e = sp_engine_create(m, sp_engine_default_params(), g_err, sizeof(g_err));
+    CHECK(e == NULL && strstr(g_err, "without its weights"), "%s: an engine on a vocab-only model: %s",
+          what, e ? "created" : g_err);
+    sp_engine_free(e);
     sp_model_free(m);
     /* meta_only says the same */
     mp.vocab_only = false;
