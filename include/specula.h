@@ -114,11 +114,13 @@ const sp_model_info *sp_model_get_info(const sp_model *m);
  * returns the full length, or -1 when the key is absent or not a string. */
 int sp_model_meta_str(const sp_model *m, const char *key, char *buf, size_t len);
 /* Every metadata key, in file order (as llama.h's llama_model_meta_*): the
- * count, then the key and a printable value of entry i (strings in double
- * quotes, numbers in decimal, arrays abbreviated as
- * [string x 64000: "<unk>", "<s>", ...]). Both
+ * count, then the key and a printable value of entry i, as `specula info -v`
+ * shows it (strings quoted and escaped, cut after 60 characters: for a
+ * string's whole value use sp_model_meta_str; numbers in decimal; arrays
+ * abbreviated as [string x 64000: "<unk>", "<s>", ...]; under 1 KiB). Both
  * copy up to len - 1 bytes and a NUL into buf (buf may be NULL to ask the
- * length) and return the full length, or -1 when i is out of range. */
+ * length) and return the full length of that text, or -1 when i is out of
+ * range. */
 int32_t sp_model_meta_count(const sp_model *m);
 int sp_model_meta_key_by_index(const sp_model *m, int32_t i, char *buf, size_t len);
 int sp_model_meta_val_str_by_index(const sp_model *m, int32_t i, char *buf, size_t len);
@@ -127,7 +129,7 @@ int sp_model_meta_val_str_by_index(const sp_model *m, int32_t i, char *buf, size
  * model. */
 typedef struct {
     const char *name;
-    const char *type; /* "F32", "F16", "Q4_K", ... */
+    const char *type; /* "f32", "f16", "q4_k", ... (as `specula info` prints them) */
     int n_dims;       /* 1..4 */
     int64_t ne[4];    /* ne[0] innermost; unused dimensions 1 */
     uint64_t nbytes;

@@ -301,8 +301,11 @@ sp_model *sp_model_load(const char *path, sp_model_params params, char *err, siz
         if (m->vocab) m->info.n_vocab = sp_vocab_n_tokens(m->vocab);
         return m;
     }
-    m->vocab = sp_vocab_load(m->gguf, err, errlen);
-    if (!m->vocab) goto fail;
+    m->vocab = sp_vocab_load(m->gguf, m->vocab_err, sizeof(m->vocab_err));
+    if (!m->vocab) {
+        sp_seterr(err, errlen, "%s: %s", path, m->vocab_err);
+        goto fail;
+    }
     m->info.n_vocab = sp_vocab_n_tokens(m->vocab);
     if (params.vocab_only) return m;
 

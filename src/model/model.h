@@ -58,7 +58,7 @@ struct sp_model {
     sp_model_info info;
     char arch_name[64];    /* general.architecture as the file says */
     char name[128];
-    char vocab_err[256];   /* meta_only: why there is no vocabulary */
+    char vocab_err[512];   /* why the tokenizer did not load (meta_only keeps the model) */
     sp_weight tok_embd;    /* [E -> V]: row t is token t's embedding */
     float *output_norm;    /* [E] */
     sp_weight output;      /* [E -> V] (== tok_embd when tied) */

@@ -360,7 +360,11 @@ sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
     sp_pretok_info pinfo = {0};
     if (v->kind == SP_VOCAB_BPE) {
         if (!sp_tok_pretok_lookup(v->pre_name, &pinfo)) {
-            sp_seterr(err, errlen, "unknown pre-tokenizer type '%s'", v->pre_name);
+            sp_seterr(err, errlen,
+                      "unknown pre-tokenizer type '%s' (tokenizer.ggml.pre of a gpt2 "
+                      "tokenizer; this build implements the names llama.cpp knew in "
+                      "February 2025)",
+                      v->pre_name);
             goto fail;
         }
         v->ignore_merges = pinfo.ignore_merges;
