@@ -267,6 +267,8 @@ static int ntok(const char *s, size_t len, bool add_special) {
     for (;;) {
         int r = sp_tokenize(g_vocab, s, len, g_tokbuf, g_tokcap, add_special, false);
         if (r >= 0) return r;
+        if (r == SP_TOKENIZE_FAILED) die("out of memory while tokenizing", NULL);
+        if (-r > INT32_MAX - 64) die("text too long to tokenize", NULL);
         g_tokcap = -r + 64;
         g_tokbuf = realloc(g_tokbuf, sizeof(sp_token) * (size_t)g_tokcap);
         if (!g_tokbuf) die("out of memory", NULL);

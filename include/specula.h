@@ -57,23 +57,40 @@ const char *sp_status_str(int status);
 /* ---- model --------------------------------------------------------------- */
 
 typedef struct {
-    bool vocab_only; /* load the tokenizer only (no weights are validated) */
+    /* Load the metadata and the tokenizer only: any architecture (the
+     * tokenizer does not depend on it, as llama.cpp's vocab-only mode), no
+     * hyperparameters read, no weights validated. The load still fails when
+     * the file has no tokenizer Specula implements. Such a model can
+     * tokenize, be described and listed, but not run: sp_context_create and
+     * sp_engine_create on it fail. */
+    bool vocab_only;
+    /* As vocab_only, and the load succeeds even without a usable tokenizer:
+     * sp_model_get_vocab then returns NULL (sp_model_print_info says why).
+     * Only for describing a file (`specula info`). */
+    bool meta_only;
 } sp_model_params;
 
 sp_model_params sp_model_default_params(void);
 
 /* Loads a GGUF model (architectures: see sp_arch_names()). Returns NULL and
  * a message naming the problem (missing tensor, wrong shape, unsupported
- * type or architecture, corrupt file) on failure. The caller owns the model
- * and frees it with sp_model_free after every context using it is freed. */
+ * type or architecture, corrupt file) on failure; with vocab_only or
+ * meta_only an unsupported architecture is not a failure. The caller owns
+ * the model and frees it with sp_model_free after every context using it is
+ * freed. */
 sp_model *sp_model_load(const char *path, sp_model_params params, char *err, size_t errlen);
 void sp_model_free(sp_model *m);
+/* Whether this build can run the model's architecture (false for a model
+ * loaded vocab_only or meta_only from a file of another architecture). A
+ * full load of such a file fails with "architecture 'X' is not supported". */
+bool sp_model_arch_supported(const sp_model *m);
 
-/* Hyperparameters, as read from the file. */
+/* Hyperparameters, as read from the file (all 0 but arch, name and n_vocab
+ * for a model loaded vocab_only or meta_only). */
 typedef struct {
-    const char *arch;    /* "llama", "qwen2" */
+    const char *arch;    /* general.architecture ("llama", "qwen2", ...; "" if absent) */
     const char *name;    /* general.name or "" */
-    int32_t n_vocab;
+    int32_t n_vocab;     /* 0 when there is no vocabulary (meta_only) */
     int32_t n_ctx_train;
     int32_t n_embd;
     int32_t n_layer;
@@ -96,22 +113,178 @@ const sp_model_info *sp_model_get_info(const sp_model *m);
  * len - 1 bytes and a NUL into buf (buf may be NULL to ask the length) and
  * returns the full length, or -1 when the key is absent or not a string. */
 int sp_model_meta_str(const sp_model *m, const char *key, char *buf, size_t len);
+/* Every metadata key, in file order (as llama.h's llama_model_meta_*): the
+ * count, then the key and a printable value of entry i, as `specula info -v`
+ * shows it (strings quoted and escaped, cut after 60 characters: for a
+ * string's whole value use sp_model_meta_str; numbers in decimal; arrays
+ * abbreviated as [string x 64000: "<unk>", "<s>", ...]; under 1 KiB). Both
+ * copy up to len - 1 bytes and a NUL into buf (buf may be NULL to ask the
+ * length) and return the full length of that text, or -1 when i is out of
+ * range. */
+int32_t sp_model_meta_count(const sp_model *m);
+int sp_model_meta_key_by_index(const sp_model *m, int32_t i, char *buf, size_t len);
+int sp_model_meta_val_str_by_index(const sp_model *m, int32_t i, char *buf, size_t len);
+
+/* The tensor directory, in file order. The strings live as long as the
+ * model. */
+typedef struct {
+    const char *name;
+    const char *type; /* "f32", "f16", "q4_k", ... (as `specula info` prints them) */
+    int n_dims;       /* 1..4 */
+    int64_t ne[4];    /* ne[0] innermost; unused dimensions 1 */
+    uint64_t nbytes;
+} sp_tensor_desc;
+int64_t sp_model_n_tensors(const sp_model *m);
+/* 0 and *out filled, or -1 when i is out of range. */
+int sp_model_tensor_desc(const sp_model *m, int64_t i, sp_tensor_desc *out);
+
+/* The vocabulary (valid for the model's life); NULL only for a model loaded
+ * meta_only from a file without a usable tokenizer. */
 const sp_vocab *sp_model_get_vocab(const sp_model *m);
 /* A comma-separated list of supported architecture names. */
 const char *sp_arch_names(void);
-/* Prints a description (hyperparameters, tensor types and sizes, memory
- * needed for a context of n_ctx tokens) to f. */
+/* Prints a description (architecture, tokenizer, hyperparameters, tensor
+ * types and sizes, memory needed for a context of n_ctx tokens) to f; for a
+ * model loaded vocab_only or meta_only, what the file says of these. */
 void sp_model_print_info(const sp_model *m, int n_ctx, void *file /* FILE* */);
 
-/* ---- tokenizer (also declared in src/tokenizer/tokenizer.h) ----------- */
+/* ---- tokenizer ------------------------------------------------------------
+ *
+ * A vocabulary comes with a model (sp_model_get_vocab); to tokenize only,
+ * load the file with sp_model_params.vocab_only, which accepts any
+ * architecture. Two tokenizer types, as named by tokenizer.ggml.model:
+ *   "llama": SentencePiece BPE with scores and byte fallback (<0xNN> tokens);
+ *   "gpt2":  byte-level BPE with merges, after the pre-tokenizer split that
+ *            tokenizer.ggml.pre names (as llama.cpp, "default" when absent).
+ * Loading refuses, with a message naming it, a tokenizer type or a
+ * pre-tokenizer this build does not implement. The results are token for
+ * token those of llama.cpp on the same file. Every function here is
+ * thread-safe for a shared vocabulary; token ids outside [0, n_tokens) are
+ * accepted everywhere and answered as documented. */
+
+typedef enum { SP_VOCAB_SPM = 1, SP_VOCAB_BPE = 2 } sp_vocab_kind;
+
+/* Token types (tokenizer.ggml.token_type); 0 for an undefined type. */
+typedef enum {
+    SP_TOKEN_NORMAL = 1,
+    SP_TOKEN_UNKNOWN = 2,
+    SP_TOKEN_CONTROL = 3,
+    SP_TOKEN_USER_DEFINED = 4,
+    SP_TOKEN_UNUSED = 5,
+    SP_TOKEN_BYTE = 6,
+} sp_token_type;
+
+sp_vocab_kind sp_vocab_kind_of(const sp_vocab *v);
+/* The pre-tokenizer's name, e.g. "gpt-2", "llama-bpe"; "default" for SPM.
+ * Static for the vocabulary's life. */
+const char *sp_vocab_pre_name(const sp_vocab *v);
 int32_t sp_vocab_n_tokens(const sp_vocab *v);
-int32_t sp_vocab_bos(const sp_vocab *v);
-int32_t sp_vocab_eos(const sp_vocab *v);
-bool sp_vocab_is_eog(const sp_vocab *v, int32_t tok);
-/* Returns the token count, or -(count needed) when n_max is too small. */
-int sp_tokenize(const sp_vocab *v, const char *text, size_t len, int32_t *out, int n_max,
+sp_token sp_vocab_bos(const sp_vocab *v); /* -1 when none */
+sp_token sp_vocab_eos(const sp_vocab *v); /* -1 when none */
+sp_token sp_vocab_eot(const sp_vocab *v); /* -1 when none */
+/* Whether sp_tokenize's add_special adds BOS / EOS. */
+bool sp_vocab_add_bos(const sp_vocab *v);
+bool sp_vocab_add_eos(const sp_vocab *v);
+/* End of generation: EOS, EOT, EOM and <|im_end|>/<|end|>/<end_of_turn>-
+ * style control tokens. false for an id out of range. */
+bool sp_vocab_is_eog(const sp_vocab *v, sp_token tok);
+/* 0 for an id out of range or a token whose type the file leaves undefined. */
+sp_token_type sp_vocab_token_type(const sp_vocab *v, sp_token tok);
+/* The stored token text (SPM "▁" and GPT-2 byte-unicode as stored),
+ * NUL-terminated, valid for the vocabulary's life; NULL out of range. */
+const char *sp_vocab_token_text(const sp_vocab *v, sp_token tok);
+/* The token whose stored text is exactly s[len]; -1 if none (or s NULL). */
+sp_token sp_vocab_find(const sp_vocab *v, const char *s, size_t len);
+/* The most bytes of input text one token can stand for (the longest token
+ * text; for byte-level BPE, in code points, one per input byte), computed
+ * at load; 0 when the vocabulary gives no such bound (it has no token for
+ * some bytes, which are then dropped, as llama.cpp does). A text of more
+ * than n * this many bytes needs more than n tokens, so it can be refused
+ * without being tokenized (sp_tokenize_bounded does; for a vocabulary whose
+ * special tokens swallow the white space next to them, the ASCII white space
+ * is not counted). */
+int32_t sp_vocab_max_token_bytes(const sp_vocab *v);
+
+/* What sp_tokenize and sp_tokenize_bounded return when they fail (out of
+ * memory, or more than INT32_MAX tokens). It is the only return value that
+ * must not be negated: test for it before using -(result) as a count. */
+#define SP_TOKENIZE_FAILED INT32_MIN
+
+/* Tokenizes text[len] (any bytes; invalid UTF-8 is handled as llama.cpp
+ * does; text may be NULL when len is 0). add_special: BOS/EOS as
+ * sp_vocab_add_bos/_eos say. parse_special: the text of control,
+ * user-defined and unknown tokens (e.g. "<|im_end|>") becomes those tokens
+ * instead of being split as plain text.
+ * Returns the number of tokens written to out[0..n_max). When n_max is too
+ * small (or out is NULL and there is at least one token) returns -(number
+ * needed), >= -INT32_MAX, and out's content is unspecified; call again with
+ * n_max = that number. SP_TOKENIZE_FAILED on failure. */
+int sp_tokenize(const sp_vocab *v, const char *text, size_t len, sp_token *out, int n_max,
                 bool add_special, bool parse_special);
-int sp_token_to_piece(const sp_vocab *v, int32_t tok, char *buf, int len, bool render_special);
+
+/* A byte range [off, off + len) of a text. */
+typedef struct {
+    size_t off, len;
+} sp_span;
+
+/* How sp_tokenize_bounded reads special-token text. */
+typedef struct {
+    bool add_special;   /* as sp_tokenize's */
+    bool parse_special; /* as sp_tokenize's, when spans is NULL */
+    /* When spans is non-NULL (sorted, disjoint; n_spans may be 0), CONTROL
+     * and UNKNOWN tokens, and the tokens listed in markup_ids whatever
+     * their type, are recognized only where their text lies wholly inside
+     * one span; everywhere else the text reads as with parse_special false
+     * (USER_DEFINED tokens are still recognized). For a chat prompt the
+     * spans are the template's markup, so message content can never forge
+     * a turn: the result equals sp_tokenize(parse_special true) whenever the
+     * content holds no special-token text. */
+    const sp_span *spans;
+    size_t n_spans;
+    const sp_token *markup_ids;
+    int n_markup_ids;
+} sp_tok_opts;
+
+/* Tokenizes as sp_tokenize does (same tokens), but the work is bounded by
+ * n_max: a text that cannot fit in n_max tokens by its length alone (see
+ * sp_vocab_max_token_bytes) is refused before any tokenizing, and
+ * otherwise tokenizing stops soon after the count passes n_max, rather
+ * than costing the whole text. Returns the count (0..n_max) with *out a
+ * malloc'd array of it (the caller frees it; never NULL on success, even
+ * for 0 tokens); or a value in [-INT32_MAX, -(n_max + 1)], minus a lower
+ * bound of the count, with *out NULL, when the text needs more than n_max
+ * tokens; SP_TOKENIZE_FAILED (and *out NULL) if memory ran out. o NULL:
+ * add_special and parse_special false. */
+int sp_tokenize_bounded(const sp_vocab *v, const char *text, size_t len, int n_max,
+                        const sp_tok_opts *o, sp_token **out);
+
+/* The bytes a token stands for (SPM "▁" -> ' ', <0xNN> -> that byte, GPT-2
+ * byte-unicode decoded), not NUL-terminated. Control and unknown tokens
+ * give "" unless render_special; an id out of range gives "". Returns the
+ * byte count; when len is too small, -(count needed) (buf may be NULL when
+ * len is 0). Never fails otherwise. */
+int sp_token_to_piece(const sp_vocab *v, sp_token tok, char *buf, int len, bool render_special);
+
+/* Streaming detokenizer: holds back the bytes of an incomplete UTF-8
+ * character until the tokens that complete it arrive, so every chunk it
+ * emits is valid UTF-8. Bytes that can never form a valid character are
+ * emitted as U+FFFD. Control tokens emit nothing. */
+typedef struct {
+    unsigned char pend[8];
+    int n_pend;
+} sp_detok;
+
+static inline void sp_detok_init(sp_detok *d) { d->n_pend = 0; }
+/* Appends tok's text; writes the bytes that are ready into out (at most
+ * cap - 1 bytes, NUL-terminated) and returns their count (>= 0). When cap
+ * is too small returns -(needed), the smallest cap that works (it counts
+ * the NUL), and the state is unchanged; 64 + 4 * the longest token text is
+ * always enough. SP_TOKENIZE_FAILED (state unchanged) if memory ran out. */
+int sp_detok_push(const sp_vocab *v, sp_detok *d, sp_token tok, char *out, int cap);
+/* Emits what is pending at the end of a stream (3 bytes, U+FFFD, per
+ * pending byte) and resets the state: the count (>= 0), or -(needed) when
+ * cap is too small (state unchanged; 32 is always enough). */
+int sp_detok_flush(sp_detok *d, char *out, int cap);
 
 /* ---- context and the batched forward pass ------------------------------- */
 

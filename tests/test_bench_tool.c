@@ -219,7 +219,9 @@ static void check_workloads(const char *corpus, size_t len, const sp_vocab *v, c
             if (v && a.items[i].conv < 0) {
                 int n = sp_tokenize(v, a.items[i].prompt, strlen(a.items[i].prompt), NULL, 0, true,
                                     false);
-                n = n < 0 ? -n : n;
+                CHECK(n != SP_TOKENIZE_FAILED, "%s/%s: item %d: tokenizing failed", what,
+                      o.name, i);
+                n = n == SP_TOKENIZE_FAILED ? 0 : n < 0 ? -n : n;
                 CHECK(n + a.items[i].max_tokens <= 512, "%s/%s: item %d: %d + %d tokens", what,
                       o.name, i, n, a.items[i].max_tokens);
             }

@@ -12,6 +12,7 @@
 #include "server/openai.h"
 #include "server/sbuf.h"
 #include "test.h"
+#include "tokenizer/tokenizer.h"
 
 static const chat_msg conv[] = {
     {"system", "S"}, {"user", "U1"}, {"assistant", "A1"}, {"user", "U2"},

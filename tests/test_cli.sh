@@ -116,6 +116,65 @@ else
     fail "bundled draft" "$(head -c 300 "$tmp/bd.err")"
 fi
 
+# Issue 15: the tokenizer has nothing to do with the architecture. `tokenize`
+# works on every reference vocabulary, gpt-neox and baichuan included (not
+# run by this build): three strings of each, exactly the reference's ids
+# (no BOS, no special-token parsing, as the .out files were made).
+python3 - "$ref/vocab" "$tmp" <<'PY'
+import glob, os, sys
+SEP = "\n__ggml_vocab_test__\n"
+n = 0
+with open(sys.argv[2] + "/vocab_cases.txt", "w") as lst:
+    for g in sorted(glob.glob(sys.argv[1] + "/*.gguf")):
+        strs = open(g + ".inp", encoding="utf-8", newline="").read().split(SEP)[:-1]
+        outs = open(g + ".out").read().split("\n")
+        idx = [i for i in range(len(strs)) if strs[i]]
+        for i in (idx[len(idx) // 4], idx[len(idx) // 2], idx[-1]):
+            f = "%s/vocab_%d.txt" % (sys.argv[2], n)
+            open(f, "w", encoding="utf-8", newline="").write(strs[i])
+            want = "[" + ", ".join(outs[i].split()) + "]"
+            lst.write("%s\t%s\t%s\n" % (g, f, want))
+            n += 1
+PY
+vbad=""; vn=0
+while IFS=$'\t' read -r vf tf want; do
+    got=$("$bin" tokenize -m "$vf" --no-bos --no-parse-special -f "$tf" 2>"$tmp/vtok.err")
+    vn=$((vn + 1))
+    [ "$got" = "$want" ] || vbad="$vbad $(basename "$vf") $(basename "$tf"): got ${got:0:120} $(head -c 200 "$tmp/vtok.err"), want ${want:0:120};"
+done <"$tmp/vocab_cases.txt"
+if [ "$vn" -ge 15 ] && [ -z "$vbad" ]; then ok "tokenize matches the reference on every vocabulary, any architecture ($vn strings)"
+else fail "tokenize on the reference vocabularies" "$vn strings:$vbad"; fi
+
+neox=$ref/vocab/ggml-vocab-gpt-neox.gguf
+if "$bin" info -m "$neox" >"$tmp/info2.txt" 2>"$tmp/info2.err" &&
+   grep -q "^architecture: *gptneox (not supported" "$tmp/info2.txt" &&
+   grep -q "^tokenizer: *gpt2 (byte-level BPE), 50432 tokens" "$tmp/info2.txt" &&
+   grep -q "^cannot run: .*architecture 'gptneox' is not supported" "$tmp/info2.txt"; then
+    ok "info describes a file of an architecture it cannot run, and says so"
+else
+    fail "info on gpt-neox" "$(cat "$tmp/info2.txt" "$tmp/info2.err")"
+fi
+if "$bin" info -v -m "$ref/vocab/ggml-vocab-baichuan.gguf" >"$tmp/info3.txt" 2>"$tmp/info3.err" &&
+   grep -q '^  general.architecture  *"baichuan"' "$tmp/info3.txt" &&
+   grep -q '^  tokenizer.ggml.tokens  *\[string x 64000' "$tmp/info3.txt" &&
+   grep -q "^tensors:" "$tmp/info3.txt"; then
+    ok "info -v lists the metadata of a file it cannot run"
+else
+    fail "info -v on baichuan" "$(head -c 1500 "$tmp/info3.txt") $(cat "$tmp/info3.err")"
+fi
+"$bin" run -m "$neox" -p hi >"$tmp/run2.out" 2>"$tmp/run2.err"; rc=$?
+if [ $rc -eq 1 ] && grep -q "architecture 'gptneox' is not supported (supported: " "$tmp/run2.err"; then
+    ok "run refuses an architecture it cannot run, by name"
+else
+    fail "run on gpt-neox" "exit $rc: $(head -c 300 "$tmp/run2.err")"
+fi
+timeout 60 "$bin" serve --port 0 -t 1 -m "$neox" >"$tmp/serve2.out" 2>"$tmp/serve2.err"; rc=$?
+if [ $rc -eq 1 ] && grep -q "architecture 'gptneox' is not supported (supported: " "$tmp/serve2.err"; then
+    ok "serve refuses an architecture it cannot run, by name"
+else
+    fail "serve on gpt-neox" "exit $rc: $(head -c 300 "$tmp/serve2.err")"
+fi
+
 # bad input: a message on stderr and a non-zero exit, never a crash
 printf 'GGUF\x03\x00\x00\x00garbage' >"$tmp/bad.gguf"
 head -c 5000 "$q8" >"$tmp/trunc.gguf"

@@ -9,6 +9,10 @@
  *   - pieces, special tokens, the streaming detokenizer's UTF-8 handling, edge
  *     cases (empty, spaces, invalid UTF-8, a 100 KB text, a short output
  *     buffer) and load errors on crafted GGUF files;
+ *   - any architecture (issue 15): every vocabulary loads vocab_only through
+ *     sp_model_load whatever its architecture, and meta_only, with its
+ *     metadata and tensors listed; a full load names an architecture this
+ *     build does not run; an unimplemented tokenizer type is refused by name;
  *   - bounded tokenizing (issue 13): the same tokens as sp_tokenize within
  *     the bound, the byte bound, work that stops past the bound, SPM chunks
  *     that change nothing, and special tokens read only in given spans.
@@ -57,7 +61,7 @@ static int32_t *tok(const sp_vocab *v, const char *s, size_t len, bool add_speci
         *n = need;
         return malloc(sizeof(int32_t));
     }
-    if (need == -2147483647 - 1) {
+    if (need == SP_TOKENIZE_FAILED) {
         *n = -1;
         return NULL;
     }
@@ -193,18 +197,28 @@ static void check_roundtrip(const sp_vocab *v, const char *s, size_t len, const 
 
 /* ------------------------------------------------------------------ vocab */
 
+/* Through the public door, as `specula tokenize` loads a file: vocab_only,
+ * whatever the architecture (gptneox, baichuan: architectures Specula does
+ * not run, whose tokenizers must match all the same). */
 static void test_vocab_file(const char *name) {
     char path[1024];
     snprintf(path, sizeof(path), "%s/vocab/%s", t_ref_dir(), name);
-    sp_vocab *v = load_vocab(path);
-    if (!v && strstr(g_err, "unsupported tokenizer model")) {
+    sp_model_params mp = sp_model_default_params();
+    mp.vocab_only = true;
+    g_err[0] = 0;
+    sp_model *m = sp_model_load(path, mp, g_err, sizeof(g_err));
+    const sp_vocab *v = m ? sp_model_get_vocab(m) : NULL;
+    if (!m && strstr(g_err, "unsupported tokenizer model")) {
         /* WPM/UGM/RWKV vocabularies are not implemented yet: loading them
          * failed cleanly, but their vectors were not compared, which is a
          * skip (counted as one, and a failure under SPECULA_NO_SKIP) */
         SKIP("%.80s: %.160s", name, g_err);
         return;
     }
-    REQUIRE(v != NULL, "cannot load %s: %s", path, g_err);
+    REQUIRE(m != NULL && v != NULL, "cannot load %s: %s", path, g_err);
+    printf("     %s: architecture '%s'%s, %s, pre '%s'\n", name, sp_model_get_info(m)->arch,
+           sp_model_arch_supported(m) ? "" : " (not run by this build)",
+           sp_vocab_kind_of(v) == SP_VOCAB_SPM ? "SPM" : "BPE", sp_vocab_pre_name(v));
     char ipath[1100], opath[1100];
     snprintf(ipath, sizeof(ipath), "%s.inp", path);
     snprintf(opath, sizeof(opath), "%s.out", path);
@@ -256,7 +270,7 @@ static void test_vocab_file(const char *name) {
 done:
     free(inp);
     free(outs);
-    sp_vocab_free(v);
+    sp_model_free(m);
 }
 
 /* ------------------------------------------------------------ generations */
@@ -833,7 +847,7 @@ static void test_load_errors(void) {
         void (*extra)(sp_gguf_writer *);
         const char *msg;
     } cases[] = {
-        {"bert", NULL, "unsupported tokenizer model bert"},
+        {"bert", NULL, "unsupported tokenizer model 'bert'"},
         {"llama", x_bad_scores, "scores has 3 entries"},
         {"llama", x_bad_types, "token_type has 2 entries"},
         {"llama", x_bad_bos, "out of range"},
@@ -989,6 +1003,173 @@ static void test_bounded_no_byte_bound(void) {
     unlink(g_tmp);
 }
 
+/* ------------------------------------------------- any architecture (issue 15) */
+
+static char *g_names[256];
+static int g_n_names;
+
+static void x_arch_falcon(sp_gguf_writer *w) { sp_gguf_set_str(w, "general.architecture", "falcon"); }
+static void x_arch_bert(sp_gguf_writer *w) { sp_gguf_set_str(w, "general.architecture", "bert"); }
+
+/* Loads path vocab_only / meta_only / fully and checks what each says of
+ * it, the metadata and tensor listing, and that such a model cannot run.
+ * Returns whether this build runs its architecture (-1: not loaded). */
+static int check_any_arch(const char *path, const char *what, const char *text) {
+    sp_model_params mp = sp_model_default_params();
+    mp.vocab_only = true;
+    sp_model *m = sp_model_load(path, mp, g_err, sizeof(g_err));
+    if (!m && strstr(g_err, "unsupported tokenizer model")) return -1; /* counted in test_vocab_file */
+    CHECK(m != NULL, "%s: vocab_only: %s", what, g_err);
+    if (!m) return -1;
+    const sp_model_info *h = sp_model_get_info(m);
+    char arch[128] = "";
+    int al = sp_model_meta_str(m, "general.architecture", arch, sizeof(arch));
+    CHECK(strcmp(h->arch, al >= 0 ? arch : "") == 0, "%s: info.arch '%s', file '%s'", what,
+          h->arch, arch);
+    CHECK(sp_model_get_vocab(m) != NULL && h->n_vocab == sp_vocab_n_tokens(sp_model_get_vocab(m)),
+          "%s: vocabulary", what);
+    const bool supported = sp_model_arch_supported(m);
+    /* it tokenizes (the exact ids are test_vocab_file's) */
+    if (text) {
+        int n;
+        int32_t *ids = tok(sp_model_get_vocab(m), text, strlen(text), false, false, &n);
+        CHECK(n > 0, "%s: '%s' -> %d", what, text, n);
+        free(ids);
+    }
+    /* the metadata listing, in file order, and its bounds */
+    int32_t nkv = sp_model_meta_count(m);
+    CHECK(nkv > 0, "%s: %d metadata keys", what, nkv);
+    bool seen_arch = al < 0;
+    for (int32_t i = 0; i < nkv; i++) {
+        char key[256], val[1024];
+        int kl = sp_model_meta_key_by_index(m, i, key, sizeof(key));
+        int vl = sp_model_meta_val_str_by_index(m, i, val, sizeof(val));
+        CHECK(kl > 0 && kl == sp_model_meta_key_by_index(m, i, NULL, 0) &&
+                  (kl >= (int)sizeof(key) || (size_t)kl == strlen(key)),
+              "%s: key %d: %d '%s'", what, i, kl, key);
+        CHECK(vl > 0 && vl == sp_model_meta_val_str_by_index(m, i, NULL, 0), "%s: value %d: %d",
+              what, i, vl);
+        if (!strcmp(key, "general.architecture")) {
+            char want[160];
+            snprintf(want, sizeof(want), "\"%s\"", arch);
+            CHECK(!strcmp(val, want), "%s: general.architecture shown as %s", what, val);
+            seen_arch = true;
+        }
+    }
+    CHECK(seen_arch, "%s: general.architecture not listed", what);
+    char small[4] = "xxx";
+    int kl0 = sp_model_meta_key_by_index(m, 0, small, sizeof(small));
+    CHECK(kl0 > 3 && strlen(small) == 3, "%s: truncated key copy: %d '%s'", what, kl0, small);
+    CHECK(sp_model_meta_key_by_index(m, nkv, small, sizeof(small)) == -1 &&
+              sp_model_meta_key_by_index(m, -1, small, sizeof(small)) == -1 &&
+              sp_model_meta_val_str_by_index(m, nkv, small, sizeof(small)) == -1 &&
+              sp_model_meta_val_str_by_index(m, -1, NULL, 0) == -1,
+          "%s: metadata index out of range", what);
+    int64_t nt = sp_model_n_tensors(m);
+    sp_tensor_desc td;
+    for (int64_t i = 0; i < nt; i++)
+        CHECK(sp_model_tensor_desc(m, i, &td) == 0 && td.name && td.type && td.n_dims >= 1,
+              "%s: tensor %lld", what, (long long)i);
+    CHECK(sp_model_tensor_desc(m, nt, &td) == -1 && sp_model_tensor_desc(m, -1, &td) == -1,
+          "%s: tensor index out of range", what);
+    /* a vocab-only model cannot run */
+    sp_context *c = sp_context_create(m, sp_context_default_params(), g_err, sizeof(g_err));
+    CHECK(c == NULL, "%s: a context on a vocab-only model", what);
+    sp_context_free(c);
+    sp_engine *e = sp_engine_create(m, sp_engine_default_params(), g_err, sizeof(g_err));
+    CHECK(e == NULL && strstr(g_err, "without its weights"), "%s: an engine on a vocab-only model: %s",
+          what, e ? "created" : g_err);
+    sp_engine_free(e);
+    sp_model_free(m);
+    /* meta_only says the same */
+    mp.vocab_only = false;
+    mp.meta_only = true;
+    m = sp_model_load(path, mp, g_err, sizeof(g_err));
+    CHECK(m && !strcmp(sp_model_get_info(m)->arch, arch) && sp_model_get_vocab(m) &&
+              sp_model_arch_supported(m) == supported,
+          "%s: meta_only: %s", what, m ? "differs" : g_err);
+    sp_model_free(m);
+    /* a full load refuses an architecture this build does not run, by name */
+    m = sp_model_load(path, sp_model_default_params(), g_err, sizeof(g_err));
+    char want[200];
+    snprintf(want, sizeof(want), "architecture '%s' is not supported", arch);
+    if (!supported)
+        CHECK(!m && strstr(g_err, want), "%s: full load: want '%s', got '%s'", what, want,
+              m ? "(loaded)" : g_err);
+    else if (nt == 0) /* a vocabulary-only file of a supported architecture */
+        CHECK(!m && !strstr(g_err, "not supported"), "%s: full load: '%s'", what,
+              m ? "(loaded)" : g_err);
+    sp_model_free(m);
+    return supported;
+}
+
+/* tokenize works on any GGUF that carries a tokenizer, whatever its
+ * architecture (or none); info can describe it (meta_only); run refuses it
+ * (a full load names the architecture); a tokenizer type this build does
+ * not implement is refused by name, and meta_only still opens the file. */
+static void test_any_architecture(void) {
+    int n_unsupported = 0;
+    for (int i = 0; i < g_n_names; i++) {
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/vocab/%s", t_ref_dir(), g_names[i]);
+        if (check_any_arch(path, g_names[i], "Hello world") == 0) n_unsupported++;
+    }
+    /* the reference has gpt-neox and baichuan (README, vocab/) */
+    CHECK(n_unsupported >= 2, "%d reference vocabularies of architectures this build does not run",
+          n_unsupported);
+
+    snprintf(g_tmp, sizeof(g_tmp), "/tmp/specula_tok_%d.gguf", (int)getpid());
+    sp_vocab_free(load_crafted("gpt2", 40, x_arch_falcon));
+    CHECK(check_any_arch(g_tmp, "crafted falcon/gpt2", NULL) == 0, "crafted falcon: %s", g_err);
+    /* no general.architecture at all: the tokenizer still loads */
+    sp_gguf_writer *w = sp_gguf_writer_create();
+    sp_gguf_set_str(w, "tokenizer.ggml.model", "llama");
+    sp_gguf_str t[4] = {{"<unk>", 5}, {"a", 1}, {"b", 1}, {"\xe2\x96\x81", 3}};
+    float sc[4] = {0, -1, -2, -3};
+    sp_gguf_set_arr_str(w, "tokenizer.ggml.tokens", t, 4);
+    sp_gguf_set_arr(w, "tokenizer.ggml.scores", SP_GGUF_FLOAT32, sc, 4);
+    int rc = sp_gguf_writer_write(w, g_tmp, g_err, sizeof(g_err));
+    sp_gguf_writer_free(w);
+    REQUIRE(rc == 0, "cannot write %s: %s", g_tmp, g_err);
+    sp_model_params mp = sp_model_default_params();
+    mp.vocab_only = true;
+    sp_model *m = sp_model_load(g_tmp, mp, g_err, sizeof(g_err));
+    CHECK(m && !strcmp(sp_model_get_info(m)->arch, "") && !sp_model_arch_supported(m) &&
+              sp_vocab_n_tokens(sp_model_get_vocab(m)) == 4,
+          "no architecture, vocab_only: %s", m ? "wrong" : g_err);
+    sp_model_free(m);
+    m = sp_model_load(g_tmp, sp_model_default_params(), g_err, sizeof(g_err));
+    CHECK(!m && strstr(g_err, "general.architecture"), "no architecture, full load: %s",
+          m ? "(loaded)" : g_err);
+    sp_model_free(m);
+    /* a tokenizer type that is not implemented: refused by name
+     * (vocab_only), described without a vocabulary (meta_only) */
+    sp_vocab_free(load_crafted("bert", 40, x_arch_bert));
+    m = sp_model_load(g_tmp, mp, g_err, sizeof(g_err));
+    CHECK(!m && strstr(g_err, "unsupported tokenizer model 'bert'"), "bert vocab_only: %s",
+          m ? "(loaded)" : g_err);
+    sp_model_free(m);
+    mp.vocab_only = false;
+    mp.meta_only = true;
+    m = sp_model_load(g_tmp, mp, g_err, sizeof(g_err));
+    CHECK(m && !sp_model_get_vocab(m) && sp_model_get_info(m)->n_vocab == 0 &&
+              !strcmp(sp_model_get_info(m)->arch, "bert") && !sp_model_arch_supported(m) &&
+              sp_model_meta_count(m) > 0,
+          "bert meta_only: %s", m ? "wrong" : g_err);
+    if (m) {
+        char *buf = NULL;
+        size_t bl = 0;
+        FILE *f = open_memstream(&buf, &bl);
+        sp_model_print_info(m, 512, f);
+        fclose(f);
+        CHECK(buf && strstr(buf, "bert (not supported") && strstr(buf, "unsupported tokenizer model"),
+              "bert described as: %s", buf ? buf : "");
+        free(buf);
+    }
+    sp_model_free(m);
+    unlink(g_tmp);
+}
+
 static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -1015,10 +1196,11 @@ int main(void) {
         t_cases_failed++;
         printf("FAIL vocab files\n");
     }
-    for (int i = 0; i < nn; i++) {
-        RUN_NAMED(test_vocab_file, names[i], names[i]);
-        free(names[i]);
-    }
+    for (int i = 0; i < nn; i++) RUN_NAMED(test_vocab_file, names[i], names[i]);
+    for (int i = 0; i < nn; i++) g_names[i] = names[i];
+    g_n_names = nn;
+    RUN(test_any_architecture);
+    for (int i = 0; i < nn; i++) free(names[i]);
     RUN(test_generations);
 
     g_spm = load_ref(SPM_VOCAB);

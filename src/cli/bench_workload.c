@@ -339,6 +339,7 @@ static int32_t count_tokens(corpus *c, const char *s, size_t n) {
     if (!c->vocab) return (int32_t)((n + 3) / 4);
     int k = sp_tokenize(c->vocab, s, n, c->tokbuf, c->tokcap, false, false);
     if (k >= 0) return k;
+    if (k == SP_TOKENIZE_FAILED) return (int32_t)((n + 3) / 4); /* not a count */
     int need = -k;
     int32_t *nb = realloc(c->tokbuf, (size_t)need * sizeof(int32_t));
     if (!nb) return (int32_t)((n + 3) / 4);

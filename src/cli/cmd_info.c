@@ -1,11 +1,10 @@
 /* cmd_info.c: `specula info`: what a model file holds and what running it
- * costs. */
+ * costs; for a file this build cannot run (another architecture), what it
+ * holds (metadata, tokenizer, tensors) and why it cannot run. */
 #include <inttypes.h>
 #include <string.h>
 
 #include "cli.h"
-#include "gguf/gguf.h"
-#include "model/model.h"
 
 int cmd_info(int argc, char **argv) {
     const char *model = cli_default_model();
@@ -34,28 +33,46 @@ int cmd_info(int argc, char **argv) {
         fprintf(stderr, "specula info: no model given (-m) and no default model found\n");
         return 2;
     }
+    /* A full load first (it validates the weights). If that fails, the
+     * file may still be one this build cannot run by design (another
+     * architecture, or a vocabulary-only file without tensors): then show
+     * what it holds, and why it cannot run. A broken model of a supported
+     * architecture stays an error. */
     char err[512];
     sp_model *m = sp_model_load(model, sp_model_default_params(), err, sizeof(err));
+    bool runnable = m != NULL;
     if (!m) {
-        fprintf(stderr, "specula: %s\n", err);
-        return 1;
+        char err2[512];
+        sp_model_params mp = sp_model_default_params();
+        mp.meta_only = true;
+        m = sp_model_load(model, mp, err2, sizeof(err2));
+        if (m && sp_model_arch_supported(m) && sp_model_n_tensors(m) > 0) {
+            sp_model_free(m);
+            m = NULL;
+        }
+        if (!m) {
+            fprintf(stderr, "specula: %s\n", err);
+            return 1;
+        }
     }
     printf("model:         %s\n", model);
     sp_model_print_info(m, (int)n_ctx, stdout);
+    if (!runnable) printf("cannot run:    %s\n", err);
     if (verbose) {
-        const sp_gguf *g = m->gguf;
-        char buf[256];
+        char key[256], val[1024];
         printf("\nmetadata:\n");
-        for (int64_t i = 0; i < sp_gguf_n_kv(g); i++) {
-            sp_gguf_kv_format(g, i, buf, sizeof(buf));
-            printf("  %-40s %s\n", sp_gguf_key(g, i), buf);
+        for (int32_t i = 0; i < sp_model_meta_count(m); i++) {
+            sp_model_meta_key_by_index(m, i, key, sizeof(key));
+            sp_model_meta_val_str_by_index(m, i, val, sizeof(val));
+            printf("  %-40s %s\n", key, val);
         }
         printf("\ntensors:\n");
-        for (int64_t i = 0; i < sp_gguf_n_tensors(g); i++) {
-            const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
-            printf("  %-32s %-5s [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] %zu bytes\n",
-                   t->name, sp_type_info(t->type) ? sp_type_info(t->type)->name : "?", t->ne[0],
-                   t->ne[1], t->ne[2], t->ne[3], t->nbytes);
+        for (int64_t i = 0; i < sp_model_n_tensors(m); i++) {
+            sp_tensor_desc t;
+            if (sp_model_tensor_desc(m, i, &t) != 0) break;
+            printf("  %-32s %-5s [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] %" PRIu64
+                   " bytes\n",
+                   t.name, t.type, t.ne[0], t.ne[1], t.ne[2], t.ne[3], t.nbytes);
         }
     }
     sp_model_free(m);

@@ -8,7 +8,6 @@
 
 #include "cli.h"
 #include "common.h"
-#include "tokenizer/tokenizer.h"
 
 static void run_usage(FILE *f) {
     fprintf(f,
@@ -202,15 +201,19 @@ int cmd_run(int argc, char **argv) {
     const sp_vocab *vocab = sp_model_get_vocab(m);
 
     int n_prompt = sp_tokenize(vocab, text, text_len, NULL, 0, true, true);
-    if (n_prompt == INT32_MIN) {
+    if (n_prompt == SP_TOKENIZE_FAILED) { /* the one value that is not -(count) */
         fprintf(stderr, "specula: out of memory while tokenizing\n");
         goto done;
     }
     if (n_prompt < 0) n_prompt = -n_prompt;
     toks = malloc(((size_t)n_prompt + 1) * sizeof(sp_token));
     if (!toks) goto done;
-    n_prompt = sp_tokenize(vocab, text, text_len, toks, n_prompt + 1, true, true);
-    if (n_prompt <= 0) {
+    n_prompt = sp_tokenize(vocab, text, text_len, toks, n_prompt, true, true);
+    if (n_prompt < 0) {
+        fprintf(stderr, "specula: out of memory while tokenizing\n");
+        goto done;
+    }
+    if (n_prompt == 0) {
         fprintf(stderr, "specula: the prompt is empty after tokenization\n");
         goto done;
     }

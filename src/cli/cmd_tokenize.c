@@ -70,17 +70,16 @@ int cmd_tokenize(int argc, char **argv) {
     }
     const sp_vocab *v = sp_model_get_vocab(m);
     int n = sp_tokenize(v, buf, len, NULL, 0, add_special, parse_special);
-    if (n == INT32_MIN) { /* the tokenizer ran out of memory */
-        fprintf(stderr, "specula: out of memory while tokenizing\n");
-        free(buf);
-        sp_model_free(m);
-        return 1;
-    }
-    if (n < 0) n = -n;
-    sp_token *ids = malloc(((size_t)n + 1) * sizeof(sp_token));
+    sp_token *ids = NULL;
     int rc = 1;
-    if (ids) {
-        n = sp_tokenize(v, buf, len, ids, n + 1, add_special, parse_special);
+    if (n != SP_TOKENIZE_FAILED) { /* the one value that is not -(count) */
+        if (n < 0) n = -n;
+        ids = malloc(((size_t)n + 1) * sizeof(sp_token));
+        if (ids) n = sp_tokenize(v, buf, len, ids, n, add_special, parse_special);
+    }
+    if (!ids || n < 0) {
+        fprintf(stderr, "specula: out of memory while tokenizing\n");
+    } else {
         printf("[");
         for (int i = 0; i < n; i++) printf("%s%d", i ? ", " : "", ids[i]);
         printf("]\n");

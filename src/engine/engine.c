@@ -407,6 +407,10 @@ static void *engine_main(void *arg);
 
 sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, size_t errlen) {
     const sp_model_info *h = sp_model_get_info(m);
+    if (h->n_layer <= 0) { /* loaded vocab_only / meta_only: no weights to run */
+        sp_seterr(err, errlen, "the model was loaded without its weights (vocab_only)");
+        return NULL;
+    }
     if (p.n_ctx <= 0) p.n_ctx = SP_MIN(h->n_ctx_train > 0 ? h->n_ctx_train : 2048, 8192);
     if (p.max_seqs <= 0 || p.max_seqs > 1024 || p.max_batch_tokens <= 0 ||
         p.max_batch_tokens > 65536 || p.n_ctx > (1 << 20) || p.kv_block_size <= 0 ||
@@ -645,6 +649,7 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
             goto fail;
         }
         int n = sp_tokenize(e->vocab, rp->prompt, len, NULL, 0, rp->add_bos, rp->parse_special);
+        if (n == SP_TOKENIZE_FAILED) goto oom; /* not a count: never negated */
         if (n < 0) n = -n;
         r->cap = n + rp->max_tokens + 1;
         r->toks = malloc((size_t)r->cap * sizeof(sp_token));

@@ -270,27 +270,42 @@ sp_model *sp_model_load(const char *path, sp_model_params params, char *err, siz
     m->gguf = sp_gguf_open(path, err, errlen);
     if (!m->gguf) goto fail;
 
+    /* vocab_only / meta_only: the tokenizer does not depend on the
+     * architecture, so any (or none) is accepted, as llama.cpp's vocab-only
+     * mode loads the tokenizer.* keys of any file */
+    const bool partial = params.vocab_only || params.meta_only;
     sp_gguf_str arch;
     if (!sp_gguf_get_str(m->gguf, "general.architecture", &arch)) {
-        sp_seterr(err, errlen, "%s: missing metadata general.architecture", path);
-        goto fail;
+        if (!partial) {
+            sp_seterr(err, errlen, "%s: missing metadata general.architecture", path);
+            goto fail;
+        }
+        arch = (sp_gguf_str){"", 0};
     }
-    char archname[64];
-    snprintf(archname, sizeof(archname), "%.*s", (int)SP_MIN(arch.n, 63), arch.p);
-    m->arch = sp_arch_find(archname);
-    if (!m->arch) {
+    snprintf(m->arch_name, sizeof(m->arch_name), "%.*s",
+             (int)SP_MIN(arch.n, sizeof(m->arch_name) - 1), arch.p);
+    m->arch = sp_arch_find(m->arch_name);
+    if (!m->arch && !partial) {
         sp_seterr(err, errlen, "%s: architecture '%s' is not supported (supported: %s)", path,
-                  archname, sp_arch_names());
+                  m->arch_name, sp_arch_names());
         goto fail;
     }
-    m->info.arch = m->arch->name;
+    m->info.arch = m->arch ? m->arch->name : m->arch_name;
     sp_gguf_str nm;
     if (sp_gguf_get_str(m->gguf, "general.name", &nm))
         snprintf(m->name, sizeof(m->name), "%.*s", (int)SP_MIN(nm.n, 127), nm.p);
     m->info.name = m->name;
 
-    m->vocab = sp_vocab_load(m->gguf, err, errlen);
-    if (!m->vocab) goto fail;
+    if (params.meta_only) {
+        m->vocab = sp_vocab_load(m->gguf, m->vocab_err, sizeof(m->vocab_err));
+        if (m->vocab) m->info.n_vocab = sp_vocab_n_tokens(m->vocab);
+        return m;
+    }
+    m->vocab = sp_vocab_load(m->gguf, m->vocab_err, sizeof(m->vocab_err));
+    if (!m->vocab) {
+        sp_seterr(err, errlen, "%s: %s", path, m->vocab_err);
+        goto fail;
+    }
     m->info.n_vocab = sp_vocab_n_tokens(m->vocab);
     if (params.vocab_only) return m;
 
@@ -323,26 +338,52 @@ void sp_model_free(sp_model *m) {
 
 const sp_model_info *sp_model_get_info(const sp_model *m) { return &m->info; }
 const sp_vocab *sp_model_get_vocab(const sp_model *m) { return m->vocab; }
+bool sp_model_arch_supported(const sp_model *m) { return m->arch != NULL; }
 
-void sp_model_print_info(const sp_model *m, int n_ctx, void *file) {
-    FILE *f = file;
-    const sp_model_info *h = &m->info;
-    fprintf(f, "file:          GGUF v%u, %zu bytes, %" PRId64 " tensors, %" PRId64 " metadata keys\n",
-            sp_gguf_version(m->gguf), sp_gguf_file_size(m->gguf), sp_gguf_n_tensors(m->gguf),
-            sp_gguf_n_kv(m->gguf));
-    fprintf(f, "name:          %s\n", h->name[0] ? h->name : "(none)");
-    fprintf(f, "architecture:  %s (rope %s%s)\n", h->arch,
-            m->arch->rope == SP_ROPE_NEOX ? "neox" : "norm", m->arch->qkv_bias ? ", qkv bias" : "");
-    fprintf(f, "tokenizer:     %s, %d tokens, pre '%s', bos %d, eos %d\n",
-            sp_vocab_kind_of(m->vocab) == SP_VOCAB_SPM ? "llama (SentencePiece)" : "gpt2 (byte-level BPE)",
-            h->n_vocab, sp_vocab_pre_name(m->vocab), sp_vocab_bos(m->vocab), sp_vocab_eos(m->vocab));
-    if (!m->layers) return;
-    fprintf(f, "n_embd %d, n_layer %d, n_head %d, n_head_kv %d, head_dim %d, n_ff %d, n_ctx_train %d\n",
-            h->n_embd, h->n_layer, h->n_head, h->n_head_kv, h->head_dim, h->n_ff, h->n_ctx_train);
-    fprintf(f, "rope base %g, freq scale %g%s, rms eps %g, output %s\n", h->rope_base,
-            h->rope_freq_scale, h->rope_freq_factors ? ", llama3 frequency factors" : "",
-            h->norm_eps, h->tied_output ? "tied to token_embd" : "separate");
-    /* bytes per tensor type */
+/* Copies s[n] as sp_model_meta_str does; returns n (capped at INT32_MAX). */
+static int copy_out(const char *s, size_t n, char *buf, size_t len) {
+    if (buf && len) {
+        size_t k = n < len - 1 ? n : len - 1;
+        memcpy(buf, s, k);
+        buf[k] = 0;
+    }
+    return (int)(n > INT32_MAX ? INT32_MAX : n);
+}
+
+int32_t sp_model_meta_count(const sp_model *m) {
+    int64_t n = sp_gguf_n_kv(m->gguf);
+    return (int32_t)(n > INT32_MAX ? INT32_MAX : n);
+}
+
+int sp_model_meta_key_by_index(const sp_model *m, int32_t i, char *buf, size_t len) {
+    if (i < 0 || i >= sp_model_meta_count(m)) return -1;
+    const char *k = sp_gguf_key(m->gguf, i);
+    return copy_out(k, strlen(k), buf, len);
+}
+
+int sp_model_meta_val_str_by_index(const sp_model *m, int32_t i, char *buf, size_t len) {
+    if (i < 0 || i >= sp_model_meta_count(m)) return -1;
+    char tmp[1024];
+    sp_gguf_kv_format(m->gguf, i, tmp, sizeof(tmp));
+    return copy_out(tmp, strlen(tmp), buf, len);
+}
+
+int64_t sp_model_n_tensors(const sp_model *m) { return sp_gguf_n_tensors(m->gguf); }
+
+int sp_model_tensor_desc(const sp_model *m, int64_t i, sp_tensor_desc *out) {
+    if (i < 0 || i >= sp_gguf_n_tensors(m->gguf)) return -1;
+    const sp_gguf_tensor *t = sp_gguf_tensor_at(m->gguf, i);
+    const sp_type_traits *ti = sp_type_info(t->type);
+    out->name = t->name;
+    out->type = ti ? ti->name : "?";
+    out->n_dims = t->n_dims;
+    for (int d = 0; d < 4; d++) out->ne[d] = d < SP_GGUF_MAX_DIMS ? t->ne[d] : 1;
+    out->nbytes = t->nbytes;
+    return 0;
+}
+
+/* bytes per tensor type */
+static void print_tensor_types(const sp_model *m, FILE *f) {
     uint64_t bytes[SP_TYPE_COUNT] = {0}, count[SP_TYPE_COUNT] = {0};
     for (int64_t i = 0; i < sp_gguf_n_tensors(m->gguf); i++) {
         const sp_gguf_tensor *t = sp_gguf_tensor_at(m->gguf, i);
@@ -352,11 +393,50 @@ void sp_model_print_info(const sp_model *m, int n_ctx, void *file) {
         }
     }
     fprintf(f, "tensor types: ");
+    bool any = false;
     for (int t = 0; t < SP_TYPE_COUNT; t++)
-        if (count[t])
+        if (count[t]) {
             fprintf(f, " %s x%" PRIu64 " (%.1f MiB)", sp_type_info(t)->name, count[t],
                     bytes[t] / 1048576.0);
-    fprintf(f, "\nparameters:    %.2f M, weights %.1f MiB\n", h->n_params / 1e6,
+            any = true;
+        }
+    fprintf(f, "%s\n", any ? "" : " (no tensors)");
+}
+
+void sp_model_print_info(const sp_model *m, int n_ctx, void *file) {
+    FILE *f = file;
+    const sp_model_info *h = &m->info;
+    fprintf(f, "file:          GGUF v%u, %zu bytes, %" PRId64 " tensors, %" PRId64 " metadata keys\n",
+            sp_gguf_version(m->gguf), sp_gguf_file_size(m->gguf), sp_gguf_n_tensors(m->gguf),
+            sp_gguf_n_kv(m->gguf));
+    fprintf(f, "name:          %s\n", h->name[0] ? h->name : "(none)");
+    if (m->arch)
+        fprintf(f, "architecture:  %s (rope %s%s)\n", h->arch,
+                m->arch->rope == SP_ROPE_NEOX ? "neox" : "norm",
+                m->arch->qkv_bias ? ", qkv bias" : "");
+    else
+        fprintf(f, "architecture:  %s (not supported by this build, which runs: %s)\n",
+                h->arch[0] ? h->arch : "(none)", sp_arch_names());
+    if (m->vocab)
+        fprintf(f, "tokenizer:     %s, %d tokens, pre '%s', bos %d, eos %d\n",
+                sp_vocab_kind_of(m->vocab) == SP_VOCAB_SPM ? "llama (SentencePiece)"
+                                                           : "gpt2 (byte-level BPE)",
+                h->n_vocab, sp_vocab_pre_name(m->vocab), sp_vocab_bos(m->vocab),
+                sp_vocab_eos(m->vocab));
+    else
+        fprintf(f, "tokenizer:     none usable (%s)\n", m->vocab_err);
+    if (!m->layers) {
+        /* vocab_only / meta_only: what the tensor directory says */
+        print_tensor_types(m, f);
+        return;
+    }
+    fprintf(f, "n_embd %d, n_layer %d, n_head %d, n_head_kv %d, head_dim %d, n_ff %d, n_ctx_train %d\n",
+            h->n_embd, h->n_layer, h->n_head, h->n_head_kv, h->head_dim, h->n_ff, h->n_ctx_train);
+    fprintf(f, "rope base %g, freq scale %g%s, rms eps %g, output %s\n", h->rope_base,
+            h->rope_freq_scale, h->rope_freq_factors ? ", llama3 frequency factors" : "",
+            h->norm_eps, h->tied_output ? "tied to token_embd" : "separate");
+    print_tensor_types(m, f);
+    fprintf(f, "parameters:    %.2f M, weights %.1f MiB\n", h->n_params / 1e6,
             h->weight_bytes / 1048576.0);
     size_t kv = 2ull * h->n_layer * (size_t)n_ctx * h->n_head_kv * h->head_dim * 2;
     fprintf(f, "memory:        weights %.1f MiB (mapped) + f16 KV %.1f MiB per %d-token sequence\n",

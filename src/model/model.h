@@ -52,10 +52,13 @@ typedef struct {
 
 struct sp_model {
     sp_gguf *gguf;         /* the mapping every sp_weight points into */
-    sp_vocab *vocab;
-    const sp_arch *arch;
+    sp_vocab *vocab;       /* NULL only when loaded meta_only without a tokenizer */
+    const sp_arch *arch;   /* NULL when this build cannot run the architecture
+                              (vocab_only / meta_only loads) */
     sp_model_info info;
+    char arch_name[64];    /* general.architecture as the file says */
     char name[128];
+    char vocab_err[512];   /* why the tokenizer did not load (meta_only keeps the model) */
     sp_weight tok_embd;    /* [E -> V]: row t is token t's embedding */
     float *output_norm;    /* [E] */
     sp_weight output;      /* [E -> V] (== tok_embd when tied) */

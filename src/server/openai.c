@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/tokenizer.h"
 
 int oai_seterr(oai_error *e, int status, const char *type, const char *param, const char *code,
                const char *fmt, ...) {
@@ -409,7 +408,7 @@ int oai_tokenize(const char *body, size_t len, const sp_vocab *v, int32_t n_ctx,
     const int n = sp_tokenize_bounded(v, t->valuestring, strlen(t->valuestring), limit, &opts,
                                       &toks);
     cJSON_Delete(o);
-    if (n == INT32_MIN) return oai_seterr(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (n == SP_TOKENIZE_FAILED) return oai_seterr(e, 500, "server_error", NULL, NULL, "out of memory");
     if (n < 0)
         return oai_seterr(e, 400, "invalid_request_error", "prompt", "context_length_exceeded",
                           "/tokenize counts at most %d tokens; the text has at least %d", limit,
@@ -532,7 +531,7 @@ int oai_prompt_tokens(const oai_req *q, chat_tmpl t, const sp_vocab *v, int32_t 
     const char *p = q->chat ? text : q->prompt;
     sp_token *toks;
     int k = sp_tokenize_bounded(v, p, strlen(p), max_prompt, &o, &toks);
-    if (k == INT32_MIN) {
+    if (k == SP_TOKENIZE_FAILED) {
         oai_seterr(e, 500, "server_error", NULL, NULL, "out of memory");
     } else if (k < 0) {
         too_long(e, param, max_prompt, -k, false);

@@ -9,7 +9,6 @@
 #include "server/chat.h"
 #include "server/sbuf.h"
 #include "specula.h"
-#include "tokenizer/tokenizer.h"
 
 #define OAI_MAX_STOP 16
 

@@ -64,7 +64,6 @@
 #include "server/openai.h"
 #include "server/sbuf.h"
 #include "server/webui.h" /* webui: GET / and /dashboard */
-#include "tokenizer/tokenizer.h"
 
 #define WATCH_MS 100          /* the watcher's period */
 #define HEALTH_RESERVE 16     /* connections past --max-conns, for /health only */

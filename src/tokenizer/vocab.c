@@ -335,7 +335,12 @@ sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
     } else if (str_is(model, "gpt2")) {
         v->kind = SP_VOCAB_BPE;
     } else {
-        sp_seterr(err, errlen, "unsupported tokenizer model %.*s",
+        /* llama.cpp's others ("bert" WPM, "t5" UGM, "rwkv", "plamo2"; "none"
+         * and "no_vocab" for a file without a vocabulary) are refused by
+         * name rather than approximated */
+        sp_seterr(err, errlen,
+                  "unsupported tokenizer model '%.*s' (tokenizer.ggml.model; this build "
+                  "implements 'llama' (SentencePiece) and 'gpt2' (byte-level BPE))",
                   (int)SP_MIN(model.n, (uint64_t)100), model.p ? model.p : "");
         goto fail;
     }
@@ -355,7 +360,11 @@ sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
     sp_pretok_info pinfo = {0};
     if (v->kind == SP_VOCAB_BPE) {
         if (!sp_tok_pretok_lookup(v->pre_name, &pinfo)) {
-            sp_seterr(err, errlen, "unknown pre-tokenizer type '%s'", v->pre_name);
+            sp_seterr(err, errlen,
+                      "unknown pre-tokenizer type '%s' (tokenizer.ggml.pre of a gpt2 "
+                      "tokenizer; this build implements the names llama.cpp knew in "
+                      "February 2025)",
+                      v->pre_name);
             goto fail;
         }
         v->ignore_merges = pinfo.ignore_merges;
