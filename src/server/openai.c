@@ -1,7 +1,12 @@
 /* openai.c: parsing and validation of OpenAI completion and chat completion
- * requests (cJSON), mapped onto the engine's request parameters. OpenAI has
- * no top-k or min-p, so both are off unless the top_k / min_p extensions
- * are given. */
+ * requests (cJSON), mapped onto the engine's request parameters, driven by
+ * one table of the request fields (fields[] below): each field's JSON type,
+ * range, and what each endpoint does with it: honors it, accepts it with no
+ * effect, or refuses it (400 naming the field). A field not in the table
+ * for the endpoint is refused as unknown, as OpenAI does. README.md's
+ * "Request fields" is this table (tests/test_openai checks). OpenAI has no
+ * top-k or min-p, so both are off unless the top_k / min_p extensions are
+ * given. */
 #include "server/openai.h"
 
 #include <math.h>
@@ -33,47 +38,6 @@ static bool is_int(const cJSON *v) {
 }
 
 static bool present(const cJSON *v) { return v && !cJSON_IsNull(v); }
-
-/* A number field in [lo, hi] (open at lo when lo_open); false + e on error. */
-static int num(const cJSON *o, const char *k, double lo, double hi, bool lo_open, double *out,
-               oai_error *e) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!present(v)) return 0;
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return BAD(k, "'%s' must be a number", k);
-    double d = v->valuedouble;
-    if (d > hi || d < lo || (lo_open && d == lo))
-        return BAD(k, "'%s' must be in %s%g, %g] (got %g)", k, lo_open ? "(" : "[", lo, hi, d);
-    *out = d;
-    return 1;
-}
-
-static int integer(const cJSON *o, const char *k, double lo, double hi, long long *out,
-                   oai_error *e) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!present(v)) return 0;
-    if (!is_int(v)) return BAD(k, "'%s' must be an integer", k);
-    if (v->valuedouble < lo || v->valuedouble > hi)
-        return BAD(k, "'%s' must be in [%.0f, %.0f] (got %.0f)", k, lo, hi, v->valuedouble);
-    *out = (long long)v->valuedouble;
-    return 1;
-}
-
-static int boolean(const cJSON *o, const char *k, bool *out, oai_error *e) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!present(v)) return 0;
-    if (!cJSON_IsBool(v)) return BAD(k, "'%s' must be a boolean", k);
-    *out = cJSON_IsTrue(v);
-    return 1;
-}
-
-static int string(const cJSON *o, const char *k, const char **out, oai_error *e) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!present(v)) return 0;
-    if (!cJSON_IsString(v)) return BAD(k, "'%s' must be a string", k);
-    *out = v->valuestring;
-    return 1;
-}
 
 /* ---- escaped NUL characters ----
  * cJSON decodes "\u0000" into a NUL byte inside a NUL-terminated string,
@@ -145,6 +109,7 @@ int oai_refuse_nul(const char *body, size_t len, oai_error *e) {
 void oai_req_free(oai_req *r) {
     cJSON_Delete(r->doc);
     free(r->tokens);
+    free(r->bias);
     for (int i = 0; r->msg_text && i < r->n_msgs; i++) free(r->msg_text[i]);
     free(r->msg_text);
     free(r->msgs);
@@ -242,6 +207,353 @@ static int parse_prompt(const cJSON *v, int32_t n_vocab, oai_req *r, oai_error *
     return 0;
 }
 
+
+/* ---- the request fields ---------------------------------------------------- */
+
+typedef enum { K_STRING, K_NUMBER, K_INTEGER, K_BOOL, K_OBJECT, K_ARRAY, K_ANY } kind;
+typedef enum { NA, HONORED, NO_EFFECT, REFUSED } support;
+
+/* What parsing carries between fields (oai_parse's loop) */
+typedef struct {
+    oai_req *r;
+    int32_t n_vocab;
+    bool mct;             /* max_completion_tokens given: max_tokens yields to it */
+    bool chat_lp;         /* chat "logprobs": true */
+    int top_lp;           /* chat "top_logprobs", or -1 */
+    bool stream_options;  /* given (needs "stream": true) */
+} pctx;
+
+typedef int (*apply_fn)(const cJSON *v, pctx *c, oai_error *e);
+
+/* One request field. The JSON type (kind) and, for numbers, the range are
+ * checked first; then apply: for a field honored, it sets the request;
+ * for one refused, it accepts only the value that asks for nothing
+ * (n = 1, echo false, tools [], ...) and returns -1 otherwise (NULL:
+ * every value is refused). null is the same as an absent field. */
+typedef struct {
+    const char *name;
+    kind k;
+    double lo, hi;        /* K_NUMBER, K_INTEGER */
+    bool lo_open;         /* the range is (lo, hi] */
+    support cmpl, chat;   /* NA: not a field of that endpoint (refused as unknown) */
+    apply_fn apply;
+    const char *type_doc; /* for README's table */
+    const char *note;
+} field;
+
+#define UNSUPPORTED(param, ...)                                                               \
+    oai_seterr(e, 400, "invalid_request_error", param, "unsupported_parameter", __VA_ARGS__)
+
+/* setters of plain values (the kind and range are checked already) */
+#define SETTER(fn, lhs, expr)                                                                 \
+    static int fn(const cJSON *v, pctx *c, oai_error *e) {                                    \
+        (void)e;                                                                              \
+        lhs = expr;                                                                           \
+        return 0;                                                                             \
+    }
+SETTER(f_model, c->r->model, v->valuestring)
+SETTER(f_temperature, c->r->sampling.temperature, (float)v->valuedouble)
+SETTER(f_top_p, c->r->sampling.top_p, (float)v->valuedouble)
+SETTER(f_min_p, c->r->sampling.min_p, (float)v->valuedouble)
+SETTER(f_presence, c->r->sampling.presence_penalty, (float)v->valuedouble)
+SETTER(f_frequency, c->r->sampling.frequency_penalty, (float)v->valuedouble)
+SETTER(f_repeat, c->r->sampling.repeat_penalty, (float)v->valuedouble)
+SETTER(f_stream, c->r->stream, cJSON_IsTrue(v))
+SETTER(f_ignore_eos, c->r->ignore_eos, cJSON_IsTrue(v))
+SETTER(f_cmpl_logprobs, c->r->logprobs, (int)v->valuedouble)
+SETTER(f_chat_logprobs, c->chat_lp, cJSON_IsTrue(v))
+SETTER(f_top_logprobs, c->top_lp, (int)v->valuedouble)
+
+static int f_prompt(const cJSON *v, pctx *c, oai_error *e) {
+    return parse_prompt(v, c->n_vocab, c->r, e);
+}
+
+static int f_messages(const cJSON *v, pctx *c, oai_error *e) {
+    return parse_messages(v, c->r, e);
+}
+
+static int f_max_tokens(const cJSON *v, pctx *c, oai_error *e) {
+    if (!c->mct) c->r->max_tokens = (int32_t)v->valuedouble;
+    return 0;
+}
+
+static int f_max_completion_tokens(const cJSON *v, pctx *c, oai_error *e) {
+    c->mct = true;
+    c->r->max_tokens = (int32_t)v->valuedouble;
+    return 0;
+}
+
+static int f_top_k(const cJSON *v, pctx *c, oai_error *e) {
+    const double k = v->valuedouble;
+    c->r->sampling.top_k = k > 0 ? (int32_t)(k < c->n_vocab ? k : c->n_vocab) : 0;
+    return 0;
+}
+
+static int f_seed(const cJSON *v, pctx *c, oai_error *e) {
+    c->r->sampling.seed = (uint64_t)(long long)v->valuedouble;
+    c->r->seed_given = true;
+    return 0;
+}
+
+static int f_stop(const cJSON *v, pctx *c, oai_error *e) {
+    oai_req *r = c->r;
+    if (cJSON_IsString(v)) {
+        if (v->valuestring[0]) r->stop[r->n_stop++] = v->valuestring;
+        return 0;
+    }
+    if (!cJSON_IsArray(v)) return BAD("stop", "'stop' must be a string or an array of strings");
+    const cJSON *s;
+    cJSON_ArrayForEach(s, v) {
+        if (!cJSON_IsString(s))
+            return BAD("stop", "'stop' must be a string or an array of strings");
+        if (r->n_stop == OAI_MAX_STOP) return BAD("stop", "at most %d stop strings", OAI_MAX_STOP);
+        if (s->valuestring[0]) r->stop[r->n_stop++] = s->valuestring;
+    }
+    return 0;
+}
+
+static int f_stream_options(const cJSON *v, pctx *c, oai_error *e) {
+    c->stream_options = true;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, v) {
+        if (!strcmp(x->string, "include_usage") || !strcmp(x->string, "include_obfuscation")) {
+            if (present(x) && !cJSON_IsBool(x))
+                return BAD("stream_options", "'stream_options.%s' must be a boolean", x->string);
+            if (!strcmp(x->string, "include_usage")) c->r->include_usage = cJSON_IsTrue(x);
+        } else {
+            return oai_seterr(e, 400, "invalid_request_error", "stream_options",
+                              "unknown_parameter", "unknown field 'stream_options.%.64s'",
+                              x->string);
+        }
+    }
+    return 0;
+}
+
+static int f_cache_salt(const cJSON *v, pctx *c, oai_error *e) {
+    if (strlen(v->valuestring) > 500)
+        return BAD("cache_salt", "'cache_salt' is longer than 500 bytes");
+    c->r->cache_salt = v->valuestring;
+    return 0;
+}
+
+static int f_speculative(const cJSON *v, pctx *c, oai_error *e) {
+    const cJSON *x;
+    cJSON_ArrayForEach(x, v) {
+        if (!strcmp(x->string, "method")) {
+            if (!present(x)) continue;
+            int m = cJSON_IsString(x) ? sp_spec_mode_parse(x->valuestring) : -1;
+            if (m < 0)
+                return BAD("speculative", "speculative.method must be off, ngram, suffix or draft");
+            c->r->spec = (sp_spec_mode)m;
+        } else if (!strcmp(x->string, "k")) {
+            if (!present(x)) continue;
+            if (!is_int(x) || x->valuedouble < 1 || x->valuedouble > SP_SPEC_K_MAX)
+                return BAD("k", "speculative.k must be an integer in [1, %d]", SP_SPEC_K_MAX);
+            c->r->spec_k = (int)x->valuedouble;
+        } else {
+            return oai_seterr(e, 400, "invalid_request_error", "speculative", "unknown_parameter",
+                              "unknown field 'speculative.%.64s' (method, k)", x->string);
+        }
+    }
+    return 0;
+}
+
+/* {"token id": bias}: ids of this vocabulary, biases in [-100, 100] */
+static int f_logit_bias(const cJSON *v, pctx *c, oai_error *e) {
+    oai_req *r = c->r;
+    const int n = cJSON_GetArraySize(v);
+    r->bias = malloc((size_t)(n ? n : 1) * sizeof(sp_logit_bias));
+    if (!r->bias) return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+    const cJSON *x;
+    cJSON_ArrayForEach(x, v) {
+        const char *k = x->string;
+        size_t len = strlen(k);
+        bool digits = len >= 1 && len <= 10;
+        for (size_t i = 0; digits && i < len; i++) digits = k[i] >= '0' && k[i] <= '9';
+        const long long id = digits ? strtoll(k, NULL, 10) : -1;
+        if (!digits || id >= c->n_vocab)
+            return BAD("logit_bias", "logit_bias key '%.64s' is not a token id of this model "
+                       "(0..%d)", k, c->n_vocab - 1);
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || fabs(x->valuedouble) > 100)
+            return BAD("logit_bias", "logit_bias['%s'] must be a number in [-100, 100]", k);
+        if (cJSON_GetObjectItemCaseSensitive(v, k) != x) continue; /* a duplicate: the first */
+        r->bias[r->n_bias++] = (sp_logit_bias){(sp_token)id, (float)x->valuedouble};
+    }
+    r->sampling.logit_bias = r->bias;
+    r->sampling.n_logit_bias = r->n_bias;
+    return 0;
+}
+
+/* the values of refused fields that ask for nothing */
+static int only_one(const cJSON *v, pctx *c, oai_error *e) {
+    return v->valuedouble == 1 ? 0 : UNSUPPORTED(NULL, "only '%s' = 1 is supported", v->string);
+}
+
+static int only_false(const cJSON *v, pctx *c, oai_error *e) {
+    return cJSON_IsFalse(v) ? 0 : UNSUPPORTED(NULL, "'%s' is not supported", v->string);
+}
+
+static int only_empty(const cJSON *v, pctx *c, oai_error *e) {
+    if (cJSON_IsArray(v) ? cJSON_GetArraySize(v) == 0 : !v->valuestring[0]) return 0;
+    return UNSUPPORTED(NULL, "'%s' is not supported", v->string);
+}
+
+static int only_none_auto(const cJSON *v, pctx *c, oai_error *e) {
+    if (cJSON_IsString(v) && (!strcmp(v->valuestring, "none") || !strcmp(v->valuestring, "auto")))
+        return 0;
+    return UNSUPPORTED(NULL, "'%s' is not supported (no tools or functions are)", v->string);
+}
+
+static int only_text_format(const cJSON *v, pctx *c, oai_error *e) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
+    if (cJSON_GetArraySize(v) == 1 && cJSON_IsString(t) && !strcmp(t->valuestring, "text"))
+        return 0;
+    return UNSUPPORTED(NULL, "'response_format' other than {\"type\": \"text\"} is not "
+                       "supported");
+}
+
+static int only_text_modality(const cJSON *v, pctx *c, oai_error *e) {
+    const cJSON *t = cJSON_GetArrayItem(v, 0);
+    if (cJSON_GetArraySize(v) == 1 && cJSON_IsString(t) && !strcmp(t->valuestring, "text"))
+        return 0;
+    return UNSUPPORTED(NULL, "only 'modalities': [\"text\"] is supported");
+}
+
+#define I24 16777216.0
+#define I53 9007199254740992.0
+static const field fields[] = {
+    /* name, kind, lo, hi, lo_open, completions, chat, apply, type, note */
+    {"model", K_STRING, 0, 0, false, HONORED, HONORED, f_model, "string",
+     "the served name (404 for another)"},
+    {"prompt", K_ANY, 0, 0, false, HONORED, NA, f_prompt, "string, [string], [int] or [[int]]",
+     "one prompt; text or token ids"},
+    {"messages", K_ARRAY, 0, 0, false, NA, HONORED, f_messages, "array",
+     "roles system, developer, user, assistant; text content only"},
+    {"max_tokens", K_INTEGER, 1, I24, false, HONORED, HONORED, f_max_tokens, "integer",
+     "default 16 (completions), the rest of the context (chat)"},
+    {"max_completion_tokens", K_INTEGER, 1, I24, false, HONORED, HONORED, f_max_completion_tokens,
+     "integer", "wins over max_tokens"},
+    {"temperature", K_NUMBER, 0, 2, false, HONORED, HONORED, f_temperature, "number",
+     "0: greedy"},
+    {"top_p", K_NUMBER, 0, 1, true, HONORED, HONORED, f_top_p, "number",
+     ""},
+    {"presence_penalty", K_NUMBER, -2, 2, false, HONORED, HONORED, f_presence, "number",
+     ""},
+    {"frequency_penalty", K_NUMBER, -2, 2, false, HONORED, HONORED, f_frequency, "number",
+     ""},
+    {"seed", K_INTEGER, -I53, I53, false, HONORED, HONORED, f_seed, "integer",
+     "without one, sampled output varies"},
+    {"stop", K_ANY, 0, 0, false, HONORED, HONORED, f_stop, "string or [string]",
+     "at most 16; not in the output"},
+    {"stream", K_BOOL, 0, 0, false, HONORED, HONORED, f_stream, "boolean",
+     "server-sent events"},
+    {"stream_options", K_OBJECT, 0, 0, false, HONORED, HONORED, f_stream_options, "object",
+     "include_usage; include_obfuscation (no effect); needs stream"},
+    {"logprobs", K_INTEGER, 0, 20, false, HONORED, NA, f_cmpl_logprobs, "integer",
+     "top-N per token"},
+    {"logprobs", K_BOOL, 0, 0, false, NA, HONORED, f_chat_logprobs, "boolean",
+     ""},
+    {"top_logprobs", K_INTEGER, 0, 20, false, NA, HONORED, f_top_logprobs, "integer",
+     "needs logprobs: true"},
+    {"logit_bias", K_OBJECT, -100, 100, false, HONORED, HONORED, f_logit_bias, "object",
+     "{\"token id\": bias}, bias added to the logit before sampling (greedy too)"},
+    {"user", K_STRING, 0, 0, false, NO_EFFECT, NO_EFFECT, NULL, "string",
+     ""},
+    {"metadata", K_OBJECT, 0, 0, false, NA, NO_EFFECT, NULL, "object",
+     ""},
+    {"store", K_BOOL, 0, 0, false, NA, NO_EFFECT, NULL, "boolean",
+     "nothing is stored"},
+    {"service_tier", K_STRING, 0, 0, false, NA, NO_EFFECT, NULL, "string",
+     ""},
+    {"parallel_tool_calls", K_BOOL, 0, 0, false, NA, NO_EFFECT, NULL, "boolean",
+     "no tools are accepted"},
+    {"prompt_cache_key", K_STRING, 0, 0, false, NA, NO_EFFECT, NULL, "string",
+     "the prefix cache needs no key (see cache_salt)"},
+    {"safety_identifier", K_STRING, 0, 0, false, NA, NO_EFFECT, NULL, "string",
+     ""},
+    {"prediction", K_OBJECT, 0, 0, false, NA, NO_EFFECT, NULL, "object",
+     "changes speed, not output, at OpenAI; ignored"},
+    {"n", K_INTEGER, 1, 1e9, false, REFUSED, REFUSED, only_one, "integer",
+     "1 only"},
+    {"best_of", K_INTEGER, 1, 1e9, false, REFUSED, NA, only_one, "integer",
+     "1 only"},
+    {"echo", K_BOOL, 0, 0, false, REFUSED, NA, only_false, "boolean",
+     "false only"},
+    {"suffix", K_STRING, 0, 0, false, REFUSED, NA, only_empty, "string",
+     "\"\" only"},
+    {"response_format", K_OBJECT, 0, 0, false, NA, REFUSED, only_text_format, "object",
+     "{\"type\": \"text\"} only (structured output: a later issue)"},
+    {"tools", K_ARRAY, 0, 0, false, NA, REFUSED, only_empty, "array",
+     "[] only"},
+    {"tool_choice", K_ANY, 0, 0, false, NA, REFUSED, only_none_auto, "string or object",
+     "\"none\" or \"auto\" only"},
+    {"functions", K_ARRAY, 0, 0, false, NA, REFUSED, only_empty, "array",
+     "[] only"},
+    {"function_call", K_ANY, 0, 0, false, NA, REFUSED, only_none_auto, "string or object",
+     "\"none\" or \"auto\" only"},
+    {"modalities", K_ARRAY, 0, 0, false, NA, REFUSED, only_text_modality, "array",
+     "[\"text\"] only"},
+    {"audio", K_OBJECT, 0, 0, false, NA, REFUSED, NULL, "object",
+     ""},
+    {"reasoning_effort", K_STRING, 0, 0, false, NA, REFUSED, NULL, "string",
+     ""},
+    {"verbosity", K_STRING, 0, 0, false, NA, REFUSED, NULL, "string",
+     ""},
+    {"web_search_options", K_OBJECT, 0, 0, false, NA, REFUSED, NULL, "object",
+     ""},
+    {"grammar", K_STRING, 0, 0, false, REFUSED, REFUSED, NULL, "string",
+     "extension (llama-server); structured output: a later issue"},
+    {"top_k", K_INTEGER, -1, 1e9, false, HONORED, HONORED, f_top_k, "integer",
+     "extension; 0 or -1: off (default)"},
+    {"min_p", K_NUMBER, 0, 1, false, HONORED, HONORED, f_min_p, "number",
+     "extension; default 0 (off)"},
+    {"repeat_penalty", K_NUMBER, 0, 10, true, HONORED, HONORED, f_repeat, "number",
+     "extension (llama-server); 1: off (default), over the last 64 tokens"},
+    {"ignore_eos", K_BOOL, 0, 0, false, HONORED, HONORED, f_ignore_eos, "boolean",
+     "extension; generate past end-of-generation tokens"},
+    {"cache_salt", K_STRING, 0, 0, false, HONORED, HONORED, f_cache_salt, "string",
+     "extension (vLLM); at most 500 bytes; prefix cache shared only within a salt"},
+    {"speculative", K_OBJECT, 0, 0, false, HONORED, HONORED, f_speculative, "object",
+     "extension; {\"method\": off, ngram, suffix or draft, \"k\": 1..16}"},
+};
+#define N_FIELDS ((int)(sizeof(fields) / sizeof(fields[0])))
+
+static support support_for(const field *f, bool chat) { return chat ? f->chat : f->cmpl; }
+
+/* The row of name for the endpoint (chat or not), or NULL: unknown. */
+static const field *find_field(const char *name, bool chat) {
+    for (int i = 0; i < N_FIELDS; i++)
+        if (!strcmp(fields[i].name, name) && support_for(&fields[i], chat) != NA) return &fields[i];
+    return NULL;
+}
+
+static const char *const kind_name[] = {"a string", "a number", "an integer", "a boolean",
+                                        "an object", "an array", ""};
+
+/* One field's value against its row: kind, range, then apply. */
+static int take_field(const field *f, const cJSON *v, pctx *c, oai_error *e) {
+    const char *k = f->name;
+    bool ok = f->k == K_ANY || (f->k == K_STRING && cJSON_IsString(v)) ||
+              (f->k == K_NUMBER && cJSON_IsNumber(v) && isfinite(v->valuedouble)) ||
+              (f->k == K_INTEGER && is_int(v)) || (f->k == K_BOOL && cJSON_IsBool(v)) ||
+              (f->k == K_OBJECT && cJSON_IsObject(v)) || (f->k == K_ARRAY && cJSON_IsArray(v));
+    if (!ok) return BAD(k, "'%s' must be %s", k, kind_name[f->k]);
+    if (f->k == K_NUMBER || f->k == K_INTEGER) {
+        const double d = v->valuedouble;
+        if (d > f->hi || d < f->lo || (f->lo_open && d == f->lo)) {
+            if (f->k == K_INTEGER)
+                return BAD(k, "'%s' must be in [%.0f, %.0f] (got %.0f)", k, f->lo, f->hi, d);
+            return BAD(k, "'%s' must be in %s%g, %g] (got %g)", k, f->lo_open ? "(" : "[", f->lo,
+                       f->hi, d);
+        }
+    }
+    const bool refused = support_for(f, c->r->chat) == REFUSED;
+    if (refused && !f->apply) return UNSUPPORTED(k, "'%s' is not supported by this server", k);
+    if (!f->apply || !f->apply(v, c, e)) return 0;
+    if (refused) e->param = f->name; /* static: the request's JSON is freed before the answer */
+    return -1;
+}
+
 int oai_parse(const char *body, size_t len, bool chat, int32_t n_vocab, oai_req *r, oai_error *e) {
     memset(r, 0, sizeof(*r));
     r->chat = chat;
@@ -261,98 +573,54 @@ int oai_parse(const char *body, size_t len, bool chat, int32_t n_vocab, oai_req 
         return oai_seterr(e, 400, "invalid_request_error", NULL, "invalid_json",
                           "the body must be a JSON object");
     if (oai_refuse_nul(body, len, e)) return -1;
-    if (string(o, "model", &r->model, e) < 0) return -1;
-    if (chat) {
-        const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "messages");
-        if (!m) return oai_seterr(e, 400, "invalid_request_error", "messages", "missing_required_parameter",
-                                  "'messages' is required");
-        if (parse_messages(m, r, e) < 0) return -1;
-    } else {
-        const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "prompt");
-        if (!p) return oai_seterr(e, 400, "invalid_request_error", "prompt", "missing_required_parameter",
-                                  "'prompt' is required");
-        if (parse_prompt(p, n_vocab, r, e) < 0) return -1;
-    }
-    long long ll;
-    double d;
-    int k;
-    const char *mt = "max_tokens";
-    if ((k = integer(o, "max_completion_tokens", 1, 1 << 24, &ll, e)) < 0) return -1;
-    if (!k && (k = integer(o, mt, 1, 1 << 24, &ll, e)) < 0) return -1;
-    if (k) r->max_tokens = (int32_t)ll;
-    if ((k = integer(o, "n", 1, 1e9, &ll, e)) < 0) return -1;
-    if (k && ll != 1) return BAD("n", "only n = 1 is supported");
-    if ((k = num(o, "temperature", 0, 2, false, &d, e)) < 0) return -1;
-    if (k) r->sampling.temperature = (float)d;
-    if ((k = num(o, "top_p", 0, 1, true, &d, e)) < 0) return -1;
-    if (k) r->sampling.top_p = (float)d;
-    if ((k = num(o, "min_p", 0, 1, false, &d, e)) < 0) return -1;
-    if (k) r->sampling.min_p = (float)d;
-    if ((k = integer(o, "top_k", -1, 1e9, &ll, e)) < 0) return -1;
-    if (k) r->sampling.top_k = ll > 0 ? (int32_t)(ll < n_vocab ? ll : n_vocab) : 0;
-    if ((k = num(o, "presence_penalty", -2, 2, false, &d, e)) < 0) return -1;
-    if (k) r->sampling.presence_penalty = (float)d;
-    if ((k = num(o, "frequency_penalty", -2, 2, false, &d, e)) < 0) return -1;
-    if (k) r->sampling.frequency_penalty = (float)d;
-    if ((k = integer(o, "seed", -9007199254740992.0, 9007199254740992.0, &ll, e)) < 0) return -1;
-    if (k) r->sampling.seed = (uint64_t)ll;
-    r->seed_given = k;
-    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(o, "stop");
-    if (cJSON_IsString(stop)) {
-        if (stop->valuestring[0]) r->stop[r->n_stop++] = stop->valuestring;
-    } else if (cJSON_IsArray(stop)) {
-        const cJSON *s;
-        cJSON_ArrayForEach(s, stop) {
-            if (!cJSON_IsString(s)) return BAD("stop", "'stop' must be a string or an array of strings");
-            if (r->n_stop == OAI_MAX_STOP) return BAD("stop", "at most %d stop strings", OAI_MAX_STOP);
-            if (s->valuestring[0]) r->stop[r->n_stop++] = s->valuestring;
+    pctx c = {.r = r, .n_vocab = n_vocab, .top_lp = -1};
+    const cJSON *v;
+    cJSON_ArrayForEach(v, o) {
+        const field *f = find_field(v->string, chat);
+        if (!f) {
+            const field *other = find_field(v->string, !chat);
+            oai_seterr(e, 400, "invalid_request_error", NULL, "unknown_parameter",
+                       "unknown field '%.64s'%s", v->string,
+                       !other ? "" : chat ? " (a /v1/completions field)"
+                                          : " (a /v1/chat/completions field)");
+            snprintf(e->param_buf, sizeof(e->param_buf), "%s", v->string);
+            e->param = e->param_buf;
+            return -1;
         }
-    } else if (present(stop)) {
-        return BAD("stop", "'stop' must be a string or an array of strings");
+        /* a duplicate key: the first one counts (as cJSON's lookups) */
+        if (cJSON_GetObjectItemCaseSensitive(o, v->string) != v) continue;
+        /* null is an absent field, except for the input, which must be there */
+        if (!present(v) && f->apply != f_prompt && f->apply != f_messages) continue;
+        if (take_field(f, v, &c, e)) return -1;
     }
-    if (chat) {
-        bool lp = false;
-        if (boolean(o, "logprobs", &lp, e) < 0) return -1;
-        if ((k = integer(o, "top_logprobs", 0, 20, &ll, e)) < 0) return -1;
-        if (k && !lp) return BAD("top_logprobs", "'top_logprobs' needs 'logprobs': true");
-        if (lp) r->logprobs = k ? (int)ll : 0;
-    } else {
-        if ((k = integer(o, "logprobs", 0, 20, &ll, e)) < 0) return -1;
-        if (k) r->logprobs = (int)ll;
-    }
-    const char *user = NULL;
-    if (string(o, "user", &user, e) < 0) return -1;
-    if (boolean(o, "stream", &r->stream, e) < 0) return -1;
-    const cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
-    if (present(so)) {
-        if (!cJSON_IsObject(so)) return BAD("stream_options", "'stream_options' must be an object");
-        if (boolean(so, "include_usage", &r->include_usage, e) < 0) return -1;
-        if (!r->stream) return BAD("stream_options", "'stream_options' needs 'stream': true");
-    }
-    bool echo = false;
-    if (boolean(o, "echo", &echo, e) < 0) return -1;
-    if (echo) return BAD("echo", "'echo' is not supported");
-    if ((k = integer(o, "best_of", 1, 1e9, &ll, e)) < 0) return -1;
-    if (k && ll != 1) return BAD("best_of", "only best_of = 1 is supported");
-    if (string(o, "cache_salt", &r->cache_salt, e) < 0) return -1;
-    if (r->cache_salt && strlen(r->cache_salt) > 500)
-        return BAD("cache_salt", "'cache_salt' is longer than 500 bytes");
-    /* extension (llama-server, vLLM): generate past end-of-generation tokens */
-    if (boolean(o, "ignore_eos", &r->ignore_eos, e) < 0) return -1;
-    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(o, "speculative");
-    if (present(sp)) {
-        if (!cJSON_IsObject(sp))
-            return BAD("speculative", "'speculative' must be an object {\"method\", \"k\"}");
-        const char *method = NULL;
-        if (string(sp, "method", &method, e) < 0) return -1;
-        if (method) {
-            int m = sp_spec_mode_parse(method);
-            if (m < 0)
-                return BAD("speculative", "speculative.method must be off, ngram, suffix or draft");
-            r->spec = (sp_spec_mode)m;
-        }
-        if ((k = integer(sp, "k", 1, SP_SPEC_K_MAX, &ll, e)) < 0) return -1;
-        if (k) r->spec_k = (int)ll;
-    }
+    const char *req = chat ? "messages" : "prompt";
+    if (!cJSON_GetObjectItemCaseSensitive(o, req))
+        return oai_seterr(e, 400, "invalid_request_error", req, "missing_required_parameter",
+                          "'%s' is required", req);
+    if (c.top_lp >= 0 && !c.chat_lp)
+        return BAD("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (chat && c.chat_lp) r->logprobs = c.top_lp >= 0 ? c.top_lp : 0;
+    if (c.stream_options && !r->stream)
+        return BAD("stream_options", "'stream_options' needs 'stream': true");
     return 0;
+}
+
+/* ---- the table as Markdown (README.md's "Request fields") ---- */
+
+static const char *support_doc(support s) {
+    static const char *const d[] = {"-", "honored", "no effect", "refused"};
+    return d[s];
+}
+
+void oai_fields_markdown(sbuf *out) {
+    sb_str(out, "| Field | Type | Range | /v1/completions | /v1/chat/completions | Notes |\n"
+                "|---|---|---|---|---|---|\n");
+    for (int i = 0; i < N_FIELDS; i++) {
+        const field *f = &fields[i];
+        char range[64] = "";
+        if (f->k == K_NUMBER || f->k == K_INTEGER || f->apply == f_logit_bias)
+            snprintf(range, sizeof(range), "%s%.16g, %.16g]", f->lo_open ? "(" : "[", f->lo, f->hi);
+        sb_printf(out, "| `%s` | %s | %s | %s | %s | %s |\n", f->name, f->type_doc, range,
+                  support_doc(f->cmpl), support_doc(f->chat), f->note);
+    }
 }

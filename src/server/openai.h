@@ -1,6 +1,6 @@
 /* openai.h: the OpenAI API's JSON, in one place: completion and chat
- * completion requests parsed and validated into engine parameters
- * (openai.c), the prompt's tokens and /tokenize
+ * completion requests parsed and validated into engine parameters (the
+ * field table, openai.c), the prompt's tokens and /tokenize
  * (openai_prompt.c), the responses, SSE chunks and error objects, and the
  * one table from sp_status to HTTP (openai_reply.c). */
 #ifndef SP_SERVER_OPENAI_H
@@ -19,9 +19,10 @@
 typedef struct {
     int status;           /* HTTP status */
     const char *type;     /* invalid_request_error, authentication_error, ... */
-    const char *param;    /* the offending field or NULL */
+    const char *param;    /* the offending field or NULL (may point to param_buf) */
     const char *code;     /* machine-readable code or NULL */
     char message[512];
+    char param_buf[64];   /* a field name from the request (unknown fields) */
 } oai_error;
 
 typedef struct {
@@ -42,6 +43,8 @@ typedef struct {
     int logprobs;         /* -1: off; else top-N to report (0..20) */
     const char *cache_salt;
     bool ignore_eos;      /* extension: keep going past end-of-generation tokens */
+    sp_logit_bias *bias;  /* logit_bias (owned; sampling.logit_bias points here) */
+    int32_t n_bias;
     sp_spec_mode spec;
     int spec_k;
 } oai_req;
@@ -51,6 +54,9 @@ typedef struct {
 cJSON *oai_json_parse(const char *body, size_t len);
 /* Parses and validates a request body; 0, or -1 with e filled (400). */
 int oai_parse(const char *body, size_t len, bool chat, int32_t n_vocab, oai_req *r, oai_error *e);
+/* The request fields' table (openai.c) as a Markdown table: README.md's
+ * "Request fields" section holds exactly this. */
+void oai_fields_markdown(sbuf *out);
 /* 400 when the body (valid JSON) holds an escaped NUL ("\u0000") in any
  * string: cJSON would cut the string there. 0 when it holds none. */
 int oai_refuse_nul(const char *body, size_t len, oai_error *e);
