@@ -335,6 +335,12 @@ void sp_seq_clear(sp_context *c, int32_t seq);
 
 /* ---- sampling ------------------------------------------------------------ */
 
+/* A logit bias: bias is added to token's logit. */
+typedef struct {
+    sp_token token;
+    float bias;
+} sp_logit_bias;
+
 typedef struct {
     float temperature;       /* <= 0: greedy (default 0.8) */
     int32_t top_k;           /* <= 0: off (default 40) */
@@ -345,6 +351,14 @@ typedef struct {
     float presence_penalty;  /* 0: off */
     int32_t penalty_last_n;  /* tokens of history the penalties see (default 64) */
     uint64_t seed;           /* RNG seed (default 0xC0FFEE) */
+    /* Logit biases (default none): each bias is added to its token's logit
+     * before any other step (penalties, filters, temperature), greedy
+     * included, so a bias of -100 in effect bans a token and +100 forces
+     * it (OpenAI's logit_bias). Tokens must be in [0, n_vocab) and biases
+     * finite; a token listed twice gets the sum. sp_sampler_create copies
+     * the array: it need not outlive the call. */
+    const sp_logit_bias *logit_bias;
+    int32_t n_logit_bias;
 } sp_sampler_params;
 
 sp_sampler_params sp_sampler_default_params(void);

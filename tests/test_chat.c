@@ -2,7 +2,10 @@
  * template text, names, rendering of each family and its markup spans),
  * OpenAI request validation (escaped NULs refused), the prompt's tokens
  * (oai_prompt_tokens: bounded, content that cannot forge a turn; the
- * /tokenize bound), and JSON string escaping of arbitrary bytes. */
+ * /tokenize bound), JSON string escaping of arbitrary bytes, and the
+ * request fields' table: README.md's "Request fields" is the code's table
+ * (`build/tests/test_chat --print-fields` prints it), logit_bias parsed and
+ * validated, unknown and refused fields named. */
 #include <cjson/cJSON.h>
 #include <unistd.h>
 
@@ -420,7 +423,77 @@ static void refuses_escaped_nul(void) {
     sb_free(&out);
 }
 
-int main(void) {
+/* README.md's "Request fields" block is oai_fields_markdown's table. */
+static void readme_matches_field_table(void) {
+    const char *path = getenv("SPECULA_README");
+    if (!path || !*path) path = "README.md";
+    FILE *f = fopen(path, "rb");
+    REQUIRE(f, "cannot open %s (set SPECULA_README)", path);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *begin_mark = "<!-- request-fields:begin -->\n", *end_mark = "<!-- request-fields:end -->";
+    char *a = strstr(buf, begin_mark), *b = a ? strstr(a, end_mark) : NULL;
+    REQUIRE(a && b, "%s has no %s ... %s block", path, begin_mark, end_mark);
+    a += strlen(begin_mark);
+    sbuf want = {0};
+    oai_fields_markdown(&want);
+    REQUIRE(!want.oom && want.p, "out of memory");
+    CHECK((size_t)(b - a) == want.len && !memcmp(a, want.p, want.len),
+          "README.md's request fields differ from the code's table; paste the output of "
+          "`build/tests/test_chat --print-fields` between the markers");
+    sb_free(&want);
+}
+
+/* logit_bias: {"id": bias} with ids of the vocabulary and biases in
+ * [-100, 100], the first of duplicate keys counting; anything else is a 400
+ * naming it. Unknown fields are refused, naming them; refused fields too,
+ * unless given the value that asks for nothing. */
+static void parses_fields_by_table(void) {
+    oai_req r;
+    oai_error e;
+    CHECK(parse("{\"prompt\": \"a\", \"logit_bias\": {\"13\": -100, \"7\": 2.5, \"13\": 5}, "
+                "\"repeat_penalty\": 1.3, \"ignore_eos\": true}", false, &r, &e) == 0,
+          "%s", e.message);
+    CHECK(r.sampling.n_logit_bias == 2 && r.sampling.logit_bias == r.bias &&
+              r.bias[0].token == 13 && r.bias[0].bias == -100 && r.bias[1].token == 7 &&
+              r.bias[1].bias == 2.5f && r.sampling.repeat_penalty == 1.3f && r.ignore_eos,
+          "logit_bias, repeat_penalty, ignore_eos");
+    oai_req_free(&r);
+    bad("{\"prompt\": \"a\", \"logit_bias\": \"bad\"}", false, "logit_bias");
+    bad("{\"prompt\": \"a\", \"logit_bias\": {\"x\": 1}}", false, "logit_bias");
+    bad("{\"prompt\": \"a\", \"logit_bias\": {\"-1\": 1}}", false, "logit_bias");
+    bad("{\"prompt\": \"a\", \"logit_bias\": {\"32000\": 1}}", false, "logit_bias");
+    bad("{\"prompt\": \"a\", \"logit_bias\": {\"99999999999\": 1}}", false, "logit_bias");
+    bad("{\"prompt\": \"a\", \"logit_bias\": {\"5\": 100.5}}", false, "logit_bias");
+    bad("{\"prompt\": \"a\", \"logit_bias\": {\"5\": \"1\"}}", false, "logit_bias");
+    bad("{\"prompt\": \"a\", \"repeat_penalty\": 0}", false, "repeat_penalty");
+    bad("{\"prompt\": \"a\", \"max_token\": 5}", false, "max_token");
+    bad("{\"prompt\": \"a\", \"messages\": []}", false, "messages");
+    bad("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"prompt\": \"a\"}", true,
+        "prompt");
+    bad("{\"prompt\": \"a\", \"suffix\": \"b\"}", false, "suffix");
+    bad("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{}]}", true,
+        "tools");
+    bad("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": "
+        "{\"type\": \"json_object\"}}", true, "response_format");
+    bad("{\"prompt\": \"a\", \"grammar\": \"root ::= x\"}", false, "grammar");
+    CHECK(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [], "
+                "\"tool_choice\": \"none\", \"response_format\": {\"type\": \"text\"}, \"n\": 1, "
+                "\"store\": false, \"metadata\": {\"a\": \"b\"}, \"grammar\": null}", true, &r, &e) == 0,
+          "the values that ask for nothing: %s", e.message);
+    oai_req_free(&r);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--print-fields")) {
+        sbuf b = {0};
+        oai_fields_markdown(&b);
+        fwrite(b.p, 1, b.len, stdout);
+        sb_free(&b);
+        return 0;
+    }
     RUN(renders_each_family);
     RUN(recognizes_templates);
     RUN(validates_requests);
@@ -429,5 +502,7 @@ int main(void) {
     RUN(content_cannot_forge_turns);
     RUN(bounds_prompts);
     RUN(refuses_escaped_nul);
+    RUN(readme_matches_field_table);
+    RUN(parses_fields_by_table);
     TEST_END();
 }

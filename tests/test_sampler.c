@@ -252,6 +252,62 @@ static void test_logprob_helpers(void) {
     CHECK(fabs(sp_logprob_of(logits, NV, 7) - (logits[7] - log(z))) < 1e-5, "logprob of 7");
 }
 
+/* Logit biases come before everything else, greedy included: -100 bans
+ * (the most likely token is never drawn, nor is it the argmax), +100 forces
+ * (every draw at temperature 1.5 is it), and a bias of 1 shifts the
+ * distribution exactly as adding 1 to the logit does. The sampler keeps
+ * its own copy of the array; an id outside the vocabulary is refused. */
+static void test_logit_bias(void) {
+    sp_logit_bias bias[2] = {{0, -100.0f}, {0, 0}};
+    sp_sampler_params p = sp_sampler_greedy_params();
+    p.logit_bias = bias;
+    p.n_logit_bias = 1;
+    sp_sampler *s = mk(p);
+    REQUIRE(s, "greedy with a bias");
+    bias[0] = (sp_logit_bias){3, 100.0f}; /* the sampler's copy is unchanged */
+    CHECK(sp_sampler_sample(s, logits) == 1, "greedy with token 0 banned: %d", sp_sampler_sample(s, logits));
+    static float probs[NV];
+    sp_sampler_probs(s, logits, probs);
+    CHECK(probs[1] == 1.0f && probs[0] == 0.0f, "greedy probs follow the bias");
+    sp_sampler_free(s);
+    p = sp_sampler_default_params();
+    p.temperature = 1.5f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.logit_bias = bias; /* {3, +100} */
+    p.n_logit_bias = 1;
+    s = mk(p);
+    REQUIRE(s, "sampling with a bias");
+    int forced = 0;
+    for (int i = 0; i < 200; i++) forced += sp_sampler_sample(s, logits) == 3;
+    CHECK(forced == 200, "+100 forces token 3: %d of 200", forced);
+    sp_sampler_free(s);
+    bias[0] = (sp_logit_bias){0, -100.0f};
+    bias[1] = (sp_logit_bias){5, 1.0f};
+    p.temperature = 1.0f;
+    p.n_logit_bias = 2;
+    s = mk(p);
+    REQUIRE(s, "two biases");
+    static float want_l[NV];
+    memcpy(want_l, logits, sizeof(logits));
+    want_l[0] -= 100.0f;
+    want_l[5] += 1.0f;
+    double z = 0;
+    for (int i = 0; i < NV; i++) z += exp(want_l[i]);
+    sp_sampler_probs(s, logits, probs);
+    double worst = 0;
+    for (int i = 0; i < NV; i++) worst = fmax(worst, fabs(probs[i] - exp(want_l[i]) / z));
+    CHECK(worst < 1e-5, "probs equal softmax(logits + bias): off by %g", worst);
+    sp_sampler_free(s);
+    char err[128] = "";
+    bias[0] = (sp_logit_bias){NV, 1.0f};
+    p.n_logit_bias = 1;
+    CHECK(!sp_sampler_create(p, NV, err, sizeof(err)) && err[0], "an id past the vocabulary accepted");
+    bias[0] = (sp_logit_bias){1, NAN};
+    CHECK(!sp_sampler_create(p, NV, err, sizeof(err)), "a NaN bias accepted");
+}
+
 int main(void) {
     setup();
     RUN(test_greedy);
@@ -261,5 +317,6 @@ int main(void) {
     RUN(test_penalties);
     RUN(test_invalid_params);
     RUN(test_logprob_helpers);
+    RUN(test_logit_bias);
     TEST_END();
 }

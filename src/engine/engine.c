@@ -758,7 +758,13 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
         dp.repeat_penalty = 1.0f;
         dp.frequency_penalty = dp.presence_penalty = 0.0f;
         dp.seed = rp->sampling.seed ^ 0x9E3779B97F4A7C15ull;
-        r->dsmp = sp_sampler_create(dp, sp_model_get_info(e->draft)->n_vocab, err, errlen);
+        /* logit biases: the draft proposes with them (more of its tokens are
+         * accepted) unless one is past its vocabulary. Either way the output
+         * honors them: verification draws from r->smp, which applies them */
+        const int32_t dv = sp_model_get_info(e->draft)->n_vocab;
+        for (int32_t i = 0; i < dp.n_logit_bias; i++)
+            if (dp.logit_bias[i].token >= dv) dp.n_logit_bias = 0;
+        r->dsmp = sp_sampler_create(dp, dv, err, errlen);
         if (!r->q || !r->dsmp) goto oom;
     }
     r->text_cap = 256;

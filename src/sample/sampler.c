@@ -1,7 +1,7 @@
 /* sampler.c: turning logits into the next token.
  *
- * Order (llama.cpp's default chain): penalties -> top-k -> top-p -> min-p
- * -> temperature -> draw. Filters run on the penalized logits before
+ * Order (llama.cpp's default chain): logit biases -> penalties -> top-k ->
+ * top-p -> min-p -> temperature -> draw. Filters run on the penalized logits before
  * temperature, as there. sp_sampler_probs exposes the final distribution
  * over the whole vocabulary, which speculative rejection sampling needs.
  *
@@ -23,15 +23,16 @@ struct sp_sampler {
     float *work;        /* [V] penalized logits */
     int32_t *idx;       /* [V] candidate ids */
     int32_t *count;     /* [V] occurrences in the history window */
+    sp_logit_bias *bias; /* [p.n_logit_bias] the caller's biases, copied */
 };
 
 sp_sampler_params sp_sampler_default_params(void) {
-    sp_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 64, 0xC0FFEEull};
+    sp_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 64, 0xC0FFEEull, NULL, 0};
     return p;
 }
 
 sp_sampler_params sp_sampler_greedy_params(void) {
-    sp_sampler_params p = {0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 64, 0xC0FFEEull};
+    sp_sampler_params p = {0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 64, 0xC0FFEEull, NULL, 0};
     return p;
 }
 
@@ -90,6 +91,17 @@ sp_sampler *sp_sampler_create(sp_sampler_params p, int32_t n_vocab, char *err, s
         sp_seterr(err, errlen, "frequency and presence penalties must be in [-2, 2]");
         return NULL;
     }
+    if (p.n_logit_bias < 0 || (p.n_logit_bias && !p.logit_bias)) {
+        sp_seterr(err, errlen, "logit biases missing");
+        return NULL;
+    }
+    for (int32_t i = 0; i < p.n_logit_bias; i++)
+        if (p.logit_bias[i].token < 0 || p.logit_bias[i].token >= n_vocab ||
+            !isfinite(p.logit_bias[i].bias)) {
+            sp_seterr(err, errlen, "logit bias %d: token %d outside the vocabulary (0..%d) or "
+                      "bias not finite", i, p.logit_bias[i].token, n_vocab - 1);
+            return NULL;
+        }
     if (p.top_k < 0) p.top_k = 0;
     if (p.penalty_last_n < 0 || p.penalty_last_n > (1 << 20)) {
         sp_seterr(err, errlen, "penalty_last_n must be in [0, 1048576]");
@@ -104,6 +116,12 @@ sp_sampler *sp_sampler_create(sp_sampler_params p, int32_t n_vocab, char *err, s
     s->idx = malloc((size_t)n_vocab * sizeof(int32_t));
     s->count = calloc((size_t)n_vocab, sizeof(int32_t));
     if (!s->hist || !s->work || !s->idx || !s->count) goto oom;
+    if (p.n_logit_bias) {
+        s->bias = malloc((size_t)p.n_logit_bias * sizeof(sp_logit_bias));
+        if (!s->bias) goto oom;
+        memcpy(s->bias, p.logit_bias, (size_t)p.n_logit_bias * sizeof(sp_logit_bias));
+    }
+    s->p.logit_bias = s->bias;
     sp_sampler_reset(s);
     return s;
 oom:
@@ -118,6 +136,7 @@ void sp_sampler_free(sp_sampler *s) {
     free(s->work);
     free(s->idx);
     free(s->count);
+    free(s->bias);
     free(s);
 }
 
@@ -133,11 +152,14 @@ static bool penalties_on(const sp_sampler *s) {
                              s->p.presence_penalty != 0.0f);
 }
 
-/* work = logits with repetition/frequency/presence penalties applied to the
- * tokens of the history window (llama.cpp's rule: a positive logit is
- * divided by the repeat penalty, a negative one multiplied). */
+/* work = logits plus the logit biases, then with repetition/frequency/
+ * presence penalties applied to the tokens of the history window
+ * (llama.cpp's rule: a positive logit is divided by the repeat penalty, a
+ * negative one multiplied). Every path to a token (sample, probs, and so
+ * speculative verification) starts here. */
 static void apply_penalties(sp_sampler *s, const float *logits) {
     memcpy(s->work, logits, (size_t)s->n_vocab * sizeof(float));
+    for (int32_t i = 0; i < s->p.n_logit_bias; i++) s->work[s->bias[i].token] += s->bias[i].bias;
     if (!penalties_on(s)) return;
     for (int32_t i = 0; i < s->n_hist; i++) {
         sp_token t = s->hist[i];

@@ -1,7 +1,12 @@
 /* openai.c: parsing and validation of OpenAI completion and chat completion
- * requests (cJSON), mapped onto the engine's request parameters. OpenAI has
- * no top-k or min-p, so both are off unless the top_k / min_p extensions
- * are given. */
+ * requests (cJSON), mapped onto the engine's request parameters, driven by
+ * one table of the request fields (fields[] below): each field's JSON type,
+ * range, and what each endpoint does with it: honors it, accepts it with no
+ * effect, or refuses it (400 naming the field). A field not in the table
+ * for the endpoint is refused as unknown, as OpenAI does. README.md's
+ * "Request fields" is this table (tests/test_openai checks). OpenAI has no
+ * top-k or min-p, so both are off unless the top_k / min_p extensions are
+ * given. */
 #include "server/openai.h"
 
 #include <math.h>
@@ -10,33 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
-int oai_seterr(oai_error *e, int status, const char *type, const char *param, const char *code,
-               const char *fmt, ...) {
-    e->status = status;
-    e->type = type;
-    e->param = param;
-    e->code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof(e->message), fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-void oai_error_json(const oai_error *e, sbuf *o) {
-    sb_str(o, "{\"error\": {\"message\": ");
-    sb_json_str(o, e->message, strlen(e->message));
-    sb_str(o, ", \"type\": ");
-    sb_json_str(o, e->type, strlen(e->type));
-    sb_str(o, ", \"param\": ");
-    if (e->param) sb_json_str(o, e->param, strlen(e->param));
-    else sb_str(o, "null");
-    sb_str(o, ", \"code\": ");
-    if (e->code) sb_json_str(o, e->code, strlen(e->code));
-    else sb_str(o, "null");
-    sb_str(o, "}}");
-}
 
 cJSON *oai_json_parse(const char *body, size_t len) {
     const char *end = NULL;
@@ -59,47 +37,6 @@ static bool is_int(const cJSON *v) {
 }
 
 static bool present(const cJSON *v) { return v && !cJSON_IsNull(v); }
-
-/* A number field in [lo, hi] (open at lo when lo_open); false + e on error. */
-static int num(const cJSON *o, const char *k, double lo, double hi, bool lo_open, double *out,
-               oai_error *e) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!present(v)) return 0;
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return BAD(k, "'%s' must be a number", k);
-    double d = v->valuedouble;
-    if (d > hi || d < lo || (lo_open && d == lo))
-        return BAD(k, "'%s' must be in %s%g, %g] (got %g)", k, lo_open ? "(" : "[", lo, hi, d);
-    *out = d;
-    return 1;
-}
-
-static int integer(const cJSON *o, const char *k, double lo, double hi, long long *out,
-                   oai_error *e) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!present(v)) return 0;
-    if (!is_int(v)) return BAD(k, "'%s' must be an integer", k);
-    if (v->valuedouble < lo || v->valuedouble > hi)
-        return BAD(k, "'%s' must be in [%.0f, %.0f] (got %.0f)", k, lo, hi, v->valuedouble);
-    *out = (long long)v->valuedouble;
-    return 1;
-}
-
-static int boolean(const cJSON *o, const char *k, bool *out, oai_error *e) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!present(v)) return 0;
-    if (!cJSON_IsBool(v)) return BAD(k, "'%s' must be a boolean", k);
-    *out = cJSON_IsTrue(v);
-    return 1;
-}
-
-static int string(const cJSON *o, const char *k, const char **out, oai_error *e) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!present(v)) return 0;
-    if (!cJSON_IsString(v)) return BAD(k, "'%s' must be a string", k);
-    *out = v->valuestring;
-    return 1;
-}
 
 /* ---- escaped NUL characters ----
  * cJSON decodes "\u0000" into a NUL byte inside a NUL-terminated string,
@@ -150,7 +87,7 @@ static void top_key_at(const char *body, size_t at, char *key, size_t cap) {
     key[n] = 0;
 }
 
-static int refuse_nul(const char *body, size_t len, oai_error *e) {
+int oai_refuse_nul(const char *body, size_t len, oai_error *e) {
     for (size_t i = 0; i < len; i += 2) { /* i: at a backslash, then past its escape */
         const char *p = memchr(body + i, '\\', len - i);
         if (!p) break;
@@ -171,6 +108,7 @@ static int refuse_nul(const char *body, size_t len, oai_error *e) {
 void oai_req_free(oai_req *r) {
     cJSON_Delete(r->doc);
     free(r->tokens);
+    free(r->bias);
     for (int i = 0; r->msg_text && i < r->n_msgs; i++) free(r->msg_text[i]);
     free(r->msg_text);
     free(r->msgs);
@@ -184,7 +122,7 @@ static int parse_messages(const cJSON *v, oai_req *r, oai_error *e) {
     r->msgs = calloc((size_t)n, sizeof(chat_msg));
     r->msg_text = calloc((size_t)n, sizeof(char *));
     if (!r->msgs || !r->msg_text)
-        return oai_seterr(e, 500, "server_error", NULL, NULL, "out of memory");
+        return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
     r->n_msgs = n;
     int i = 0;
     const cJSON *m;
@@ -223,7 +161,7 @@ static int parse_messages(const cJSON *v, oai_req *r, oai_error *e) {
         }
         if (b.oom) {
             sb_free(&b);
-            return oai_seterr(e, 500, "server_error", NULL, NULL, "out of memory");
+            return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
         }
         r->msg_text[i] = b.p;
         r->msgs[i].content = b.p;
@@ -254,7 +192,7 @@ static int parse_prompt(const cJSON *v, int32_t n_vocab, oai_req *r, oai_error *
     }
     int n = cJSON_GetArraySize(v);
     r->tokens = malloc((size_t)(n ? n : 1) * sizeof(sp_token));
-    if (!r->tokens) return oai_seterr(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (!r->tokens) return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
     const cJSON *t;
     cJSON_ArrayForEach(t, v) {
         if (!is_int(t))
@@ -266,6 +204,353 @@ static int parse_prompt(const cJSON *v, int32_t n_vocab, oai_req *r, oai_error *
     }
     if (r->n_tokens == 0) return BAD("prompt", "the prompt is empty");
     return 0;
+}
+
+
+/* ---- the request fields ---------------------------------------------------- */
+
+typedef enum { K_STRING, K_NUMBER, K_INTEGER, K_BOOL, K_OBJECT, K_ARRAY, K_ANY } kind;
+typedef enum { NA, HONORED, NO_EFFECT, REFUSED } support;
+
+/* What parsing carries between fields (oai_parse's loop) */
+typedef struct {
+    oai_req *r;
+    int32_t n_vocab;
+    bool mct;             /* max_completion_tokens given: max_tokens yields to it */
+    bool chat_lp;         /* chat "logprobs": true */
+    int top_lp;           /* chat "top_logprobs", or -1 */
+    bool stream_options;  /* given (needs "stream": true) */
+} pctx;
+
+typedef int (*apply_fn)(const cJSON *v, pctx *c, oai_error *e);
+
+/* One request field. The JSON type (kind) and, for numbers, the range are
+ * checked first; then apply: for a field honored, it sets the request;
+ * for one refused, it accepts only the value that asks for nothing
+ * (n = 1, echo false, tools [], ...) and returns -1 otherwise (NULL:
+ * every value is refused). null is the same as an absent field. */
+typedef struct {
+    const char *name;
+    kind k;
+    double lo, hi;        /* K_NUMBER, K_INTEGER */
+    bool lo_open;         /* the range is (lo, hi] */
+    support cmpl, chat;   /* NA: not a field of that endpoint (refused as unknown) */
+    apply_fn apply;
+    const char *type_doc; /* for README's table */
+    const char *note;
+} field;
+
+#define UNSUPPORTED(param, ...)                                                               \
+    oai_seterr(e, 400, "invalid_request_error", param, "unsupported_parameter", __VA_ARGS__)
+
+/* setters of plain values (the kind and range are checked already) */
+#define SETTER(fn, lhs, expr)                                                                 \
+    static int fn(const cJSON *v, pctx *c, oai_error *e) {                                    \
+        (void)e;                                                                              \
+        lhs = expr;                                                                           \
+        return 0;                                                                             \
+    }
+SETTER(f_model, c->r->model, v->valuestring)
+SETTER(f_temperature, c->r->sampling.temperature, (float)v->valuedouble)
+SETTER(f_top_p, c->r->sampling.top_p, (float)v->valuedouble)
+SETTER(f_min_p, c->r->sampling.min_p, (float)v->valuedouble)
+SETTER(f_presence, c->r->sampling.presence_penalty, (float)v->valuedouble)
+SETTER(f_frequency, c->r->sampling.frequency_penalty, (float)v->valuedouble)
+SETTER(f_repeat, c->r->sampling.repeat_penalty, (float)v->valuedouble)
+SETTER(f_stream, c->r->stream, cJSON_IsTrue(v))
+SETTER(f_ignore_eos, c->r->ignore_eos, cJSON_IsTrue(v))
+SETTER(f_cmpl_logprobs, c->r->logprobs, (int)v->valuedouble)
+SETTER(f_chat_logprobs, c->chat_lp, cJSON_IsTrue(v))
+SETTER(f_top_logprobs, c->top_lp, (int)v->valuedouble)
+
+static int f_prompt(const cJSON *v, pctx *c, oai_error *e) {
+    return parse_prompt(v, c->n_vocab, c->r, e);
+}
+
+static int f_messages(const cJSON *v, pctx *c, oai_error *e) {
+    return parse_messages(v, c->r, e);
+}
+
+static int f_max_tokens(const cJSON *v, pctx *c, oai_error *e) {
+    if (!c->mct) c->r->max_tokens = (int32_t)v->valuedouble;
+    return 0;
+}
+
+static int f_max_completion_tokens(const cJSON *v, pctx *c, oai_error *e) {
+    c->mct = true;
+    c->r->max_tokens = (int32_t)v->valuedouble;
+    return 0;
+}
+
+static int f_top_k(const cJSON *v, pctx *c, oai_error *e) {
+    const double k = v->valuedouble;
+    c->r->sampling.top_k = k > 0 ? (int32_t)(k < c->n_vocab ? k : c->n_vocab) : 0;
+    return 0;
+}
+
+static int f_seed(const cJSON *v, pctx *c, oai_error *e) {
+    c->r->sampling.seed = (uint64_t)(long long)v->valuedouble;
+    c->r->seed_given = true;
+    return 0;
+}
+
+static int f_stop(const cJSON *v, pctx *c, oai_error *e) {
+    oai_req *r = c->r;
+    if (cJSON_IsString(v)) {
+        if (v->valuestring[0]) r->stop[r->n_stop++] = v->valuestring;
+        return 0;
+    }
+    if (!cJSON_IsArray(v)) return BAD("stop", "'stop' must be a string or an array of strings");
+    const cJSON *s;
+    cJSON_ArrayForEach(s, v) {
+        if (!cJSON_IsString(s))
+            return BAD("stop", "'stop' must be a string or an array of strings");
+        if (r->n_stop == OAI_MAX_STOP) return BAD("stop", "at most %d stop strings", OAI_MAX_STOP);
+        if (s->valuestring[0]) r->stop[r->n_stop++] = s->valuestring;
+    }
+    return 0;
+}
+
+static int f_stream_options(const cJSON *v, pctx *c, oai_error *e) {
+    c->stream_options = true;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, v) {
+        if (!strcmp(x->string, "include_usage") || !strcmp(x->string, "include_obfuscation")) {
+            if (present(x) && !cJSON_IsBool(x))
+                return BAD("stream_options", "'stream_options.%s' must be a boolean", x->string);
+            if (!strcmp(x->string, "include_usage")) c->r->include_usage = cJSON_IsTrue(x);
+        } else {
+            return oai_seterr(e, 400, "invalid_request_error", "stream_options",
+                              "unknown_parameter", "unknown field 'stream_options.%.64s'",
+                              x->string);
+        }
+    }
+    return 0;
+}
+
+static int f_cache_salt(const cJSON *v, pctx *c, oai_error *e) {
+    if (strlen(v->valuestring) > 500)
+        return BAD("cache_salt", "'cache_salt' is longer than 500 bytes");
+    c->r->cache_salt = v->valuestring;
+    return 0;
+}
+
+static int f_speculative(const cJSON *v, pctx *c, oai_error *e) {
+    const cJSON *x;
+    cJSON_ArrayForEach(x, v) {
+        if (!strcmp(x->string, "method")) {
+            if (!present(x)) continue;
+            int m = cJSON_IsString(x) ? sp_spec_mode_parse(x->valuestring) : -1;
+            if (m < 0)
+                return BAD("speculative", "speculative.method must be off, ngram, suffix or draft");
+            c->r->spec = (sp_spec_mode)m;
+        } else if (!strcmp(x->string, "k")) {
+            if (!present(x)) continue;
+            if (!is_int(x) || x->valuedouble < 1 || x->valuedouble > SP_SPEC_K_MAX)
+                return BAD("k", "speculative.k must be an integer in [1, %d]", SP_SPEC_K_MAX);
+            c->r->spec_k = (int)x->valuedouble;
+        } else {
+            return oai_seterr(e, 400, "invalid_request_error", "speculative", "unknown_parameter",
+                              "unknown field 'speculative.%.64s' (method, k)", x->string);
+        }
+    }
+    return 0;
+}
+
+/* {"token id": bias}: ids of this vocabulary, biases in [-100, 100] */
+static int f_logit_bias(const cJSON *v, pctx *c, oai_error *e) {
+    oai_req *r = c->r;
+    const int n = cJSON_GetArraySize(v);
+    r->bias = malloc((size_t)(n ? n : 1) * sizeof(sp_logit_bias));
+    if (!r->bias) return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+    const cJSON *x;
+    cJSON_ArrayForEach(x, v) {
+        const char *k = x->string;
+        size_t len = strlen(k);
+        bool digits = len >= 1 && len <= 10;
+        for (size_t i = 0; digits && i < len; i++) digits = k[i] >= '0' && k[i] <= '9';
+        const long long id = digits ? strtoll(k, NULL, 10) : -1;
+        if (!digits || id >= c->n_vocab)
+            return BAD("logit_bias", "logit_bias key '%.64s' is not a token id of this model "
+                       "(0..%d)", k, c->n_vocab - 1);
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || fabs(x->valuedouble) > 100)
+            return BAD("logit_bias", "logit_bias['%s'] must be a number in [-100, 100]", k);
+        if (cJSON_GetObjectItemCaseSensitive(v, k) != x) continue; /* a duplicate: the first */
+        r->bias[r->n_bias++] = (sp_logit_bias){(sp_token)id, (float)x->valuedouble};
+    }
+    r->sampling.logit_bias = r->bias;
+    r->sampling.n_logit_bias = r->n_bias;
+    return 0;
+}
+
+/* the values of refused fields that ask for nothing */
+static int only_one(const cJSON *v, pctx *c, oai_error *e) {
+    return v->valuedouble == 1 ? 0 : UNSUPPORTED(NULL, "only '%s' = 1 is supported", v->string);
+}
+
+static int only_false(const cJSON *v, pctx *c, oai_error *e) {
+    return cJSON_IsFalse(v) ? 0 : UNSUPPORTED(NULL, "'%s' is not supported", v->string);
+}
+
+static int only_empty(const cJSON *v, pctx *c, oai_error *e) {
+    if (cJSON_IsArray(v) ? cJSON_GetArraySize(v) == 0 : !v->valuestring[0]) return 0;
+    return UNSUPPORTED(NULL, "'%s' is not supported", v->string);
+}
+
+static int only_none_auto(const cJSON *v, pctx *c, oai_error *e) {
+    if (cJSON_IsString(v) && (!strcmp(v->valuestring, "none") || !strcmp(v->valuestring, "auto")))
+        return 0;
+    return UNSUPPORTED(NULL, "'%s' is not supported (no tools or functions are)", v->string);
+}
+
+static int only_text_format(const cJSON *v, pctx *c, oai_error *e) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
+    if (cJSON_GetArraySize(v) == 1 && cJSON_IsString(t) && !strcmp(t->valuestring, "text"))
+        return 0;
+    return UNSUPPORTED(NULL, "'response_format' other than {\"type\": \"text\"} is not "
+                       "supported");
+}
+
+static int only_text_modality(const cJSON *v, pctx *c, oai_error *e) {
+    const cJSON *t = cJSON_GetArrayItem(v, 0);
+    if (cJSON_GetArraySize(v) == 1 && cJSON_IsString(t) && !strcmp(t->valuestring, "text"))
+        return 0;
+    return UNSUPPORTED(NULL, "only 'modalities': [\"text\"] is supported");
+}
+
+#define I24 16777216.0
+#define I53 9007199254740992.0
+static const field fields[] = {
+    /* name, kind, lo, hi, lo_open, completions, chat, apply, type, note */
+    {"model", K_STRING, 0, 0, false, HONORED, HONORED, f_model, "string",
+     "the served name (404 for another)"},
+    {"prompt", K_ANY, 0, 0, false, HONORED, NA, f_prompt, "string, [string], [int] or [[int]]",
+     "one prompt; text or token ids"},
+    {"messages", K_ARRAY, 0, 0, false, NA, HONORED, f_messages, "array",
+     "roles system, developer, user, assistant; text content only"},
+    {"max_tokens", K_INTEGER, 1, I24, false, HONORED, HONORED, f_max_tokens, "integer",
+     "default 16 (completions), the rest of the context (chat)"},
+    {"max_completion_tokens", K_INTEGER, 1, I24, false, HONORED, HONORED, f_max_completion_tokens,
+     "integer", "wins over max_tokens"},
+    {"temperature", K_NUMBER, 0, 2, false, HONORED, HONORED, f_temperature, "number",
+     "0: greedy"},
+    {"top_p", K_NUMBER, 0, 1, true, HONORED, HONORED, f_top_p, "number",
+     ""},
+    {"presence_penalty", K_NUMBER, -2, 2, false, HONORED, HONORED, f_presence, "number",
+     ""},
+    {"frequency_penalty", K_NUMBER, -2, 2, false, HONORED, HONORED, f_frequency, "number",
+     ""},
+    {"seed", K_INTEGER, -I53, I53, false, HONORED, HONORED, f_seed, "integer",
+     "without one, sampled output varies"},
+    {"stop", K_ANY, 0, 0, false, HONORED, HONORED, f_stop, "string or [string]",
+     "at most 16; not in the output"},
+    {"stream", K_BOOL, 0, 0, false, HONORED, HONORED, f_stream, "boolean",
+     "server-sent events"},
+    {"stream_options", K_OBJECT, 0, 0, false, HONORED, HONORED, f_stream_options, "object",
+     "include_usage; include_obfuscation (no effect); needs stream"},
+    {"logprobs", K_INTEGER, 0, 20, false, HONORED, NA, f_cmpl_logprobs, "integer",
+     "top-N per token"},
+    {"logprobs", K_BOOL, 0, 0, false, NA, HONORED, f_chat_logprobs, "boolean",
+     ""},
+    {"top_logprobs", K_INTEGER, 0, 20, false, NA, HONORED, f_top_logprobs, "integer",
+     "needs logprobs: true"},
+    {"logit_bias", K_OBJECT, -100, 100, false, HONORED, HONORED, f_logit_bias, "object",
+     "{\"token id\": bias}, bias added to the logit before sampling (greedy too)"},
+    {"user", K_STRING, 0, 0, false, NO_EFFECT, NO_EFFECT, NULL, "string",
+     ""},
+    {"metadata", K_OBJECT, 0, 0, false, NA, NO_EFFECT, NULL, "object",
+     ""},
+    {"store", K_BOOL, 0, 0, false, NA, NO_EFFECT, NULL, "boolean",
+     "nothing is stored"},
+    {"service_tier", K_STRING, 0, 0, false, NA, NO_EFFECT, NULL, "string",
+     ""},
+    {"parallel_tool_calls", K_BOOL, 0, 0, false, NA, NO_EFFECT, NULL, "boolean",
+     "no tools are accepted"},
+    {"prompt_cache_key", K_STRING, 0, 0, false, NA, NO_EFFECT, NULL, "string",
+     "the prefix cache needs no key (see cache_salt)"},
+    {"safety_identifier", K_STRING, 0, 0, false, NA, NO_EFFECT, NULL, "string",
+     ""},
+    {"prediction", K_OBJECT, 0, 0, false, NA, NO_EFFECT, NULL, "object",
+     "changes speed, not output, at OpenAI; ignored"},
+    {"n", K_INTEGER, 1, 1e9, false, REFUSED, REFUSED, only_one, "integer",
+     "1 only"},
+    {"best_of", K_INTEGER, 1, 1e9, false, REFUSED, NA, only_one, "integer",
+     "1 only"},
+    {"echo", K_BOOL, 0, 0, false, REFUSED, NA, only_false, "boolean",
+     "false only"},
+    {"suffix", K_STRING, 0, 0, false, REFUSED, NA, only_empty, "string",
+     "\"\" only"},
+    {"response_format", K_OBJECT, 0, 0, false, NA, REFUSED, only_text_format, "object",
+     "{\"type\": \"text\"} only (structured output: a later issue)"},
+    {"tools", K_ARRAY, 0, 0, false, NA, REFUSED, only_empty, "array",
+     "[] only"},
+    {"tool_choice", K_ANY, 0, 0, false, NA, REFUSED, only_none_auto, "string or object",
+     "\"none\" or \"auto\" only"},
+    {"functions", K_ARRAY, 0, 0, false, NA, REFUSED, only_empty, "array",
+     "[] only"},
+    {"function_call", K_ANY, 0, 0, false, NA, REFUSED, only_none_auto, "string or object",
+     "\"none\" or \"auto\" only"},
+    {"modalities", K_ARRAY, 0, 0, false, NA, REFUSED, only_text_modality, "array",
+     "[\"text\"] only"},
+    {"audio", K_OBJECT, 0, 0, false, NA, REFUSED, NULL, "object",
+     ""},
+    {"reasoning_effort", K_STRING, 0, 0, false, NA, REFUSED, NULL, "string",
+     ""},
+    {"verbosity", K_STRING, 0, 0, false, NA, REFUSED, NULL, "string",
+     ""},
+    {"web_search_options", K_OBJECT, 0, 0, false, NA, REFUSED, NULL, "object",
+     ""},
+    {"grammar", K_STRING, 0, 0, false, REFUSED, REFUSED, NULL, "string",
+     "extension (llama-server); structured output: a later issue"},
+    {"top_k", K_INTEGER, -1, 1e9, false, HONORED, HONORED, f_top_k, "integer",
+     "extension; 0 or -1: off (default)"},
+    {"min_p", K_NUMBER, 0, 1, false, HONORED, HONORED, f_min_p, "number",
+     "extension; default 0 (off)"},
+    {"repeat_penalty", K_NUMBER, 0, 10, true, HONORED, HONORED, f_repeat, "number",
+     "extension (llama-server); 1: off (default), over the last 64 tokens"},
+    {"ignore_eos", K_BOOL, 0, 0, false, HONORED, HONORED, f_ignore_eos, "boolean",
+     "extension; generate past end-of-generation tokens"},
+    {"cache_salt", K_STRING, 0, 0, false, HONORED, HONORED, f_cache_salt, "string",
+     "extension (vLLM); at most 500 bytes; prefix cache shared only within a salt"},
+    {"speculative", K_OBJECT, 0, 0, false, HONORED, HONORED, f_speculative, "object",
+     "extension; {\"method\": off, ngram, suffix or draft, \"k\": 1..16}"},
+};
+#define N_FIELDS ((int)(sizeof(fields) / sizeof(fields[0])))
+
+static support support_for(const field *f, bool chat) { return chat ? f->chat : f->cmpl; }
+
+/* The row of name for the endpoint (chat or not), or NULL: unknown. */
+static const field *find_field(const char *name, bool chat) {
+    for (int i = 0; i < N_FIELDS; i++)
+        if (!strcmp(fields[i].name, name) && support_for(&fields[i], chat) != NA) return &fields[i];
+    return NULL;
+}
+
+static const char *const kind_name[] = {"a string", "a number", "an integer", "a boolean",
+                                        "an object", "an array", ""};
+
+/* One field's value against its row: kind, range, then apply. */
+static int take_field(const field *f, const cJSON *v, pctx *c, oai_error *e) {
+    const char *k = f->name;
+    bool ok = f->k == K_ANY || (f->k == K_STRING && cJSON_IsString(v)) ||
+              (f->k == K_NUMBER && cJSON_IsNumber(v) && isfinite(v->valuedouble)) ||
+              (f->k == K_INTEGER && is_int(v)) || (f->k == K_BOOL && cJSON_IsBool(v)) ||
+              (f->k == K_OBJECT && cJSON_IsObject(v)) || (f->k == K_ARRAY && cJSON_IsArray(v));
+    if (!ok) return BAD(k, "'%s' must be %s", k, kind_name[f->k]);
+    if (f->k == K_NUMBER || f->k == K_INTEGER) {
+        const double d = v->valuedouble;
+        if (d > f->hi || d < f->lo || (f->lo_open && d == f->lo)) {
+            if (f->k == K_INTEGER)
+                return BAD(k, "'%s' must be in [%.0f, %.0f] (got %.0f)", k, f->lo, f->hi, d);
+            return BAD(k, "'%s' must be in %s%g, %g] (got %g)", k, f->lo_open ? "(" : "[", f->lo,
+                       f->hi, d);
+        }
+    }
+    const bool refused = support_for(f, c->r->chat) == REFUSED;
+    if (refused && !f->apply) return UNSUPPORTED(k, "'%s' is not supported by this server", k);
+    if (!f->apply || !f->apply(v, c, e)) return 0;
+    if (refused) e->param = f->name; /* static: the request's JSON is freed before the answer */
+    return -1;
 }
 
 int oai_parse(const char *body, size_t len, bool chat, int32_t n_vocab, oai_req *r, oai_error *e) {
@@ -286,266 +571,55 @@ int oai_parse(const char *body, size_t len, bool chat, int32_t n_vocab, oai_req 
     if (!cJSON_IsObject(o))
         return oai_seterr(e, 400, "invalid_request_error", NULL, "invalid_json",
                           "the body must be a JSON object");
-    if (refuse_nul(body, len, e)) return -1;
-    if (string(o, "model", &r->model, e) < 0) return -1;
-    if (chat) {
-        const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "messages");
-        if (!m) return oai_seterr(e, 400, "invalid_request_error", "messages", "missing_required_parameter",
-                                  "'messages' is required");
-        if (parse_messages(m, r, e) < 0) return -1;
-    } else {
-        const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "prompt");
-        if (!p) return oai_seterr(e, 400, "invalid_request_error", "prompt", "missing_required_parameter",
-                                  "'prompt' is required");
-        if (parse_prompt(p, n_vocab, r, e) < 0) return -1;
-    }
-    long long ll;
-    double d;
-    int k;
-    const char *mt = "max_tokens";
-    if ((k = integer(o, "max_completion_tokens", 1, 1 << 24, &ll, e)) < 0) return -1;
-    if (!k && (k = integer(o, mt, 1, 1 << 24, &ll, e)) < 0) return -1;
-    if (k) r->max_tokens = (int32_t)ll;
-    if ((k = integer(o, "n", 1, 1e9, &ll, e)) < 0) return -1;
-    if (k && ll != 1) return BAD("n", "only n = 1 is supported");
-    if ((k = num(o, "temperature", 0, 2, false, &d, e)) < 0) return -1;
-    if (k) r->sampling.temperature = (float)d;
-    if ((k = num(o, "top_p", 0, 1, true, &d, e)) < 0) return -1;
-    if (k) r->sampling.top_p = (float)d;
-    if ((k = num(o, "min_p", 0, 1, false, &d, e)) < 0) return -1;
-    if (k) r->sampling.min_p = (float)d;
-    if ((k = integer(o, "top_k", -1, 1e9, &ll, e)) < 0) return -1;
-    if (k) r->sampling.top_k = ll > 0 ? (int32_t)(ll < n_vocab ? ll : n_vocab) : 0;
-    if ((k = num(o, "presence_penalty", -2, 2, false, &d, e)) < 0) return -1;
-    if (k) r->sampling.presence_penalty = (float)d;
-    if ((k = num(o, "frequency_penalty", -2, 2, false, &d, e)) < 0) return -1;
-    if (k) r->sampling.frequency_penalty = (float)d;
-    if ((k = integer(o, "seed", -9007199254740992.0, 9007199254740992.0, &ll, e)) < 0) return -1;
-    if (k) r->sampling.seed = (uint64_t)ll;
-    r->seed_given = k;
-    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(o, "stop");
-    if (cJSON_IsString(stop)) {
-        if (stop->valuestring[0]) r->stop[r->n_stop++] = stop->valuestring;
-    } else if (cJSON_IsArray(stop)) {
-        const cJSON *s;
-        cJSON_ArrayForEach(s, stop) {
-            if (!cJSON_IsString(s)) return BAD("stop", "'stop' must be a string or an array of strings");
-            if (r->n_stop == OAI_MAX_STOP) return BAD("stop", "at most %d stop strings", OAI_MAX_STOP);
-            if (s->valuestring[0]) r->stop[r->n_stop++] = s->valuestring;
+    if (oai_refuse_nul(body, len, e)) return -1;
+    pctx c = {.r = r, .n_vocab = n_vocab, .top_lp = -1};
+    const cJSON *v;
+    cJSON_ArrayForEach(v, o) {
+        const field *f = find_field(v->string, chat);
+        if (!f) {
+            const field *other = find_field(v->string, !chat);
+            oai_seterr(e, 400, "invalid_request_error", NULL, "unknown_parameter",
+                       "unknown field '%.64s'%s", v->string,
+                       !other ? "" : chat ? " (a /v1/completions field)"
+                                          : " (a /v1/chat/completions field)");
+            snprintf(e->param_buf, sizeof(e->param_buf), "%s", v->string);
+            e->param = e->param_buf;
+            return -1;
         }
-    } else if (present(stop)) {
-        return BAD("stop", "'stop' must be a string or an array of strings");
+        /* a duplicate key: the first one counts (as cJSON's lookups) */
+        if (cJSON_GetObjectItemCaseSensitive(o, v->string) != v) continue;
+        /* null is an absent field, except for the input, which must be there */
+        if (!present(v) && f->apply != f_prompt && f->apply != f_messages) continue;
+        if (take_field(f, v, &c, e)) return -1;
     }
-    if (chat) {
-        bool lp = false;
-        if (boolean(o, "logprobs", &lp, e) < 0) return -1;
-        if ((k = integer(o, "top_logprobs", 0, 20, &ll, e)) < 0) return -1;
-        if (k && !lp) return BAD("top_logprobs", "'top_logprobs' needs 'logprobs': true");
-        if (lp) r->logprobs = k ? (int)ll : 0;
-    } else {
-        if ((k = integer(o, "logprobs", 0, 20, &ll, e)) < 0) return -1;
-        if (k) r->logprobs = (int)ll;
-    }
-    const char *user = NULL;
-    if (string(o, "user", &user, e) < 0) return -1;
-    if (boolean(o, "stream", &r->stream, e) < 0) return -1;
-    const cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
-    if (present(so)) {
-        if (!cJSON_IsObject(so)) return BAD("stream_options", "'stream_options' must be an object");
-        if (boolean(so, "include_usage", &r->include_usage, e) < 0) return -1;
-        if (!r->stream) return BAD("stream_options", "'stream_options' needs 'stream': true");
-    }
-    bool echo = false;
-    if (boolean(o, "echo", &echo, e) < 0) return -1;
-    if (echo) return BAD("echo", "'echo' is not supported");
-    if ((k = integer(o, "best_of", 1, 1e9, &ll, e)) < 0) return -1;
-    if (k && ll != 1) return BAD("best_of", "only best_of = 1 is supported");
-    if (string(o, "cache_salt", &r->cache_salt, e) < 0) return -1;
-    /* extension (llama-server, vLLM): generate past end-of-generation tokens */
-    if (boolean(o, "ignore_eos", &r->ignore_eos, e) < 0) return -1;
-    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(o, "speculative");
-    if (present(sp)) {
-        if (!cJSON_IsObject(sp))
-            return BAD("speculative", "'speculative' must be an object {\"method\", \"k\"}");
-        const char *method = NULL;
-        if (string(sp, "method", &method, e) < 0) return -1;
-        if (method) {
-            int m = sp_spec_mode_parse(method);
-            if (m < 0)
-                return BAD("speculative", "speculative.method must be off, ngram, suffix or draft");
-            r->spec = (sp_spec_mode)m;
-        }
-        if ((k = integer(sp, "k", 1, SP_SPEC_K_MAX, &ll, e)) < 0) return -1;
-        if (k) r->spec_k = (int)ll;
-    }
+    const char *req = chat ? "messages" : "prompt";
+    if (!cJSON_GetObjectItemCaseSensitive(o, req))
+        return oai_seterr(e, 400, "invalid_request_error", req, "missing_required_parameter",
+                          "'%s' is required", req);
+    if (c.top_lp >= 0 && !c.chat_lp)
+        return BAD("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (chat && c.chat_lp) r->logprobs = c.top_lp >= 0 ? c.top_lp : 0;
+    if (c.stream_options && !r->stream)
+        return BAD("stream_options", "'stream_options' needs 'stream': true");
     return 0;
 }
 
-int oai_tokenize(const char *body, size_t len, const sp_vocab *v, int32_t n_ctx, sbuf *out,
-                 oai_error *e) {
-    cJSON *o = oai_json_parse(body, len);
-    if (!o || !cJSON_IsObject(o)) {
-        cJSON_Delete(o);
-        return oai_seterr(e, 400, "invalid_request_error", NULL, "invalid_json",
-                          "the body must be a JSON object");
-    }
-    if (refuse_nul(body, len, e)) {
-        cJSON_Delete(o);
-        return -1;
-    }
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "prompt");
-    if (!t) t = cJSON_GetObjectItemCaseSensitive(o, "content");
-    const cJSON *as = cJSON_GetObjectItemCaseSensitive(o, "add_special");
-    if (!cJSON_IsString(t) || (as && !cJSON_IsBool(as))) {
-        cJSON_Delete(o);
-        return oai_seterr(e, 400, "invalid_request_error", "prompt", "invalid_value",
-                          "give the text as \"prompt\" (or \"content\"), a string; \"add_special\" "
-                          "is a boolean");
-    }
-    const sp_tok_opts opts = {.add_special = as ? cJSON_IsTrue(as) : true};
-    const int limit = n_ctx > OAI_TOKENIZE_MAX ? n_ctx : OAI_TOKENIZE_MAX;
-    sp_token *toks;
-    const int n = sp_tokenize_bounded(v, t->valuestring, strlen(t->valuestring), limit, &opts,
-                                      &toks);
-    cJSON_Delete(o);
-    if (n == SP_TOKENIZE_FAILED) return oai_seterr(e, 500, "server_error", NULL, NULL, "out of memory");
-    if (n < 0)
-        return oai_seterr(e, 400, "invalid_request_error", "prompt", "context_length_exceeded",
-                          "/tokenize counts at most %d tokens; the text has at least %d", limit,
-                          -n);
-    sb_str(out, "{\"tokens\": [");
-    for (int i = 0; i < n; i++) sb_printf(out, "%s%d", i ? ", " : "", toks[i]);
-    sb_printf(out, "], \"count\": %d, \"max_model_len\": %d}", n, n_ctx);
-    free(toks);
-    return 0;
+/* ---- the table as Markdown (README.md's "Request fields") ---- */
+
+static const char *support_doc(support s) {
+    static const char *const d[] = {"-", "honored", "no effect", "refused"};
+    return d[s];
 }
 
-int oai_detokenize(const char *body, size_t len, const sp_vocab *v, sbuf *out, oai_error *e) {
-    const int32_t n_vocab = sp_vocab_n_tokens(v);
-    cJSON *o = oai_json_parse(body, len);
-    const cJSON *t = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "tokens") : NULL;
-    if (!cJSON_IsArray(t)) {
-        cJSON_Delete(o);
-        return oai_seterr(e, 400, "invalid_request_error", "tokens", "invalid_value",
-                          "the body must be an object with \"tokens\": an array of token ids");
+void oai_fields_markdown(sbuf *out) {
+    sb_str(out, "| Field | Type | Range | /v1/completions | /v1/chat/completions | Notes |\n"
+                "|---|---|---|---|---|---|\n");
+    for (int i = 0; i < N_FIELDS; i++) {
+        const field *f = &fields[i];
+        char range[64] = "";
+        if (f->k == K_NUMBER || f->k == K_INTEGER || f->apply == f_logit_bias)
+            snprintf(range, sizeof(range), "%s%.16g, %.16g]", f->lo_open ? "(" : "[", f->lo, f->hi);
+        sb_printf(out, "| `%s` | %s | %s | %s | %s | %s |\n", f->name, f->type_doc, range,
+                  support_doc(f->cmpl), support_doc(f->chat), f->note);
     }
-    sbuf text = {0};
-    sb_add(&text, "", 0);
-    sp_detok d;
-    sp_detok_init(&d);
-    char buf[4096];
-    int i = 0;
-    const cJSON *x;
-    cJSON_ArrayForEach(x, t) {
-        /* range first: converting 1e308 or NaN to int32_t is undefined
-         * (found by fuzzing: tests/fuzz/regress/request/detokenize_huge_id) */
-        if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble < n_vocab) ||
-            x->valuedouble != (double)(int32_t)x->valuedouble) {
-            cJSON_Delete(o);
-            sb_free(&text);
-            return oai_seterr(e, 400, "invalid_request_error", "tokens", "invalid_value",
-                              "tokens[%d] is not a token id of this model (0..%d)", i, n_vocab - 1);
-        }
-        const int k = sp_detok_push(v, &d, (int32_t)x->valuedouble, buf, sizeof(buf));
-        if (k > 0) sb_add(&text, buf, (size_t)k);
-        i++;
-    }
-    const int k = sp_detok_flush(&d, buf, sizeof(buf));
-    if (k > 0) sb_add(&text, buf, (size_t)k);
-    cJSON_Delete(o);
-    sb_str(out, "{\"prompt\": ");
-    sb_json_str(out, text.p, text.len);
-    sb_str(out, ", \"content\": ");
-    sb_json_str(out, text.p, text.len);
-    sb_str(out, "}");
-    sb_free(&text);
-    return 0;
-}
-
-/* ---- the prompt's tokens ---- */
-
-/* least: the count, or (exact false) a lower bound of it: tokenizing
- * stopped there */
-static int too_long(oai_error *e, const char *param, int32_t max_prompt, int32_t least,
-                    bool exact) {
-    return oai_seterr(e, 400, "invalid_request_error", param, "context_length_exceeded",
-                      "this model's context leaves room for %d prompt tokens; the prompt has %s%d",
-                      max_prompt, exact ? "" : "at least ", least);
-}
-
-int oai_prompt_tokens(const oai_req *q, chat_tmpl t, const sp_vocab *v, int32_t max_prompt,
-                      sp_token **out, int32_t *n, oai_error *e) {
-    const char *param = q->chat ? "messages" : "prompt";
-    *out = NULL;
-    *n = 0;
-    if (max_prompt < 0) max_prompt = 0;
-    if (!q->chat && !q->prompt) { /* token ids, already checked against the vocabulary */
-        if (q->n_tokens == 0)
-            return oai_seterr(e, 400, "invalid_request_error", param, "invalid_value",
-                              "the prompt is empty");
-        if (q->n_tokens > max_prompt) return too_long(e, param, max_prompt, q->n_tokens, true);
-        sp_token *c = malloc((size_t)q->n_tokens * sizeof(sp_token));
-        if (!c) return oai_seterr(e, 500, "server_error", NULL, NULL, "out of memory");
-        memcpy(c, q->tokens, (size_t)q->n_tokens * sizeof(sp_token));
-        *out = c;
-        *n = q->n_tokens;
-        return 0;
-    }
-    char *text = NULL;
-    chat_span *cs = NULL;
-    sp_span *spans = NULL;
-    int n_cs = 0, rc = -1;
-    int32_t ids[16];
-    sp_tok_opts o = {.add_special = true};
-    if (q->chat) {
-        char err[512];
-        text = chat_render_spans(t, q->msgs, q->n_msgs, &cs, &n_cs, err, sizeof(err));
-        if (!text) {
-            if (!strcmp(err, "out of memory"))
-                return oai_seterr(e, 500, "server_error", NULL, NULL, "out of memory");
-            return oai_seterr(e, 400, "invalid_request_error", "messages", "invalid_value", "%s",
-                              err);
-        }
-        /* special tokens only in the template's markup: the spans, and the
-         * markup's tokens even where the vocabulary says USER_DEFINED (which
-         * plain text would otherwise match) */
-        spans = malloc((size_t)(n_cs ? n_cs : 1) * sizeof(sp_span));
-        if (!spans) {
-            oai_seterr(e, 500, "server_error", NULL, NULL, "out of memory");
-            goto done;
-        }
-        for (int i = 0; i < n_cs; i++) spans[i] = (sp_span){cs[i].off, cs[i].len};
-        int n_ids = 0;
-        for (const char *const *m = chat_tmpl_markup(t); *m && n_ids < 12; m++) {
-            int32_t id = sp_vocab_find(v, *m, strlen(*m));
-            if (id >= 0) ids[n_ids++] = id;
-        }
-        const int32_t own[3] = {sp_vocab_bos(v), sp_vocab_eos(v), sp_vocab_eot(v)};
-        for (int i = 0; i < 3; i++)
-            if (own[i] >= 0) ids[n_ids++] = own[i];
-        o.spans = spans;
-        o.n_spans = (size_t)n_cs;
-        o.markup_ids = ids;
-        o.n_markup_ids = n_ids;
-    }
-    const char *p = q->chat ? text : q->prompt;
-    sp_token *toks;
-    int k = sp_tokenize_bounded(v, p, strlen(p), max_prompt, &o, &toks);
-    if (k == SP_TOKENIZE_FAILED) {
-        oai_seterr(e, 500, "server_error", NULL, NULL, "out of memory");
-    } else if (k < 0) {
-        too_long(e, param, max_prompt, -k, false);
-    } else if (k == 0) {
-        free(toks);
-        oai_seterr(e, 400, "invalid_request_error", param, "invalid_value", "the prompt is empty");
-    } else {
-        *out = toks;
-        *n = k;
-        rc = 0;
-    }
-done:
-    free(text);
-    free(cs);
-    free(spans);
-    return rc;
 }

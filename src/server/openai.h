@@ -1,5 +1,8 @@
-/* openai.h: OpenAI completion / chat completion requests: parsing and
- * validation into engine parameters, and the error object. */
+/* openai.h: the OpenAI API's JSON, in one place: completion and chat
+ * completion requests parsed and validated into engine parameters (the
+ * field table, openai.c), the prompt's tokens and /tokenize
+ * (openai_prompt.c), the responses, SSE chunks and error objects, and the
+ * one table from sp_status to HTTP (openai_reply.c). */
 #ifndef SP_SERVER_OPENAI_H
 #define SP_SERVER_OPENAI_H
 
@@ -15,9 +18,10 @@
 typedef struct {
     int status;           /* HTTP status */
     const char *type;     /* invalid_request_error, authentication_error, ... */
-    const char *param;    /* the offending field or NULL */
+    const char *param;    /* the offending field or NULL (may point to param_buf) */
     const char *code;     /* machine-readable code or NULL */
     char message[512];
+    char param_buf[64];   /* a field name from the request (unknown fields) */
 } oai_error;
 
 typedef struct {
@@ -38,6 +42,8 @@ typedef struct {
     int logprobs;         /* -1: off; else top-N to report (0..20) */
     const char *cache_salt;
     bool ignore_eos;      /* extension: keep going past end-of-generation tokens */
+    sp_logit_bias *bias;  /* logit_bias (owned; sampling.logit_bias points here) */
+    int32_t n_bias;
     sp_spec_mode spec;
     int spec_k;
 } oai_req;
@@ -47,6 +53,12 @@ typedef struct {
 cJSON *oai_json_parse(const char *body, size_t len);
 /* Parses and validates a request body; 0, or -1 with e filled (400). */
 int oai_parse(const char *body, size_t len, bool chat, int32_t n_vocab, oai_req *r, oai_error *e);
+/* The request fields' table (openai.c) as a Markdown table: README.md's
+ * "Request fields" section holds exactly this. */
+void oai_fields_markdown(sbuf *out);
+/* 400 when the body (valid JSON) holds an escaped NUL ("\u0000") in any
+ * string: cJSON would cut the string there. 0 when it holds none. */
+int oai_refuse_nul(const char *body, size_t len, oai_error *e);
 void oai_req_free(oai_req *r);
 /* The engine's prompt tokens for a parsed request q: for chat, the
  * conversation rendered by template t, special tokens read only in the
@@ -77,10 +89,66 @@ int oai_prompt_tokens(const oai_req *q, chat_tmpl t, const sp_vocab *v, int32_t 
 int oai_tokenize(const char *body, size_t len, const sp_vocab *v, int32_t n_ctx, sbuf *out,
                  oai_error *e);
 int oai_detokenize(const char *body, size_t len, const sp_vocab *v, sbuf *out, oai_error *e);
+/* ---- errors ----
+ * Every error the server answers is an OpenAI error object. Those that
+ * stand for an sp_status (the engine's refusals, and the server's own
+ * checks of the same kind: a prompt too long for the context, out of
+ * memory, a full queue) take their HTTP status, type and code from ONE
+ * table (openai_reply.c), so the same condition reads the same whichever
+ * layer found it. */
+/* Fills e for status (a negative sp_status; param: the offending field
+ * or NULL) and returns -1. */
+int oai_status_error(oai_error *e, int status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The same for a refusal of sp_engine_submit (status and its message),
+ * param from the table: the request field the engine's check is about
+ * (SP_ERR_CONTEXT: max_tokens, since the prompt alone was bounded before;
+ * SP_ERR_UNSUPPORTED: speculative). */
+int oai_submit_error(oai_error *e, int status, const char *msg);
 /* Sets e and returns -1 (for one-line error returns). */
 int oai_seterr(oai_error *e, int status, const char *type, const char *param, const char *code,
                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* {"error": {"message", "type", "param", "code"}} */
 void oai_error_json(const oai_error *e, sbuf *out);
+
+/* ---- responses (openai_reply.c) ----
+ * A generation's state as the response JSON needs it: the generated
+ * tokens (and their logprobs when asked), the text, the statistics. */
+typedef struct {
+    bool chat;
+    const char *id;              /* "cmpl-..." or "chatcmpl-..." */
+    long created;                /* Unix time */
+    const char *model;           /* the served name */
+    const sp_vocab *v;
+    int logprobs;                /* -1: none; else the top-N asked for */
+    const sp_token *toks;
+    const float *lps;            /* NULL: no logprobs were kept */
+    const sp_token *top_ids;     /* [n_tok][n_top] */
+    const float *top_lps;
+    int32_t n_tok, n_top;
+    const char *text;
+    size_t text_len;
+    const sp_request_stats *st;
+    const char *finish;          /* sp_finish_reason_str(st->finish) */
+} oai_reply;
+
+/* --stamp-chunks: the timing a text chunk carries (see server.h). */
+typedef struct {
+    long long emit_us, built_us;
+    int events;
+} oai_stamp;
+
+/* The whole (non-streaming) response: "text_completion" or
+ * "chat.completion" with usage and the "specula" statistics. */
+void oai_reply_full(sbuf *b, const oai_reply *o);
+/* One SSE event "data: {chunk}\n\n": the text delta text[len] (NULL: no
+ * content), the logprobs of tokens [from, to), finish (NULL while
+ * running), role: the chat stream's first chunk; stamp or NULL. */
+void oai_reply_chunk(sbuf *b, const oai_reply *o, const char *text, size_t len, int32_t from,
+                     int32_t to, const char *finish, bool role, const oai_stamp *stamp);
+/* The stream's usage event (stream_options.include_usage). */
+void oai_reply_usage_chunk(sbuf *b, const oai_reply *o);
+/* An error as an SSE event (a stream that fails after its 200). */
+void oai_reply_error_event(sbuf *b, const oai_error *e);
 
 #endif

@@ -1,4 +1,8 @@
-/* server.c: the OpenAI-compatible HTTP server on libmicrohttpd.
+/* server.c: the OpenAI-compatible HTTP server on libmicrohttpd: the HTTP
+ * and connection layer (MHD's callbacks, the limits on a request's head and
+ * body, authentication, routing, the watcher, the life cycle). The
+ * endpoints are in generate.c (completions) and endpoints.c (the rest);
+ * internal.h lists the files.
  *
  * Threads: MHD runs a small pool of event-loop threads (poll), each with
  * its own connections; no connection holds a thread of its own, so a
@@ -42,154 +46,29 @@
 #include "server/server.h"
 
 #include <arpa/inet.h>
-#include <microhttpd.h>
 #include <netdb.h>
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common.h"
-#include "server/chat.h"
-#include "server/metrics.h"
-#include "server/openai.h"
-#include "server/sbuf.h"
+#include "server/internal.h"
 #include "server/webui.h" /* webui: GET / and /dashboard */
 
 #define WATCH_MS 100          /* the watcher's period */
 #define HEALTH_RESERVE 16     /* connections past --max-conns, for /health only */
 #define RESERVE_RECV_MS 2000  /* how long such a connection may take to send its request */
 
-/* One TCP connection (MHD's socket context), from accept to close; linked
- * in the server's list for the watcher (s->reg_mu guards the links and the
- * fields marked so). */
-typedef struct peer {
-    struct peer *prev, *next;
-    int fd;
-    double t_wait;            /* reg_mu: when it began waiting for a request */
-    bool receiving;           /* reg_mu: waiting for or reading a request's head and body */
-    bool cut;                 /* reg_mu: the watcher shut it down */
-    bool reserve;             /* admitted past --max-conns: /health only */
-    struct sreq *r;           /* reg_mu: its generation request (a reference), or NULL */
-} peer;
-
-struct sp_server {
-    sp_server_opts o;
-    struct MHD_Daemon *d;
-    int port;
-    unsigned char (*key_hash)[32]; /* SHA-256 of each API key */
-    char (*key_salt)[65];          /* its hex: the tenant's cache salt */
-    int n_keys;
-    unsigned char metrics_hash[32];
-    bool metrics_keyed;            /* /metrics needs Bearer --metrics-key */
-    bool metrics_closed;           /* several tenants, no metrics key: /metrics refused */
-    char *served_name;
-    char *info;                    /* JSON object for /v1/models "specula", or NULL */
-    _Atomic int ready;
-    _Atomic int draining;          /* SIGTERM: no new requests; those in flight go on */
-    _Atomic int stopping;          /* in-flight requests are being cancelled */
-    _Atomic int closing;           /* MHD is about to stop: no connection may suspend */
-    _Atomic int64_t open_resps;    /* generation responses not yet completed (sent or failed) */
-    _Atomic int64_t body_bytes;    /* request body bytes reserved across connections */
-    const sp_model *m;
-    const sp_vocab *v;
-    sp_engine *e;
-    int32_t n_ctx, n_vocab;
-    chat_tmpl tmpl;
-    sp_token eot_token;            /* single-token end of turn, or -1 */
-    pthread_mutex_t mu;
-    int64_t active;                /* generation requests accepted, not finished */
-    _Atomic uint64_t seq;
-    metrics met;
-    /* connections and the watcher */
-    pthread_mutex_t reg_mu;
-    peer *peers;                   /* every open connection */
-    int n_peers;
-    pthread_t watcher;
-    bool watcher_started;
-    _Atomic int watcher_quit;
-    _Atomic uint64_t n_cut;        /* connections cut for taking too long to send a request */
-};
-
-typedef struct sreq {
-    sp_server *s;
-    pthread_mutex_t mu;
-    int refs;
-    int64_t id;                    /* engine id (0 until submitted) */
-    bool chat, stream, include_usage;
-    int logprobs;                  /* -1 off, else top-N */
-    char rid[48];
-    long created;
-    /* what the engine produced */
-    sp_token *toks;
-    float *lps;
-    sp_token *top_ids;
-    float *top_lps;
-    int32_t n_tok, cap_tok, n_top;
-    sbuf text;
-    bool finished, disconnected;
-    bool oom;                      /* an event's tokens or text could not be kept */
-    double t_stop;                 /* when the server's stop cancelled it (0: not) */
-    sp_request_stats st;
-    char error[256];
-    double t_arrive, t_first, t_last;
-    /* --stamp-chunks: text events not yet in a chunk, the oldest one's time */
-    int32_t pend_events;
-    double t_pend;
-    /* the connection (mu): suspended while it waits for the engine */
-    struct MHD_Connection *c;      /* NULL once the request completed */
-    bool suspended;
-    bool abort;                    /* the server stops: end the response now */
-    /* streaming state (connection thread) */
-    size_t sent_text;
-    int32_t sent_tok;
-    bool sent_role, sent_done;
-    sbuf out;
-    size_t out_off;
-} sreq;
-
-typedef struct {
-    sbuf body;
-    size_t reserved;               /* bytes of s->body_bytes this request holds */
-    bool too_big, busy, answered;
-    const char *tenant;            /* the key's salt (authenticated on the head) */
-    peer *p;
-    sreq *r;
-} conn;
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static void sreq_unref(sreq *r) {
-    pthread_mutex_lock(&r->mu);
-    int left = --r->refs;
-    pthread_mutex_unlock(&r->mu);
-    if (left) return;
-    pthread_mutex_destroy(&r->mu);
-    free(r->toks);
-    free(r->lps);
-    free(r->top_ids);
-    free(r->top_lps);
-    sb_free(&r->text);
-    sb_free(&r->out);
-    free(r);
-}
-
 /* ---- responses ---------------------------------------------------------- */
 
-static const char *endpoint_label(const char *url) {
+const char *srv_endpoint_label(const char *url) {
     static const char *known[] = {"/v1/completions", "/v1/chat/completions", "/v1/models",
                                   "/health", "/metrics", "/tokenize", "/detokenize"};
     for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
@@ -198,9 +77,9 @@ static const char *endpoint_label(const char *url) {
     return "other";
 }
 
-static enum MHD_Result send_body(sp_server *s, struct MHD_Connection *c, const char *url,
-                                 int code, const char *type, const char *body, size_t len,
-                                 const char *retry_after) {
+enum MHD_Result srv_send_body(sp_server *s, struct MHD_Connection *c, const char *url,
+                              int code, const char *type, const char *body, size_t len,
+                              const char *retry_after) {
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!resp) return MHD_NO;
@@ -209,670 +88,33 @@ static enum MHD_Result send_body(sp_server *s, struct MHD_Connection *c, const c
     if (code == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)code, resp);
     MHD_destroy_response(resp);
-    metrics_request(&s->met, endpoint_label(url), code);
+    metrics_request(&s->met, srv_endpoint_label(url), code);
     return ret;
 }
 
-static enum MHD_Result send_json(sp_server *s, struct MHD_Connection *c, const char *url, int code,
-                                 sbuf *b) {
+enum MHD_Result srv_send_json(sp_server *s, struct MHD_Connection *c, const char *url, int code,
+                              sbuf *b) {
     if (b->oom) {
         sb_free(b);
         static const char oom[] = "{\"error\": {\"message\": \"out of memory\", \"type\": "
                                   "\"server_error\", \"param\": null, \"code\": null}}";
-        return send_body(s, c, url, 500, "application/json", oom, sizeof(oom) - 1, NULL);
+        return srv_send_body(s, c, url, 500, "application/json", oom, sizeof(oom) - 1, NULL);
     }
-    enum MHD_Result r = send_body(s, c, url, code, "application/json", b->p ? b->p : "",
-                                  b->len, NULL);
+    enum MHD_Result r = srv_send_body(s, c, url, code, "application/json", b->p ? b->p : "",
+                                      b->len, NULL);
     sb_free(b);
     return r;
 }
 
-static enum MHD_Result send_error(sp_server *s, struct MHD_Connection *c, const char *url,
-                                  const oai_error *e) {
+enum MHD_Result srv_send_error(sp_server *s, struct MHD_Connection *c, const char *url,
+                               const oai_error *e) {
     sbuf b = {0};
     oai_error_json(e, &b);
-    if (b.oom) return send_json(s, c, url, 500, &b);
-    enum MHD_Result r = send_body(s, c, url, e->status, "application/json", b.p, b.len,
-                                  e->status == 429 ? "1" : NULL);
+    if (b.oom) return srv_send_json(s, c, url, 500, &b);
+    enum MHD_Result r = srv_send_body(s, c, url, e->status, "application/json", b.p, b.len,
+                                      e->status == 429 ? "1" : NULL);
     sb_free(&b);
     return r;
-}
-
-#define ERR(st, type, param, code, ...)                                                     \
-    do {                                                                                    \
-        oai_error e_;                                                                       \
-        oai_seterr(&e_, st, type, param, code, __VA_ARGS__);                                \
-        return send_error(s, c, url, &e_);                                                  \
-    } while (0)
-
-/* ---- suspending a connection while the engine works ------------------- */
-
-/* Resumes r's connection if it waits (r->mu held). MHD allows resuming
- * from any thread; resuming a connection that is not suspended is
- * undefined, hence the flag, which only this and park() change, both
- * under r->mu. */
-static void wake(sreq *r) {
-    if (!r->suspended || !r->c) return;
-    r->suspended = false;
-    MHD_resume_connection(r->c);
-}
-
-/* Suspends r's connection until wake() (r->mu held; only from the access
- * handler or the content reader, as MHD requires). False when the server
- * is stopping and the response must end instead. */
-static bool park(sreq *r) {
-    if (r->abort || !r->c || r->s->closing) return false;
-    r->suspended = true;
-    MHD_suspend_connection(r->c);
-    return true;
-}
-
-/* Whether r has something its response has not taken yet (r->mu held). */
-static bool has_news(const sreq *r) {
-    return r->finished || r->n_tok != r->sent_tok || r->text.len != r->sent_text;
-}
-
-/* ---- the engine's callback (engine thread: copy, signal, return) ------ */
-
-static bool grow_tokens(sreq *r, int32_t need, int32_t n_top) {
-    if (need <= r->cap_tok) return true;
-    int32_t cap = need * 2 > 64 ? need * 2 : 64;
-    sp_token *t = realloc(r->toks, (size_t)cap * sizeof(sp_token));
-    if (!t) return false;
-    r->toks = t;
-    if (r->logprobs >= 0) {
-        float *l = realloc(r->lps, (size_t)cap * sizeof(float));
-        if (!l) return false;
-        r->lps = l;
-        if (n_top) {
-            sp_token *ti = realloc(r->top_ids, (size_t)cap * n_top * sizeof(sp_token));
-            if (!ti) return false;
-            r->top_ids = ti;
-            float *tl = realloc(r->top_lps, (size_t)cap * n_top * sizeof(float));
-            if (!tl) return false;
-            r->top_lps = tl;
-        }
-    }
-    r->cap_tok = cap;
-    return true;
-}
-
-static void on_event(const sp_event *ev, void *user) {
-    sreq *r = user;
-    sp_server *s = r->s;
-    double t = now_ms(), itl = -1, tpot = -1;
-    pthread_mutex_lock(&r->mu);
-    if (ev->n_tokens > 0) {
-        int32_t n_top = r->logprobs >= 0 && ev->top_ids ? ev->top_logprobs : 0;
-        if (r->n_tok == 0) r->n_top = n_top;
-        if (n_top != r->n_top) n_top = 0;
-        if (!grow_tokens(r, r->n_tok + ev->n_tokens, r->n_top)) {
-            r->oom = true;
-        } else {
-            memcpy(r->toks + r->n_tok, ev->tokens, (size_t)ev->n_tokens * sizeof(sp_token));
-            if (r->logprobs >= 0 && ev->logprobs)
-                memcpy(r->lps + r->n_tok, ev->logprobs, (size_t)ev->n_tokens * sizeof(float));
-            if (r->n_top && n_top) {
-                memcpy(r->top_ids + (size_t)r->n_tok * r->n_top, ev->top_ids,
-                       (size_t)ev->n_tokens * r->n_top * sizeof(sp_token));
-                memcpy(r->top_lps + (size_t)r->n_tok * r->n_top, ev->top_lps,
-                       (size_t)ev->n_tokens * r->n_top * sizeof(float));
-            }
-            if (r->n_tok == 0) {
-                r->t_first = t;
-            } else {
-                itl = (t - r->t_last) / 1e3;
-            }
-            r->t_last = t;
-            r->n_tok += ev->n_tokens;
-        }
-    }
-    if (ev->text_len) sb_add(&r->text, ev->text, ev->text_len);
-    if (r->text.oom) r->oom = true;
-    /* the same condition as stream_build's for a chunk with content, so the
-     * stamp is the time the server first had something to send */
-    if (s->o.stamp_chunks && (ev->text_len || (r->logprobs >= 0 && ev->n_tokens > 0))) {
-        if (!r->pend_events) r->t_pend = t;
-        r->pend_events++;
-    }
-    bool fin = ev->finished;
-    if (fin) {
-        r->st = *ev->stats;
-        if (ev->error) {
-            snprintf(r->error, sizeof(r->error), "%s", ev->error);
-        } else if (r->oom) {
-            /* an answer with tokens or text missing must not look whole */
-            snprintf(r->error, sizeof(r->error), "out of memory");
-            r->st.finish = SP_FINISH_ERROR;
-        }
-        if (r->n_tok >= 2) tpot = (r->t_last - r->t_first) / 1e3 / (r->n_tok - 1);
-        /* counted before anyone can see the request finished, so a client
-         * that reads /metrics after its response finds it there */
-        double ttft_s = r->n_tok ? (r->t_first - r->t_arrive) / 1e3 : -1;
-        metrics_finished(&s->met, &r->st, ttft_s, tpot, (t - r->t_arrive) / 1e3);
-        pthread_mutex_lock(&s->mu);
-        s->active--;
-        pthread_mutex_unlock(&s->mu);
-        r->finished = true;
-    }
-    if (itl >= 0) metrics_observe(&s->met, &s->met.itl, itl);
-    /* a stream takes every event; a plain request only its end (each
-     * resume costs the worker a rebuild of its poll set) */
-    if (r->stream || fin) wake(r);
-    pthread_mutex_unlock(&r->mu);
-    if (fin) sreq_unref(r);
-}
-
-/* ---- cancellation -------------------------------------------------------- */
-
-static void cancel_req(sreq *r, bool disconnect) {
-    pthread_mutex_lock(&r->mu);
-    bool do_it = !r->finished && r->id > 0 && !r->disconnected;
-    if (do_it) r->disconnected = true;
-    int64_t id = r->id;
-    pthread_mutex_unlock(&r->mu);
-    if (!do_it) return;
-    sp_engine_cancel(r->s->e, id);
-    if (disconnect) metrics_disconnect(&r->s->met);
-}
-
-static void stop_one(sreq *r);
-
-/* ---- response bodies ------------------------------------------------------ */
-
-static void json_piece(sbuf *b, const sp_vocab *v, sp_token t, bool with_bytes) {
-    char buf[256];
-    int n = sp_token_to_piece(v, t, buf, sizeof(buf), false);
-    if (n < 0) n = 0;
-    if (n > (int)sizeof(buf)) n = sizeof(buf);
-    sb_json_str(b, buf, (size_t)n);
-    if (with_bytes) {
-        sb_str(b, ", \"bytes\": [");
-        for (int i = 0; i < n; i++) sb_printf(b, "%s%u", i ? ", " : "", (unsigned char)buf[i]);
-        sb_str(b, "]");
-    }
-}
-
-static int piece_len(const sp_vocab *v, sp_token t) {
-    char buf[256];
-    int n = sp_token_to_piece(v, t, buf, sizeof(buf), false);
-    return n < 0 ? 0 : n;
-}
-
-static void json_lp(sbuf *b, float lp) {
-    if (lp != lp || lp < -1e30f) sb_str(b, "-9999.0");
-    else sb_printf(b, "%.6g", (double)lp);
-}
-
-/* "logprobs": ... for tokens [from, to) (r->mu held). text_off: bytes of
- * completion text before token `from` (completions' text_offset). */
-static void json_logprobs(sbuf *b, const sreq *r, int32_t from, int32_t to, size_t *text_off) {
-    const sp_vocab *v = r->s->v;
-    if (r->logprobs < 0 || !r->lps) {
-        sb_str(b, "null");
-        return;
-    }
-    int nt = r->n_top < r->logprobs ? r->n_top : r->logprobs;
-    if (r->chat) {
-        sb_str(b, "{\"content\": [");
-        for (int32_t i = from; i < to; i++) {
-            sb_str(b, i > from ? ", {\"token\": " : "{\"token\": ");
-            json_piece(b, v, r->toks[i], true);
-            sb_str(b, ", \"logprob\": ");
-            json_lp(b, r->lps[i]);
-            sb_str(b, ", \"top_logprobs\": [");
-            for (int j = 0; j < nt; j++) {
-                sb_str(b, j ? ", {\"token\": " : "{\"token\": ");
-                json_piece(b, v, r->top_ids[(size_t)i * r->n_top + j], true);
-                sb_str(b, ", \"logprob\": ");
-                json_lp(b, r->top_lps[(size_t)i * r->n_top + j]);
-                sb_str(b, "}");
-            }
-            sb_str(b, "]}");
-        }
-        sb_str(b, "]}");
-        return;
-    }
-    sb_str(b, "{\"tokens\": [");
-    for (int32_t i = from; i < to; i++) {
-        if (i > from) sb_str(b, ", ");
-        json_piece(b, v, r->toks[i], false);
-    }
-    sb_str(b, "], \"token_logprobs\": [");
-    for (int32_t i = from; i < to; i++) {
-        if (i > from) sb_str(b, ", ");
-        json_lp(b, r->lps[i]);
-    }
-    sb_str(b, "], \"top_logprobs\": [");
-    for (int32_t i = from; i < to; i++) {
-        sb_str(b, i > from ? ", {" : "{");
-        for (int j = 0; j < nt; j++) {
-            if (j) sb_str(b, ", ");
-            json_piece(b, v, r->top_ids[(size_t)i * r->n_top + j], false);
-            sb_str(b, ": ");
-            json_lp(b, r->top_lps[(size_t)i * r->n_top + j]);
-        }
-        sb_str(b, "}");
-    }
-    sb_str(b, "], \"text_offset\": [");
-    for (int32_t i = from; i < to; i++) {
-        sb_printf(b, "%s%zu", i > from ? ", " : "", *text_off);
-        *text_off += (size_t)piece_len(v, r->toks[i]);
-    }
-    sb_str(b, "]}");
-}
-
-static void json_usage(sbuf *b, const sp_request_stats *st) {
-    sb_printf(b, "{\"prompt_tokens\": %d, \"completion_tokens\": %d, \"total_tokens\": %d, "
-                 "\"prompt_tokens_details\": {\"cached_tokens\": %d}}",
-              st->prompt_tokens, st->completion_tokens, st->prompt_tokens + st->completion_tokens,
-              st->cached_tokens);
-}
-
-static void json_ext(sbuf *b, const sp_request_stats *st) {
-    sb_printf(b, "{\"queue_ms\": %.3f, \"prefill_ms\": %.3f, \"ttft_ms\": %.3f, \"decode_ms\": %.3f, "
-                 "\"tpot_ms\": %.3f, \"preemptions\": %d, \"spec\": {\"steps\": %d, \"drafted\": %d, "
-                 "\"accepted\": %d, \"acceptance_rate\": %.6g, \"mean_acceptance_length\": %.6g}}",
-              st->queue_ms, st->prefill_ms, st->ttft_ms, st->decode_ms, st->tpot_ms,
-              st->preemptions, st->spec_steps, st->spec_drafted, st->spec_accepted,
-              st->spec_drafted ? (double)st->spec_accepted / st->spec_drafted : 0.0,
-              st->spec_steps ? (double)(st->spec_accepted + st->spec_steps) / st->spec_steps : 0.0);
-}
-
-static const char *finish_str(sp_finish_reason f) { return sp_finish_reason_str(f); }
-
-static void json_head(sbuf *b, const sreq *r, const char *object) {
-    sb_str(b, "{\"id\": ");
-    sb_json_str(b, r->rid, strlen(r->rid));
-    sb_printf(b, ", \"object\": \"%s\", \"created\": %ld, \"model\": ", object, r->created);
-    sb_json_str(b, r->s->served_name, strlen(r->s->served_name));
-}
-
-/* The whole (non-streaming) response (r->mu held, r finished). */
-static void json_full(sbuf *b, const sreq *r) {
-    json_head(b, r, r->chat ? "chat.completion" : "text_completion");
-    sb_str(b, ", \"choices\": [{\"index\": 0, ");
-    if (r->chat) {
-        sb_str(b, "\"message\": {\"role\": \"assistant\", \"content\": ");
-        sb_json_str(b, r->text.p ? r->text.p : "", r->text.len);
-        sb_str(b, "}");
-    } else {
-        sb_str(b, "\"text\": ");
-        sb_json_str(b, r->text.p ? r->text.p : "", r->text.len);
-    }
-    sb_str(b, ", \"logprobs\": ");
-    size_t off = 0;
-    json_logprobs(b, r, 0, r->n_tok, &off);
-    sb_printf(b, ", \"finish_reason\": \"%s\"}], \"usage\": ", finish_str(r->st.finish));
-    json_usage(b, &r->st);
-    sb_str(b, ", \"specula\": ");
-    json_ext(b, &r->st);
-    sb_str(b, "}");
-}
-
-/* One SSE chunk carrying a text delta and/or a finish reason. */
-static void sse_chunk(sbuf *b, sreq *r, const char *text, size_t len, int32_t from, int32_t to,
-                      const char *finish, bool role) {
-    sb_str(b, "data: ");
-    json_head(b, r, r->chat ? "chat.completion.chunk" : "text_completion");
-    sb_str(b, ", \"choices\": [{\"index\": 0, ");
-    if (r->chat) {
-        sb_str(b, "\"delta\": {");
-        if (role) sb_str(b, "\"role\": \"assistant\", \"content\": \"\"");
-        else if (text) {
-            sb_str(b, "\"content\": ");
-            sb_json_str(b, text, len);
-        }
-        sb_str(b, "}");
-    } else {
-        sb_str(b, "\"text\": ");
-        sb_json_str(b, text ? text : "", text ? len : 0);
-    }
-    sb_str(b, ", \"logprobs\": ");
-    if (from < to) {
-        size_t off = 0; /* offsets within this chunk's text */
-        json_logprobs(b, r, from, to, &off);
-    } else {
-        sb_str(b, "null");
-    }
-    sb_str(b, ", \"finish_reason\": ");
-    if (finish) sb_printf(b, "\"%s\"", finish);
-    else sb_str(b, "null");
-    sb_str(b, "}]");
-    if (finish) {
-        sb_str(b, ", \"specula\": ");
-        json_ext(b, &r->st);
-    }
-    if (!finish && !role && r->pend_events) { /* only with --stamp-chunks */
-        sb_printf(b, ", \"specula_timing\": {\"emit_us\": %lld, \"events\": %d, \"built_us\": %lld}",
-                  (long long)(r->t_pend * 1e3), r->pend_events, (long long)(now_ms() * 1e3));
-        r->pend_events = 0;
-    }
-    sb_str(b, "}\n\n");
-}
-
-/* Appends to r->out the SSE events for what is new (r->mu held). */
-static void stream_build(sreq *r) {
-    if (r->chat && !r->sent_role) {
-        sse_chunk(&r->out, r, NULL, 0, 0, 0, NULL, true);
-        r->sent_role = true;
-    }
-    size_t nt = r->text.len - r->sent_text;
-    int32_t ntok = r->n_tok - r->sent_tok;
-    bool lp = r->logprobs >= 0 && ntok > 0;
-    if (nt || lp)
-        sse_chunk(&r->out, r, r->text.p + r->sent_text, nt, r->sent_tok, lp ? r->n_tok : 0, NULL,
-                  false);
-    r->sent_text = r->text.len;
-    r->sent_tok = r->n_tok;
-    if (!r->finished) return;
-    if (r->st.finish == SP_FINISH_ERROR) {
-        oai_error e;
-        oai_seterr(&e, 500, "server_error", NULL, NULL, "%s", r->error[0] ? r->error : "error");
-        sb_str(&r->out, "data: ");
-        oai_error_json(&e, &r->out);
-        sb_str(&r->out, "\n\n");
-    } else {
-        sse_chunk(&r->out, r, r->chat ? NULL : "", 0, 0, 0, finish_str(r->st.finish), false);
-        if (r->include_usage) {
-            sb_str(&r->out, "data: ");
-            json_head(&r->out, r, r->chat ? "chat.completion.chunk" : "text_completion");
-            sb_str(&r->out, ", \"choices\": [], \"usage\": ");
-            json_usage(&r->out, &r->st);
-            sb_str(&r->out, "}\n\n");
-        }
-    }
-    sb_str(&r->out, "data: [DONE]\n\n");
-    r->sent_done = true;
-}
-
-/* MHD's content reader for a stream: what is buffered, else what is new,
- * else suspend (return 0) until the engine's next event wakes the
- * connection. */
-static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
-    sreq *r = cls;
-    for (;;) {
-        if (r->out_off < r->out.len) {
-            size_t n = r->out.len - r->out_off;
-            if (n > max) n = max;
-            memcpy(buf, r->out.p + r->out_off, n);
-            r->out_off += n;
-            return (ssize_t)n;
-        }
-        r->out.len = 0;
-        r->out_off = 0;
-        if (r->sent_done) return MHD_CONTENT_READER_END_OF_STREAM;
-        pthread_mutex_lock(&r->mu);
-        if (r->abort) {
-            pthread_mutex_unlock(&r->mu);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-        if (!has_news(r)) {
-            bool parked = park(r);
-            pthread_mutex_unlock(&r->mu);
-            return parked ? 0 : MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-        stream_build(r);
-        bool oom = r->out.oom;
-        pthread_mutex_unlock(&r->mu);
-        if (oom) return MHD_CONTENT_READER_END_WITH_ERROR;
-    }
-}
-
-static void stream_free(void *cls) { sreq_unref(cls); }
-
-/* ---- generation endpoints ---------------------------------------------- */
-
-static void make_id(sp_server *s, const char *prefix, char *out, size_t len) {
-    uint64_t n = atomic_fetch_add(&s->seq, 1) + 1;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    snprintf(out, len, "%s%08llx%016llx", prefix, (unsigned long long)(ts.tv_sec & 0xffffffff),
-             (unsigned long long)(n * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_nsec));
-}
-
-/* A plain (non-streaming) request's answer once the engine finished it;
- * until then the connection is suspended and this runs again at each
- * wake-up (the access handler's re-entry after a resume). */
-static enum MHD_Result generate_answer(sp_server *s, struct MHD_Connection *c, const char *url,
-                                       sreq *r) {
-    pthread_mutex_lock(&r->mu);
-    if (!r->finished) {
-        bool parked = park(r);
-        pthread_mutex_unlock(&r->mu);
-        return parked ? MHD_YES : MHD_NO; /* MHD_NO: the server stops, close */
-    }
-    sbuf b = {0};
-    int code = 200;
-    if (r->st.finish == SP_FINISH_ERROR || r->st.finish == SP_FINISH_CANCELLED) {
-        bool err_ = r->st.finish == SP_FINISH_ERROR;
-        code = err_ ? 500 : 503;
-        oai_error e;
-        oai_seterr(&e, code, err_ ? "server_error" : "service_unavailable", NULL, NULL, "%s",
-                   err_ ? (r->error[0] ? r->error : "error")
-                        : r->t_stop ? "the server is shutting down; the request was cancelled"
-                                    : "the request was cancelled");
-        oai_error_json(&e, &b);
-    } else {
-        json_full(&b, r);
-    }
-    pthread_mutex_unlock(&r->mu);
-    return send_json(s, c, url, code, &b);
-}
-
-static enum MHD_Result handle_generate(sp_server *s, struct MHD_Connection *c, const char *url,
-                                       conn *cx, bool chat, const char *tenant) {
-    oai_req q;
-    oai_error e;
-    double t_arrive = now_ms();
-    if (oai_parse(cx->body.p, cx->body.len, chat, s->n_vocab, &q, &e) < 0) {
-        oai_req_free(&q);
-        return send_error(s, c, url, &e);
-    }
-    sp_token *toks = NULL;
-    int32_t n = 0;
-    bool admitted = false;  /* holds one of s->active's places */
-    char err[512];
-    if (q.model && strcmp(q.model, s->served_name)) {
-        oai_seterr(&e, 404, "invalid_request_error", "model", "model_not_found",
-                   "the model '%.200s' does not exist (this server serves '%.200s')", q.model,
-                   s->served_name);
-        goto fail;
-    }
-    if (chat && s->tmpl == CHAT_NONE) {
-        oai_seterr(&e, 400, "invalid_request_error", "messages", "no_chat_template",
-                   "the model has no recognized chat template; start the server with "
-                   "--chat-template NAME (chatml, llama3, llama2, mistral, phi3, gemma) or "
-                   "use /v1/completions");
-        goto fail;
-    }
-    const char *cs = q.cache_salt && q.cache_salt[0] ? q.cache_salt : NULL;
-    if (cs && strlen(cs) > 500) {
-        oai_seterr(&e, 400, "invalid_request_error", "cache_salt", "invalid_value",
-                   "'cache_salt' is longer than 500 bytes");
-        goto fail;
-    }
-    /* admission before the prompt's tokenization, the request's one costly
-     * step before the engine: a full queue or a draining server refuses in
-     * microseconds whatever the prompt's size */
-    if (s->draining) {
-        oai_seterr(&e, 503, "service_unavailable", NULL, "shutting_down",
-                   "the server is shutting down");
-        goto fail;
-    }
-    pthread_mutex_lock(&s->mu);
-    bool full = s->active >= s->o.max_queue;
-    if (!full) s->active++;
-    pthread_mutex_unlock(&s->mu);
-    if (full) {
-        oai_seterr(&e, 429, "rate_limit_exceeded", NULL, "too_many_requests",
-                   "the server has %d requests in flight; retry later", s->o.max_queue);
-        goto fail;
-    }
-    admitted = true;
-    /* at most n_ctx - 1 prompt tokens: the tokenizer stops there */
-    if (oai_prompt_tokens(&q, chat ? s->tmpl : CHAT_NONE, s->v, s->n_ctx - 1, &toks, &n, &e))
-        goto fail;
-    int32_t max_tokens = q.max_tokens;
-    if (max_tokens == 0) max_tokens = chat ? s->n_ctx - n : 16;
-    if (n >= s->n_ctx || (int64_t)n + max_tokens > s->n_ctx) {
-        oai_seterr(&e, 400, "invalid_request_error", n >= s->n_ctx ? (chat ? "messages" : "prompt")
-                   : "max_tokens", "context_length_exceeded",
-                   "this model's context is %d tokens; the prompt has %d tokens and %d more were "
-                   "requested", s->n_ctx, n, max_tokens);
-        goto fail;
-    }
-    /* stop strings; the template's end of turn */
-    const char *stops[OAI_MAX_STOP + 1];
-    int n_stop = 0;
-    for (int i = 0; i < q.n_stop; i++) stops[n_stop++] = q.stop[i];
-    const char *eot = chat ? chat_tmpl_eot(s->tmpl) : NULL;
-    if (eot && s->eot_token < 0) stops[n_stop++] = eot;
-    /* the cache salt: the tenant's, combined with the request's */
-    char salt[600];
-    if (tenant && cs) snprintf(salt, sizeof(salt), "%s:%.500s", tenant, cs);
-    else snprintf(salt, sizeof(salt), "%.500s", tenant ? tenant : cs ? cs : "");
-    sreq *r = calloc(1, sizeof(*r));
-    if (!r) {
-        oai_seterr(&e, 500, "server_error", NULL, NULL, "out of memory");
-        goto fail;
-    }
-    pthread_mutex_init(&r->mu, NULL);
-    r->s = s;
-    r->refs = 2; /* the connection and the engine */
-    r->chat = chat;
-    r->stream = q.stream;
-    r->include_usage = q.include_usage;
-    r->logprobs = q.logprobs;
-    r->t_arrive = t_arrive;
-    r->created = (long)time(NULL);
-    r->c = c;
-    make_id(s, chat ? "chatcmpl-" : "cmpl-", r->rid, sizeof(r->rid));
-
-    sp_request_params rp = sp_request_default_params();
-    rp.tokens = toks;
-    rp.n_tokens = n;
-    rp.sampling = q.sampling;
-    if (!q.seed_given) { /* as OpenAI: without a seed, sampled output varies */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t x = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^
-                     (atomic_fetch_add(&s->seq, 1) * 0x9E3779B97F4A7C15ull);
-        x ^= x >> 31;
-        x *= 0xBF58476D1CE4E5B9ull;
-        rp.sampling.seed = x ^ (x >> 29);
-    }
-    rp.max_tokens = max_tokens;
-    rp.stop = stops;
-    rp.n_stop = n_stop;
-    sp_token eot_tok = s->eot_token;
-    if (chat && eot_tok >= 0) {
-        rp.stop_tokens = &eot_tok;
-        rp.n_stop_tokens = 1;
-    }
-    rp.logprobs = q.logprobs < 0 ? -1 : q.logprobs > 0 ? q.logprobs : 1;
-    rp.cache_salt = salt[0] ? salt : NULL;
-    rp.on_event = on_event;
-    rp.user = r;
-    rp.spec = q.spec;
-    rp.spec_k = q.spec_k;
-    rp.ignore_eos = q.ignore_eos;
-    /* the record is the connection's before the engine can call back */
-    cx->r = r;
-    s->open_resps++;
-    pthread_mutex_lock(&s->reg_mu);
-    if (cx->p) cx->p->r = r;
-    pthread_mutex_unlock(&s->reg_mu);
-    int64_t id = sp_engine_submit(s->e, &rp, err, sizeof(err));
-    if (id < 0) {
-        pthread_mutex_lock(&s->mu);
-        s->active--;
-        pthread_mutex_unlock(&s->mu);
-        admitted = false;
-        pthread_mutex_lock(&r->mu);
-        r->refs--; /* the engine never took it */
-        r->finished = true;
-        pthread_mutex_unlock(&r->mu);
-        bool ctx = id == SP_ERR_CONTEXT;
-        oai_seterr(&e, 400, "invalid_request_error", ctx ? "max_tokens" : NULL,
-                   ctx ? "context_length_exceeded" : "invalid_value", "%s", err);
-        goto fail;
-    }
-    pthread_mutex_lock(&r->mu);
-    r->id = id;
-    pthread_mutex_unlock(&r->mu);
-    free(toks);
-    oai_req_free(&q);
-    /* sp_server_stop may have swept the requests before this one had an id */
-    if (s->stopping) stop_one(r);
-
-    if (r->stream) {
-        struct MHD_Response *resp =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, r, stream_free);
-        if (!resp) {
-            cancel_req(r, false);
-            return MHD_NO;
-        }
-        pthread_mutex_lock(&r->mu);
-        r->refs++;
-        pthread_mutex_unlock(&r->mu);
-        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-        MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
-        MHD_destroy_response(resp);
-        metrics_request(&s->met, endpoint_label(url), 200);
-        return ret;
-    }
-    /* no answer yet and not suspended: MHD calls again at once (its next
-     * loop), and generate_answer suspends then. Suspending in this, the
-     * request's final call, would leave the connection's poll interest at
-     * "read" (MHD 0.9.75 does not update it for a suspended connection),
-     * and after the resume MHD would read the EOF of a client that
-     * half-closed and drop the answer */
-    return MHD_YES;
-
-fail:
-    if (admitted) {
-        pthread_mutex_lock(&s->mu);
-        s->active--;
-        pthread_mutex_unlock(&s->mu);
-    }
-    free(toks);
-    oai_req_free(&q);
-    return send_error(s, c, url, &e);
-}
-
-/* ---- other endpoints ---------------------------------------------------- */
-
-static enum MHD_Result handle_tokenize(sp_server *s, struct MHD_Connection *c, const char *url,
-                                       conn *cx) {
-    sbuf b = {0};
-    oai_error e;
-    if (oai_tokenize(cx->body.p, cx->body.len, s->v, s->n_ctx, &b, &e)) {
-        sb_free(&b);
-        return send_error(s, c, url, &e);
-    }
-    return send_json(s, c, url, 200, &b);
-}
-
-static enum MHD_Result handle_detokenize(sp_server *s, struct MHD_Connection *c, const char *url,
-                                         conn *cx) {
-    sbuf b = {0};
-    oai_error e;
-    if (oai_detokenize(cx->body.p, cx->body.len, s->v, &b, &e)) {
-        sb_free(&b);
-        return send_error(s, c, url, &e);
-    }
-    return send_json(s, c, url, 200, &b);
-}
-
-static void json_model(sbuf *b, sp_server *s) {
-    sb_str(b, "{\"id\": ");
-    sb_json_str(b, s->served_name, strlen(s->served_name));
-    sb_printf(b, ", \"object\": \"model\", \"created\": %ld, \"owned_by\": \"specula\", "
-                 "\"max_model_len\": %d", (long)time(NULL), s->n_ctx);
-    if (s->info) sb_printf(b, ", \"specula\": %s", s->info);
-    sb_str(b, "}");
 }
 
 /* The offset of the first byte of p[n] that is a NUL or not part of valid
@@ -1058,64 +300,20 @@ static enum MHD_Result on_head(sp_server *s, struct MHD_Connection *c, const cha
 static enum MHD_Result dispatch(sp_server *s, struct MHD_Connection *c, const char *url,
                                 conn *cx) {
     endpoint ep = route(url);
-    if (ep == EP_HEALTH) {
-        if (s->draining) {
-            static const char b[] = "{\"status\": \"draining\"}";
-            return send_body(s, c, url, 503, "application/json", b, sizeof(b) - 1, NULL);
-        }
-        if (!s->ready) {
-            static const char b[] = "{\"status\": \"loading\"}";
-            return send_body(s, c, url, 503, "application/json", b, sizeof(b) - 1, NULL);
-        }
-        static const char b[] = "{\"status\": \"ok\"}";
-        return send_body(s, c, url, 200, "application/json", b, sizeof(b) - 1, NULL);
-    }
-    if (ep == EP_METRICS) {
-        sbuf b = {0};
-        pthread_mutex_lock(&s->mu);
-        int64_t active = s->active;
-        pthread_mutex_unlock(&s->mu);
-        metrics_render(&s->met, s->ready ? s->e : NULL, active, &b);
-        pthread_mutex_lock(&s->reg_mu);
-        int n_peers = s->n_peers;
-        pthread_mutex_unlock(&s->reg_mu);
-        sb_printf(&b, "# HELP specula_connections_open Open HTTP connections.\n"
-                      "# TYPE specula_connections_open gauge\nspecula_connections_open %d\n"
-                      "# HELP specula_connections_cut_total Connections closed for not sending "
-                      "a whole request within --recv-timeout.\n"
-                      "# TYPE specula_connections_cut_total counter\n"
-                      "specula_connections_cut_total %llu\n",
-                  n_peers, (unsigned long long)s->n_cut);
-        if (b.oom) return send_json(s, c, url, 500, &b);
-        enum MHD_Result r = send_body(s, c, url, 200, "text/plain; version=0.0.4", b.p ? b.p : "",
-                                      b.len, NULL);
-        sb_free(&b);
-        return r;
-    }
+    if (ep == EP_HEALTH) return ep_health(s, c, url);
+    if (ep == EP_METRICS) return ep_metrics(s, c, url);
     if (!s->ready)
         ERR(503, "service_unavailable", NULL, "loading", "the model is still loading");
-    if (ep == EP_MODELS) {
-        sbuf b = {0};
-        if (url[10] == '/') {
-            if (strcmp(url + 11, s->served_name))
-                ERR(404, "invalid_request_error", "model", "model_not_found",
-                    "the model '%.200s' does not exist", url + 11);
-            json_model(&b, s);
-        } else {
-            sb_str(&b, "{\"object\": \"list\", \"data\": [");
-            json_model(&b, s);
-            sb_str(&b, "]}");
-        }
-        return send_json(s, c, url, 200, &b);
-    }
+    if (ep == EP_MODELS) return ep_models(s, c, url);
+
     size_t bad = utf8_bad_at(cx->body.p, cx->body.len);
     if (bad < cx->body.len)
         ERR(400, "invalid_request_error", NULL, "invalid_encoding",
             "the body is not UTF-8 JSON: byte %zu (0x%02x) is %s", bad,
             (unsigned char)cx->body.p[bad], cx->body.p[bad] ? "not valid UTF-8" : "a NUL");
-    if (ep == EP_TOKENIZE) return handle_tokenize(s, c, url, cx);
-    if (ep == EP_DETOKENIZE) return handle_detokenize(s, c, url, cx);
-    return handle_generate(s, c, url, cx, ep == EP_CHAT, cx->tenant);
+    if (ep == EP_TOKENIZE) return ep_tokenize(s, c, url, cx);
+    if (ep == EP_DETOKENIZE) return ep_detokenize(s, c, url, cx);
+    return gen_handle(s, c, url, cx, ep == EP_CHAT);
 }
 
 static void peer_set_receiving(sp_server *s, peer *p, bool receiving) {
@@ -1158,7 +356,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         return MHD_YES;
     }
     if (cx->r) /* a plain generation request, woken by the engine */
-        return cx->r->stream ? MHD_YES : generate_answer(s, c, url, cx->r);
+        return cx->r->stream ? MHD_YES : gen_answer(s, c, url, cx->r);
     if (cx->answered) return MHD_YES;
     cx->answered = true;
     peer_set_receiving(s, cx->p, false);
@@ -1167,16 +365,16 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         oai_error e;
         oai_seterr(&e, 413, "invalid_request_error", NULL, "request_too_large",
                    "the body is larger than %zu bytes", s->o.max_body);
-        ret = send_error(s, c, url, &e);
+        ret = srv_send_error(s, c, url, &e);
     } else if (cx->busy) {
         oai_error e;
         oai_seterr(&e, 503, "service_unavailable", NULL, "server_busy",
                    "the server is receiving too many request bodies at once; retry later");
-        ret = send_error(s, c, url, &e);
+        ret = srv_send_error(s, c, url, &e);
     } else if (cx->body.oom) {
         oai_error e;
-        oai_seterr(&e, 500, "server_error", NULL, NULL, "out of memory");
-        ret = send_error(s, c, url, &e);
+        oai_status_error(&e, SP_ERR_NOMEM, NULL, "out of memory");
+        ret = srv_send_error(s, c, url, &e);
     } else {
         ret = dispatch(s, c, url, cx);
     }
@@ -1199,7 +397,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     }
     if (cx->r) {
         sreq *r = cx->r;
-        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) cancel_req(r, true);
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) sreq_cancel(r, true);
         pthread_mutex_lock(&r->mu);
         r->c = NULL;
         r->suspended = false;
@@ -1304,7 +502,7 @@ static void *watcher_main(void *arg) {
         /* the engine's lock is taken without reg_mu held: the HTTP threads
          * need reg_mu for every connection event */
         for (int i = 0; i < n_gone; i++) {
-            cancel_req(gone[i], true);
+            sreq_cancel(gone[i], true);
             sreq_unref(gone[i]);
         }
     }
@@ -1503,20 +701,6 @@ static void for_each_request(sp_server *s, void (*fn)(sreq *r)) {
     pthread_mutex_unlock(&s->reg_mu);
 }
 
-static void stop_one(sreq *r) {
-    pthread_mutex_lock(&r->mu);
-    if (!r->finished && !r->t_stop) r->t_stop = now_ms();
-    pthread_mutex_unlock(&r->mu);
-    cancel_req(r, false);
-}
-
-static void abort_one(sreq *r) {
-    pthread_mutex_lock(&r->mu);
-    r->abort = true;
-    wake(r);
-    pthread_mutex_unlock(&r->mu);
-}
-
 void sp_server_stop(sp_server *s) {
     if (!s || !s->d) return;
     sp_server_drain(s);
@@ -1524,7 +708,7 @@ void sp_server_stop(sp_server *s) {
     /* cancel what is in flight; the engine's final events wake the
      * connections, which send a last chunk and [DONE] or a 503 (a request
      * submitted after this sweep sees `stopping` and cancels itself) */
-    for_each_request(s, stop_one);
+    for_each_request(s, sreq_stop);
     /* their clients get at most 5 s to take those final events */
     double dl = now_ms() + 5000;
     while (s->open_resps > 0 && now_ms() < dl) {
@@ -1536,7 +720,7 @@ void sp_server_stop(sp_server *s) {
      * to end its response. A request registers on its peer before it can
      * suspend, so the sweep sees every suspended one */
     s->closing = 1;
-    for_each_request(s, abort_one);
+    for_each_request(s, sreq_abort);
     s->watcher_quit = 1;
     if (s->watcher_started) pthread_join(s->watcher, NULL);
     s->watcher_started = false;

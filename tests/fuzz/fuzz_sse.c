@@ -3,10 +3,9 @@
  * sanitizing, error objects, and streamed text deltas as the streaming
  * detokenizer produces them.
  *
- * The SSE chunk builders themselves (sse_chunk, stream_build) are static in
- * src/server/server.c and need a live request; they put text into events
- * only through sb_json_str, which is what is fuzzed here, inside an event
- * of the same shape.
+ * The SSE chunk builder itself (oai_reply_chunk, src/server/openai_reply.c)
+ * puts text into events only through sb_json_str, which is what is fuzzed
+ * here, inside an event of the same shape.
  *
  * Input: byte 0 picks the mode: bit 0 clear: the rest is text (a model's
  * output can be any bytes); set: the rest is token ids (2 bytes each) of

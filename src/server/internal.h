@@ -1,0 +1,179 @@
+/* internal.h: what the server's files share (not an API): the server, a
+ * connection, a generation request's record, and the helpers that send an
+ * answer. The files, by idea:
+ *   server.c     the HTTP layer: MHD's callbacks, limits on the request
+ *                head and body, authentication, routing, the watcher, the
+ *                life cycle (sp_server_*);
+ *   generate.c   /v1/completions and /v1/chat/completions: a request in
+ *                steps (parse, build, submit, respond), the engine's
+ *                callback, suspending and resuming the connection, SSE;
+ *   endpoints.c  /health, /metrics, /v1/models, /tokenize, /detokenize;
+ *   openai.c     the OpenAI request JSON (the field table) and errors;
+ *   openai_reply.c  the OpenAI response JSON;
+ *   metrics.c    the Prometheus counters. */
+#ifndef SP_SERVER_INTERNAL_H
+#define SP_SERVER_INTERNAL_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "server/chat.h"
+#include "server/metrics.h"
+#include "server/openai.h"
+#include "server/sbuf.h"
+#include "server/server.h"
+
+/* One TCP connection (MHD's socket context), from accept to close; linked
+ * in the server's list for the watcher (s->reg_mu guards the links and the
+ * fields marked so). */
+typedef struct peer {
+    struct peer *prev, *next;
+    int fd;
+    double t_wait;            /* reg_mu: when it began waiting for a request */
+    bool receiving;           /* reg_mu: waiting for or reading a request's head and body */
+    bool cut;                 /* reg_mu: the watcher shut it down */
+    bool reserve;             /* admitted past --max-conns: /health only */
+    struct sreq *r;           /* reg_mu: its generation request (a reference), or NULL */
+} peer;
+
+struct sp_server {
+    sp_server_opts o;
+    struct MHD_Daemon *d;
+    int port;
+    unsigned char (*key_hash)[32]; /* SHA-256 of each API key */
+    char (*key_salt)[65];          /* its hex: the tenant's cache salt */
+    int n_keys;
+    unsigned char metrics_hash[32];
+    bool metrics_keyed;            /* /metrics needs Bearer --metrics-key */
+    bool metrics_closed;           /* several tenants, no metrics key: /metrics refused */
+    char *served_name;
+    char *info;                    /* JSON object for /v1/models "specula", or NULL */
+    _Atomic int ready;
+    _Atomic int draining;          /* SIGTERM: no new requests; those in flight go on */
+    _Atomic int stopping;          /* in-flight requests are being cancelled */
+    _Atomic int closing;           /* MHD is about to stop: no connection may suspend */
+    _Atomic int64_t open_resps;    /* generation responses not yet completed (sent or failed) */
+    _Atomic int64_t body_bytes;    /* request body bytes reserved across connections */
+    const sp_model *m;
+    const sp_vocab *v;
+    sp_engine *e;
+    int32_t n_ctx, n_vocab;
+    chat_tmpl tmpl;
+    sp_token eot_token;            /* single-token end of turn, or -1 */
+    pthread_mutex_t mu;
+    int64_t active;                /* generation requests accepted, not finished */
+    _Atomic uint64_t seq;
+    metrics met;
+    /* connections and the watcher */
+    pthread_mutex_t reg_mu;
+    peer *peers;                   /* every open connection */
+    int n_peers;
+    pthread_t watcher;
+    bool watcher_started;
+    _Atomic int watcher_quit;
+    _Atomic uint64_t n_cut;        /* connections cut for taking too long to send a request */
+};
+
+/* A generation request's record, shared by the connection, the streaming
+ * response and the engine; freed when the last of them lets go
+ * (sreq_unref). */
+typedef struct sreq {
+    sp_server *s;
+    pthread_mutex_t mu;
+    int refs;
+    int64_t id;                    /* engine id (0 until submitted) */
+    bool chat, stream, include_usage;
+    int logprobs;                  /* -1 off, else top-N */
+    char rid[48];
+    long created;
+    /* what the engine produced */
+    sp_token *toks;
+    float *lps;
+    sp_token *top_ids;
+    float *top_lps;
+    int32_t n_tok, cap_tok, n_top;
+    sbuf text;
+    bool finished, disconnected;
+    bool oom;                      /* an event's tokens or text could not be kept */
+    double t_stop;                 /* when the server's stop cancelled it (0: not) */
+    sp_request_stats st;
+    char error[256];
+    double t_arrive, t_first, t_last;
+    /* --stamp-chunks: text events not yet in a chunk, the oldest one's time */
+    int32_t pend_events;
+    double t_pend;
+    /* the connection (mu): suspended while it waits for the engine */
+    struct MHD_Connection *c;      /* NULL once the request completed */
+    bool suspended;
+    bool abort;                    /* the server stops: end the response now */
+    /* streaming state (connection thread) */
+    size_t sent_text;
+    int32_t sent_tok;
+    bool sent_role, sent_done;
+    sbuf out;
+    size_t out_off;
+} sreq;
+
+/* One HTTP request on a connection (MHD's per-request context). */
+typedef struct {
+    sbuf body;
+    size_t reserved;               /* bytes of s->body_bytes this request holds */
+    bool too_big, busy, answered;
+    const char *tenant;            /* the key's salt (authenticated on the head) */
+    peer *p;
+    sreq *r;
+} conn;
+
+static inline double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* ---- server.c: answers (each counted in /metrics by endpoint and code) */
+const char *srv_endpoint_label(const char *url);
+enum MHD_Result srv_send_body(sp_server *s, struct MHD_Connection *c, const char *url, int code,
+                              const char *type, const char *body, size_t len,
+                              const char *retry_after);
+/* b as application/json (a 500 if b ran out of memory); frees b. */
+enum MHD_Result srv_send_json(sp_server *s, struct MHD_Connection *c, const char *url, int code,
+                              sbuf *b);
+/* e as an OpenAI error object, with Retry-After on a 429. */
+enum MHD_Result srv_send_error(sp_server *s, struct MHD_Connection *c, const char *url,
+                               const oai_error *e);
+
+#define ERR(st, type, param, code, ...)                                                     \
+    do {                                                                                    \
+        oai_error e_;                                                                       \
+        oai_seterr(&e_, st, type, param, code, __VA_ARGS__);                                \
+        return srv_send_error(s, c, url, &e_);                                              \
+    } while (0)
+
+/* ---- generate.c ---- */
+/* The final call of a generation request (its body is in cx->body). */
+enum MHD_Result gen_handle(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx,
+                           bool chat);
+/* A later call of a plain (non-streaming) generation request: its answer
+ * once the engine finished it, else the connection suspends again. */
+enum MHD_Result gen_answer(sp_server *s, struct MHD_Connection *c, const char *url, sreq *r);
+void sreq_unref(sreq *r);
+/* Cancels r's engine request (disconnect: counted as a client gone). */
+void sreq_cancel(sreq *r, bool disconnect);
+/* The server stops: cancel r (its final event still reaches the client). */
+void sreq_stop(sreq *r);
+/* The server closes: end r's response now, waking its connection. */
+void sreq_abort(sreq *r);
+
+/* ---- endpoints.c ---- */
+enum MHD_Result ep_health(sp_server *s, struct MHD_Connection *c, const char *url);
+enum MHD_Result ep_metrics(sp_server *s, struct MHD_Connection *c, const char *url);
+enum MHD_Result ep_models(sp_server *s, struct MHD_Connection *c, const char *url);
+enum MHD_Result ep_tokenize(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx);
+enum MHD_Result ep_detokenize(sp_server *s, struct MHD_Connection *c, const char *url,
+                              conn *cx);
+
+#endif

@@ -1,0 +1,180 @@
+/* openai_prompt.c: the prompt's tokens for a generation request (chat
+ * rendered by its template), and the /tokenize and /detokenize bodies. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/openai.h"
+
+int oai_tokenize(const char *body, size_t len, const sp_vocab *v, int32_t n_ctx, sbuf *out,
+                 oai_error *e) {
+    cJSON *o = oai_json_parse(body, len);
+    if (!o || !cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return oai_seterr(e, 400, "invalid_request_error", NULL, "invalid_json",
+                          "the body must be a JSON object");
+    }
+    if (oai_refuse_nul(body, len, e)) {
+        cJSON_Delete(o);
+        return -1;
+    }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "prompt");
+    if (!t) t = cJSON_GetObjectItemCaseSensitive(o, "content");
+    const cJSON *as = cJSON_GetObjectItemCaseSensitive(o, "add_special");
+    if (!cJSON_IsString(t) || (as && !cJSON_IsBool(as))) {
+        cJSON_Delete(o);
+        return oai_seterr(e, 400, "invalid_request_error", "prompt", "invalid_value",
+                          "give the text as \"prompt\" (or \"content\"), a string; \"add_special\" "
+                          "is a boolean");
+    }
+    const sp_tok_opts opts = {.add_special = as ? cJSON_IsTrue(as) : true};
+    const int limit = n_ctx > OAI_TOKENIZE_MAX ? n_ctx : OAI_TOKENIZE_MAX;
+    sp_token *toks;
+    const int n = sp_tokenize_bounded(v, t->valuestring, strlen(t->valuestring), limit, &opts,
+                                      &toks);
+    cJSON_Delete(o);
+    if (n == SP_TOKENIZE_FAILED) return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+    if (n < 0)
+        return oai_seterr(e, 400, "invalid_request_error", "prompt", "context_length_exceeded",
+                          "/tokenize counts at most %d tokens; the text has at least %d", limit,
+                          -n);
+    sb_str(out, "{\"tokens\": [");
+    for (int i = 0; i < n; i++) sb_printf(out, "%s%d", i ? ", " : "", toks[i]);
+    sb_printf(out, "], \"count\": %d, \"max_model_len\": %d}", n, n_ctx);
+    free(toks);
+    return 0;
+}
+
+int oai_detokenize(const char *body, size_t len, const sp_vocab *v, sbuf *out, oai_error *e) {
+    const int32_t n_vocab = sp_vocab_n_tokens(v);
+    cJSON *o = oai_json_parse(body, len);
+    const cJSON *t = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "tokens") : NULL;
+    if (!cJSON_IsArray(t)) {
+        cJSON_Delete(o);
+        return oai_seterr(e, 400, "invalid_request_error", "tokens", "invalid_value",
+                          "the body must be an object with \"tokens\": an array of token ids");
+    }
+    sbuf text = {0};
+    sb_add(&text, "", 0);
+    sp_detok d;
+    sp_detok_init(&d);
+    char buf[4096];
+    int i = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, t) {
+        /* range first: converting 1e308 or NaN to int32_t is undefined
+         * (found by fuzzing: tests/fuzz/regress/request/detokenize_huge_id) */
+        if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble < n_vocab) ||
+            x->valuedouble != (double)(int32_t)x->valuedouble) {
+            cJSON_Delete(o);
+            sb_free(&text);
+            return oai_seterr(e, 400, "invalid_request_error", "tokens", "invalid_value",
+                              "tokens[%d] is not a token id of this model (0..%d)", i, n_vocab - 1);
+        }
+        const int k = sp_detok_push(v, &d, (int32_t)x->valuedouble, buf, sizeof(buf));
+        if (k > 0) sb_add(&text, buf, (size_t)k);
+        i++;
+    }
+    const int k = sp_detok_flush(&d, buf, sizeof(buf));
+    if (k > 0) sb_add(&text, buf, (size_t)k);
+    cJSON_Delete(o);
+    sb_str(out, "{\"prompt\": ");
+    sb_json_str(out, text.p, text.len);
+    sb_str(out, ", \"content\": ");
+    sb_json_str(out, text.p, text.len);
+    sb_str(out, "}");
+    sb_free(&text);
+    return 0;
+}
+
+/* ---- the prompt's tokens ---- */
+
+/* least: the count, or (exact false) a lower bound of it: tokenizing
+ * stopped there */
+/* least: the count, or (exact false) a lower bound of it: tokenizing
+ * stopped there. The engine refuses a prompt that leaves no room for
+ * max_tokens with the same status (SP_ERR_CONTEXT); this check comes first
+ * only so that a huge prompt costs no more than max_prompt tokens' work. */
+static int too_long(oai_error *e, const char *param, int32_t max_prompt, int32_t least,
+                    bool exact) {
+    return oai_status_error(e, SP_ERR_CONTEXT, param, "this model's context leaves room for %d "
+                            "prompt tokens; the prompt has %s%d", max_prompt,
+                            exact ? "" : "at least ", least);
+}
+
+int oai_prompt_tokens(const oai_req *q, chat_tmpl t, const sp_vocab *v, int32_t max_prompt,
+                      sp_token **out, int32_t *n, oai_error *e) {
+    const char *param = q->chat ? "messages" : "prompt";
+    *out = NULL;
+    *n = 0;
+    if (max_prompt < 0) max_prompt = 0;
+    if (!q->chat && !q->prompt) { /* token ids, already checked against the vocabulary */
+        if (q->n_tokens == 0)
+            return oai_seterr(e, 400, "invalid_request_error", param, "invalid_value",
+                              "the prompt is empty");
+        if (q->n_tokens > max_prompt) return too_long(e, param, max_prompt, q->n_tokens, true);
+        sp_token *c = malloc((size_t)q->n_tokens * sizeof(sp_token));
+        if (!c) return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+        memcpy(c, q->tokens, (size_t)q->n_tokens * sizeof(sp_token));
+        *out = c;
+        *n = q->n_tokens;
+        return 0;
+    }
+    char *text = NULL;
+    chat_span *cs = NULL;
+    sp_span *spans = NULL;
+    int n_cs = 0, rc = -1;
+    int32_t ids[16];
+    sp_tok_opts o = {.add_special = true};
+    if (q->chat) {
+        char err[512];
+        text = chat_render_spans(t, q->msgs, q->n_msgs, &cs, &n_cs, err, sizeof(err));
+        if (!text) {
+            if (!strcmp(err, "out of memory"))
+                return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+            return oai_seterr(e, 400, "invalid_request_error", "messages", "invalid_value", "%s",
+                              err);
+        }
+        /* special tokens only in the template's markup: the spans, and the
+         * markup's tokens even where the vocabulary says USER_DEFINED (which
+         * plain text would otherwise match) */
+        spans = malloc((size_t)(n_cs ? n_cs : 1) * sizeof(sp_span));
+        if (!spans) {
+            oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+            goto done;
+        }
+        for (int i = 0; i < n_cs; i++) spans[i] = (sp_span){cs[i].off, cs[i].len};
+        int n_ids = 0;
+        for (const char *const *m = chat_tmpl_markup(t); *m && n_ids < 12; m++) {
+            int32_t id = sp_vocab_find(v, *m, strlen(*m));
+            if (id >= 0) ids[n_ids++] = id;
+        }
+        const int32_t own[3] = {sp_vocab_bos(v), sp_vocab_eos(v), sp_vocab_eot(v)};
+        for (int i = 0; i < 3; i++)
+            if (own[i] >= 0) ids[n_ids++] = own[i];
+        o.spans = spans;
+        o.n_spans = (size_t)n_cs;
+        o.markup_ids = ids;
+        o.n_markup_ids = n_ids;
+    }
+    const char *p = q->chat ? text : q->prompt;
+    sp_token *toks;
+    int k = sp_tokenize_bounded(v, p, strlen(p), max_prompt, &o, &toks);
+    if (k == SP_TOKENIZE_FAILED) {
+        oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+    } else if (k < 0) {
+        too_long(e, param, max_prompt, -k, false);
+    } else if (k == 0) {
+        free(toks);
+        oai_seterr(e, 400, "invalid_request_error", param, "invalid_value", "the prompt is empty");
+    } else {
+        *out = toks;
+        *n = k;
+        rc = 0;
+    }
+done:
+    free(text);
+    free(cs);
+    free(spans);
+    return rc;
+}

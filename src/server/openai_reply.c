@@ -1,0 +1,275 @@
+/* openai_reply.c: the OpenAI response JSON (completions and chat
+ * completions, whole and streamed as SSE chunks), the error object, and
+ * the one table from sp_status to an HTTP status and OpenAI error type. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "server/openai.h"
+
+/* ---- errors ---- */
+
+/* sp_status -> HTTP status, OpenAI error type and code; submit_param: the
+ * request field a refusal of sp_engine_submit with this status is about
+ * (NULL: none in particular). A status missing here is a 500. */
+static const struct {
+    int status;
+    int http;
+    const char *type, *code, *submit_param;
+} status_table[] = {
+    {SP_ERR_INVALID, 400, "invalid_request_error", "invalid_value", NULL},
+    {SP_ERR_CONTEXT, 400, "invalid_request_error", "context_length_exceeded", "max_tokens"},
+    {SP_ERR_UNSUPPORTED, 400, "invalid_request_error", "unsupported_value", "speculative"},
+    {SP_ERR_NOT_FOUND, 404, "invalid_request_error", "not_found", NULL},
+    {SP_ERR_BUSY, 429, "rate_limit_exceeded", "too_many_requests", NULL},
+    {SP_ERR_NOMEM, 500, "server_error", NULL, NULL},
+    {SP_ERR_IO, 500, "server_error", NULL, NULL},
+    {SP_ERR_INTERNAL, 500, "server_error", NULL, NULL},
+    {SP_ERR_CANCELLED, 503, "service_unavailable", NULL, NULL},
+};
+
+static int status_row(int status) {
+    for (size_t i = 0; i < sizeof(status_table) / sizeof(status_table[0]); i++)
+        if (status_table[i].status == status) return (int)i;
+    return -1;
+}
+
+static int status_verr(oai_error *e, int status, const char *param, const char *fmt,
+                       va_list ap) {
+    const int i = status_row(status);
+    e->status = i < 0 ? 500 : status_table[i].http;
+    e->type = i < 0 ? "server_error" : status_table[i].type;
+    e->code = i < 0 ? NULL : status_table[i].code;
+    e->param = param;
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+    return -1;
+}
+
+int oai_status_error(oai_error *e, int status, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    status_verr(e, status, param, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int oai_submit_error(oai_error *e, int status, const char *msg) {
+    const int i = status_row(status);
+    return oai_status_error(e, status, i < 0 ? NULL : status_table[i].submit_param, "%s", msg);
+}
+
+int oai_seterr(oai_error *e, int status, const char *type, const char *param, const char *code,
+               const char *fmt, ...) {
+    e->status = status;
+    e->type = type;
+    e->param = param;
+    e->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+void oai_error_json(const oai_error *e, sbuf *o) {
+    sb_str(o, "{\"error\": {\"message\": ");
+    sb_json_str(o, e->message, strlen(e->message));
+    sb_str(o, ", \"type\": ");
+    sb_json_str(o, e->type, strlen(e->type));
+    sb_str(o, ", \"param\": ");
+    if (e->param) sb_json_str(o, e->param, strlen(e->param));
+    else sb_str(o, "null");
+    sb_str(o, ", \"code\": ");
+    if (e->code) sb_json_str(o, e->code, strlen(e->code));
+    else sb_str(o, "null");
+    sb_str(o, "}}");
+}
+
+void oai_reply_error_event(sbuf *b, const oai_error *e) {
+    sb_str(b, "data: ");
+    oai_error_json(e, b);
+    sb_str(b, "\n\n");
+}
+
+/* ---- pieces ---- */
+
+static void json_piece(sbuf *b, const sp_vocab *v, sp_token t, bool with_bytes) {
+    char buf[256];
+    int n = sp_token_to_piece(v, t, buf, sizeof(buf), false);
+    if (n < 0) n = 0;
+    if (n > (int)sizeof(buf)) n = sizeof(buf);
+    sb_json_str(b, buf, (size_t)n);
+    if (with_bytes) {
+        sb_str(b, ", \"bytes\": [");
+        for (int i = 0; i < n; i++) sb_printf(b, "%s%u", i ? ", " : "", (unsigned char)buf[i]);
+        sb_str(b, "]");
+    }
+}
+
+static int piece_len(const sp_vocab *v, sp_token t) {
+    char buf[256];
+    int n = sp_token_to_piece(v, t, buf, sizeof(buf), false);
+    return n < 0 ? 0 : n;
+}
+
+static void json_lp(sbuf *b, float lp) {
+    if (lp != lp || lp < -1e30f) sb_str(b, "-9999.0");
+    else sb_printf(b, "%.6g", (double)lp);
+}
+
+/* chat's "logprobs": {"content": [...]} for tokens [from, to) */
+static void json_logprobs_chat(sbuf *b, const oai_reply *o, int32_t from, int32_t to, int nt) {
+    sb_str(b, "{\"content\": [");
+    for (int32_t i = from; i < to; i++) {
+        sb_str(b, i > from ? ", {\"token\": " : "{\"token\": ");
+        json_piece(b, o->v, o->toks[i], true);
+        sb_str(b, ", \"logprob\": ");
+        json_lp(b, o->lps[i]);
+        sb_str(b, ", \"top_logprobs\": [");
+        for (int j = 0; j < nt; j++) {
+            sb_str(b, j ? ", {\"token\": " : "{\"token\": ");
+            json_piece(b, o->v, o->top_ids[(size_t)i * o->n_top + j], true);
+            sb_str(b, ", \"logprob\": ");
+            json_lp(b, o->top_lps[(size_t)i * o->n_top + j]);
+            sb_str(b, "}");
+        }
+        sb_str(b, "]}");
+    }
+    sb_str(b, "]}");
+}
+
+/* "logprobs": ... for tokens [from, to). text_off: bytes of completion
+ * text before token `from` (completions' text_offset). */
+static void json_logprobs(sbuf *b, const oai_reply *o, int32_t from, int32_t to,
+                          size_t *text_off) {
+    if (o->logprobs < 0 || !o->lps) {
+        sb_str(b, "null");
+        return;
+    }
+    const int nt = o->n_top < o->logprobs ? o->n_top : o->logprobs;
+    if (o->chat) {
+        json_logprobs_chat(b, o, from, to, nt);
+        return;
+    }
+    sb_str(b, "{\"tokens\": [");
+    for (int32_t i = from; i < to; i++) {
+        if (i > from) sb_str(b, ", ");
+        json_piece(b, o->v, o->toks[i], false);
+    }
+    sb_str(b, "], \"token_logprobs\": [");
+    for (int32_t i = from; i < to; i++) {
+        if (i > from) sb_str(b, ", ");
+        json_lp(b, o->lps[i]);
+    }
+    sb_str(b, "], \"top_logprobs\": [");
+    for (int32_t i = from; i < to; i++) {
+        sb_str(b, i > from ? ", {" : "{");
+        for (int j = 0; j < nt; j++) {
+            if (j) sb_str(b, ", ");
+            json_piece(b, o->v, o->top_ids[(size_t)i * o->n_top + j], false);
+            sb_str(b, ": ");
+            json_lp(b, o->top_lps[(size_t)i * o->n_top + j]);
+        }
+        sb_str(b, "}");
+    }
+    sb_str(b, "], \"text_offset\": [");
+    for (int32_t i = from; i < to; i++) {
+        sb_printf(b, "%s%zu", i > from ? ", " : "", *text_off);
+        *text_off += (size_t)piece_len(o->v, o->toks[i]);
+    }
+    sb_str(b, "]}");
+}
+
+static void json_usage(sbuf *b, const sp_request_stats *st) {
+    sb_printf(b, "{\"prompt_tokens\": %d, \"completion_tokens\": %d, \"total_tokens\": %d, "
+                 "\"prompt_tokens_details\": {\"cached_tokens\": %d}}",
+              st->prompt_tokens, st->completion_tokens, st->prompt_tokens + st->completion_tokens,
+              st->cached_tokens);
+}
+
+/* the "specula" extension: where the time went, and speculation's yield */
+static void json_ext(sbuf *b, const sp_request_stats *st) {
+    sb_printf(b, "{\"queue_ms\": %.3f, \"prefill_ms\": %.3f, \"ttft_ms\": %.3f, \"decode_ms\": %.3f, "
+                 "\"tpot_ms\": %.3f, \"preemptions\": %d, \"spec\": {\"steps\": %d, \"drafted\": %d, "
+                 "\"accepted\": %d, \"acceptance_rate\": %.6g, \"mean_acceptance_length\": %.6g}}",
+              st->queue_ms, st->prefill_ms, st->ttft_ms, st->decode_ms, st->tpot_ms,
+              st->preemptions, st->spec_steps, st->spec_drafted, st->spec_accepted,
+              st->spec_drafted ? (double)st->spec_accepted / st->spec_drafted : 0.0,
+              st->spec_steps ? (double)(st->spec_accepted + st->spec_steps) / st->spec_steps : 0.0);
+}
+
+static void json_head(sbuf *b, const oai_reply *o, const char *object) {
+    sb_str(b, "{\"id\": ");
+    sb_json_str(b, o->id, strlen(o->id));
+    sb_printf(b, ", \"object\": \"%s\", \"created\": %ld, \"model\": ", object, o->created);
+    sb_json_str(b, o->model, strlen(o->model));
+}
+
+/* ---- responses ---- */
+
+void oai_reply_full(sbuf *b, const oai_reply *o) {
+    json_head(b, o, o->chat ? "chat.completion" : "text_completion");
+    sb_str(b, ", \"choices\": [{\"index\": 0, ");
+    if (o->chat) {
+        sb_str(b, "\"message\": {\"role\": \"assistant\", \"content\": ");
+        sb_json_str(b, o->text ? o->text : "", o->text_len);
+        sb_str(b, "}");
+    } else {
+        sb_str(b, "\"text\": ");
+        sb_json_str(b, o->text ? o->text : "", o->text_len);
+    }
+    sb_str(b, ", \"logprobs\": ");
+    size_t off = 0;
+    json_logprobs(b, o, 0, o->n_tok, &off);
+    sb_printf(b, ", \"finish_reason\": \"%s\"}], \"usage\": ", o->finish);
+    json_usage(b, o->st);
+    sb_str(b, ", \"specula\": ");
+    json_ext(b, o->st);
+    sb_str(b, "}");
+}
+
+void oai_reply_chunk(sbuf *b, const oai_reply *o, const char *text, size_t len, int32_t from,
+                     int32_t to, const char *finish, bool role, const oai_stamp *stamp) {
+    sb_str(b, "data: ");
+    json_head(b, o, o->chat ? "chat.completion.chunk" : "text_completion");
+    sb_str(b, ", \"choices\": [{\"index\": 0, ");
+    if (o->chat) {
+        sb_str(b, "\"delta\": {");
+        if (role) sb_str(b, "\"role\": \"assistant\", \"content\": \"\"");
+        else if (text) {
+            sb_str(b, "\"content\": ");
+            sb_json_str(b, text, len);
+        }
+        sb_str(b, "}");
+    } else {
+        sb_str(b, "\"text\": ");
+        sb_json_str(b, text ? text : "", text ? len : 0);
+    }
+    sb_str(b, ", \"logprobs\": ");
+    if (from < to) {
+        size_t off = 0; /* offsets within this chunk's text */
+        json_logprobs(b, o, from, to, &off);
+    } else {
+        sb_str(b, "null");
+    }
+    sb_str(b, ", \"finish_reason\": ");
+    if (finish) sb_printf(b, "\"%s\"", finish);
+    else sb_str(b, "null");
+    sb_str(b, "}]");
+    if (finish) {
+        sb_str(b, ", \"specula\": ");
+        json_ext(b, o->st);
+    }
+    if (stamp)
+        sb_printf(b, ", \"specula_timing\": {\"emit_us\": %lld, \"events\": %d, \"built_us\": %lld}",
+                  stamp->emit_us, stamp->events, stamp->built_us);
+    sb_str(b, "}\n\n");
+}
+
+void oai_reply_usage_chunk(sbuf *b, const oai_reply *o) {
+    sb_str(b, "data: ");
+    json_head(b, o, o->chat ? "chat.completion.chunk" : "text_completion");
+    sb_str(b, ", \"choices\": [], \"usage\": ");
+    json_usage(b, o->st);
+    sb_str(b, "}\n\n");
+}
