@@ -130,8 +130,8 @@ static void deliver(sp_engine *e) {
     }
 }
 
-/* The end of every round: the pool's stats snapshot is refreshed (before
- * anyone hears of the round; the only place it is written after creation),
+/* The end of every round (and creation): the pool's stats snapshot is
+ * refreshed (before anyone hears of the round; the only place it is written),
  * the events go out, and every waiter looks again. */
 static void publish(sp_engine *e) {
     sp_kv_paged_get_stats(e->kv, &e->kv_snap);
@@ -276,7 +276,7 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
         sp_seterr(err, errlen, "out of memory creating the engine");
         goto fail;
     }
-    sp_kv_paged_get_stats(e->kv, &e->kv_snap); /* before the first round publishes */
+    publish(e); /* the first snapshot, before any caller can read it */
     e->next_id = 1;
     if (p.spec != SP_SPEC_OFF && p.spec_adaptive) eng_calibrate(e);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {

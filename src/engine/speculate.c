@@ -44,7 +44,7 @@ void eng_calibrate(sp_engine *e) {
     int32_t slot = 0;
     while (slot < e->p.max_seqs && e->slots[slot]) slot++;
     if (slot == e->p.max_seqs) return;
-    int32_t max_n = SP_MIN(e->p.max_batch_tokens, 64);
+    const int32_t max_n = SP_MIN(e->p.max_batch_tokens, SP_COST_MAX_TOKENS);
     e->calib_tried = true;
     sp_cost_measure(e->ctx, e->kv, slot, max_n, e->n_vocab, &e->cost);
     const double ta = e->cost.n ? sp_cost_measure_attn(e->ctx, e->kv, slot, e->p.n_ctx, e->n_vocab) : 0;

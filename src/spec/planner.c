@@ -107,11 +107,11 @@ int32_t sp_spec_plan(const sp_cost_fit *target, const sp_cost_fit *draft, int32_
  * context is not in these passes; sp_cost_measure_attn adds it. */
 void sp_cost_measure(sp_context *c, sp_kv *kv, int32_t slot, int32_t max_n, int32_t n_vocab,
                      sp_cost_model *out) {
-    sp_token toks[64];
-    int32_t pos[64], seq[64];
-    int8_t want[64] = {0};
+    sp_token toks[SP_COST_MAX_TOKENS];
+    int32_t pos[SP_COST_MAX_TOKENS], seq[SP_COST_MAX_TOKENS];
+    int8_t want[SP_COST_MAX_TOKENS] = {0};
     out->n = 0;
-    for (int32_t n = 1; n <= max_n && n <= 64 && out->n < SP_COST_POINTS; n *= 2) {
+    for (int32_t n = 1; n <= max_n && n <= SP_COST_MAX_TOKENS && out->n < SP_COST_POINTS; n *= 2) {
         if (sp_kv_paged_blocks_needed(kv, slot, n) > sp_kv_paged_available(kv)) break;
         /* rep 0 warms up (first touch of the pool's pages, cold caches: it
          * was up to 10x slower, and a draft measured that slow would never

@@ -20,6 +20,7 @@
 struct sp_kv;
 
 #define SP_COST_POINTS 12
+#define SP_COST_MAX_TOKENS 64 /* the largest pass measured at startup */
 
 /* Milliseconds of one forward pass as a function of the tokens in it,
  * measured at startup: piecewise linear between measured points, linear
@@ -92,7 +93,8 @@ int32_t sp_spec_plan(const sp_cost_fit *target, const sp_cost_fit *draft, int32_
 /* ---- measuring pass costs ------------------------------------------------- */
 
 /* Times one pass of n tokens in the empty sequence `slot` of c (whose K/V
- * live in the paged pool kv) for n = 1, 2, 4, ... up to max_n (and 64),
+ * live in the paged pool kv) for n = 1, 2, 4, ... up to max_n (and
+ * SP_COST_MAX_TOKENS),
  * best of 3 after a warm-up pass each, into out (out->n = 0 when not even
  * one pass fits or runs). Attention over a long context is not in these
  * passes; sp_cost_measure_attn adds it. The slot is left empty. */
