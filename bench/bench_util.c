@@ -29,12 +29,7 @@ void *xcalloc(size_t n, size_t sz) {
     return p;
 }
 
-uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+uint64_t splitmix(uint64_t *s) { return sp_splitmix64(s); }
 
 uint64_t rng_state = 0x5eed;
 

@@ -558,7 +558,7 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
 
 /* Asks to stop a request; its blocks return to the pool at the next step
  * and it finishes with SP_FINISH_CANCELLED (unless it finished first).
- * -1 if the id is unknown. */
+ * SP_OK, or SP_ERR_NOT_FOUND if the id is unknown. */
 int sp_engine_cancel(sp_engine *e, int64_t id);
 
 typedef struct {
@@ -570,11 +570,12 @@ typedef struct {
 
 /* For requests without a callback. Waits until the request has more than
  * have_tokens tokens or has finished, or timeout_ms passes (< 0: forever),
- * then fills st. 0, or -1 if the id is unknown. */
+ * then fills st. SP_OK, or SP_ERR_NOT_FOUND if the id is unknown. */
 int sp_engine_wait(sp_engine *e, int64_t id, int32_t have_tokens, int timeout_ms,
                    sp_request_status *st);
 /* Copies up to cap tokens (from the first) and up to text_cap - 1 bytes of
- * text (NUL-terminated); either buffer may be NULL. 0 or -1 (unknown id). */
+ * text (NUL-terminated); either buffer may be NULL. SP_OK, or
+ * SP_ERR_NOT_FOUND (unknown id). */
 int sp_engine_read(sp_engine *e, int64_t id, sp_token *tokens, int32_t cap, char *text,
                    size_t text_cap);
 /* Forgets a request (cancelling it first if it is still running). */
@@ -620,7 +621,8 @@ void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st);
 /* Drops every cached block that no running request uses; returns how many.
  * Served by the engine thread between steps (this call waits for it). */
 int32_t sp_engine_flush_cache(sp_engine *e);
-/* Runs the pool's invariant checker between two steps: 0, or -1 + err.
+/* Runs the pool's invariant checker between two steps: SP_OK, or
+ * SP_ERR_INTERNAL + err.
  * With debug_check it also reports any step after which the check failed.
  * Also checks the speculation partitions (counts, budget, which are held). */
 int sp_engine_check(sp_engine *e, char *err, size_t errlen);

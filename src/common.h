@@ -107,6 +107,18 @@ static inline sp_bf16 sp_f32_to_bf16(float f) {
 
 /* Monotonic clock in seconds. */
 double sp_time_s(void);
+static inline double sp_time_ms(void) { return sp_time_s() * 1e3; }
+
+/* SplitMix64 (Steele, Lea, Flood 2014): advances *x by the golden-ratio
+ * increment and returns the next output; seeds the samplers' xoshiro state,
+ * the model builder's weights and the benchmarks' workloads. */
+#define SP_GOLDEN64 0x9E3779B97F4A7C15ull
+static inline uint64_t sp_splitmix64(uint64_t *x) {
+    uint64_t z = (*x += SP_GOLDEN64);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
 
 /* Byte length (1..4) of the valid UTF-8 character at s[0..n) (n >= 1): 0 if it is
  * truncated, malformed, overlong, a surrogate or above U+10FFFF. */

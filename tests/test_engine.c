@@ -454,7 +454,7 @@ static void invalid_requests(void) {
     CHECK(sp_engine_submit(e, &r, err, sizeof(err)) < 0 && strstr(err, "logprobs"), "%s", err);
     r.logprobs = 21;
     CHECK(sp_engine_submit(e, &r, err, sizeof(err)) < 0 && strstr(err, "logprobs"), "%s", err);
-    CHECK(sp_engine_cancel(e, 12345) == -1, "unknown id");
+    CHECK(sp_engine_cancel(e, 12345) == SP_ERR_NOT_FOUND, "unknown id");
     sp_engine_params p = base_params();
     p.kv_mem = 1000;
     CHECK(sp_engine_create(model, p, err, sizeof(err)) == NULL && strstr(err, "kv-mem"), "%s", err);

@@ -826,13 +826,8 @@ static void test_truncations(void) {
 
 /* Seeded random mutations never crash: open either fails with a message or
  * succeeds and every accessor stays inside the mapping. */
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rng(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_state = SP_GOLDEN64;
+static uint64_t rng(void) { return sp_splitmix64(&rng_state); }
 
 static void exercise(const sp_gguf *g) {
     char fb[160];

@@ -9,7 +9,7 @@
 #include <math.h>
 
 #include "common.h"
-#include "spec/verify.h"
+#include "spec/planner.h"
 #include "test.h"
 
 static sp_cost_model linear_curve(double fixed, double per_token) {

@@ -182,19 +182,13 @@ static int parse_args(int argc, char **argv, opts *o) {
 
 /* ---- random numbers --------------------------------------------------- */
 
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 typedef struct {
     uint64_t s[4];
 } rng;
 
 static void rng_seed(rng *r, uint64_t seed) {
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+    for (int i = 0; i < 4; i++) r->s[i] = sp_splitmix64(&seed);
 }
 
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
@@ -272,9 +266,9 @@ static uint64_t name_hash(const char *s) {
 /* The PRNG stream of one row of one tensor. */
 static void rng_for_row(rng *r, uint64_t seed, uint64_t tensor, int64_t row) {
     uint64_t s = seed ^ 0x5eed5eed5eed5eedull;
-    uint64_t a = splitmix64(&s) ^ tensor;
-    uint64_t b = splitmix64(&a) ^ (uint64_t)row;
-    rng_seed(r, splitmix64(&b));
+    uint64_t a = sp_splitmix64(&s) ^ tensor;
+    uint64_t b = sp_splitmix64(&a) ^ (uint64_t)row;
+    rng_seed(r, sp_splitmix64(&b));
 }
 
 /* ---- the tensor plan -------------------------------------------------- */

@@ -467,7 +467,6 @@ void sp_avx2_vec_dot_q8_0(int64_t k, float *s, const void *w, const void *x) { q
 void sp_avx2_vec_dot_q4_0(int64_t k, float *s, const void *w, const void *x) { q4_0_dot(k, s, w, x); }
 void sp_avx2_vec_dot_q4_K(int64_t k, float *s, const void *w, const void *x) { q4_K_dot(k, s, w, x); }
 void sp_avx2_vec_dot_q6_K(int64_t k, float *s, const void *w, const void *x) { q6_K_dot(k, s, w, x); }
-void sp_avx2_vec_dot_bf16(int64_t k, float *s, const void *w, const void *x) { vec_dot_bf16_avx2(k, s, w, x); }
 
 const sp_kernel_ops sp_ops_avx2 = {
     .name = "avx2",

@@ -36,13 +36,6 @@ sp_sampler_params sp_sampler_greedy_params(void) {
     return p;
 }
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 static uint64_t next_u64(sp_sampler *s) {
@@ -61,7 +54,7 @@ double sp_sampler_uniform(sp_sampler *s) { return (double)(next_u64(s) >> 11) * 
 
 void sp_sampler_reset(sp_sampler *s) {
     uint64_t x = s->p.seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    for (int i = 0; i < 4; i++) s->rng[i] = sp_splitmix64(&x);
     s->n_hist = s->hist_pos = 0;
 }
 

@@ -1,0 +1,219 @@
+/* internal.h: what the engine's files share: the request record, the
+ * engine, the step's buffers, and the functions one file offers another.
+ * Not part of the public API (include/specula.h). See engine.c's legend
+ * for the map of the files and the step's flow. */
+#ifndef SP_ENGINE_INTERNAL_H
+#define SP_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common.h"
+#include "kv/kv_paged.h"
+#include "model/model.h"
+#include "spec/draft.h"
+#include "spec/planner.h"
+#include "spec/spec.h"
+
+typedef enum { RQ_WAITING, RQ_RUNNING, RQ_DONE } rq_state;
+
+/* The acceptance estimate per request: a moving average of the acceptance
+ * observed at each verification (and each shadow check) that forgets in
+ * ~10 steps; the prior of its partition follows slower. */
+#define SP_ALPHA_KEEP 0.8f
+#define SP_ALPHA_RATE 0.2f
+#define SP_PRIOR_KEEP 0.95f
+#define SP_PRIOR_RATE 0.05f
+/* Depth of the suffix tries (the longest context match plus proposal). */
+#define SP_SUFFIX_DEPTH 24
+/* A suffix proposal goes on while its estimated acceptance stays above. */
+#define SP_SUFFIX_MIN_PROB 0.1f
+/* Limits of the engine's parameters and of a request's fields. */
+#define SP_ENGINE_MAX_SEQS SP_PLAN_MAX_CANDS /* every running sequence is a planner candidate */
+#define SP_ENGINE_MAX_BATCH 65536
+#define SP_ENGINE_MAX_CTX (1 << 20)
+#define SP_ENGINE_MAX_BLOCK 4096
+#define SP_ENGINE_MAX_THREADS 256
+#define SP_ENGINE_MAX_NGRAM 64
+#define SP_REQ_MAX_LOGPROBS 20
+#define SP_REQ_MAX_STOPS 64
+#define SP_REQ_MAX_PROMPT_BYTES ((size_t)64 << 20)
+
+typedef struct request request;
+struct request {
+    int64_t id;
+    uint64_t seqno;            /* arrival order (ties between equal priorities) */
+    uint64_t admit_no;         /* admission order: the newest is preempted first */
+    request *next;             /* all-records list */
+    rq_state state;
+    /* input */
+    sp_token *toks;            /* [cap] prompt then generated tokens */
+    int32_t n_prompt, n_all, cap;
+    sp_sampler *smp;
+    int32_t max_tokens;
+    char **stop;               /* [n_stop] */
+    int32_t n_stop;
+    size_t max_stop_len;
+    sp_token *stop_toks;       /* [n_stop_toks] */
+    int32_t n_stop_toks;
+    bool ignore_eos;
+    int32_t n_lp;              /* top logprobs wanted (0 off) */
+    char *salt;                /* NULL: none */
+    int32_t priority;
+    sp_event_cb cb;
+    void *user;
+    /* output */
+    float *lp;                 /* [max_tokens] logprob of each generated token, or NULL
+                                  when none was asked for (logprobs < 0) */
+    sp_token *top_ids;         /* [max_tokens][n_lp] */
+    float *top_lps;            /* [max_tokens][n_lp] */
+    char *text;                /* [text_cap] generated text */
+    size_t text_len, text_cap, text_released;
+    sp_detok dt;
+    int32_t ev_tokens;         /* tokens already reported by events */
+    size_t ev_text;            /* text bytes already reported */
+    /* engine side */
+    int32_t slot;              /* -1 when not running */
+    sp_block_hash *hashes;     /* [max_blocks_per_seq] chain over toks' full blocks */
+    int32_t n_hashed;          /* leading entries of hashes computed */
+    int32_t n_committed;       /* leading blocks of the slot committed to the cache */
+    int32_t max_computed;      /* furthest kv_len ever reached (recompute accounting) */
+    bool admitted_once;
+    /* speculative decoding */
+    sp_spec_mode spec;         /* resolved: OFF, NGRAM, SUFFIX or DRAFT */
+    int32_t spec_k;            /* most proposed per step */
+    sp_propose_fn propose;
+    void *propose_user;
+    bool greedy;
+    sp_token draft[SP_SPEC_K_MAX]; /* this step's proposals */
+    int32_t n_draft;
+    float *q;                  /* [SP_SPEC_K_MAX][V] draft distributions (draft + sampling) */
+    float alpha;               /* acceptance estimate (spec_observe); starts from its
+                                  partition's prior at the first admission */
+    sp_spec_part *part;        /* its salt's partition, held while it has a slot */
+    /* A deterministic proposal the planner chose not to verify is still
+     * checked against the token the target then commits: acceptance keeps
+     * being measured while speculation is off, so a sequence whose
+     * proposals turn good is noticed (else one bad start stops it for good) */
+    sp_token shadow;
+    int32_t shadow_pos;        /* position shadow guesses, -1 for none */
+    int32_t idle_steps;        /* draft: steps in a row planned at k = 0 */
+    sp_suffix_seq *sfx;        /* suffix index over prompt + committed output */
+    int32_t sfx_len;           /* tokens of toks indexed in sfx */
+    sp_sampler *dsmp;          /* the draft's sampler (sampling requests) */
+    bool cancel_req, released;
+    bool final_sent;           /* the finished event went out (callback requests) */
+    sp_request_stats st;
+    double t_submit, t_sched, t_first, t_last;
+    char err[256];
+};
+
+/* One entry of the step's batch: a request, its tokens in the batch, and
+ * the logits rows the pass returns for it. */
+typedef struct {
+    request *r;
+    int32_t n;                 /* tokens in the batch: a prefill chunk, or 1 + proposals */
+    int32_t row;               /* its first logits row */
+    int32_t n_rows;            /* rows: 0 (a chunk short of the end), 1, or 1 + n_draft */
+} step_entry;
+
+/* Everything one step builds and throws away, sized at creation. */
+typedef struct {
+    /* the target's batch */
+    sp_token *tok;             /* [max_batch_tokens] */
+    int32_t *pos, *seq;        /* [max_batch_tokens] */
+    int8_t *want;              /* [max_batch_tokens] */
+    int32_t n_tok;
+    step_entry *ent;           /* [max_seqs] */
+    int32_t n_ent;
+    /* speculation: the candidates the planner sees, and the draft's work */
+    sp_spec_cand *cand;        /* [max_seqs] */
+    int32_t *cand_k;           /* [max_seqs] planned k of each candidate */
+    int32_t *cand_entry;       /* [max_seqs] batch entry of each candidate */
+    int32_t n_cand;
+    sp_draft_seq *dseq;        /* [max_seqs] the draft model's work */
+    int32_t *dseq_entry;       /* [max_seqs] batch entry of each */
+    sp_token *commit;          /* [SP_SPEC_K_MAX + 1] tokens verification commits */
+    float *probs, *resid;      /* [V] verification scratch */
+    /* what this round tells callers */
+    sp_event *events;          /* [max_seqs] */
+    request **ev_req;          /* [max_seqs] */
+    int32_t n_ev;
+} step;
+
+struct sp_engine {
+    const sp_model *m;
+    const sp_vocab *vocab;
+    sp_engine_params p;
+    sp_kv *kv;
+    sp_context *ctx;
+    uint8_t model_key[32];
+    int32_t max_blocks;        /* per sequence */
+    int32_t n_vocab;
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t work;       /* engine thread: something to do */
+    pthread_cond_t changed;    /* waiters: some request progressed */
+    bool stop;
+    int64_t next_id;
+    uint64_t next_seqno, next_admit;
+    request *all;              /* every record */
+    request **waiting;         /* [wait_cap] sorted: priority desc, seqno asc */
+    int32_t n_waiting, wait_cap;
+    request **slots;           /* [max_seqs] running request per slot or NULL */
+    int32_t n_running;
+    step step;
+    sp_engine_stats st;
+    /* speculative decoding */
+    sp_drafter *drafter;       /* NULL without a draft model */
+    sp_cost_model cost;        /* measured pass cost of the target */
+    sp_cost_fit tfit;          /* the same, refitted to every pass since (planner.h) */
+    bool calibrated, calib_tried; /* tried: at creation or at the first speculating request */
+    sp_spec_parts *parts;      /* per cache salt: suffix store and acceptance priors */
+    /* The pool changes inside the forward pass, which runs unlocked, so
+     * other threads never touch it: they read this snapshot (written only
+     * by publish(), after every round of the loop) and ask the engine
+     * thread to flush or check. */
+    sp_kv_paged_stats kv_snap;
+    uint64_t ctl_gen;          /* bumped when the engine thread served a control ask */
+    bool flush_req, check_req;
+    int32_t flush_result;
+    int check_rc;
+    char check_err[256];
+    uint64_t check_failures;   /* debug_check: steps after which the checker failed */
+    char first_failure[256];
+};
+
+static inline int32_t kv_len(const sp_engine *e, const request *r) {
+    return r->slot < 0 ? 0 : sp_seq_len(e->ctx, r->slot);
+}
+
+/* intake.c */
+void rq_free(request *r);
+request *eng_find(sp_engine *e, int64_t id);
+void eng_unlink(sp_engine *e, request *r);
+
+/* sched.c (engine thread, locked, except wait_insert: any thread, locked) */
+void eng_wait_insert(sp_engine *e, request *r);
+void eng_finish(sp_engine *e, request *r, sp_finish_reason why);
+int32_t eng_schedule(sp_engine *e, step *s);
+void eng_commit_blocks(sp_engine *e, request *r);
+
+/* step.c */
+int step_init(step *s, int32_t max_batch_tokens, int32_t max_seqs, int32_t n_vocab);
+void step_free(step *s);
+void eng_step(sp_engine *e);
+
+/* output.c */
+void eng_emit_token(sp_engine *e, request *r, sp_token t, const float *logits);
+void eng_make_event(sp_engine *e, request *r);
+
+/* speculate.c */
+void eng_calibrate(sp_engine *e);
+void spec_prepare(sp_engine *e, step *s);
+void spec_commit(sp_engine *e, step *s, const step_entry *en);
+void spec_observe(request *r, float obs, bool to_prior);
+
+#endif

@@ -1,0 +1,246 @@
+/* speculate.c: speculative decoding inside the step. Before the pass,
+ * spec_prepare gives each decoding request that speculates its proposals
+ * (its own proposer, n-gram lookup, suffix match or the draft model), asks
+ * the planner (src/spec/planner.c) how many of them to verify, fits that
+ * into the token budget and the pool, and grows the request's batch entry
+ * to 1 + k tokens. After the pass, spec_commit verifies them
+ * (src/spec/verify.c), commits what passes, rolls the KV back, and updates
+ * the acceptance estimate (spec_observe, the only place that moves it).
+ *
+ * Isolation: what speculation learns from one request and uses for another
+ * (the suffix store of earlier outputs, the acceptance prior per method)
+ * lives in partitions keyed by the request's cache salt (src/spec/parts.c),
+ * the same key as the prefix cache: a request is bound to its salt's
+ * partition while it holds a slot, proposes from and feeds only that one,
+ * so its proposals, drafted and accepted counts and timing never depend on
+ * what requests of another salt (tenant) generated. The partitions are
+ * touched only by the engine thread, under the mutex (submit does not read
+ * them: the prior is taken at admission). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/internal.h"
+#include "spec/verify.h"
+
+/* A draft sequence the planner keeps at k = 0 drafts one token every this
+ * many steps, if a better acceptance estimate could change the plan. */
+#define SP_DRAFT_PROBE_EVERY 16
+/* ... and if it would draft at this acceptance (probe_pays). */
+#define SP_DRAFT_PROBE_ALPHA 0.9f
+/* The planner counts at most this many tokens of a draft's backlog. */
+#define SP_DRAFT_CATCHUP_PLANNED 4
+
+void spec_observe(request *r, float obs, bool to_prior) {
+    r->alpha = SP_ALPHA_KEEP * r->alpha + SP_ALPHA_RATE * obs;
+    if (to_prior && r->part) { /* the prior of later requests of the same salt */
+        float *prior = sp_spec_part_priors(r->part);
+        prior[r->spec] = SP_PRIOR_KEEP * prior[r->spec] + SP_PRIOR_RATE * obs;
+    }
+}
+
+/* Measures target (and draft) pass costs in a free slot; engine thread or
+ * creation, pool quiescent. */
+void eng_calibrate(sp_engine *e) {
+    int32_t slot = 0;
+    while (slot < e->p.max_seqs && e->slots[slot]) slot++;
+    if (slot == e->p.max_seqs) return;
+    const int32_t max_n = SP_MIN(e->p.max_batch_tokens, SP_COST_MAX_TOKENS);
+    e->calib_tried = true;
+    sp_cost_measure(e->ctx, e->kv, slot, max_n, e->n_vocab, &e->cost);
+    const double ta = e->cost.n ? sp_cost_measure_attn(e->ctx, e->kv, slot, e->p.n_ctx, e->n_vocab) : 0;
+    if (e->drafter) sp_drafter_calibrate(e->drafter, slot, max_n, e->p.n_ctx);
+    e->calibrated = e->cost.n > 0;
+    if (e->drafter) e->drafter->fitting = e->calibrated;
+    sp_cost_fit_init(&e->tfit, &e->cost, ta);
+    if (e->cost.n) e->st.cost_ms_1 = e->cost.ms[0];
+    e->st.cost_ms_16 = e->cost.n ? sp_cost_at(&e->cost, 16) : 0;
+}
+
+/* Up to cap proposals for r into r->draft from its proposer; a draft-model
+ * request gets cap (drafted once k is chosen). */
+static int32_t propose(sp_engine *e, request *r, int32_t cap) {
+    if (r->propose) {
+        int32_t got = r->propose(r->toks, r->n_all, cap, r->draft, r->propose_user);
+        got = SP_MAX(0, SP_MIN(got, cap));
+        for (int32_t j = 0; j < got; j++)
+            if (r->draft[j] < 0 || r->draft[j] >= e->n_vocab) got = j; /* keep the valid prefix */
+        return got;
+    }
+    switch (r->spec) {
+    case SP_SPEC_NGRAM:
+        return sp_ngram_propose(r->toks, r->n_all, e->p.ngram_min, e->p.ngram_max, cap, r->draft);
+    case SP_SPEC_SUFFIX:
+        if (r->sfx_len < r->n_all &&
+            !sp_suffix_seq_append(r->sfx, r->toks + r->sfx_len, r->n_all - r->sfx_len))
+            r->sfx_len = r->n_all;
+        return r->sfx_len == r->n_all ? sp_suffix_propose(sp_spec_part_store(r->part), r->sfx, cap,
+                                                          SP_SUFFIX_MIN_PROB, r->draft, NULL)
+                                      : 0;
+    default:
+        return cap;
+    }
+}
+
+/* The batch as the planner sees it before any proposal. */
+typedef struct {
+    int32_t used;              /* tokens */
+    double attn;               /* positions its tokens attend to, summed */
+    int32_t reserved;          /* blocks its entries take from the pool */
+    int32_t n_dec;             /* decoding entries */
+} batch_base;
+
+/* Collects the step's candidates (decoding entries with proposals) into
+ * s->cand, and what the batch holds without them into *b. */
+static void gather(sp_engine *e, step *s, batch_base *b) {
+    *b = (batch_base){0};
+    s->n_cand = 0;
+    for (int32_t i = 0; i < s->n_ent; i++) {
+        request *r = s->ent[i].r;
+        const int32_t n = s->ent[i].n, len = kv_len(e, r);
+        r->n_draft = 0;
+        b->used += n;
+        b->attn += (double)n * len + 0.5 * n * (n + 1);
+        b->reserved += sp_kv_paged_blocks_needed(e->kv, r->slot, n);
+        const bool decoding = r->n_all - len == 1;
+        b->n_dec += decoding;
+        if (r->spec == SP_SPEC_OFF || !decoding) continue;
+        int32_t cap = SP_MIN(r->spec_k, r->max_tokens - (r->n_all - r->n_prompt) - 1);
+        cap = SP_MIN(cap, e->p.n_ctx - r->n_all); /* positions up to n_all - 1 + k exist */
+        if (cap <= 0 || !(r->n_draft = propose(e, r, cap))) continue;
+        const bool by_draft = r->spec == SP_SPEC_DRAFT && !r->propose;
+        /* The draft's backlog (a prompt it never saw, steps it sat out) is
+         * fed once and then never again: an investment the steps after it
+         * share. Counting it all would keep a new sequence from ever
+         * drafting, so the plan sees what a drafting sequence carries from
+         * step to step (the tokens of an accepted run, a few). */
+        const int32_t backlog = by_draft ? sp_drafter_backlog(e->drafter, r->slot, r->n_all) : 0;
+        s->cand[s->n_cand] = (sp_spec_cand){r->alpha, r->n_draft, by_draft, r->n_all,
+                                            SP_MIN(backlog, SP_DRAFT_CATCHUP_PLANNED)};
+        s->cand_entry[s->n_cand++] = i;
+    }
+}
+
+/* Whether candidate c would draft if its acceptance were high: if not, the
+ * step's cost (a big batch, a long catch-up) rules drafting out, and
+ * measuring acceptance would buy nothing. */
+static bool probe_pays(sp_engine *e, const step *s, int32_t c, const batch_base *b) {
+    if (!e->calibrated || !e->p.spec_adaptive) return true;
+    sp_spec_cand opt = s->cand[c];
+    opt.alpha = SP_DRAFT_PROBE_ALPHA;
+    int32_t k = 0;
+    return sp_spec_plan(&e->tfit, &e->drafter->fit, b->used, b->attn, b->n_dec, &opt, 1, &k) > 0;
+}
+
+/* Fits each candidate's planned k into the token budget and the pool, sets
+ * up the shadow check or a probe where it is 0, and grows the batch
+ * entries; returns the count of draft-model sequences to draft for, in
+ * s->dseq. */
+static int32_t fit(sp_engine *e, step *s, const batch_base *b) {
+    int32_t room = e->p.max_batch_tokens - b->used;
+    int32_t avail = sp_kv_paged_available(e->kv) - b->reserved, n_d = 0;
+    for (int32_t c = 0; c < s->n_cand; c++) {
+        step_entry *en = &s->ent[s->cand_entry[c]];
+        request *r = en->r;
+        int32_t k = SP_MIN(s->cand_k[c], room);
+        const int32_t base = sp_kv_paged_blocks_needed(e->kv, r->slot, 1);
+        while (k > 0 && sp_kv_paged_blocks_needed(e->kv, r->slot, 1 + k) - base > avail) k--;
+        avail -= sp_kv_paged_blocks_needed(e->kv, r->slot, 1 + k) - base;
+        room -= k;
+        if (k == 0) {
+            if (!s->cand[c].draft) { /* proposals exist: check the first one later */
+                r->shadow = r->draft[0];
+                r->shadow_pos = r->n_all;
+            } else if (++r->idle_steps >= SP_DRAFT_PROBE_EVERY && room > 0 &&
+                       sp_kv_paged_blocks_needed(e->kv, r->slot, 2) - base <= avail &&
+                       probe_pays(e, s, c, b)) {
+                /* nothing to check without drafting: every so often draft
+                 * one token anyway, so that acceptance keeps being measured
+                 * and a bad start (or a draft that gets better as the text
+                 * goes on) is not final */
+                r->idle_steps = 0;
+                k = 1;
+                avail -= sp_kv_paged_blocks_needed(e->kv, r->slot, 2) - base;
+                room -= 1;
+            }
+            if (k == 0) e->st.spec_planned_zero++;
+        } else {
+            r->idle_steps = 0;
+        }
+        r->n_draft = k;
+        en->n = 1 + k;
+        if (k && s->cand[c].draft) {
+            s->dseq[n_d] = (sp_draft_seq){r->slot, r->toks, r->n_all, k, r->draft, r->q, r->dsmp};
+            s->dseq_entry[n_d++] = s->cand_entry[c];
+        }
+    }
+    return n_d;
+}
+
+void spec_prepare(sp_engine *e, step *s) {
+    if (e->p.spec_adaptive && !e->calib_tried) /* an engine without a default method
+                                                  meets its first speculating request */
+        for (int32_t i = 0; i < s->n_ent; i++)
+            if (s->ent[i].r->spec != SP_SPEC_OFF) {
+                eng_calibrate(e);
+                break;
+            }
+    batch_base b;
+    gather(e, s, &b);
+    if (!s->n_cand) return;
+    if (e->p.spec_adaptive && e->calibrated)
+        sp_spec_plan(&e->tfit, e->drafter ? &e->drafter->fit : NULL, b.used, b.attn, b.n_dec,
+                     s->cand, s->n_cand, s->cand_k);
+    else
+        for (int32_t c = 0; c < s->n_cand; c++) s->cand_k[c] = s->cand[c].k_cap;
+    const int32_t n_d = fit(e, s, &b);
+    int64_t k_sum = 0; /* the plan, for the dashboard (specula_spec_planned_k) */
+    for (int32_t c = 0; c < s->n_cand; c++) k_sum += s->ent[s->cand_entry[c]].r->n_draft;
+    e->st.spec_plans += (uint64_t)s->n_cand;
+    e->st.spec_plan_k_sum += (uint64_t)k_sum;
+    e->st.spec_last_k = (float)k_sum / (float)s->n_cand;
+    if (!n_d) return;
+    e->st.draft_ms += sp_drafter_run(e->drafter, s->dseq, n_d);
+    for (int32_t i = 0; i < n_d; i++) { /* what was drafted (0 for all when a pass failed) */
+        step_entry *en = &s->ent[s->dseq_entry[i]];
+        en->r->n_draft = s->dseq[i].k;
+        en->n = 1 + en->r->n_draft;
+    }
+}
+
+/* Verifies the entry's proposals against the target's rows and commits
+ * what passes. */
+void spec_commit(sp_engine *e, step *s, const step_entry *en) {
+    request *r = en->r;
+    const int32_t n = r->n_draft, V = e->n_vocab;
+    SP_ASSERT(en->n_rows == n + 1);
+    const float *rows = sp_get_logits(e->ctx, en->row);
+    const int32_t kv_before = kv_len(e, r) - 1 - n;
+    const int32_t m = sp_spec_verify(r->smp, r->greedy, rows, V, r->draft, r->q, n, s->commit,
+                                     s->probs, s->resid);
+    const int32_t acc = m - 1;
+    r->st.spec_steps++;
+    r->st.spec_drafted += n;
+    r->st.spec_accepted += acc;
+    e->st.spec_steps++;
+    e->st.spec_drafted += (uint64_t)n;
+    e->st.spec_accepted += (uint64_t)acc;
+    e->st.spec_steps_by[r->spec]++;
+    e->st.spec_drafted_by[r->spec] += (uint64_t)n;
+    e->st.spec_accepted_by[r->spec] += (uint64_t)acc;
+    for (int32_t j = 0; j < acc; j++) {
+        r->st.spec_accepted_per_pos[j]++;
+        e->st.spec_accepted_per_pos[j]++;
+    }
+    /* acceptance per proposed token: accepted tokens are successes, the
+     * first rejection one failure, tokens after it unobserved */
+    spec_observe(r, (float)acc / (float)(acc + (acc < n)), true);
+    /* roll back what was not accepted: target KV keeps the input token and
+     * the accepted proposals; the draft keeps no more than that */
+    sp_seq_truncate(e->ctx, r->slot, kv_before + m);
+    if (e->drafter) sp_drafter_truncate(e->drafter, r->slot, kv_before + m);
+    r->n_draft = 0;
+    for (int32_t j = 0; j < m && r->state == RQ_RUNNING; j++)
+        eng_emit_token(e, r, s->commit[j], rows + (size_t)j * V);
+    /* only now are the accepted tokens in r->toks, which the hashes cover */
+    if (r->state == RQ_RUNNING) eng_commit_blocks(e, r);
+}

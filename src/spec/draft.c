@@ -1,0 +1,214 @@
+/* draft.c: the draft-model proposer: its own paged KV and context, its
+ * measured pass cost, and batched autoregressive drafting. */
+#include "draft.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "kv/kv_paged.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+sp_drafter *sp_drafter_create(const sp_model *draft, sp_context_params cp, sp_kv_type kv_type,
+                              int32_t block_size, int32_t n_blocks, int32_t max_blocks_per_seq,
+                              int32_t target_n_vocab, const sp_context *share_threads, char *err,
+                              size_t errlen) {
+    sp_drafter *d = calloc(1, sizeof(*d));
+    if (!d) goto oom;
+    const sp_model_info *dh = sp_model_get_info(draft);
+    const int32_t kv_dim = dh->n_head_kv * dh->head_dim;
+    const sp_type kt = kv_type == SP_KV_F16 ? SP_TYPE_F16 : SP_TYPE_F32;
+    /* as many blocks as the target (a draft position never outnumbers a
+     * target one, bar k - 1 in flight) plus one spare per slot */
+    sp_kv_paged_params dp = {kt, dh->n_layer, kv_dim, block_size, n_blocks + cp.n_seq_max,
+                             cp.n_seq_max, max_blocks_per_seq + 1, false};
+    d->m = draft;
+    d->kv = sp_kv_paged_create(dp, err, errlen);
+    if (!d->kv) goto fail;
+    cp.n_ctx += SP_SPEC_K_MAX;
+    d->ctx = sp_context_create_with_kv(draft, cp, d->kv, share_threads, err, errlen);
+    if (!d->ctx) goto fail;
+    d->n_vocab = dh->n_vocab;
+    d->q_stride = target_n_vocab;
+    d->max_batch = cp.n_batch;
+    const size_t B = (size_t)cp.n_batch;
+    d->tok = malloc(B * sizeof(sp_token));
+    d->pos = malloc(B * sizeof(int32_t));
+    d->seq = malloc(B * sizeof(int32_t));
+    d->want = malloc(B);
+    if (!d->tok || !d->pos || !d->seq || !d->want) goto oom;
+    return d;
+oom:
+    sp_seterr(err, errlen, "out of memory creating the draft proposer");
+fail:
+    sp_drafter_free(d);
+    return NULL;
+}
+
+void sp_drafter_free(sp_drafter *d) {
+    if (!d) return;
+    sp_context_free(d->ctx); /* before its pool, and before the context whose threads it uses */
+    if (d->kv) d->kv->ops->destroy(d->kv);
+    free(d->tok);
+    free(d->pos);
+    free(d->seq);
+    free(d->want);
+    free(d);
+}
+
+void sp_drafter_calibrate(sp_drafter *d, int32_t slot, int32_t max_n, int32_t n_ctx) {
+    sp_cost_measure(d->ctx, d->kv, slot, max_n, d->n_vocab, &d->cost);
+    const double attn = d->cost.n ? sp_cost_measure_attn(d->ctx, d->kv, slot, n_ctx, d->n_vocab) : 0;
+    sp_cost_fit_init(&d->fit, &d->cost, attn);
+}
+
+int32_t sp_drafter_backlog(const sp_drafter *d, int32_t slot, int32_t n_all) {
+    return SP_MAX(0, n_all - 1 - sp_seq_len(d->ctx, slot));
+}
+
+void sp_drafter_truncate(sp_drafter *d, int32_t slot, int32_t len) {
+    if (sp_seq_len(d->ctx, slot) > len) sp_seq_truncate(d->ctx, slot, len);
+}
+
+void sp_drafter_clear(sp_drafter *d, int32_t slot) { sp_seq_clear(d->ctx, slot); }
+
+static sp_token argmax_row(const float *x, int32_t n) {
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* Positions a batch's tokens attend to, summed: the cost model's second
+ * term. */
+static double batch_attn(const sp_batch *b) {
+    double a = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++) a += b->pos[i] + 1;
+    return a;
+}
+
+/* One draft pass over the first n tokens of the batch buffers, timed into
+ * the fit. */
+static int draft_pass(sp_drafter *d, int32_t n) {
+    sp_batch b = {n, d->tok, d->pos, d->seq, d->want};
+    char err[200];
+    const double t0 = sp_time_ms();
+    const int rc = sp_decode(d->ctx, &b, err, sizeof(err));
+    if (!rc && d->fitting) sp_cost_fit_observe(&d->fit, n, batch_attn(&b), sp_time_ms() - t0);
+    return rc;
+}
+
+static void put(sp_drafter *d, int32_t i, sp_token t, int32_t pos, int32_t slot, int8_t want) {
+    d->tok[i] = t;
+    d->pos[i] = pos;
+    d->seq[i] = slot;
+    d->want[i] = want;
+}
+
+/* Catch up on committed tokens the draft has not seen. The first drafting
+ * pass feeds them along with each sequence's last token (one pass per step,
+ * not two: after an accepted run there is always some); only a backlog too
+ * big for one batch gets passes of its own first. 0, or -1 when a pass
+ * failed. */
+static int catch_up(sp_drafter *d, sp_draft_seq *seqs, int32_t n) {
+    const int32_t B = d->max_batch;
+    for (;;) {
+        int32_t backlog = n;
+        for (int32_t i = 0; i < n; i++) {
+            sp_draft_seq *s = &seqs[i];
+            sp_drafter_truncate(d, s->slot, s->n_all - 1);
+            backlog += sp_drafter_backlog(d, s->slot, s->n_all);
+        }
+        if (backlog <= B) return 0;
+        int32_t nt = 0;
+        for (int32_t i = 0; i < n && nt < B; i++) {
+            const sp_draft_seq *s = &seqs[i];
+            for (int32_t p = sp_seq_len(d->ctx, s->slot); p < s->n_all - 1 && nt < B; p++, nt++)
+                put(d, nt, s->toks[p], p, s->slot, 0);
+        }
+        if (!nt) return 0;
+        if (draft_pass(d, nt)) return -1;
+    }
+}
+
+/* The j-th proposal of s from the draft's logits row. */
+static sp_token pick(sp_drafter *d, sp_draft_seq *s, int32_t j, const float *row) {
+    if (!s->smp) return argmax_row(row, d->n_vocab);
+    float *q = s->q + (size_t)j * d->q_stride;
+    sp_sampler_probs(s->smp, row, q);
+    for (int32_t v = d->n_vocab; v < d->q_stride; v++) q[v] = 0;
+    double u = sp_sampler_uniform(s->smp), cum = 0;
+    for (int32_t v = 0; v < d->n_vocab; v++) {
+        cum += q[v];
+        if (u < cum) return v;
+    }
+    return d->n_vocab - 1;
+}
+
+/* Pass j: every sequence still drafting feeds its last token (j = 0, with
+ * the rest of its catch-up) or its proposal j - 1 and gets proposal j. */
+static int draft_step(sp_drafter *d, sp_draft_seq *seqs, int32_t n, int32_t j) {
+    int32_t nt = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const sp_draft_seq *s = &seqs[i];
+        if (s->k <= j) continue;
+        if (j == 0) /* the rest of the catch-up */
+            for (int32_t p = sp_seq_len(d->ctx, s->slot); p < s->n_all - 1; p++, nt++)
+                put(d, nt, s->toks[p], p, s->slot, 0);
+        put(d, nt++, j == 0 ? s->toks[s->n_all - 1] : s->out[j - 1], s->n_all - 1 + j, s->slot, 1);
+    }
+    if (draft_pass(d, nt)) return -1;
+    int32_t o = 0;
+    for (int32_t i = 0; i < n; i++) {
+        sp_draft_seq *s = &seqs[i];
+        if (s->k <= j) continue;
+        s->out[j] = pick(d, s, j, sp_get_logits(d->ctx, o++));
+    }
+    return 0;
+}
+
+double sp_drafter_run(sp_drafter *d, sp_draft_seq *seqs, int32_t n) {
+    const double t0 = sp_time_ms();
+    bool ok = catch_up(d, seqs, n) == 0;
+    int32_t kmax = 0;
+    for (int32_t i = 0; i < n; i++) kmax = SP_MAX(kmax, seqs[i].k);
+    for (int32_t j = 0; ok && j < kmax; j++) ok = draft_step(d, seqs, n, j) == 0;
+    if (!ok) /* keep going without proposals; the next step catches up again */
+        for (int32_t i = 0; i < n; i++) {
+            seqs[i].k = 0;
+            sp_drafter_truncate(d, seqs[i].slot, seqs[i].n_all - 1);
+        }
+    return sp_time_ms() - t0;
+}
+
+int sp_spec_check_draft(const sp_model *target, const sp_model *draft, char *err, size_t errlen) {
+    const sp_vocab *vt = sp_model_get_vocab(target), *vd = sp_model_get_vocab(draft);
+    if (sp_vocab_kind_of(vt) != sp_vocab_kind_of(vd)) {
+        sp_seterr(err, errlen, "the draft's tokenizer type differs from the target's");
+        return -1;
+    }
+    const int32_t nt = sp_vocab_n_tokens(vt), nd = sp_vocab_n_tokens(vd);
+    if (nd > nt) {
+        sp_seterr(err, errlen, "the draft has %d tokens, more than the target's %d", nd, nt);
+        return -1;
+    }
+    if (sp_vocab_bos(vt) != sp_vocab_bos(vd) || sp_vocab_eos(vt) != sp_vocab_eos(vd)) {
+        sp_seterr(err, errlen, "special token ids differ (BOS %d/%d, EOS %d/%d for target/draft)",
+                  sp_vocab_bos(vt), sp_vocab_bos(vd), sp_vocab_eos(vt), sp_vocab_eos(vd));
+        return -1;
+    }
+    if (sp_model_get_info(draft)->n_vocab > sp_model_get_info(target)->n_vocab) {
+        sp_seterr(err, errlen, "the draft's output has more rows than the target's");
+        return -1;
+    }
+    for (int32_t i = 0; i < nd; i++) {
+        const char *a = sp_vocab_token_text(vt, i), *b = sp_vocab_token_text(vd, i);
+        if (strcmp(a ? a : "", b ? b : "") || sp_vocab_token_type(vt, i) != sp_vocab_token_type(vd, i)) {
+            sp_seterr(err, errlen, "token %d differs between target ('%s') and draft ('%s')", i,
+                      a ? a : "", b ? b : "");
+            return -1;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,77 @@
+/* draft.h: the draft-model proposer. A small model with the target's
+ * vocabulary proposes k tokens per sequence by k autoregressive passes,
+ * batched across the drafting sequences; it keeps its own paged KV (slot i
+ * is the target's slot i) and its own measured pass cost. It never runs
+ * the target: its proposals reach the target only as tokens in the
+ * engine's verification batch.
+ * Not thread-safe: the engine thread owns it.
+ */
+#ifndef SP_SPEC_DRAFT_H
+#define SP_SPEC_DRAFT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "specula.h"
+#include "spec/planner.h"
+
+/* 0 when the draft's vocabulary can propose for the target: same tokenizer
+ * kind, same BOS/EOS ids, and identical token texts and types over the
+ * ids both have (the draft may not have more tokens than the target).
+ * Else -1 + the first difference in err. */
+int sp_spec_check_draft(const sp_model *target, const sp_model *draft, char *err, size_t errlen);
+
+
+typedef struct {
+    const sp_model *m;
+    struct sp_kv *kv;          /* its own paged KV, slot i = target slot i */
+    sp_context *ctx;
+    int32_t n_vocab;           /* the draft's (<= the target's) */
+    int32_t q_stride;          /* the target's n_vocab: the row length of q */
+    int32_t max_batch;         /* tokens per draft pass */
+    sp_cost_model cost;        /* measured pass cost (sp_drafter_calibrate) */
+    sp_cost_fit fit;           /* the same, refitted to every draft pass since */
+    bool fitting;              /* feed passes to fit (set once calibrated) */
+    sp_token *tok;             /* [max_batch] the pass's batch */
+    int32_t *pos, *seq;        /* [max_batch] */
+    int8_t *want;              /* [max_batch] */
+} sp_drafter;
+
+/* Creates the draft's pool (as many blocks as the target's n_blocks plus one
+ * spare per sequence) and context; ctx_p is the target's context
+ * parameters, run on share_threads' thread pool. NULL + err on failure. */
+sp_drafter *sp_drafter_create(const sp_model *draft, sp_context_params ctx_p, sp_kv_type kv_type,
+                              int32_t block_size, int32_t n_blocks, int32_t max_blocks_per_seq,
+                              int32_t target_n_vocab, const sp_context *share_threads, char *err,
+                              size_t errlen);
+void sp_drafter_free(sp_drafter *d);
+
+/* One sequence to draft for. */
+typedef struct {
+    int32_t slot;
+    const sp_token *toks;      /* committed tokens [n_all] */
+    int32_t n_all;
+    int32_t k;                 /* in: tokens to propose; out: proposed (0 on failure) */
+    sp_token *out;             /* [k] */
+    float *q;                  /* [k][q_stride] the distribution each was drawn from, or
+                                  NULL with smp NULL (greedy: the argmax) */
+    sp_sampler *smp;           /* the draft's own sampler, or NULL (greedy) */
+} sp_draft_seq;
+
+/* Drafts for seqs[0..n): catches the draft's KV up with each sequence's
+ * committed tokens (with its first pass, or in passes of its own when the
+ * backlog is larger than a batch), then max k autoregressive passes. On a
+ * failed pass every k becomes 0 and the KV is trimmed to the committed
+ * tokens. Returns the milliseconds spent. */
+double sp_drafter_run(sp_drafter *d, sp_draft_seq *seqs, int32_t n);
+/* Committed tokens of slot the draft has not seen yet. */
+int32_t sp_drafter_backlog(const sp_drafter *d, int32_t slot, int32_t n_all);
+/* Drops what the draft holds of slot past len (rejected proposals). */
+void sp_drafter_truncate(sp_drafter *d, int32_t slot, int32_t len);
+void sp_drafter_clear(sp_drafter *d, int32_t slot);
+/* Measures the draft's pass cost in the empty slot (see sp_cost_measure)
+ * and starts its fit; fitting stays off until the caller sets it. */
+void sp_drafter_calibrate(sp_drafter *d, int32_t slot, int32_t max_n, int32_t n_ctx);
+
+#endif

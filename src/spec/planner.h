@@ -1,0 +1,109 @@
+/* planner.h: how many tokens each speculating sequence proposes this step.
+ * The cost model (what a forward pass of n tokens costs, measured at startup
+ * and refitted to every pass while serving) and the planner that weighs it
+ * against each sequence's acceptance estimate.
+ *
+ * Flow: at startup (or at the first speculating request) the engine times
+ * passes with sp_cost_measure / sp_cost_measure_attn and builds an
+ * sp_cost_fit per model; every pass after that is fed to
+ * sp_cost_fit_observe; every step sp_spec_plan picks k per candidate.
+ */
+#ifndef SP_SPEC_PLANNER_H
+#define SP_SPEC_PLANNER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "specula.h"
+
+struct sp_kv;
+
+#define SP_COST_POINTS 12
+#define SP_COST_MAX_TOKENS 64 /* the largest pass measured at startup */
+
+/* Milliseconds of one forward pass as a function of the tokens in it,
+ * measured at startup: piecewise linear between measured points, linear
+ * extrapolation past the last. */
+typedef struct {
+    int32_t n;                    /* points measured */
+    int32_t tok[SP_COST_POINTS];  /* increasing */
+    double ms[SP_COST_POINTS];
+} sp_cost_model;
+
+double sp_cost_at(const sp_cost_model *c, double tokens);
+
+/* What a pass costs while serving: s x (curve(n) + c_attn x A / 1000) for
+ * n tokens attending A positions in total (the sum over the pass's tokens
+ * of the positions each one attends to). The curve is measured at startup
+ * in an empty context and c_attn from a pass at a long context: the curve
+ * alone misses the attention that every verified token pays (at 400
+ * positions about a third of a token's cost on the bundled model). The
+ * scale s follows every measured pass (a moving average of measured /
+ * predicted with weight SP_COST_RATE, each ratio clamped to [1/4, 4] so a
+ * pass slowed by a preemption or the OS moves it little): whatever slows
+ * the machine down since startup. One parameter, so it is identified by any
+ * pass; fitting c_attn online as well was tried and is not: in steady
+ * decoding the two terms move together and the fit drifted to
+ * "everything is attention", which made verification look 5x dearer. */
+#define SP_COST_RATE 0.05
+typedef struct {
+    sp_cost_model curve;
+    double c_attn;    /* ms per 1000 attended positions (startup) */
+    double s;         /* fitted scale */
+    int64_t n_obs;
+} sp_cost_fit;
+
+/* s = 1; curve and c_attn (>= 0) copied. */
+void sp_cost_fit_init(sp_cost_fit *f, const sp_cost_model *curve, double c_attn);
+/* A measured pass of n_tok tokens attending n_attn positions in total
+ * (nonsense values are ignored). */
+void sp_cost_fit_observe(sp_cost_fit *f, double n_tok, double n_attn, double ms);
+/* Predicted milliseconds of such a pass (>= 0). */
+double sp_cost_fit_at(const sp_cost_fit *f, double n_tok, double n_attn);
+
+/* One speculating sequence as the planner sees it. */
+typedef struct {
+    float alpha;     /* estimated probability each proposed token is accepted */
+    int32_t k_cap;   /* most tokens it may propose this step */
+    bool draft;      /* proposals cost draft-model passes */
+    int32_t ctx;     /* positions its next token attends to (its length) */
+    int32_t catchup; /* draft: committed tokens the draft has not seen yet,
+                        fed with its first drafting pass */
+} sp_spec_cand;
+
+/* Chooses k[i] in 0..cand[i].k_cap for every candidate to maximize the
+ * expected tokens committed per millisecond of the step: the batch already
+ * holds base_tokens tokens attending base_attn positions (every decoder's
+ * own token and any prefill), committing base_commit tokens for sure;
+ * proposing k tokens for candidate i adds alpha + alpha^2 + ... + alpha^k
+ * expected tokens and k tokens (attending about ctx positions each) to the
+ * verification pass; draft proposals also cost one draft pass over the
+ * drafting candidates per token of the longest draft, the first one also
+ * over the tokens they must catch up on (draft may be NULL).
+ * Greedy on the marginal gain, which is optimal here because each
+ * candidate's gains decrease with k; the step's first proposed token must
+ * raise tokens per ms by SP_PLAN_MARGIN. Returns the total proposed. */
+#define SP_PLAN_MARGIN 0.10
+#define SP_PLAN_MAX_CANDS 1024 /* n_cand limit (the engine's max_seqs limit) */
+int32_t sp_spec_plan(const sp_cost_fit *target, const sp_cost_fit *draft, int32_t base_tokens,
+                     double base_attn, double base_commit, const sp_spec_cand *cand,
+                     int32_t n_cand, int32_t *k);
+
+/* ---- measuring pass costs ------------------------------------------------- */
+
+/* Times one pass of n tokens in the empty sequence `slot` of c (whose K/V
+ * live in the paged pool kv) for n = 1, 2, 4, ... up to max_n (and
+ * SP_COST_MAX_TOKENS),
+ * best of 3 after a warm-up pass each, into out (out->n = 0 when not even
+ * one pass fits or runs). Attention over a long context is not in these
+ * passes; sp_cost_measure_attn adds it. The slot is left empty. */
+void sp_cost_measure(sp_context *c, struct sp_kv *kv, int32_t slot, int32_t max_n,
+                     int32_t n_vocab, sp_cost_model *out);
+/* Milliseconds of attention per 1000 positions attended, from passes of one
+ * token at position min(n_ctx - 1, 1024) against one at position 0; 0 when
+ * the pool or context is too small. The slot is left empty. */
+double sp_cost_measure_attn(sp_context *c, struct sp_kv *kv, int32_t slot, int32_t n_ctx,
+                            int32_t n_vocab);
+
+#endif
