@@ -59,7 +59,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "server/chat.h"
+#include "chat/chat.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/sbuf.h"
