@@ -213,6 +213,9 @@ enum { T_UNK, T_BOS, T_EOS, T_BYTE0, T_IM_START = T_BYTE0 + 256, T_IM_END, N_TOK
 /* SentencePiece: <unk> <s> </s>, the 256 byte tokens, then <|im_start|> and
  * <|im_end|> of type im_type (3 CONTROL, as in Qwen's files, or 4
  * USER_DEFINED, as some conversions have them). */
+static const char *chatml_gguf_template; /* tokenizer.chat_template of the next file, or NULL */
+static sp_model **chatml_gguf_model;     /* non-NULL: also load the file as a model here */
+
 static sp_vocab *chatml_vocab(int im_type, bool add_bos) {
     static char names[N_TOK][16];
     sp_gguf_str toks[N_TOK];
@@ -233,6 +236,7 @@ static sp_vocab *chatml_vocab(int im_type, bool add_bos) {
     sp_gguf_set_arr(w, "tokenizer.ggml.scores", SP_GGUF_FLOAT32, scores, N_TOK);
     sp_gguf_set_arr(w, "tokenizer.ggml.token_type", SP_GGUF_INT32, types, N_TOK);
     sp_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
+    if (chatml_gguf_template) sp_gguf_set_str(w, "tokenizer.chat_template", chatml_gguf_template);
     char path[64], err[256];
     snprintf(path, sizeof(path), "/tmp/specula_chat_%d.gguf", (int)getpid());
     sp_vocab *v = NULL;
@@ -241,6 +245,9 @@ static sp_vocab *chatml_vocab(int im_type, bool add_bos) {
         if (g) v = sp_vocab_load(g, err, sizeof(err));
         sp_gguf_close(g);
     }
+    if (chatml_gguf_model) /* the same file as a (vocabulary-only) model */
+        *chatml_gguf_model = sp_model_load(path, (sp_model_params){.vocab_only = true}, err,
+                                           sizeof(err));
     sp_gguf_writer_free(w);
     unlink(path);
     CHECK(v, "the ChatML vocabulary: %s", err);
@@ -445,6 +452,26 @@ static void public_chat_api(void) {
     const sp_chat_message bad_role[1] = {{"tool", "x"}};
     CHECK(!sp_chat_render(CHAT_CHATML, bad_role, 1, err, sizeof(err)) && strstr(err, "role"),
           "unknown role: %s", err);
+    /* from the model's tokenizer.chat_template, as serve recognizes it; a
+     * name given wins; none without one */
+    const char *jinja[3] = {"{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>"
+                            "\n\n{{ m.content }}<|eot_id|>{% endfor %}",
+                            "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}", NULL};
+    const int want[3] = {CHAT_LLAMA3, SP_CHAT_NONE, SP_CHAT_NONE};
+    for (int i = 0; i < 3; i++) {
+        sp_model *m = NULL;
+        chatml_gguf_template = jinja[i];
+        chatml_gguf_model = &m;
+        sp_vocab *v = chatml_vocab(3, true);
+        chatml_gguf_template = NULL;
+        chatml_gguf_model = NULL;
+        CHECK(m, "model %d loads", i);
+        CHECK(sp_chat_template_for_model(m, NULL) == want[i], "model %d: template %d, want %d", i,
+              sp_chat_template_for_model(m, NULL), want[i]);
+        CHECK(sp_chat_template_for_model(m, "gemma") == CHAT_GEMMA, "model %d: the name wins", i);
+        sp_model_free(m);
+        sp_vocab_free(v);
+    }
     /* the server's tokens, forged markup in the content included */
     for (int k = 0; k < 2; k++) {
         sp_vocab *v = chatml_vocab(k ? 4 : 3, true);
