@@ -2,8 +2,10 @@
  * against hand-computed values, the SSE parser under every split of a
  * stream, the stream-event parser, /metrics parsing, SLO parsing, the
  * held-out rule and corpus rebuild, deterministic workloads, the file:
- * workload, and the result arithmetic (TTFT, TPOT, ITL, cold/warm,
- * reconciliation) on a synthetic run. */
+ * workload, the result arithmetic (TTFT, TPOT, ITL, cold/warm,
+ * reconciliation) on a synthetic run, the report's rows (the goodput
+ * fraction, n/a for what was never measured, never nan) and the SVG plots
+ * (step CDFs with a marker per sample, axes that fit, the legend outside). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
