@@ -171,7 +171,7 @@ fi
 if start_server spec --spec suffix; then
     if "$bin" bench --base-url "$URL" --workload code-edit --num-requests 4 --concurrency 2 \
             --warmup 0 --json "$tmp/s.json" >/dev/null 2>"$tmp/err" \
-        && python3 - "$tmp/s.json" <<'PY'; then
+        && python3 - "$tmp/s.json" 2>>"$tmp/err" <<'PY'; then
 import json, sys
 run = json.load(open(sys.argv[1]))["metrics"]["runs"][0]
 sc = run["server_counters"]
@@ -255,10 +255,11 @@ if grep -q "^KV:             not reported by the server$" "$tmp/fake-error.out" 
     && grep -q "^engine:         not reported by the server$" "$tmp/fake-error.out" \
     && grep -q "salts: a fresh cache_salt per measured run (sent; whether the server honors it is not known)" "$tmp/fake-error.out" \
     && grep -q "^bench tool:     specula " "$tmp/fake-error.out" \
-    && ! grep -q "?" <(grep -E "^(KV|engine):" "$tmp/fake-error.out"); then
+    && grep -q "^served as:      not reported by the server (max_model_len not reported)$" "$tmp/fake-error.out" \
+    && ! grep -q "?" <(grep -E "^(KV|engine|served as):" "$tmp/fake-error.out"); then
     ok "contract of an unknown server: KV type, engine and cache_salt use not claimed"
 else
-    fail "contract claims" "$(grep -E '^(KV|engine|prefix cache|bench tool)' "$tmp/fake-error.out")"
+    fail "contract claims" "$(grep -E '^(KV|engine|prefix cache|bench tool|served as)' "$tmp/fake-error.out")"
 fi
 # nothing listening at all: fails at once with the reason, and no report of nothing
 t0=$(date +%s)

@@ -370,7 +370,11 @@ static void contract_lines(FILE *f, const bench_report_info *ri) {
         fprintf(f, "%smodel:          %s\n", p, c->model_file);
         fprintf(f, "%smodel sha256:   %s\n", p, c->model_sha256[0] ? c->model_sha256 : "unknown");
         if (c->model_desc[0]) fprintf(f, "%smodel:          %s\n", p, c->model_desc);
-        fprintf(f, "%sserved as:      %s (max_model_len %d)\n", p, c->served_model, c->max_model_len);
+        if (c->max_model_len > 0)
+            fprintf(f, "%sserved as:      %s (max_model_len %d)\n", p, c->served_model,
+                    c->max_model_len);
+        else
+            fprintf(f, "%sserved as:      %s (max_model_len not reported)\n", p, c->served_model);
         fprintf(f, "%sproposer:       %s\n", p, c->proposer);
         fprintf(f, "%sdraft model:    %s%s%s\n", p, c->draft_file, c->draft_sha256[0] ? " sha256 " : "",
                 c->draft_sha256);
@@ -574,7 +578,7 @@ static cJSON *contract_json(const bench_report_info *ri) {
         cJSON_AddStringToObject(x, "model_sha256", c->model_sha256);
         cJSON_AddStringToObject(x, "model", c->model_desc);
         cJSON_AddStringToObject(x, "served_model", c->served_model);
-        jnum(x, "max_model_len", c->max_model_len);
+        jnum(x, "max_model_len", c->max_model_len > 0 ? c->max_model_len : NAN);
         cJSON_AddStringToObject(x, "proposer", c->proposer);
         cJSON_AddStringToObject(x, "draft_model_file", c->draft_file);
         cJSON_AddStringToObject(x, "draft_model_sha256", c->draft_sha256);

@@ -24,6 +24,7 @@
 #define MAX_CFG 2
 #define MAX_SWEEP 16
 #define MAX_SERVE_ARGS 64
+#define NOT_REPORTED "not reported by the server"
 
 static void bench_usage(FILE *f) {
     fprintf(f,
@@ -530,7 +531,7 @@ int cmd_bench(int argc, char **argv) {
             snprintf(ct->salt_use, sizeof(ct->salt_use), "a fresh cache_salt per measured run%s",
                      unverified);
         salt_unverified |= !salt_known && !t->serve && (wo.salt || isolate);
-        if (!ct->served_model[0]) snprintf(ct->served_model, sizeof(ct->served_model), "?");
+        if (!ct->served_model[0]) snprintf(ct->served_model, sizeof(ct->served_model), "%s", NOT_REPORTED);
         hash_into(ct->model_file, ct->model_sha256, sizeof(ct->model_sha256));
         hash_into(ct->draft_file, ct->draft_sha256, sizeof(ct->draft_sha256));
         {
@@ -547,7 +548,8 @@ int cmd_bench(int argc, char **argv) {
                 sp_model_free(m);
             }
         }
-        lo.model = model_name ? model_name : (strcmp(ct->served_model, "?") ? ct->served_model : NULL);
+        lo.model = model_name ? model_name
+                   : (strcmp(ct->served_model, NOT_REPORTED) ? ct->served_model : NULL);
         if (c == 0) {
             /* one workload for every target, level and repetition: the
              * same prompts, so differences are the servers' */
