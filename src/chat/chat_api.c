@@ -66,11 +66,14 @@ int32_t sp_chat_tokenize(const sp_vocab *v, sp_chat_template t, const sp_chat_me
         return -1;
     }
     chat_msg *m = to_msgs(msgs, n);
+    if (!m) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     chat_span *cs = NULL;
     int n_cs = 0;
-    char *text = m ? chat_render_spans((chat_tmpl)t, m, n, &cs, &n_cs, err, errlen) : NULL;
+    char *text = chat_render_spans((chat_tmpl)t, m, n, &cs, &n_cs, err, errlen);
     free(m);
-    if (!m) snprintf(err, errlen, "out of memory");
     if (!text) return -1;
     /* as the server's oai_prompt_tokens: special tokens only in the markup
      * spans, and the markup's tokens there whatever type the vocabulary
