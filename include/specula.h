@@ -631,6 +631,54 @@ int sp_engine_check(sp_engine *e, char *err, size_t errlen);
  * earlier requests of the same salt, 0.5 when there were none. -1 for a mode that is not a method (off, default). */
 float sp_engine_spec_prior(sp_engine *e, const char *cache_salt, sp_spec_mode m);
 
+/* ---- chat templates (src/chat) ------------------------------------------- */
+
+/* A chat template family, the one `specula serve` renders /v1/chat/completions
+ * with. SP_CHAT_NONE: no template; other values come only from
+ * sp_chat_template_for_model. */
+typedef int sp_chat_template;
+#define SP_CHAT_NONE 0
+
+typedef struct {
+    const char *role;    /* "system", "developer" (read as system), "user", "assistant" */
+    const char *content; /* NULL reads as "" */
+} sp_chat_message;
+
+/* The template `specula serve` would use for m, by the same rule: the one
+ * named by name when name is not NULL (chatml, qwen, qwen2, llama3, llama-3,
+ * llama2, llama-2, mistral, phi3, phi-3, gemma: serve's --chat-template),
+ * else the family recognized from m's tokenizer.chat_template metadata.
+ * Returns a template (> 0); SP_CHAT_NONE when name is NULL and m has no
+ * chat_template or one of no known family; -1 when name is not a template
+ * (m is not read then and may be NULL). */
+sp_chat_template sp_chat_template_for_model(const sp_model *m, const char *name);
+/* The template's name ("chatml", "llama3", ...); "none" for SP_CHAT_NONE or a
+ * value that is not a template. Static storage. */
+const char *sp_chat_template_name(sp_chat_template t);
+/* The text that ends an assistant turn ("<|im_end|>", "<|eot_id|>", "</s>",
+ * ...), static storage; NULL for SP_CHAT_NONE or a value that is not a
+ * template. */
+const char *sp_chat_template_eot(sp_chat_template t);
+/* The single control token of v that ends an assistant turn (e.g. the id of
+ * "<|im_end|>"), or -1 when the end of turn is not one control token of v;
+ * then the generated text holds sp_chat_template_eot's text instead (stop on
+ * that string). */
+int32_t sp_chat_eot_token(const sp_vocab *v, sp_chat_template t);
+/* The conversation msgs[n] followed by the opening of the assistant's turn,
+ * as the server renders it: a malloc'd NUL-terminated string the caller
+ * frees (BOS not included: the tokenizer adds it). NULL + err for
+ * SP_CHAT_NONE, an unknown role, or out of memory. */
+char *sp_chat_render(sp_chat_template t, const sp_chat_message *msgs, int n, char *err,
+                     size_t errlen);
+/* sp_chat_render's text tokenized as the server tokenizes a chat prompt
+ * (BOS/EOS as the vocabulary's add_bos/add_eos say; special tokens read only
+ * in the template's own markup, so message content cannot forge a turn):
+ * the same tokens the server would compute, so as a conversation grows turn
+ * by turn the prefix cache finds its earlier turns again. Returns the count
+ * with *out malloc'd (the caller frees it), or -1 + err with *out NULL. */
+int32_t sp_chat_tokenize(const sp_vocab *v, sp_chat_template t, const sp_chat_message *msgs, int n,
+                         int32_t **out, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,8 +2,11 @@
  * against hand-computed values, the SSE parser under every split of a
  * stream, the stream-event parser, /metrics parsing, SLO parsing, the
  * held-out rule and corpus rebuild, deterministic workloads, the file:
- * workload, and the result arithmetic (TTFT, TPOT, ITL, cold/warm,
- * reconciliation) on a synthetic run. */
+ * workload, the result arithmetic (TTFT, TPOT, ITL, cold/warm,
+ * reconciliation) on a synthetic run, the report's rows (the goodput
+ * fraction, n/a for what was never measured, never nan) and the SVG plots
+ * (step CDFs with a marker per sample, axes that fit, the legend outside). */
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -348,6 +351,213 @@ static void test_results(void) {
     bench_result_free(&r);
 }
 
+/* A run of n successful requests with these TTFTs (ms), two chunks each. */
+static void synth_run(bench_run *run, bench_rec *recs, double (*ch)[2], const double *ttft_ms, int n) {
+    memset(run, 0, sizeof(*run));
+    memset(recs, 0, sizeof(recs[0]) * (size_t)n);
+    run->recs = recs;
+    run->n = n;
+    run->duration_s = 2.0;
+    for (int i = 0; i < n; i++) {
+        double t1 = ttft_ms[i] / 1e3;
+        ch[i][0] = t1, ch[i][1] = t1 + 0.05;
+        recs[i] = (bench_rec){.ok = true, .t_start = 0, .t_first = t1, .t_last = t1 + 0.05,
+                              .t_end = t1 + 0.1, .prompt_tokens = 10, .completion_tokens = 2,
+                              .cached_tokens = -1, .chunk_t = {ch[i], 2, 2}};
+    }
+}
+
+/* The line of a text report that starts with `name`, or NULL. */
+static const char *report_line(const char *text, const char *name, char *out, size_t cap) {
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (!strncmp(p, name, strlen(name))) {
+            snprintf(out, cap, "%.*s", (int)strcspn(p, "\n"), p);
+            return out;
+        }
+    return NULL;
+}
+
+static char *report_text(const bench_report_info *ri, bench_result *res, int n) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    bench_report_text(f, ri, res, n, false);
+    fclose(f);
+    return buf;
+}
+
+static void test_report_rows(void) {
+    double ch[3][2], ttft[3] = {100, 300, 900};
+    bench_rec recs[3];
+    bench_run run;
+    synth_run(&run, recs, ch, ttft, 3);
+    /* A: KV gauges sampled; B: the server exports the total but never the
+     * in-use gauge, and C ran against nothing (every request failed) */
+    bench_kv_sample ka[2] = {{.t = 0.1, .blocks_total = 16, .blocks_cached = 2, .blocks_in_use = 4},
+                             {.t = 0.6, .blocks_total = 16, .blocks_cached = 4, .blocks_in_use = 8}};
+    bench_kv_sample kb[1] = {{.t = 0.1, .blocks_total = 16, .blocks_cached = 4, .blocks_in_use = NAN,
+                              .blocks_free = NAN}};
+    bench_slo slo = {.ttft_ms = 500};
+    snprintf(slo.text, sizeof(slo.text), "ttft=500ms");
+    bench_result res[3];
+    bench_result_init(&res[0], "A", 1, 0);
+    bench_result_init(&res[1], "B", 1, 0);
+    bench_result_init(&res[2], "C", 1, 0);
+    run.kv = ka, run.n_kv = 2;
+    bench_result_add(&res[0], &run, &slo);
+    run.kv = kb, run.n_kv = 1;
+    bench_result_add(&res[1], &run, &slo);
+    bench_rec bad[2] = {{.ok = false, .t_first = -1}, {.ok = false, .t_first = -1}};
+    snprintf(bad[0].err, sizeof(bad[0].err), "Couldn't connect to server");
+    bench_run none = {.recs = bad, .n = 2};
+    bench_result_add(&res[2], &none, &slo);
+    for (int i = 0; i < 3; i++) bench_result_finish(&res[i]);
+    CHECK(near(res[0].kv_peak_in_use, 0.5) && near(res[0].kv_mean_in_use, 0.375) &&
+          near(res[0].kv_peak_cached, 0.25), "A: KV %g %g %g", res[0].kv_peak_in_use,
+          res[0].kv_mean_in_use, res[0].kv_peak_cached);
+    CHECK(isnan(res[1].kv_peak_in_use) && isnan(res[1].kv_mean_in_use) &&
+          near(res[1].kv_peak_cached, 0.25), "B: in-use never sampled is NaN, not 0: %g %g",
+          res[1].kv_peak_in_use, res[1].kv_mean_in_use);
+    CHECK(isnan(res[2].kv_peak_in_use) && isnan(res[2].kv_peak_cached), "C: nothing sampled");
+    bench_report_info ri = {.workload = "synthetic", .slo = &slo, .n_cfg = 1};
+    char *text = report_text(&ri, res, 3), line[512];
+    REQUIRE(text, "report text");
+    /* the fraction row says it is a fraction: 2 of A's 3 requests met ttft=500ms */
+    CHECK(report_line(text, "goodput fraction (within SLO / all requests)", line,
+                      sizeof(line)) && strstr(line, " 0.667"),
+          "goodput fraction row: %s", text);
+    CHECK(report_line(text, "KV blocks in use, peak fraction", line, sizeof(line)) &&
+          strstr(line, " 0.500") && strstr(line, " n/a") && !strstr(line, " 0 "),
+          "never-sampled KV is n/a: '%s'", line);
+    CHECK(report_line(text, "KV blocks cached for reuse, peak fraction", line, sizeof(line)) &&
+          strstr(line, " 0.250 ") && strstr(line, " n/a"), "cached KV: '%s'", line);
+    CHECK(!strstr(text, "nan") && !strstr(text, "-nan") && strstr(text, "C: output tok/s over 1 "
+          "repetition(s): mean n/a"), "no nan in the report:\n%s", text);
+    free(text);
+    for (int i = 0; i < 3; i++) bench_result_free(&res[i]);
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    char *b = malloc(1 << 20);
+    size_t n = b ? fread(b, 1, (1 << 20) - 1, f) : 0;
+    if (b) b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+/* The numbers of every `attr="..."` of elements of class `cls`, in order. */
+static int svg_attrs(const char *svg, const char *cls, const char *attr, double *out, int cap) {
+    char key[64], a[32];
+    snprintf(key, sizeof(key), "class=\"%s\"", cls);
+    snprintf(a, sizeof(a), " %s=\"", attr);
+    int n = 0;
+    for (const char *p = strstr(svg, key); p && n < cap; p = strstr(p + 1, key)) {
+        const char *end = strchr(p, '>'), *q = strstr(p, a);
+        if (q && end && q < end) out[n++] = atof(q + strlen(a));
+    }
+    return n;
+}
+
+/* The tick labels (element text) of class cls. */
+static int svg_texts(const char *svg, const char *cls, double *out, int cap) {
+    char key[64];
+    snprintf(key, sizeof(key), "class=\"%s\"", cls);
+    int n = 0;
+    for (const char *p = strstr(svg, key); p && n < cap; p = strstr(p + 1, key)) {
+        const char *gt = strchr(p, '>');
+        if (gt) out[n++] = atof(gt + 1);
+    }
+    return n;
+}
+
+static void test_plots(void) {
+    /* A: three TTFTs between 900 and 1000 ms; B: one */
+    double ch[3][2], chb[1][2], ta[3] = {900, 950, 1000}, tb[1] = {920};
+    bench_rec ra[3], rb[1];
+    bench_run run;
+    bench_result res[2];
+    bench_result_init(&res[0], "A", 1, 0);
+    bench_result_init(&res[1], "B with a long label that would cover the lines", 1, 0);
+    synth_run(&run, ra, ch, ta, 3);
+    bench_result_add(&res[0], &run, NULL);
+    synth_run(&run, rb, chb, tb, 1);
+    bench_result_add(&res[1], &run, NULL);
+    bench_result_finish(&res[0]);
+    bench_result_finish(&res[1]);
+    char dir[] = "/tmp/test_bench_plots_XXXXXX", md[256], svgp[256], err[256];
+    const char *made = mkdtemp(dir); /* once: REQUIRE evaluates its condition twice */
+    REQUIRE(made, "mkdtemp");
+    snprintf(md, sizeof(md), "%s/r.md", dir);
+    snprintf(svgp, sizeof(svgp), "%s/r-cdf-ttft.svg", dir);
+    bench_report_info ri = {.workload = "synthetic", .n_cfg = 1};
+    CHECK(bench_report_md(md, &ri, res, 2, false, err, sizeof(err)) == 0, "%s", err);
+    char *svg = slurp(svgp);
+    REQUIRE(svg, "no %s", svgp);
+    /* every sample has a marker, the single one too */
+    double cx[16], cy[16];
+    int nc = svg_attrs(svg, "sample", "cx", cx, 16);
+    svg_attrs(svg, "sample", "cy", cy, 16);
+    CHECK(nc == 4, "4 sample markers, got %d", nc);
+    /* step functions: each sample is a vertical rise at its x (2 points a sample) */
+    int n_series = 0;
+    bool steps = true;
+    for (const char *p = strstr(svg, "class=\"series\""); p; p = strstr(p + 1, "class=\"series\"")) {
+        const char *q = strstr(p, "points=\"");
+        double px[16], py[16];
+        int np = 0;
+        for (q = q ? q + 8 : NULL; q && *q && *q != '"' && np < 16;) {
+            char *e;
+            px[np] = strtod(q, &e);
+            if (e == q || *e != ',') break;
+            py[np++] = strtod(e + 1, &e);
+            q = e;
+            while (*q == ' ') q++;
+        }
+        int want = n_series == 0 ? 6 : 2;
+        if (np != want) steps = false;
+        for (int k = 0; k + 1 < np; k += 2)
+            if (px[k] != px[k + 1] || !(py[k + 1] < py[k])) steps = false; /* up at the sample */
+        for (int k = 1; k + 1 < np; k += 2)
+            if (py[k] != py[k + 1] || !(px[k + 1] > px[k])) steps = false; /* then flat */
+        n_series++;
+    }
+    CHECK(n_series == 2 && steps, "CDFs are step functions (%d series):\n%s", n_series, svg);
+    /* the x axis fits 900..1000 ms instead of starting at 0 */
+    double xt[32];
+    int nx = svg_texts(svg, "xtick", xt, 32);
+    CHECK(nx >= 2 && xt[0] >= 800 && xt[0] <= 900 && xt[nx - 1] >= 1000 && xt[nx - 1] <= 1100,
+          "x axis %g..%g (%d ticks)", nx ? xt[0] : NAN, nx ? xt[nx - 1] : NAN, nx);
+    /* the legend is below the plot area: below every marker and tick line */
+    double ly[4], rect_bottom = 0;
+    int nl = svg_attrs(svg, "legend", "y", ly, 4);
+    const char *fr = strstr(svg, "fill=\"none\" stroke=\"#333\"");
+    if (fr) { /* the frame: <rect x y width height ...> */
+        const char *r0 = fr;
+        while (r0 > svg && strncmp(r0, "<rect", 5)) r0--;
+        double y = atof(strstr(r0, " y=\"") + 4), h = atof(strstr(r0, " height=\"") + 9);
+        rect_bottom = y + h;
+    }
+    bool below = nl == 2 && rect_bottom > 0;
+    for (int i = 0; i < nl; i++) below &= ly[i] > rect_bottom + 20;
+    for (int i = 0; i < nc; i++) below &= cy[i] <= rect_bottom;
+    CHECK(below, "legend outside the plot: %d entries, plot bottom %g, first at %g", nl,
+          rect_bottom, nl ? ly[0] : NAN);
+    free(svg);
+    bench_result_free(&res[0]);
+    bench_result_free(&res[1]);
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char p[600];
+        snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+        if (e->d_name[0] != '.') unlink(p);
+    }
+    if (d) closedir(d);
+    CHECK(rmdir(dir) == 0, "cleanup of %s", dir);
+}
+
 int main(void) {
     RUN(test_percentiles);
     RUN(test_sse_splits);
@@ -357,5 +567,7 @@ int main(void) {
     RUN(test_workloads_deterministic);
     RUN(test_file_workload);
     RUN(test_results);
+    RUN(test_report_rows);
+    RUN(test_plots);
     TEST_END();
 }

@@ -6,7 +6,10 @@
 # contract, the Markdown report and its SVG plots are written; speculative
 # counters reconcile with --spec suffix; --serve starts and stops its own
 # server; a fake server that answers errors, garbage or closes mid-stream
-# costs only those requests (no crash); bad command lines exit 2.
+# costs only those requests (no crash), and the contract of a server that
+# does not describe itself claims nothing it did not check; an unreachable
+# URL fails at once; vLLM's option names work; --endpoint chat benchmarks
+# chat completions; bad command lines exit 2.
 # Prints "RESULT <passed> <failed>" ("RESULT 0 0 1" and a SKIP line when the
 # model is missing).
 set -u
@@ -85,10 +88,15 @@ for k in ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "tpot_p50_ms", "itl_p99_m
 assert run["ttft_ms"]["p50"] <= run["ttft_ms"]["p90"] <= run["ttft_ms"]["p99"]
 assert len(run["h_tokens_hist"]) == 11 and sum(run["h_tokens_hist"]) == 6
 c = r["contract"]
-for k in ("engine", "cpu_model", "cores", "memcpy_gb_per_s", "workload_params", "prompt_tokens",
+for k in ("bench_tool", "endpoint", "cpu_model", "cores", "memcpy_gb_per_s", "workload_params", "prompt_tokens",
           "output_tokens", "prefix_sharing", "load", "sampling", "warmup_requests", "repetitions"):
     assert c.get(k) not in (None, ""), k
 assert c["configs"][0]["max_model_len"] == 512
+# a Specula server says what it is; the tool's own commit is not passed off as its engine's
+cfg = c["configs"][0]
+assert cfg["engine"].startswith("specula ") and "not reported" in cfg["engine"], cfg["engine"]
+assert cfg["kv_type"] == "f16" and cfg["kv_block_size"] == 16, cfg
+assert c["endpoint"] == "/v1/completions"
 PY
         ok "shared-prefix: requests, prompt/output/cached tokens equal the /metrics deltas; JSON report"
     else
@@ -122,11 +130,48 @@ PY
     fi
 fi
 
+# vLLM's option names (--num-prompts, --max-concurrency, --request-rate) are
+# the same options as Specula's own
+if [ -n "${URL:-}" ] && "$bin" bench --base-url "$URL" --workload code-complete --num-prompts 3 \
+        --max-concurrency 1 --request-rate 50 --warmup 0 --json "$tmp/al.json" >/dev/null 2>"$tmp/err" \
+    && python3 - "$tmp/al.json" <<'PY'; then
+import json, sys
+r = json.load(open(sys.argv[1]))
+run = r["metrics"]["runs"][0]
+assert run["requests"] == 3 and run["requests_ok"] == 3, run
+assert run["concurrency"] == 1 and run["rate"] == 50, (run["concurrency"], run["rate"])
+assert r["contract"]["load"].startswith("open loop, 50 requests/s") and "capped" in r["contract"]["load"], r["contract"]["load"]
+PY
+    ok "vLLM's --num-prompts, --max-concurrency, --request-rate are accepted as aliases"
+else
+    fail "vLLM option aliases" "$(tail -n 5 "$tmp/err")"
+fi
+
+# ---- --endpoint chat: chat completions, multi-turn with the answers ---------------
+if start_server chat --chat-template chatml; then
+    if "$bin" bench --base-url "$URL" --endpoint chat --workload multi-turn --num-requests 4 \
+            --turns 2 --concurrency 2 --output-tokens 8 --warmup 0 --json "$tmp/ch.json" \
+            >"$tmp/out" 2>"$tmp/err" \
+        && python3 - "$tmp/ch.json" "$tmp/chat.log" <<'PY'; then
+import json, sys
+r = json.load(open(sys.argv[1]))
+run = r["metrics"]["runs"][0]
+assert r["contract"]["endpoint"] == "/v1/chat/completions", r["contract"]["endpoint"]
+assert run["requests_ok"] == 4 and run["server_counters"]["reconciled"], run
+# the second turn resends the first and its answer as messages: found in the cache
+assert run["cached_tokens"] > 0 and run["output_tokens"] > 0, run
+PY
+        ok "--endpoint chat: chat completions, second turns reuse the rendered first (cached)"
+    else
+        fail "--endpoint chat" "$(tail -n 5 "$tmp/err") $(tail -n 5 "$tmp/out")"
+    fi
+fi
+
 # ---- speculative counters: --spec suffix ----------------------------------
 if start_server spec --spec suffix; then
     if "$bin" bench --base-url "$URL" --workload code-edit --num-requests 4 --concurrency 2 \
             --warmup 0 --json "$tmp/s.json" >/dev/null 2>"$tmp/err" \
-        && python3 - "$tmp/s.json" <<'PY'; then
+        && python3 - "$tmp/s.json" 2>>"$tmp/err" <<'PY'; then
 import json, sys
 run = json.load(open(sys.argv[1]))["metrics"]["runs"][0]
 sc = run["server_counters"]
@@ -201,15 +246,31 @@ for mode in error garbage close; do
     else
         fail "fake server $mode" "rc $rc: $(tail -n 3 "$tmp/out") $(tail -n 3 "$tmp/err")"
     fi
+    [ $mode = error ] && cp "$tmp/out" "$tmp/fake-error.out"
     kill "${pids[-1]}" 2>/dev/null
     : >"$tmp/fake.port"
 done
-# nothing listening at all
+# a server that does not describe itself: the contract does not guess
+if grep -q "^KV:             not reported by the server$" "$tmp/fake-error.out" \
+    && grep -q "^engine:         not reported by the server$" "$tmp/fake-error.out" \
+    && grep -q "salts: a fresh cache_salt per measured run (sent; whether the server honors it is not known)" "$tmp/fake-error.out" \
+    && grep -q "^bench tool:     specula " "$tmp/fake-error.out" \
+    && grep -q "^served as:      not reported by the server (max_model_len not reported)$" "$tmp/fake-error.out" \
+    && ! grep -q "?" <(grep -E "^(KV|engine|served as):" "$tmp/fake-error.out"); then
+    ok "contract of an unknown server: KV type, engine and cache_salt use not claimed"
+else
+    fail "contract claims" "$(grep -E '^(KV|engine|prefix cache|bench tool|served as)' "$tmp/fake-error.out")"
+fi
+# nothing listening at all: fails at once with the reason, and no report of nothing
+t0=$(date +%s)
 "$bin" bench --base-url http://127.0.0.1:9 --workload code-complete --num-requests 2 --warmup 0 \
-    >"$tmp/out" 2>"$tmp/err"
+    --json "$tmp/none.json" >"$tmp/out" 2>"$tmp/err"
 rc=$?
-if [ $rc -eq 1 ] && grep -q "requests failed" "$tmp/out"; then ok "no server: exit 1 with the reason"
-else fail "no server" "rc $rc: $(tail -n 3 "$tmp/out")"; fi
+t1=$(date +%s)
+if [ $rc -eq 1 ] && grep -q "cannot reach http://127.0.0.1:9" "$tmp/err" && [ ! -s "$tmp/out" ] \
+    && [ ! -e "$tmp/none.json" ] && ! grep -qi "nan" "$tmp/err" && [ $((t1 - t0)) -le 5 ]; then
+    ok "no server: exit 1 at once with the reason, no report"
+else fail "no server" "rc $rc in $((t1 - t0)) s: $(tail -n 3 "$tmp/out") $(tail -n 3 "$tmp/err")"; fi
 
 # ---- bad command lines ---------------------------------------------------------
 bad=0
@@ -218,7 +279,8 @@ for args in "" "--workload nope" "--workload long-output --concurrency 0" \
             "--workload long-output --base-url ftp://x" "--workload long-output --frobnicate" \
             "--workload long-output --base-url http://a --base-url http://b" \
             "--workload long-output --compare --base-url http://a" \
-            "--workload long-output --rate 2 --sweep-concurrency 1,2" "--workload long-output --seed"; do
+            "--workload long-output --rate 2 --sweep-concurrency 1,2" "--workload long-output --seed" \
+            "--workload long-output --endpoint embeddings"; do
     # shellcheck disable=SC2086
     "$bin" bench $args >/dev/null 2>"$tmp/err"; rc=$?
     if [ $rc -ne 2 ] || [ ! -s "$tmp/err" ]; then bad=1; echo "  '$args': rc $rc"; fi

@@ -173,6 +173,8 @@ typedef struct {
     bool progress;           /* a progress bar on stderr */
     const char *label;
     const char *salt;        /* cache_salt for every request (overrides the items'), or NULL */
+    bool chat;               /* POST /v1/chat/completions: "messages" (the prompt as the user's
+                              * turn; multi-turn: the conversation with its answers) */
 } bench_load_opts;
 
 /* One sample of the server's KV gauges. */
@@ -221,14 +223,16 @@ typedef struct {
     char draft_file[1024];
     char draft_sha256[80];
     char verification[160];
-    char engine[160];        /* version + git commit */
+    char engine[160];        /* the server's engine: version + git commit as far as known */
+    char tool[160];          /* this benchmark binary: version + git commit */
+    bool reported;           /* the server described itself (a Specula /v1/models "specula") */
     char cpu_model[160];
     int cores;
     double membw_gbs;
-    char kv_type[16];
+    char kv_type[64];
     int32_t block_size;
     char prefix_cache[64];
-    char salt_use[96];
+    char salt_use[160];
     char server_args[1024];
     char served_model[128];
     int32_t max_model_len;
@@ -313,6 +317,7 @@ typedef struct {
     bench_contract cfg[2];        /* per configuration */
     int n_cfg;
     const char *workload;
+    const char *endpoint;         /* "/v1/completions" or "/v1/chat/completions" (NULL: the first) */
     char workload_params[512];
     uint64_t seed;
     char load[160];               /* concurrency / rate / sweep */

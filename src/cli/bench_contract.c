@@ -130,7 +130,10 @@ void bench_contract_host(bench_contract *c) {
     }
     c->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
     c->membw_gbs = membw();
-    engine_version(c->engine, sizeof(c->engine));
+    engine_version(c->tool, sizeof(c->tool));
+    /* the engine is this binary only where it is (a --serve target); a URL's
+     * engine is what the server says of itself, or unknown */
+    snprintf(c->engine, sizeof(c->engine), "%s", c->tool);
 }
 
 void bench_contract_from_serve_args(bench_contract *c, int argc, char **argv) {
@@ -179,12 +182,16 @@ void bench_contract_from_serve_args(bench_contract *c, int argc, char **argv) {
 
 void bench_contract_from_info(bench_contract *c, const cJSON *info) {
     if (!cJSON_IsObject(info)) return;
+    c->reported = true;
     const cJSON *v;
 #define STR(key) ((v = cJSON_GetObjectItemCaseSensitive(info, key)) && cJSON_IsString(v) ? v->valuestring : NULL)
 #define NUM(key) ((v = cJSON_GetObjectItemCaseSensitive(info, key)) && cJSON_IsNumber(v) ? v->valuedouble : -1)
 #define BOOL(key) ((v = cJSON_GetObjectItemCaseSensitive(info, key)) && cJSON_IsBool(v) ? cJSON_IsTrue(v) : -1)
     const char *model = STR("model_file"), *draft = STR("draft_file"), *spec = STR("spec"),
                *kv = STR("kv_type");
+    const char *ver = STR("version");
+    snprintf(c->engine, sizeof(c->engine), "specula %s (the server's commit is not reported)",
+             ver ? ver : "of unreported version");
     if (model) snprintf(c->model_file, sizeof(c->model_file), "%s", model);
     snprintf(c->draft_file, sizeof(c->draft_file), "%s", draft ? draft : "none");
     if (spec) {

@@ -269,11 +269,14 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *user) {
     return n;
 }
 
-static char *request_body(const bench_load_opts *o, const bench_item *it, const char *prompt) {
+/* msgs: the chat endpoint's conversation (sent instead of "prompt"), or NULL */
+static char *request_body(const bench_load_opts *o, const bench_item *it, const char *prompt,
+                          const cJSON *msgs) {
     cJSON *j = cJSON_CreateObject();
     if (!j) return NULL;
     if (o->model) cJSON_AddStringToObject(j, "model", o->model);
-    cJSON_AddStringToObject(j, "prompt", prompt);
+    if (msgs) cJSON_AddItemToObject(j, "messages", cJSON_Duplicate(msgs, 1));
+    else cJSON_AddStringToObject(j, "prompt", prompt);
     cJSON_AddNumberToObject(j, "max_tokens", it->max_tokens);
     cJSON_AddNumberToObject(j, "temperature", o->temperature);
     if (o->top_p < 1) cJSON_AddNumberToObject(j, "top_p", o->top_p);
@@ -389,17 +392,19 @@ int bench_load_run(const bench_load_opts *o, const bench_workload *w, bench_run 
     memset(run, 0, sizeof(*run));
     int32_t n = w->n, rc = -1;
     char url[2048], murl[2048];
-    url_join(url, sizeof(url), o->base_url, "/v1/completions");
+    url_join(url, sizeof(url), o->base_url, o->chat ? "/v1/chat/completions" : "/v1/completions");
     url_join(murl, sizeof(murl), o->base_url, "/metrics");
     run->recs = calloc((size_t)(n ? n : 1), sizeof(bench_rec));
     slot *slots = calloc((size_t)(n ? n : 1), sizeof(slot));
     char **history = calloc((size_t)(w->n_convs ? w->n_convs : 1), sizeof(char *));
     int32_t *conv_busy = calloc((size_t)(w->n_convs ? w->n_convs : 1), sizeof(int32_t));
     int32_t *conv_turn = calloc((size_t)(w->n_convs ? w->n_convs : 1), sizeof(int32_t));
+    /* chat: each conversation's messages so far (user turns and answers) */
+    cJSON **conv_msgs = o->chat ? calloc((size_t)(w->n_convs ? w->n_convs : 1), sizeof(cJSON *)) : NULL;
     CURLM *m = curl_multi_init();
     CURL *mh = NULL;
     membuf mbuf = {.max = 16u << 20};
-    if (!run->recs || !slots || !history || !conv_busy || !conv_turn || !m) {
+    if (!run->recs || !slots || !history || !conv_busy || !conv_turn || !m || (o->chat && !conv_msgs)) {
         sp_seterr(err, errlen, "out of memory");
         goto done;
     }
@@ -450,7 +455,21 @@ int bench_load_run(const bench_load_opts *o, const bench_workload *w, bench_run 
             }
             r->prompt_bytes = strlen(prompt);
             r->prompt = strdup(prompt);
-            r->body = request_body(o, it, prompt);
+            if (o->chat) { /* the messages: the conversation so far and this turn */
+                cJSON *msgs = it->conv >= 0 ? conv_msgs[it->conv] : NULL;
+                if (!msgs) msgs = cJSON_CreateArray();
+                cJSON *um = cJSON_CreateObject();
+                if (um) {
+                    cJSON_AddStringToObject(um, "role", "user");
+                    cJSON_AddStringToObject(um, "content", it->prompt);
+                    cJSON_AddItemToArray(msgs, um);
+                }
+                r->body = msgs ? request_body(o, it, prompt, msgs) : NULL;
+                if (it->conv >= 0) conv_msgs[it->conv] = msgs;
+                else cJSON_Delete(msgs);
+            } else {
+                r->body = request_body(o, it, prompt, NULL);
+            }
             if (it->conv >= 0) { /* the history the next turn extends */
                 free(history[it->conv]);
                 history[it->conv] = joined ? joined : strdup(prompt);
@@ -547,6 +566,14 @@ int bench_load_run(const bench_load_opts *o, const bench_workload *w, bench_run 
                     h2[hl + r->text_len] = 0;
                     history[it->conv] = h2;
                 }
+                if (o->chat && conv_msgs[it->conv]) {
+                    cJSON *am = cJSON_CreateObject();
+                    if (am) {
+                        cJSON_AddStringToObject(am, "role", "assistant");
+                        cJSON_AddStringToObject(am, "content", r->text ? r->text : "");
+                        cJSON_AddItemToArray(conv_msgs[it->conv], am);
+                    }
+                }
                 conv_busy[it->conv] = 0;
                 conv_turn[it->conv]++;
             }
@@ -592,6 +619,8 @@ done:
     if (m) curl_multi_cleanup(m);
     for (int32_t k = 0; history && k < (w->n_convs ? w->n_convs : 1); k++) free(history[k]);
     free(history);
+    for (int32_t k = 0; conv_msgs && k < (w->n_convs ? w->n_convs : 1); k++) cJSON_Delete(conv_msgs[k]);
+    free(conv_msgs);
     free(conv_busy);
     free(conv_turn);
     free(slots);

@@ -62,6 +62,8 @@ void bench_result_init(bench_result *r, const char *label, int32_t concurrency, 
     r->concurrency = concurrency;
     r->rate = rate;
     for (int i = 0; i < BENCH_N_COUNTERS; i++) r->counters[i] = NAN;
+    /* never sampled is not zero: the KV rows say n/a until a sample has the gauge */
+    r->kv_peak_in_use = r->kv_peak_cached = NAN;
 }
 
 static size_t lcp(const char *a, const char *b) {
@@ -143,11 +145,15 @@ void bench_result_add(bench_result *r, const bench_run *run, const bench_slo *sl
     for (int32_t k = 0; k < run->n_kv; k++) {
         const bench_kv_sample *s = &run->kv[k];
         if (!(s->blocks_total > 0)) continue;
+        /* each gauge on its own: a server may export the total but not a state */
         double use = s->blocks_in_use / s->blocks_total, cached = s->blocks_cached / s->blocks_total;
-        if (use > r->kv_peak_in_use) r->kv_peak_in_use = use;
-        if (cached > r->kv_peak_cached) r->kv_peak_cached = cached;
-        r->kv_sum_in_use += use;
-        r->n_kv++;
+        if (!isnan(use)) {
+            if (isnan(r->kv_peak_in_use) || use > r->kv_peak_in_use) r->kv_peak_in_use = use;
+            r->kv_sum_in_use += use;
+            r->n_kv++;
+        }
+        if (!isnan(cached) && (isnan(r->kv_peak_cached) || cached > r->kv_peak_cached))
+            r->kv_peak_cached = cached;
     }
     if (r->reps < BENCH_MAX_REPS) {
         r->rep_out_tok_s[r->reps] = run->duration_s > 0 ? out_rep / run->duration_s : NAN;
@@ -185,7 +191,6 @@ void bench_result_finish(bench_result *r) {
     r->goodput_req_s = d > 0 ? r->n_good / d : NAN;
     r->prefix_share = r->share_den ? (double)r->share_num / r->share_den : NAN;
     r->kv_mean_in_use = r->n_kv ? r->kv_sum_in_use / r->n_kv : NAN;
-    if (!r->n_kv) r->kv_peak_in_use = r->kv_peak_cached = NAN;
     if (!r->has_server) {
         snprintf(r->reconcile, sizeof(r->reconcile), "no Specula /metrics to reconcile with");
         return;
@@ -250,7 +255,7 @@ static const mrow ROWS[] = {
     {"output_tokens_per_s", "output throughput", "tok/s", true},
     {"total_tokens_per_s", "total throughput (prompt + output)", "tok/s", true},
     {"goodput_req_per_s", "goodput (within SLO)", "req/s", true},
-    {"goodput_fraction", "requests within SLO", "", true},
+    {"goodput_fraction", "goodput fraction (within SLO / all requests)", "", true},
     {"ttft_p50_ms", "TTFT p50", "ms", false},
     {"ttft_p90_ms", "TTFT p90", "ms", false},
     {"ttft_p99_ms", "TTFT p99", "ms", false},
@@ -330,7 +335,7 @@ static double row_value(const bench_result *r, size_t i) {
 }
 
 static void fmt_num(char *buf, size_t cap, double v) {
-    if (isnan(v)) snprintf(buf, cap, "-");
+    if (isnan(v)) snprintf(buf, cap, "n/a"); /* not measured, never shown as 0 */
     else if (v == floor(v) && fabs(v) < 1e12) snprintf(buf, cap, "%.0f", v);
     else if (fabs(v) >= 100) snprintf(buf, cap, "%.1f", v);
     else if (fabs(v) >= 1) snprintf(buf, cap, "%.2f", v);
@@ -352,7 +357,7 @@ static void spread(const double *v, int n, double *mean, double *sd, double *lo,
     *mean = k ? s / k : NAN;
     for (int i = 0; i < n && i < BENCH_MAX_REPS; i++)
         if (!isnan(v[i])) ss += (v[i] - *mean) * (v[i] - *mean);
-    *sd = k > 1 ? sqrt(ss / (k - 1)) : 0;
+    *sd = k > 1 ? sqrt(ss / (k - 1)) : k ? 0 : NAN;
     if (!k) *lo = *hi = NAN;
 }
 
@@ -365,19 +370,28 @@ static void contract_lines(FILE *f, const bench_report_info *ri) {
         fprintf(f, "%smodel:          %s\n", p, c->model_file);
         fprintf(f, "%smodel sha256:   %s\n", p, c->model_sha256[0] ? c->model_sha256 : "unknown");
         if (c->model_desc[0]) fprintf(f, "%smodel:          %s\n", p, c->model_desc);
-        fprintf(f, "%sserved as:      %s (max_model_len %d)\n", p, c->served_model, c->max_model_len);
+        if (c->max_model_len > 0)
+            fprintf(f, "%sserved as:      %s (max_model_len %d)\n", p, c->served_model,
+                    c->max_model_len);
+        else
+            fprintf(f, "%sserved as:      %s (max_model_len not reported)\n", p, c->served_model);
         fprintf(f, "%sproposer:       %s\n", p, c->proposer);
         fprintf(f, "%sdraft model:    %s%s%s\n", p, c->draft_file, c->draft_sha256[0] ? " sha256 " : "",
                 c->draft_sha256);
         fprintf(f, "%sverification:   %s\n", p, c->verification);
-        fprintf(f, "%sKV:             %s, block size %d\n", p, c->kv_type, c->block_size);
+        if (c->block_size > 0)
+            fprintf(f, "%sKV:             %s, block size %d\n", p, c->kv_type, c->block_size);
+        else
+            fprintf(f, "%sKV:             %s\n", p, c->kv_type);
         fprintf(f, "%sprefix cache:   %s; salts: %s\n", p, c->prefix_cache,
                 c->salt_use[0] ? c->salt_use : "none");
         fprintf(f, "%sserver:         %s\n", p, c->server_args[0] ? c->server_args : "unknown");
+        fprintf(f, "%sengine:         %s\n", p, c->engine[0] ? c->engine : "not reported by the server");
     }
     const bench_contract *h = &ri->cfg[0];
     fprintf(f, "tokenizer:      %s\n", ri->tokenizer);
-    fprintf(f, "engine:         %s\n", h->engine);
+    fprintf(f, "bench tool:     %s\n", h->tool);
+    fprintf(f, "endpoint:       %s\n", ri->endpoint ? ri->endpoint : "/v1/completions");
     fprintf(f, "CPU:            %s, %d cores online, memcpy %.1f GB/s (1 thread, 256 MiB, best of 5)\n",
             h->cpu_model, h->cores, h->membw_gbs);
     fprintf(f, "workload:       %s (seed %llu): %s\n", ri->workload, (unsigned long long)ri->seed,
@@ -393,15 +407,25 @@ static void contract_lines(FILE *f, const bench_report_info *ri) {
     fprintf(f, "date:           %s\n", ri->when);
 }
 
+/* "%.*f" of v, or n/a when nothing was measured (never "nan") */
+static const char *fmt_fix(char *buf, size_t cap, double v, int prec) {
+    if (isnan(v) || isinf(v)) snprintf(buf, cap, "n/a");
+    else snprintf(buf, cap, "%.*f", prec, v);
+    return buf;
+}
+
 static void rep_spread_line(FILE *f, const bench_result *r) {
     double m, sd, lo, hi;
+    char a[32], b[32], c[32], d[32];
     spread(r->rep_out_tok_s, r->reps, &m, &sd, &lo, &hi);
-    fprintf(f, "%s: output tok/s over %d repetition(s): mean %.1f, sd %.1f, min %.1f, max %.1f",
-            r->label, r->reps, m, sd, lo, hi);
+    fprintf(f, "%s: output tok/s over %d repetition(s): mean %s, sd %s, min %s, max %s", r->label,
+            r->reps, fmt_fix(a, 32, m, 1), fmt_fix(b, 32, sd, 1), fmt_fix(c, 32, lo, 1),
+            fmt_fix(d, 32, hi, 1));
     spread(r->rep_ttft_p50, r->reps, &m, &sd, &lo, &hi);
-    fprintf(f, "; TTFT p50 ms: mean %.1f, sd %.1f, min %.1f, max %.1f", m, sd, lo, hi);
+    fprintf(f, "; TTFT p50 ms: mean %s, sd %s, min %s, max %s", fmt_fix(a, 32, m, 1),
+            fmt_fix(b, 32, sd, 1), fmt_fix(c, 32, lo, 1), fmt_fix(d, 32, hi, 1));
     spread(r->rep_tpot_p50, r->reps, &m, &sd, &lo, &hi);
-    fprintf(f, "; TPOT p50 ms: mean %.2f, sd %.2f\n", m, sd);
+    fprintf(f, "; TPOT p50 ms: mean %s, sd %s\n", fmt_fix(a, 32, m, 2), fmt_fix(b, 32, sd, 2));
 }
 
 static void h_line(FILE *f, const bench_result *r) {
@@ -554,13 +578,14 @@ static cJSON *contract_json(const bench_report_info *ri) {
         cJSON_AddStringToObject(x, "model_sha256", c->model_sha256);
         cJSON_AddStringToObject(x, "model", c->model_desc);
         cJSON_AddStringToObject(x, "served_model", c->served_model);
-        jnum(x, "max_model_len", c->max_model_len);
+        jnum(x, "max_model_len", c->max_model_len > 0 ? c->max_model_len : NAN);
         cJSON_AddStringToObject(x, "proposer", c->proposer);
         cJSON_AddStringToObject(x, "draft_model_file", c->draft_file);
         cJSON_AddStringToObject(x, "draft_model_sha256", c->draft_sha256);
         cJSON_AddStringToObject(x, "verification", c->verification);
         cJSON_AddStringToObject(x, "kv_type", c->kv_type);
-        jnum(x, "kv_block_size", c->block_size);
+        jnum(x, "kv_block_size", c->block_size > 0 ? c->block_size : NAN);
+        cJSON_AddStringToObject(x, "engine", c->engine[0] ? c->engine : "not reported by the server");
         cJSON_AddStringToObject(x, "prefix_cache", c->prefix_cache);
         cJSON_AddStringToObject(x, "salts", c->salt_use[0] ? c->salt_use : "none");
         cJSON_AddStringToObject(x, "server_args", c->server_args);
@@ -568,7 +593,8 @@ static cJSON *contract_json(const bench_report_info *ri) {
     }
     const bench_contract *h = &ri->cfg[0];
     cJSON_AddStringToObject(o, "tokenizer", ri->tokenizer);
-    cJSON_AddStringToObject(o, "engine", h->engine);
+    cJSON_AddStringToObject(o, "bench_tool", h->tool);
+    cJSON_AddStringToObject(o, "endpoint", ri->endpoint ? ri->endpoint : "/v1/completions");
     cJSON_AddStringToObject(o, "cpu_model", h->cpu_model);
     jnum(o, "cores", h->cores);
     jnum(o, "memcpy_gb_per_s", h->membw_gbs);
@@ -646,29 +672,46 @@ static void xml_text(FILE *f, const char *s) {
     }
 }
 
-/* Lines (step-free polylines) with markers when there are few points. */
+/* An axis that fits the data: [lo, hi] widened to whole nice steps (not
+ * stretched to 0); a single value gets a small range around it. */
+static void fit_axis(double lo, double hi, double *a0, double *a1, double *step) {
+    if (!(hi > lo)) {
+        double pad = fabs(lo) > 0 ? fabs(lo) * 0.1 : 1;
+        lo -= pad, hi += pad;
+    }
+    double st = nice_step(hi - lo);
+    *a0 = floor(lo / st) * st;
+    *a1 = ceil(hi / st) * st;
+    if (*a1 <= *a0) *a1 = *a0 + st;
+    *step = st;
+}
+
+enum { PLOT_CDF, PLOT_LINE };
+
+/* A plot: CDFs as step functions (each sample a step up, with a marker on
+ * it, so a single sample is a visible step), or lines with markers. Axes fit
+ * the data (a CDF's y is [0, 1]); the legend sits below the plot area, never
+ * over the data. Elements carry classes (series, sample, xtick, ytick,
+ * legend) so tests can read the picture. */
 static int svg_plot(const char *path, const char *title, const char *xlab, const char *ylab,
-                    const series *s, int ns, bool markers) {
-    /* CDFs climb to the top right, throughput curves rise from the bottom
-     * left: the legend goes where the lines are not */
-    bool legend_bottom = !markers;
-    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+                    const series *s, int ns, int kind) {
+    double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
     for (int i = 0; i < ns; i++)
         for (size_t k = 0; k < s[i].n; k++) {
             if (isnan(s[i].x[k]) || isnan(s[i].y[k])) continue;
-            x0 = fmin(x0, s[i].x[k]), x1 = fmax(x1, s[i].x[k]);
-            y0 = fmin(y0, s[i].y[k]), y1 = fmax(y1, s[i].y[k]);
+            xmin = fmin(xmin, s[i].x[k]), xmax = fmax(xmax, s[i].x[k]);
+            ymin = fmin(ymin, s[i].y[k]), ymax = fmax(ymax, s[i].y[k]);
         }
-    if (!isfinite(x0)) return 0; /* nothing to draw */
-    x0 = fmin(x0, 0), y0 = fmin(y0, 0);
-    if (x1 <= x0) x1 = x0 + 1;
-    if (y1 <= y0) y1 = y0 + 1;
-    double xs = nice_step(x1 - x0), ys = nice_step(y1 - y0);
-    x1 = ceil(x1 / xs) * xs, y1 = ceil(y1 / ys) * ys;
+    if (!isfinite(xmin)) return 0; /* nothing to draw */
+    double x0, x1, xs, y0, y1, ys;
+    fit_axis(xmin, xmax, &x0, &x1, &xs);
+    if (kind == PLOT_CDF) y0 = 0, y1 = 1, ys = 0.2;
+    else fit_axis(ymin, ymax, &y0, &y1, &ys);
     FILE *f = fopen(path, "w");
     if (!f) return -1;
-    const int W = 640, H = 400, L = 70, R = 20, T = 40, B = 50;
-    double pw = W - L - R, ph = H - T - B;
+    const int W = 640, L = 70, R = 20, T = 40, PH = 310;
+    const int H = T + PH + 56 + 16 * ns + 8;
+    double pw = W - L - R, ph = PH;
 #define PX(v) (L + ((v) - x0) / (x1 - x0) * pw)
 #define PY(v) (T + ph - ((v) - y0) / (y1 - y0) * ph)
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
@@ -677,17 +720,23 @@ static int svg_plot(const char *path, const char *title, const char *xlab, const
     fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">", W / 2);
     xml_text(f, title);
     fprintf(f, "</text>\n");
-    for (double v = x0; v <= x1 + xs / 2; v += xs)
+    for (int i = 0; x0 + i * xs <= x1 + xs / 2; i++) {
+        double v = x0 + i * xs;
+        if (fabs(v) < xs * 1e-9) v = 0;
         fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
+                   "<text class=\"xtick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
                 PX(v), T, PX(v), T + ph, PX(v), T + ph + 16, v);
-    for (double v = y0; v <= y1 + ys / 2; v += ys)
+    }
+    for (int i = 0; y0 + i * ys <= y1 + ys / 2; i++) {
+        double v = y0 + i * ys;
+        if (fabs(v) < ys * 1e-9) v = 0;
         fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                   "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
+                   "<text class=\"ytick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
                 L, PY(v), L + pw, PY(v), L - 6, PY(v) + 4, v);
+    }
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#333\"/>\n",
             L, T, pw, ph);
-    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">", L + pw / 2, H - 12);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", L + pw / 2, T + ph + 36);
     xml_text(f, xlab);
     fprintf(f, "</text>\n<text transform=\"translate(18,%.1f) rotate(-90)\" text-anchor=\"middle\">",
             T + ph / 2);
@@ -695,22 +744,30 @@ static int svg_plot(const char *path, const char *title, const char *xlab, const
     fprintf(f, "</text>\n");
     for (int i = 0; i < ns; i++) {
         const char *col = COLORS[i % 8];
-        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
+        fprintf(f, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
+                   "points=\"", col);
         /* ~600 points are as many as the 550-pixel plot can show; keeps files small */
         size_t stride = s[i].n > 600 ? s[i].n / 600 : 1;
-        for (size_t k = 0; k < s[i].n; k++)
-            if ((k % stride == 0 || k + 1 == s[i].n) && !isnan(s[i].x[k]) && !isnan(s[i].y[k]))
-                fprintf(f, "%.1f,%.1f ", PX(s[i].x[k]), PY(s[i].y[k]));
+        double prev_y = 0;
+        bool first = true;
+        for (size_t k = 0; k < s[i].n; k++) {
+            if (!(k % stride == 0 || k + 1 == s[i].n) || isnan(s[i].x[k]) || isnan(s[i].y[k]))
+                continue;
+            if (kind == PLOT_CDF) /* flat to this sample, then up by its share */
+                fprintf(f, "%.1f,%.1f ", PX(s[i].x[k]), PY(first ? 0 : prev_y));
+            fprintf(f, "%.1f,%.1f ", PX(s[i].x[k]), PY(s[i].y[k]));
+            prev_y = s[i].y[k];
+            first = false;
+        }
         fprintf(f, "\"/>\n");
-        if (markers)
-            for (size_t k = 0; k < s[i].n; k++)
-                if (!isnan(s[i].x[k]) && !isnan(s[i].y[k]))
-                    fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n",
-                            PX(s[i].x[k]), PY(s[i].y[k]), col);
-        double ly = legend_bottom ? T + ph - 12 - 16 * (ns - 1 - i) : T + 14 + 16 * i;
-        double lx = legend_bottom ? L + pw - 230 : L + 12;
+        size_t mstride = s[i].n > 300 ? s[i].n / 300 : 1;
+        for (size_t k = 0; k < s[i].n; k++)
+            if ((k % mstride == 0 || k + 1 == s[i].n) && !isnan(s[i].x[k]) && !isnan(s[i].y[k]))
+                fprintf(f, "<circle class=\"sample\" cx=\"%.1f\" cy=\"%.1f\" r=\"%s\" fill=\"%s\"/>\n",
+                        PX(s[i].x[k]), PY(s[i].y[k]), kind == PLOT_CDF ? "2.5" : "3.5", col);
+        double ly = T + ph + 56 + 16 * i, lx = L;
         fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"3\" fill=\"%s\"/>"
-                   "<text x=\"%.1f\" y=\"%.1f\">", lx, ly, col, lx + 18, ly + 5);
+                   "<text class=\"legend\" x=\"%.1f\" y=\"%.1f\">", lx, ly - 4, col, lx + 18, ly);
         xml_text(f, s[i].name);
         fprintf(f, "</text>\n");
     }
@@ -744,7 +801,7 @@ static int plot_cdf(const char *path, const char *title, const char *xlab, bench
         }
         ns++;
     }
-    if (!rc) rc = svg_plot(path, title, xlab, "fraction of samples", s, ns, false);
+    if (!rc) rc = svg_plot(path, title, xlab, "fraction of samples", s, ns, PLOT_CDF);
     for (int i = 0; i < ns; i++) free(y[i]);
     return rc;
 }
@@ -768,7 +825,7 @@ static int plot_cold_warm(const char *path, bench_result *res, int n_res) {
         }
     }
     rc = svg_plot(path, "TTFT: cold (H_tokens < 0.1) vs warm", "TTFT (ms)",
-                  "fraction of requests", s, ns, false);
+                  "fraction of requests", s, ns, PLOT_CDF);
 done:
     for (int i = 0; i < ns; i++) free(y[i]);
     return rc;
@@ -801,7 +858,7 @@ static int plot_throughput(const char *path, bench_result *res, int n_res) {
         }
     }
     return svg_plot(path, "Output throughput vs concurrency", "concurrency (requests in flight)",
-                    "output tokens/s", s, ns, true);
+                    "output tokens/s", s, ns, PLOT_LINE);
 }
 
 int bench_report_md(const char *path, const bench_report_info *ri, bench_result *res, int n_res,

@@ -24,6 +24,7 @@
 #define MAX_CFG 2
 #define MAX_SWEEP 16
 #define MAX_SERVE_ARGS 64
+#define NOT_REPORTED "not reported by the server"
 
 static void bench_usage(FILE *f) {
     fprintf(f,
@@ -41,6 +42,9 @@ static void bench_usage(FILE *f) {
         "  --tokenizer PATH       GGUF whose vocabulary measures prompt lengths (default: the model\n"
         "                         file, else the bundled target)\n"
         "  --api-key KEY          sent as 'Authorization: Bearer KEY'\n"
+        "  --endpoint E           completions (POST /v1/completions, \"prompt\"; default) or chat\n"
+        "                         (POST /v1/chat/completions, \"messages\": the prompt as the user's\n"
+        "                         turn; the server needs a chat template)\n"
         "workload:\n"
         "  --workload W           shared-prefix, long-output, saturate, multi-turn, code-complete,\n"
         "                         code-edit, or file:PATH (JSONL: prompt, max_tokens, other fields sent as is)\n"
@@ -190,6 +194,7 @@ static int start_server(target *t, char *err, size_t errlen) {
         if (u) {
             u += strlen("listening on ");
             size_t l = strcspn(u, " \n");
+            while (l > 7 && strchr(":.,", u[l - 1])) l--; /* "listening on http://h:p: model ..." */
             snprintf(t->url_buf, sizeof(t->url_buf), "%.*s", (int)l, u);
             break;
         }
@@ -319,7 +324,7 @@ int cmd_bench(int argc, char **argv) {
             "--prompt-tokens", "--output-tokens", "--turns", "--cache-salt", "--corpus",
             "--concurrency", "--rate", "--sweep-concurrency", "--warmup", "--repeat", "--timeout",
             "--temperature", "--top-p", "--sample-seed", "--slo", "--json", "--md",
-            "--metrics-period", NULL};
+            "--metrics-period", "--endpoint", NULL};
         bool known = false;
         for (int k = 0; valued[k]; k++) known |= !strcmp(a, valued[k]);
         if (!known) {
@@ -379,6 +384,8 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--metrics-period")) ok = cli_float(v, &d) && d >= 0, lo.metrics_period_s = d;
         else if (!strcmp(a, "--json")) json_path = v;
         else if (!strcmp(a, "--md")) md_path = v;
+        else if (!strcmp(a, "--endpoint"))
+            ok = !strcmp(v, "completions") || !strcmp(v, "chat"), lo.chat = !strcmp(v, "chat");
         else if (!strcmp(a, "--slo")) {
             if (bench_slo_parse(v, &slo, err, sizeof(err))) {
                 fprintf(stderr, "specula bench: %s\n", err);
@@ -431,6 +438,18 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    ri.endpoint = lo.chat ? "/v1/chat/completions" : "/v1/completions";
+    /* a URL nothing answers at fails now, not after a run of failures and
+     * a report of nothing (any HTTP answer, even an error, is a server) */
+    for (int c = 0; c < n_tg; c++) {
+        if (tg[c].serve) continue;
+        char *body = NULL;
+        if (bench_http_get(tg[c].url, "/v1/models", api_key, 10, &body, err, sizeof(err)) < 0) {
+            fprintf(stderr, "specula bench: cannot reach %s: %s\n", tg[c].url, err);
+            goto done;
+        }
+        free(body);
+    }
     /* the tokenizer that measures lengths: deterministic prompts need a fixed one */
     if (!tok_path && !model_file && tg[0].serve) {
         char *copy = strdup(tg[0].serve), *av[MAX_SERVE_ARGS];
@@ -472,7 +491,7 @@ int cmd_bench(int argc, char **argv) {
         strftime(ri.when, sizeof(ri.when), "%Y-%m-%d %H:%M:%S %Z", localtime(&now));
     }
     int32_t n_levels = n_sweep ? n_sweep : 1;
-    bool any_ok = false;
+    bool any_ok = false, salt_unverified = false;
     int run_k = 0;
     for (int c = 0; c < n_tg; c++) {
         target *t = &tg[c];
@@ -493,17 +512,26 @@ int cmd_bench(int argc, char **argv) {
             snprintf(ct->proposer, sizeof(ct->proposer), "not reported by the server");
             snprintf(ct->draft_file, sizeof(ct->draft_file), "not reported by the server");
             snprintf(ct->verification, sizeof(ct->verification), "not reported by the server");
-            snprintf(ct->kv_type, sizeof(ct->kv_type), "?");
+            snprintf(ct->kv_type, sizeof(ct->kv_type), "not reported by the server");
+            ct->block_size = 0;
+            snprintf(ct->engine, sizeof(ct->engine), "not reported by the server");
             snprintf(ct->prefix_cache, sizeof(ct->prefix_cache), "not reported by the server");
             snprintf(ct->server_args, sizeof(ct->server_args), "%s", t->url);
         }
-        if (wo.salt)
-            snprintf(ct->salt_use, sizeof(ct->salt_use), "cache_salt \"%s\" on every request", wo.salt);
-        else if (!t->serve && isolate)
-            snprintf(ct->salt_use, sizeof(ct->salt_use), "a fresh cache_salt per measured run");
         query_models(t->url, api_key, ct->served_model, sizeof(ct->served_model), &ct->max_model_len,
                      t->serve ? NULL : ct);
-        if (!ct->served_model[0]) snprintf(ct->served_model, sizeof(ct->served_model), "?");
+        /* Specula honors cache_salt; another server may ignore it, and the
+         * contract says only what is known */
+        bool salt_known = t->serve || ct->reported;
+        const char *unverified = salt_known ? "" : " (sent; whether the server honors it is not known)";
+        if (wo.salt)
+            snprintf(ct->salt_use, sizeof(ct->salt_use), "cache_salt \"%.24s\" on every request%s",
+                     wo.salt, unverified);
+        else if (!t->serve && isolate)
+            snprintf(ct->salt_use, sizeof(ct->salt_use), "a fresh cache_salt per measured run%s",
+                     unverified);
+        salt_unverified |= !salt_known && !t->serve && (wo.salt || isolate);
+        if (!ct->served_model[0]) snprintf(ct->served_model, sizeof(ct->served_model), "%s", NOT_REPORTED);
         hash_into(ct->model_file, ct->model_sha256, sizeof(ct->model_sha256));
         hash_into(ct->draft_file, ct->draft_sha256, sizeof(ct->draft_sha256));
         {
@@ -520,7 +548,8 @@ int cmd_bench(int argc, char **argv) {
                 sp_model_free(m);
             }
         }
-        lo.model = model_name ? model_name : (strcmp(ct->served_model, "?") ? ct->served_model : NULL);
+        lo.model = model_name ? model_name
+                   : (strcmp(ct->served_model, NOT_REPORTED) ? ct->served_model : NULL);
         if (c == 0) {
             /* one workload for every target, level and repetition: the
              * same prompts, so differences are the servers' */
@@ -632,6 +661,8 @@ int cmd_bench(int argc, char **argv) {
                  lo.ignore_eos ? ", ignore_eos" : "");
         snprintf(ri.reps_note, sizeof(ri.reps_note), "the same prompts each time, from a cold %s; "
                  "spread below", keep_server ? "cache (salt) on a kept server"
+                 : salt_unverified ? "server (a fresh `specula serve`), or for a URL a fresh "
+                                     "cache_salt the server may ignore"
                  : "server (a fresh `specula serve`, or for a URL a fresh cache_salt)");
     }
     bench_report_text(stdout, &ri, res, n_res, compare);

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "common.h"
@@ -12,6 +13,7 @@
 static void run_usage(FILE *f) {
     fprintf(f,
             "usage: specula run [-m MODEL] (-p PROMPT | -f FILE) [options]\n"
+            "       specula run [-m MODEL] --chat [--system TEXT] [--chat-template NAME] [options]\n"
             "  -m MODEL          GGUF model (default: %s)\n"
             "  -p PROMPT         prompt text\n"
             "  -f FILE           read the prompt from FILE, byte for byte (- : standard input)\n"
@@ -26,6 +28,14 @@ static void run_usage(FILE *f) {
             "  --logprobs K      with --json: the K most likely tokens of each step\n"
             "  --json            print one JSON object instead of streaming text\n"
             "  --stop S          stop at the string S (may repeat)\n"
+            "conversation (--chat): user turns from standard input, one a line; each answer streams\n"
+            "to standard output and ends at the template's end of turn; /exit or end of input ends\n"
+            "  --chat            talk: the whole conversation is rendered with the chat template\n"
+            "                    each turn (the prefix cache keeps the earlier turns); -n is per answer\n"
+            "  --chat-template NAME  chatml, llama3, llama2, mistral, phi3, gemma (default: recognized\n"
+            "                    from the model's tokenizer.chat_template, as `serve` does)\n"
+            "  --system TEXT     a system message first\n"
+            "  --verbose         after each answer, on stderr: prompt, cached and generated tokens\n"
             "engine options (-c defaults to prompt + n here):\n%s",
             cli_default_model() ? cli_default_model() : "none found", cli_engine_usage);
 }
@@ -34,6 +44,8 @@ typedef struct {
     const char *model, *prompt, *file;
     long n, logprobs;
     bool json, ignore_eos;
+    bool chat, verbose;                   /* --chat: a conversation on stdin */
+    const char *chat_template, *system;
     const char *stop[16];
     int n_stop;
     sp_sampler_params sp;
@@ -94,6 +106,18 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--presence-penalty")) { NEEDV(); if (!cli_float(v, &d)) BAD(); o->sp.presence_penalty = (float)d; }
         else if (!strcmp(a, "--seed")) { NEEDV(); char *e; o->sp.seed = strtoull(v, &e, 10); if (*e || !*v) BAD(); }
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
+        else if (!strcmp(a, "--chat")) o->chat = true;
+        else if (!strcmp(a, "--verbose")) o->verbose = true;
+        else if (!strcmp(a, "--system")) { NEEDV(); o->system = v; }
+        else if (!strcmp(a, "--chat-template")) {
+            NEEDV();
+            if (sp_chat_template_for_model(NULL, v) < 0) {
+                fprintf(stderr, "specula run: unknown chat template '%s' (chatml, llama3, llama2, "
+                        "mistral, phi3, gemma)\n", v);
+                return -1;
+            }
+            o->chat_template = v;
+        }
         else if (!strcmp(a, "--json")) o->json = true;
         else if (a[0] != '-' && !model_given) o->model = a, model_given = true; /* vLLM-style positional */
         else {
@@ -105,6 +129,18 @@ static int parse(int argc, char **argv, run_opts *o) {
     }
     if (!o->model) {
         fprintf(stderr, "specula run: no model given (-m) and no default model found\n");
+        return -1;
+    }
+    if (o->chat) {
+        if (o->prompt || o->file || o->json) {
+            fprintf(stderr, "specula run: --chat reads its turns from standard input (no -p, -f "
+                    "or --json)\n");
+            return -1;
+        }
+        return 0;
+    }
+    if (o->chat_template || o->system) {
+        fprintf(stderr, "specula run: --chat-template and --system need --chat\n");
         return -1;
     }
     if (!o->prompt == !o->file) {
@@ -119,6 +155,7 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t done_cv;
     bool done, json;
+    bool collect;       /* keep the text (--json, and --chat for the history) */
     sp_token *gen;      /* [n] */
     float *lp;          /* [n] */
     sp_token *top_id;   /* [n][logprobs] */
@@ -142,7 +179,7 @@ static void on_event(const sp_event *ev, void *user) {
         s->n_gen++;
     }
     if (ev->text_len) {
-        if (s->json) {
+        if (s->collect) {
             if (s->text_len + ev->text_len + 1 > s->text_cap) {
                 size_t cap = (s->text_len + ev->text_len + 1) * 2;
                 char *t = realloc(s->text, cap);
@@ -151,8 +188,10 @@ static void on_event(const sp_event *ev, void *user) {
             if (s->text_len + ev->text_len + 1 <= s->text_cap) {
                 memcpy(s->text + s->text_len, ev->text, ev->text_len);
                 s->text_len += ev->text_len;
+                s->text[s->text_len] = 0;
             }
-        } else {
+        }
+        if (!s->json) {
             fwrite(ev->text, 1, ev->text_len, stdout);
             fflush(stdout);
         }
@@ -167,9 +206,12 @@ static void on_event(const sp_event *ev, void *user) {
     }
 }
 
+static int run_chat(run_opts *o);
+
 int cmd_run(int argc, char **argv) {
     run_opts o = {0};
     if (parse(argc, argv, &o)) return 2;
+    if (o.chat) return run_chat(&o);
     char err[512];
     int rc = 1;
     char *text = NULL;
@@ -231,6 +273,7 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     s.json = o.json;
+    s.collect = o.json;
     s.k = (int32_t)o.logprobs;
     s.gen = malloc((size_t)o.n * sizeof(sp_token));
     s.lp = malloc((size_t)o.n * sizeof(float));
@@ -300,6 +343,165 @@ done:
     sp_engine_free(eng);
     cli_engine_close(&o.ce);
     free(text);
+    free(toks);
+    free(s.gen);
+    free(s.lp);
+    free(s.top_id);
+    free(s.top_lp);
+    free(s.text);
+    pthread_mutex_destroy(&s.mu);
+    pthread_cond_destroy(&s.done_cv);
+    sp_model_free(m);
+    return rc;
+}
+
+/* ---- run --chat: a conversation in the terminal ---------------------------------- */
+
+/* One line of standard input without its line end; NULL at end of input. */
+static char *read_turn(char **line, size_t *cap) {
+    ssize_t n = getline(line, cap, stdin);
+    if (n < 0) return NULL;
+    while (n > 0 && ((*line)[n - 1] == '\n' || (*line)[n - 1] == '\r')) (*line)[--n] = 0;
+    return *line;
+}
+
+static int run_chat(run_opts *o) {
+    char err[512];
+    int rc = 1;
+    sp_model *m = NULL;
+    sp_engine *eng = NULL;
+    sp_chat_message *msgs = NULL;
+    int n_msgs = 0, cap_msgs = 0;
+    char *line = NULL;
+    size_t line_cap = 0;
+    int32_t *toks = NULL;
+    run_state s = {0};
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.done_cv, NULL);
+
+    m = sp_model_load(o->model, sp_model_default_params(), err, sizeof(err));
+    if (!m) {
+        fprintf(stderr, "specula: %s\n", err);
+        goto done;
+    }
+    /* the template `serve` would use: --chat-template, else the model's own */
+    const sp_chat_template t = sp_chat_template_for_model(m, o->chat_template);
+    if (t <= SP_CHAT_NONE) {
+        fprintf(stderr, "specula run: %s has no chat template that Specula recognizes "
+                "(tokenizer.chat_template); choose one with --chat-template NAME (chatml, llama3, "
+                "llama2, mistral, phi3, gemma)\n", o->model);
+        goto done;
+    }
+    const sp_vocab *vocab = sp_model_get_vocab(m);
+    /* the end of turn: one control token when the vocabulary has it, else its text */
+    sp_token eot_tok = sp_chat_eot_token(vocab, t);
+    const char *stops[17];
+    int n_stop = 0;
+    for (int i = 0; i < o->n_stop; i++) stops[n_stop++] = o->stop[i];
+    if (eot_tok < 0) stops[n_stop++] = sp_chat_template_eot(t);
+    if (!o->ce.p.n_ctx) {
+        const int32_t tr = sp_model_get_info(m)->n_ctx_train;
+        o->ce.p.n_ctx = SP_MIN(tr > 0 ? tr : 2048, 8192);
+    }
+    if (cli_engine_open(&o->ce)) goto done;
+    cli_warn_ctx("run", m, o->ce.p.n_ctx);
+    eng = sp_engine_create(m, o->ce.p, err, sizeof(err));
+    if (!eng) {
+        cli_engine_create_failed(&o->ce, "run", err);
+        goto done;
+    }
+    s.collect = true;
+    s.gen = malloc((size_t)o->n * sizeof(sp_token));
+    s.lp = malloc((size_t)o->n * sizeof(float));
+    s.top_id = malloc((size_t)o->n * sizeof(sp_token));
+    s.top_lp = malloc((size_t)o->n * sizeof(float));
+    if (!s.gen || !s.lp || !s.top_id || !s.top_lp) goto done;
+    if (o->verbose)
+        fprintf(stderr, "specula: chat template %s, context %d positions\n",
+                sp_chat_template_name(t), o->ce.p.n_ctx);
+    const bool tty = isatty(0);
+    for (int turn = 1;; turn++) {
+        if (tty) fputs("> ", stderr);
+        const char *u = read_turn(&line, &line_cap);
+        if (!u || !strcmp(u, "/exit")) break;
+        if (!*u) { /* nothing said: ask again */
+            turn--;
+            continue;
+        }
+        if (n_msgs + 3 > cap_msgs) {
+            int nc = cap_msgs ? 2 * cap_msgs : 16;
+            sp_chat_message *nm = realloc(msgs, (size_t)nc * sizeof(*nm));
+            if (!nm) goto oom;
+            msgs = nm;
+            cap_msgs = nc;
+        }
+        if (n_msgs == 0 && o->system) msgs[n_msgs++] = (sp_chat_message){"system", strdup(o->system)};
+        msgs[n_msgs++] = (sp_chat_message){"user", strdup(u)};
+        if (!msgs[n_msgs - 1].content || (o->system && !msgs[0].content)) goto oom;
+        /* the whole conversation each turn, tokenized as the server would:
+         * the earlier turns come back from the prefix cache */
+        free(toks);
+        int32_t n_prompt = sp_chat_tokenize(vocab, t, msgs, n_msgs, &toks, err, sizeof(err));
+        if (n_prompt < 0) {
+            fprintf(stderr, "specula: %s\n", err);
+            goto done;
+        }
+        int32_t room = o->ce.p.n_ctx - n_prompt;
+        if (room < 1) {
+            fprintf(stderr, "specula: the conversation (%d tokens) has filled the context (%d "
+                    "positions; -c sets it)\n", n_prompt, o->ce.p.n_ctx);
+            goto done;
+        }
+        s.done = false;
+        s.n_gen = 0;
+        s.text_len = 0;
+        if (s.text) s.text[0] = 0;
+        s.error[0] = 0;
+        sp_request_params rp = sp_request_default_params();
+        rp.tokens = toks;
+        rp.n_tokens = n_prompt;
+        rp.sampling = o->sp;
+        rp.max_tokens = (int32_t)SP_MIN((long)room, o->n);
+        rp.ignore_eos = o->ignore_eos;
+        rp.logprobs = -1;
+        rp.stop = stops;
+        rp.n_stop = n_stop;
+        if (eot_tok >= 0) {
+            rp.stop_tokens = &eot_tok;
+            rp.n_stop_tokens = 1;
+        }
+        rp.on_event = on_event;
+        rp.user = &s;
+        if (sp_engine_submit(eng, &rp, err, sizeof(err)) < 0) {
+            fprintf(stderr, "specula: %s\n", err);
+            goto done;
+        }
+        pthread_mutex_lock(&s.mu);
+        while (!s.done) pthread_cond_wait(&s.done_cv, &s.mu);
+        pthread_mutex_unlock(&s.mu);
+        printf("\n");
+        fflush(stdout);
+        if (s.st.finish == SP_FINISH_ERROR) {
+            fprintf(stderr, "specula: %s\n", s.error);
+            goto done;
+        }
+        if (o->verbose)
+            fprintf(stderr, "specula: turn %d: prompt %d tokens, %d cached, %d generated (%s), "
+                    "ttft %.1f ms\n", turn, n_prompt, s.st.cached_tokens, s.st.completion_tokens,
+                    sp_finish_reason_str(s.st.finish), s.st.ttft_ms);
+        msgs[n_msgs++] = (sp_chat_message){"assistant", strdup(s.text ? s.text : "")};
+        if (!msgs[n_msgs - 1].content) goto oom;
+    }
+    rc = 0;
+    goto done;
+oom:
+    fprintf(stderr, "specula: out of memory\n");
+done:
+    sp_engine_free(eng);
+    cli_engine_close(&o->ce);
+    for (int i = 0; i < n_msgs; i++) free((char *)msgs[i].content);
+    free(msgs);
+    free(line);
     free(toks);
     free(s.gen);
     free(s.lp);

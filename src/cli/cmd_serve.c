@@ -105,6 +105,7 @@ static void serve_info(char *out, size_t cap, const char *model, const cli_engin
     /* file names only: every tenant can read /v1/models, and the server's
      * directory layout is none of their business */
     const char *mb = strrchr(model, '/');
+    cJSON_AddStringToObject(o, "version", SPECULA_VERSION);
     cJSON_AddStringToObject(o, "model_file", mb ? mb + 1 : model);
     const bool spec_draft = ce->draft != NULL;
     if (spec_draft && ce->draft_path) {

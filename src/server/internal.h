@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "server/chat.h"
+#include "chat/chat.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/sbuf.h"

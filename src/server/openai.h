@@ -9,7 +9,7 @@
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 
-#include "server/chat.h"
+#include "chat/chat.h"
 #include "server/sbuf.h"
 #include "specula.h"
 

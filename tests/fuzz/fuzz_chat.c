@@ -14,7 +14,7 @@
  * (llama3 trims white space around contents, so only there the check is
  * on the trimmed text). */
 #include "fuzz_common.h"
-#include "server/chat.h"
+#include "chat/chat.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;

@@ -21,7 +21,7 @@
 #include <math.h>
 
 #include "fuzz_common.h"
-#include "server/chat.h"
+#include "chat/chat.h"
 #include "server/openai.h"
 #include "server/sbuf.h"
 

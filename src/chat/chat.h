@@ -1,7 +1,9 @@
 /* chat.h: chat templates rendered in C (no Jinja): the family is recognized
- * from the model's tokenizer.chat_template text or named explicitly. */
-#ifndef SP_SERVER_CHAT_H
-#define SP_SERVER_CHAT_H
+ * from the model's tokenizer.chat_template text or named explicitly. Used by
+ * the server (src/server) and, through the sp_chat_* functions of
+ * specula.h, by the command line. */
+#ifndef SP_CHAT_CHAT_H
+#define SP_CHAT_CHAT_H
 
 #include <stddef.h>
 

@@ -1,0 +1,118 @@
+/* chat_api.c: the chat templates of src/chat behind specula.h, for callers
+ * outside the library (the command line's `run --chat`): the same choice of
+ * template as `specula serve` makes and the same tokenization of a rendered
+ * conversation (special tokens only in the template's markup). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat/chat.h"
+#include "specula.h"
+#include "tokenizer/tokenizer.h"
+
+_Static_assert(SP_CHAT_NONE == CHAT_NONE, "sp_chat_template values are chat_tmpl values");
+
+static bool valid(sp_chat_template t) { return t > CHAT_NONE && t <= CHAT_GEMMA; }
+
+sp_chat_template sp_chat_template_for_model(const sp_model *m, const char *name) {
+    if (name) return chat_tmpl_parse(name);
+    int len = m ? sp_model_meta_str(m, "tokenizer.chat_template", NULL, 0) : -1;
+    if (len <= 0) return SP_CHAT_NONE;
+    char *t = malloc((size_t)len + 1);
+    if (!t) return SP_CHAT_NONE;
+    sp_model_meta_str(m, "tokenizer.chat_template", t, (size_t)len + 1);
+    chat_tmpl r = chat_tmpl_detect(t);
+    free(t);
+    return r;
+}
+
+const char *sp_chat_template_name(sp_chat_template t) {
+    return chat_tmpl_name(valid(t) ? (chat_tmpl)t : CHAT_NONE);
+}
+
+const char *sp_chat_template_eot(sp_chat_template t) {
+    return valid(t) ? chat_tmpl_eot((chat_tmpl)t) : NULL;
+}
+
+/* The messages as chat.c's type (the same two fields). */
+static chat_msg *to_msgs(const sp_chat_message *msgs, int n) {
+    chat_msg *m = malloc((size_t)(n > 0 ? n : 1) * sizeof(*m));
+    for (int i = 0; m && i < n; i++) m[i] = (chat_msg){msgs[i].role, msgs[i].content};
+    return m;
+}
+
+char *sp_chat_render(sp_chat_template t, const sp_chat_message *msgs, int n, char *err,
+                     size_t errlen) {
+    if (!valid(t) || n < 0) {
+        snprintf(err, errlen, "no chat template");
+        return NULL;
+    }
+    chat_msg *m = to_msgs(msgs, n);
+    if (!m) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    char *s = chat_render((chat_tmpl)t, m, n, err, errlen);
+    free(m);
+    return s;
+}
+
+int32_t sp_chat_tokenize(const sp_vocab *v, sp_chat_template t, const sp_chat_message *msgs, int n,
+                         int32_t **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!valid(t) || n < 0) {
+        snprintf(err, errlen, "no chat template");
+        return -1;
+    }
+    chat_msg *m = to_msgs(msgs, n);
+    if (!m) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    chat_span *cs = NULL;
+    int n_cs = 0;
+    char *text = chat_render_spans((chat_tmpl)t, m, n, &cs, &n_cs, err, errlen);
+    free(m);
+    if (!text) return -1;
+    /* as the server's oai_prompt_tokens: special tokens only in the markup
+     * spans, and the markup's tokens there whatever type the vocabulary
+     * gives them */
+    sp_span *spans = malloc((size_t)(n_cs ? n_cs : 1) * sizeof(sp_span));
+    int32_t ids[16];
+    int n_ids = 0, rc = -1;
+    if (!spans) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n_cs; i++) spans[i] = (sp_span){cs[i].off, cs[i].len};
+    for (const char *const *mk = chat_tmpl_markup((chat_tmpl)t); *mk && n_ids < 12; mk++) {
+        int32_t id = sp_vocab_find(v, *mk, strlen(*mk));
+        if (id >= 0) ids[n_ids++] = id;
+    }
+    const int32_t own[3] = {sp_vocab_bos(v), sp_vocab_eos(v), sp_vocab_eot(v)};
+    for (int i = 0; i < 3; i++)
+        if (own[i] >= 0) ids[n_ids++] = own[i];
+    sp_tok_opts o = {.add_special = true, .spans = spans, .n_spans = (size_t)n_cs,
+                     .markup_ids = ids, .n_markup_ids = n_ids};
+    int k = sp_tokenize_bounded(v, text, strlen(text), INT32_MAX - 1, &o, out);
+    if (k < 0) {
+        *out = NULL;
+        snprintf(err, errlen, k == INT32_MIN ? "out of memory" : "the conversation is too long");
+    } else {
+        rc = k;
+    }
+done:
+    free(text);
+    free(cs);
+    free(spans);
+    return rc;
+}
+
+int32_t sp_chat_eot_token(const sp_vocab *v, sp_chat_template t) {
+    const char *eot = sp_chat_template_eot(t);
+    if (!eot) return -1;
+    int32_t tok[4];
+    int n = sp_tokenize(v, eot, strlen(eot), tok, 4, false, true);
+    return n == 1 && sp_vocab_token_type(v, tok[0]) != SP_TOKEN_NORMAL ? tok[0] : -1;
+}
