@@ -31,12 +31,7 @@ bool bench_workload_known(const char *name) {
     return false;
 }
 
-uint64_t bench_rng(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+uint64_t bench_rng(uint64_t *s) { return sp_splitmix64(s); }
 
 double bench_rng_uniform(uint64_t *s) { return (double)(bench_rng(s) >> 11) * 0x1.0p-53; }
 

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common.h"
 #include "server/internal.h"
 
 void sreq_unref(sreq *r) {
@@ -354,7 +355,7 @@ static uint64_t fresh_seed(sp_server *s) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t x = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^
-                 (atomic_fetch_add(&s->seq, 1) * 0x9E3779B97F4A7C15ull);
+                 (atomic_fetch_add(&s->seq, 1) * SP_GOLDEN64);
     x ^= x >> 31;
     x *= 0xBF58476D1CE4E5B9ull;
     return x ^ (x >> 29);
@@ -404,7 +405,7 @@ static void make_id(sp_server *s, const char *prefix, char *out, size_t len) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     snprintf(out, len, "%s%08llx%016llx", prefix, (unsigned long long)(ts.tv_sec & 0xffffffff),
-             (unsigned long long)(n * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_nsec));
+             (unsigned long long)(n * SP_GOLDEN64 ^ (uint64_t)ts.tv_nsec));
 }
 
 /* Step 3: the request record, registered on the connection, and the
