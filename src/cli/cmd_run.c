@@ -208,6 +208,16 @@ static void on_event(const sp_event *ev, void *user) {
 
 static int run_chat(run_opts *o);
 
+static void run_state_free(run_state *s) {
+    free(s->gen);
+    free(s->lp);
+    free(s->top_id);
+    free(s->top_lp);
+    free(s->text);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->done_cv);
+}
+
 int cmd_run(int argc, char **argv) {
     run_opts o = {0};
     if (parse(argc, argv, &o)) return 2;
@@ -344,13 +354,7 @@ done:
     cli_engine_close(&o.ce);
     free(text);
     free(toks);
-    free(s.gen);
-    free(s.lp);
-    free(s.top_id);
-    free(s.top_lp);
-    free(s.text);
-    pthread_mutex_destroy(&s.mu);
-    pthread_cond_destroy(&s.done_cv);
+    run_state_free(&s);
     sp_model_free(m);
     return rc;
 }
@@ -503,13 +507,7 @@ done:
     free(msgs);
     free(line);
     free(toks);
-    free(s.gen);
-    free(s.lp);
-    free(s.top_id);
-    free(s.top_lp);
-    free(s.text);
-    pthread_mutex_destroy(&s.mu);
-    pthread_cond_destroy(&s.done_cv);
+    run_state_free(&s);
     sp_model_free(m);
     return rc;
 }
