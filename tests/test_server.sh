@@ -369,6 +369,11 @@ else
     else set -- $res; passed=$((passed + $2)); failed=$((failed + $3)); fi
 fi
 
+# CORS is off by default: no preflight answer, no Access-Control-* headers
+curl -s -i -X OPTIONS -H "Origin: https://app.example" -H "Access-Control-Request-Method: POST" \
+    "$URL/v1/completions" >"$tmp/nocors_pre" 2>/dev/null
+curl -s -i -H "Origin: https://app.example" "$URL/v1/models" >"$tmp/nocors_get" 2>/dev/null
+
 kill -TERM "$main"; wait "$main"; rc=$?
 [ $rc -eq 0 ] && grep -q stopping "$tmp/main.log" && ok "stops cleanly on SIGTERM" || fail "SIGTERM" "rc $rc"
 
@@ -473,6 +478,42 @@ assert "specula_timing" not in open(sys.argv[2]).read()  # not on plain response
 PY
     kill -TERM "$PID"; wait "$PID"; rc=$?
     [ $rc -eq 0 ] && ok "the --stamp-chunks server exits 0 on SIGTERM" || fail "stamp server exit" "rc $rc"
+fi
+
+# ---- --cors-origin: browsers of one origin may call the API ---------------
+if start_server cors -m "$model" --cors-origin https://app.example --api-key cors-key; then
+    H='Authorization: Bearer cors-key'
+    curl -s -i -X OPTIONS -H "Origin: https://app.example" -H "Access-Control-Request-Method: POST" \
+        -H "Access-Control-Request-Headers: authorization, content-type" "$URL/v1/completions" >"$tmp/cors_pre"
+    curl -s -i -H "Origin: https://app.example" -H "$H" "$URL/v1/models" >"$tmp/cors_get"
+    curl -s -i -H "Origin: https://evil.example" -H "$H" "$URL/v1/models" >"$tmp/cors_other"
+    curl -s -i -H "$H" "$URL/v1/models" >"$tmp/cors_none"
+    curl -sN -i -H "Origin: https://app.example" -H "$H" "$URL/v1/completions" \
+        -d '{"prompt": "a", "max_tokens": 2, "stream": true}' >"$tmp/cors_sse"
+    python3 - "$tmp" <<'PY' && ok "--cors-origin: preflight 204 before auth, Access-Control-Allow-Origin for that origin only (plain and streamed); off by default" || fail "--cors-origin" "see above"
+import sys
+d = sys.argv[1]
+def head(name):
+    lines = open(d + "/" + name, "rb").read().split(b"\r\n\r\n")[0].decode().split("\r\n")
+    return int(lines[0].split()[1]), {l.split(":", 1)[0].lower(): l.split(":", 1)[1].strip() for l in lines[1:] if ":" in l}
+bad = []
+code, h = head("cors_pre")
+if code != 204 or h.get("access-control-allow-origin") != "https://app.example" or "POST" not in h.get("access-control-allow-methods", "") \
+        or "authorization" not in h.get("access-control-allow-headers", "").lower(): bad.append(("preflight", code, h))
+for name in ("cors_get", "cors_sse"):
+    code, h = head(name)
+    if code != 200 or h.get("access-control-allow-origin") != "https://app.example" or h.get("vary") != "Origin": bad.append((name, code, h))
+for name in ("cors_other", "cors_none"):
+    code, h = head(name)
+    if code != 200 or "access-control-allow-origin" in h: bad.append((name, code, h))
+code, h = head("nocors_pre")
+if code != 405 or "access-control-allow-origin" in h: bad.append(("off: preflight", code, h))
+code, h = head("nocors_get")
+if code != 200 or "access-control-allow-origin" in h: bad.append(("off: get", code, h))
+for b in bad: print("  ", b)
+sys.exit(1 if bad else 0)
+PY
+    kill -TERM "$PID"; wait "$PID" 2>/dev/null
 fi
 
 # ---- a draft model (--spec draft) ------------------------------------------

@@ -45,6 +45,8 @@ static void serve_usage(FILE *f) {
             "                         --api-key, that key; with several, closed unless\n"
             "                         --metrics-key is given)\n"
             "  --no-webui             no web page (GET /) and no dashboard (GET /dashboard)\n"
+            "  --cors-origin ORIGIN   let pages of ORIGIN (or * for any) call the API from a\n"
+            "                         browser (CORS headers, OPTIONS preflight); off by default\n"
             "  --drain-timeout S      on SIGTERM/SIGINT, seconds the requests in flight get to\n"
             "                         finish before they are cancelled (default 10)\n"
             "  --stamp-chunks         benchmarking: streamed chunks carry \"specula_timing\", the\n"
@@ -166,7 +168,8 @@ int cmd_serve(int argc, char **argv) {
                      !strcmp(a, "--max-body") || !strcmp(a, "--drain-timeout") ||
                      !strcmp(a, "--max-body-total") || !strcmp(a, "--max-conns") ||
                      !strcmp(a, "--max-conns-per-ip") || !strcmp(a, "--recv-timeout") ||
-                     !strcmp(a, "--http-threads") || !strcmp(a, "--metrics-key");
+                     !strcmp(a, "--http-threads") || !strcmp(a, "--metrics-key") ||
+                     !strcmp(a, "--cors-origin");
         if (!takes && a[0] != '-' && !model_given) { /* vLLM-style positional model */
             model = a, model_given = true;
             continue;
@@ -199,6 +202,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--recv-timeout")) ok = cli_int(v, 1, 3600, &l), o.recv_timeout_s = (int)l;
         else if (!strcmp(a, "--http-threads")) ok = cli_int(v, 1, 64, &l), o.http_threads = (int)l;
         else if (!strcmp(a, "--metrics-key")) ok = *v, o.metrics_key = v;
+        else if (!strcmp(a, "--cors-origin")) ok = *v, o.cors_origin = v;
         if (!ok) {
             fprintf(stderr, "specula serve: invalid value '%s' for %s\n", v, a);
             return 2;

@@ -480,6 +480,7 @@ static enum MHD_Result gen_respond(sp_server *s, struct MHD_Connection *c, const
     pthread_mutex_unlock(&r->mu);
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    srv_cors_headers(s, c, resp);
     enum MHD_Result ret = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
     metrics_request(&s->met, srv_endpoint_label(url), 200);

@@ -136,6 +136,9 @@ static inline double now_ms(void) {
 
 /* ---- server.c: answers (each counted in /metrics by endpoint and code) */
 const char *srv_endpoint_label(const char *url);
+/* Adds Access-Control-Allow-Origin (and Vary: Origin) to resp when CORS is
+ * on (--cors-origin) and the request's Origin is the allowed one. */
+void srv_cors_headers(const sp_server *s, struct MHD_Connection *c, struct MHD_Response *resp);
 enum MHD_Result srv_send_body(sp_server *s, struct MHD_Connection *c, const char *url, int code,
                               const char *type, const char *body, size_t len,
                               const char *retry_after);

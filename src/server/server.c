@@ -77,6 +77,32 @@ const char *srv_endpoint_label(const char *url) {
     return "other";
 }
 
+void srv_cors_headers(const sp_server *s, struct MHD_Connection *c, struct MHD_Response *resp) {
+    const char *allow = s->o.cors_origin;
+    if (!allow) return;
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!origin) return; /* not a browser's cross-origin call */
+    if (strcmp(allow, "*") && strcmp(allow, origin)) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", allow);
+    if (strcmp(allow, "*")) MHD_add_response_header(resp, "Vary", "Origin");
+}
+
+/* The CORS preflight: a browser asks whether its page may send this
+ * method and these headers; answered before authentication (it carries no
+ * credentials) and only for the API's endpoints. */
+static enum MHD_Result cors_preflight(sp_server *s, struct MHD_Connection *c, const char *url) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    srv_cors_headers(s, c, resp);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    enum MHD_Result ret = MHD_queue_response(c, 204, resp);
+    MHD_destroy_response(resp);
+    metrics_request(&s->met, srv_endpoint_label(url), 204);
+    return ret;
+}
+
 enum MHD_Result srv_send_body(sp_server *s, struct MHD_Connection *c, const char *url,
                               int code, const char *type, const char *body, size_t len,
                               const char *retry_after) {
@@ -86,6 +112,7 @@ enum MHD_Result srv_send_body(sp_server *s, struct MHD_Connection *c, const char
     MHD_add_response_header(resp, "Content-Type", type);
     if (retry_after) MHD_add_response_header(resp, "Retry-After", retry_after);
     if (code == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    srv_cors_headers(s, c, resp);
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)code, resp);
     MHD_destroy_response(resp);
     metrics_request(&s->met, srv_endpoint_label(url), code);
@@ -258,6 +285,7 @@ static enum MHD_Result on_head(sp_server *s, struct MHD_Connection *c, const cha
     }
     if (ep == EP_OTHER)
         ERR(404, "invalid_request_error", NULL, "not_found", "no such endpoint: %.200s", url);
+    if (s->o.cors_origin && !strcmp(method, "OPTIONS")) return cors_preflight(s, c, url);
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     bool post = !strcmp(method, "POST");
     if (ep == EP_HEALTH || ep == EP_METRICS || ep == EP_MODELS) {

@@ -41,6 +41,12 @@ typedef struct {
      * CLOCK_MONOTONIC arrival time to get the server's delivery overhead. */
     bool stamp_chunks;
     bool no_webui;               /* GET / and /dashboard answer 404 (webui.c) */
+    /* Cross-origin requests from browsers (CORS), off by default: the one
+     * origin whose pages may call the API ("https://app.example"), or "*"
+     * for any. Answers carry Access-Control-Allow-Origin for it, and the
+     * preflight OPTIONS is answered (204) before authentication, as browsers
+     * send it without credentials. NULL: no CORS headers, OPTIONS is 405. */
+    const char *cors_origin;
 } sp_server_opts;
 
 typedef struct sp_server sp_server;
