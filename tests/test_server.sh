@@ -481,7 +481,7 @@ PY
 fi
 
 # ---- --cors-origin: browsers of one origin may call the API ---------------
-if start_server cors -m "$model" --cors-origin https://app.example --api-key cors-key; then
+if start_server cors -m "$model" --cors-origin https://app.example --api-key cors-key --log-format json; then
     H='Authorization: Bearer cors-key'
     curl -s -i -X OPTIONS -H "Origin: https://app.example" -H "Access-Control-Request-Method: POST" \
         -H "Access-Control-Request-Headers: authorization, content-type" "$URL/v1/completions" >"$tmp/cors_pre"
@@ -515,6 +515,26 @@ sys.exit(1 if bad else 0)
 PY
     kill -TERM "$PID"; wait "$PID" 2>/dev/null
 fi
+
+# ---- the request log: one line per generation request, tenants hashed ----
+python3 - "$tmp" <<'PY' && ok "request log: a line per request (id, hashed tenant, status, tokens, TTFT, duration, finish), never the key; --log-format json" || fail "request log" "see above"
+import json, re, sys
+d = sys.argv[1]
+bad = []
+main = [l for l in open(d + "/main.log", errors="replace") if l.startswith("specula: request ")]
+ok200 = [l for l in main if " status=200 " in l and re.search(r"id=(cmpl|chatcmpl)-\w+ tenant=- .* prompt=\d+ cached=\d+ generated=\d+ ttft_ms=[\d.]+ duration_ms=[\d.]+ finish=(stop|length)", l)]
+if len(ok200) < 64: bad.append(("main: 200 lines", len(ok200), main[:3]))
+if not any(" status=400 " in l and "finish=refused" in l for l in main): bad.append("main: no refused line")
+keys = open(d + "/keys.log", errors="replace").read()
+if "key-one" in keys or "key-two" in keys: bad.append("keys: a key is in the log")
+if not re.search(r"request id=\S+ tenant=[0-9a-f]{12} status=200", keys): bad.append("keys: no hashed tenant")
+lines = [json.loads(l) for l in open(d + "/cors.log", errors="replace") if l.startswith("{")]
+reqs = [o for o in lines if o.get("event") == "request"]
+want = {"id", "tenant", "status", "prompt_tokens", "cached_tokens", "completion_tokens", "ttft_ms", "duration_ms", "finish_reason"}
+if not reqs or any(set(o) - {"event"} != want for o in reqs): bad.append(("json", reqs[:2]))
+for b in bad: print("  ", b)
+sys.exit(1 if bad else 0)
+PY
 
 # ---- a draft model (--spec draft) ------------------------------------------
 draft=$ref/models/ref-llama-spm-f16.gguf

@@ -45,6 +45,9 @@ static void serve_usage(FILE *f) {
             "                         --api-key, that key; with several, closed unless\n"
             "                         --metrics-key is given)\n"
             "  --no-webui             no web page (GET /) and no dashboard (GET /dashboard)\n"
+            "  --log-format text|json|off  one line per generation request on stderr (id, tenant\n"
+            "                         hash, status, tokens, TTFT, duration, finish) and a summary\n"
+            "                         every 10 s while busy (default text)\n"
             "  --cors-origin ORIGIN   let pages of ORIGIN (or * for any) call the API from a\n"
             "                         browser (CORS headers, OPTIONS preflight); off by default\n"
             "  --drain-timeout S      on SIGTERM/SIGINT, seconds the requests in flight get to\n"
@@ -169,7 +172,7 @@ int cmd_serve(int argc, char **argv) {
                      !strcmp(a, "--max-body-total") || !strcmp(a, "--max-conns") ||
                      !strcmp(a, "--max-conns-per-ip") || !strcmp(a, "--recv-timeout") ||
                      !strcmp(a, "--http-threads") || !strcmp(a, "--metrics-key") ||
-                     !strcmp(a, "--cors-origin");
+                     !strcmp(a, "--cors-origin") || !strcmp(a, "--log-format");
         if (!takes && a[0] != '-' && !model_given) { /* vLLM-style positional model */
             model = a, model_given = true;
             continue;
@@ -203,6 +206,11 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--http-threads")) ok = cli_int(v, 1, 64, &l), o.http_threads = (int)l;
         else if (!strcmp(a, "--metrics-key")) ok = *v, o.metrics_key = v;
         else if (!strcmp(a, "--cors-origin")) ok = *v, o.cors_origin = v;
+        else if (!strcmp(a, "--log-format")) {
+            o.log_json = !strcmp(v, "json");
+            o.no_request_log = !strcmp(v, "off");
+            ok = o.log_json || o.no_request_log || !strcmp(v, "text");
+        }
         if (!ok) {
             fprintf(stderr, "specula serve: invalid value '%s' for %s\n", v, a);
             return 2;

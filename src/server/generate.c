@@ -147,6 +147,7 @@ static void take_finish(sreq *r, const sp_event *ev, double t) {
      * that reads /metrics after its response finds it there */
     double ttft_s = r->n_tok ? (r->t_first - r->t_arrive) / 1e3 : -1;
     metrics_finished(&s->met, &r->st, ttft_s, tpot, (t - r->t_arrive) / 1e3);
+    log_request(s, r->rid, r->tenant, r->st.finish == SP_FINISH_ERROR ? 500 : 200, r, r->t_arrive, t);
     pthread_mutex_lock(&s->mu);
     s->active--;
     pthread_mutex_unlock(&s->mu);
@@ -427,6 +428,7 @@ static sreq *gen_submit(sp_server *s, struct MHD_Connection *c, conn *cx, const 
     r->include_usage = q->include_usage;
     r->logprobs = q->logprobs;
     r->t_arrive = t_arrive;
+    snprintf(r->tenant, sizeof(r->tenant), "%.12s", cx->tenant ? cx->tenant : "-");
     r->created = (long)time(NULL);
     r->c = c;
     make_id(s, q->chat ? "chatcmpl-" : "cmpl-", r->rid, sizeof(r->rid));
@@ -506,5 +508,10 @@ enum MHD_Result gen_handle(sp_server *s, struct MHD_Connection *c, const char *u
 fail:
     free(p.toks);
     oai_req_free(&q);
+    {
+        char tenant[13];
+        snprintf(tenant, sizeof(tenant), "%.12s", cx->tenant ? cx->tenant : "-");
+        log_request(s, "-", tenant, e.status, NULL, t_arrive, now_ms());
+    }
     return srv_send_error(s, c, url, &e);
 }

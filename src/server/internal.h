@@ -76,7 +76,13 @@ struct sp_server {
     bool watcher_started;
     _Atomic int watcher_quit;
     _Atomic uint64_t n_cut;        /* connections cut for taking too long to send a request */
+    /* the request log's window since the last summary (mu) */
+    struct {
+        double t0;
+        uint64_t requests, errors, prompt, cached, generated;
+    } logw;
 };
+
 
 /* A generation request's record, shared by the connection, the streaming
  * response and the engine; freed when the last of them lets go
@@ -89,6 +95,7 @@ typedef struct sreq {
     bool chat, stream, include_usage;
     int logprobs;                  /* -1 off, else top-N */
     char rid[48];
+    char tenant[13];               /* the log's tenant: a prefix of its key's hash, or "-" */
     long created;
     /* what the engine produced */
     sp_token *toks;
@@ -178,5 +185,13 @@ enum MHD_Result ep_models(sp_server *s, struct MHD_Connection *c, const char *ur
 enum MHD_Result ep_tokenize(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx);
 enum MHD_Result ep_detokenize(sp_server *s, struct MHD_Connection *c, const char *url,
                               conn *cx);
+
+/* The request log (log.c): one line per generation request that ended, as
+ * it ends; the watcher calls log_summary every tick. status: the HTTP
+ * status answered (200, or the refusal's); r NULL for a refusal before the
+ * engine took it. */
+void log_request(sp_server *s, const char *rid, const char *tenant, int status, const sreq *r,
+                 double t_arrive, double t_end);
+void log_summary(sp_server *s, double now);
 
 #endif

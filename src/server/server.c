@@ -485,6 +485,7 @@ static void *watcher_main(void *arg) {
         struct timespec ts = {0, WATCH_MS * 1000000L};
         nanosleep(&ts, NULL);
         double now = now_ms();
+        log_summary(s, now);
         int n = 0;
         pthread_mutex_lock(&s->reg_mu);
         if (cap < s->n_peers) {

@@ -47,6 +47,14 @@ typedef struct {
      * preflight OPTIONS is answered (204) before authentication, as browsers
      * send it without credentials. NULL: no CORS headers, OPTIONS is 405. */
     const char *cors_origin;
+    /* The request log on stderr: one line per generation request when it
+     * ends (id, tenant as a hash prefix of its key's hash, never the key;
+     * HTTP status, prompt / cached / generated tokens, TTFT, duration,
+     * finish reason), and every SP_LOG_SUMMARY_S seconds in which requests
+     * ended, a summary line. false: text ("key=value"), true: one JSON
+     * object a line. */
+    bool log_json;
+    bool no_request_log;         /* no request lines or summaries */
 } sp_server_opts;
 
 typedef struct sp_server sp_server;
