@@ -363,8 +363,11 @@ def main():
              None if names == known else "only in README: %s; only here: %s" %
              (sorted(names - known), sorted(known - names)))
     tmp = tempfile.mkdtemp()
-    srv = Server("fields", a.bin, ["-m", a.model, "--draft", a.draft, "--chat-template", "chatml",
-                                   "--served-model-name", "ref"], tmp)
+    # the draft is loaded for requests that ask for it ("speculative":
+    # {"method": "draft"}); --spec off keeps the server's default plain
+    # (--draft alone turns draft speculation on, as llama.cpp's -md does)
+    srv = Server("fields", a.bin, ["-m", a.model, "--draft", a.draft, "--spec", "off",
+                                   "--chat-template", "chatml", "--served-model-name", "ref"], tmp)
     port = srv.port
     try:
         for ep in EPS:

@@ -167,7 +167,7 @@ def main():
     args = ["-c", "512", "--max-seqs", "8", "--kv-mem", a.kv_mem, "--max-queue", "64"]
     draft = os.path.join(root, "models/specula-code-draft-f16.gguf")
     if os.path.exists(draft):  # requests may ask for any method
-        args += ["--draft", draft]
+        args += ["--draft", draft, "--spec", "off"]  # loaded, not the default (--draft alone turns it on)
     try:
         srv = Server("soak", a.bin, args, tmp, threads=a.threads)
     except RuntimeError as e:
