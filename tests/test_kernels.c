@@ -476,6 +476,32 @@ static void pool_fn(void *arg, int ith, int nth) {
     else atomic_fetch_add(&j->calls[ith], 1);
 }
 
+typedef struct {
+    pthread_t caller;
+    int force;                  /* slot 0 waits for a worker to start slot 1 */
+    _Atomic int on_worker, slots, started;
+} stall_job;
+
+/* A slot on a worker sleeps 5 ms: a worker that lost its core mid-slot.
+ * With force, the caller's slot 0 first waits (up to 1 s) until a worker has
+ * started slot 1, so that the caller cannot take it itself. */
+static void stall_fn(void *arg, int ith, int nth) {
+    (void)nth;
+    stall_job *j = arg;
+    atomic_fetch_add(&j->slots, 1);
+    if (!pthread_equal(pthread_self(), j->caller)) {
+        atomic_fetch_add(&j->on_worker, 1);
+        atomic_store(&j->started, 1);
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    } else if (ith == 0 && j->force) {
+        for (int i = 0; i < 100000 && !atomic_load(&j->started); i++) {
+            struct timespec ts = {0, 10000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
 static void test_pool(void) {
     for (int n = 1; n <= 4; n++) {
         sp_pool *p = sp_pool_create(n);
@@ -493,6 +519,34 @@ static void test_pool(void) {
         for (int i = 0; i < n; i++) CHECK(atomic_load(&j.calls[i]) == runs, "n=%d thread %d ran %d times", n, i, atomic_load(&j.calls[i]));
         CHECK(atomic_load(&j.bad_nth) == 0, "bad ith/nth");
         sp_pool_free(p);
+    }
+    /* A worker that loses its core in the middle of its slot (here: sleeps
+     * 1 ms) stalls the caller; after two such runs the pool works alone
+     * for a while instead of waiting on a core it does not get. */
+    sp_pool *p2 = sp_pool_create(2);
+    CHECK(p2 != NULL, "create 2");
+    if (p2) {
+        stall_job sj = {.caller = pthread_self(), .force = 1};
+        uint64_t runs = 0, solo = 0, stalls = 0;
+        int forced = 0;
+        while (forced < 50 && solo == 0) { /* each forced run stalls the caller ~5 ms */
+            atomic_store(&sj.started, 0);
+            sp_pool_run(p2, stall_fn, &sj);
+            forced++;
+            sp_pool_run(p2, stall_fn, &(stall_job){.caller = pthread_self()}); /* solo now? */
+            sp_pool_stats(p2, &runs, &solo, &stalls);
+        }
+        sj.force = 0;
+        const int before = atomic_load(&sj.on_worker), slots_before = atomic_load(&sj.slots);
+        for (int r = 0; r < 100; r++) sp_pool_run(p2, stall_fn, &sj);
+        uint64_t runs2, solo2, stalls2;
+        sp_pool_stats(p2, &runs2, &solo2, &stalls2);
+        CHECK(stalls >= 2 && solo2 - solo == 100 && atomic_load(&sj.on_worker) == before &&
+                  atomic_load(&sj.slots) == slots_before + 200,
+              "after %d forced stalls (%llu counted), 100 runs: %llu solo, %d slots on a worker, %d slots run",
+              forced, (unsigned long long)stalls, (unsigned long long)(solo2 - solo),
+              atomic_load(&sj.on_worker) - before, atomic_load(&sj.slots) - slots_before);
+        sp_pool_free(p2);
     }
     CHECK(sp_pool_create(0) == NULL, "0 threads refused");
     CHECK(sp_pool_size(NULL) == 1, "NULL pool is one thread");

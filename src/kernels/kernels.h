@@ -116,9 +116,16 @@ typedef struct sp_pool sp_pool;
 sp_pool *sp_pool_create(int n_threads);
 void sp_pool_free(sp_pool *p);
 int sp_pool_size(const sp_pool *p);
-/* Runs fn(arg, ith, nth) on every thread (ith = 0 is the caller) and returns
- * when all have finished. Not reentrant: one sp_pool_run at a time. */
+/* Runs fn(arg, ith, nth) once for every ith in [0, nth), nth =
+ * sp_pool_size(p), and returns when all have finished. The calls may run on
+ * any of the pool's threads, the caller included, several of them one after
+ * another on the same thread: fn must not wait for another ith of the same
+ * run (no barrier inside a run), and may keep per-ith scratch. Not
+ * reentrant: one sp_pool_run at a time. */
 void sp_pool_run(sp_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg);
+/* Runs so far, of which done by the caller alone because the workers kept
+ * stalling it (another process holding the cores), and the stalls. */
+void sp_pool_stats(const sp_pool *p, uint64_t *runs, uint64_t *solo_runs, uint64_t *stalls);
 
 /* ---- matrix products ------------------------------------------------ */
 /* y[t][r] = dot(W[r][:], x[t][:]) for r < n_rows, t < n_tok.

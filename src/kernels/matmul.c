@@ -6,10 +6,10 @@
  * chunks of up to ~256 KiB of weights (a chunk stays in L2 while every token
  * tile passes over it), then, over the last part of the matrix, "guided"
  * chunks (half of an equal share of what is left, down to ~32 KiB), so that
- * the threads finish within a few microseconds of each other. Each thread
- * takes its first chunk statically and the rest from an atomic counter,
- * which keeps both cores busy when one of them is slowed down by something
- * else. (With fixed 256 KiB chunks the wait at the end of each decode matmul
+ * the threads finish within a few microseconds of each other. Every chunk
+ * comes from an atomic counter, which keeps both cores busy when one of
+ * them is slowed down by something else (and lets a slot the pool starts
+ * late find its work done: see pool.c). (With fixed 256 KiB chunks the wait at the end of each decode matmul
  * averaged half a chunk, ~10 us, a few percent of a decode step.)
  * Decode and verification (n_tok <= max_nt, 2+ threads): the rows are first
  * cut into one contiguous region per thread, each planned as above for one
@@ -28,8 +28,9 @@
  *
  * Activations are converted once per call into scratch (layout chosen by the
  * level), by the calling thread for a single token (a few microseconds) or by
- * all threads for a batch, followed by a spin barrier inside the same pool
- * run (cheaper than a second dispatch).
+ * all threads for a batch (tokens claimed from a counter), followed by a wait
+ * for the last conversion inside the same pool run (cheaper than a second
+ * dispatch).
  */
 #include <sched.h>
 #include <stdint.h>
@@ -89,7 +90,8 @@ typedef struct {
         _Atomic int64_t next; /* next chunk of the region to hand out */
         char pad[56];
     } region[SP_MM_MAX_REGIONS] __attribute__((aligned(64)));
-    _Atomic int arrived;
+    _Atomic int64_t conv_next; /* next token to convert (convert_in_run) */
+    _Atomic int64_t converted; /* tokens converted */
 } mm_job;
 
 static void mm_chunk(const mm_job *j, int64_t c) {
@@ -110,11 +112,15 @@ static void mm_chunk(const mm_job *j, int64_t c) {
 static void mm_worker(void *arg, int ith, int nth) {
     mm_job *j = arg;
     if (j->convert_in_run) {
-        for (int64_t t = ith; t < j->n_tok; t += nth)
+        /* tokens are claimed one by one, then every token must be converted
+         * before any tile reads it. Not a barrier over the threads: the
+         * pool may run this run's slots one after another on one thread,
+         * so a slot waits only for conversions another slot has started */
+        for (int64_t t; (t = atomic_fetch_add_explicit(&j->conv_next, 1, memory_order_relaxed)) < j->n_tok;) {
             j->mm->convert(j->x + t * j->k, j->k, j->xs + (size_t)t * j->xs_stride);
-        /* barrier: every token must be converted before any tile reads it */
-        atomic_fetch_add_explicit(&j->arrived, 1, memory_order_acq_rel);
-        for (unsigned i = 0; atomic_load_explicit(&j->arrived, memory_order_acquire) < nth; i++) {
+            atomic_fetch_add_explicit(&j->converted, 1, memory_order_release);
+        }
+        for (unsigned i = 0; atomic_load_explicit(&j->converted, memory_order_acquire) < j->n_tok; i++) {
             __builtin_ia32_pause();
             if ((i & 255) == 255) sched_yield(); /* ~10 us: a peer may be descheduled */
         }
@@ -136,7 +142,9 @@ static void mm_worker(void *arg, int ith, int nth) {
         }
         return;
     }
-    for (int64_t c = ith; c < j->n_chunks;
+    /* every chunk from the counter (none assigned to a slot), so a slot
+     * that starts late finds the work already done by the others */
+    for (int64_t c = atomic_fetch_add_explicit(&j->region[0].next, 1, memory_order_relaxed); c < j->n_chunks;
          c = atomic_fetch_add_explicit(&j->region[0].next, 1, memory_order_relaxed))
         mm_chunk(j, c);
 }
@@ -202,9 +210,10 @@ void sp_matmul(sp_pool *pool, const void *w, sp_type wt, int64_t n_rows, int64_t
     } else {
         j.n_regions = 1;
         j.n_chunks = plan_chunks(n_rows, j.w_stride, nth, j.chunk_row, SP_MM_MAX_CHUNKS);
-        atomic_init(&j.region[0].next, nth);
+        atomic_init(&j.region[0].next, 0);
     }
-    atomic_init(&j.arrived, 0);
+    atomic_init(&j.conv_next, 0);
+    atomic_init(&j.converted, 0);
 
     /* K range per tile call: the tile's activations fit the L1 budget.
      * The ranges depend on the matrix only, never on n_tok: a token's

@@ -6,12 +6,24 @@
  *   - idle workers spin on that counter (with pause) for SP_POOL_SPIN_NS
  *     after their last job and only then sleep on a futex; the publisher
  *     issues FUTEX_WAKE only when some worker is asleep;
- *   - completion is an atomic countdown the caller spins on (then sleeps on,
- *     if a worker was descheduled for long).
+ *   - the run's nth parts ("slots", the ith of fn) are claimed, not
+ *     assigned: the caller takes slot 0, a worker that wakes takes the next
+ *     unclaimed one, and the caller, done with its own, takes whatever no
+ *     worker has claimed yet. The caller then waits only for slots that are
+ *     under way, never for a worker that has not started: on a shared CPU a
+ *     descheduled worker costs its slot's time on the caller, not a
+ *     scheduler time slice (milliseconds) per run;
+ *   - completion is an atomic count of finished slots the caller spins on
+ *     (then sleeps on, if a worker was descheduled in the middle of a slot);
+ *   - when the caller keeps waiting that way (another process holds the
+ *     cores), the pool runs solo for a while: the caller does every slot,
+ *     the workers sleep, and decode keeps the one-thread rate instead of
+ *     collapsing; it then tries its workers again (SP_POOL_SOLO_RUNS).
  * Nothing is allocated per run. The spinning costs CPU only while runs keep
  * coming; a pool left idle sleeps after SP_POOL_SPIN_NS.
  */
 #include <limits.h>
+#include <stdbool.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
@@ -25,6 +37,14 @@
 #define SP_POOL_MAX_THREADS 256
 /* How long an idle worker (or a waiting caller) spins before sleeping. */
 #define SP_POOL_SPIN_NS 200000
+/* A caller wait for started slots longer than this is a worker that lost
+ * its core (the slots themselves finish within microseconds of each other:
+ * the kernels hand out work in chunks from shared counters). */
+#define SP_POOL_STALL_NS 300000
+/* Stalls among the last 64 runs that switch the pool to solo, and how many
+ * runs it then stays solo before trying its workers again. */
+#define SP_POOL_STALLS_TO_SOLO 2
+#define SP_POOL_SOLO_RUNS 2048
 
 struct sp_pool {
     int n; /* threads including the caller */
@@ -34,13 +54,21 @@ struct sp_pool {
     void (*fn)(void *arg, int ith, int nth);
     void *arg;
 
-    /* gen and pending are futex words (32-bit), each on its own cache line:
-     * workers poll gen while others decrement pending. */
+    /* gen and done are futex words (32-bit), each on its own cache line:
+     * workers poll gen while others count done. */
     _Alignas(64) _Atomic uint32_t gen; /* bumped once per run (and at shutdown) */
     _Atomic int32_t sleepers;          /* workers asleep (or about to be) on gen */
     _Atomic int stop;
-    _Alignas(64) _Atomic int32_t pending; /* workers still busy with the current run */
+    /* (gen << 32) | next unclaimed slot: a slot is claimed by one CAS, and a
+     * worker that saw an older generation cannot claim a slot of a newer
+     * run (nor read that run's fn/arg before it has claimed one) */
+    _Alignas(64) _Atomic uint64_t claim;
+    _Alignas(64) _Atomic int32_t done; /* slots of the current run finished */
     _Atomic int32_t caller_waiting;
+    /* the caller's own bookkeeping (no other thread reads it) */
+    uint64_t stall_bits; /* 1 per recent run in which the caller stalled */
+    int32_t solo_left;   /* runs left to do alone */
+    uint64_t runs, solo_runs, stalls; /* statistics (sp_pool_stats) */
 };
 
 typedef struct {
@@ -92,10 +120,26 @@ static uint32_t spin_gen(sp_pool *p, uint32_t seen) {
     }
 }
 
+/* Claims the next slot of run g, or returns -1 when none is left (or run
+ * g is over). */
+static int claim_slot(sp_pool *p, uint32_t g) {
+    uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
+    for (;;) {
+        if ((uint32_t)(c >> 32) != g || (int64_t)(c & 0xffffffffu) >= p->n) return -1;
+        if (atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return (int)(c & 0xffffffffu);
+    }
+}
+
+static void finish_slot(sp_pool *p) {
+    if (atomic_fetch_add(&p->done, 1) + 1 == p->n && atomic_load(&p->caller_waiting))
+        futex((void *)&p->done, FUTEX_WAKE_PRIVATE, 1);
+}
+
 static void *worker_main(void *varg) {
     worker_arg *wa = varg;
     sp_pool *p = wa->p;
-    const int ith = wa->ith;
     uint32_t seen = 0;
     for (;;) {
         uint32_t g = spin_gen(p, seen);
@@ -106,10 +150,14 @@ static void *worker_main(void *varg) {
         }
         seen = g;
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
-        p->fn(p->arg, ith, p->n);
-        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->caller_waiting))
-            futex((void *)&p->pending, FUTEX_WAKE_PRIVATE, 1);
+        /* fn and arg are run g's while a claimed slot of it is unfinished:
+         * the caller publishes the next run only after every slot is done */
+        for (int ith; (ith = claim_slot(p, g)) >= 0;) {
+            p->fn(p->arg, ith, p->n);
+            finish_slot(p);
+        }
     }
+    (void)wa->ith;
     return NULL;
 }
 
@@ -162,24 +210,55 @@ void sp_pool_run(sp_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg)
         fn(arg, 0, 1);
         return;
     }
+    p->runs++;
+    if (p->solo_left > 0) { /* the cores are taken: every slot here, workers asleep */
+        p->solo_left--;
+        p->solo_runs++;
+        for (int i = 0; i < p->n; i++) fn(arg, i, p->n);
+        return;
+    }
     p->fn = fn;
     p->arg = arg;
-    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
-    atomic_fetch_add(&p->gen, 1); /* seq_cst: publishes fn/arg/pending, orders with sleepers */
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    const uint32_t g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+    atomic_store_explicit(&p->claim, ((uint64_t)g << 32) | 1u, memory_order_release); /* slot 0: ours */
+    atomic_fetch_add(&p->gen, 1); /* seq_cst: publishes fn/arg/claim, orders with sleepers */
     if (atomic_load(&p->sleepers) > 0) futex((void *)&p->gen, FUTEX_WAKE_PRIVATE, INT_MAX);
 
     fn(arg, 0, p->n);
+    finish_slot(p);
+    for (int ith; (ith = claim_slot(p, g)) >= 0;) { /* what no worker has started */
+        fn(arg, ith, p->n);
+        finish_slot(p);
+    }
 
-    /* Wait for the workers: spin first (they usually finish within
-     * microseconds of us), then sleep if one of them was descheduled. */
+    /* Wait for the slots under way: spin first (they usually finish within
+     * microseconds of ours), then sleep if a worker lost its core. */
     spin_state s = {0, 0, 0};
+    bool stalled = false;
     for (;;) {
-        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) return;
+        if (atomic_load_explicit(&p->done, memory_order_acquire) == p->n) goto out;
         if (!spin_step(&s)) break;
     }
     atomic_store(&p->caller_waiting, 1);
-    int32_t left;
-    while ((left = atomic_load(&p->pending)) != 0) futex((void *)&p->pending, FUTEX_WAIT_PRIVATE, (uint32_t)left);
+    int32_t d;
+    while ((d = atomic_load(&p->done)) != p->n) futex((void *)&p->done, FUTEX_WAIT_PRIVATE, (uint32_t)d);
     atomic_store(&p->caller_waiting, 0);
     atomic_thread_fence(memory_order_acquire);
+out:
+    stalled = s.t0 && now_ns() - s.t0 > SP_POOL_STALL_NS;
+    p->stall_bits = (p->stall_bits << 1) | stalled;
+    if (stalled) {
+        p->stalls++;
+        if (__builtin_popcountll(p->stall_bits) >= SP_POOL_STALLS_TO_SOLO) {
+            p->solo_left = SP_POOL_SOLO_RUNS;
+            p->stall_bits = 0;
+        }
+    }
+}
+
+void sp_pool_stats(const sp_pool *p, uint64_t *runs, uint64_t *solo_runs, uint64_t *stalls) {
+    *runs = p ? p->runs : 0;
+    *solo_runs = p ? p->solo_runs : 0;
+    *stalls = p ? p->stalls : 0;
 }
