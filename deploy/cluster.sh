@@ -19,7 +19,7 @@
 #       stops replica I (SIGTERM: it drains; --kill: SIGKILL)
 #
 # State (pids, ports, logs, the generated haproxy.cfg, HAProxy's admin
-# socket) lives in --state-dir, default ${TMPDIR:-/tmp}/specula-cluster-P.
+# socket, started.pids: every process it ever started there) lives in --state-dir, default ${TMPDIR:-/tmp}/specula-cluster-P.
 # Environment: SPECULA_BIN (default bin/specula, else specula on PATH),
 # HAPROXY (default haproxy).
 set -u
@@ -36,7 +36,7 @@ usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 cmd=${1:-}; [ -n "$cmd" ] || usage 2
 shift
-replicas=0; port=""; policy=prefix; host=127.0.0.1; key_bytes=1024; factor=125
+replicas=0; port=""; policy=prefix; host=127.0.0.1; key_bytes=512; factor=125
 state=""; replica=""; kill_hard=0; serve_args=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -74,13 +74,15 @@ stop_pid() {
 # URL in its log (sets rurl) and for /health 200. Returns non-zero (and
 # prints why) when it exits or does not become healthy in 120 s.
 start_replica() {
-    local i=$1 p=${2:-0} log=$state/replica-$i.log pid u k
+    local i=$1 p=${2:-0} log pid u k
+    log=$state/replica-$i.log
     local -a args=()
     mapfile -d '' -t args <"$state/serve.args"
     : >"$log"
     "$bin" serve --host 127.0.0.1 --port "$p" "${args[@]}" </dev/null >>"$log" 2>&1 &
     pid=$!
     echo "$pid" >"$state/replica-$i.pid"
+    echo "$pid" >>"$state/started.pids"   # every process ever started here (tests check them)
     rurl=""
     for k in $(seq 1 600); do
         u=$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$log" | head -n 1)
@@ -134,7 +136,7 @@ start)
         die "a cluster already runs on port $port (deploy/cluster.sh stop --port $port)"
     fi
     mkdir -p "$state" || die "cannot create $state"
-    rm -f "$state"/replica-*
+    rm -f "$state"/replica-* "$state/started.pids"
     printf '%s\0' "${serve_args[@]}" >"$state/serve.args"
     echo "$policy" >"$state/policy"
     # from here on, a failure stops whatever was started
@@ -142,7 +144,7 @@ start)
     servers=""
     for i in $(seq 1 "$replicas"); do
         start_replica "$i" || { stop_all; exit 1; }
-        servers+="    server r$i 127.0.0.1:$(cat "$state/replica-$i.port") id $i"$'\n'
+        servers+="    server r$i 127.0.0.1:$(cat "$state/replica-$i.port") id $i weight 100"$'\n'
     done
     if [ "$policy" = prefix ]; then
         bal="balance hash var(txn.specula_key)\n    hash-type consistent\n    hash-balance-factor $factor"
@@ -161,6 +163,7 @@ start)
         { echo "cluster.sh: bad HAProxy configuration: $(cat "$state/haproxy.log")" >&2; stop_all; exit 1; }
     "$haproxy" -db -f "$state/haproxy.cfg" </dev/null >"$state/haproxy.log" 2>&1 &
     echo $! >"$state/haproxy.pid"
+    echo $! >>"$state/started.pids"
     # HAProxy is ready when its /health answers and it has checked every replica up
     ok=0
     for _ in $(seq 1 200); do

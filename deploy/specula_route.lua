@@ -227,7 +227,7 @@ local function hex(s)
 end
 
 core.register_action('specula_route_key', { 'http-req' }, function(txn, nbytes)
-    local cap = tonumber(nbytes) or 1024
+    local cap = tonumber(nbytes) or 512
     if cap < 1 then cap = 1 end
     local body = txn.f:req_body()
     if not body or #body == 0 then return end
