@@ -177,7 +177,7 @@ if sys.argv[2]: d["cache_salt"] = sys.argv[2]
 print(json.dumps(d))' "$doc" "$2")
     curl -s -D "$tmp/hdr" -o "$tmp/body" -H "Authorization: Bearer $1" -H 'Content-Type: application/json' \
         --data-binary "$body" "${3:-$P_URL}/v1/completions"
-    printf '%s %s\n' "$(grep -i '^x-specula-replica:' "$tmp/hdr" | awk '{print $2}' | tr -d '\r')" \
+    printf '%s %s\n' "$(grep -i '^x-specula-replica:' "$tmp/hdr" | awk '{print $2}' | tr -d '\r' | grep . || echo -)" \
         "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["prompt_tokens_details"]["cached_tokens"])' "$tmp/body" 2>/dev/null || echo err)"
 }
 if [ "$prefix_up" = 1 ]; then
