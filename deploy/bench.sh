@@ -5,7 +5,8 @@
 # table (H_tokens and prefill positions from the replicas' /metrics summed,
 # TTFT p50/p99, throughput, imbalance) and keeps each report in OUT_DIR.
 #
-#   deploy/bench.sh [--replicas "1 2 4"] [--out DIR] [-- BENCH ARGS...]
+#   deploy/bench.sh [--replicas "1 2 4"] [--policies "prefix roundrobin"]
+#                   [--balance-factor F] [--out DIR] [-- BENCH ARGS...]
 #
 # Serve arguments: $SERVE_ARGS (default "-t 1 --kv-mem 20M"). Bench
 # arguments after -- replace the default workload.
@@ -14,13 +15,15 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 bin=${SPECULA_BIN:-$root/bin/specula}
 export SPECULA_BIN=$bin
-replicas="1 2 4"; out=${TMPDIR:-/tmp}/specula-scaleout
+replicas="1 2 4"; policies="prefix roundrobin"; factor=125; out=${TMPDIR:-/tmp}/specula-scaleout
 work=(--workload multi-tenant --num-requests 96 --tenants 4 --documents 8 --zipf 0.5
       --concurrency 4 --warmup 0 --no-isolation --metrics-period 0)
 while [ $# -gt 0 ]; do
     case "$1" in
         --replicas) replicas=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
+        --policies) policies=$2; shift 2 ;;
+        --balance-factor) factor=$2; shift 2 ;;
         --) shift; work=("$@"); break ;;
         *) echo "bench.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
@@ -32,10 +35,10 @@ trap '"$here/cluster.sh" stop --port "$port" --state-dir "$out/state" >/dev/null
 echo "| replicas | policy | H_tokens | prefill positions computed | cached tokens | TTFT p50 (ms) | TTFT p99 (ms) | req/s | output tok/s | requests per replica | imbalance |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for n in $replicas; do
-    for policy in prefix roundrobin; do
+    for policy in $policies; do
         [ "$n" = 1 ] && [ "$policy" = roundrobin ] && continue
-        name=$n-$policy
-        "$here/cluster.sh" start --replicas "$n" --port "$port" --policy "$policy" \
+        name=$n-$policy-$factor
+        "$here/cluster.sh" start --replicas "$n" --port "$port" --policy "$policy" --balance-factor "$factor" \
             --state-dir "$out/state" -- "${serve[@]}" >"$out/$name.cluster" 2>&1 ||
             { echo "bench.sh: cluster $name did not start: $(tail -n 3 "$out/$name.cluster")" >&2; exit 1; }
         murl=$(grep -o '^replica r[0-9]*: http://[0-9.:]*' "$out/$name.cluster" | awk '{print $3}' | paste -sd, -)
@@ -43,7 +46,7 @@ for n in $replicas; do
             --json "$out/$name.json" "${work[@]}" >"$out/$name.txt" 2>&1 ||
             echo "bench.sh: bench $name failed: $(tail -n 3 "$out/$name.txt")" >&2
         "$here/cluster.sh" stop --port "$port" --state-dir "$out/state" >/dev/null 2>&1
-        python3 - "$out/$name.json" "$n" "$([ "$n" = 1 ] && echo '(one server)' || echo "$policy")" <<'PY'
+        python3 - "$out/$name.json" "$n" "$([ "$n" = 1 ] && echo '(one server)' || { [ "$policy" = prefix ] && echo "prefix, factor $factor" || echo "$policy"; })" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))["metrics"]["runs"][0]
 f = lambda v, d=0: "-" if v is None else ("%.*f" % (d, v))
