@@ -57,7 +57,14 @@ done
 case "$port" in ''|*[!0-9]*) die "--port P is required (a number)" ;; esac
 [ -n "$state" ] || state=${TMPDIR:-/tmp}/specula-cluster-$port
 
-alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+# a zombie (killed, not reaped yet: the replicas outlive this script, so
+# their parent is whatever adopted them) counts as dead
+alive() {
+    [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null || return 1
+    local st
+    st=$(awk '{ sub(/^.*\) /, ""); print $1 }' "/proc/$1/stat" 2>/dev/null)
+    [ "$st" != Z ]
+}
 http_code() { curl -s -o /dev/null -m 2 -w '%{http_code}' "$1" 2>/dev/null || true; }
 
 # stop_pid PID: SIGTERM, then SIGKILL after 15 s (a replica drains first)
