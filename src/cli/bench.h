@@ -104,6 +104,9 @@ typedef struct {
     int32_t turns;             /* multi-turn: turns per conversation */
     int32_t n_prefixes;        /* shared-prefix: distinct documents (default 1) */
     const char *salt;          /* every request's cache_salt */
+    int32_t tenants;           /* multi-tenant: tenants, each its own cache_salt (default 4) */
+    int32_t documents;         /* multi-tenant: distinct documents (default 8) */
+    double zipf;               /* multi-tenant: document popularity exponent (default 1; 0: uniform) */
     const sp_vocab *vocab;     /* measures lengths in tokens; NULL: ~4 bytes per token */
     const char *corpus_path;   /* held-out split (heldout.txt); NULL: the default search */
 } bench_workload_opts;
@@ -263,6 +266,7 @@ int bench_slo_parse(const char *s, bench_slo *slo, char *err, size_t errlen);
 
 #define BENCH_MAX_REPS 64
 #define BENCH_N_COUNTERS 14
+#define BENCH_MAX_REPLICAS 64
 
 /* Counters read from a Specula server's /metrics, before and after a run. */
 extern const char *const bench_counter_names[BENCH_N_COUNTERS];
@@ -297,6 +301,9 @@ typedef struct {
     double counters[BENCH_N_COUNTERS];
     bool reconciled;
     char reconcile[256];
+    /* --metrics-url: requests each replica finished (deltas), in URL order */
+    int32_t n_replicas;
+    double replica_requests[BENCH_MAX_REPLICAS];
     /* repetitions */
     int32_t reps;
     double rep_out_tok_s[BENCH_MAX_REPS], rep_ttft_p50[BENCH_MAX_REPS], rep_tpot_p50[BENCH_MAX_REPS];
@@ -312,6 +319,21 @@ void bench_result_finish(bench_result *r);
 void bench_result_free(bench_result *r);
 /* Reads every bench_counter_names value from /metrics text (NAN if absent). */
 void bench_counters_read(const char *metrics_text, double *out);
+
+/* ---- clusters (bench_cluster.c) ---------------------------------------------------- */
+
+/* Splits "URL[,URL...]" into urls (pointers into s, which is modified).
+ * The count, or -1 + err (empty, not http(s)://, more than cap). */
+int bench_metrics_urls(char *s, const char **urls, int cap, char *err, size_t errlen);
+/* Reads /metrics of every URL: sum[] gets each counter summed over the
+ * replicas (NAN when a replica lacks it or cannot be read), per_req[i] the
+ * requests replica i finished (NAN when unreadable). 0 when all were read. */
+int bench_cluster_read(const char *const *urls, int n, const char *key, double *sum,
+                       double *per_req);
+/* Adds one run's per-replica request deltas (after - before) to r. */
+void bench_result_add_replicas(bench_result *r, int n, const double *before, const double *after);
+/* Largest share over the mean share of v[n] (1: even); NAN when empty. */
+double bench_imbalance(const double *v, int n);
 
 typedef struct {
     bench_contract cfg[2];        /* per configuration */

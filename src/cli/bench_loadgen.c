@@ -281,7 +281,18 @@ static char *request_body(const bench_load_opts *o, const bench_item *it, const 
     cJSON_AddNumberToObject(j, "temperature", o->temperature);
     if (o->top_p < 1) cJSON_AddNumberToObject(j, "top_p", o->top_p);
     if (o->sample_seed >= 0) cJSON_AddNumberToObject(j, "seed", (double)o->sample_seed);
-    if (o->salt || it->salt) cJSON_AddStringToObject(j, "cache_salt", o->salt ? o->salt : it->salt);
+    if (o->salt && it->salt && strcmp(o->salt, it->salt)) {
+        /* a run's salt over per-item salts (multi-tenant: one per tenant):
+         * both, so the run is cold and the tenants stay apart */
+        char *both = malloc(strlen(o->salt) + strlen(it->salt) + 2);
+        if (both) {
+            sprintf(both, "%s/%s", o->salt, it->salt);
+            cJSON_AddStringToObject(j, "cache_salt", both);
+            free(both);
+        }
+    } else if (o->salt || it->salt) {
+        cJSON_AddStringToObject(j, "cache_salt", o->salt ? o->salt : it->salt);
+    }
     if (o->ignore_eos) cJSON_AddTrueToObject(j, "ignore_eos");
     cJSON_AddTrueToObject(j, "stream");
     cJSON *so = cJSON_AddObjectToObject(j, "stream_options");

@@ -279,6 +279,10 @@ static const mrow ROWS[] = {
     {"kv_peak_cached", "KV blocks cached for reuse, peak fraction", "", false},
     {"srv_prefill_tokens", "server: prompt positions computed (prefill)", "tok", false},
     {"srv_prefill_fraction", "server: prefill computed / prompt tokens", "", false},
+    {"srv_cached_tokens", "server: cached prompt tokens", "tok", true},
+    {"srv_h_tokens", "server: H_tokens (cached / prompt tokens)", "", true},
+    {"replicas", "replicas (--metrics-url)", "", true},
+    {"replica_imbalance", "replicas: largest request share / mean", "", false},
     {"srv_decode_tokens", "server: tokens generated", "tok", true},
     {"srv_steps", "server: engine steps (forward passes)", "", false},
     {"srv_steps_per_token", "server: engine steps per generated token", "", false},
@@ -325,6 +329,11 @@ static double row_value(const bench_result *r, size_t i) {
     if (!strcmp(k, "srv_prefill_tokens")) return c[C_PREFILL];
     if (!strcmp(k, "srv_prefill_fraction"))
         return c[C_PROMPT] > 0 ? c[C_PREFILL] / c[C_PROMPT] : NAN;
+    if (!strcmp(k, "srv_cached_tokens")) return c[C_CACHED];
+    if (!strcmp(k, "srv_h_tokens")) return c[C_PROMPT] > 0 ? c[C_CACHED] / c[C_PROMPT] : NAN;
+    if (!strcmp(k, "replicas")) return r->n_replicas ? r->n_replicas : NAN;
+    if (!strcmp(k, "replica_imbalance"))
+        return r->n_replicas ? bench_imbalance(r->replica_requests, r->n_replicas) : NAN;
     if (!strcmp(k, "srv_decode_tokens")) return c[C_DECODE];
     if (!strcmp(k, "srv_steps")) return c[C_STEPS];
     if (!strcmp(k, "srv_steps_per_token")) return c[C_DECODE] > 0 ? c[C_STEPS] / c[C_DECODE] : NAN;
@@ -487,6 +496,15 @@ void bench_report_text(FILE *f, const bench_report_info *ri, bench_result *res, 
         if (res[j].cached_seen) h_line(f, &res[j]);
         rep_spread_line(f, &res[j]);
         fprintf(f, "%s: server counters: %s\n", res[j].label, res[j].reconcile);
+        if (res[j].n_replicas) {
+            double tot = 0;
+            for (int i = 0; i < res[j].n_replicas; i++) tot += res[j].replica_requests[i];
+            fprintf(f, "%s: requests per replica (share):", res[j].label);
+            for (int i = 0; i < res[j].n_replicas; i++)
+                fprintf(f, " %.0f (%.1f%%)", res[j].replica_requests[i],
+                        tot > 0 ? 100 * res[j].replica_requests[i] / tot : 0.0);
+            fprintf(f, "; imbalance %.2f\n", bench_imbalance(res[j].replica_requests, res[j].n_replicas));
+        }
         if (res[j].n_ok < res[j].n)
             fprintf(f, "%s: %d of %d requests failed; first: %s\n", res[j].label,
                     res[j].n - res[j].n_ok, res[j].n, res[j].first_err);
@@ -538,6 +556,11 @@ static cJSON *result_json(const bench_result *r) {
     jsummary(o, "output_len", &r->s_olen);
     cJSON *h = cJSON_AddArrayToObject(o, "h_tokens_hist");
     for (int i = 0; h && i < 11; i++) cJSON_AddItemToArray(h, cJSON_CreateNumber((double)r->h_hist[i]));
+    if (r->n_replicas) {
+        cJSON *rq = cJSON_AddArrayToObject(o, "replica_requests");
+        for (int i = 0; rq && i < r->n_replicas; i++)
+            cJSON_AddItemToArray(rq, cJSON_CreateNumber(r->replica_requests[i]));
+    }
     cJSON *sv = cJSON_AddObjectToObject(o, "server_counters");
     if (sv) {
         for (int i = 0; i < BENCH_N_COUNTERS; i++) jnum(sv, bench_counter_names[i], r->counters[i]);

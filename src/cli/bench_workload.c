@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +23,7 @@
 
 const char *const bench_workload_names[] = {"shared-prefix", "long-output", "saturate",
                                             "multi-turn",    "code-complete", "code-edit",
-                                            NULL};
+                                            "multi-tenant",  NULL};
 
 bool bench_workload_known(const char *name) {
     if (!strncmp(name, "file:", 5)) return name[5] != 0;
@@ -620,6 +621,62 @@ int bench_workload_make(const bench_workload_opts *o, const char *text, size_t t
         snprintf(w->params, sizeof(w->params),
                  "%d requests, %d shared prefix(es) of ~%d tokens + ~%d-token distinct suffix, "
                  "max_tokens %d", n, np, P, suffix, out);
+    } else if (!strcmp(nm, "multi-tenant")) {
+        /* T tenants (each its own cache_salt, "tenant-K") reading D shared
+         * documents with Zipf popularity: each request is a document (a
+         * held-out module, from its first line) then a short distinct
+         * question (a def line from elsewhere to complete). The same
+         * document under two tenants must not share cached blocks; under
+         * one tenant, a prefix-affinity router sends it where it is cached. */
+        int32_t n = dflt(o->n, 64), out = dflt(o->output_tokens, 16), q = dflt(o->prompt_tokens, 24);
+        int32_t P = dflt(o->prefix_tokens, 256), T = dflt(o->tenants, 4), D = dflt(o->documents, 8);
+        double s = o->zipf > 0 ? o->zipf : o->zipf < 0 ? 0 : 1.0;
+        int32_t pp = P + q;
+        fit(M, &pp, &out);
+        P = pp - q > 16 ? pp - q : 16;
+        char **doc = calloc((size_t)D, sizeof(char *));
+        double *cdf = calloc((size_t)D, sizeof(double));
+        if (!doc || !cdf) {
+            free(doc);
+            free(cdf);
+            goto oom;
+        }
+        double tot = 0;
+        for (int32_t d = 0; d < D; d++) cdf[d] = tot += 1.0 / pow(d + 1, s);
+        int rc = 0;
+        for (int32_t d = 0; d < D && !rc; d++) {
+            /* a module long enough to fill the document (a short one would
+             * leave the question where a router reads the document) */
+            const cfile *f = &c.files[bench_rng(&rng) % (uint64_t)c.n_files];
+            for (int k = 0; k < 1000 && cut_tokens(&c, f->text, f->len, P) >= f->len; k++)
+                f = &c.files[bench_rng(&rng) % (uint64_t)c.n_files];
+            gstr h = {0};
+            gs_marker(&h, f);
+            int32_t used = count_tokens(&c, h.p ? h.p : "", h.n);
+            gs_add(&h, f->text, cut_tokens(&c, f->text, f->len, P - used > 8 ? P - used : 8));
+            doc[d] = h.p;
+            rc = h.oom || !h.p;
+        }
+        for (int32_t i = 0; i < n && !rc; i++) {
+            int32_t t = (int32_t)(bench_rng(&rng) % (uint64_t)T);
+            double u = bench_rng_uniform(&rng) * tot;
+            int32_t d = 0;
+            while (d < D - 1 && cdf[d] < u) d++;
+            gs_str(&g, doc[d]);
+            gs_printf(&g, "\n# ---- question %d: complete this ----\n", i);
+            gs_snippet(&g, &c, pick(&c, &rng), q - 8 > 4 ? q - 8 : 4);
+            char salt[160];
+            if (o->salt) snprintf(salt, sizeof(salt), "%s/tenant-%d", o->salt, t);
+            else snprintf(salt, sizeof(salt), "tenant-%d", t);
+            rc = add_item(w, &cap, &g, out, -1, 0, salt);
+        }
+        for (int32_t d = 0; d < D; d++) free(doc[d]);
+        free(doc);
+        free(cdf);
+        if (rc) goto oom;
+        snprintf(w->params, sizeof(w->params),
+                 "%d requests, %d tenants (cache_salt tenant-K), %d documents of ~%d tokens with "
+                 "Zipf(%g) popularity + ~%d-token question, max_tokens %d", n, T, D, P, s, q, out);
     } else if (!strcmp(nm, "long-output") || !strcmp(nm, "saturate") ||
                !strcmp(nm, "code-complete")) {
         /* distinct prompts from def/class lines: a file's marker, then code */

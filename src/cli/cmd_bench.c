@@ -47,13 +47,19 @@ static void bench_usage(FILE *f) {
         "                         turn; the server needs a chat template)\n"
         "workload:\n"
         "  --workload W           shared-prefix, long-output, saturate, multi-turn, code-complete,\n"
-        "                         code-edit, or file:PATH (JSONL: prompt, max_tokens, other fields sent as is)\n"
+        "                         code-edit, multi-tenant, or file:PATH (JSONL: prompt, max_tokens,\n"
+        "                         other fields sent as is)\n"
         "  --num-requests N       requests per repetition (multi-turn: conversations x turns)\n"
         "  --seed S               workload and arrival seed (default 0)\n"
         "  --prefix-tokens N      shared-prefix: tokens of the common prefix (default 1536, fitted to\n"
         "                         the server's max_model_len)\n"
         "  --prefixes N           shared-prefix: distinct prefixes (default 1)\n"
-        "  --prompt-tokens N      prompt (or snippet / turn) length of the other workloads\n"
+        "  --tenants T            multi-tenant: tenants, each with its own cache_salt (default 4)\n"
+        "  --documents D          multi-tenant: documents, requested with Zipf popularity (default 8);\n"
+        "                         --prefix-tokens is a document's length (default 256)\n"
+        "  --zipf S               multi-tenant: popularity exponent (default 1; 0: uniform)\n"
+        "  --prompt-tokens N      prompt (or snippet / turn; multi-tenant: question) length of the\n"
+        "                         other workloads\n"
         "  --output-tokens N      max_tokens\n"
         "  --turns N              multi-turn: turns per conversation (default 4)\n"
         "  --cache-salt S         send cache_salt S with every request\n"
@@ -80,7 +86,10 @@ static void bench_usage(FILE *f) {
         "  --json FILE            {\"metrics\": ..., \"contract\": ...}\n"
         "  --md FILE              Markdown report; SVG plots beside it (FILE-stem-cdf-*.svg, ...)\n"
         "  --progress / --no-progress   progress bar on stderr (default: when stderr is a terminal)\n"
-        "  --metrics-period S     sample the server's KV gauges every S seconds (default 0.5; 0: off)\n");
+        "  --metrics-period S     sample the server's KV gauges every S seconds (default 0.5; 0: off)\n"
+        "  --metrics-url URL[,URL...]  read the work counters from these servers' /metrics (the\n"
+        "                         replicas behind a router given as --base-url) instead of the\n"
+        "                         target's, sum them, and report each one's share of the requests\n");
 }
 
 typedef struct {
@@ -288,6 +297,9 @@ int cmd_bench(int argc, char **argv) {
     int n_sweep = 0;
     bench_slo slo = {0};
     char err[1024];
+    const char *murl[BENCH_MAX_REPLICAS];
+    int n_murl = 0;
+    char *murl_buf = NULL; /* what murl points into */
     for (int i = 1; i < argc; i++) {
         const char *a = cli_bench_alias(argv[i]), *v = i + 1 < argc ? argv[i + 1] : NULL;
         long l;
@@ -324,7 +336,8 @@ int cmd_bench(int argc, char **argv) {
             "--prompt-tokens", "--output-tokens", "--turns", "--cache-salt", "--corpus",
             "--concurrency", "--rate", "--sweep-concurrency", "--warmup", "--repeat", "--timeout",
             "--temperature", "--top-p", "--sample-seed", "--slo", "--json", "--md",
-            "--metrics-period", "--endpoint", NULL};
+            "--metrics-period", "--endpoint", "--tenants", "--documents", "--zipf", "--metrics-url",
+            NULL};
         bool known = false;
         for (int k = 0; valued[k]; k++) known |= !strcmp(a, valued[k]);
         if (!known) {
@@ -371,6 +384,19 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--output-tokens")) ok = cli_int(v, 1, 1 << 20, &l), wo.output_tokens = (int32_t)l;
         else if (!strcmp(a, "--turns")) ok = cli_int(v, 1, 1000, &l), wo.turns = (int32_t)l;
         else if (!strcmp(a, "--cache-salt")) wo.salt = v;
+        else if (!strcmp(a, "--tenants")) ok = cli_int(v, 1, 100000, &l), wo.tenants = (int32_t)l;
+        else if (!strcmp(a, "--documents")) ok = cli_int(v, 1, 100000, &l), wo.documents = (int32_t)l;
+        else if (!strcmp(a, "--zipf")) ok = cli_float(v, &d) && d >= 0 && d <= 10, wo.zipf = d > 0 ? d : -1;
+        else if (!strcmp(a, "--metrics-url")) {
+            char *copy = strdup(v);
+            n_murl = copy ? bench_metrics_urls(copy, murl, BENCH_MAX_REPLICAS, err, sizeof(err)) : -1;
+            if (n_murl < 0) {
+                fprintf(stderr, "specula bench: %s\n", copy ? err : "out of memory");
+                free(copy);
+                return 2;
+            }
+            murl_buf = copy;
+        }
         else if (!strcmp(a, "--corpus")) wo.corpus_path = v;
         else if (!strcmp(a, "--concurrency")) ok = cli_int(v, 1, 100000, &conc), conc_given = true;
         else if (!strcmp(a, "--rate")) ok = cli_float(v, &d) && d > 0, lo.rate = d;
@@ -395,7 +421,7 @@ int cmd_bench(int argc, char **argv) {
         if (!ok) {
             if (!strcmp(a, "--workload"))
                 fprintf(stderr, "specula bench: unknown workload '%s' (shared-prefix, long-output, "
-                        "saturate, multi-turn, code-complete, code-edit, file:PATH)\n", v);
+                        "saturate, multi-turn, code-complete, code-edit, multi-tenant, file:PATH)\n", v);
             else fprintf(stderr, "specula bench: invalid value '%s' for %s\n", v, a);
             return 2;
         }
@@ -614,16 +640,20 @@ int cmd_bench(int argc, char **argv) {
                 need_warm = false;
                 l2.salt = !t->serve && isolate && !wo.salt ? salt : NULL;
                 double before[BENCH_N_COUNTERS], after[BENCH_N_COUNTERS];
-                read_counters(t->url, api_key, before);
+                double rbefore[BENCH_MAX_REPLICAS], rafter[BENCH_MAX_REPLICAS];
+                if (n_murl) bench_cluster_read(murl, n_murl, api_key, before, rbefore);
+                else read_counters(t->url, api_key, before);
                 l2.seed = wo.seed + (uint64_t)r;
                 bench_run run;
                 if (bench_load_run(&l2, &wl[0], &run, err, sizeof(err))) {
                     fprintf(stderr, "specula bench: %s\n", err);
                     goto done;
                 }
-                read_counters(t->url, api_key, after);
+                if (n_murl) bench_cluster_read(murl, n_murl, api_key, after, rafter);
+                else read_counters(t->url, api_key, after);
                 bench_result_add(R, &run, &slo);
                 bench_result_add_counters(R, before, after);
+                if (n_murl) bench_result_add_replicas(R, n_murl, rbefore, rafter);
                 bench_run_free(&run);
                 if (t->serve && !keep_server) stop_server(t);
             }
@@ -685,6 +715,7 @@ done:
     free(res);
     free(corpus);
     free(serve_model);
+    free(murl_buf);
     sp_model_free(vm);
     curl_global_cleanup();
     return rc;
