@@ -38,6 +38,7 @@ default_timeout=${SPECULA_TEST_TIMEOUT:-300}
 scale=${SPECULA_TIMEOUT_SCALE:-1}
 no_skip=${SPECULA_NO_SKIP:-0}
 subset=${SPECULA_TEST_SUBSET:-0}
+# SPECULA_TEST_EXCLUDE="a.sh b": tests of the directory this run leaves out
 known_file=${SPECULA_KNOWN_FAILURES:-$here/known_failures}
 passed=0; failed=0; skipped=0; known=0
 
@@ -97,6 +98,13 @@ for t in "$dir"/test_*; do
         continue
     fi
     seen+=("$name")
+    case " ${SPECULA_TEST_EXCLUDE:-} " in *" $name "*)
+        # a build that leaves a test out on purpose (make asan: the cluster
+        # test drives HAProxy, whose routing a sanitizer build adds nothing
+        # to, at 8x the time): said, and neither a pass nor a skip
+        echo "== $name: not run in this build (SPECULA_TEST_EXCLUDE)"
+        continue ;;
+    esac
     limit=${want_timeout[$name]:-$default_timeout}
     limit=$(awk -v a="$limit" -v b="$scale" 'BEGIN { printf "%d", a * b + 0.5 }')
     echo "== $name"
