@@ -366,7 +366,10 @@ def main():
     # the draft is loaded for requests that ask for it ("speculative":
     # {"method": "draft"}); --spec off keeps the server's default plain
     # (--draft alone turns draft speculation on, as llama.cpp's -md does)
-    srv = Server("fields", a.bin, ["-m", a.model, "--draft", a.draft, "--spec", "off",
+    # --spec-fixed-k: a request that asks for speculation proposes k tokens
+    # every step, so "it drafted" holds by construction (the adaptive
+    # planner may choose k = 0 when passes are slow, e.g. under ASan)
+    srv = Server("fields", a.bin, ["-m", a.model, "--draft", a.draft, "--spec", "off", "--spec-fixed-k",
                                    "--chat-template", "chatml", "--served-model-name", "ref"], tmp)
     port = srv.port
     try:
