@@ -168,7 +168,8 @@ PY
 fi
 
 # ---- speculative counters: --spec suffix ----------------------------------
-if start_server spec --spec suffix; then
+# --spec-fixed-k: drafting by construction, not by the planner's timing
+if start_server spec --spec suffix --spec-fixed-k; then
     if "$bin" bench --base-url "$URL" --workload code-edit --num-requests 4 --concurrency 2 \
             --warmup 0 --json "$tmp/s.json" >/dev/null 2>"$tmp/err" \
         && python3 - "$tmp/s.json" 2>>"$tmp/err" <<'PY'; then
