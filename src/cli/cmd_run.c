@@ -208,6 +208,22 @@ static void on_event(const sp_event *ev, void *user) {
 
 static int run_chat(run_opts *o);
 
+/* Submits rp with the run_state callback and waits for its final event;
+ * -1 after a message when the engine refuses it. */
+static int submit_wait(sp_engine *eng, sp_request_params *rp, run_state *s) {
+    char err[512];
+    rp->on_event = on_event;
+    rp->user = s;
+    if (sp_engine_submit(eng, rp, err, sizeof(err)) < 0) {
+        fprintf(stderr, "specula: %s\n", err);
+        return -1;
+    }
+    pthread_mutex_lock(&s->mu);
+    while (!s->done) pthread_cond_wait(&s->done_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
 static void run_state_free(run_state *s) {
     free(s->gen);
     free(s->lp);
@@ -300,15 +316,7 @@ int cmd_run(int argc, char **argv) {
     rp.logprobs = o.json ? (int32_t)o.logprobs : -1; /* streaming text prints none */
     rp.stop = o.stop;
     rp.n_stop = o.n_stop;
-    rp.on_event = on_event;
-    rp.user = &s;
-    if (sp_engine_submit(eng, &rp, err, sizeof(err)) < 0) {
-        fprintf(stderr, "specula: %s\n", err);
-        goto done;
-    }
-    pthread_mutex_lock(&s.mu);
-    while (!s.done) pthread_cond_wait(&s.done_cv, &s.mu);
-    pthread_mutex_unlock(&s.mu);
+    if (submit_wait(eng, &rp, &s)) goto done;
     if (s.st.finish == SP_FINISH_ERROR) {
         fprintf(stderr, "\nspecula: %s\n", s.error);
         goto done;
@@ -474,15 +482,7 @@ static int run_chat(run_opts *o) {
             rp.stop_tokens = &eot_tok;
             rp.n_stop_tokens = 1;
         }
-        rp.on_event = on_event;
-        rp.user = &s;
-        if (sp_engine_submit(eng, &rp, err, sizeof(err)) < 0) {
-            fprintf(stderr, "specula: %s\n", err);
-            goto done;
-        }
-        pthread_mutex_lock(&s.mu);
-        while (!s.done) pthread_cond_wait(&s.done_cv, &s.mu);
-        pthread_mutex_unlock(&s.mu);
+        if (submit_wait(eng, &rp, &s)) goto done;
         printf("\n");
         fflush(stdout);
         if (s.st.finish == SP_FINISH_ERROR) {
