@@ -514,6 +514,8 @@ for b in bad: print("  ", b)
 sys.exit(1 if bad else 0)
 PY
     kill -TERM "$PID"; wait "$PID" 2>/dev/null
+else
+    fail "--cors-origin" "the server with --cors-origin did not start"
 fi
 
 # ---- the request log: one line per generation request, tenants hashed ----
