@@ -9,7 +9,8 @@
  *   - sp_vec_dot against the reference, sp_matmul against sp_matmul_ref for
  *     shapes covering tile and group tails, with pools of 1, 2 and 3 threads;
  *     tolerance 1e-5 of sum |w_i x_i| (integer block sums are exact, only
- *     the f32 summation order differs);
+ *     the f32 summation order differs), and for F32 weights the same bits
+ *     (every level sums them in ggml's order, sp_f32_finish);
  *   - the pool: every thread runs every job once, also after the workers
  *     went to sleep.
  */
@@ -383,6 +384,10 @@ static void vec_dot_case(sp_type t) {
                 sp_vec_dot(t, k, &got, w, xq);
                 CHECK(fabs((double)got - want) <= tol, "%s %s k=%lld: %.9g vs ref %.9g (tol %g)", LEVELS[l],
                       sp_type_info(t)->name, (long long)k, got, want, tol);
+                /* F32 follows one order (ggml's, sp_f32_finish) at every level */
+                if (t == SP_TYPE_F32)
+                    CHECK(!memcmp(&got, &want, sizeof got), "%s f32 k=%lld: %.9g, ref %.9g: not the same bits",
+                          LEVELS[l], (long long)k, got, want);
             }
             free(w); free(x); free(xq);
         }
@@ -432,7 +437,8 @@ static void matmul_case(sp_type t) {
                 for (int64_t tt = 0; tt < nt; tt++) {
                     for (int64_t r = 0; r < nr; r++) {
                         const double e = fabs((double)got[tt * ldy + r] - want[tt * ldy + r]);
-                        if (!(e <= tol[tt * nr + r]) && bad++ < 3)
+                        const double lim = t == SP_TYPE_F32 ? 0 : tol[tt * nr + r]; /* F32: same bits */
+                        if (!(e <= lim) && bad++ < 3)
                             CHECK(0, "%s %s rows %lld k %lld tok %lld pool %d: y[%lld][%lld] = %.9g, ref %.9g",
                                   LEVELS[l], sp_type_info(t)->name, (long long)nr, (long long)k, (long long)nt,
                                   sp_pool_size(pools[p]), (long long)tt, (long long)r, got[tt * ldy + r],

@@ -128,20 +128,33 @@ static void quantize_f16_avx2(const float *x, void *vy, int64_t k) {
 
 /* ---- single-row dots ---------------------------------------------------- */
 
-static void vec_dot_f32_avx2(int64_t k, float *s, const void *vw, const void *vx) {
-    const float *w = vw, *x = vx;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 32 <= k; i += 32) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+/* F32 weights in ggml's order (sp_f32_finish): the 4 partial sums of 16
+ * lanes as 8 ymm accumulators, A[2u] = lanes 0-7 and A[2u+1] = lanes 8-15
+ * of partial u; one row and one token at a time (8 accumulators). */
+AI float f32g_dot(const float *w, const float *x, int64_t k) {
+    __m256 A[8];
+    _Pragma("GCC unroll 8")
+    for (int u = 0; u < 8; u++) A[u] = _mm256_setzero_ps();
+    const int64_t np = k - k % 64;
+    for (int64_t i = 0; i < np; i += 64) {
+        prefetch_ahead(w + i, 256);
+        _Pragma("GCC unroll 8")
+        for (int u = 0; u < 8; u++) A[u] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8 * u), _mm256_loadu_ps(x + i + 8 * u), A[u]);
     }
-    for (; i + 8 <= k; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-    float sum = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < k; i++) sum += w[i] * x[i];
-    *s = sum;
+    float v[16];
+    _mm256_storeu_ps(v, _mm256_add_ps(_mm256_add_ps(A[0], A[4]), _mm256_add_ps(A[2], A[6])));
+    _mm256_storeu_ps(v + 8, _mm256_add_ps(_mm256_add_ps(A[1], A[5]), _mm256_add_ps(A[3], A[7])));
+    return sp_f32_finish(v, w + np, x + np, k - np);
+}
+
+static void vec_dot_f32_avx2(int64_t k, float *s, const void *vw, const void *vx) { *s = f32g_dot(vw, vx, k); }
+
+static void f32_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, int nt, int64_t k,
+                     int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
+    SP_ASSERT(k0 == 0 && k1 == k && !acc); /* whole_k */
+    for (int64_t r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++)
+            y[t * ldy + r] = f32g_dot((const float *)(w + r * ws), (const float *)(xs + t * xss), k);
 }
 
 static void vec_dot_f16_avx2(int64_t k, float *s, const void *vw, const void *vx) {
@@ -429,7 +442,6 @@ QTILE(q6_K, sp_block_q6_K, 256, q6_K_row, 4)
         }                                                                                            \
     }
 
-FTILE(f32, SP_TYPE_F32)
 FTILE(f16, SP_TYPE_F16)
 FTILE(bf16, SP_TYPE_BF16)
 
@@ -452,13 +464,13 @@ static void conv_bf16(const float *x, int64_t k, void *vxs) {
 static void conv_q8_0(const float *x, int64_t k, void *xs) { quantize_q8_0_avx2(x, xs, k); }
 static void conv_q8_K(const float *x, int64_t k, void *xs) { quantize_q8_K_avx2(x, xs, k); }
 
-static const sp_mm_kernel mm_f32 = {8, 32, NULL, 4, conv_f32, f32_tile};
-static const sp_mm_kernel mm_f16 = {8, 32, NULL, 4, conv_f16, f16_tile};
-static const sp_mm_kernel mm_bf16 = {8, 32, NULL, 4, conv_bf16, bf16_tile};
-static const sp_mm_kernel mm_q8_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q8_0_tile};
-static const sp_mm_kernel mm_q4_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q4_0_tile};
-static const sp_mm_kernel mm_q4_K = {256, sizeof(sp_block_q8_K), NULL, 4, conv_q8_K, q4_K_tile};
-static const sp_mm_kernel mm_q6_K = {256, sizeof(sp_block_q8_K), NULL, 4, conv_q8_K, q6_K_tile};
+static const sp_mm_kernel mm_f32 = {8, 32, NULL, 4, conv_f32, f32_tile, 1};
+static const sp_mm_kernel mm_f16 = {8, 32, NULL, 4, conv_f16, f16_tile, 0};
+static const sp_mm_kernel mm_bf16 = {8, 32, NULL, 4, conv_bf16, bf16_tile, 0};
+static const sp_mm_kernel mm_q8_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q8_0_tile, 0};
+static const sp_mm_kernel mm_q4_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q4_0_tile, 0};
+static const sp_mm_kernel mm_q4_K = {256, sizeof(sp_block_q8_K), NULL, 4, conv_q8_K, q4_K_tile, 0};
+static const sp_mm_kernel mm_q6_K = {256, sizeof(sp_block_q8_K), NULL, 4, conv_q8_K, q6_K_tile, 0};
 
 /* exported for the avx512 level, which reuses them */
 void sp_avx2_quantize_q8_0(const float *x, void *y, int64_t k) { quantize_q8_0_avx2(x, y, k); }

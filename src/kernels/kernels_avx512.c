@@ -43,9 +43,10 @@
  * Q8_0 and ~53 per 288 bytes of Q4_K, so decode is memory-bound and a few
  * extra tokens cost little: the point of the layout.
  *
- * Float matmul: up to 16 f32 FMA accumulators, 4 rows x up to 4 tokens or
- * 2 rows x 5..8 tokens; each weight vector is converted (f16/bf16 -> f32)
- * once and used by all tokens.
+ * Float matmul (F16/BF16): up to 16 f32 FMA accumulators, 4 rows x up to 4
+ * tokens or 2 rows x 5..8 tokens; each weight vector is converted
+ * (f16/bf16 -> f32) once and used by all tokens. F32 weights follow ggml's
+ * order instead (sp_f32_finish): 4 accumulators per (row, token).
  */
 #include <immintrin.h>
 
@@ -597,6 +598,67 @@ AI void float_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, siz
     for (; r < nr; r++) float_block(w + r * ws, ws, xs, xss, 1, NT, k0, k1, WT, y + r, ldy, acc);
 }
 
+/* F32 weights in ggml's order (sp_f32_finish): per (row, token) 4
+ * accumulators of 16 lanes, one per 16-element quarter of each 64; R rows x
+ * NT tokens with R * NT <= 6 (24 accumulators + NT activations + 1 weight
+ * vector of the 32 zmm). The whole of K in one call (whole_k). */
+AI void f32g_block(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, const int R, const int NT,
+                   int64_t k, float *y, int64_t ldy) {
+    __m512 A[6][4];
+    _Pragma("GCC unroll 8")
+    for (int a = 0; a < R * NT; a++)
+        _Pragma("GCC unroll 4")
+        for (int u = 0; u < 4; u++) A[a][u] = _mm512_setzero_ps();
+    const int64_t np = k - k % 64;
+    for (int64_t i = 0; i < np; i += 64) {
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < R; r++) prefetch_ahead(w + r * ws + i * 4, 256);
+        _Pragma("GCC unroll 4")
+        for (int u = 0; u < 4; u++) {
+            __m512 X[6];
+            _Pragma("GCC unroll 8")
+            for (int t = 0; t < NT; t++) X[t] = _mm512_loadu_ps((const float *)(xs + t * xss) + i + 16 * u);
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < R; r++) {
+                const __m512 wv = _mm512_loadu_ps((const float *)(w + r * ws) + i + 16 * u);
+                _Pragma("GCC unroll 8")
+                for (int t = 0; t < NT; t++) A[r * NT + t][u] = _mm512_fmadd_ps(wv, X[t], A[r * NT + t][u]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++) {
+            float v[16];
+            const __m512 *a = A[r * NT + t];
+            _mm512_storeu_ps(v, _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3])));
+            y[t * ldy + r] = sp_f32_finish(v, (const float *)(w + r * ws) + np, (const float *)(xs + t * xss) + np,
+                                           k - np);
+        }
+}
+
+AI void f32g_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT, int64_t k,
+                float *y, int64_t ldy) {
+    const int R = NT == 1 ? 4 : NT <= 3 ? 2 : 1;
+    int64_t r = 0;
+    for (; r + R <= nr; r += R) f32g_block(w + r * ws, ws, xs, xss, R, NT, k, y + r, ldy);
+    for (; r < nr; r++) f32g_block(w + r * ws, ws, xs, xss, 1, NT, k, y + r, ldy);
+}
+
+static void f32_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, int nt, int64_t k,
+                     int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
+    SP_ASSERT(k0 == 0 && k1 == k && !acc); /* whole_k */
+    switch (nt) {
+    case 1: f32g_nt(w, ws, nr, xs, xss, 1, k, y, ldy); break;
+    case 2: f32g_nt(w, ws, nr, xs, xss, 2, k, y, ldy); break;
+    case 3: f32g_nt(w, ws, nr, xs, xss, 3, k, y, ldy); break;
+    case 4: f32g_nt(w, ws, nr, xs, xss, 4, k, y, ldy); break;
+    case 5: f32g_nt(w, ws, nr, xs, xss, 5, k, y, ldy); break;
+    default: f32g_nt(w, ws, nr, xs, xss, 6, k, y, ldy); break;
+    }
+}
+
 #define FTILE(NAME, WT)                                                                              \
     static void NAME##_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,  \
                             int nt, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy,        \
@@ -614,7 +676,6 @@ AI void float_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, siz
         }                                                                                            \
     }
 
-FTILE(f32, SP_TYPE_F32)
 FTILE(f16, SP_TYPE_F16)
 FTILE(bf16, SP_TYPE_BF16)
 
@@ -649,7 +710,9 @@ AI float dot_float(int64_t k, const void *w, const void *x, const int WT) {
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
 }
 
-static void vec_dot_f32_avx512(int64_t k, float *s, const void *w, const void *x) { *s = dot_float(k, w, x, SP_TYPE_F32); }
+static void vec_dot_f32_avx512(int64_t k, float *s, const void *w, const void *x) {
+    f32g_block(w, 0, x, 0, 1, 1, k, s, 0);
+}
 static void vec_dot_f16_avx512(int64_t k, float *s, const void *w, const void *x) { *s = dot_float(k, w, x, SP_TYPE_F16); }
 static void vec_dot_bf16_avx512(int64_t k, float *s, const void *w, const void *x) { *s = dot_float(k, w, x, SP_TYPE_BF16); }
 
@@ -661,13 +724,13 @@ static void quantize_f16_avx512(const float *x, void *vy, int64_t k) {
     }
 }
 
-static const sp_mm_kernel mm_f32 = {16, 64, xrow_unused, 8, conv_x_f32, f32_tile};
-static const sp_mm_kernel mm_f16 = {16, 64, xrow_unused, 8, conv_x_f16, f16_tile};
-static const sp_mm_kernel mm_bf16 = {16, 64, xrow_unused, 8, conv_x_bf16, bf16_tile};
-static const sp_mm_kernel mm_q8_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q8_0, q8_0_tile};
-static const sp_mm_kernel mm_q4_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_0, q4_0_tile};
-static const sp_mm_kernel mm_q4_K = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_K, q4_K_tile};
-static const sp_mm_kernel mm_q6_K = {256, GROUP_BYTES_Q6, xrow_unused, 8, conv_x_q6_K, q6_K_tile};
+static const sp_mm_kernel mm_f32 = {16, 64, xrow_unused, 6, conv_x_f32, f32_tile, 1};
+static const sp_mm_kernel mm_f16 = {16, 64, xrow_unused, 8, conv_x_f16, f16_tile, 0};
+static const sp_mm_kernel mm_bf16 = {16, 64, xrow_unused, 8, conv_x_bf16, bf16_tile, 0};
+static const sp_mm_kernel mm_q8_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q8_0, q8_0_tile, 0};
+static const sp_mm_kernel mm_q4_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_0, q4_0_tile, 0};
+static const sp_mm_kernel mm_q4_K = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_K, q4_K_tile, 0};
+static const sp_mm_kernel mm_q6_K = {256, GROUP_BYTES_Q6, xrow_unused, 8, conv_x_q6_K, q6_K_tile, 0};
 
 const sp_kernel_ops sp_ops_avx512 = {
     .name = "avx512",

@@ -37,6 +37,10 @@ typedef struct {
      * k0 is a multiple of kgroup; k1 is a multiple of kgroup or k. */
     void (*tile)(const uint8_t *w, size_t w_stride, int64_t nr, const uint8_t *xs, size_t xs_stride,
                  int nt, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy, int accumulate);
+    /* 1: tile calls always get the whole of K (k0 = 0, k1 = k, no
+     * accumulation), for a summation order that must not be cut into
+     * ranges (F32: see sp_f32_finish) */
+    int whole_k;
 } sp_mm_kernel;
 
 typedef struct {
@@ -100,6 +104,30 @@ static inline void sp_q4_K_unpack_scales(const uint8_t *q, uint8_t out[16]) {
     memcpy(out + 4, &sc_hi, 4);
     memcpy(out + 8, &m_lo, 4);
     memcpy(out + 12, &m_hi, 4);
+}
+
+/* F32 weights: the summation order of ggml's vec_dot_f32 in llama.cpp's
+ * AVX-512 build, the order its CPU backend uses for single-token steps, at
+ * every level of Specula and in any batch:
+ *   - element i < np = k - k % 64 goes to partial sum p[i % 64], one FMA at
+ *     a time in order of i (4 vectors of 16 lanes);
+ *   - v[l] = (p[l] + p[32 + l]) + (p[16 + l] + p[48 + l])   (l < 16);
+ *   - v summed as GCC's _mm512_reduce_add_ps does: halves, then quarters,
+ *     then (q0 + q2) + (q1 + q3);
+ *   - the tail elements i >= np added one FMA at a time.
+ * Why: on the trained reference model (../shared/reference/trained) one
+ * f16 rounding of a V-projection output depends on this order; with one
+ * 16-lane chain Specula was 2.1e-3 from llama.cpp at one step (limit 2e-3).
+ * Cost: 4 accumulators per (row, token) instead of 1, so F32 tiles are
+ * smaller (AVX-512: R x NT <= 6; AVX2: one row and token at a time).
+ * This finishes a dot from v and the tail. */
+static inline float sp_f32_finish(const float v[16], const float *w, const float *x, int64_t n_tail) {
+    float h[8], q[4];
+    for (int l = 0; l < 8; l++) h[l] = v[l + 8] + v[l];
+    for (int l = 0; l < 4; l++) q[l] = h[l + 4] + h[l];
+    float s = (q[0] + q[2]) + (q[1] + q[3]);
+    for (int64_t i = 0; i < n_tail; i++) s = __builtin_fmaf(w[i], x[i], s);
+    return s;
 }
 
 #define SP_ALIGN_UP(n, a) (((n) + (a) - 1) / (a) * (a))

@@ -279,11 +279,15 @@ void sp_ref_dequantize(sp_type t, const void *src, float *dst, int64_t n) {
 
 /* ---- dot products ------------------------------------------------------- */
 
+/* F32: ggml's order (see sp_f32_finish), which every level follows bit for bit */
 static void vec_dot_f32_ref(int64_t k, float *s, const void *vw, const void *vx) {
     const float *w = vw, *x = vx;
-    double sum = 0.0;
-    for (int64_t i = 0; i < k; i++) sum += (double)(w[i] * x[i]);
-    *s = (float)sum;
+    const int64_t np = k - k % 64;
+    float p[64] = {0}, v[16];
+    for (int64_t i = 0; i < np; i += 64)
+        for (int j = 0; j < 64; j++) p[j] = __builtin_fmaf(w[i + j], x[i + j], p[j]);
+    for (int l = 0; l < 16; l++) v[l] = (p[l] + p[32 + l]) + (p[16 + l] + p[48 + l]);
+    *s = sp_f32_finish(v, w + np, x + np, k - np);
 }
 
 static void vec_dot_f16_ref(int64_t k, float *s, const void *vw, const void *vx) {
@@ -384,7 +388,7 @@ static void vec_dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *vx
                 NAME##_dot(k, &y[t * ldy + r], w + r * w_stride, xs + t * xs_stride);            \
     }                                                                                            \
     static void NAME##_conv(const float *x, int64_t k, void *xs) { QUANT(x, xs, k); }             \
-    static const sp_mm_kernel NAME##_mm = {0, 0, NAME##_xrow, 8, NAME##_conv, NAME##_tile};
+    static const sp_mm_kernel NAME##_mm = {0, 0, NAME##_xrow, 8, NAME##_conv, NAME##_tile, 0};
 
 #define vec_dot_f32_dot vec_dot_f32_ref
 #define vec_dot_f16_dot vec_dot_f16_ref

@@ -222,7 +222,7 @@ void sp_matmul(sp_pool *pool, const void *w, sp_type wt, int64_t n_rows, int64_t
      * is what makes speculative and batched output equal plain decoding
      * bit for bit; splitting K differently per batch size changed the
      * rounding and flipped argmaxes of chaotic (random-weight) models. */
-    if (mm->kgroup) {
+    if (mm->kgroup && !mm->whole_k) {
         const int64_t nt = mm->max_nt;
         const int64_t ngroups = (k + mm->kgroup - 1) / mm->kgroup;
         const size_t budget = SP_MM_X_BUDGET_PREFILL;
