@@ -6,6 +6,7 @@ import http.client
 import os
 import re
 import subprocess
+import threading
 import time
 
 SAN_RE = re.compile(r"ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error:|WARNING: ThreadSanitizer")
@@ -112,3 +113,29 @@ def wait_idle(port, headers=None, limit=30):
             return True
         time.sleep(0.05)
     return False
+
+
+def broken_json_baseline(port, path, body, n=1, headers=None, method="POST"):
+    """Seconds the server takes, now, to refuse `body` with its last byte
+    broken (a 400 invalid_json found only after the whole body is received
+    and parsed), sent n times at once: the transfer and parsing of that much
+    JSON under whatever load the machine has at this moment. A time bound on
+    a big request is then judged on the work beyond this baseline, measured
+    in the same run, so a busy machine slows both sides and the bound keeps
+    its meaning. None if any of them is not a 400."""
+    body = body.rstrip()
+    assert body.endswith(b"}")
+    broken = body[:-1] + b"]"
+    hdrs = dict(headers or {}, **{"Content-Type": "application/json"})
+    res = []
+    def one():
+        try:
+            res.append(request(port, method, path, broken, hdrs, timeout=60)[0])
+        except Exception:
+            res.append(0)
+    t0 = time.monotonic()
+    ts = [threading.Thread(target=one) for _ in range(n)]
+    for t in ts: t.start()
+    for t in ts: t.join(90)
+    dt = time.monotonic() - t0
+    return dt if res == [400] * n else None
