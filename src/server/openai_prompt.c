@@ -6,6 +6,25 @@
 
 #include "server/openai.h"
 
+/* A 400 naming the first member of o that is not in `known` (NULL-ended):
+ * the extension endpoints refuse what they would not honor, as the OpenAI
+ * ones do. */
+static int refuse_unknown(const cJSON *o, const char *const *known, oai_error *e) {
+    const cJSON *f;
+    cJSON_ArrayForEach(f, o) {
+        int ok = 0;
+        for (const char *const *k = known; *k && !ok; k++) ok = f->string && !strcmp(f->string, *k);
+        if (!ok) {
+            oai_seterr(e, 400, "invalid_request_error", NULL, "unknown_parameter", "unknown field '%.64s'",
+                       f->string ? f->string : "");
+            snprintf(e->param_buf, sizeof e->param_buf, "%s", f->string ? f->string : ""); /* o is freed */
+            e->param = e->param_buf;
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int oai_tokenize(const char *body, size_t len, const sp_vocab *v, int32_t n_ctx, sbuf *out,
                  oai_error *e) {
     cJSON *o = oai_json_parse(body, len);
@@ -14,7 +33,8 @@ int oai_tokenize(const char *body, size_t len, const sp_vocab *v, int32_t n_ctx,
         return oai_seterr(e, 400, "invalid_request_error", NULL, "invalid_json",
                           "the body must be a JSON object");
     }
-    if (oai_refuse_nul(body, len, e)) {
+    static const char *const known[] = {"prompt", "content", "add_special", NULL};
+    if (oai_refuse_nul(body, len, e) || refuse_unknown(o, known, e)) {
         cJSON_Delete(o);
         return -1;
     }
@@ -53,6 +73,11 @@ int oai_detokenize(const char *body, size_t len, const sp_vocab *v, sbuf *out, o
         cJSON_Delete(o);
         return oai_seterr(e, 400, "invalid_request_error", "tokens", "invalid_value",
                           "the body must be an object with \"tokens\": an array of token ids");
+    }
+    static const char *const known[] = {"tokens", NULL};
+    if (refuse_unknown(o, known, e)) {
+        cJSON_Delete(o);
+        return -1;
     }
     sbuf text = {0};
     sb_add(&text, "", 0);
