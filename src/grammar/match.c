@@ -1,0 +1,408 @@
+/* match.c: the grammar's pushdown automaton run over bytes, and token
+ * masks.
+ *
+ * Stacks are interned: a node is (position, parent node), found again
+ * through a hash table, so two equal stacks are one node id and a state
+ * (a set of stacks) is a sorted array of ids, cheap to compare and hash.
+ * Id -1 is the empty stack: the grammar has ended. A step over a byte
+ * keeps the stacks whose top set holds it and expands each to its next
+ * byte positions (expand: rule references push a continuation, except in
+ * tail position; rule ends pop).
+ *
+ * A mask walks the token trie depth first: at each trie node the state is
+ * advanced by the child's byte (only children some stack's top set
+ * allows), a subtree is cut as soon as the state is empty, and every
+ * token ending at a node reached is allowed. Masks are cached by state
+ * (MASK_CACHE entries, round robin): inside a JSON string or between the
+ * items of an array the state repeats, and its mask is a lookup.
+ *
+ * Working memory (node pool, hash, the scratch of states) grows with the
+ * distinct states met and is kept; a step allocates only when it meets
+ * more than ever before. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "grammar/grammar.h"
+
+#define MASK_CACHE 32
+#define MAX_STACKS 8192          /* stacks in one state */
+#define MAX_EXPAND 200000        /* expansions in one step */
+#define MAX_NODES (1 << 24)
+
+typedef struct {
+    uint32_t pos;
+    int32_t parent;
+} gnode;
+
+typedef struct {
+    int32_t *v;
+    int32_t n, cap;
+} ivec;
+
+typedef struct {
+    uint64_t h;
+    ivec set;
+    uint32_t *bits;
+    int32_t count;
+    bool used;
+} centry;
+
+struct sp_matcher {
+    const sp_grammar *g;
+    const sp_token_trie *t;
+    gnode *node;
+    int32_t n_node, cap_node;
+    int32_t *ht;                 /* [ht_cap] node ids, -1 empty */
+    uint32_t ht_cap;
+    ivec cur;                    /* the state */
+    ivec ahead[SP_SPEC_K_MAX + 1]; /* lookahead states ([0] unused: cur) */
+    int32_t n_ahead;
+    ivec sc;                     /* scratch: states as a stack of regions */
+    int64_t n_expand;
+    bool overflow;               /* a limit was hit: the state is cut, masks may be too */
+    centry cache[MASK_CACHE];
+    int32_t cache_next;
+    int32_t words;               /* (n_vocab + 31) / 32 */
+};
+
+static bool ivec_reserve(ivec *v, int32_t n) {
+    if (n <= v->cap) return true;
+    int32_t cap = v->cap ? v->cap : 64;
+    while (cap < n) cap *= 2;
+    int32_t *p = realloc(v->v, (size_t)cap * sizeof(int32_t));
+    if (!p) return false;
+    v->v = p, v->cap = cap;
+    return true;
+}
+
+static bool ivec_push(ivec *v, int32_t x) {
+    if (v->n == v->cap && !ivec_reserve(v, v->n + 1)) return false;
+    v->v[v->n++] = x;
+    return true;
+}
+
+static bool ivec_copy(ivec *d, const int32_t *s, int32_t n) {
+    if (!ivec_reserve(d, n)) return false;
+    memcpy(d->v, s, (size_t)n * sizeof(int32_t));
+    d->n = n;
+    return true;
+}
+
+static uint32_t hash2(uint32_t pos, int32_t parent) {
+    uint64_t x = (uint64_t)pos * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uint32_t)parent * 0xC2B2AE3D27D4EB4Full;
+    return (uint32_t)(x ^ x >> 29);
+}
+
+static bool ht_grow(sp_matcher *m) {
+    uint32_t cap = m->ht_cap ? m->ht_cap * 2 : 4096;
+    int32_t *ht = malloc((size_t)cap * sizeof(int32_t));
+    if (!ht) return false;
+    memset(ht, 0xFF, (size_t)cap * sizeof(int32_t));
+    for (int32_t i = 0; i < m->n_node; i++) {
+        uint32_t h = hash2(m->node[i].pos, m->node[i].parent) & (cap - 1);
+        while (ht[h] >= 0) h = (h + 1) & (cap - 1);
+        ht[h] = i;
+    }
+    free(m->ht);
+    m->ht = ht, m->ht_cap = cap;
+    return true;
+}
+
+/* The node (pos, parent), made if new; -2 when out of memory or nodes. */
+static int32_t intern(sp_matcher *m, uint32_t pos, int32_t parent) {
+    if ((uint32_t)m->n_node * 2 >= m->ht_cap && !ht_grow(m)) return -2;
+    uint32_t h = hash2(pos, parent) & (m->ht_cap - 1);
+    for (;; h = (h + 1) & (m->ht_cap - 1)) {
+        int32_t id = m->ht[h];
+        if (id < 0) break;
+        if (m->node[id].pos == pos && m->node[id].parent == parent) return id;
+    }
+    if (m->n_node >= MAX_NODES) return -2;
+    if (m->n_node == m->cap_node) {
+        int32_t cap = m->cap_node ? m->cap_node * 2 : 1024;
+        gnode *n = realloc(m->node, (size_t)cap * sizeof(gnode));
+        if (!n) return -2;
+        m->node = n, m->cap_node = cap;
+    }
+    m->node[m->n_node] = (gnode){pos, parent};
+    m->ht[h] = m->n_node;
+    return m->n_node++;
+}
+
+/* Appends to sc every stack that (pos, parent) expands to. */
+static void expand(sp_matcher *m, uint32_t pos, int32_t parent) {
+    if (++m->n_expand > MAX_EXPAND) {
+        m->overflow = true;
+        return;
+    }
+    const sp_grammar *g = m->g;
+    for (;;) {
+        gr_elem x = g->el[pos];
+        if (x.type == E_END) {
+            if (parent < 0) {
+                if (!ivec_push(&m->sc, -1)) m->overflow = true;
+                return;
+            }
+            pos = m->node[parent].pos;
+            parent = m->node[parent].parent;
+            continue;
+        }
+        if (x.type == E_BYTES) {
+            int32_t id = intern(m, pos, parent);
+            if (id < 0 || !ivec_push(&m->sc, id)) m->overflow = true;
+            return;
+        }
+        int32_t cont = parent;
+        if (g->el[pos + 1].type != E_END) {
+            cont = intern(m, pos + 1, parent);
+            if (cont < 0) {
+                m->overflow = true;
+                return;
+            }
+        }
+        for (int32_t a = g->alt_off[x.arg]; a < g->alt_off[x.arg + 1]; a++)
+            expand(m, (uint32_t)g->alt[a], cont);
+        return;
+    }
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorts and dedups sc[from..), keeping at most MAX_STACKS; its count. */
+static int32_t finish_set(sp_matcher *m, int32_t from) {
+    int32_t *v = m->sc.v + from, n = m->sc.n - from;
+    if (n > 1) {
+        bool sorted = true;
+        for (int32_t i = 1; i < n && sorted; i++) sorted = v[i - 1] < v[i];
+        if (!sorted) {
+            qsort(v, (size_t)n, sizeof(int32_t), cmp_i32);
+            int32_t k = 1;
+            for (int32_t i = 1; i < n; i++)
+                if (v[i] != v[k - 1]) v[k++] = v[i];
+            n = k;
+        }
+    }
+    if (n > MAX_STACKS) {
+        n = MAX_STACKS;
+        m->overflow = true;
+    }
+    m->sc.n = from + n;
+    return n;
+}
+
+/* The state after byte b from the state sc[in, in + n_in), appended to sc;
+ * its count. */
+static int32_t advance(sp_matcher *m, int32_t in, int32_t n_in, unsigned b) {
+    const int32_t from = m->sc.n;
+    m->n_expand = 0;
+    for (int32_t i = 0; i < n_in; i++) {
+        int32_t s = m->sc.v[in + i];
+        if (s < 0) continue;
+        gnode nd = m->node[s];
+        gr_elem x = m->g->el[nd.pos];
+        if (gr_set_has(&m->g->sets[x.arg], b)) expand(m, nd.pos + 1, nd.parent);
+    }
+    return finish_set(m, from);
+}
+
+/* Runs bytes over the state src[n] into dst; false (dst untouched) when
+ * the bytes leave no stack. */
+static bool run_bytes(sp_matcher *m, const int32_t *src, int32_t n, const unsigned char *b,
+                      size_t nb, ivec *dst) {
+    m->sc.n = 0;
+    if (!ivec_copy(&m->sc, src, n)) return false;
+    int32_t in = 0;
+    for (size_t i = 0; i < nb && n > 0; i++) {
+        int32_t out = m->sc.n;
+        n = advance(m, in, n, b[i]);
+        /* slide the new state down to keep the scratch small */
+        memmove(m->sc.v, m->sc.v + out, (size_t)n * sizeof(int32_t));
+        m->sc.n = n;
+        in = 0;
+    }
+    if (n <= 0) return false;
+    return ivec_copy(dst, m->sc.v, n);
+}
+
+static bool can_end_set(const ivec *s) { return s->n > 0 && s->v[0] == -1; }
+
+sp_matcher *sp_matcher_create(const sp_grammar *g, const sp_token_trie *t, char *err,
+                              size_t errlen) {
+    sp_matcher *m = calloc(1, sizeof(*m));
+    if (!m) goto oom;
+    m->g = g;
+    gr_retain(g);
+    m->t = t;
+    m->words = t ? (t->n_vocab + 31) / 32 : 0;
+    if (!ht_grow(m)) goto oom;
+    sp_matcher_reset(m);
+    if (m->overflow) goto oom;
+    return m;
+oom:
+    sp_seterr(err, errlen, "grammar matcher: out of memory");
+    sp_matcher_free(m);
+    return NULL;
+}
+
+void sp_matcher_free(sp_matcher *m) {
+    if (!m) return;
+    sp_grammar_free((sp_grammar *)m->g);
+    free(m->node);
+    free(m->ht);
+    free(m->cur.v);
+    for (int i = 0; i <= SP_SPEC_K_MAX; i++) free(m->ahead[i].v);
+    free(m->sc.v);
+    for (int i = 0; i < MASK_CACHE; i++) {
+        free(m->cache[i].set.v);
+        free(m->cache[i].bits);
+    }
+    free(m);
+}
+
+void sp_matcher_reset(sp_matcher *m) {
+    m->sc.n = 0;
+    m->n_expand = 0;
+    const sp_grammar *g = m->g;
+    for (int32_t a = g->alt_off[g->root]; a < g->alt_off[g->root + 1]; a++)
+        expand(m, (uint32_t)g->alt[a], -1);
+    int32_t n = finish_set(m, 0);
+    if (!ivec_copy(&m->cur, m->sc.v, n)) m->overflow = true;
+    m->n_ahead = 0;
+}
+
+bool sp_matcher_accept_bytes(sp_matcher *m, const char *s, size_t n) {
+    m->n_ahead = 0;
+    if (!n) return true;
+    return run_bytes(m, m->cur.v, m->cur.n, (const unsigned char *)s, n, &m->cur);
+}
+
+static bool is_eog(const sp_token_trie *t, sp_token tok) {
+    for (int32_t i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == tok) return true;
+    return false;
+}
+
+/* The state after tok from src into dst (dst may be src's vector). */
+static bool token_step(sp_matcher *m, const ivec *src, sp_token tok, ivec *dst) {
+    const sp_token_trie *t = m->t;
+    if (!t || tok < 0 || tok >= t->n_vocab) return false;
+    uint32_t off = t->piece_off[tok], len = t->piece_off[tok + 1] - off;
+    if (!len) {
+        if (!is_eog(t, tok) || !can_end_set(src)) return false;
+        return src == dst || ivec_copy(dst, src->v, src->n);
+    }
+    return run_bytes(m, src->v, src->n, (const unsigned char *)t->piece + off, len, dst);
+}
+
+bool sp_matcher_accept_token(sp_matcher *m, sp_token tok) {
+    m->n_ahead = 0;
+    return token_step(m, &m->cur, tok, &m->cur);
+}
+
+bool sp_matcher_can_end(const sp_matcher *m) { return can_end_set(&m->cur); }
+
+bool sp_matcher_done(const sp_matcher *m) { return m->cur.n == 1 && m->cur.v[0] == -1; }
+
+/* ---- masks ---- */
+
+static void dfs(sp_matcher *m, const gr_tnode *tn, int32_t in, int32_t n_in, uint32_t *bits,
+                int32_t *count) {
+    const sp_token_trie *t = m->t;
+    gr_set u = {{0}};
+    for (int32_t i = 0; i < n_in; i++) {
+        int32_t s = m->sc.v[in + i];
+        if (s < 0) continue;
+        const gr_set *x = &m->g->sets[m->g->el[m->node[s].pos].arg];
+        for (int w = 0; w < 8; w++) u.w[w] |= x->w[w];
+    }
+    for (uint32_t c = tn->child; c < tn->child + tn->n_child; c++) {
+        const gr_tnode *cn = &t->node[c];
+        if (!gr_set_has(&u, cn->byte)) continue;
+        const int32_t out = m->sc.n;
+        const int32_t n = advance(m, in, n_in, cn->byte);
+        if (n > 0) {
+            for (uint32_t k = 0; k < cn->n_tok; k++) {
+                sp_token tok = t->toks[cn->tok + k];
+                bits[tok >> 5] |= 1u << (tok & 31);
+            }
+            *count += cn->n_tok;
+            if (cn->n_child) dfs(m, cn, out, n, bits, count);
+        }
+        m->sc.n = out;
+    }
+}
+
+static uint64_t set_hash(const ivec *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int32_t i = 0; i < s->n; i++) h = (h ^ (uint32_t)s->v[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static int32_t mask_of(sp_matcher *m, const ivec *st, uint32_t *bits) {
+    if (!m->t) return 0;
+    const uint64_t h = set_hash(st);
+    for (int i = 0; i < MASK_CACHE; i++) {
+        centry *c = &m->cache[i];
+        if (c->used && c->h == h && c->set.n == st->n &&
+            !memcmp(c->set.v, st->v, (size_t)st->n * sizeof(int32_t))) {
+            memcpy(bits, c->bits, (size_t)m->words * sizeof(uint32_t));
+            return c->count;
+        }
+    }
+    memset(bits, 0, (size_t)m->words * sizeof(uint32_t));
+    int32_t count = 0;
+    if (can_end_set(st))
+        for (int32_t i = 0; i < m->t->n_eog; i++) {
+            sp_token tok = m->t->eog[i];
+            bits[tok >> 5] |= 1u << (tok & 31);
+            count++;
+        }
+    m->sc.n = 0;
+    if (st->n && ivec_copy(&m->sc, st->v, st->n)) dfs(m, &m->t->node[0], 0, st->n, bits, &count);
+    centry *c = &m->cache[m->cache_next];
+    if (!c->bits) c->bits = malloc((size_t)m->words * sizeof(uint32_t));
+    if (c->bits && ivec_copy(&c->set, st->v, st->n)) {
+        memcpy(c->bits, bits, (size_t)m->words * sizeof(uint32_t));
+        c->h = h;
+        c->count = count;
+        c->used = true;
+        m->cache_next = (m->cache_next + 1) % MASK_CACHE;
+    } else {
+        c->used = false;
+    }
+    return count;
+}
+
+int32_t sp_matcher_mask(sp_matcher *m, uint32_t *bits) { return mask_of(m, &m->cur, bits); }
+
+int32_t sp_matcher_lookahead(sp_matcher *m, const sp_token *toks, int32_t n) {
+    m->n_ahead = 0;
+    const ivec *prev = &m->cur;
+    for (int32_t i = 0; i < n && i < SP_SPEC_K_MAX; i++) {
+        if (!token_step(m, prev, toks[i], &m->ahead[i + 1])) break;
+        m->n_ahead = i + 1;
+        prev = &m->ahead[i + 1];
+        if (m->t && m->t->piece_off[toks[i] + 1] == m->t->piece_off[toks[i]]) break; /* ended */
+    }
+    return m->n_ahead;
+}
+
+int32_t sp_matcher_mask_ahead(sp_matcher *m, int32_t i, uint32_t *bits) {
+    if (i <= 0 || i > m->n_ahead) return mask_of(m, &m->cur, bits);
+    return mask_of(m, &m->ahead[i], bits);
+}
+
+void sp_mask_apply(const uint32_t *bits, float *logits, int32_t n_vocab) {
+    for (int32_t w = 0; w * 32 < n_vocab; w++) {
+        uint32_t b = bits[w];
+        if (b == 0xFFFFFFFFu) continue;
+        int32_t end = SP_MIN(32, n_vocab - w * 32);
+        for (int32_t j = 0; j < end; j++)
+            if (!(b >> j & 1)) logits[w * 32 + j] = -INFINITY;
+    }
+}
