@@ -228,11 +228,109 @@ static void test_lookahead(void) {
     sp_model_free(mod);
 }
 
+
+/* ---- JSON Schema ---- */
+
+typedef struct {
+    const char *schema;
+    const char *yes[5];
+    const char *no[5];
+} scase;
+
+static const scase s_cases[] = {
+    {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"type\": \"string\"}}, \"required\": [\"a\"]}",
+     {"{\"a\": 1}", "{\"a\": -20, \"b\": \"x\"}", "{ \"a\":3,\"b\":\"\\u00e9\\n\"}"},
+     {"{}", "{\"b\": \"x\"}", "{\"a\": 1.5}", "{\"a\": 1, \"c\": 2}", "{\"a\": \"1\"}"}},
+    {"{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"boolean\"}, \"y\": {\"type\": \"null\"}}}",
+     {"{}", "{\"x\": true}", "{\"y\": null}", "{\"x\": false, \"y\": null}"},
+     {"{\"y\": null, \"x\": true}", "{\"x\": 1}", "{,}"}},
+    {"{\"type\": \"array\", \"items\": {\"type\": \"number\"}, \"minItems\": 1, \"maxItems\": 3}",
+     {"[1]", "[1.5, -2e10, 0]"}, {"[]", "[1, 2, 3, 4]", "[01]"}},
+    {"{\"enum\": [\"red\", \"green\", 3, null]}", {"\"red\"", "3", "null"}, {"\"blue\"", "\"Red\""}},
+    {"{\"const\": {\"k\": [1, 2]}}", {"{\"k\":[1,2]}"}, {"{\"k\": [1, 2]}"}},
+    {"{\"anyOf\": [{\"type\": \"string\", \"maxLength\": 2}, {\"type\": \"integer\", \"minimum\": 0}]}",
+     {"\"ab\"", "\"\"", "0", "42"}, {"\"abc\"", "-1"}},
+    {"{\"type\": \"integer\", \"minimum\": -2, \"exclusiveMaximum\": 3}", {"-2", "0", "2"}, {"3", "-3", "10"}},
+    {"{\"$defs\": {\"node\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": \"integer\"}, "
+     "\"next\": {\"anyOf\": [{\"$ref\": \"#/$defs/node\"}, {\"type\": \"null\"}]}}, \"required\": [\"v\", \"next\"]}}, "
+     "\"$ref\": \"#/$defs/node\"}",
+     {"{\"v\": 1, \"next\": null}", "{\"v\": 1, \"next\": {\"v\": 2, \"next\": null}}"},
+     {"{\"v\": 1}", "{\"v\": 1, \"next\": {\"v\": 2}}"}},
+    {"{\"type\": [\"string\", \"null\"], \"title\": \"t\", \"description\": \"d\"}", {"\"x\"", "null"}, {"1"}},
+    {"{}", {"1", "\"s\"", "[1, {\"a\": null}]", "{\"k\": [true]}"}, {"[1,]", "{'a': 1}"}},
+    {"{\"type\": \"object\", \"additionalProperties\": {\"type\": \"integer\"}}",
+     {"{}", "{\"a\": 1, \"b\": 2}"}, {"{\"a\": \"x\"}"}},
+    {"{\"type\": \"string\", \"enum\": [\"\\u4e2d\\u6587\", \"a\\\"b\"]}",
+     {"\"\xe4\xb8\xad\xe6\x96\x87\"", "\"a\\\"b\""}, {"\"a\"b\""}},
+};
+
+static void test_schema_table(void) {
+    char err[256];
+    for (size_t i = 0; i < sizeof(s_cases) / sizeof(s_cases[0]); i++) {
+        const scase *c = &s_cases[i];
+        char *gbnf = sp_json_schema_to_gbnf(c->schema, 0, err, sizeof(err));
+        CHECK(gbnf, "schema %zu: %s", i, err);
+        if (!gbnf) continue;
+        sp_grammar *g = sp_grammar_compile(gbnf, 0, err, sizeof(err));
+        CHECK(g, "schema %zu: %s\n%s", i, err, gbnf);
+        free(gbnf);
+        if (!g) continue;
+        sp_matcher *m = sp_matcher_create(g, NULL, err, sizeof(err));
+        sp_grammar_free(g);
+        for (int j = 0; j < 5 && c->yes[j]; j++) {
+            sp_matcher_reset(m);
+            CHECK(sp_matcher_accept_bytes(m, c->yes[j], strlen(c->yes[j])) && sp_matcher_can_end(m),
+                  "schema %zu must accept %s", i, c->yes[j]);
+        }
+        for (int j = 0; j < 5 && c->no[j]; j++) {
+            sp_matcher_reset(m);
+            CHECK(!(sp_matcher_accept_bytes(m, c->no[j], strlen(c->no[j])) && sp_matcher_can_end(m)),
+                  "schema %zu must reject %s", i, c->no[j]);
+        }
+        sp_matcher_free(m);
+    }
+    /* json_object mode */
+    sp_grammar *g = sp_grammar_compile(sp_json_object_gbnf(), 0, err, sizeof(err));
+    REQUIRE(g, "%s", err);
+    sp_matcher *m = sp_matcher_create(g, NULL, err, sizeof(err));
+    sp_grammar_free(g);
+    CHECK(sp_matcher_accept_bytes(m, "{\"a\": [1, 2.5e3, \"x\"]}", 22) && sp_matcher_can_end(m), "object");
+    sp_matcher_reset(m);
+    CHECK(!sp_matcher_accept_bytes(m, "[1]", 3), "json_object: an array is not an object");
+    sp_matcher_free(m);
+}
+
+static void test_schema_refused(void) {
+    static const struct {
+        const char *schema, *why;
+    } bad[] = {
+        {"{\"allOf\": [{}]}", "unsupported keyword 'allOf' at /"},
+        {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\", \"pattern\": \"^a\"}}}",
+         "unsupported keyword 'pattern' at /properties/a"},
+        {"{\"type\": \"number\", \"maximum\": 3}", "number bounds"},
+        {"{\"$ref\": \"http://x/y\"}", "unsupported $ref"},
+        {"{\"$ref\": \"#/$defs/none\"}", "points nowhere"},
+        {"{\"type\": \"strin\"}", "unknown type 'strin'"},
+        {"[1", "not valid JSON"},
+        {"{\"type\": \"array\", \"minItems\": 3, \"maxItems\": 2}", "maxItems < minItems"},
+    };
+    char err[256];
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = 0;
+        char *g = sp_json_schema_to_gbnf(bad[i].schema, 0, err, sizeof(err));
+        CHECK(!g && strstr(err, bad[i].why), "%s: got %s, want '%s'", bad[i].schema, g ? g : err,
+              bad[i].why);
+        free(g);
+    }
+}
+
 int main(void) {
     RUN(test_gbnf_table);
     RUN(test_gbnf_refused);
     RUN(test_masks_spm);
     RUN(test_masks_bpe);
     RUN(test_lookahead);
+    RUN(test_schema_table);
+    RUN(test_schema_refused);
     TEST_END();
 }
