@@ -417,8 +417,8 @@ void sp_grammar_free(sp_grammar *g);
  * minLength, maxLength, enum, const, anyOf, oneOf, $ref to #/$defs/... or
  * #/definitions/..., minimum/maximum (exclusive too) on integers, and
  * annotations (title, description, default, examples, format, $schema,
- * $id, $comment) which are ignored. Output is compact JSON with at most one
- * space or a newline and indentation between tokens. Returns a malloc'd
+ * $id, $comment) which are ignored. Output is compact JSON: at most one
+ * space between tokens, no newlines. Returns a malloc'd
  * NUL-terminated GBNF text (the caller frees it), or NULL + err naming an
  * unsupported keyword and where it is ("unsupported keyword 'allOf' at
  * /properties/a"), or the problem. sp_json_grammar: the same for any JSON
@@ -457,6 +457,8 @@ bool sp_matcher_accept_bytes(sp_matcher *m, const char *s, size_t n);
 bool sp_matcher_accept_token(sp_matcher *m, sp_token tok);
 /* Whether the output so far is a whole string of the grammar. */
 bool sp_matcher_can_end(const sp_matcher *m);
+/* The same for lookahead state i (0: the current one; see below). */
+bool sp_matcher_can_end_at(const sp_matcher *m, int32_t i);
 /* Whether no byte can follow (the output is complete: only ending fits). */
 bool sp_matcher_done(const sp_matcher *m);
 /* The tokens allowed next, as a bitmap bits[(n_vocab + 31) / 32] (bit
@@ -629,6 +631,17 @@ typedef struct {
     int32_t spec_k;            /* 0: the engine's */
     sp_propose_fn propose;     /* non-NULL: this proposer instead (spec must not be off) */
     void *propose_user;
+    /* Structured output: GBNF text (see sp_grammar_compile) the output must
+     * be a string of (NULL: none). Compiled at submit (the engine keeps
+     * compiled grammars by their text); a grammar that does not compile,
+     * or that no token of the vocabulary can begin, is SP_ERR_INVALID with
+     * the reason. Every token is drawn from the logits masked to what the
+     * grammar allows (end-of-generation and stop tokens only where it may
+     * end), speculative proposals are cut at the first token it refuses,
+     * and once the output is complete (no byte can follow) the request
+     * finishes with SP_FINISH_STOP. A grammar that cannot finish within
+     * max_tokens ends with SP_FINISH_LENGTH, its output a prefix. */
+    const char *grammar;
 } sp_request_params;
 
 sp_request_params sp_request_default_params(void);

@@ -108,6 +108,8 @@ static void gather(sp_engine *e, step *s, batch_base *b) {
         cap = SP_MIN(cap, e->p.n_ctx - r->n_all); /* positions up to n_all - 1 + k exist */
         if (cap <= 0 || !(r->n_draft = propose(e, r, cap))) continue;
         const bool by_draft = r->spec == SP_SPEC_DRAFT && !r->propose;
+        if (!by_draft) gr_cut(e, r); /* proposals the grammar refuses are never verified */
+        if (!r->n_draft) continue;
         /* The draft's backlog (a prompt it never saw, steps it sat out) is
          * fed once and then never again: an investment the steps after it
          * share. Counting it all would keep a new sequence from ever
@@ -203,6 +205,7 @@ void spec_prepare(sp_engine *e, step *s) {
     for (int32_t i = 0; i < n_d; i++) { /* what was drafted (0 for all when a pass failed) */
         step_entry *en = &s->ent[s->dseq_entry[i]];
         en->r->n_draft = s->dseq[i].k;
+        gr_cut(e, en->r);
         en->n = 1 + en->r->n_draft;
     }
 }
@@ -211,10 +214,22 @@ void spec_prepare(sp_engine *e, step *s) {
  * what passes. */
 void spec_commit(sp_engine *e, step *s, const step_entry *en) {
     request *r = en->r;
-    const int32_t n = r->n_draft, V = e->n_vocab;
-    SP_ASSERT(en->n_rows == n + 1);
-    const float *rows = sp_get_logits(e->ctx, en->row);
-    const int32_t kv_before = kv_len(e, r) - 1 - n;
+    const int32_t V = e->n_vocab;
+    SP_ASSERT(en->n_rows == r->n_draft + 1);
+    const int32_t kv_before = kv_len(e, r) - 1 - r->n_draft;
+    int32_t n = r->n_draft;
+    /* masked to the grammar (a copy), and fewer proposals if one leads to a
+     * dead end; the rows beyond are dropped with the KV below */
+    const float *rows = gr_mask_rows(e, r, sp_get_logits(e->ctx, en->row), &n);
+    if (!rows) {
+        snprintf(r->err, sizeof(r->err), "grammar: no token of the vocabulary can continue the "
+                 "output here");
+        sp_seq_truncate(e->ctx, r->slot, kv_before + 1);
+        if (e->drafter) sp_drafter_truncate(e->drafter, r->slot, kv_before + 1);
+        r->n_draft = 0;
+        eng_finish(e, r, SP_FINISH_ERROR);
+        return;
+    }
     const int32_t m = sp_spec_verify(r->smp, r->greedy, rows, V, r->draft, r->q, n, s->commit,
                                      s->probs, s->resid);
     const int32_t acc = m - 1;

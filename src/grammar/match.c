@@ -306,6 +306,10 @@ bool sp_matcher_accept_token(sp_matcher *m, sp_token tok) {
 
 bool sp_matcher_can_end(const sp_matcher *m) { return can_end_set(&m->cur); }
 
+bool sp_matcher_can_end_at(const sp_matcher *m, int32_t i) {
+    return can_end_set(i <= 0 || i > m->n_ahead ? &m->cur : &m->ahead[i]);
+}
+
 bool sp_matcher_done(const sp_matcher *m) { return m->cur.n == 1 && m->cur.v[0] == -1; }
 
 /* ---- masks ---- */

@@ -22,7 +22,7 @@
 #define MAX_ENUM_INT 1000
 
 static const char PRIMITIVES[] =
-    "space ::= | \" \" | \"\\n\" [ \\t]{0,20}\n"
+    "space ::= \" \"?\n"
     "char ::= [^\"\\\\\\x7F\\x00-\\x1F] | [\\\\] ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
     "string ::= \"\\\"\" char* \"\\\"\" space\n"
     "integral-part ::= [0] | [1-9] [0-9]{0,15}\n"
@@ -509,7 +509,7 @@ char *sp_json_schema_to_gbnf(const char *text, size_t len, char *err, size_t err
 
 const char *sp_json_object_gbnf(void) {
     static const char g[] = "root ::= object\n"
-                            "space ::= | \" \" | \"\\n\" [ \\t]{0,20}\n"
+                            "space ::= \" \"?\n"
                             "char ::= [^\"\\\\\\x7F\\x00-\\x1F] | [\\\\] ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
                             "string ::= \"\\\"\" char* \"\\\"\" space\n"
                             "integral-part ::= [0] | [1-9] [0-9]{0,15}\n"

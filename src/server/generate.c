@@ -398,6 +398,7 @@ static int gen_build(sp_server *s, const oai_req *q, const char *tenant, gen_pla
     rp->spec = q->spec;
     rp->spec_k = q->spec_k;
     rp->ignore_eos = q->ignore_eos;
+    rp->grammar = q->grammar;
     return 0;
 }
 
@@ -449,6 +450,8 @@ static sreq *gen_submit(sp_server *s, struct MHD_Connection *c, conn *cx, const 
         r->finished = true;
         pthread_mutex_unlock(&r->mu);
         oai_submit_error(e, (int)id, err);
+        if (q->grammar && id == SP_ERR_INVALID && strstr(err, "grammar"))
+            e->param = q->grammar_param; /* static strings: outlive the request */
         return NULL;
     }
     pthread_mutex_lock(&r->mu);

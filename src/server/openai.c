@@ -112,6 +112,7 @@ void oai_req_free(oai_req *r) {
     for (int i = 0; r->msg_text && i < r->n_msgs; i++) free(r->msg_text[i]);
     free(r->msg_text);
     free(r->msgs);
+    free(r->grammar);
     memset(r, 0, sizeof(*r));
 }
 
@@ -403,12 +404,70 @@ static int only_none_auto(const cJSON *v, pctx *c, oai_error *e) {
     return UNSUPPORTED(NULL, "'%s' is not supported (no tools or functions are)", v->string);
 }
 
-static int only_text_format(const cJSON *v, pctx *c, oai_error *e) {
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
-    if (cJSON_GetArraySize(v) == 1 && cJSON_IsString(t) && !strcmp(t->valuestring, "text"))
-        return 0;
-    return UNSUPPORTED(NULL, "'response_format' other than {\"type\": \"text\"} is not "
-                       "supported");
+/* Structured output: the grammar the output must match. */
+static int set_grammar(pctx *c, char *g, const char *param, oai_error *e) {
+    if (!g) return oai_status_error(e, SP_ERR_NOMEM, param, "out of memory");
+    if (c->r->grammar) {
+        free(g);
+        return BAD(param, "give either 'grammar' or a 'response_format' that constrains the "
+                   "output, not both");
+    }
+    c->r->grammar = g;
+    c->r->grammar_param = param;
+    return 0;
+}
+
+static int f_grammar(const cJSON *v, pctx *c, oai_error *e) {
+    if (!v->valuestring[0]) return 0;
+    if (strlen(v->valuestring) > OAI_MAX_GRAMMAR)
+        return BAD("grammar", "'grammar' is longer than %d bytes", OAI_MAX_GRAMMAR);
+    return set_grammar(c, strdup(v->valuestring), "grammar", e);
+}
+
+/* {"type": "text"}, {"type": "json_object"}, or {"type": "json_schema",
+ * "json_schema": {"name", "schema", "strict", "description"}} */
+static int f_response_format(const cJSON *v, pctx *c, oai_error *e) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type"), *x;
+    if (!cJSON_IsString(t))
+        return BAD("response_format", "'response_format.type' must be text, json_object or "
+                   "json_schema");
+    const char *ty = t->valuestring;
+    cJSON_ArrayForEach(x, v) if (strcmp(x->string, "type") &&
+                                 (strcmp(x->string, "json_schema") || strcmp(ty, "json_schema")))
+        return oai_seterr(e, 400, "invalid_request_error", "response_format", "unknown_parameter",
+                          "unknown field 'response_format.%.64s'", x->string);
+    if (!strcmp(ty, "text")) return 0;
+    if (!strcmp(ty, "json_object"))
+        return set_grammar(c, strdup(sp_json_object_gbnf()), "response_format", e);
+    if (strcmp(ty, "json_schema"))
+        return BAD("response_format", "'response_format.type' must be text, json_object or "
+                   "json_schema (got '%.40s')", ty);
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(v, "json_schema");
+    if (!cJSON_IsObject(js))
+        return BAD("response_format", "'response_format.json_schema' must be an object");
+    const cJSON *schema = NULL;
+    cJSON_ArrayForEach(x, js) {
+        if (!strcmp(x->string, "schema")) schema = x;
+        else if (!strcmp(x->string, "name") ? !cJSON_IsString(x)
+                 : !strcmp(x->string, "strict") ? !cJSON_IsBool(x) && !cJSON_IsNull(x)
+                 : !strcmp(x->string, "description") ? !cJSON_IsString(x)
+                 : true)
+            return BAD("response_format", "'response_format.json_schema.%.64s' is not a field "
+                       "(name, schema, strict, description) or has the wrong type", x->string);
+    }
+    if (!schema || !(cJSON_IsObject(schema) || cJSON_IsTrue(schema)))
+        return BAD("response_format", "'response_format.json_schema.schema' must be a JSON "
+                   "Schema object");
+    char *text = cJSON_PrintUnformatted(schema);
+    if (!text) return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+    char err[300];
+    char *g = sp_json_schema_to_gbnf(text, 0, err, sizeof(err));
+    free(text);
+    if (!g)
+        return oai_seterr(e, 400, "invalid_request_error", "response_format",
+                          strstr(err, "unsupported") ? "unsupported_parameter" : "invalid_value",
+                          "response_format.json_schema.schema: %s", err);
+    return set_grammar(c, g, "response_format", e);
 }
 
 static int only_text_modality(const cJSON *v, pctx *c, oai_error *e) {
@@ -480,8 +539,9 @@ static const field fields[] = {
      "false only"},
     {"suffix", K_STRING, 0, 0, false, REFUSED, NA, only_empty, "string",
      "\"\" only"},
-    {"response_format", K_OBJECT, 0, 0, false, NA, REFUSED, only_text_format, "object",
-     "{\"type\": \"text\"} only (structured output: a later issue)"},
+    {"response_format", K_OBJECT, 0, 0, false, HONORED, HONORED, f_response_format, "object",
+     "text, json_object, json_schema (a JSON Schema subset: see Structured output); an "
+     "unsupported keyword is a 400 naming it"},
     {"tools", K_ARRAY, 0, 0, false, NA, REFUSED, only_empty, "array",
      "[] only"},
     {"tool_choice", K_ANY, 0, 0, false, NA, REFUSED, only_none_auto, "string or object",
@@ -500,8 +560,9 @@ static const field fields[] = {
      ""},
     {"web_search_options", K_OBJECT, 0, 0, false, NA, REFUSED, NULL, "object",
      ""},
-    {"grammar", K_STRING, 0, 0, false, REFUSED, REFUSED, NULL, "string",
-     "extension (llama-server); structured output: a later issue"},
+    {"grammar", K_STRING, 0, 0, false, HONORED, HONORED, f_grammar, "string",
+     "extension (llama-server): GBNF the output must match; not with a constraining "
+     "response_format"},
     {"top_k", K_INTEGER, -1, 1e9, false, HONORED, HONORED, f_top_k, "integer",
      "extension; 0 or -1: off (default)"},
     {"min_p", K_NUMBER, 0, 1, false, HONORED, HONORED, f_min_p, "number",

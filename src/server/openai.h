@@ -24,6 +24,8 @@ typedef struct {
     char param_buf[64];   /* a field name from the request (unknown fields) */
 } oai_error;
 
+#define OAI_MAX_GRAMMAR (1 << 20)
+
 typedef struct {
     cJSON *doc;           /* the parsed body (the strings below point into it) */
     bool chat, stream, include_usage;
@@ -46,6 +48,9 @@ typedef struct {
     int32_t n_bias;
     sp_spec_mode spec;
     int spec_k;
+    char *grammar;        /* GBNF the output must match (owned): the grammar field, or
+                             response_format's json_object / json_schema compiled; NULL */
+    const char *grammar_param; /* which field gave it ("grammar", "response_format") */
 } oai_req;
 
 /* One JSON value and nothing after it but white space (cJSON alone would
