@@ -483,9 +483,12 @@ static void parses_fields_by_table(void) {
     bad("{\"prompt\": \"a\", \"suffix\": \"b\"}", false, "suffix");
     bad("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{}]}", true,
         "tools");
+    /* structured output: a schema keyword outside the subset, and two constraints at once */
     bad("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": "
-        "{\"type\": \"json_object\"}}", true, "response_format");
-    bad("{\"prompt\": \"a\", \"grammar\": \"root ::= x\"}", false, "grammar");
+        "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"s\", \"schema\": {\"allOf\": []}}}}",
+        true, "response_format");
+    bad("{\"prompt\": \"a\", \"grammar\": \"root ::= \\\"a\\\"\", \"response_format\": "
+        "{\"type\": \"json_object\"}}", false, "response_format");
     CHECK(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [], "
                 "\"tool_choice\": \"none\", \"response_format\": {\"type\": \"text\"}, \"n\": 1, "
                 "\"store\": false, \"metadata\": {\"a\": \"b\"}, \"grammar\": null}", true, &r, &e) == 0,
