@@ -695,7 +695,7 @@ static sp_grammar *flatten(parser *ps, int32_t root) {
     }
     g->alt_off[ps->n_rules] = a;
     g->n_el = e;
-    memcpy(g->sets, ps->sets, (size_t)ps->n_sets * sizeof(gr_set));
+    if (ps->n_sets) memcpy(g->sets, ps->sets, (size_t)ps->n_sets * sizeof(gr_set));
     g->n_sets = ps->n_sets;
     g->root = root;
     return g;
