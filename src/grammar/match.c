@@ -16,6 +16,10 @@
  * (MASK_CACHE entries, round robin): inside a JSON string or between the
  * items of an array the state repeats, and its mask is a lookup.
  *
+ * The walk runs on interned states (set ids) with every (state, byte)
+ * transition memoized, so inside a string, where almost every byte leads
+ * back to the same state, each trie node costs one lookup.
+ *
  * Working memory (node pool, hash, the scratch of states) grows with the
  * distinct states met and is kept; a step allocates only when it meets
  * more than ever before. */
@@ -65,6 +69,20 @@ struct sp_matcher {
     centry cache[MASK_CACHE];
     int32_t cache_next;
     int32_t words;               /* (n_vocab + 31) / 32 */
+    /* the mask walk's memo: states interned as set ids, and the state
+     * after each (set, byte) met; the top-byte union of each set */
+    ivec spool;                  /* the sets' stacks, concatenated */
+    struct sinfo {
+        int32_t off, n;
+        uint64_t h;
+        gr_set u;                /* bytes some stack's top takes */
+    } *sets;
+    int32_t n_sets, cap_sets;
+    int32_t *sht;                /* [sht_cap] set ids by hash, -1 empty */
+    uint32_t sht_cap;
+    int64_t *tkey;               /* [t_cap] set id << 8 | byte, -1 empty */
+    int32_t *tval;               /* [t_cap] the set after it (-2: none) */
+    uint32_t t_cap, t_n;
 };
 
 static bool ivec_reserve(ivec *v, int32_t n) {
@@ -257,6 +275,11 @@ void sp_matcher_free(sp_matcher *m) {
     free(m->cur.v);
     for (int i = 0; i <= SP_SPEC_K_MAX; i++) free(m->ahead[i].v);
     free(m->sc.v);
+    free(m->spool.v);
+    free(m->sets);
+    free(m->sht);
+    free(m->tkey);
+    free(m->tval);
     for (int i = 0; i < MASK_CACHE; i++) {
         free(m->cache[i].set.v);
         free(m->cache[i].bits);
@@ -314,30 +337,131 @@ bool sp_matcher_done(const sp_matcher *m) { return m->cur.n == 1 && m->cur.v[0] 
 
 /* ---- masks ---- */
 
-static void dfs(sp_matcher *m, const gr_tnode *tn, int32_t in, int32_t n_in, uint32_t *bits,
-                int32_t *count) {
-    const sp_token_trie *t = m->t;
-    gr_set u = {{0}};
-    for (int32_t i = 0; i < n_in; i++) {
-        int32_t s = m->sc.v[in + i];
-        if (s < 0) continue;
-        const gr_set *x = &m->g->sets[m->g->el[m->node[s].pos].arg];
-        for (int w = 0; w < 8; w++) u.w[w] |= x->w[w];
+#define MEMO_MAX_SETS (1 << 18)
+#define MEMO_MAX_STACKS (1 << 23)
+
+static uint64_t hash_ids(const int32_t *v, int32_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int32_t i = 0; i < n; i++) h = (h ^ (uint32_t)v[i]) * 0x100000001b3ull;
+    return h ^ (uint64_t)n;
+}
+
+/* Forgets every interned set and transition (the memo got too big). */
+static void memo_clear(sp_matcher *m) {
+    m->spool.n = 0;
+    m->n_sets = 0;
+    if (m->sht) memset(m->sht, 0xFF, (size_t)m->sht_cap * sizeof(int32_t));
+    if (m->tkey) memset(m->tkey, 0xFF, (size_t)m->t_cap * sizeof(int64_t));
+    m->t_n = 0;
+}
+
+static bool sht_grow(sp_matcher *m) {
+    uint32_t cap = m->sht_cap ? m->sht_cap * 2 : 1024;
+    int32_t *t = malloc((size_t)cap * sizeof(int32_t));
+    if (!t) return false;
+    memset(t, 0xFF, (size_t)cap * sizeof(int32_t));
+    for (int32_t i = 0; i < m->n_sets; i++) {
+        uint32_t h = (uint32_t)m->sets[i].h & (cap - 1);
+        while (t[h] >= 0) h = (h + 1) & (cap - 1);
+        t[h] = i;
     }
+    free(m->sht);
+    m->sht = t, m->sht_cap = cap;
+    return true;
+}
+
+/* The id of the state v[n] (interned if new), or -1 out of memory. */
+static int32_t set_id(sp_matcher *m, const int32_t *v, int32_t n) {
+    const uint64_t h = hash_ids(v, n);
+    if ((uint32_t)m->n_sets * 2 >= m->sht_cap && !sht_grow(m)) return -1;
+    uint32_t i = (uint32_t)h & (m->sht_cap - 1);
+    for (;; i = (i + 1) & (m->sht_cap - 1)) {
+        int32_t id = m->sht[i];
+        if (id < 0) break;
+        const struct sinfo *s = &m->sets[id];
+        if (s->h == h && s->n == n && !memcmp(m->spool.v + s->off, v, (size_t)n * sizeof(int32_t)))
+            return id;
+    }
+    if (m->n_sets == m->cap_sets) {
+        int32_t cap = m->cap_sets ? m->cap_sets * 2 : 256;
+        struct sinfo *ns = realloc(m->sets, (size_t)cap * sizeof(*ns));
+        if (!ns) return -1;
+        m->sets = ns, m->cap_sets = cap;
+    }
+    const int32_t off = m->spool.n;
+    if (!ivec_reserve(&m->spool, off + n)) return -1;
+    memcpy(m->spool.v + off, v, (size_t)n * sizeof(int32_t)); /* v may be in sc, not spool */
+    m->spool.n = off + n;
+    struct sinfo *s = &m->sets[m->n_sets];
+    s->off = off, s->n = n, s->h = h;
+    memset(&s->u, 0, sizeof(s->u));
+    for (int32_t k = 0; k < n; k++) {
+        if (v[k] < 0) continue;
+        const gr_set *x = &m->g->sets[m->g->el[m->node[v[k]].pos].arg];
+        for (int w = 0; w < 8; w++) s->u.w[w] |= x->w[w];
+    }
+    m->sht[i] = m->n_sets;
+    return m->n_sets++;
+}
+
+static bool tgrow(sp_matcher *m) {
+    uint32_t cap = m->t_cap ? m->t_cap * 2 : 4096;
+    int64_t *k = malloc((size_t)cap * sizeof(int64_t));
+    int32_t *v = malloc((size_t)cap * sizeof(int32_t));
+    if (!k || !v) {
+        free(k), free(v);
+        return false;
+    }
+    memset(k, 0xFF, (size_t)cap * sizeof(int64_t));
+    for (uint32_t i = 0; i < m->t_cap; i++) {
+        if (m->tkey[i] < 0) continue;
+        uint32_t h = (uint32_t)(m->tkey[i] * 0x9E3779B97F4A7C15ull >> 32) & (cap - 1);
+        while (k[h] >= 0) h = (h + 1) & (cap - 1);
+        k[h] = m->tkey[i], v[h] = m->tval[i];
+    }
+    free(m->tkey), free(m->tval);
+    m->tkey = k, m->tval = v, m->t_cap = cap;
+    return true;
+}
+
+/* The set after byte b from set sid: -2 when no stack takes it, -1 out of
+ * memory. Memoized. */
+static int32_t trans(sp_matcher *m, int32_t sid, unsigned b) {
+    if ((m->t_n + 1) * 2 >= m->t_cap && !tgrow(m)) return -1;
+    const int64_t key = (int64_t)sid << 8 | b;
+    uint32_t i = (uint32_t)(key * 0x9E3779B97F4A7C15ull >> 32) & (m->t_cap - 1);
+    for (; m->tkey[i] >= 0; i = (i + 1) & (m->t_cap - 1))
+        if (m->tkey[i] == key) return m->tval[i];
+    m->sc.n = 0;
+    const struct sinfo s = m->sets[sid];
+    if (!ivec_copy(&m->sc, m->spool.v + s.off, s.n)) return -1;
+    const int32_t n = advance(m, 0, s.n, b);
+    int32_t r = n > 0 ? set_id(m, m->sc.v + s.n, n) : -2;
+    if (r == -1) return -1;
+    m->tkey[i] = key, m->tval[i] = r;
+    m->t_n++;
+    return r;
+}
+
+/* Marks every token under trie node tn that state sid allows. */
+static void walk(sp_matcher *m, const gr_tnode *tn, int32_t sid, uint32_t *bits, int32_t *count) {
+    const sp_token_trie *t = m->t;
+    const gr_set u = m->sets[sid].u;
     for (uint32_t c = tn->child; c < tn->child + tn->n_child; c++) {
         const gr_tnode *cn = &t->node[c];
         if (!gr_set_has(&u, cn->byte)) continue;
-        const int32_t out = m->sc.n;
-        const int32_t n = advance(m, in, n_in, cn->byte);
-        if (n > 0) {
-            for (uint32_t k = 0; k < cn->n_tok; k++) {
-                sp_token tok = t->toks[cn->tok + k];
-                bits[tok >> 5] |= 1u << (tok & 31);
-            }
-            *count += cn->n_tok;
-            if (cn->n_child) dfs(m, cn, out, n, bits, count);
+        const int32_t nid = trans(m, sid, cn->byte);
+        if (nid == -1) {
+            m->overflow = true;
+            return;
         }
-        m->sc.n = out;
+        if (nid < 0) continue;
+        for (uint32_t k = 0; k < cn->n_tok; k++) {
+            sp_token tok = t->toks[cn->tok + k];
+            bits[tok >> 5] |= 1u << (tok & 31);
+        }
+        *count += cn->n_tok;
+        if (cn->n_child) walk(m, cn, nid, bits, count);
     }
 }
 
@@ -366,8 +490,9 @@ static int32_t mask_of(sp_matcher *m, const ivec *st, uint32_t *bits) {
             bits[tok >> 5] |= 1u << (tok & 31);
             count++;
         }
-    m->sc.n = 0;
-    if (st->n && ivec_copy(&m->sc, st->v, st->n)) dfs(m, &m->t->node[0], 0, st->n, bits, &count);
+    if (m->n_sets > MEMO_MAX_SETS || m->spool.n > MEMO_MAX_STACKS) memo_clear(m);
+    const int32_t sid = st->n ? set_id(m, st->v, st->n) : -1;
+    if (sid >= 0) walk(m, &m->t->node[0], sid, bits, &count);
     centry *c = &m->cache[m->cache_next];
     if (!c->bits) c->bits = malloc((size_t)m->words * sizeof(uint32_t));
     if (c->bits && ivec_copy(&c->set, st->v, st->n)) {
