@@ -582,6 +582,8 @@ typedef struct {
     int32_t spec_drafted;      /* tokens proposed and verified */
     int32_t spec_accepted;     /* of which accepted */
     int32_t spec_accepted_per_pos[SP_SPEC_K_MAX]; /* [i]: steps that accepted draft token i */
+    int32_t spec_grammar;      /* of the accepted: tokens the grammar forced (the only one
+                                  it allowed), proposed by it (jump-forward) */
 } sp_request_stats;
 
 typedef struct sp_event sp_event;
@@ -640,7 +642,12 @@ typedef struct {
      * end), speculative proposals are cut at the first token it refuses,
      * and once the output is complete (no byte can follow) the request
      * finishes with SP_FINISH_STOP. A grammar that cannot finish within
-     * max_tokens ends with SP_FINISH_LENGTH, its output a prefix. */
+     * max_tokens ends with SP_FINISH_LENGTH, its output a prefix. With
+     * speculation on, where the grammar allows a single token (a key,
+     * punctuation, a const) that token is proposed after the proposer's
+     * (jump-forward), verified in the same pass and accepted with
+     * probability 1 (sp_request_stats.spec_grammar counts them; not with
+     * the draft model, whose k is fixed before it drafts). */
     const char *grammar;
 } sp_request_params;
 
@@ -714,6 +721,7 @@ typedef struct {
     uint64_t spec_plans;         /* planner: k chosen for a speculating request, times */
     uint64_t spec_plan_k_sum;    /* ... the k chosen, summed */
     float spec_last_k;           /* planner: the mean k of its latest step (0 before any) */
+    uint64_t spec_grammar;       /* accepted tokens the grammar forced (jump-forward) */
 } sp_engine_stats;
 
 void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st);

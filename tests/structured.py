@@ -13,7 +13,8 @@ subset written here (independent of the server's compiler), a regular
 expression for each grammar. Greedy output with speculation must equal
 greedy output without it, byte for byte. Then: a chat request, a streamed
 one, a grammar that cannot finish within max_tokens ("length"), an
-impossible grammar (a clear 400), and the speculation metrics.
+impossible grammar (a clear 400), jump-forward (tokens the grammar forces, proposed and accepted), and the
+speculation metrics.
 Standard library only."""
 import argparse
 import json
@@ -192,6 +193,7 @@ def post(port, path, body):
 
 
 DRAFTED = {}  # mode -> tokens drafted over the table
+FORCED = {}  # mode -> accepted tokens the grammar forced (jump-forward)
 
 
 def run_case(port, name, extra, check):
@@ -212,6 +214,7 @@ def run_case(port, name, extra, check):
             elif not (c["finish_reason"] == "length" and name in RECURSIVE):
                 err = "finish_reason %s: %r" % (c["finish_reason"], text[:200])
             DRAFTED[mode] = DRAFTED.get(mode, 0) + d["specula"]["spec"]["drafted"]
+            FORCED[mode] = FORCED.get(mode, 0) + d["specula"]["spec"]["grammar_forced"]
         if not err and greedy and out and out[0][1] is not None and text != out[0][1]:
             err = "speculative greedy output %r differs from plain %r" % (text, out[0][1])
         out.append((mode, text, err))
@@ -262,6 +265,12 @@ def main():
             if "speculative" in fields:
                 t.report("%s: the table's requests drafted (%d tokens)" % (mode, DRAFTED.get(mode, 0)),
                          None if DRAFTED.get(mode, 0) > 0 else "nothing drafted")
+        n = FORCED.get("greedy+ngram", 0)
+        t.report("greedy+ngram: tokens the grammar forced were proposed and accepted (%d)" % n,
+                 None if n > 0 else "no jump-forward")
+        t.report("plain and draft requests report no jump-forward",
+                 None if FORCED.get("greedy", 0) == FORCED.get("sampled", 0) == FORCED.get("sampled+draft", 0) == 0
+                 else str(FORCED))
         # chat, json_schema
         st, d = post(port, "/v1/chat/completions", {
             "messages": [{"role": "user", "content": "a JSON object please"}], "max_tokens": 120,

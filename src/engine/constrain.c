@@ -107,8 +107,27 @@ const float *gr_mask_rows(sp_engine *e, request *r, const float *rows, int32_t *
 }
 
 void gr_cut(sp_engine *e, request *r) {
-    if (!r->gm || r->n_draft <= 0) return;
-    r->n_draft = sp_matcher_lookahead(r->gm, r->draft, r->n_draft);
+    if (!r->gm) return;
+    r->n_draft = sp_matcher_lookahead(r->gm, r->draft, SP_MAX(r->n_draft, 0));
+}
+
+/* Jump-forward: while the state after the proposals allows one token only
+ * (and the output may not end there), propose it too, up to cap. */
+void gr_forced(sp_engine *e, request *r, int32_t cap) {
+    r->n_forced = 0;
+    if (!r->gm) return;
+    const int32_t words = (e->n_vocab + 31) / 32;
+    while (r->n_draft < cap) {
+        const int32_t i = r->n_draft;
+        if (sp_matcher_can_end_at(r->gm, i) || mask_at(r, i) != 1) break;
+        int32_t w = 0;
+        while (w < words && !r->gmask[w]) w++;
+        if (w == words) break;
+        r->draft[i] = w * 32 + __builtin_ctz(r->gmask[w]);
+        if (sp_matcher_lookahead(r->gm, r->draft, i + 1) != i + 1) break;
+        r->n_draft = i + 1;
+        r->n_forced++;
+    }
 }
 
 bool gr_commit(sp_engine *e, request *r, sp_token t) {

@@ -108,6 +108,8 @@ struct request {
     /* structured output (constrain.c): NULL without a grammar */
     sp_matcher *gm;            /* where in the grammar the output is */
     uint32_t *gmask;           /* [(n_vocab + 31) / 32] scratch: allowed tokens */
+    int32_t n_forced;          /* of this step's proposals, the last n_forced are the
+                                  grammar's (jump-forward) */
     bool cancel_req, released;
     bool final_sent;           /* the finished event went out (callback requests) */
     sp_request_stats st;
@@ -232,6 +234,7 @@ int gr_take(sp_engine *e, request *r, const sp_request_params *rp, char *err, si
 void gr_engine_free(sp_engine *e);
 const float *gr_mask_rows(sp_engine *e, request *r, const float *rows, int32_t *n);
 void gr_cut(sp_engine *e, request *r);
+void gr_forced(sp_engine *e, request *r, int32_t cap);
 bool gr_commit(sp_engine *e, request *r, sp_token t);
 
 /* speculate.c */

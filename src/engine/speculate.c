@@ -106,9 +106,14 @@ static void gather(sp_engine *e, step *s, batch_base *b) {
         if (r->spec == SP_SPEC_OFF || !decoding) continue;
         int32_t cap = SP_MIN(r->spec_k, r->max_tokens - (r->n_all - r->n_prompt) - 1);
         cap = SP_MIN(cap, e->p.n_ctx - r->n_all); /* positions up to n_all - 1 + k exist */
-        if (cap <= 0 || !(r->n_draft = propose(e, r, cap))) continue;
+        if (cap <= 0) continue;
+        r->n_draft = propose(e, r, cap);
         const bool by_draft = r->spec == SP_SPEC_DRAFT && !r->propose;
-        if (!by_draft) gr_cut(e, r); /* proposals the grammar refuses are never verified */
+        r->n_forced = 0;
+        if (!by_draft && r->gm) {
+            gr_cut(e, r);         /* proposals the grammar refuses are never verified */
+            gr_forced(e, r, cap); /* what it forces is proposed too (jump-forward) */
+        }
         if (!r->n_draft) continue;
         /* The draft's backlog (a prompt it never saw, steps it sat out) is
          * fed once and then never again: an investment the steps after it
@@ -168,6 +173,7 @@ static int32_t fit(sp_engine *e, step *s, const batch_base *b) {
         } else {
             r->idle_steps = 0;
         }
+        r->n_forced = SP_MAX(0, r->n_forced - (r->n_draft - k)); /* the grammar's are last */
         r->n_draft = k;
         en->n = 1 + k;
         if (k && s->cand[c].draft) {
@@ -233,6 +239,10 @@ void spec_commit(sp_engine *e, step *s, const step_entry *en) {
     const int32_t m = sp_spec_verify(r->smp, r->greedy, rows, V, r->draft, r->q, n, s->commit,
                                      s->probs, s->resid);
     const int32_t acc = m - 1;
+    /* accepted proposals the grammar forced: the last n_forced of r->n_draft */
+    const int32_t forced = SP_MAX(0, acc - (r->n_draft - r->n_forced));
+    r->st.spec_grammar += forced;
+    e->st.spec_grammar += (uint64_t)forced;
     r->st.spec_steps++;
     r->st.spec_drafted += n;
     r->st.spec_accepted += acc;
