@@ -668,6 +668,7 @@ static sp_grammar *flatten(parser *ps, int32_t root) {
     sp_grammar *g = calloc(1, sizeof(*g));
     if (!g) return NULL;
     g->refs = 1;
+    pthread_mutex_init(&g->shared_mu, NULL);
     g->n_rules = ps->n_rules;
     int32_t n_el = 0, n_alt = 0;
     for (int32_t r = 0; r < ps->n_rules; r++) {
@@ -769,5 +770,7 @@ void sp_grammar_free(sp_grammar *g) {
     free(g->alt);
     free(g->alt_off);
     free(g->sets);
+    gr_shared_free(g->shared);
+    pthread_mutex_destroy(&g->shared_mu);
     free(g);
 }

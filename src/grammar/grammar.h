@@ -15,6 +15,7 @@
 #ifndef SP_GRAMMAR_INTERNAL_H
 #define SP_GRAMMAR_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -49,9 +50,22 @@ struct sp_grammar {
     gr_set *sets;          /* [n_sets] */
     int32_t n_sets;
     int32_t root;
+    /* masks by state content shared by the grammar's matchers (match.c),
+     * made at the first mask */
+    struct gr_shared *shared;
+    pthread_mutex_t shared_mu;
 };
 
+/* Address space for a grammar's shared masks (8192 masks of a 32K vocabulary;
+ * pages are touched only as masks are added). */
+#define GR_SHARED_BYTES ((size_t)32 << 20)
+
 void gr_retain(const sp_grammar *g);
+/* The shared mask of a state's content key into bits (its count), or -1. */
+int32_t gr_shared_get(const sp_grammar *g, const uint64_t key[2], uint32_t *bits, int32_t words);
+void gr_shared_put(const sp_grammar *g, const uint64_t key[2], const uint32_t *bits, int32_t words,
+                   int32_t count);
+void gr_shared_free(struct gr_shared *s);
 
 /* The trie of token byte strings (trie.c). Node 0 is the root (empty
  * prefix); a node's children are contiguous, sorted by byte. */

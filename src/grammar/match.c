@@ -24,6 +24,7 @@
  * distinct states met and is kept; a step allocates only when it meets
  * more than ever before. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,7 @@
 typedef struct {
     uint32_t pos;
     int32_t parent;
+    uint64_t h;                  /* hash of the stack's content (positions to the bottom) */
 } gnode;
 
 typedef struct {
@@ -76,13 +78,12 @@ struct sp_matcher {
         int32_t off, n;
         uint64_t h;
         gr_set u;                /* bytes some stack's top takes */
+        int32_t row;             /* its transitions in trow, -1 none yet */
     } *sets;
     int32_t n_sets, cap_sets;
     int32_t *sht;                /* [sht_cap] set ids by hash, -1 empty */
     uint32_t sht_cap;
-    int64_t *tkey;               /* [t_cap] set id << 8 | byte, -1 empty */
-    int32_t *tval;               /* [t_cap] the set after it (-2: none) */
-    uint32_t t_cap, t_n;
+    ivec trow;                   /* rows of 256 transitions (sinfo.row) */
 };
 
 static bool ivec_reserve(ivec *v, int32_t n) {
@@ -144,7 +145,8 @@ static int32_t intern(sp_matcher *m, uint32_t pos, int32_t parent) {
         if (!n) return -2;
         m->node = n, m->cap_node = cap;
     }
-    m->node[m->n_node] = (gnode){pos, parent};
+    uint64_t nh = (parent < 0 ? 0x51ED27A1u : m->node[parent].h) * 0x9E3779B97F4A7C15ull + pos + 1;
+    m->node[m->n_node] = (gnode){pos, parent, nh ^ nh >> 31};
     m->ht[h] = m->n_node;
     return m->n_node++;
 }
@@ -278,8 +280,7 @@ void sp_matcher_free(sp_matcher *m) {
     free(m->spool.v);
     free(m->sets);
     free(m->sht);
-    free(m->tkey);
-    free(m->tval);
+    free(m->trow.v);
     for (int i = 0; i < MASK_CACHE; i++) {
         free(m->cache[i].set.v);
         free(m->cache[i].bits);
@@ -351,8 +352,7 @@ static void memo_clear(sp_matcher *m) {
     m->spool.n = 0;
     m->n_sets = 0;
     if (m->sht) memset(m->sht, 0xFF, (size_t)m->sht_cap * sizeof(int32_t));
-    if (m->tkey) memset(m->tkey, 0xFF, (size_t)m->t_cap * sizeof(int64_t));
-    m->t_n = 0;
+    m->trow.n = 0;
 }
 
 static bool sht_grow(sp_matcher *m) {
@@ -393,7 +393,7 @@ static int32_t set_id(sp_matcher *m, const int32_t *v, int32_t n) {
     memcpy(m->spool.v + off, v, (size_t)n * sizeof(int32_t)); /* v may be in sc, not spool */
     m->spool.n = off + n;
     struct sinfo *s = &m->sets[m->n_sets];
-    s->off = off, s->n = n, s->h = h;
+    s->off = off, s->n = n, s->h = h, s->row = -1;
     memset(&s->u, 0, sizeof(s->u));
     for (int32_t k = 0; k < n; k++) {
         if (v[k] < 0) continue;
@@ -404,42 +404,26 @@ static int32_t set_id(sp_matcher *m, const int32_t *v, int32_t n) {
     return m->n_sets++;
 }
 
-static bool tgrow(sp_matcher *m) {
-    uint32_t cap = m->t_cap ? m->t_cap * 2 : 4096;
-    int64_t *k = malloc((size_t)cap * sizeof(int64_t));
-    int32_t *v = malloc((size_t)cap * sizeof(int32_t));
-    if (!k || !v) {
-        free(k), free(v);
-        return false;
-    }
-    memset(k, 0xFF, (size_t)cap * sizeof(int64_t));
-    for (uint32_t i = 0; i < m->t_cap; i++) {
-        if (m->tkey[i] < 0) continue;
-        uint32_t h = (uint32_t)(m->tkey[i] * 0x9E3779B97F4A7C15ull >> 32) & (cap - 1);
-        while (k[h] >= 0) h = (h + 1) & (cap - 1);
-        k[h] = m->tkey[i], v[h] = m->tval[i];
-    }
-    free(m->tkey), free(m->tval);
-    m->tkey = k, m->tval = v, m->t_cap = cap;
-    return true;
-}
-
 /* The set after byte b from set sid: -2 when no stack takes it, -1 out of
- * memory. Memoized. */
+ * memory. Memoized in a row of 256 per set (-3: not computed yet). */
 static int32_t trans(sp_matcher *m, int32_t sid, unsigned b) {
-    if ((m->t_n + 1) * 2 >= m->t_cap && !tgrow(m)) return -1;
-    const int64_t key = (int64_t)sid << 8 | b;
-    uint32_t i = (uint32_t)(key * 0x9E3779B97F4A7C15ull >> 32) & (m->t_cap - 1);
-    for (; m->tkey[i] >= 0; i = (i + 1) & (m->t_cap - 1))
-        if (m->tkey[i] == key) return m->tval[i];
+    int32_t row = m->sets[sid].row;
+    if (row < 0) {
+        row = m->trow.n;
+        if (!ivec_reserve(&m->trow, row + 256)) return -1;
+        for (int i = 0; i < 256; i++) m->trow.v[row + i] = -3;
+        m->trow.n = row + 256;
+        m->sets[sid].row = row;
+    }
+    int32_t r = m->trow.v[row + b];
+    if (r != -3) return r;
     m->sc.n = 0;
     const struct sinfo s = m->sets[sid];
     if (!ivec_copy(&m->sc, m->spool.v + s.off, s.n)) return -1;
     const int32_t n = advance(m, 0, s.n, b);
-    int32_t r = n > 0 ? set_id(m, m->sc.v + s.n, n) : -2;
+    r = n > 0 ? set_id(m, m->sc.v + s.n, n) : -2;
     if (r == -1) return -1;
-    m->tkey[i] = key, m->tval[i] = r;
-    m->t_n++;
+    m->trow.v[row + b] = r;
     return r;
 }
 
@@ -471,6 +455,21 @@ static uint64_t set_hash(const ivec *s) {
     return h;
 }
 
+/* The state's content key (order-free over its stacks, so equal in every
+ * matcher of the grammar), two independent 64-bit halves. */
+static void content_key(const sp_matcher *m, const ivec *st, uint64_t k[2]) {
+    k[0] = (uint64_t)(uintptr_t)m->t * 0xD6E8FEB86659FD93ull;
+    k[1] = (uint64_t)m->t->n_vocab;
+    for (int32_t i = 0; i < st->n; i++) {
+        uint64_t x = st->v[i] < 0 ? 0xE7037ED1A0B428DBull : m->node[st->v[i]].h;
+        x ^= x >> 33;
+        x *= 0xFF51AFD7ED558CCDull;
+        x ^= x >> 33;
+        k[0] += x;
+        k[1] += (x * 0xC4CEB9FE1A85EC53ull) ^ (x >> 29);
+    }
+}
+
 static int32_t mask_of(sp_matcher *m, const ivec *st, uint32_t *bits) {
     if (!m->t) return 0;
     const uint64_t h = set_hash(st);
@@ -482,17 +481,24 @@ static int32_t mask_of(sp_matcher *m, const ivec *st, uint32_t *bits) {
             return c->count;
         }
     }
+    uint64_t key[2];
+    content_key(m, st, key);
+    int32_t count = gr_shared_get(m->g, key, bits, m->words);
+    if (count >= 0) goto keep; /* another matcher of this grammar met this state */
     memset(bits, 0, (size_t)m->words * sizeof(uint32_t));
-    int32_t count = 0;
+    count = 0;
     if (can_end_set(st))
         for (int32_t i = 0; i < m->t->n_eog; i++) {
             sp_token tok = m->t->eog[i];
             bits[tok >> 5] |= 1u << (tok & 31);
             count++;
         }
-    if (m->n_sets > MEMO_MAX_SETS || m->spool.n > MEMO_MAX_STACKS) memo_clear(m);
+    if (m->n_sets > MEMO_MAX_SETS || m->spool.n > MEMO_MAX_STACKS || m->trow.n > MEMO_MAX_STACKS)
+        memo_clear(m);
     const int32_t sid = st->n ? set_id(m, st->v, st->n) : -1;
     if (sid >= 0) walk(m, &m->t->node[0], sid, bits, &count);
+    if (!m->overflow) gr_shared_put(m->g, key, bits, m->words, count);
+keep:;
     centry *c = &m->cache[m->cache_next];
     if (!c->bits) c->bits = malloc((size_t)m->words * sizeof(uint32_t));
     if (c->bits && ivec_copy(&c->set, st->v, st->n)) {
@@ -534,4 +540,83 @@ void sp_mask_apply(const uint32_t *bits, float *logits, int32_t n_vocab) {
         for (int32_t j = 0; j < end; j++)
             if (!(b >> j & 1)) logits[w * 32 + j] = -INFINITY;
     }
+}
+
+/* ---- the grammar's shared masks ----
+ * Masks by state content, for every matcher of a grammar (each request gets
+ * its own matcher; requests with the same schema meet the same states), up
+ * to GR_SHARED_BYTES of masks; then no more are added. Under the grammar's
+ * mutex: a compiled grammar may be used from any thread. */
+
+struct gr_shared {
+    pthread_mutex_t mu;
+    uint64_t (*key)[2];          /* [cap] 0,0: empty */
+    int32_t *count;              /* [cap] */
+    uint32_t *bits;              /* [cap][words] */
+    int32_t cap, n, words;
+};
+
+static struct gr_shared *shared_of(const sp_grammar *g, int32_t words, bool make) {
+    sp_grammar *gm = (sp_grammar *)g;
+    struct gr_shared *s = __atomic_load_n(&gm->shared, __ATOMIC_ACQUIRE);
+    if (s || !make) return s;
+    pthread_mutex_lock(&gm->shared_mu);
+    s = gm->shared;
+    if (!s && (s = calloc(1, sizeof(*s)))) {
+        s->words = words;
+        s->cap = 1;
+        while ((size_t)s->cap * 2 * (size_t)words * 4 <= GR_SHARED_BYTES && s->cap < (1 << 16)) s->cap *= 2;
+        s->key = calloc((size_t)s->cap, sizeof(*s->key));
+        s->count = calloc((size_t)s->cap, sizeof(int32_t));
+        s->bits = malloc((size_t)s->cap * (size_t)words * 4);
+        pthread_mutex_init(&s->mu, NULL);
+        if (!s->key || !s->count || !s->bits) {
+            free(s->key), free(s->count), free(s->bits), free(s);
+            s = NULL;
+        } else {
+            __atomic_store_n(&gm->shared, s, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&gm->shared_mu);
+    return s;
+}
+
+int32_t gr_shared_get(const sp_grammar *g, const uint64_t key[2], uint32_t *bits, int32_t words) {
+    struct gr_shared *s = shared_of(g, words, false);
+    if (!s || s->words != words) return -1;
+    int32_t r = -1;
+    pthread_mutex_lock(&s->mu);
+    for (uint32_t i = (uint32_t)key[0] & (uint32_t)(s->cap - 1);; i = (i + 1) & (uint32_t)(s->cap - 1)) {
+        if (!s->key[i][0] && !s->key[i][1]) break;
+        if (s->key[i][0] == key[0] && s->key[i][1] == key[1]) {
+            memcpy(bits, s->bits + (size_t)i * words, (size_t)words * 4);
+            r = s->count[i];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+void gr_shared_put(const sp_grammar *g, const uint64_t key[2], const uint32_t *bits, int32_t words,
+                   int32_t count) {
+    struct gr_shared *s = shared_of(g, words, true);
+    if (!s || s->words != words || (!key[0] && !key[1])) return;
+    pthread_mutex_lock(&s->mu);
+    if (s->n * 4 < s->cap * 3) { /* 3/4 full at most: then the table keeps what it has */
+        uint32_t i = (uint32_t)key[0] & (uint32_t)(s->cap - 1);
+        while ((s->key[i][0] || s->key[i][1]) && !(s->key[i][0] == key[0] && s->key[i][1] == key[1]))
+            i = (i + 1) & (uint32_t)(s->cap - 1);
+        if (!s->key[i][0] && !s->key[i][1]) s->n++;
+        s->key[i][0] = key[0], s->key[i][1] = key[1];
+        s->count[i] = count;
+        memcpy(s->bits + (size_t)i * words, bits, (size_t)words * 4);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void gr_shared_free(struct gr_shared *s) {
+    if (!s) return;
+    pthread_mutex_destroy(&s->mu);
+    free(s->key), free(s->count), free(s->bits), free(s);
 }
