@@ -13,8 +13,9 @@ subset written here (independent of the server's compiler), a regular
 expression for each grammar. Greedy output with speculation must equal
 greedy output without it, byte for byte. Then: a chat request, a streamed
 one, a grammar that cannot finish within max_tokens ("length"), an
-impossible grammar (a clear 400), jump-forward (tokens the grammar forces, proposed and accepted), and the
-speculation metrics.
+impossible grammar (a clear 400), jump-forward (tokens the grammar forces, proposed and accepted), tool calls
+(required, named, streamed: tool_calls whose arguments validate against the
+function's parameters), and the speculation metrics.
 Standard library only."""
 import argparse
 import json
@@ -297,6 +298,44 @@ def main():
         err = "HTTP %d" % st if st != 200 else \
             ("finish_reason %s" % fin if fin != "stop" else schema_check(SCHEMAS[19][1])("".join(parts)))
         t.report("stream: the deltas join into a valid document", err)
+        # tools: a required call, a named one, streamed; arguments validate against the parameters
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": SCHEMAS[36][1]}},
+                 {"type": "function", "function": {"name": "add", "parameters": {
+                     "type": "object", "properties": {"a": I(0, 99), "b": I(0, 99)}, "required": ["a", "b"]}}}]
+        params = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+        for label, choice, stream in (("required", "required", False),
+                                      ("named", {"type": "function", "function": {"name": "add"}}, False),
+                                      ("required, streamed", "required", True)):
+            body = {"messages": [{"role": "user", "content": "weather in Paris?"}], "max_tokens": 150,
+                    "temperature": 0.8, "seed": 3, "tools": tools, "tool_choice": choice, "stream": stream,
+                    "speculative": {"method": "ngram", "k": 4}}
+            st, _, raw = request(port, "POST", "/v1/chat/completions", json.dumps(body).encode(), timeout=300)
+            err = None if st == 200 else "HTTP %d %s" % (st, raw[:300])
+            call, fin = None, None
+            if not err and stream:
+                for line in raw.decode().splitlines():
+                    if line.startswith("data: {"):
+                        ch = json.loads(line[6:])["choices"]
+                        if ch and ch[0]["delta"].get("tool_calls"):
+                            call = ch[0]["delta"]["tool_calls"][0]
+                        if ch and ch[0].get("finish_reason"):
+                            fin = ch[0]["finish_reason"]
+            elif not err:
+                c = json.loads(raw)["choices"][0]
+                fin, call = c["finish_reason"], (c["message"].get("tool_calls") or [None])[0]
+                if c["message"].get("content") is not None:
+                    err = "content beside tool_calls: %r" % c["message"]["content"]
+            if not err:
+                if fin != "tool_calls" or not call:
+                    err = "finish_reason %s, call %s" % (fin, call)
+                else:
+                    f = call["function"]
+                    want = "add" if isinstance(choice, dict) else None
+                    err = ("called %s" % f["name"]) if f["name"] not in params or (want and f["name"] != want) \
+                        else schema_check(params[f["name"]])(f["arguments"])
+                    if not err and not call["id"].startswith("call_"):
+                        err = "id %r" % call["id"]
+            t.report("tools: %s call: tool_calls whose arguments validate" % label, err)
         # a grammar that cannot finish within max_tokens: "length", the output a prefix
         st, d = post(port, "/v1/completions", {"prompt": PROMPT, "max_tokens": 12, "temperature": 0,
                                                "grammar": 'root ::= "ab"{200} "c"'})

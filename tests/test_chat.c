@@ -138,7 +138,7 @@ static void validates_requests(void) {
     bad("{\"prompt\": \"a\", \"cache_salt\": 5}", false, "cache_salt");
     bad("{\"messages\": []}", true, "messages");
     bad("{\"messages\": [{\"role\": \"user\"}]}", true, "messages");
-    bad("{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", true, "messages");
+    bad("{\"messages\": [{\"role\": \"function\", \"content\": \"x\"}]}", true, "messages");
     bad("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 2}", true,
         "top_logprobs");
     bad("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": 1}", true,
