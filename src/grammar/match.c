@@ -338,8 +338,8 @@ bool sp_matcher_done(const sp_matcher *m) { return m->cur.n == 1 && m->cur.v[0] 
 
 /* ---- masks ---- */
 
-#define MEMO_MAX_SETS (1 << 18)
-#define MEMO_MAX_STACKS (1 << 23)
+#define MEMO_MAX_SETS (1 << 16)  /* then the memo starts over (bounds a request's memory) */
+#define MEMO_MAX_STACKS (1 << 21) /* int32s in the set pool and in the transition rows */
 
 static uint64_t hash_ids(const int32_t *v, int32_t n) {
     uint64_t h = 0xcbf29ce484222325ull;
