@@ -472,6 +472,15 @@ int32_t sp_matcher_mask(sp_matcher *m, uint32_t *bits);
  * state or looks ahead again. */
 int32_t sp_matcher_lookahead(sp_matcher *m, const sp_token *toks, int32_t n);
 int32_t sp_matcher_mask_ahead(sp_matcher *m, int32_t i, uint32_t *bits);
+/* Jump-forward (off by default; call before the first mask): where the
+ * grammar forces bytes (a key, punctuation, a const: one byte possible and
+ * the output may not end), the mask allows only the longest token spelling
+ * a prefix of them (a non-byte token over an SPM <0xNN> one), so forced
+ * text is tokenized one fixed way and its tokens are forced (a mask of
+ * one): speculation proposes them with acceptance 1. Plain and
+ * speculative decoding use the same masks, so their outputs still agree.
+ * The engine turns it on for every request with a grammar. */
+void sp_matcher_set_jump_forward(sp_matcher *m, bool on);
 /* Sets logits[t] = -INFINITY for every token the bitmap does not allow. */
 void sp_mask_apply(const uint32_t *bits, float *logits, int32_t n_vocab);
 

@@ -193,6 +193,57 @@ static void check_masks(const char *vocab_name) {
 static void test_masks_spm(void) { check_masks("ggml-vocab-llama-spm.gguf"); }
 static void test_masks_bpe(void) { check_masks("ggml-vocab-gpt-2.gguf"); }
 
+/* Jump-forward: where the grammar forces bytes, the mask is the one longest
+ * token spelling a prefix of them (never a byte token when a piece spells
+ * the same); elsewhere the mask is unchanged. */
+static void check_jump(const char *vocab_name) {
+    sp_model *mod = load_vocab(vocab_name);
+    REQUIRE(mod, "vocabulary");
+    const sp_vocab *v = sp_model_get_vocab(mod);
+    char err[256];
+    sp_token_trie *t = sp_token_trie_create(v, err, sizeof(err));
+    sp_grammar *g = sp_grammar_compile("root ::= \"{\" [ ]? \"\\\"name\\\": \" [a-z]+", 0, err, sizeof(err));
+    REQUIRE(t && g, "%s", err);
+    sp_matcher *m = sp_matcher_create(g, t, err, sizeof(err)), *p = sp_matcher_create(g, t, err, sizeof(err));
+    sp_grammar_free(g);
+    sp_matcher_set_jump_forward(m, true);
+    const int32_t V = sp_vocab_n_tokens(v);
+    uint32_t *a = calloc((size_t)(V + 31) / 32, 4), *b = calloc((size_t)(V + 31) / 32, 4);
+    /* at the start "{" is forced; after it, " " or '"' (not forced) */
+    const char *forced = "\"name\": ";
+    CHECK(sp_matcher_mask(m, a) == 1, "one token at the start");
+    CHECK(sp_matcher_accept_bytes(m, "{", 1) && sp_matcher_accept_bytes(p, "{", 1), "advance");
+    CHECK(sp_matcher_mask(m, a) == sp_matcher_mask(p, b) && !memcmp(a, b, (size_t)(V + 31) / 32 * 4),
+          "not forced: the plain mask");
+    CHECK(sp_matcher_accept_bytes(m, " ", 1), "advance");
+    CHECK(sp_matcher_mask(m, a) == 1, "forced: one token");
+    sp_token only = -1, longest = -1;
+    int best = 0;
+    char piece[256];
+    for (sp_token tok = 0; tok < V; tok++) {
+        if (a[tok >> 5] >> (tok & 31) & 1) only = tok;
+        int n = sp_token_to_piece(v, tok, piece, sizeof(piece), false);
+        if (n > best && n <= (int)strlen(forced) && !memcmp(piece, forced, (size_t)n) &&
+            sp_vocab_token_type(v, tok) != SP_TOKEN_BYTE)
+            best = n, longest = tok;
+    }
+    int n = only >= 0 ? sp_token_to_piece(v, only, piece, sizeof(piece), false) : 0;
+    CHECK(only >= 0 && n == best && sp_vocab_token_type(v, only) != SP_TOKEN_BYTE,
+          "%s: the forced token %d '%.*s' is the longest non-byte prefix (%d, %d bytes)", vocab_name,
+          only, n, piece, longest, best);
+    free(a);
+    free(b);
+    sp_matcher_free(m);
+    sp_matcher_free(p);
+    sp_token_trie_free(t);
+    sp_model_free(mod);
+}
+
+static void test_jump_forward(void) {
+    check_jump("ggml-vocab-llama-spm.gguf");
+    check_jump("ggml-vocab-gpt-2.gguf");
+}
+
 /* Lookahead states (speculation) equal the states of committing the same
  * tokens one by one, and a proposal that breaks the grammar is cut. */
 static void test_lookahead(void) {
@@ -330,6 +381,7 @@ int main(void) {
     RUN(test_masks_spm);
     RUN(test_masks_bpe);
     RUN(test_lookahead);
+    RUN(test_jump_forward);
     RUN(test_schema_table);
     RUN(test_schema_refused);
     TEST_END();

@@ -63,6 +63,7 @@ int gr_take(sp_engine *e, request *r, const sp_request_params *rp, char *err, si
     sp_grammar_free(g); /* the matcher holds its own reference */
     r->gmask = malloc((size_t)(e->n_vocab + 31) / 32 * sizeof(uint32_t));
     if (!r->gm || !r->gmask) return SP_ERR_NOMEM;
+    sp_matcher_set_jump_forward(r->gm, true);
     if (!sp_matcher_mask(r->gm, r->gmask)) {
         sp_seterr(err, errlen, "the grammar allows no token of the vocabulary at the first "
                   "position (no token's text begins a string of the grammar)");

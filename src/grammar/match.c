@@ -84,6 +84,7 @@ struct sp_matcher {
     int32_t *sht;                /* [sht_cap] set ids by hash, -1 empty */
     uint32_t sht_cap;
     ivec trow;                   /* rows of 256 transitions (sinfo.row) */
+    bool jump;                   /* jump-forward: forced bytes allow one token */
 };
 
 static bool ivec_reserve(ivec *v, int32_t n) {
@@ -470,6 +471,42 @@ static void content_key(const sp_matcher *m, const ivec *st, uint64_t k[2]) {
     }
 }
 
+/* Jump-forward: where the state forces bytes (one byte possible, and the
+ * output may not end), the longest token spelling a prefix of them (a
+ * non-byte token where a byte token spells the same), or -1. */
+static sp_token forced_token(sp_matcher *m, int32_t sid) {
+    const sp_token_trie *t = m->t;
+    const gr_tnode *node = &t->node[0];
+    sp_token best = -1;
+    for (int depth = 0; depth < 1024 && sid >= 0; depth++) {
+        const struct sinfo *si = &m->sets[sid];
+        if (si->n && m->spool.v[si->off] == -1) break; /* may end here */
+        int nb = 0, b = -1;
+        for (int w = 0; w < 8; w++) {
+            nb += __builtin_popcount(si->u.w[w]);
+            if (si->u.w[w] && b < 0) b = w * 32 + __builtin_ctz(si->u.w[w]);
+        }
+        if (nb != 1) break;
+        const gr_tnode *c = NULL;
+        for (uint32_t k = node->child; k < node->child + node->n_child && !c; k++)
+            if (t->node[k].byte == (uint8_t)b) c = &t->node[k];
+        if (!c) break;
+        for (uint32_t k = 0; k < c->n_tok; k++) {
+            const sp_token tok = t->toks[c->tok + k];
+            if (k == 0 || sp_vocab_token_type(t->v, tok) != SP_TOKEN_BYTE) best = tok;
+            if (sp_vocab_token_type(t->v, tok) != SP_TOKEN_BYTE) break;
+        }
+        node = c;
+        sid = trans(m, sid, (unsigned)b);
+    }
+    return best;
+}
+
+void sp_matcher_set_jump_forward(sp_matcher *m, bool on) {
+    m->jump = on;
+    for (int i = 0; i < MASK_CACHE; i++) m->cache[i].used = false;
+}
+
 static int32_t mask_of(sp_matcher *m, const ivec *st, uint32_t *bits) {
     if (!m->t) return 0;
     const uint64_t h = set_hash(st);
@@ -483,6 +520,7 @@ static int32_t mask_of(sp_matcher *m, const ivec *st, uint32_t *bits) {
     }
     uint64_t key[2];
     content_key(m, st, key);
+    if (m->jump) key[1] ^= 0x6A09E667F3BCC909ull;
     int32_t count = gr_shared_get(m->g, key, bits, m->words);
     if (count >= 0) goto keep; /* another matcher of this grammar met this state */
     memset(bits, 0, (size_t)m->words * sizeof(uint32_t));
@@ -496,7 +534,13 @@ static int32_t mask_of(sp_matcher *m, const ivec *st, uint32_t *bits) {
     if (m->n_sets > MEMO_MAX_SETS || m->spool.n > MEMO_MAX_STACKS || m->trow.n > MEMO_MAX_STACKS)
         memo_clear(m);
     const int32_t sid = st->n ? set_id(m, st->v, st->n) : -1;
-    if (sid >= 0) walk(m, &m->t->node[0], sid, bits, &count);
+    const sp_token ft = m->jump && sid >= 0 ? forced_token(m, sid) : -1;
+    if (ft >= 0) {
+        bits[ft >> 5] |= 1u << (ft & 31);
+        count = 1;
+    } else if (sid >= 0) {
+        walk(m, &m->t->node[0], sid, bits, &count);
+    }
     if (!m->overflow) gr_shared_put(m->g, key, bits, m->words, count);
 keep:;
     centry *c = &m->cache[m->cache_next];
