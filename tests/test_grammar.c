@@ -364,6 +364,7 @@ static void test_schema_refused(void) {
         {"{\"type\": \"strin\"}", "unknown type 'strin'"},
         {"[1", "not valid JSON"},
         {"{\"type\": \"array\", \"minItems\": 3, \"maxItems\": 2}", "maxItems < minItems"},
+        {"{\"$ref\": \"#\"}", "refers to itself"},
     };
     char err[256];
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

@@ -499,7 +499,20 @@ char *sp_json_schema_to_gbnf(const char *text, size_t len, char *err, size_t err
             sp_seterr(err, errlen, "the schema's grammar is too large");
             free(b.s);
         } else {
-            out = b.s;
+            /* a $ref cycle that consumes nothing ({"$ref": "#"}, a -> b -> a)
+             * is left recursion: refuse the schema rather than give a grammar
+             * that does not compile */
+            char gerr[200];
+            sp_grammar *g = sp_grammar_compile(b.s, b.n, gerr, sizeof(gerr));
+            if (g) {
+                out = b.s;
+            } else {
+                sp_seterr(err, errlen, "%s", strstr(gerr, "left recursion")
+                              ? "the schema refers to itself ($ref) without any value in between"
+                              : gerr);
+                free(b.s);
+            }
+            sp_grammar_free(g);
         }
     }
     free(c.out.s);
