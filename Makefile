@@ -89,7 +89,7 @@ tsan:
 	TSAN_OPTIONS=halt_on_error=1 SPECULA_TEST_SUBSET=1 SPECULA_TIMEOUT_SCALE=$${SPECULA_TIMEOUT_SCALE:-4} \
 	  tests/run.sh build-tsan/run
 
-BENCH_SRC := $(filter-out bench/bench_engine.c bench/bench_spec.c bench/bench_util.c,$(wildcard bench/*.c))
+BENCH_SRC := $(filter-out bench/bench_engine.c bench/bench_spec.c bench/bench_util.c bench/bench_grammar.c,$(wildcard bench/*.c))
 $(BIN)/bench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(LIB)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
@@ -102,7 +102,11 @@ $(BIN)/bench_spec: $(BUILD)/bench/bench_spec.o $(BUILD)/bench/bench_util.o $(LIB
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
 
-bench: $(BIN)/bench $(BIN)/bench_engine $(BIN)/bench_spec $(BIN)/mkmodel
+$(BIN)/bench_grammar: $(BUILD)/bench/bench_grammar.o $(LIB)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS) -lcjson
+
+bench: $(BIN)/bench $(BIN)/bench_engine $(BIN)/bench_spec $(BIN)/bench_grammar $(BIN)/mkmodel
 	bench/run.sh
 
 # Re-creates the bundled model pair (about two hours; not part of CI).

@@ -101,6 +101,28 @@ if [ "${BENCH_SPEC:-1}" != 0 ]; then
     fi
 fi
 
+# Structured output (issue 21): compile time of a tool schema, mask time per
+# token over decode time, constrained vs unconstrained tokens/s and what
+# n-gram speculation with jump-forward adds, on the TinyLlama-shaped Q8_0
+# model (32,000 tokens), a model of deepseek-llm's 102,400-token vocabulary
+# (mkmodel, a small shape: the mask's share is largest where decoding is
+# cheap) and the bundled model; BENCH_GRAMMAR=0 skips it.
+if [ "${BENCH_GRAMMAR:-1}" != 0 ]; then
+    big=$out/grammar-deepseek-llm.gguf
+    [ -s "$big" ] || bin/mkmodel -o "$big" --vocab-from "${SPECULA_REF_DIR:-../shared/reference}/vocab/ggml-vocab-deepseek-llm.gguf" \
+        --n-embd 512 --n-layer 8 --n-head 8 --n-head-kv 4 --n-ff 1376 --ctx 1024 --type q8_0
+    for m in "$out/tinyllama-shape-q8_0.gguf" "$big" models/specula-code-target-f16.gguf; do
+        [ -s "$m" ] || continue
+        echo
+        echo "## structured output: $(basename "$m" .gguf), $threads threads"
+        echo
+        name=$(basename "$m" .gguf)
+        bin/bench_grammar "$m" -t "$threads" -n 4 > "$out/grammar-$name.txt" || spec_failed=1
+        grep '^|' "$out/grammar-$name.txt"
+        tail -n 1 "$out/grammar-$name.txt" > "$out/grammar-$name.json"
+    done
+fi
+
 # The HTTP server (issue 6): wrk against /v1/completions at 1, 8 and 32
 # connections, and the delivery overhead per streamed token
 # (bench/server/run.sh; BENCH_SERVER=0 skips it).

@@ -387,6 +387,103 @@ double sp_sampler_uniform(sp_sampler *s);
 float sp_logprob_of(const float *logits, int32_t n_vocab, sp_token t);
 int sp_top_logprobs(const float *logits, int32_t n_vocab, int k, sp_token *ids, float *lps);
 
+
+/* ---- grammars: structured output (src/grammar) ----------------------------
+ *
+ * A grammar is GBNF text, llama.cpp's format: rules `name ::= alternates`,
+ * sequences, "literals" with escapes (\n \r \t \\ \" \xHH \uHHHH
+ * \UHHHHHHHH), [character classes] with ranges and ^ negation, `.` (any
+ * character), ( groups ), and the postfixes * + ? {m} {m,} {m,n}; `#`
+ * starts a comment; the start rule is `root`. It is compiled to a
+ * byte-level pushdown automaton (character classes become UTF-8 byte
+ * sequences), so a token standing for part of a character (an SPM <0xNN>
+ * byte token, a GPT-2 byte-level piece) is matched byte by byte. Left
+ * recursion (a rule that can reach itself without consuming a byte) is
+ * refused at compile time. A compiled grammar is immutable and may be
+ * shared by any number of matchers and threads. */
+typedef struct sp_grammar sp_grammar;
+
+/* Compiles gbnf[len] (len 0: strlen). NULL + err naming the problem (line
+ * and column of a syntax error, an undefined or twice-defined rule, left
+ * recursion, a grammar over the size limits) on failure. The caller frees
+ * it with sp_grammar_free; the grammar lives on while matchers use it
+ * (it is reference counted). */
+sp_grammar *sp_grammar_compile(const char *gbnf, size_t len, char *err, size_t errlen);
+void sp_grammar_free(sp_grammar *g);
+
+/* A JSON Schema (JSON text) as GBNF, for the common subset: type (object,
+ * array, string, number, integer, boolean, null, or a list of them),
+ * properties, required, additionalProperties, items, minItems, maxItems,
+ * minLength, maxLength, enum, const, anyOf, oneOf, $ref to #/$defs/... or
+ * #/definitions/..., minimum/maximum (exclusive too) on integers, and
+ * annotations (title, description, default, examples, format, $schema,
+ * $id, $comment) which are ignored. Output is compact JSON: at most one
+ * space between tokens, no newlines. Returns a malloc'd
+ * NUL-terminated GBNF text (the caller frees it), or NULL + err naming an
+ * unsupported keyword and where it is ("unsupported keyword 'allOf' at
+ * /properties/a"), or the problem. sp_json_grammar: the same for any JSON
+ * value whose top level is an object (OpenAI's json_object mode); static. */
+char *sp_json_schema_to_gbnf(const char *schema_json, size_t len, char *err, size_t errlen);
+const char *sp_json_object_gbnf(void);
+
+/* The byte strings of a vocabulary's tokens (sp_token_to_piece's bytes, no
+ * special rendering) in a trie, for computing token masks; built once per
+ * vocabulary (tens of ms) and shared, read-only, by every matcher. Tokens
+ * whose piece is empty (control tokens) are never allowed by a mask except
+ * end-of-generation tokens (sp_vocab_is_eog), which are allowed exactly
+ * where the grammar may end. */
+typedef struct sp_token_trie sp_token_trie;
+sp_token_trie *sp_token_trie_create(const sp_vocab *v, char *err, size_t errlen);
+void sp_token_trie_free(sp_token_trie *t);
+
+/* Per-request matching state: where in the grammar the output so far is
+ * (the set of pushdown stacks), plus up to SP_SPEC_K_MAX + 1 lookahead
+ * states for speculation. Used by one thread at a time. Masks are cached
+ * by state, so a state met again (inside a JSON string, between array
+ * items) costs a lookup. Memory grows with the distinct states met. */
+typedef struct sp_matcher sp_matcher;
+/* NULL + err when out of memory. t may be NULL (bytes only: no masks). */
+sp_matcher *sp_matcher_create(const sp_grammar *g, const sp_token_trie *t, char *err,
+                              size_t errlen);
+void sp_matcher_free(sp_matcher *m);
+/* Back to the start of the grammar. */
+void sp_matcher_reset(sp_matcher *m);
+/* Advances over bytes s[n]: true, or false (state unchanged) when some
+ * prefix of them is not a prefix of any string of the grammar. */
+bool sp_matcher_accept_bytes(sp_matcher *m, const char *s, size_t n);
+/* Advances over the token's bytes (as sp_matcher_accept_bytes). An
+ * end-of-generation token is accepted (state unchanged) when the grammar
+ * may end here; a token with no bytes otherwise is refused. */
+bool sp_matcher_accept_token(sp_matcher *m, sp_token tok);
+/* Whether the output so far is a whole string of the grammar. */
+bool sp_matcher_can_end(const sp_matcher *m);
+/* The same for lookahead state i (0: the current one; see below). */
+bool sp_matcher_can_end_at(const sp_matcher *m, int32_t i);
+/* Whether no byte can follow (the output is complete: only ending fits). */
+bool sp_matcher_done(const sp_matcher *m);
+/* The tokens allowed next, as a bitmap bits[(n_vocab + 31) / 32] (bit
+ * t % 32 of word t / 32), and their count (0: the state is a dead end).
+ * Needs a trie. */
+int32_t sp_matcher_mask(sp_matcher *m, uint32_t *bits);
+/* Speculation: how many of toks[0..n) (n <= SP_SPEC_K_MAX) the grammar
+ * takes in sequence from the current state, without changing it; the
+ * states after each are kept for sp_matcher_mask_ahead (i in 0..that
+ * count; 0 is the current state) until the next call that changes the
+ * state or looks ahead again. */
+int32_t sp_matcher_lookahead(sp_matcher *m, const sp_token *toks, int32_t n);
+int32_t sp_matcher_mask_ahead(sp_matcher *m, int32_t i, uint32_t *bits);
+/* Jump-forward (off by default; call before the first mask): where the
+ * grammar forces bytes (a key, punctuation, a const: one byte possible and
+ * the output may not end), the mask allows only the longest token spelling
+ * a prefix of them (a non-byte token over an SPM <0xNN> one), so forced
+ * text is tokenized one fixed way and its tokens are forced (a mask of
+ * one): speculation proposes them with acceptance 1. Plain and
+ * speculative decoding use the same masks, so their outputs still agree.
+ * The engine turns it on for every request with a grammar. */
+void sp_matcher_set_jump_forward(sp_matcher *m, bool on);
+/* Sets logits[t] = -INFINITY for every token the bitmap does not allow. */
+void sp_mask_apply(const uint32_t *bits, float *logits, int32_t n_vocab);
+
 /* ---- engine: continuous batching over a paged KV pool with prefix caching
  *
  * One engine owns a context whose K/V live in a pool of fixed-size blocks.
@@ -494,6 +591,8 @@ typedef struct {
     int32_t spec_drafted;      /* tokens proposed and verified */
     int32_t spec_accepted;     /* of which accepted */
     int32_t spec_accepted_per_pos[SP_SPEC_K_MAX]; /* [i]: steps that accepted draft token i */
+    int32_t spec_grammar;      /* of the accepted: tokens the grammar forced (the only one
+                                  it allowed), proposed by it (jump-forward) */
 } sp_request_stats;
 
 typedef struct sp_event sp_event;
@@ -543,6 +642,22 @@ typedef struct {
     int32_t spec_k;            /* 0: the engine's */
     sp_propose_fn propose;     /* non-NULL: this proposer instead (spec must not be off) */
     void *propose_user;
+    /* Structured output: GBNF text (see sp_grammar_compile) the output must
+     * be a string of (NULL: none). Compiled at submit (the engine keeps
+     * compiled grammars by their text); a grammar that does not compile,
+     * or that no token of the vocabulary can begin, is SP_ERR_INVALID with
+     * the reason. Every token is drawn from the logits masked to what the
+     * grammar allows (end-of-generation and stop tokens only where it may
+     * end), speculative proposals are cut at the first token it refuses,
+     * and once the output is complete (no byte can follow) the request
+     * finishes with SP_FINISH_STOP. A grammar that cannot finish within
+     * max_tokens ends with SP_FINISH_LENGTH, its output a prefix. With
+     * speculation on, where the grammar allows a single token (a key,
+     * punctuation, a const) that token is proposed after the proposer's
+     * (jump-forward), verified in the same pass and accepted with
+     * probability 1 (sp_request_stats.spec_grammar counts them; not with
+     * the draft model, whose k is fixed before it drafts). */
+    const char *grammar;
 } sp_request_params;
 
 sp_request_params sp_request_default_params(void);
@@ -615,6 +730,7 @@ typedef struct {
     uint64_t spec_plans;         /* planner: k chosen for a speculating request, times */
     uint64_t spec_plan_k_sum;    /* ... the k chosen, summed */
     float spec_last_k;           /* planner: the mean k of its latest step (0 before any) */
+    uint64_t spec_grammar;       /* accepted tokens the grammar forced (jump-forward) */
 } sp_engine_stats;
 
 void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st);

@@ -19,7 +19,7 @@ FUZZ_CC       ?= clang-14
 FUZZ_BUILD    ?= build-fuzz
 FUZZ_TIME     ?= 60
 FUZZ_CI_TIME  ?= 10
-FUZZ_TARGETS  := gguf tokenizer request chat sse
+FUZZ_TARGETS  := gguf tokenizer request chat sse grammar
 FUZZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 # Largest input per target: GGUF seeds are up to 64 KB; text inputs beyond
 # a few KB only make each run slower.
@@ -28,6 +28,7 @@ FUZZ_MAX_LEN_tokenizer = 4096
 FUZZ_MAX_LEN_request   = 8192
 FUZZ_MAX_LEN_chat      = 4096
 FUZZ_MAX_LEN_sse       = 4096
+FUZZ_MAX_LEN_grammar   = 4096
 FUZZ_FLAGS    ?= -timeout=20 -rss_limit_mb=2048 -print_final_stats=1
 FUZZ_ENV      := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
@@ -39,8 +40,9 @@ FUZZ_ENV      := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=prin
 # these (sp_spec_mode_parse) is in src/spec/mode.c.
 FUZZ_LIB_SRC  := src/common.c src/gguf/gguf.c src/gguf/gguf_write.c src/kernels/types.c \
                  $(wildcard src/tokenizer/*.c) src/server/openai.c src/server/openai_reply.c \
-                 src/server/openai_prompt.c \
-                 src/chat/chat.c src/server/sbuf.c src/sample/sampler.c src/spec/mode.c
+                 src/server/openai_prompt.c src/server/openai_tools.c \
+                 src/chat/chat.c src/server/sbuf.c src/sample/sampler.c src/spec/mode.c \
+                 $(wildcard src/grammar/*.c)
 FUZZ_LIB_OBJ  := $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/%.o)
 FUZZ_CFLAGS   := -std=c11 -O1 -g -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE \
                  -fno-math-errno -Iinclude -Isrc $(FUZZ_SAN)

@@ -270,6 +270,57 @@ def c_ignore_eos(ep):
     assert d["choices"][0]["finish_reason"] == "length" and d["usage"]["completion_tokens"] == 6, d["usage"]
 
 
+def c_response_format(ep):
+    # text: no constraint; json_object: an object; json_schema: what the schema allows
+    assert gen(ep, response_format={"type": "text"})[0] == gen(ep)[0]
+    t, d = gen(ep, max_tokens=60, response_format={"type": "json_object"})
+    assert t.startswith("{"), t
+    if d["choices"][0]["finish_reason"] == "stop":
+        assert isinstance(json.loads(t), dict), t
+    schema = {"type": "object", "properties": {"ok": {"enum": [True]}, "n": {"const": 7}},
+              "required": ["ok", "n"], "additionalProperties": False}
+    t, d = gen(ep, max_tokens=30, response_format={"type": "json_schema",
+                                                   "json_schema": {"name": "s", "schema": schema, "strict": True}})
+    assert d["choices"][0]["finish_reason"] == "stop" and json.loads(t) == {"ok": True, "n": 7}, (t, d["choices"])
+    e = refused(ep, "response_format", {"type": "json_schema",
+                                        "json_schema": {"name": "s", "schema": {"not": {}}}})
+    assert e["code"] == "unsupported_parameter" and "'not'" in e["message"], e
+
+
+def c_grammar(ep):
+    t, d = gen(ep, max_tokens=8, grammar='root ::= "a" [0-9] "b"')
+    assert len(t) == 3 and t[0] == "a" and t[1].isdigit() and t[2] == "b" and \
+        d["choices"][0]["finish_reason"] == "stop", (t, d["choices"])
+    e = refused(ep, "grammar", "root ::= [0-9")
+    assert e["code"] == "invalid_value" and "unterminated" in e["message"], e
+
+
+TOOLS = [{"type": "function", "function": {"name": "pick", "parameters": {
+    "type": "object", "properties": {"n": {"enum": [1, 2]}}, "required": ["n"]}}}]
+
+
+def c_tools(ep):
+    # offered but not required (auto): free text, and the prompt changed (the tools are listed)
+    _, d = gen(ep, tools=TOOLS)
+    assert "tool_calls" not in d["choices"][0]["message"], d["choices"][0]
+    assert d["usage"]["prompt_tokens"] > gen(ep)[1]["usage"]["prompt_tokens"], d["usage"]
+    refused(ep, "tools", [{"type": "function", "function": {"name": "bad name!"}}])
+
+
+def c_tool_choice(ep):
+    _, d = gen(ep, max_tokens=40, tools=TOOLS, tool_choice="required")
+    c = d["choices"][0]
+    assert c["finish_reason"] == "tool_calls" and c["message"]["content"] is None, c
+    call = c["message"]["tool_calls"][0]
+    assert call["type"] == "function" and call["function"]["name"] == "pick" and \
+        json.loads(call["function"]["arguments"])["n"] in (1, 2), call
+    _, d = gen(ep, max_tokens=40, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "pick"}})
+    assert d["choices"][0]["finish_reason"] == "tool_calls", d["choices"][0]
+    assert gen(ep, tools=TOOLS, tool_choice="none")[0] == gen(ep)[0]  # none: no tools offered
+    refused(ep, "tool_choice", "required")  # no tools
+    refused(ep, "tool_choice", {"type": "function", "function": {"name": "other"}}, tools=TOOLS)
+
+
 def c_cache_salt(ep):
     long_ = dict(max_tokens=1)
     long_["prompt" if ep == "completions" else "messages"] = (PROMPT + REPEAT) * 2 if ep == "completions" \
@@ -302,6 +353,8 @@ HONORED = {
     "logit_bias": c_logit_bias, "top_k": c_top_k, "min_p": c_min_p,
     "repeat_penalty": penalty("repeat_penalty", 5), "ignore_eos": c_ignore_eos,
     "cache_salt": c_cache_salt, "speculative": c_speculative,
+    "response_format": c_response_format, "grammar": c_grammar,
+    "tools": c_tools, "tool_choice": c_tool_choice,
 }
 NO_EFFECT = {
     "user": "user-1", "metadata": {"k": "v"}, "store": True, "service_tier": "auto",
@@ -311,14 +364,13 @@ NO_EFFECT = {
 # refused: (a value that asks for something, the value that asks for nothing or None)
 REFUSED = {
     "n": (2, 1), "best_of": (2, 1), "echo": (True, False), "suffix": ("x", ""),
-    "response_format": ({"type": "json_object"}, {"type": "text"}),
-    "tools": ([{"type": "function", "function": {"name": "f"}}], []),
-    "tool_choice": ("required", "none"), "functions": ([{"name": "f"}], []),
+    "functions": ([{"name": "f"}], []),
     "function_call": ({"name": "f"}, "auto"), "modalities": (["text", "audio"], ["text"]),
     "audio": ({"voice": "alloy", "format": "wav"}, None), "reasoning_effort": ("high", None),
-    "verbosity": ("low", None), "web_search_options": ({}, None), "grammar": ('root ::= "a"', None),
+    "verbosity": ("low", None), "web_search_options": ({}, None),
 }
 SAMPLE = dict(NO_EFFECT, prompt="x", messages=[{"role": "user", "content": "x"}], top_logprobs=2,
+              tools=TOOLS, tool_choice="none",
               logprobs=1, **{k: v[0] for k, v in REFUSED.items()})
 
 

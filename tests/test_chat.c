@@ -138,7 +138,7 @@ static void validates_requests(void) {
     bad("{\"prompt\": \"a\", \"cache_salt\": 5}", false, "cache_salt");
     bad("{\"messages\": []}", true, "messages");
     bad("{\"messages\": [{\"role\": \"user\"}]}", true, "messages");
-    bad("{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", true, "messages");
+    bad("{\"messages\": [{\"role\": \"function\", \"content\": \"x\"}]}", true, "messages");
     bad("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 2}", true,
         "top_logprobs");
     bad("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": 1}", true,
@@ -483,9 +483,12 @@ static void parses_fields_by_table(void) {
     bad("{\"prompt\": \"a\", \"suffix\": \"b\"}", false, "suffix");
     bad("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{}]}", true,
         "tools");
+    /* structured output: a schema keyword outside the subset, and two constraints at once */
     bad("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": "
-        "{\"type\": \"json_object\"}}", true, "response_format");
-    bad("{\"prompt\": \"a\", \"grammar\": \"root ::= x\"}", false, "grammar");
+        "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"s\", \"schema\": {\"allOf\": []}}}}",
+        true, "response_format");
+    bad("{\"prompt\": \"a\", \"grammar\": \"root ::= \\\"a\\\"\", \"response_format\": "
+        "{\"type\": \"json_object\"}}", false, "response_format");
     CHECK(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [], "
                 "\"tool_choice\": \"none\", \"response_format\": {\"type\": \"text\"}, \"n\": 1, "
                 "\"store\": false, \"metadata\": {\"a\": \"b\"}, \"grammar\": null}", true, &r, &e) == 0,

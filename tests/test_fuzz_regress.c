@@ -32,6 +32,11 @@
 #include "fuzz/fuzz_chat.c"
 #undef LLVMFuzzerInitialize
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerInitialize fz_grammar_init
+#define LLVMFuzzerTestOneInput fz_grammar_one
+#include "fuzz/fuzz_grammar.c"
+#undef LLVMFuzzerInitialize
+#undef LLVMFuzzerTestOneInput
 #define LLVMFuzzerInitialize fz_sse_init
 #define LLVMFuzzerTestOneInput fz_sse_one
 #include "fuzz/fuzz_sse.c"
@@ -52,6 +57,7 @@ static const target targets[] = {
     {"request", fz_request_init, fz_request_one},
     {"chat", fz_chat_init, fz_chat_one},
     {"sse", fz_sse_init, fz_sse_one},
+    {"grammar", fz_grammar_init, fz_grammar_one},
 };
 
 static char current[1024]; /* the input being replayed, for the crash message */

@@ -258,6 +258,7 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
     e->n_vocab = h->n_vocab;
     e->p = p;
     pthread_mutex_init(&e->mu, NULL);
+    pthread_mutex_init(&e->gmu, NULL);
     pthread_cond_init(&e->work, NULL);
     pthread_cond_init(&e->changed, NULL);
     sp_context_params cp;
@@ -313,6 +314,8 @@ void sp_engine_free(sp_engine *e) {
     if (e->kv) e->kv->ops->destroy(e->kv);
     sp_spec_parts_free(e->parts);
     step_free(&e->step);
+    gr_engine_free(e);
+    pthread_mutex_destroy(&e->gmu);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->work);
     pthread_cond_destroy(&e->changed);

@@ -27,6 +27,8 @@ void rq_free(request *r) {
     free(r->q);
     sp_suffix_seq_free(r->sfx);
     sp_sampler_free(r->dsmp);
+    sp_matcher_free(r->gm);
+    free(r->gmask);
     free(r);
 }
 
@@ -240,6 +242,7 @@ static int build_request(sp_engine *e, request *r, const sp_request_params *rp, 
         if (!r->top_ids || !r->top_lps) return SP_ERR_NOMEM;
     }
     if ((rc = take_spec(e, r, rp, err, errlen))) return rc;
+    if ((rc = gr_take(e, r, rp, err, errlen))) return rc;
     r->text_cap = 256;
     r->text = malloc(r->text_cap);
     r->hashes = malloc((size_t)e->max_blocks * sizeof(sp_block_hash));

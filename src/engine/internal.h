@@ -16,6 +16,9 @@
 #include "spec/planner.h"
 #include "spec/spec.h"
 
+/* Compiled grammars kept by their text. */
+#define SP_GCACHE 32
+
 typedef enum { RQ_WAITING, RQ_RUNNING, RQ_DONE } rq_state;
 
 /* The acceptance estimate per request: a moving average of the acceptance
@@ -102,6 +105,11 @@ struct request {
     sp_suffix_seq *sfx;        /* suffix index over prompt + committed output */
     int32_t sfx_len;           /* tokens of toks indexed in sfx */
     sp_sampler *dsmp;          /* the draft's sampler (sampling requests) */
+    /* structured output (constrain.c): NULL without a grammar */
+    sp_matcher *gm;            /* where in the grammar the output is */
+    uint32_t *gmask;           /* [(n_vocab + 31) / 32] scratch: allowed tokens */
+    int32_t n_forced;          /* of this step's proposals, the last n_forced are the
+                                  grammar's (jump-forward) */
     bool cancel_req, released;
     bool final_sent;           /* the finished event went out (callback requests) */
     sp_request_stats st;
@@ -184,6 +192,17 @@ struct sp_engine {
     char check_err[256];
     uint64_t check_failures;   /* debug_check: steps after which the checker failed */
     char first_failure[256];
+    /* structured output (constrain.c), under gmu: built at the first
+     * request with a grammar, then read-only */
+    pthread_mutex_t gmu;
+    sp_token_trie *trie;
+    float *mrows;              /* [SP_SPEC_K_MAX + 1][V] masked logits rows */
+    struct gcache_entry {
+        char *text;
+        sp_grammar *g;
+        uint64_t used;
+    } gcache[SP_GCACHE];
+    uint64_t gcache_clock;
 };
 
 static inline int32_t kv_len(const sp_engine *e, const request *r) {
@@ -209,6 +228,14 @@ void eng_step(sp_engine *e);
 /* output.c */
 void eng_emit_token(sp_engine *e, request *r, sp_token t, const float *logits);
 void eng_make_event(sp_engine *e, request *r);
+
+/* constrain.c */
+int gr_take(sp_engine *e, request *r, const sp_request_params *rp, char *err, size_t errlen);
+void gr_engine_free(sp_engine *e);
+const float *gr_mask_rows(sp_engine *e, request *r, const float *rows, int32_t *n);
+void gr_cut(sp_engine *e, request *r);
+void gr_forced(sp_engine *e, request *r, int32_t cap);
+bool gr_commit(sp_engine *e, request *r, sp_token t);
 
 /* speculate.c */
 void eng_calibrate(sp_engine *e);

@@ -106,8 +106,15 @@ static void gather(sp_engine *e, step *s, batch_base *b) {
         if (r->spec == SP_SPEC_OFF || !decoding) continue;
         int32_t cap = SP_MIN(r->spec_k, r->max_tokens - (r->n_all - r->n_prompt) - 1);
         cap = SP_MIN(cap, e->p.n_ctx - r->n_all); /* positions up to n_all - 1 + k exist */
-        if (cap <= 0 || !(r->n_draft = propose(e, r, cap))) continue;
+        if (cap <= 0) continue;
+        r->n_draft = propose(e, r, cap);
         const bool by_draft = r->spec == SP_SPEC_DRAFT && !r->propose;
+        r->n_forced = 0;
+        if (!by_draft && r->gm) {
+            gr_cut(e, r);         /* proposals the grammar refuses are never verified */
+            gr_forced(e, r, cap); /* what it forces is proposed too (jump-forward) */
+        }
+        if (!r->n_draft) continue;
         /* The draft's backlog (a prompt it never saw, steps it sat out) is
          * fed once and then never again: an investment the steps after it
          * share. Counting it all would keep a new sequence from ever
@@ -166,6 +173,7 @@ static int32_t fit(sp_engine *e, step *s, const batch_base *b) {
         } else {
             r->idle_steps = 0;
         }
+        r->n_forced = SP_MAX(0, r->n_forced - (r->n_draft - k)); /* the grammar's are last */
         r->n_draft = k;
         en->n = 1 + k;
         if (k && s->cand[c].draft) {
@@ -203,6 +211,7 @@ void spec_prepare(sp_engine *e, step *s) {
     for (int32_t i = 0; i < n_d; i++) { /* what was drafted (0 for all when a pass failed) */
         step_entry *en = &s->ent[s->dseq_entry[i]];
         en->r->n_draft = s->dseq[i].k;
+        gr_cut(e, en->r);
         en->n = 1 + en->r->n_draft;
     }
 }
@@ -211,13 +220,29 @@ void spec_prepare(sp_engine *e, step *s) {
  * what passes. */
 void spec_commit(sp_engine *e, step *s, const step_entry *en) {
     request *r = en->r;
-    const int32_t n = r->n_draft, V = e->n_vocab;
-    SP_ASSERT(en->n_rows == n + 1);
-    const float *rows = sp_get_logits(e->ctx, en->row);
-    const int32_t kv_before = kv_len(e, r) - 1 - n;
+    const int32_t V = e->n_vocab;
+    SP_ASSERT(en->n_rows == r->n_draft + 1);
+    const int32_t kv_before = kv_len(e, r) - 1 - r->n_draft;
+    int32_t n = r->n_draft;
+    /* masked to the grammar (a copy), and fewer proposals if one leads to a
+     * dead end; the rows beyond are dropped with the KV below */
+    const float *rows = gr_mask_rows(e, r, sp_get_logits(e->ctx, en->row), &n);
+    if (!rows) {
+        snprintf(r->err, sizeof(r->err), "grammar: no token of the vocabulary can continue the "
+                 "output here");
+        sp_seq_truncate(e->ctx, r->slot, kv_before + 1);
+        if (e->drafter) sp_drafter_truncate(e->drafter, r->slot, kv_before + 1);
+        r->n_draft = 0;
+        eng_finish(e, r, SP_FINISH_ERROR);
+        return;
+    }
     const int32_t m = sp_spec_verify(r->smp, r->greedy, rows, V, r->draft, r->q, n, s->commit,
                                      s->probs, s->resid);
     const int32_t acc = m - 1;
+    /* accepted proposals the grammar forced: the last n_forced of r->n_draft */
+    const int32_t forced = SP_MAX(0, acc - (r->n_draft - r->n_forced));
+    r->st.spec_grammar += forced;
+    e->st.spec_grammar += (uint64_t)forced;
     r->st.spec_steps++;
     r->st.spec_drafted += n;
     r->st.spec_accepted += acc;

@@ -115,7 +115,14 @@ static void commit_plain(sp_engine *e, const step_entry *en) {
     eng_commit_blocks(e, r);
     if (!en->n_rows) return; /* a prefill chunk short of the end */
     const int32_t at = r->n_all;
-    const float *logits = sp_get_logits(e->ctx, en->row);
+    int32_t none = 0;
+    const float *logits = gr_mask_rows(e, r, sp_get_logits(e->ctx, en->row), &none);
+    if (!logits) {
+        snprintf(r->err, sizeof(r->err), "grammar: no token of the vocabulary can continue the "
+                 "output here");
+        eng_finish(e, r, SP_FINISH_ERROR);
+        return;
+    }
     const sp_token t = sp_sampler_sample(r->smp, logits);
     sp_sampler_accept(r->smp, t);
     eng_emit_token(e, r, t, logits);

@@ -47,7 +47,7 @@ static oai_reply reply_of(const sreq *r) {
                        .toks = r->toks, .lps = r->lps, .top_ids = r->top_ids,
                        .top_lps = r->top_lps, .n_tok = r->n_tok, .n_top = r->n_top,
                        .text = r->text.p, .text_len = r->text.len, .st = &r->st,
-                       .finish = sp_finish_reason_str(r->st.finish)};
+                       .finish = sp_finish_reason_str(r->st.finish), .tool_call = r->tool_call};
 }
 
 /* ---- suspending a connection while the engine works ------------------- */
@@ -213,6 +213,19 @@ static void stream_build(sreq *r) {
     if (r->chat && !r->sent_role) {
         oai_reply_chunk(&r->out, &o, NULL, 0, 0, 0, NULL, true, NULL);
         r->sent_role = true;
+    }
+    /* a tool call is sent whole at the end, as a tool_calls delta */
+    if (r->tool_call && !r->finished) return;
+    if (r->tool_call && r->st.finish == SP_FINISH_STOP && oai_reply_tool_chunk(&r->out, &o)) {
+        r->sent_text = r->text.len;
+        r->sent_tok = r->n_tok;
+        oai_reply o2 = o;
+        o2.finish = "tool_calls";
+        oai_reply_chunk(&r->out, &o2, NULL, 0, 0, 0, o2.finish, false, NULL);
+        if (r->include_usage) oai_reply_usage_chunk(&r->out, &o);
+        sb_str(&r->out, "data: [DONE]\n\n");
+        r->sent_done = true;
+        return;
     }
     size_t nt = r->text.len - r->sent_text;
     int32_t ntok = r->n_tok - r->sent_tok;
@@ -398,6 +411,7 @@ static int gen_build(sp_server *s, const oai_req *q, const char *tenant, gen_pla
     rp->spec = q->spec;
     rp->spec_k = q->spec_k;
     rp->ignore_eos = q->ignore_eos;
+    rp->grammar = q->grammar;
     return 0;
 }
 
@@ -426,6 +440,7 @@ static sreq *gen_submit(sp_server *s, struct MHD_Connection *c, conn *cx, const 
     r->chat = q->chat;
     r->stream = q->stream;
     r->include_usage = q->include_usage;
+    r->tool_call = q->tool_call;
     r->logprobs = q->logprobs;
     r->t_arrive = t_arrive;
     snprintf(r->tenant, sizeof(r->tenant), "%.12s", cx->tenant ? cx->tenant : "-");
@@ -449,6 +464,8 @@ static sreq *gen_submit(sp_server *s, struct MHD_Connection *c, conn *cx, const 
         r->finished = true;
         pthread_mutex_unlock(&r->mu);
         oai_submit_error(e, (int)id, err);
+        if (q->grammar && id == SP_ERR_INVALID && strstr(err, "grammar"))
+            e->param = q->grammar_param; /* static strings: outlive the request */
         return NULL;
     }
     pthread_mutex_lock(&r->mu);

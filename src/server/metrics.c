@@ -162,6 +162,8 @@ void metrics_render(metrics *m, sp_engine *e, int64_t active, sbuf *o) {
     counter(o, "specula_spec_drafts_total", "speculative verification steps", s.spec_steps);
     counter(o, "specula_spec_draft_tokens_total", "tokens proposed and verified", s.spec_drafted);
     counter(o, "specula_spec_accepted_tokens_total", "proposed tokens accepted", s.spec_accepted);
+    counter(o, "specula_spec_grammar_tokens_total",
+            "accepted tokens the grammar forced and proposed (jump-forward)", s.spec_grammar);
     head(o, "specula_spec_accepted_per_position_total", "counter",
          "verification steps that accepted the proposed token at this position");
     for (int i = 0; i < SP_SPEC_K_MAX; i++)

@@ -112,6 +112,7 @@ void oai_req_free(oai_req *r) {
     for (int i = 0; r->msg_text && i < r->n_msgs; i++) free(r->msg_text[i]);
     free(r->msg_text);
     free(r->msgs);
+    free(r->grammar);
     memset(r, 0, sizeof(*r));
 }
 
@@ -133,9 +134,20 @@ static int parse_messages(const cJSON *v, oai_req *r, oai_error *e) {
             return BAD("messages", "messages[%d].role must be a string", i);
         const char *rs = role->valuestring;
         if (strcmp(rs, "system") && strcmp(rs, "developer") && strcmp(rs, "user") &&
-            strcmp(rs, "assistant"))
+            strcmp(rs, "assistant") && strcmp(rs, "tool"))
             return BAD("messages", "messages[%d].role '%.64s' is not supported (system, developer, "
-                       "user, assistant)", i, rs);
+                       "user, assistant, tool)", i, rs);
+        const bool tool_role = !strcmp(rs, "tool");
+        if (tool_role || (!strcmp(rs, "assistant") &&
+                          cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "tool_calls")) > 0)) {
+            /* the templates have no tool roles: a tool's answer is a user turn */
+            r->msgs[i].role = tool_role ? "user" : "assistant";
+            if (!(r->msg_text[i] = oai_tool_msg_text(m, tool_role)))
+                return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+            r->msgs[i].content = r->msg_text[i];
+            i++;
+            continue;
+        }
         r->msgs[i].role = rs;
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
         sbuf b = {0};
@@ -397,18 +409,146 @@ static int only_empty(const cJSON *v, pctx *c, oai_error *e) {
     return UNSUPPORTED(NULL, "'%s' is not supported", v->string);
 }
 
+static int f_tools(const cJSON *v, pctx *c, oai_error *e) {
+    if (oai_tools_check(v, e)) return -1;
+    c->r->tools = cJSON_GetArraySize(v) ? v : NULL;
+    return 0;
+}
+
+static int f_tool_choice(const cJSON *v, pctx *c, oai_error *e) {
+    if (cJSON_IsString(v)) {
+        if (strcmp(v->valuestring, "none") && strcmp(v->valuestring, "auto") &&
+            strcmp(v->valuestring, "required"))
+            return BAD("tool_choice", "'tool_choice' must be none, auto, required or "
+                       "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    } else {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(v, "function");
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(f, "name");
+        if (!cJSON_IsObject(v) || !cJSON_IsString(n))
+            return BAD("tool_choice", "'tool_choice' must be none, auto, required or "
+                       "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    c->r->tool_choice = v;
+    return 0;
+}
+
+/* After the fields: the tools' system message, and the grammar of a call
+ * when one is required or named. */
+static int apply_tools(oai_req *r, oai_error *e) {
+    const cJSON *tc = r->tool_choice;
+    const bool str = cJSON_IsString(tc);
+    const char *named = tc && !str ? cJSON_GetObjectItemCaseSensitive(
+                                         cJSON_GetObjectItemCaseSensitive(tc, "function"), "name")->valuestring
+                                   : NULL;
+    const bool required = named || (str && !strcmp(tc->valuestring, "required"));
+    if (!r->tools) {
+        if (required) return BAD("tool_choice", "'tool_choice' %s needs 'tools'", named ? "names a function and" : "required");
+        return 0;
+    }
+    if (str && !strcmp(tc->valuestring, "none")) return 0; /* no tools offered */
+    const bool sys0 = r->n_msgs && (!strcmp(r->msgs[0].role, "system") || !strcmp(r->msgs[0].role, "developer"));
+    char *text = oai_tools_system_text(r->tools, sys0 ? r->msgs[0].content : NULL);
+    if (!text) return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+    if (!sys0) { /* a system message of its own, first */
+        chat_msg *m = realloc(r->msgs, (size_t)(r->n_msgs + 1) * sizeof(chat_msg));
+        if (m) r->msgs = m;
+        char **t = m ? realloc(r->msg_text, (size_t)(r->n_msgs + 1) * sizeof(char *)) : NULL;
+        if (t) r->msg_text = t;
+        if (!m || !t) {
+            free(text);
+            return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+        }
+        memmove(r->msgs + 1, r->msgs, (size_t)r->n_msgs * sizeof(chat_msg));
+        memmove(r->msg_text + 1, r->msg_text, (size_t)r->n_msgs * sizeof(char *));
+        r->n_msgs++;
+        r->msg_text[0] = NULL;
+        r->msgs[0].role = "system";
+    }
+    free(r->msg_text[0]);
+    r->msg_text[0] = text;
+    r->msgs[0].content = text;
+    if (!required) return 0;
+    if (r->grammar)
+        return BAD("tool_choice", "a required tool call cannot be combined with 'grammar' or a "
+                   "constraining 'response_format'");
+    char *g;
+    if (oai_tools_grammar(r->tools, named, &g, e)) return -1;
+    r->grammar = g;
+    r->grammar_param = "tools";
+    r->tool_call = true;
+    return 0;
+}
+
 static int only_none_auto(const cJSON *v, pctx *c, oai_error *e) {
     if (cJSON_IsString(v) && (!strcmp(v->valuestring, "none") || !strcmp(v->valuestring, "auto")))
         return 0;
     return UNSUPPORTED(NULL, "'%s' is not supported (no tools or functions are)", v->string);
 }
 
-static int only_text_format(const cJSON *v, pctx *c, oai_error *e) {
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type");
-    if (cJSON_GetArraySize(v) == 1 && cJSON_IsString(t) && !strcmp(t->valuestring, "text"))
-        return 0;
-    return UNSUPPORTED(NULL, "'response_format' other than {\"type\": \"text\"} is not "
-                       "supported");
+/* Structured output: the grammar the output must match. */
+static int set_grammar(pctx *c, char *g, const char *param, oai_error *e) {
+    if (!g) return oai_status_error(e, SP_ERR_NOMEM, param, "out of memory");
+    if (c->r->grammar) {
+        free(g);
+        return BAD(param, "give either 'grammar' or a 'response_format' that constrains the "
+                   "output, not both");
+    }
+    c->r->grammar = g;
+    c->r->grammar_param = param;
+    return 0;
+}
+
+static int f_grammar(const cJSON *v, pctx *c, oai_error *e) {
+    if (!v->valuestring[0]) return 0;
+    if (strlen(v->valuestring) > OAI_MAX_GRAMMAR)
+        return BAD("grammar", "'grammar' is longer than %d bytes", OAI_MAX_GRAMMAR);
+    return set_grammar(c, strdup(v->valuestring), "grammar", e);
+}
+
+/* {"type": "text"}, {"type": "json_object"}, or {"type": "json_schema",
+ * "json_schema": {"name", "schema", "strict", "description"}} */
+static int f_response_format(const cJSON *v, pctx *c, oai_error *e) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type"), *x;
+    if (!cJSON_IsString(t))
+        return BAD("response_format", "'response_format.type' must be text, json_object or "
+                   "json_schema");
+    const char *ty = t->valuestring;
+    cJSON_ArrayForEach(x, v) if (strcmp(x->string, "type") &&
+                                 (strcmp(x->string, "json_schema") || strcmp(ty, "json_schema")))
+        return oai_seterr(e, 400, "invalid_request_error", "response_format", "unknown_parameter",
+                          "unknown field 'response_format.%.64s'", x->string);
+    if (!strcmp(ty, "text")) return 0;
+    if (!strcmp(ty, "json_object"))
+        return set_grammar(c, strdup(sp_json_object_gbnf()), "response_format", e);
+    if (strcmp(ty, "json_schema"))
+        return BAD("response_format", "'response_format.type' must be text, json_object or "
+                   "json_schema (got '%.40s')", ty);
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(v, "json_schema");
+    if (!cJSON_IsObject(js))
+        return BAD("response_format", "'response_format.json_schema' must be an object");
+    const cJSON *schema = NULL;
+    cJSON_ArrayForEach(x, js) {
+        if (!strcmp(x->string, "schema")) schema = x;
+        else if (!strcmp(x->string, "name") ? !cJSON_IsString(x)
+                 : !strcmp(x->string, "strict") ? !cJSON_IsBool(x) && !cJSON_IsNull(x)
+                 : !strcmp(x->string, "description") ? !cJSON_IsString(x)
+                 : true)
+            return BAD("response_format", "'response_format.json_schema.%.64s' is not a field "
+                       "(name, schema, strict, description) or has the wrong type", x->string);
+    }
+    if (!schema || !(cJSON_IsObject(schema) || cJSON_IsTrue(schema)))
+        return BAD("response_format", "'response_format.json_schema.schema' must be a JSON "
+                   "Schema object");
+    char *text = cJSON_PrintUnformatted(schema);
+    if (!text) return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+    char err[300];
+    char *g = sp_json_schema_to_gbnf(text, 0, err, sizeof(err));
+    free(text);
+    if (!g)
+        return oai_seterr(e, 400, "invalid_request_error", "response_format",
+                          strstr(err, "unsupported") ? "unsupported_parameter" : "invalid_value",
+                          "response_format.json_schema.schema: %s", err);
+    return set_grammar(c, g, "response_format", e);
 }
 
 static int only_text_modality(const cJSON *v, pctx *c, oai_error *e) {
@@ -465,7 +605,7 @@ static const field fields[] = {
     {"service_tier", K_STRING, 0, 0, false, NA, NO_EFFECT, NULL, "string",
      ""},
     {"parallel_tool_calls", K_BOOL, 0, 0, false, NA, NO_EFFECT, NULL, "boolean",
-     "no tools are accepted"},
+     "one call per answer"},
     {"prompt_cache_key", K_STRING, 0, 0, false, NA, NO_EFFECT, NULL, "string",
      "the prefix cache needs no key (see cache_salt)"},
     {"safety_identifier", K_STRING, 0, 0, false, NA, NO_EFFECT, NULL, "string",
@@ -480,12 +620,14 @@ static const field fields[] = {
      "false only"},
     {"suffix", K_STRING, 0, 0, false, REFUSED, NA, only_empty, "string",
      "\"\" only"},
-    {"response_format", K_OBJECT, 0, 0, false, NA, REFUSED, only_text_format, "object",
-     "{\"type\": \"text\"} only (structured output: a later issue)"},
-    {"tools", K_ARRAY, 0, 0, false, NA, REFUSED, only_empty, "array",
-     "[] only"},
-    {"tool_choice", K_ANY, 0, 0, false, NA, REFUSED, only_none_auto, "string or object",
-     "\"none\" or \"auto\" only"},
+    {"response_format", K_OBJECT, 0, 0, false, HONORED, HONORED, f_response_format, "object",
+     "text, json_object, json_schema (a JSON Schema subset: see Structured output); an "
+     "unsupported keyword is a 400 naming it"},
+    {"tools", K_ARRAY, 0, 0, false, NA, HONORED, f_tools, "array",
+     "function tools, listed to the model in a system message; see Structured output"},
+    {"tool_choice", K_ANY, 0, 0, false, NA, HONORED, f_tool_choice, "string or object",
+     "none, auto (free text), required or a named function: the output is a call matching the "
+     "parameters schema, returned as tool_calls"},
     {"functions", K_ARRAY, 0, 0, false, NA, REFUSED, only_empty, "array",
      "[] only"},
     {"function_call", K_ANY, 0, 0, false, NA, REFUSED, only_none_auto, "string or object",
@@ -500,8 +642,9 @@ static const field fields[] = {
      ""},
     {"web_search_options", K_OBJECT, 0, 0, false, NA, REFUSED, NULL, "object",
      ""},
-    {"grammar", K_STRING, 0, 0, false, REFUSED, REFUSED, NULL, "string",
-     "extension (llama-server); structured output: a later issue"},
+    {"grammar", K_STRING, 0, 0, false, HONORED, HONORED, f_grammar, "string",
+     "extension (llama-server): GBNF the output must match; not with a constraining "
+     "response_format"},
     {"top_k", K_INTEGER, -1, 1e9, false, HONORED, HONORED, f_top_k, "integer",
      "extension; 0 or -1: off (default)"},
     {"min_p", K_NUMBER, 0, 1, false, HONORED, HONORED, f_min_p, "number",
@@ -601,6 +744,7 @@ int oai_parse(const char *body, size_t len, bool chat, int32_t n_vocab, oai_req 
     if (chat && c.chat_lp) r->logprobs = c.top_lp >= 0 ? c.top_lp : 0;
     if (c.stream_options && !r->stream)
         return BAD("stream_options", "'stream_options' needs 'stream': true");
+    if (chat && apply_tools(r, e)) return -1;
     return 0;
 }
 

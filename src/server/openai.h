@@ -24,6 +24,8 @@ typedef struct {
     char param_buf[64];   /* a field name from the request (unknown fields) */
 } oai_error;
 
+#define OAI_MAX_GRAMMAR (1 << 20)
+
 typedef struct {
     cJSON *doc;           /* the parsed body (the strings below point into it) */
     bool chat, stream, include_usage;
@@ -46,6 +48,12 @@ typedef struct {
     int32_t n_bias;
     sp_spec_mode spec;
     int spec_k;
+    char *grammar;        /* GBNF the output must match (owned): the grammar field, or
+                             response_format's json_object / json_schema compiled; NULL */
+    const char *grammar_param; /* which field gave it ("grammar", "response_format") */
+    const cJSON *tools;   /* chat "tools" (in doc), NULL when absent or [] */
+    const cJSON *tool_choice; /* chat "tool_choice" (in doc) or NULL */
+    bool tool_call;       /* the output is constrained to a tool call (required / named) */
 } oai_req;
 
 /* One JSON value and nothing after it but white space (cJSON alone would
@@ -60,6 +68,19 @@ void oai_fields_markdown(sbuf *out);
  * string: cJSON would cut the string there. 0 when it holds none. */
 int oai_refuse_nul(const char *body, size_t len, oai_error *e);
 void oai_req_free(oai_req *r);
+
+/* openai_tools.c: function tools (chat). */
+int oai_tools_check(const cJSON *tools, oai_error *e);
+/* The GBNF of a call to one of tools (only: that one), malloc'd in *gbnf;
+ * 0, or -1 + e (400 naming tools or tool_choice). */
+int oai_tools_grammar(const cJSON *tools, const char *only, char **gbnf, oai_error *e);
+/* The system message text that lists the tools (after system, if any); malloc'd. */
+char *oai_tools_system_text(const cJSON *tools, const char *system);
+/* A "tool" message (tool_role) or an assistant's tool_calls as text; malloc'd. */
+char *oai_tool_msg_text(const cJSON *m, bool tool_role);
+/* A generated call {"name", "arguments"}: its name and the arguments' JSON
+ * (malloc'd); false when the text is not one. */
+bool oai_tool_call_parse(const char *text, size_t len, char *name, size_t name_cap, char **args);
 /* The engine's prompt tokens for a parsed request q: for chat, the
  * conversation rendered by template t, special tokens read only in the
  * template's markup (message content is plain text: it cannot forge a
@@ -130,6 +151,7 @@ typedef struct {
     size_t text_len;
     const sp_request_stats *st;
     const char *finish;          /* sp_finish_reason_str(st->finish) */
+    bool tool_call;              /* the text is a tool call (tool_choice required / named) */
 } oai_reply;
 
 /* --stamp-chunks: the timing a text chunk carries (see server.h). */
@@ -148,6 +170,9 @@ void oai_reply_chunk(sbuf *b, const oai_reply *o, const char *text, size_t len, 
                      int32_t to, const char *finish, bool role, const oai_stamp *stamp);
 /* The stream's usage event (stream_options.include_usage). */
 void oai_reply_usage_chunk(sbuf *b, const oai_reply *o);
+/* A stream's chunk of a finished tool call (delta.tool_calls); false (nothing
+ * written) when o's text is not a complete call. */
+bool oai_reply_tool_chunk(sbuf *b, const oai_reply *o);
 /* An error as an SSE event (a stream that fails after its 200). */
 void oai_reply_error_event(sbuf *b, const oai_error *e);
 

@@ -3,6 +3,7 @@
  * the one table from sp_status to an HTTP status and OpenAI error type. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "server/openai.h"
@@ -191,11 +192,13 @@ static void json_usage(sbuf *b, const sp_request_stats *st) {
 static void json_ext(sbuf *b, const sp_request_stats *st) {
     sb_printf(b, "{\"queue_ms\": %.3f, \"prefill_ms\": %.3f, \"ttft_ms\": %.3f, \"decode_ms\": %.3f, "
                  "\"tpot_ms\": %.3f, \"preemptions\": %d, \"spec\": {\"steps\": %d, \"drafted\": %d, "
-                 "\"accepted\": %d, \"acceptance_rate\": %.6g, \"mean_acceptance_length\": %.6g}}",
+                 "\"accepted\": %d, \"acceptance_rate\": %.6g, \"mean_acceptance_length\": %.6g, "
+                 "\"grammar_forced\": %d}}",
               st->queue_ms, st->prefill_ms, st->ttft_ms, st->decode_ms, st->tpot_ms,
               st->preemptions, st->spec_steps, st->spec_drafted, st->spec_accepted,
               st->spec_drafted ? (double)st->spec_accepted / st->spec_drafted : 0.0,
-              st->spec_steps ? (double)(st->spec_accepted + st->spec_steps) / st->spec_steps : 0.0);
+              st->spec_steps ? (double)(st->spec_accepted + st->spec_steps) / st->spec_steps : 0.0,
+              st->spec_grammar);
 }
 
 static void json_head(sbuf *b, const oai_reply *o, const char *object) {
@@ -207,10 +210,50 @@ static void json_head(sbuf *b, const oai_reply *o, const char *object) {
 
 /* ---- responses ---- */
 
+/* {"id": ..., "type": "function", "function": {"name", "arguments"}} of o's
+ * call (index: in a stream's delta); false when the text is not a call. */
+static bool json_tool_call(sbuf *b, const oai_reply *o, bool index) {
+    char name[80], *args = NULL;
+    if (!o->tool_call || o->st->finish != SP_FINISH_STOP ||
+        !oai_tool_call_parse(o->text ? o->text : "", o->text_len, name, sizeof(name), &args))
+        return false;
+    sb_str(b, index ? "[{\"index\": 0, \"id\": \"call_" : "[{\"id\": \"call_");
+    sb_str(b, o->id + (strncmp(o->id, "chatcmpl-", 9) ? 0 : 9));
+    sb_str(b, "\", \"type\": \"function\", \"function\": {\"name\": ");
+    sb_json_str(b, name, strlen(name));
+    sb_str(b, ", \"arguments\": ");
+    sb_json_str(b, args, strlen(args));
+    sb_str(b, "}}]");
+    free(args);
+    return true;
+}
+
+bool oai_reply_tool_chunk(sbuf *b, const oai_reply *o) {
+    sbuf calls = {0};
+    if (!json_tool_call(&calls, o, true)) {
+        sb_free(&calls);
+        return false;
+    }
+    sb_str(b, "data: ");
+    json_head(b, o, "chat.completion.chunk");
+    sb_str(b, ", \"choices\": [{\"index\": 0, \"delta\": {\"tool_calls\": ");
+    sb_add(b, calls.p, calls.len);
+    sb_str(b, "}, \"logprobs\": null, \"finish_reason\": null}]}\n\n");
+    sb_free(&calls);
+    return true;
+}
+
 void oai_reply_full(sbuf *b, const oai_reply *o) {
     json_head(b, o, o->chat ? "chat.completion" : "text_completion");
     sb_str(b, ", \"choices\": [{\"index\": 0, ");
-    if (o->chat) {
+    sbuf calls = {0};
+    const char *finish = o->finish;
+    if (o->chat && json_tool_call(&calls, o, false)) {
+        sb_str(b, "\"message\": {\"role\": \"assistant\", \"content\": null, \"tool_calls\": ");
+        sb_add(b, calls.p, calls.len);
+        sb_str(b, "}");
+        finish = "tool_calls";
+    } else if (o->chat) {
         sb_str(b, "\"message\": {\"role\": \"assistant\", \"content\": ");
         sb_json_str(b, o->text ? o->text : "", o->text_len);
         sb_str(b, "}");
@@ -221,7 +264,8 @@ void oai_reply_full(sbuf *b, const oai_reply *o) {
     sb_str(b, ", \"logprobs\": ");
     size_t off = 0;
     json_logprobs(b, o, 0, o->n_tok, &off);
-    sb_printf(b, ", \"finish_reason\": \"%s\"}], \"usage\": ", o->finish);
+    sb_free(&calls);
+    sb_printf(b, ", \"finish_reason\": \"%s\"}], \"usage\": ", finish);
     json_usage(b, o->st);
     sb_str(b, ", \"specula\": ");
     json_ext(b, o->st);

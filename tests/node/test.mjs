@@ -125,6 +125,53 @@ await check('errors: unknown model 404, n=2 400', async () => {
   }
 });
 
+// structured output (issue 21): what the client sends for JSON Schema and tools, unchanged
+const pickSchema = { type: 'object', properties: { color: { enum: ['red', 'blue'] }, n: { type: 'integer', minimum: 0, maximum: 9 } },
+                     required: ['color', 'n'], additionalProperties: false };
+await check('structured output: response_format json_schema (strict) gives a valid document', async () => {
+  const r = await client.chat.completions.create({
+    model, max_tokens: 40, temperature: 0, messages: [{ role: 'user', content: 'Pick a color.' }],
+    response_format: { type: 'json_schema', json_schema: { name: 'pick', strict: true, schema: pickSchema } },
+  });
+  const c = r.choices[0];
+  if (c.finish_reason !== 'stop') return `finish_reason ${c.finish_reason}`;
+  const v = JSON.parse(c.message.content);
+  if (!['red', 'blue'].includes(v.color) || !(v.n >= 0 && v.n <= 9) || Object.keys(v).length !== 2)
+    return `invalid ${c.message.content}`;
+});
+
+const tools = [{ type: 'function', function: { name: 'pick', description: 'pick a color', parameters: pickSchema } }];
+await check('tools: a named tool_choice gives tool_calls with valid arguments', async () => {
+  const r = await client.chat.completions.create({
+    model, max_tokens: 100, temperature: 0, messages: [{ role: 'user', content: 'Pick a color.' }],
+    tools, tool_choice: { type: 'function', function: { name: 'pick' } },
+  });
+  const c = r.choices[0];
+  const call = c.message.tool_calls && c.message.tool_calls[0];
+  if (c.finish_reason !== 'tool_calls' || !call || call.type !== 'function' || call.function.name !== 'pick')
+    return `bad ${JSON.stringify(c)}`;
+  const v = JSON.parse(call.function.arguments);
+  if (!['red', 'blue'].includes(v.color)) return `arguments ${call.function.arguments}`;
+});
+
+await check('tools: streamed, the tool_calls delta and finish_reason tool_calls', async () => {
+  const stream = await client.chat.completions.create({
+    model, max_tokens: 100, temperature: 0, stream: true, messages: [{ role: 'user', content: 'Pick a color.' }],
+    tools, tool_choice: 'required',
+  });
+  let args = '', name = '', finish = null;
+  for await (const ch of stream)
+    for (const c of ch.choices) {
+      for (const t of (c.delta.tool_calls || [])) {
+        if (t.function && t.function.name) name += t.function.name;
+        if (t.function && t.function.arguments) args += t.function.arguments;
+      }
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  if (finish !== 'tool_calls' || name !== 'pick') return `finish ${finish}, name ${name}`;
+  JSON.parse(args);
+});
+
 await check('abort mid-stream cancels the request and returns its blocks', async () => {
   const before = await metrics();
   const ac = new AbortController();

@@ -1,0 +1,94 @@
+/* grammar.h: the compiled form of a grammar, shared by the GBNF compiler
+ * (gbnf.c), the matcher (match.c) and the token trie (trie.c).
+ *
+ * A compiled grammar is a byte-level pushdown automaton in llama.cpp's
+ * layout: one flat array of elements, where each rule's alternatives are
+ * runs of elements, each run ended by an E_END. An element is a set of
+ * bytes (E_BYTES: one of the 256-bit sets in `sets`), or a reference to a
+ * rule (E_REF). Character classes over code points were turned into UTF-8
+ * byte sequences when compiling, so matching never decodes UTF-8.
+ *
+ * A matcher's state is a set of stacks. A stack is a chain of positions
+ * (element indices): the top is an E_BYTES element, the next byte must be
+ * in its set; below it the positions to go on from when the rule it is in
+ * ends. The empty stack means the grammar has ended. */
+#ifndef SP_GRAMMAR_INTERNAL_H
+#define SP_GRAMMAR_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "specula.h"
+
+enum { E_END = 0, E_BYTES = 1, E_REF = 2 };
+
+typedef struct {
+    uint32_t type : 2;
+    uint32_t arg : 30; /* E_BYTES: set index; E_REF: rule index */
+} gr_elem;
+
+typedef struct {
+    uint32_t w[8];
+} gr_set;
+
+static inline bool gr_set_has(const gr_set *s, unsigned b) { return s->w[b >> 5] >> (b & 31) & 1; }
+static inline void gr_set_add(gr_set *s, unsigned b) { s->w[b >> 5] |= 1u << (b & 31); }
+
+/* Limits (compile refuses beyond them; they bound the work of a step). */
+#define GR_MAX_ELEMS (1 << 20)
+#define GR_MAX_RULES (1 << 16)
+#define GR_MAX_REPEAT 1000
+
+struct sp_grammar {
+    int refs;              /* atomic reference count */
+    gr_elem *el;           /* [n_el] */
+    int32_t n_el;
+    int32_t *alt;          /* [alt_off[n_rules]] start element of each alternative */
+    int32_t *alt_off;      /* [n_rules + 1] rule r's alternatives: alt[alt_off[r] .. alt_off[r+1]) */
+    int32_t n_rules;
+    gr_set *sets;          /* [n_sets] */
+    int32_t n_sets;
+    int32_t root;
+    /* masks by state content shared by the grammar's matchers (match.c),
+     * made at the first mask */
+    struct gr_shared *shared;
+    pthread_mutex_t shared_mu;
+};
+
+/* Address space for a grammar's shared masks (8192 masks of a 32K vocabulary;
+ * pages are touched only as masks are added). */
+#define GR_SHARED_BYTES ((size_t)32 << 20)
+
+void gr_retain(const sp_grammar *g);
+/* The shared mask of a state's content key into bits (its count), or -1. */
+int32_t gr_shared_get(const sp_grammar *g, const uint64_t key[2], uint32_t *bits, int32_t words);
+void gr_shared_put(const sp_grammar *g, const uint64_t key[2], const uint32_t *bits, int32_t words,
+                   int32_t count);
+void gr_shared_free(struct gr_shared *s);
+
+/* The trie of token byte strings (trie.c). Node 0 is the root (empty
+ * prefix); a node's children are contiguous, sorted by byte. */
+typedef struct {
+    uint32_t child;        /* first child */
+    uint32_t tok;          /* first of its tokens in toks[] */
+    uint16_t n_child;
+    uint16_t n_tok;        /* tokens whose bytes end here */
+    uint8_t byte;          /* the byte that leads here from the parent */
+} gr_tnode;
+
+struct sp_token_trie {
+    gr_tnode *node;
+    int32_t n_node;
+    sp_token *toks;
+    int32_t n_vocab;
+    int32_t max_depth;     /* longest token, bytes */
+    sp_token *eog;         /* end-of-generation tokens */
+    int32_t n_eog;
+    const sp_vocab *v;
+    /* each token's bytes, for sp_matcher_accept_token */
+    uint32_t *piece_off;   /* [n_vocab + 1] into piece */
+    char *piece;
+};
+
+#endif

@@ -1,0 +1,666 @@
+/* match.c: the grammar's pushdown automaton run over bytes, and token
+ * masks.
+ *
+ * Stacks are interned: a node is (position, parent node), found again
+ * through a hash table, so two equal stacks are one node id and a state
+ * (a set of stacks) is a sorted array of ids, cheap to compare and hash.
+ * Id -1 is the empty stack: the grammar has ended. A step over a byte
+ * keeps the stacks whose top set holds it and expands each to its next
+ * byte positions (expand: rule references push a continuation, except in
+ * tail position; rule ends pop).
+ *
+ * A mask walks the token trie depth first: at each trie node the state is
+ * advanced by the child's byte (only children some stack's top set
+ * allows), a subtree is cut as soon as the state is empty, and every
+ * token ending at a node reached is allowed. Masks are cached by state
+ * (MASK_CACHE entries, round robin): inside a JSON string or between the
+ * items of an array the state repeats, and its mask is a lookup.
+ *
+ * The walk runs on interned states (set ids) with every (state, byte)
+ * transition memoized, so inside a string, where almost every byte leads
+ * back to the same state, each trie node costs one lookup.
+ *
+ * Working memory (node pool, hash, the scratch of states) grows with the
+ * distinct states met and is kept; a step allocates only when it meets
+ * more than ever before. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "grammar/grammar.h"
+
+#define MASK_CACHE 32
+#define MAX_STACKS 8192          /* stacks in one state */
+#define MAX_EXPAND 200000        /* expansions in one step */
+#define MAX_NODES (1 << 24)
+
+typedef struct {
+    uint32_t pos;
+    int32_t parent;
+    uint64_t h;                  /* hash of the stack's content (positions to the bottom) */
+} gnode;
+
+typedef struct {
+    int32_t *v;
+    int32_t n, cap;
+} ivec;
+
+typedef struct {
+    uint64_t h;
+    ivec set;
+    uint32_t *bits;
+    int32_t count;
+    bool used;
+} centry;
+
+struct sp_matcher {
+    const sp_grammar *g;
+    const sp_token_trie *t;
+    gnode *node;
+    int32_t n_node, cap_node;
+    int32_t *ht;                 /* [ht_cap] node ids, -1 empty */
+    uint32_t ht_cap;
+    ivec cur;                    /* the state */
+    ivec ahead[SP_SPEC_K_MAX + 1]; /* lookahead states ([0] unused: cur) */
+    int32_t n_ahead;
+    ivec sc;                     /* scratch: states as a stack of regions */
+    int64_t n_expand;
+    bool overflow;               /* a limit was hit: the state is cut, masks may be too */
+    centry cache[MASK_CACHE];
+    int32_t cache_next;
+    int32_t words;               /* (n_vocab + 31) / 32 */
+    /* the mask walk's memo: states interned as set ids, and the state
+     * after each (set, byte) met; the top-byte union of each set */
+    ivec spool;                  /* the sets' stacks, concatenated */
+    struct sinfo {
+        int32_t off, n;
+        uint64_t h;
+        gr_set u;                /* bytes some stack's top takes */
+        int32_t row;             /* its transitions in trow, -1 none yet */
+    } *sets;
+    int32_t n_sets, cap_sets;
+    int32_t *sht;                /* [sht_cap] set ids by hash, -1 empty */
+    uint32_t sht_cap;
+    ivec trow;                   /* rows of 256 transitions (sinfo.row) */
+    bool jump;                   /* jump-forward: forced bytes allow one token */
+};
+
+static bool ivec_reserve(ivec *v, int32_t n) {
+    if (n <= v->cap) return true;
+    int32_t cap = v->cap ? v->cap : 64;
+    while (cap < n) cap *= 2;
+    int32_t *p = realloc(v->v, (size_t)cap * sizeof(int32_t));
+    if (!p) return false;
+    v->v = p, v->cap = cap;
+    return true;
+}
+
+static bool ivec_push(ivec *v, int32_t x) {
+    if (v->n == v->cap && !ivec_reserve(v, v->n + 1)) return false;
+    v->v[v->n++] = x;
+    return true;
+}
+
+static bool ivec_copy(ivec *d, const int32_t *s, int32_t n) {
+    if (!ivec_reserve(d, n)) return false;
+    memcpy(d->v, s, (size_t)n * sizeof(int32_t));
+    d->n = n;
+    return true;
+}
+
+static uint32_t hash2(uint32_t pos, int32_t parent) {
+    uint64_t x = (uint64_t)pos * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uint32_t)parent * 0xC2B2AE3D27D4EB4Full;
+    return (uint32_t)(x ^ x >> 29);
+}
+
+static bool ht_grow(sp_matcher *m) {
+    uint32_t cap = m->ht_cap ? m->ht_cap * 2 : 4096;
+    int32_t *ht = malloc((size_t)cap * sizeof(int32_t));
+    if (!ht) return false;
+    memset(ht, 0xFF, (size_t)cap * sizeof(int32_t));
+    for (int32_t i = 0; i < m->n_node; i++) {
+        uint32_t h = hash2(m->node[i].pos, m->node[i].parent) & (cap - 1);
+        while (ht[h] >= 0) h = (h + 1) & (cap - 1);
+        ht[h] = i;
+    }
+    free(m->ht);
+    m->ht = ht, m->ht_cap = cap;
+    return true;
+}
+
+/* The node (pos, parent), made if new; -2 when out of memory or nodes. */
+static int32_t intern(sp_matcher *m, uint32_t pos, int32_t parent) {
+    if ((uint32_t)m->n_node * 2 >= m->ht_cap && !ht_grow(m)) return -2;
+    uint32_t h = hash2(pos, parent) & (m->ht_cap - 1);
+    for (;; h = (h + 1) & (m->ht_cap - 1)) {
+        int32_t id = m->ht[h];
+        if (id < 0) break;
+        if (m->node[id].pos == pos && m->node[id].parent == parent) return id;
+    }
+    if (m->n_node >= MAX_NODES) return -2;
+    if (m->n_node == m->cap_node) {
+        int32_t cap = m->cap_node ? m->cap_node * 2 : 1024;
+        gnode *n = realloc(m->node, (size_t)cap * sizeof(gnode));
+        if (!n) return -2;
+        m->node = n, m->cap_node = cap;
+    }
+    uint64_t nh = (parent < 0 ? 0x51ED27A1u : m->node[parent].h) * 0x9E3779B97F4A7C15ull + pos + 1;
+    m->node[m->n_node] = (gnode){pos, parent, nh ^ nh >> 31};
+    m->ht[h] = m->n_node;
+    return m->n_node++;
+}
+
+/* Appends to sc every stack that (pos, parent) expands to. */
+static void expand(sp_matcher *m, uint32_t pos, int32_t parent) {
+    if (++m->n_expand > MAX_EXPAND) {
+        m->overflow = true;
+        return;
+    }
+    const sp_grammar *g = m->g;
+    for (;;) {
+        gr_elem x = g->el[pos];
+        if (x.type == E_END) {
+            if (parent < 0) {
+                if (!ivec_push(&m->sc, -1)) m->overflow = true;
+                return;
+            }
+            pos = m->node[parent].pos;
+            parent = m->node[parent].parent;
+            continue;
+        }
+        if (x.type == E_BYTES) {
+            int32_t id = intern(m, pos, parent);
+            if (id < 0 || !ivec_push(&m->sc, id)) m->overflow = true;
+            return;
+        }
+        int32_t cont = parent;
+        if (g->el[pos + 1].type != E_END) {
+            cont = intern(m, pos + 1, parent);
+            if (cont < 0) {
+                m->overflow = true;
+                return;
+            }
+        }
+        for (int32_t a = g->alt_off[x.arg]; a < g->alt_off[x.arg + 1]; a++)
+            expand(m, (uint32_t)g->alt[a], cont);
+        return;
+    }
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorts and dedups sc[from..), keeping at most MAX_STACKS; its count. */
+static int32_t finish_set(sp_matcher *m, int32_t from) {
+    int32_t *v = m->sc.v + from, n = m->sc.n - from;
+    if (n > 1) {
+        bool sorted = true;
+        for (int32_t i = 1; i < n && sorted; i++) sorted = v[i - 1] < v[i];
+        if (!sorted) {
+            qsort(v, (size_t)n, sizeof(int32_t), cmp_i32);
+            int32_t k = 1;
+            for (int32_t i = 1; i < n; i++)
+                if (v[i] != v[k - 1]) v[k++] = v[i];
+            n = k;
+        }
+    }
+    if (n > MAX_STACKS) {
+        n = MAX_STACKS;
+        m->overflow = true;
+    }
+    m->sc.n = from + n;
+    return n;
+}
+
+/* The state after byte b from the state sc[in, in + n_in), appended to sc;
+ * its count. */
+static int32_t advance(sp_matcher *m, int32_t in, int32_t n_in, unsigned b) {
+    const int32_t from = m->sc.n;
+    m->n_expand = 0;
+    for (int32_t i = 0; i < n_in; i++) {
+        int32_t s = m->sc.v[in + i];
+        if (s < 0) continue;
+        gnode nd = m->node[s];
+        gr_elem x = m->g->el[nd.pos];
+        if (gr_set_has(&m->g->sets[x.arg], b)) expand(m, nd.pos + 1, nd.parent);
+    }
+    return finish_set(m, from);
+}
+
+/* Runs bytes over the state src[n] into dst; false (dst untouched) when
+ * the bytes leave no stack. */
+static bool run_bytes(sp_matcher *m, const int32_t *src, int32_t n, const unsigned char *b,
+                      size_t nb, ivec *dst) {
+    m->sc.n = 0;
+    if (!ivec_copy(&m->sc, src, n)) return false;
+    int32_t in = 0;
+    for (size_t i = 0; i < nb && n > 0; i++) {
+        int32_t out = m->sc.n;
+        n = advance(m, in, n, b[i]);
+        /* slide the new state down to keep the scratch small */
+        memmove(m->sc.v, m->sc.v + out, (size_t)n * sizeof(int32_t));
+        m->sc.n = n;
+        in = 0;
+    }
+    if (n <= 0) return false;
+    return ivec_copy(dst, m->sc.v, n);
+}
+
+static bool can_end_set(const ivec *s) { return s->n > 0 && s->v[0] == -1; }
+
+sp_matcher *sp_matcher_create(const sp_grammar *g, const sp_token_trie *t, char *err,
+                              size_t errlen) {
+    sp_matcher *m = calloc(1, sizeof(*m));
+    if (!m) goto oom;
+    m->g = g;
+    gr_retain(g);
+    m->t = t;
+    m->words = t ? (t->n_vocab + 31) / 32 : 0;
+    if (!ht_grow(m)) goto oom;
+    sp_matcher_reset(m);
+    if (m->overflow) goto oom;
+    return m;
+oom:
+    sp_seterr(err, errlen, "grammar matcher: out of memory");
+    sp_matcher_free(m);
+    return NULL;
+}
+
+void sp_matcher_free(sp_matcher *m) {
+    if (!m) return;
+    sp_grammar_free((sp_grammar *)m->g);
+    free(m->node);
+    free(m->ht);
+    free(m->cur.v);
+    for (int i = 0; i <= SP_SPEC_K_MAX; i++) free(m->ahead[i].v);
+    free(m->sc.v);
+    free(m->spool.v);
+    free(m->sets);
+    free(m->sht);
+    free(m->trow.v);
+    for (int i = 0; i < MASK_CACHE; i++) {
+        free(m->cache[i].set.v);
+        free(m->cache[i].bits);
+    }
+    free(m);
+}
+
+void sp_matcher_reset(sp_matcher *m) {
+    m->sc.n = 0;
+    m->n_expand = 0;
+    const sp_grammar *g = m->g;
+    for (int32_t a = g->alt_off[g->root]; a < g->alt_off[g->root + 1]; a++)
+        expand(m, (uint32_t)g->alt[a], -1);
+    int32_t n = finish_set(m, 0);
+    if (!ivec_copy(&m->cur, m->sc.v, n)) m->overflow = true;
+    m->n_ahead = 0;
+}
+
+bool sp_matcher_accept_bytes(sp_matcher *m, const char *s, size_t n) {
+    m->n_ahead = 0;
+    if (!n) return true;
+    return run_bytes(m, m->cur.v, m->cur.n, (const unsigned char *)s, n, &m->cur);
+}
+
+static bool is_eog(const sp_token_trie *t, sp_token tok) {
+    for (int32_t i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == tok) return true;
+    return false;
+}
+
+/* The state after tok from src into dst (dst may be src's vector). */
+static bool token_step(sp_matcher *m, const ivec *src, sp_token tok, ivec *dst) {
+    const sp_token_trie *t = m->t;
+    if (!t || tok < 0 || tok >= t->n_vocab) return false;
+    uint32_t off = t->piece_off[tok], len = t->piece_off[tok + 1] - off;
+    if (!len) {
+        if (!is_eog(t, tok) || !can_end_set(src)) return false;
+        return src == dst || ivec_copy(dst, src->v, src->n);
+    }
+    return run_bytes(m, src->v, src->n, (const unsigned char *)t->piece + off, len, dst);
+}
+
+bool sp_matcher_accept_token(sp_matcher *m, sp_token tok) {
+    m->n_ahead = 0;
+    return token_step(m, &m->cur, tok, &m->cur);
+}
+
+bool sp_matcher_can_end(const sp_matcher *m) { return can_end_set(&m->cur); }
+
+bool sp_matcher_can_end_at(const sp_matcher *m, int32_t i) {
+    return can_end_set(i <= 0 || i > m->n_ahead ? &m->cur : &m->ahead[i]);
+}
+
+bool sp_matcher_done(const sp_matcher *m) { return m->cur.n == 1 && m->cur.v[0] == -1; }
+
+/* ---- masks ---- */
+
+#define MEMO_MAX_SETS (1 << 16)  /* then the memo starts over (bounds a request's memory) */
+#define MEMO_MAX_STACKS (1 << 21) /* int32s in the set pool and in the transition rows */
+
+static uint64_t hash_ids(const int32_t *v, int32_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int32_t i = 0; i < n; i++) h = (h ^ (uint32_t)v[i]) * 0x100000001b3ull;
+    return h ^ (uint64_t)n;
+}
+
+/* Forgets every interned set and transition (the memo got too big). */
+static void memo_clear(sp_matcher *m) {
+    m->spool.n = 0;
+    m->n_sets = 0;
+    if (m->sht) memset(m->sht, 0xFF, (size_t)m->sht_cap * sizeof(int32_t));
+    m->trow.n = 0;
+}
+
+static bool sht_grow(sp_matcher *m) {
+    uint32_t cap = m->sht_cap ? m->sht_cap * 2 : 1024;
+    int32_t *t = malloc((size_t)cap * sizeof(int32_t));
+    if (!t) return false;
+    memset(t, 0xFF, (size_t)cap * sizeof(int32_t));
+    for (int32_t i = 0; i < m->n_sets; i++) {
+        uint32_t h = (uint32_t)m->sets[i].h & (cap - 1);
+        while (t[h] >= 0) h = (h + 1) & (cap - 1);
+        t[h] = i;
+    }
+    free(m->sht);
+    m->sht = t, m->sht_cap = cap;
+    return true;
+}
+
+/* The id of the state v[n] (interned if new), or -1 out of memory. */
+static int32_t set_id(sp_matcher *m, const int32_t *v, int32_t n) {
+    const uint64_t h = hash_ids(v, n);
+    if ((uint32_t)m->n_sets * 2 >= m->sht_cap && !sht_grow(m)) return -1;
+    uint32_t i = (uint32_t)h & (m->sht_cap - 1);
+    for (;; i = (i + 1) & (m->sht_cap - 1)) {
+        int32_t id = m->sht[i];
+        if (id < 0) break;
+        const struct sinfo *s = &m->sets[id];
+        if (s->h == h && s->n == n && !memcmp(m->spool.v + s->off, v, (size_t)n * sizeof(int32_t)))
+            return id;
+    }
+    if (m->n_sets == m->cap_sets) {
+        int32_t cap = m->cap_sets ? m->cap_sets * 2 : 256;
+        struct sinfo *ns = realloc(m->sets, (size_t)cap * sizeof(*ns));
+        if (!ns) return -1;
+        m->sets = ns, m->cap_sets = cap;
+    }
+    const int32_t off = m->spool.n;
+    if (!ivec_reserve(&m->spool, off + n)) return -1;
+    memcpy(m->spool.v + off, v, (size_t)n * sizeof(int32_t)); /* v may be in sc, not spool */
+    m->spool.n = off + n;
+    struct sinfo *s = &m->sets[m->n_sets];
+    s->off = off, s->n = n, s->h = h, s->row = -1;
+    memset(&s->u, 0, sizeof(s->u));
+    for (int32_t k = 0; k < n; k++) {
+        if (v[k] < 0) continue;
+        const gr_set *x = &m->g->sets[m->g->el[m->node[v[k]].pos].arg];
+        for (int w = 0; w < 8; w++) s->u.w[w] |= x->w[w];
+    }
+    m->sht[i] = m->n_sets;
+    return m->n_sets++;
+}
+
+/* The set after byte b from set sid: -2 when no stack takes it, -1 out of
+ * memory. Memoized in a row of 256 per set (-3: not computed yet). */
+static int32_t trans(sp_matcher *m, int32_t sid, unsigned b) {
+    int32_t row = m->sets[sid].row;
+    if (row < 0) {
+        row = m->trow.n;
+        if (!ivec_reserve(&m->trow, row + 256)) return -1;
+        for (int i = 0; i < 256; i++) m->trow.v[row + i] = -3;
+        m->trow.n = row + 256;
+        m->sets[sid].row = row;
+    }
+    int32_t r = m->trow.v[row + b];
+    if (r != -3) return r;
+    m->sc.n = 0;
+    const struct sinfo s = m->sets[sid];
+    if (!ivec_copy(&m->sc, m->spool.v + s.off, s.n)) return -1;
+    const int32_t n = advance(m, 0, s.n, b);
+    r = n > 0 ? set_id(m, m->sc.v + s.n, n) : -2;
+    if (r == -1) return -1;
+    m->trow.v[row + b] = r;
+    return r;
+}
+
+/* Marks every token under trie node tn that state sid allows. */
+static void walk(sp_matcher *m, const gr_tnode *tn, int32_t sid, uint32_t *bits, int32_t *count) {
+    const sp_token_trie *t = m->t;
+    const gr_set u = m->sets[sid].u;
+    for (uint32_t c = tn->child; c < tn->child + tn->n_child; c++) {
+        const gr_tnode *cn = &t->node[c];
+        if (!gr_set_has(&u, cn->byte)) continue;
+        const int32_t nid = trans(m, sid, cn->byte);
+        if (nid == -1) {
+            m->overflow = true;
+            return;
+        }
+        if (nid < 0) continue;
+        for (uint32_t k = 0; k < cn->n_tok; k++) {
+            sp_token tok = t->toks[cn->tok + k];
+            bits[tok >> 5] |= 1u << (tok & 31);
+        }
+        *count += cn->n_tok;
+        if (cn->n_child) walk(m, cn, nid, bits, count);
+    }
+}
+
+static uint64_t set_hash(const ivec *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int32_t i = 0; i < s->n; i++) h = (h ^ (uint32_t)s->v[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The state's content key (order-free over its stacks, so equal in every
+ * matcher of the grammar), two independent 64-bit halves. */
+static void content_key(const sp_matcher *m, const ivec *st, uint64_t k[2]) {
+    k[0] = (uint64_t)(uintptr_t)m->t * 0xD6E8FEB86659FD93ull;
+    k[1] = (uint64_t)m->t->n_vocab;
+    for (int32_t i = 0; i < st->n; i++) {
+        uint64_t x = st->v[i] < 0 ? 0xE7037ED1A0B428DBull : m->node[st->v[i]].h;
+        x ^= x >> 33;
+        x *= 0xFF51AFD7ED558CCDull;
+        x ^= x >> 33;
+        k[0] += x;
+        k[1] += (x * 0xC4CEB9FE1A85EC53ull) ^ (x >> 29);
+    }
+}
+
+/* Jump-forward: where the state forces bytes (one byte possible, and the
+ * output may not end), the longest token spelling a prefix of them (a
+ * non-byte token where a byte token spells the same), or -1. */
+static sp_token forced_token(sp_matcher *m, int32_t sid) {
+    const sp_token_trie *t = m->t;
+    const gr_tnode *node = &t->node[0];
+    sp_token best = -1;
+    for (int depth = 0; depth < 1024 && sid >= 0; depth++) {
+        const struct sinfo *si = &m->sets[sid];
+        if (si->n && m->spool.v[si->off] == -1) break; /* may end here */
+        int nb = 0, b = -1;
+        for (int w = 0; w < 8; w++) {
+            nb += __builtin_popcount(si->u.w[w]);
+            if (si->u.w[w] && b < 0) b = w * 32 + __builtin_ctz(si->u.w[w]);
+        }
+        if (nb != 1) break;
+        const gr_tnode *c = NULL;
+        for (uint32_t k = node->child; k < node->child + node->n_child && !c; k++)
+            if (t->node[k].byte == (uint8_t)b) c = &t->node[k];
+        if (!c) break;
+        for (uint32_t k = 0; k < c->n_tok; k++) {
+            const sp_token tok = t->toks[c->tok + k];
+            if (k == 0 || sp_vocab_token_type(t->v, tok) != SP_TOKEN_BYTE) best = tok;
+            if (sp_vocab_token_type(t->v, tok) != SP_TOKEN_BYTE) break;
+        }
+        node = c;
+        sid = trans(m, sid, (unsigned)b);
+    }
+    return best;
+}
+
+void sp_matcher_set_jump_forward(sp_matcher *m, bool on) {
+    m->jump = on;
+    for (int i = 0; i < MASK_CACHE; i++) m->cache[i].used = false;
+}
+
+static int32_t mask_of(sp_matcher *m, const ivec *st, uint32_t *bits) {
+    if (!m->t) return 0;
+    const uint64_t h = set_hash(st);
+    for (int i = 0; i < MASK_CACHE; i++) {
+        centry *c = &m->cache[i];
+        if (c->used && c->h == h && c->set.n == st->n &&
+            !memcmp(c->set.v, st->v, (size_t)st->n * sizeof(int32_t))) {
+            memcpy(bits, c->bits, (size_t)m->words * sizeof(uint32_t));
+            return c->count;
+        }
+    }
+    uint64_t key[2];
+    content_key(m, st, key);
+    if (m->jump) key[1] ^= 0x6A09E667F3BCC909ull;
+    int32_t count = gr_shared_get(m->g, key, bits, m->words);
+    if (count >= 0) goto keep; /* another matcher of this grammar met this state */
+    memset(bits, 0, (size_t)m->words * sizeof(uint32_t));
+    count = 0;
+    if (can_end_set(st))
+        for (int32_t i = 0; i < m->t->n_eog; i++) {
+            sp_token tok = m->t->eog[i];
+            bits[tok >> 5] |= 1u << (tok & 31);
+            count++;
+        }
+    if (m->n_sets > MEMO_MAX_SETS || m->spool.n > MEMO_MAX_STACKS || m->trow.n > MEMO_MAX_STACKS)
+        memo_clear(m);
+    const int32_t sid = st->n ? set_id(m, st->v, st->n) : -1;
+    const sp_token ft = m->jump && sid >= 0 ? forced_token(m, sid) : -1;
+    if (ft >= 0) {
+        bits[ft >> 5] |= 1u << (ft & 31);
+        count = 1;
+    } else if (sid >= 0) {
+        walk(m, &m->t->node[0], sid, bits, &count);
+    }
+    if (!m->overflow) gr_shared_put(m->g, key, bits, m->words, count);
+keep:;
+    centry *c = &m->cache[m->cache_next];
+    if (!c->bits) c->bits = malloc((size_t)m->words * sizeof(uint32_t));
+    if (c->bits && ivec_copy(&c->set, st->v, st->n)) {
+        memcpy(c->bits, bits, (size_t)m->words * sizeof(uint32_t));
+        c->h = h;
+        c->count = count;
+        c->used = true;
+        m->cache_next = (m->cache_next + 1) % MASK_CACHE;
+    } else {
+        c->used = false;
+    }
+    return count;
+}
+
+int32_t sp_matcher_mask(sp_matcher *m, uint32_t *bits) { return mask_of(m, &m->cur, bits); }
+
+int32_t sp_matcher_lookahead(sp_matcher *m, const sp_token *toks, int32_t n) {
+    m->n_ahead = 0;
+    const ivec *prev = &m->cur;
+    for (int32_t i = 0; i < n && i < SP_SPEC_K_MAX; i++) {
+        if (!token_step(m, prev, toks[i], &m->ahead[i + 1])) break;
+        m->n_ahead = i + 1;
+        prev = &m->ahead[i + 1];
+        if (m->t && m->t->piece_off[toks[i] + 1] == m->t->piece_off[toks[i]]) break; /* ended */
+    }
+    return m->n_ahead;
+}
+
+int32_t sp_matcher_mask_ahead(sp_matcher *m, int32_t i, uint32_t *bits) {
+    if (i <= 0 || i > m->n_ahead) return mask_of(m, &m->cur, bits);
+    return mask_of(m, &m->ahead[i], bits);
+}
+
+void sp_mask_apply(const uint32_t *bits, float *logits, int32_t n_vocab) {
+    for (int32_t w = 0; w * 32 < n_vocab; w++) {
+        uint32_t b = bits[w];
+        if (b == 0xFFFFFFFFu) continue;
+        int32_t end = SP_MIN(32, n_vocab - w * 32);
+        for (int32_t j = 0; j < end; j++)
+            if (!(b >> j & 1)) logits[w * 32 + j] = -INFINITY;
+    }
+}
+
+/* ---- the grammar's shared masks ----
+ * Masks by state content, for every matcher of a grammar (each request gets
+ * its own matcher; requests with the same schema meet the same states), up
+ * to GR_SHARED_BYTES of masks; then no more are added. Under the grammar's
+ * mutex: a compiled grammar may be used from any thread. */
+
+struct gr_shared {
+    pthread_mutex_t mu;
+    uint64_t (*key)[2];          /* [cap] 0,0: empty */
+    int32_t *count;              /* [cap] */
+    uint32_t *bits;              /* [cap][words] */
+    int32_t cap, n, words;
+};
+
+static struct gr_shared *shared_of(const sp_grammar *g, int32_t words, bool make) {
+    sp_grammar *gm = (sp_grammar *)g;
+    struct gr_shared *s = __atomic_load_n(&gm->shared, __ATOMIC_ACQUIRE);
+    if (s || !make) return s;
+    pthread_mutex_lock(&gm->shared_mu);
+    s = gm->shared;
+    if (!s && (s = calloc(1, sizeof(*s)))) {
+        s->words = words;
+        s->cap = 1;
+        while ((size_t)s->cap * 2 * (size_t)words * 4 <= GR_SHARED_BYTES && s->cap < (1 << 16)) s->cap *= 2;
+        s->key = calloc((size_t)s->cap, sizeof(*s->key));
+        s->count = calloc((size_t)s->cap, sizeof(int32_t));
+        s->bits = malloc((size_t)s->cap * (size_t)words * 4);
+        pthread_mutex_init(&s->mu, NULL);
+        if (!s->key || !s->count || !s->bits) {
+            free(s->key), free(s->count), free(s->bits), free(s);
+            s = NULL;
+        } else {
+            __atomic_store_n(&gm->shared, s, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&gm->shared_mu);
+    return s;
+}
+
+int32_t gr_shared_get(const sp_grammar *g, const uint64_t key[2], uint32_t *bits, int32_t words) {
+    struct gr_shared *s = shared_of(g, words, false);
+    if (!s || s->words != words) return -1;
+    int32_t r = -1;
+    pthread_mutex_lock(&s->mu);
+    for (uint32_t i = (uint32_t)key[0] & (uint32_t)(s->cap - 1);; i = (i + 1) & (uint32_t)(s->cap - 1)) {
+        if (!s->key[i][0] && !s->key[i][1]) break;
+        if (s->key[i][0] == key[0] && s->key[i][1] == key[1]) {
+            memcpy(bits, s->bits + (size_t)i * words, (size_t)words * 4);
+            r = s->count[i];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+void gr_shared_put(const sp_grammar *g, const uint64_t key[2], const uint32_t *bits, int32_t words,
+                   int32_t count) {
+    struct gr_shared *s = shared_of(g, words, true);
+    if (!s || s->words != words || (!key[0] && !key[1])) return;
+    pthread_mutex_lock(&s->mu);
+    if (s->n * 4 < s->cap * 3) { /* 3/4 full at most: then the table keeps what it has */
+        uint32_t i = (uint32_t)key[0] & (uint32_t)(s->cap - 1);
+        while ((s->key[i][0] || s->key[i][1]) && !(s->key[i][0] == key[0] && s->key[i][1] == key[1]))
+            i = (i + 1) & (uint32_t)(s->cap - 1);
+        if (!s->key[i][0] && !s->key[i][1]) s->n++;
+        s->key[i][0] = key[0], s->key[i][1] = key[1];
+        s->count[i] = count;
+        memcpy(s->bits + (size_t)i * words, bits, (size_t)words * 4);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+void gr_shared_free(struct gr_shared *s) {
+    if (!s) return;
+    pthread_mutex_destroy(&s->mu);
+    free(s->key), free(s->count), free(s->bits), free(s);
+}
