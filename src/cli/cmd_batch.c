@@ -195,10 +195,10 @@ static void print_result(const job *j) {
     fprintf(f, "], \"text\": ");
     cli_json_str(f, j->text ? j->text : "", j->text_len);
     fprintf(f, ", \"finish_reason\": \"%s\", \"prompt_tokens\": %d, \"cached_tokens\": %d, "
-               "\"queue_ms\": %.3f, \"prefill_ms\": %.3f, \"ttft_ms\": %.3f, \"decode_ms\": %.3f, "
+               "\"cached_tokens_disk\": %d, \"queue_ms\": %.3f, \"prefill_ms\": %.3f, \"ttft_ms\": %.3f, \"decode_ms\": %.3f, "
                "\"preemptions\": %d, ",
             sp_finish_reason_str(j->st.finish), j->st.prompt_tokens, j->st.cached_tokens,
-            j->st.queue_ms, j->st.prefill_ms, j->st.ttft_ms, j->st.decode_ms, j->st.preemptions);
+            j->st.cached_tokens_disk, j->st.queue_ms, j->st.prefill_ms, j->st.ttft_ms, j->st.decode_ms, j->st.preemptions);
     cli_print_spec(f, &j->st);
     fprintf(f, "}\n");
     fflush(f);
