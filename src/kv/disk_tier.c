@@ -759,7 +759,7 @@ int sp_disk_tier_check(sp_disk_tier *t, char *err, size_t errlen) {
     double bytes = 0;
     int rc = sqlite3_prepare_v2(t->rdb, "SELECT " ROW_COLS " FROM blocks", -1, &q, NULL);
     const row_head want = want_head(t, NULL);
-    while (rc == SQLITE_OK && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+    while (q && (rc = sqlite3_step(q)) == SQLITE_ROW) {
         rows++;
         bytes += sqlite3_column_bytes(q, 1) + sqlite3_column_bytes(q, 3) + ROW_OVERHEAD;
         const int same = sqlite3_column_int(q, 4) == want.kv_type &&
