@@ -223,7 +223,16 @@ static void print_stats(sp_engine *e) {
             s.kv_bytes_cached);
     for (int i = 0; i < 11; i++)
         fprintf(stderr, "%s%llu", i ? ", " : "", (unsigned long long)s.h_tokens_hist[i]);
-    fprintf(stderr, "]}\n");
+    fprintf(stderr, "], \"cache_hit_tokens_disk\": %llu, \"disk\": {\"on\": %s, \"blocks\": %llu, "
+            "\"bytes\": %llu, \"writes\": %llu, \"skipped\": %llu, \"evictions\": %llu, "
+            "\"restored\": %llu, \"restore_ms\": %.3f, \"declined\": %llu, \"corrupt\": %llu}}\n",
+            (unsigned long long)s.cache_hit_tokens_disk, s.disk_on ? "true" : "false",
+            (unsigned long long)s.disk_blocks, (unsigned long long)s.disk_bytes,
+            (unsigned long long)s.disk_writes,
+            (unsigned long long)(s.disk_skipped_queue + s.disk_skipped_cap + s.disk_skipped_error),
+            (unsigned long long)s.disk_evictions, (unsigned long long)s.disk_restored,
+            s.disk_restore_ms, (unsigned long long)s.disk_declined,
+            (unsigned long long)s.disk_corrupt);
 }
 
 int cmd_batch(int argc, char **argv) {

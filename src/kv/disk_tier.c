@@ -258,7 +258,7 @@ static sqlite3 *open_store(sp_disk_tier *t, const char **why) {
         char sql[128];
         snprintf(sql, sizeof(sql), "INSERT INTO meta(k, v) VALUES('format', %d);", SP_DISK_FORMAT);
         *why = "cannot be written";
-        if (exec1(db, "PRAGMA journal_mode = WAL;") || exec1(db, "BEGIN;") ||
+        if (exec1(db, "PRAGMA page_size = 65536; PRAGMA journal_mode = WAL;") || exec1(db, "BEGIN;") ||
             exec1(db, SCHEMA) || exec1(db, sql) || exec1(db, "COMMIT;"))
             goto bad;
     }
