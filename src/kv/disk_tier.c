@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -276,7 +278,8 @@ static sqlite3 *open_store(sp_disk_tier *t, const char **why) {
     if (!fine) goto bad;
     *why = "cannot be switched to WAL mode";
     if (query_i64(db, "PRAGMA journal_mode = WAL", &wal) != SQLITE_ROW) goto bad;
-    if (exec1(db, "PRAGMA synchronous = NORMAL; PRAGMA journal_size_limit = 67108864;"))
+    if (exec1(db, "PRAGMA synchronous = NORMAL; PRAGMA journal_size_limit = 67108864; "
+                  "PRAGMA cache_size = -16384;"))
         goto bad;
     return db;
 bad:
@@ -619,6 +622,13 @@ static void write_batch(sp_disk_tier *t, int32_t k, const sp_block_hash *touch, 
 
 static void *writer_main(void *arg) {
     sp_disk_tier *t = arg;
+    /* the lowest priority (nice 19, this thread only): the forward pass
+     * keeps the cores, the writer takes what is left; when it falls behind
+     * the queue fills and blocks are skipped, never waited for */
+    pthread_setname_np(pthread_self(), "kv-disk-writer");
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19)) {
+        /* not allowed: it runs at the engine's priority */
+    }
     sp_block_hash touch[TOUCH_CAP];
     int64_t del[DEL_CAP];
     pthread_mutex_lock(&t->mu);
