@@ -111,7 +111,7 @@ struct sp_disk_tier {
     int lock_fd;
     sqlite3 *rdb, *wdb;         /* engine thread's (reads), the writer's */
     sqlite3_stmt *q_get, *q_has;
-    sqlite3_stmt *w_ins, *w_touch, *w_del, *w_lru;
+    sqlite3_stmt *w_ins, *w_ins_lru, *w_touch, *w_del, *w_del_lru, *w_lru;
     pthread_t thr;
     bool thr_started;
     pthread_mutex_t mu;
@@ -216,10 +216,12 @@ static const char *SCHEMA =
     "CREATE TABLE IF NOT EXISTS blocks(id INTEGER PRIMARY KEY, hash BLOB NOT NULL, "
     "fp BLOB NOT NULL, kv_type INTEGER NOT NULL, block_size INTEGER NOT NULL, "
     "n_layer INTEGER NOT NULL, kv_dim INTEGER NOT NULL, version INTEGER NOT NULL, "
-    "tokens BLOB NOT NULL, sum INTEGER NOT NULL, used INTEGER NOT NULL, kv BLOB NOT NULL);"
+    "tokens BLOB NOT NULL, sum INTEGER NOT NULL, kv BLOB NOT NULL);"
     "CREATE UNIQUE INDEX IF NOT EXISTS blocks_key ON blocks(hash, fp, kv_type, block_size, "
     "n_layer, kv_dim);"
-    "CREATE INDEX IF NOT EXISTS blocks_lru ON blocks(used);";
+    /* the LRU clock apart from the rows: an UPDATE rewrites a whole row, K/V included */
+    "CREATE TABLE IF NOT EXISTS lru(id INTEGER PRIMARY KEY, used INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS lru_used ON lru(used);";
 
 static int exec1(sqlite3 *db, const char *sql) { return sqlite3_exec(db, sql, NULL, NULL, NULL); }
 
@@ -246,6 +248,9 @@ static sqlite3 *open_db(const char *path, int flags) {
     return db;
 }
 
+static int prepare_writer(sp_disk_tier *t, sqlite3 *db);
+static void finalize_writer(sp_disk_tier *t);
+
 /* Opens the writer's connection and validates the store: its header and
  * schema, the format version, PRAGMA quick_check. NULL + why when it is
  * damaged, foreign or of another format (an empty file becomes a store). */
@@ -268,6 +273,8 @@ static sqlite3 *open_store(sp_disk_tier *t, const char **why) {
     if (query_i64(db, "SELECT v FROM meta WHERE k = 'format'", &fmt) != SQLITE_ROW) goto bad;
     *why = "was written in another format version";
     if (fmt != SP_DISK_FORMAT) goto bad;
+    *why = "has another schema";
+    if (prepare_writer(t, db)) goto bad;
     *why = "failed SQLite's integrity check (damaged or truncated)";
     sqlite3_stmt *q = NULL;
     if (sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &q, NULL) != SQLITE_OK) goto bad;
@@ -283,31 +290,49 @@ static sqlite3 *open_store(sp_disk_tier *t, const char **why) {
         goto bad;
     return db;
 bad:
+    finalize_writer(t);
     sqlite3_close(db);
     return NULL;
 }
 
-static int prepare_all(sp_disk_tier *t) {
+/* The writer's statements, on db: failing means the store has another
+ * schema (set aside like a damaged one). */
+static int prepare_writer(sp_disk_tier *t, sqlite3 *db) {
     const char *ins = "INSERT OR IGNORE INTO blocks(hash, fp, kv_type, block_size, n_layer, "
-                      "kv_dim, version, tokens, sum, used, kv) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, "
-                      "?8, ?9, ?10, ?11)";
+                      "kv_dim, version, tokens, sum, kv) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+                      "?10)";
+    const char *ins_lru = "INSERT OR REPLACE INTO lru(id, used) VALUES(?1, ?2)";
+    const char *touch = "UPDATE lru SET used = ?7 WHERE id = (SELECT id FROM blocks WHERE "
+                        KEY_WHERE ")";
+    const char *del = "DELETE FROM blocks WHERE id = ?1 RETURNING length(kv) + length(tokens)";
+    const char *del_lru = "DELETE FROM lru WHERE id = ?1";
+    const char *lru = "SELECT id FROM lru ORDER BY used LIMIT 32";
+    return sqlite3_prepare_v2(db, ins, -1, &t->w_ins, NULL) ||
+           sqlite3_prepare_v2(db, ins_lru, -1, &t->w_ins_lru, NULL) ||
+           sqlite3_prepare_v2(db, touch, -1, &t->w_touch, NULL) ||
+           sqlite3_prepare_v2(db, del, -1, &t->w_del, NULL) ||
+           sqlite3_prepare_v2(db, del_lru, -1, &t->w_del_lru, NULL) ||
+           sqlite3_prepare_v2(db, lru, -1, &t->w_lru, NULL);
+}
+
+static int prepare_reader(sp_disk_tier *t) {
     const char *get = "SELECT " ROW_COLS " FROM blocks WHERE " KEY_WHERE;
     const char *has = "SELECT 1 FROM blocks WHERE " KEY_WHERE;
-    const char *touch = "UPDATE blocks SET used = ?7 WHERE " KEY_WHERE;
-    const char *del = "DELETE FROM blocks WHERE id = ?1 RETURNING length(kv) + length(tokens)";
-    const char *lru = "SELECT id FROM blocks ORDER BY used LIMIT 32";
-    return sqlite3_prepare_v2(t->wdb, ins, -1, &t->w_ins, NULL) ||
-           sqlite3_prepare_v2(t->wdb, touch, -1, &t->w_touch, NULL) ||
-           sqlite3_prepare_v2(t->wdb, del, -1, &t->w_del, NULL) ||
-           sqlite3_prepare_v2(t->wdb, lru, -1, &t->w_lru, NULL) ||
-           sqlite3_prepare_v2(t->rdb, get, -1, &t->q_get, NULL) ||
+    return sqlite3_prepare_v2(t->rdb, get, -1, &t->q_get, NULL) ||
            sqlite3_prepare_v2(t->rdb, has, -1, &t->q_has, NULL);
 }
 
-static void close_dbs(sp_disk_tier *t) {
-    sqlite3_stmt *qs[] = {t->q_get, t->q_has, t->w_ins, t->w_touch, t->w_del, t->w_lru};
+static void finalize_writer(sp_disk_tier *t) {
+    sqlite3_stmt *qs[] = {t->w_ins, t->w_ins_lru, t->w_touch, t->w_del, t->w_del_lru, t->w_lru};
     for (size_t i = 0; i < sizeof qs / sizeof qs[0]; i++) sqlite3_finalize(qs[i]);
-    t->q_get = t->q_has = t->w_ins = t->w_touch = t->w_del = t->w_lru = NULL;
+    t->w_ins = t->w_ins_lru = t->w_touch = t->w_del = t->w_del_lru = t->w_lru = NULL;
+}
+
+static void close_dbs(sp_disk_tier *t) {
+    finalize_writer(t);
+    sqlite3_finalize(t->q_get);
+    sqlite3_finalize(t->q_has);
+    t->q_get = t->q_has = NULL;
     sqlite3_close(t->rdb);
     sqlite3_close(t->wdb);
     t->rdb = t->wdb = NULL;
@@ -397,7 +422,7 @@ static int open_dir_and_lock(sp_disk_tier *t, char *err, size_t errlen) {
 static int load_counts(sp_disk_tier *t) {
     sqlite3_stmt *q = NULL;
     int rc = sqlite3_prepare_v2(t->wdb, "SELECT count(*), total(length(kv) + length(tokens)), "
-                                "max(used) FROM blocks", -1, &q, NULL);
+                                "(SELECT max(used) FROM lru) FROM blocks", -1, &q, NULL);
     if (rc == SQLITE_OK && (rc = sqlite3_step(q)) == SQLITE_ROW) {
         t->st.blocks = (uint64_t)sqlite3_column_int64(q, 0);
         t->st.bytes = (uint64_t)sqlite3_column_double(q, 1) + t->st.blocks * ROW_OVERHEAD;
@@ -455,7 +480,7 @@ sp_disk_tier *sp_disk_tier_open(const sp_disk_tier_params *p, char *err, size_t 
         goto fail;
     }
     t->rdb = open_db(t->path, SQLITE_OPEN_READWRITE);
-    if (!t->rdb || prepare_all(t) || load_counts(t)) {
+    if (!t->rdb || prepare_reader(t) || load_counts(t)) {
         sp_seterr(err, errlen, "--kv-disk %s: cannot prepare the store: %s", t->dir,
                   t->rdb ? sqlite3_errmsg(t->rdb) : "open failed");
         goto fail;
@@ -524,8 +549,13 @@ static uint64_t delete_row(sp_disk_tier *t, int64_t id, int *rc) {
         got = (uint64_t)sqlite3_column_int64(t->w_del, 0) + ROW_OVERHEAD;
         r = sqlite3_step(t->w_del);
     }
-    if (r != SQLITE_DONE) *rc = r;
     sqlite3_reset(t->w_del);
+    if (r == SQLITE_DONE) {
+        sqlite3_bind_int64(t->w_del_lru, 1, id);
+        r = sqlite3_step(t->w_del_lru);
+        sqlite3_reset(t->w_del_lru);
+    }
+    if (r != SQLITE_DONE) *rc = r;
     return got;
 }
 
@@ -559,12 +589,18 @@ static int insert_slot(sp_disk_tier *t, const wslot *s, uint64_t used, bool *ins
     sqlite3_bind_int(q, 7, SP_DISK_FORMAT);
     sqlite3_bind_blob(q, 8, s->tokens, (int)t->tok_bytes, SQLITE_STATIC);
     sqlite3_bind_int64(q, 9, (sqlite3_int64)sum);
-    sqlite3_bind_int64(q, 10, (sqlite3_int64)used);
-    sqlite3_bind_blob64(q, 11, s->kv, t->block_bytes, SQLITE_STATIC);
+    sqlite3_bind_blob64(q, 10, s->kv, t->block_bytes, SQLITE_STATIC);
     int rc = sqlite3_step(q);
     *inserted = rc == SQLITE_DONE && sqlite3_changes(t->wdb) == 1;
+    const sqlite3_int64 id = sqlite3_last_insert_rowid(t->wdb);
     sqlite3_reset(q);
     sqlite3_clear_bindings(q);
+    if (rc != SQLITE_DONE) return rc;
+    if (!*inserted) return SQLITE_OK;
+    sqlite3_bind_int64(t->w_ins_lru, 1, id);
+    sqlite3_bind_int64(t->w_ins_lru, 2, (sqlite3_int64)used);
+    rc = sqlite3_step(t->w_ins_lru);
+    sqlite3_reset(t->w_ins_lru);
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
@@ -792,6 +828,15 @@ int sp_disk_tier_check(sp_disk_tier *t, char *err, size_t errlen) {
         sp_seterr(err, errlen, "counts say %llu rows / %llu bytes, the store holds %lld / %.0f",
                   (unsigned long long)st.blocks, (unsigned long long)st.bytes, (long long)rows,
                   bytes);
+        return -1;
+    }
+    int64_t n_lru = -1, stray = -1;
+    if (query_i64(t->rdb, "SELECT count(*) FROM lru", &n_lru) != SQLITE_ROW ||
+        query_i64(t->rdb, "SELECT count(*) FROM lru WHERE id NOT IN (SELECT id FROM blocks)",
+                  &stray) != SQLITE_ROW ||
+        n_lru != rows || stray != 0) {
+        sp_seterr(err, errlen, "the LRU table has %lld entries (%lld without a row) for %lld rows",
+                  (long long)n_lru, (long long)stray, (long long)rows);
         return -1;
     }
     if (st.bytes > st.cap_bytes) {

@@ -16,7 +16,9 @@
  * Schema (format version SP_DISK_FORMAT in table meta):
  *   blocks(id INTEGER PRIMARY KEY, hash BLOB(32), fp BLOB(32), kv_type,
  *          block_size, n_layer, kv_dim, version, tokens BLOB (block_size
- *          int32 LE), sum INTEGER, used INTEGER, kv BLOB (block_bytes))
+ *          int32 LE), sum INTEGER, kv BLOB (block_bytes))
+ *   lru(id INTEGER PRIMARY KEY (= blocks.id), used INTEGER): the LRU clock,
+ *          in its own table because an UPDATE rewrites a whole row
  *   unique index on (hash, fp, kv_type, block_size, n_layer, kv_dim): a
  *   row is found only by an engine of the same model fingerprint, KV type
  *   and layout; other models' rows coexist and are never read.
@@ -30,8 +32,8 @@
  * does every write: inserts from a bounded queue of block copies, LRU
  * touches, deletions, and eviction of the least recently used rows to stay
  * under the cap. put never waits: when the queue is full the block is
- * skipped and counted. The LRU order is a counter `used` set at insert and
- * at every restore (approximate: touches go through a bounded ring too).
+ * skipped and counted. The LRU order is a counter lru.used set at insert
+ * and at every restore (approximate: touches go through a bounded ring too).
  *
  * Damage at run time (SQLite reports corruption or an I/O error) turns the
  * tier off for this process with one warning; the store is set aside at
@@ -47,7 +49,7 @@
 
 #include "kv/kv_paged.h"
 
-#define SP_DISK_FORMAT 1
+#define SP_DISK_FORMAT 2
 #define SP_DISK_DEFAULT_SIZE ((uint64_t)4 << 30)
 
 typedef struct sp_disk_tier sp_disk_tier;
@@ -63,7 +65,7 @@ typedef struct {
 } sp_disk_tier_params;
 
 typedef struct {
-    uint64_t blocks, bytes, cap_bytes; /* rows of this model and layout; bytes of all rows */
+    uint64_t blocks, bytes, cap_bytes; /* rows (all models and layouts) and their bytes */
     uint64_t writes;              /* blocks written */
     uint64_t skipped_queue;       /* blocks not written: the queue was full */
     uint64_t skipped_cap;         /* ... larger than the cap */

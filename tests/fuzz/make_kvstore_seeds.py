@@ -48,7 +48,7 @@ def disk_sum(seed, data):
     return h
 
 
-def row(b, version=1, kv_type=1, bs=4, n_layer=1, kv_dim=4, bad=False):
+def row(b, version=2, kv_type=1, bs=4, n_layer=1, kv_dim=4, bad=False):
     fp = bytes(range(32))
     h = bytes((b * 32 + j) & 255 for j in range(32))
     tokens = struct.pack("<4i", *[b * 4 + j for j in range(4)])
@@ -59,7 +59,7 @@ def row(b, version=1, kv_type=1, bs=4, n_layer=1, kv_dim=4, bad=False):
         s ^= 1
     if s >= 1 << 63:
         s -= 1 << 64
-    return (h, fp, kv_type, bs, n_layer, kv_dim, version, tokens, s, b, kv)
+    return (h, fp, kv_type, bs, n_layer, kv_dim, version, tokens, s, kv)
 
 
 SCHEMA = """
@@ -67,13 +67,14 @@ CREATE TABLE meta(k TEXT PRIMARY KEY, v);
 CREATE TABLE blocks(id INTEGER PRIMARY KEY, hash BLOB NOT NULL, fp BLOB NOT NULL,
   kv_type INTEGER NOT NULL, block_size INTEGER NOT NULL, n_layer INTEGER NOT NULL,
   kv_dim INTEGER NOT NULL, version INTEGER NOT NULL, tokens BLOB NOT NULL,
-  sum INTEGER NOT NULL, used INTEGER NOT NULL, kv BLOB NOT NULL);
+  sum INTEGER NOT NULL, kv BLOB NOT NULL);
 CREATE UNIQUE INDEX blocks_key ON blocks(hash, fp, kv_type, block_size, n_layer, kv_dim);
-CREATE INDEX blocks_lru ON blocks(used);
+CREATE TABLE lru(id INTEGER PRIMARY KEY, used INTEGER NOT NULL);
+CREATE INDEX lru_used ON lru(used);
 """
 
 
-def store(path, rows, fmt=1):
+def store(path, rows, fmt=2):
     if os.path.exists(path):
         os.remove(path)
     c = sqlite3.connect(path)
@@ -81,7 +82,8 @@ def store(path, rows, fmt=1):
     c.executescript(SCHEMA)
     c.execute("INSERT INTO meta VALUES('format', ?)", (fmt,))
     c.executemany("INSERT INTO blocks(hash, fp, kv_type, block_size, n_layer, kv_dim, version, "
-                  "tokens, sum, used, kv) VALUES(?,?,?,?,?,?,?,?,?,?,?)", rows)
+                  "tokens, sum, kv) VALUES(?,?,?,?,?,?,?,?,?,?)", rows)
+    c.execute("INSERT INTO lru(id, used) SELECT id, id FROM blocks")
     c.commit()
     c.close()
 
