@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/internal.h"
 #include "kv/disk_tier.h"
 #include "kv/kv_paged.h"
 #include "model/model.h"
@@ -429,6 +430,17 @@ static void checksum_sensitive(void) {
           "length and seed change the sum");
 }
 
+/* The restore rule: only where a restored block costs less than computing
+ * its tokens; until both sides are measured, restore (which measures). */
+static void restore_rule(void) {
+    CHECK(eng_disk_restore_pays(0, 0, 16) && eng_disk_restore_pays(0, 1.0, 16) &&
+              eng_disk_restore_pays(2.0, 0, 16),
+          "unmeasured: restore");
+    CHECK(eng_disk_restore_pays(0.5, 0.1, 16), "0.5 ms < 16 x 0.1 ms: restore");
+    CHECK(!eng_disk_restore_pays(2.0, 0.1, 16), "2 ms > 16 x 0.1 ms: compute");
+    CHECK(!eng_disk_restore_pays(2.0, 0.125, 16), "equal: compute");
+}
+
 /* ---- the engine ---------------------------------------------------------------- */
 
 static sp_model *model, *model2;
@@ -631,6 +643,7 @@ int main(void) {
     RUN(tiny_cap);
     RUN(queue_full_skips);
     RUN(stress);
+    RUN(restore_rule);
     if (model && model2) {
         RUN(restored_kv_equals_computed);
         RUN(engine_restart_warm);

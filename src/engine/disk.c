@@ -77,9 +77,13 @@ void eng_disk_observe(sp_engine *e, int32_t n_tok, double ms) {
                                               : per;
 }
 
+bool eng_disk_restore_pays(double restore_ms_block, double prefill_ms_tok, int32_t block_size) {
+    if (restore_ms_block <= 0 || prefill_ms_tok <= 0) return true; /* not measured yet */
+    return restore_ms_block < block_size * prefill_ms_tok;
+}
+
 static bool restore_pays(const sp_engine *e) {
-    if (e->disk_ms_block <= 0 || e->prefill_ms_tok <= 0) return true; /* not measured yet */
-    return e->disk_ms_block < e->p.kv_block_size * e->prefill_ms_tok;
+    return eng_disk_restore_pays(e->disk_ms_block, e->prefill_ms_tok, e->p.kv_block_size);
 }
 
 int32_t eng_disk_restore(sp_engine *e, request *r, int32_t from, int32_t usable,

@@ -217,6 +217,9 @@ int32_t eng_disk_restore(sp_engine *e, request *r, int32_t from, int32_t usable,
 void eng_disk_put(sp_engine *e, request *r, int32_t block);
 void eng_disk_observe(sp_engine *e, int32_t n_tok, double ms);
 void eng_disk_stats(sp_engine *e, sp_engine_stats *st);
+/* The rule: restore a block while its measured cost is below block_size
+ * tokens of measured prefill (true while either is unmeasured, <= 0). */
+bool eng_disk_restore_pays(double restore_ms_block, double prefill_ms_tok, int32_t block_size);
 
 /* step.c */
 int step_init(step *s, int32_t max_batch_tokens, int32_t max_seqs, int32_t n_vocab);
