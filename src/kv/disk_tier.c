@@ -705,6 +705,15 @@ static void read_failed(sp_disk_tier *t, int rc) {
     pthread_mutex_unlock(&t->mu);
 }
 
+/* The queued copy of h (not yet written), or NULL. Under mu. */
+static const wslot *pending_find(const sp_disk_tier *t, const sp_block_hash *h) {
+    for (int32_t i = 0; i < t->count; i++) {
+        const wslot *s = &t->slots[(t->head + i) % t->n_slots];
+        if (!memcmp(s->h.b, h->b, 32)) return s;
+    }
+    return NULL;
+}
+
 bool sp_disk_tier_has(sp_disk_tier *t, const sp_block_hash *h) {
     if (is_broken(t)) return false;
     bind_key(t, t->q_has, h);
@@ -725,6 +734,10 @@ int sp_disk_tier_put(sp_disk_tier *t, const sp_block_hash *h, const int32_t *tok
     }
     if (sp_disk_tier_has(t, h)) return 1;
     pthread_mutex_lock(&t->mu);
+    if (pending_find(t, h)) { /* queued already */
+        pthread_mutex_unlock(&t->mu);
+        return 1;
+    }
     if (t->count == t->n_slots) {
         t->st.skipped_queue++;
         pthread_mutex_unlock(&t->mu);
@@ -752,10 +765,17 @@ int sp_disk_tier_get(sp_disk_tier *t, const sp_block_hash *h, const int32_t *tok
     if (rc != SQLITE_ROW) {
         sqlite3_reset(q);
         if (rc != SQLITE_DONE) read_failed(t, rc);
+        /* written soon, but not yet: the queue's copy (the pool's own bytes,
+         * checked against the tokens like a row) */
+        tokens_le(tokens, t->p.block_size, t->tokbuf);
         pthread_mutex_lock(&t->mu);
-        t->st.misses++;
+        const wslot *s = pending_find(t, h);
+        const bool ok = s && !memcmp(s->tokens, t->tokbuf, t->tok_bytes);
+        if (ok) memcpy(kv, s->kv, t->block_bytes);
+        if (ok) t->st.hits++;
+        else t->st.misses++;
         pthread_mutex_unlock(&t->mu);
-        return 1;
+        return ok ? 0 : 1;
     }
     const row_head want = want_head(t, h);
     tokens_le(tokens, t->p.block_size, t->tokbuf);

@@ -90,7 +90,7 @@ size_t sp_disk_tier_block_bytes(const sp_disk_tier *t);
 
 /* Engine thread. Queues a copy of a full committed block (tokens: its
  * block_size ids; kv: block_bytes in the pool's layout) unless the store
- * already has it. 0 queued, 1 already stored, 2 skipped (queue full, too
+ * or the queue already has it. 0 queued, 1 already stored, 2 skipped (queue full, too
  * large for the cap, or the tier is off). Never waits for the writer. */
 int sp_disk_tier_put(sp_disk_tier *t, const sp_block_hash *h, const int32_t *tokens,
                      const void *kv);
@@ -98,8 +98,9 @@ int sp_disk_tier_put(sp_disk_tier *t, const sp_block_hash *h, const int32_t *tok
 bool sp_disk_tier_has(sp_disk_tier *t, const sp_block_hash *h);
 /* Reads h into kv (block_bytes) after checking that the row's fields,
  * tokens (must equal `tokens`) and checksum all match; queues an LRU touch.
- * 0 restored; 1 not found; -1 rejected (the row is queued for deletion; kv
- * may hold garbage and must not be used). */
+ * A block still in the write queue is restored from the queue's copy (its
+ * tokens checked). 0 restored; 1 not found; -1 rejected (the row is queued
+ * for deletion; kv may hold garbage and must not be used). */
 int sp_disk_tier_get(sp_disk_tier *t, const sp_block_hash *h, const int32_t *tokens, void *kv);
 
 /* Any thread. */
