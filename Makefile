@@ -11,7 +11,7 @@ CFLAGS  ?=
 override CFLAGS += -std=c11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE \
            -fno-math-errno -Iinclude -Isrc $(SAN)
 override LDFLAGS += $(SAN)
-LDLIBS  += -lpcre2-8 -lcrypto -lpthread -lm
+LDLIBS  += -lpcre2-8 -lcrypto -lsqlite3 -lpthread -lm
 # SIMD variants: files named *_avx2.c / *_avx512.c get their ISA flags; all
 # other code is built for baseline x86-64 and dispatches at run time.
 AVX2_FLAGS   = -mavx2 -mfma -mf16c

@@ -529,6 +529,18 @@ typedef struct {
     int32_t kv_block_size;    /* positions per block (default 16) */
     sp_kv_type kv_type;       /* default F16 */
     bool prefix_cache;        /* reuse K/V of earlier prompts (default true) */
+    const char *kv_disk_dir;  /* NULL (default): no disk tier. Else a second prefix-cache
+                                 tier in this directory (created 0700; SQLite, WAL):
+                                 full committed blocks are written there in the
+                                 background, and admission continues the RAM cache's
+                                 match there, restoring blocks when that is measured to
+                                 cost less than computing them. It survives restarts;
+                                 only the same model, KV type and block layout reads it.
+                                 One process per directory (another is refused). Needs
+                                 prefix_cache. The directory holds every tenant's K/V:
+                                 treat it as secret (SECURITY.md) */
+    size_t kv_disk_size;      /* the disk tier's cap in bytes (default 0: 4 GiB); its
+                                 least recently used blocks are evicted to stay under */
     bool debug_check;         /* run the pool's invariant checker after every step
                                  (tests; O(blocks) per step); see sp_engine_check */
     /* speculative decoding */
@@ -576,7 +588,9 @@ const char *sp_finish_reason_str(sp_finish_reason r);
 
 typedef struct {
     int32_t prompt_tokens;
-    int32_t cached_tokens;     /* L_hit: prompt tokens whose K/V came from the cache */
+    int32_t cached_tokens;     /* L_hit: prompt tokens whose K/V came from the cache
+                                  (either tier) */
+    int32_t cached_tokens_disk;/* ... of which restored from the disk tier */
     int32_t completion_tokens;
     int32_t preemptions;       /* times its blocks were taken back and recomputed */
     double queue_ms;           /* submit -> first scheduled */
@@ -704,7 +718,8 @@ typedef struct {
     uint64_t decode_tokens;      /* tokens generated */
     uint64_t recomputed_tokens;  /* positions computed again after a preemption */
     uint64_t cache_query_tokens; /* prompt tokens looked up in the prefix cache */
-    uint64_t cache_hit_tokens;   /* ... of which found (sum of L_hit) */
+    uint64_t cache_hit_tokens;   /* ... of which found (sum of L_hit, both tiers) */
+    uint64_t cache_hit_tokens_disk; /* ... of which restored from the disk tier */
     uint64_t h_tokens_hist[11];  /* requests by H_tokens = L_hit / prompt tokens:
                                     [i] counts H in [i/10, (i+1)/10), [10] H == 1 */
     uint64_t evictions_pressure; /* cached blocks reused because the pool ran out */
@@ -713,6 +728,18 @@ typedef struct {
     size_t kv_bytes_total;
     size_t kv_bytes_cached;      /* K/V kept only for reuse (blocks_cached) */
     int32_t running, waiting;
+    /* the disk tier (kv_disk_dir; all 0 without one) */
+    bool disk_on;                /* a disk tier is open (and not turned off by damage) */
+    uint64_t disk_blocks, disk_bytes, disk_cap_bytes; /* rows (all models) and their bytes */
+    uint64_t disk_writes;        /* blocks written */
+    uint64_t disk_skipped_queue, disk_skipped_cap, disk_skipped_error; /* blocks not written */
+    uint64_t disk_evictions;     /* blocks evicted to stay under the cap */
+    uint64_t disk_restored;      /* blocks restored into the pool */
+    double disk_restore_ms;      /* ... the time they took (read, check, copy) */
+    uint64_t disk_declined;      /* blocks on disk not restored: computing them was
+                                    measured cheaper */
+    uint64_t disk_corrupt;       /* rows rejected on restore (tokens, fields or checksum) */
+    uint64_t disk_set_aside;     /* damaged stores set aside at open */
     /* speculative decoding */
     uint64_t spec_steps, spec_drafted, spec_accepted;
     uint64_t spec_accepted_per_pos[SP_SPEC_K_MAX];

@@ -1,7 +1,8 @@
 # Fuzzing (libFuzzer, clang, AddressSanitizer + UBSan): the GGUF reader and
 # vocabulary loader, the tokenizer (encode/decode, SPM and BPE), OpenAI
 # request parsing and validation (+ /tokenize, /detokenize bodies), chat
-# templates, and JSON/SSE output of untrusted text. Sources, seed corpora
+# templates, JSON/SSE output of untrusted text, and the disk tier's store
+# reader (--kv-disk) on any file. Sources, seed corpora
 # and found crashes live in tests/fuzz/ (see tests/fuzz/README.md).
 #
 #   make fuzz                  each target for FUZZ_TIME seconds (default 60)
@@ -19,7 +20,7 @@ FUZZ_CC       ?= clang-14
 FUZZ_BUILD    ?= build-fuzz
 FUZZ_TIME     ?= 60
 FUZZ_CI_TIME  ?= 10
-FUZZ_TARGETS  := gguf tokenizer request chat sse grammar
+FUZZ_TARGETS  := gguf tokenizer request chat sse grammar kvstore
 FUZZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 # Largest input per target: GGUF seeds are up to 64 KB; text inputs beyond
 # a few KB only make each run slower.
@@ -29,6 +30,7 @@ FUZZ_MAX_LEN_request   = 8192
 FUZZ_MAX_LEN_chat      = 4096
 FUZZ_MAX_LEN_sse       = 4096
 FUZZ_MAX_LEN_grammar   = 4096
+FUZZ_MAX_LEN_kvstore   = 16384
 FUZZ_FLAGS    ?= -timeout=20 -rss_limit_mb=2048 -print_final_stats=1
 FUZZ_ENV      := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
@@ -42,7 +44,7 @@ FUZZ_LIB_SRC  := src/common.c src/gguf/gguf.c src/gguf/gguf_write.c src/kernels/
                  $(wildcard src/tokenizer/*.c) src/server/openai.c src/server/openai_reply.c \
                  src/server/openai_prompt.c src/server/openai_tools.c \
                  src/chat/chat.c src/server/sbuf.c src/sample/sampler.c src/spec/mode.c \
-                 $(wildcard src/grammar/*.c)
+                 $(wildcard src/grammar/*.c) src/kv/disk_tier.c src/kv/kv_paged.c
 FUZZ_LIB_OBJ  := $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/%.o)
 FUZZ_CFLAGS   := -std=c11 -O1 -g -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE \
                  -fno-math-errno -Iinclude -Isrc $(FUZZ_SAN)
@@ -56,7 +58,7 @@ $(FUZZ_BUILD)/libspecula_fuzz.a: $(FUZZ_LIB_OBJ)
 
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_BUILD)/libspecula_fuzz.a
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_BUILD)/libspecula_fuzz.a -o $@ \
-	  -lpcre2-8 -lcrypto -lpthread -lm -lcjson
+	  -lpcre2-8 -lcrypto -lsqlite3 -lpthread -lm -lcjson
 
 -include $(FUZZ_LIB_OBJ:.o=.d)
 

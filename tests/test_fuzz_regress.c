@@ -4,7 +4,7 @@
  * fixed and the targets' properties hold on every seed in a normal
  * `make test` (and under `make asan`).
  *
- * The five targets are included into this one file, each with its entry
+ * The six targets are included into this one file, each with its entry
  * points renamed. A violated property aborts (as under the fuzzer); the
  * signal handler names the input first. The directory is tests/fuzz,
  * relative to the project root, or $SPECULA_FUZZ_DIR. */
@@ -42,6 +42,13 @@
 #include "fuzz/fuzz_sse.c"
 #undef LLVMFuzzerInitialize
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerInitialize fz_kvstore_init
+#define LLVMFuzzerTestOneInput fz_kvstore_one
+#define rm_dir fz_kvstore_rm_dir
+#include "fuzz/fuzz_kvstore.c"
+#undef rm_dir
+#undef LLVMFuzzerInitialize
+#undef LLVMFuzzerTestOneInput
 
 #include "test.h"
 
@@ -58,6 +65,7 @@ static const target targets[] = {
     {"chat", fz_chat_init, fz_chat_one},
     {"sse", fz_sse_init, fz_sse_one},
     {"grammar", fz_grammar_init, fz_grammar_one},
+    {"kvstore", fz_kvstore_init, fz_kvstore_one},
 };
 
 static char current[1024]; /* the input being replayed, for the crash message */
@@ -131,6 +139,18 @@ static void replay(const target *t) {
 }
 
 /* The tokenizer-facing targets check little without a vocabulary. */
+/* The store seeds are what the tier writes: the python port of its
+ * checksum agrees with sp_disk_sum (4 good rows of 4; 1 of 2). */
+static void kvstore_seeds_valid(void) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/corpus/kvstore/good", fuzz_dir());
+    CHECK(sp_disk_tier_scan_file(path, 4, 64) == 4, "good: %lld rows pass",
+          (long long)sp_disk_tier_scan_file(path, 4, 64));
+    snprintf(path, sizeof(path), "%s/corpus/kvstore/bad_sum", fuzz_dir());
+    CHECK(sp_disk_tier_scan_file(path, 4, 64) == 1, "bad_sum: %lld rows pass",
+          (long long)sp_disk_tier_scan_file(path, 4, 64));
+}
+
 static void vocabularies_present(void) {
     fz_load_vocabs();
     CHECK(fz_vocabs[0], "no SentencePiece vocabulary (see tests/fuzz/fuzz_common.h)");
@@ -142,6 +162,7 @@ int main(void) {
     signal(SIGSEGV, on_crash);
     signal(SIGBUS, on_crash);
     RUN(vocabularies_present);
+    RUN(kvstore_seeds_valid);
     for (size_t i = 0; i < sizeof(targets) / sizeof(targets[0]); i++)
         RUN_NAMED(replay, &targets[i], targets[i].name);
     for (int i = 0; i < 2; i++) sp_vocab_free(fz_vocabs[i]);

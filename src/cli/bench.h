@@ -143,6 +143,7 @@ typedef struct {
     double t_start, t_first, t_last, t_end; /* s from the run start; t_first < 0: no token */
     dvec chunk_t;            /* arrival of each chunk with text */
     int32_t prompt_tokens, completion_tokens, cached_tokens; /* from usage; -1: absent */
+    int32_t cached_tokens_disk; /* specula.cached_tokens_disk (--kv-disk); <= 0: none or absent */
     size_t prompt_bytes, out_bytes;
     bool has_spec;
     int32_t spec_steps, spec_drafted, spec_accepted;
@@ -281,6 +282,7 @@ typedef struct {
     char first_err[200];
     double duration_s;
     long long prompt_tokens, output_tokens, cached_tokens;
+    long long cached_tokens_disk; /* of cached_tokens, restored from the server's disk tier */
     bool usage_seen, cached_seen;
     dvec ttft, tpot, itl, e2e, ttft_cold, ttft_warm, prompt_len, output_len;
     bstat_summary s_ttft, s_tpot, s_itl, s_e2e, s_cold, s_warm, s_plen, s_olen;

@@ -97,6 +97,8 @@ int bench_rec_event(bench_rec *r, const char *data, size_t len, double now) {
         if (cJSON_IsNumber(v)) r->srv_ttft_ms = v->valuedouble;
         v = cJSON_GetObjectItemCaseSensitive(x, "queue_ms");
         if (cJSON_IsNumber(v)) r->srv_queue_ms = v->valuedouble;
+        v = cJSON_GetObjectItemCaseSensitive(x, "cached_tokens_disk");
+        if (cJSON_IsNumber(v)) r->cached_tokens_disk = (int32_t)v->valuedouble;
         const cJSON *sp = cJSON_GetObjectItemCaseSensitive(x, "spec");
         if (cJSON_IsObject(sp)) {
             r->has_spec = true;

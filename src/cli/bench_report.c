@@ -113,6 +113,7 @@ void bench_result_add(bench_result *r, const bench_run *run, const bench_slo *sl
             if (q->cached_tokens >= 0) {
                 r->cached_seen = true;
                 r->cached_tokens += q->cached_tokens;
+                if (q->cached_tokens_disk > 0) r->cached_tokens_disk += q->cached_tokens_disk;
                 /* warm: at least a tenth of the prompt came from the cache (a
                  * shared first block, e.g. a common system line, is not warmth) */
                 bool warm = q->prompt_tokens > 0 && 10.0 * q->cached_tokens >= q->prompt_tokens;
@@ -272,6 +273,7 @@ static const mrow ROWS[] = {
     {"cold_requests", "cold requests", "", false},
     {"warm_requests", "warm requests", "", true},
     {"h_tokens_mean", "H_tokens (cached / prompt tokens), all", "", true},
+    {"cached_tokens_disk", "cached prompt tokens restored from the disk tier", "tok", true},
     {"acceptance_rate", "acceptance rate (accepted / drafted)", "", true},
     {"mean_acceptance_length", "mean acceptance length (tokens / verification step)", "", true},
     {"kv_peak_in_use", "KV blocks in use, peak fraction", "", false},
@@ -318,6 +320,7 @@ static double row_value(const bench_result *r, size_t i) {
     if (!strcmp(k, "warm_requests")) return r->cached_seen ? (double)r->ttft_warm.n : NAN;
     if (!strcmp(k, "h_tokens_mean"))
         return r->cached_seen && r->prompt_tokens ? (double)r->cached_tokens / r->prompt_tokens : NAN;
+    if (!strcmp(k, "cached_tokens_disk")) return r->cached_seen ? (double)r->cached_tokens_disk : NAN;
     if (!strcmp(k, "acceptance_rate"))
         return r->has_spec && r->spec_drafted ? (double)r->spec_accepted / r->spec_drafted : NAN;
     if (!strcmp(k, "mean_acceptance_length"))

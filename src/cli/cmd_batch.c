@@ -195,10 +195,10 @@ static void print_result(const job *j) {
     fprintf(f, "], \"text\": ");
     cli_json_str(f, j->text ? j->text : "", j->text_len);
     fprintf(f, ", \"finish_reason\": \"%s\", \"prompt_tokens\": %d, \"cached_tokens\": %d, "
-               "\"queue_ms\": %.3f, \"prefill_ms\": %.3f, \"ttft_ms\": %.3f, \"decode_ms\": %.3f, "
+               "\"cached_tokens_disk\": %d, \"queue_ms\": %.3f, \"prefill_ms\": %.3f, \"ttft_ms\": %.3f, \"decode_ms\": %.3f, "
                "\"preemptions\": %d, ",
             sp_finish_reason_str(j->st.finish), j->st.prompt_tokens, j->st.cached_tokens,
-            j->st.queue_ms, j->st.prefill_ms, j->st.ttft_ms, j->st.decode_ms, j->st.preemptions);
+            j->st.cached_tokens_disk, j->st.queue_ms, j->st.prefill_ms, j->st.ttft_ms, j->st.decode_ms, j->st.preemptions);
     cli_print_spec(f, &j->st);
     fprintf(f, "}\n");
     fflush(f);
@@ -223,7 +223,16 @@ static void print_stats(sp_engine *e) {
             s.kv_bytes_cached);
     for (int i = 0; i < 11; i++)
         fprintf(stderr, "%s%llu", i ? ", " : "", (unsigned long long)s.h_tokens_hist[i]);
-    fprintf(stderr, "]}\n");
+    fprintf(stderr, "], \"cache_hit_tokens_disk\": %llu, \"disk\": {\"on\": %s, \"blocks\": %llu, "
+            "\"bytes\": %llu, \"writes\": %llu, \"skipped\": %llu, \"evictions\": %llu, "
+            "\"restored\": %llu, \"restore_ms\": %.3f, \"declined\": %llu, \"corrupt\": %llu}}\n",
+            (unsigned long long)s.cache_hit_tokens_disk, s.disk_on ? "true" : "false",
+            (unsigned long long)s.disk_blocks, (unsigned long long)s.disk_bytes,
+            (unsigned long long)s.disk_writes,
+            (unsigned long long)(s.disk_skipped_queue + s.disk_skipped_cap + s.disk_skipped_error),
+            (unsigned long long)s.disk_evictions, (unsigned long long)s.disk_restored,
+            s.disk_restore_ms, (unsigned long long)s.disk_declined,
+            (unsigned long long)s.disk_corrupt);
 }
 
 int cmd_batch(int argc, char **argv) {

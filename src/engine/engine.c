@@ -19,6 +19,9 @@
  *                estimate (spec_observe, its one writer)
  *   output.c     what a committed token becomes: logprobs, text, stop
  *                rules, events
+ *   disk.c       the prefix cache's disk tier: blocks written as they are
+ *                cached, restored at admission when that costs less than
+ *                computing them
  *   internal.h   the records (request, step, sp_engine) the files share
  * and in src/spec/: draft.c (the draft proposer, its own KV and cost),
  * planner.c (cost model, its measurement and the choice of k), verify.c
@@ -264,6 +267,7 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
     sp_context_params cp;
     int64_t nb;
     if (create_target(e, &cp, &nb, err, errlen)) goto fail;
+    if (eng_disk_open(e, err, errlen)) goto fail;
     if (p.draft && !(e->drafter = sp_drafter_create(p.draft, cp, p.kv_type, p.kv_block_size,
                                                      (int32_t)nb, e->max_blocks, e->n_vocab,
                                                      e->ctx, err, errlen)))
@@ -309,6 +313,7 @@ void sp_engine_free(sp_engine *e) {
         e->all = r->next;
         rq_free(r);
     }
+    eng_disk_close(e); /* its writer drains the queue of block copies first */
     sp_drafter_free(e->drafter); /* first: it runs on the target context's threads */
     sp_context_free(e->ctx);
     if (e->kv) e->kv->ops->destroy(e->kv);
@@ -346,6 +351,7 @@ void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st) {
     st->kv_bytes_cached = ks.cached_bytes;
     st->running = e->n_running;
     st->waiting = e->n_waiting;
+    eng_disk_stats(e, st);
     pthread_mutex_unlock(&e->mu);
 }
 

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "kv/disk_tier.h"
 #include "kv/kv_paged.h"
 #include "model/model.h"
 #include "spec/draft.h"
@@ -190,6 +191,13 @@ struct sp_engine {
     int32_t flush_result;
     int check_rc;
     char check_err[256];
+    /* the disk tier (disk.c): NULL without --kv-disk */
+    sp_disk_tier *disk;
+    uint8_t *disk_buf;         /* [block_bytes] a restored block before it enters the pool */
+    double disk_ms_block;      /* restore cost per block (moving average; 0: not measured) */
+    double prefill_ms_tok;     /* prefill cost per token (moving average; 0: not measured) */
+    uint64_t disk_restored, disk_declined;
+    double disk_restore_ms;
     uint64_t check_failures;   /* debug_check: steps after which the checker failed */
     char first_failure[256];
     /* structured output (constrain.c), under gmu: built at the first
@@ -219,6 +227,18 @@ void eng_wait_insert(sp_engine *e, request *r);
 void eng_finish(sp_engine *e, request *r, sp_finish_reason why);
 int32_t eng_schedule(sp_engine *e, step *s);
 void eng_commit_blocks(sp_engine *e, request *r);
+
+/* disk.c (engine thread, locked) */
+int eng_disk_open(sp_engine *e, char *err, size_t errlen);
+void eng_disk_close(sp_engine *e);
+int32_t eng_disk_restore(sp_engine *e, request *r, int32_t from, int32_t usable,
+                         int32_t *from_disk);
+void eng_disk_put(sp_engine *e, request *r, int32_t block);
+void eng_disk_observe(sp_engine *e, int32_t n_tok, double ms);
+void eng_disk_stats(sp_engine *e, sp_engine_stats *st);
+/* The rule: restore a block while its measured cost is below block_size
+ * tokens of measured prefill (true while either is unmeasured, <= 0). */
+bool eng_disk_restore_pays(double restore_ms_block, double prefill_ms_tok, int32_t block_size);
 
 /* step.c */
 int step_init(step *s, int32_t max_batch_tokens, int32_t max_seqs, int32_t n_vocab);

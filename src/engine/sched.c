@@ -105,7 +105,10 @@ void eng_commit_blocks(sp_engine *e, request *r) {
     int32_t full = kv_len(e, r) / bs;
     if (full <= r->n_committed) return;
     full = hash_blocks(e, r, full); /* fewer only when hashing ran out of memory */
-    for (int32_t b = r->n_committed; b < full; b++) sp_kv_paged_commit(e->kv, r->slot, b, &r->hashes[b]);
+    for (int32_t b = r->n_committed; b < full; b++) {
+        sp_kv_paged_commit(e->kv, r->slot, b, &r->hashes[b]);
+        eng_disk_put(e, r, b); /* a copy, queued for the disk tier */
+    }
     if (full > r->n_committed) r->n_committed = full;
 }
 
@@ -129,23 +132,26 @@ static request *newest_running(sp_engine *e) {
 
 /* The first admission's accounting: queueing time, cache hits, and the
  * acceptance prior it starts from. */
-static void first_admission(sp_engine *e, request *r, int32_t hit_tokens) {
+static void first_admission(sp_engine *e, request *r, int32_t hit_tokens, int32_t disk_tokens) {
     r->admitted_once = true;
     /* the prior: how its method has done for requests of the same salt */
     r->alpha = r->part ? sp_spec_part_prior(r->part, r->spec) : SP_SPEC_PRIOR0;
     r->t_sched = sp_time_ms();
     r->st.queue_ms = r->t_sched - r->t_submit;
     r->st.cached_tokens = hit_tokens;
+    r->st.cached_tokens_disk = disk_tokens;
     e->st.prompt_tokens += (uint64_t)r->n_prompt;
     if (e->p.prefix_cache) {
         e->st.cache_query_tokens += (uint64_t)r->n_prompt;
         e->st.cache_hit_tokens += (uint64_t)hit_tokens;
+        e->st.cache_hit_tokens_disk += (uint64_t)disk_tokens;
     }
     int32_t bucket = (int32_t)((int64_t)hit_tokens * 10 / r->n_prompt);
     e->st.h_tokens_hist[SP_MIN(bucket, 10)]++;
 }
 
-/* Admits r into a free slot, reusing its longest cached prefix. Returns
+/* Admits r into a free slot, reusing its longest cached prefix (the RAM
+ * tier's match, continued in the disk tier when there is one). Returns
  * false (nothing changed) when the pool cannot hold the rest of its prompt
  * beside the `reserved` blocks this step already promised. Counting the
  * matched blocks as if they were taken from the pool too keeps the test
@@ -156,9 +162,9 @@ static bool admit(sp_engine *e, request *r, int32_t reserved) {
     while (e->slots[slot]) slot++;
     const int32_t bs = e->p.kv_block_size;
     /* at least the last token is computed so a full hit still yields logits */
-    int32_t hit = 0;
+    int32_t hit = 0, usable = 0, from_disk = 0;
     if (e->p.prefix_cache) {
-        int32_t usable = hash_blocks(e, r, (r->n_all - 1) / bs);
+        usable = hash_blocks(e, r, (r->n_all - 1) / bs);
         hit = sp_kv_paged_match(e->kv, r->hashes, usable);
     }
     int32_t need = (r->n_all - hit * bs + bs - 1) / bs + 1; /* +1: room to decode */
@@ -167,11 +173,13 @@ static bool admit(sp_engine *e, request *r, int32_t reserved) {
     e->slots[slot] = r;
     e->n_running++;
     r->slot = slot;
+    /* the blocks restored take the place of blocks need counted as computed */
+    if (e->disk && hit < usable) hit += eng_disk_restore(e, r, hit, usable, &from_disk);
     r->n_committed = hit;
     r->admit_no = e->next_admit++;
     /* NULL only out of memory: then it speculates from its own text alone */
     r->part = sp_spec_parts_acquire(e->parts, r->salt);
-    if (!r->admitted_once) first_admission(e, r, hit * bs);
+    if (!r->admitted_once) first_admission(e, r, hit * bs, from_disk * bs);
     return true;
 }
 

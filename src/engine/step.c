@@ -155,6 +155,7 @@ void eng_step(sp_engine *e) {
     pthread_mutex_lock(&e->mu);
     if (n_spec) e->st.verify_ms += ms_pass;
     if (!rc && e->calibrated) sp_cost_fit_observe(&e->tfit, s->n_tok, batch_attn(s), ms_pass);
+    if (!rc) eng_disk_observe(e, s->n_tok, ms_pass);
     for (int32_t i = 0; i < s->n_ent; i++) {
         const step_entry *en = &s->ent[i];
         request *r = en->r;

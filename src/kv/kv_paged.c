@@ -19,6 +19,7 @@
 #include "kv/kv_paged.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 enum { BLK_FREE = 0, BLK_CACHED = 1, BLK_IN_USE = 2 };
 
@@ -439,6 +440,46 @@ void sp_kv_paged_commit(sp_kv *kv, int32_t seq, int32_t block, const sp_block_ha
     SP_ASSERT(s->state[b] == BLK_IN_USE && s->refcount[b] == 1);
     s->hash[b] = *h;
     ht_insert(s, b);
+}
+
+int sp_kv_paged_append(sp_kv *kv, int32_t seq, const sp_block_hash *h, const void *data) {
+    kv_paged *s = KP(kv);
+    SP_ASSERT(seq >= 0 && seq < s->p.n_seq);
+    const int32_t n = s->n_table[seq];
+    if (!s->p.prefix_cache || n >= s->p.max_blocks_per_seq || s->len[seq] != n * s->p.block_size ||
+        s->reserved[seq] != s->len[seq])
+        return -1;
+    int32_t b = ht_find(s, h);
+    if (b >= 0) {
+        if (s->state[b] == BLK_CACHED) {
+            lru_remove(s, b);
+            s->state[b] = BLK_IN_USE;
+            s->n_cached--;
+            s->n_in_use++;
+        }
+        if (++s->refcount[b] == 2) s->n_shared++;
+    } else {
+        if (!data || s->n_free + s->n_cached < 1) return -1;
+        b = block_alloc(s);
+        memcpy(s->data + (size_t)b * s->block_bytes, data, s->block_bytes);
+        s->hash[b] = *h;
+        ht_insert(s, b);
+    }
+    s->table[(size_t)seq * s->p.max_blocks_per_seq + n] = b;
+    s->n_table[seq] = n + 1;
+    s->len[seq] = s->reserved[seq] = (n + 1) * s->p.block_size;
+    return 0;
+}
+
+bool sp_kv_paged_resident(const sp_kv *kv, const sp_block_hash *h) {
+    const kv_paged *s = KPC(kv);
+    return s->p.prefix_cache && ht_find(s, h) >= 0;
+}
+
+const void *sp_kv_paged_block_data(const sp_kv *kv, int32_t block_id) {
+    const kv_paged *s = KPC(kv);
+    SP_ASSERT(block_id >= 0 && block_id < s->p.n_blocks);
+    return s->data + (size_t)block_id * s->block_bytes;
 }
 
 int32_t sp_kv_paged_flush(sp_kv *kv) {

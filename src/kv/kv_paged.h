@@ -111,6 +111,23 @@ int sp_kv_paged_attach(sp_kv *kv, int32_t seq, const sp_block_hash *h, int32_t n
  * (that one stays the findable copy). */
 void sp_kv_paged_commit(sp_kv *kv, int32_t seq, int32_t block, const sp_block_hash *h);
 
+/* Appends one full block with hash h to seq, whose committed length must be
+ * a multiple of block_size with nothing reserved past it: the resident block
+ * with h when there is one (as attach does), else, when data is not NULL, a
+ * block taken from the pool (FREE, else evicting CACHED) into which
+ * block_bytes of data (this store's layout) are copied and which is then
+ * hashed with h. len grows by block_size. This is how the disk tier's
+ * restored blocks become ordinary cached blocks. 0, or -1 and nothing
+ * changed (table full, no block available, h not resident and no data). */
+int sp_kv_paged_append(sp_kv *kv, int32_t seq, const sp_block_hash *h, const void *data);
+
+/* Whether a block with hash h is resident (IN USE or CACHED). */
+bool sp_kv_paged_resident(const sp_kv *kv, const sp_block_hash *h);
+
+/* The block_bytes of pool block id (read only: a committed block's K/V for
+ * the disk tier). */
+const void *sp_kv_paged_block_data(const sp_kv *kv, int32_t block_id);
+
 /* Evicts every CACHED block (they become FREE). Returns how many. */
 int32_t sp_kv_paged_flush(sp_kv *kv);
 

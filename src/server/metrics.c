@@ -151,6 +151,43 @@ void metrics_render(metrics *m, sp_engine *e, int64_t active, sbuf *o) {
               (unsigned long long)s.evictions_pressure);
     sb_printf(o, "specula_kv_evictions_total{cause=\"flush\"} %llu\n",
               (unsigned long long)s.evictions_flush);
+    /* the tiers: hit tokens by tier, and the disk tier's own series (all 0
+     * without --kv-disk) */
+    head(o, "specula_prefix_cache_tier_hit_tokens_total", "counter",
+         "prompt tokens found in the prefix cache, by the tier that served them");
+    sb_printf(o, "specula_prefix_cache_tier_hit_tokens_total{tier=\"ram\"} %llu\n",
+              (unsigned long long)(s.cache_hit_tokens - s.cache_hit_tokens_disk));
+    sb_printf(o, "specula_prefix_cache_tier_hit_tokens_total{tier=\"disk\"} %llu\n",
+              (unsigned long long)s.cache_hit_tokens_disk);
+    gauge(o, "specula_kv_disk_enabled", "1 while a disk tier is open and working", s.disk_on);
+    gauge(o, "specula_kv_disk_blocks", "KV blocks in the disk tier (all models)",
+          (double)s.disk_blocks);
+    gauge(o, "specula_kv_disk_bytes", "bytes of the disk tier's blocks", (double)s.disk_bytes);
+    gauge(o, "specula_kv_disk_capacity_bytes", "the disk tier's cap (--kv-disk-size)",
+          (double)s.disk_cap_bytes);
+    counter(o, "specula_kv_disk_writes_total", "KV blocks written to the disk tier",
+            s.disk_writes);
+    head(o, "specula_kv_disk_writes_skipped_total", "counter",
+         "KV blocks not written to the disk tier, by reason");
+    sb_printf(o, "specula_kv_disk_writes_skipped_total{reason=\"queue_full\"} %llu\n",
+              (unsigned long long)s.disk_skipped_queue);
+    sb_printf(o, "specula_kv_disk_writes_skipped_total{reason=\"cap\"} %llu\n",
+              (unsigned long long)s.disk_skipped_cap);
+    sb_printf(o, "specula_kv_disk_writes_skipped_total{reason=\"error\"} %llu\n",
+              (unsigned long long)s.disk_skipped_error);
+    head(o, "specula_kv_disk_evictions_total", "counter", "disk tier blocks evicted, by cause");
+    sb_printf(o, "specula_kv_disk_evictions_total{cause=\"lru_cap\"} %llu\n",
+              (unsigned long long)s.disk_evictions);
+    sb_printf(o, "specula_kv_disk_evictions_total{cause=\"corrupt\"} %llu\n",
+              (unsigned long long)s.disk_corrupt);
+    counter(o, "specula_kv_disk_restored_blocks_total", "KV blocks restored from the disk tier",
+            s.disk_restored);
+    head(o, "specula_kv_disk_restore_seconds_total", "counter",
+         "time spent restoring blocks from the disk tier (read, check, copy)");
+    sb_printf(o, "specula_kv_disk_restore_seconds_total %.9g\n", s.disk_restore_ms / 1000.0);
+    counter(o, "specula_kv_disk_restores_declined_total",
+            "disk tier blocks not restored because computing them was measured cheaper",
+            s.disk_declined);
     head(o, "specula_kv_blocks", "gauge", "KV blocks by state");
     sb_printf(o, "specula_kv_blocks{state=\"free\"} %d\n", s.blocks_free);
     sb_printf(o, "specula_kv_blocks{state=\"cached\"} %d\n", s.blocks_cached);

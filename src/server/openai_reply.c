@@ -191,11 +191,11 @@ static void json_usage(sbuf *b, const sp_request_stats *st) {
 /* the "specula" extension: where the time went, and speculation's yield */
 static void json_ext(sbuf *b, const sp_request_stats *st) {
     sb_printf(b, "{\"queue_ms\": %.3f, \"prefill_ms\": %.3f, \"ttft_ms\": %.3f, \"decode_ms\": %.3f, "
-                 "\"tpot_ms\": %.3f, \"preemptions\": %d, \"spec\": {\"steps\": %d, \"drafted\": %d, "
-                 "\"accepted\": %d, \"acceptance_rate\": %.6g, \"mean_acceptance_length\": %.6g, "
+                 "\"tpot_ms\": %.3f, \"preemptions\": %d, \"cached_tokens_disk\": %d, \"spec\": {\"steps\": %d, "
+                 "\"drafted\": %d, \"accepted\": %d, \"acceptance_rate\": %.6g, \"mean_acceptance_length\": %.6g, "
                  "\"grammar_forced\": %d}}",
               st->queue_ms, st->prefill_ms, st->ttft_ms, st->decode_ms, st->tpot_ms,
-              st->preemptions, st->spec_steps, st->spec_drafted, st->spec_accepted,
+              st->preemptions, st->cached_tokens_disk, st->spec_steps, st->spec_drafted, st->spec_accepted,
               st->spec_drafted ? (double)st->spec_accepted / st->spec_drafted : 0.0,
               st->spec_steps ? (double)(st->spec_accepted + st->spec_steps) / st->spec_steps : 0.0,
               st->spec_grammar);

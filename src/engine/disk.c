@@ -1,0 +1,138 @@
+/* disk.c: the engine's side of the prefix cache's disk tier
+ * (src/kv/disk_tier.h, --kv-disk).
+ *
+ *   write    a block is queued for the tier when it becomes a cached block
+ *            of the RAM cache (eng_commit_blocks: full, committed; a
+ *            speculating request commits only verified tokens), as a copy,
+ *            so the writer thread never touches the pool; a full queue
+ *            skips it (the engine never waits)
+ *   restore  at admission, where the RAM chain's match ends, the match goes
+ *            on block by block along the same hash chain: a block resident
+ *            in RAM is taken by reference, one on disk is read, checked
+ *            (tokens, layout, checksum) and copied into a pool block that
+ *            becomes an ordinary cached block of the request
+ *   cost     each restore is timed (moving average per block), and every
+ *            forward pass of >= 8 tokens gives the prefill cost per token;
+ *            a block is restored only while its measured cost is below
+ *            block_size tokens of prefill. Prefill per token only grows with
+ *            the position (attention), so the mean per-token cost is the
+ *            cheapest a block can be computed for: the rule never restores
+ *            what computing would have done faster. Until both are measured
+ *            (the first requests after a start) it restores, which measures
+ *            the restore side. Declined blocks are counted.
+ * Engine thread, under the engine lock (a restore holds it for its reads).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/internal.h"
+
+#define EMA_KEEP 0.8
+#define PREFILL_MIN_TOKENS 8
+
+int eng_disk_open(sp_engine *e, char *err, size_t errlen) {
+    if (!e->p.kv_disk_dir) return SP_OK;
+    if (!e->p.prefix_cache) {
+        sp_seterr(err, errlen, "--kv-disk needs the prefix cache (remove --no-prefix-cache)");
+        return SP_ERR_INVALID;
+    }
+    const sp_model_info *h = sp_model_get_info(e->m);
+    sp_disk_tier_params dp = {0};
+    dp.dir = e->p.kv_disk_dir;
+    dp.max_bytes = e->p.kv_disk_size ? e->p.kv_disk_size : SP_DISK_DEFAULT_SIZE;
+    memcpy(dp.fp, e->model_key, sizeof(dp.fp));
+    dp.kv_type = e->p.kv_type == SP_KV_F16 ? SP_TYPE_F16 : SP_TYPE_F32;
+    dp.block_size = e->p.kv_block_size;
+    dp.n_layer = h->n_layer;
+    dp.kv_dim = h->n_head_kv * h->head_dim;
+    e->disk = sp_disk_tier_open(&dp, err, errlen);
+    if (!e->disk) return SP_ERR_INVALID;
+    e->disk_buf = malloc(sp_disk_tier_block_bytes(e->disk));
+    if (!e->disk_buf) {
+        sp_seterr(err, errlen, "out of memory for the disk tier");
+        return SP_ERR_NOMEM;
+    }
+    return SP_OK;
+}
+
+void eng_disk_close(sp_engine *e) {
+    sp_disk_tier_close(e->disk);
+    e->disk = NULL;
+    free(e->disk_buf);
+    e->disk_buf = NULL;
+}
+
+void eng_disk_put(sp_engine *e, request *r, int32_t block) {
+    if (!e->disk) return;
+    const int32_t id = sp_kv_paged_block_id(e->kv, r->slot, block);
+    if (id < 0) return;
+    sp_disk_tier_put(e->disk, &r->hashes[block], r->toks + (size_t)block * e->p.kv_block_size,
+                     sp_kv_paged_block_data(e->kv, id));
+}
+
+void eng_disk_observe(sp_engine *e, int32_t n_tok, double ms) {
+    if (!e->disk || n_tok < PREFILL_MIN_TOKENS || ms <= 0) return;
+    const double per = ms / n_tok;
+    e->prefill_ms_tok = e->prefill_ms_tok > 0 ? EMA_KEEP * e->prefill_ms_tok + (1 - EMA_KEEP) * per
+                                              : per;
+}
+
+bool eng_disk_restore_pays(double restore_ms_block, double prefill_ms_tok, int32_t block_size) {
+    if (restore_ms_block <= 0 || prefill_ms_tok <= 0) return true; /* not measured yet */
+    return restore_ms_block < block_size * prefill_ms_tok;
+}
+
+static bool restore_pays(const sp_engine *e) {
+    return eng_disk_restore_pays(e->disk_ms_block, e->prefill_ms_tok, e->p.kv_block_size);
+}
+
+int32_t eng_disk_restore(sp_engine *e, request *r, int32_t from, int32_t usable,
+                         int32_t *from_disk) {
+    *from_disk = 0;
+    if (!e->disk) return 0;
+    const int32_t bs = e->p.kv_block_size;
+    int32_t got = 0;
+    for (int32_t j = from; j < usable; j++, got++) {
+        const sp_block_hash *h = &r->hashes[j];
+        if (sp_kv_paged_resident(e->kv, h)) { /* the chain went on in RAM after a gap */
+            if (sp_kv_paged_append(e->kv, r->slot, h, NULL)) break;
+            continue;
+        }
+        if (!restore_pays(e)) {
+            for (int32_t k = j; k < usable && sp_disk_tier_has(e->disk, &r->hashes[k]); k++)
+                e->disk_declined++;
+            break;
+        }
+        const double t0 = sp_time_ms();
+        if (sp_disk_tier_get(e->disk, h, r->toks + (size_t)j * bs, e->disk_buf)) break;
+        if (sp_kv_paged_append(e->kv, r->slot, h, e->disk_buf)) break;
+        const double ms = sp_time_ms() - t0;
+        e->disk_ms_block = e->disk_ms_block > 0
+                               ? EMA_KEEP * e->disk_ms_block + (1 - EMA_KEEP) * ms
+                               : ms;
+        e->disk_restore_ms += ms;
+        e->disk_restored++;
+        (*from_disk)++;
+    }
+    return got;
+}
+
+void eng_disk_stats(sp_engine *e, sp_engine_stats *st) {
+    if (!e->disk) return;
+    sp_disk_tier_stats d;
+    sp_disk_tier_get_stats(e->disk, &d);
+    st->disk_on = !d.broken;
+    st->disk_blocks = d.blocks;
+    st->disk_bytes = d.bytes;
+    st->disk_cap_bytes = d.cap_bytes;
+    st->disk_writes = d.writes;
+    st->disk_skipped_queue = d.skipped_queue;
+    st->disk_skipped_cap = d.skipped_cap;
+    st->disk_skipped_error = d.skipped_error;
+    st->disk_evictions = d.evictions;
+    st->disk_corrupt = d.corrupt;
+    st->disk_set_aside = d.set_aside;
+    st->disk_restored = e->disk_restored;
+    st->disk_restore_ms = e->disk_restore_ms;
+    st->disk_declined = e->disk_declined;
+}

@@ -1,0 +1,124 @@
+/* disk_tier.h: the prefix cache's second tier, on disk (--kv-disk DIR).
+ *
+ * Full committed KV blocks are kept in an SQLite database (WAL mode) under
+ * DIR, keyed by the same block hash the RAM prefix cache uses
+ * (sp_block_hash_chain: parent, tokens, model fingerprint, salt), so tenants
+ * and models stay apart exactly as in RAM. The tier outlives the process: a
+ * restarted engine with the same DIR and model finds its old prefixes.
+ *
+ * Files under DIR (DIR 0700, files 0600):
+ *   lock          flock'ed exclusively while a process uses DIR (a second
+ *                 process is refused: sp_disk_tier_open fails naming it)
+ *   kv.sqlite     the store (+ kv.sqlite-wal, kv.sqlite-shm)
+ *   kv.sqlite.bad-<time>  a store that was corrupt, truncated, foreign or of
+ *                 an older format, set aside (renamed) with one warning
+ *
+ * Schema (format version SP_DISK_FORMAT in table meta):
+ *   blocks(id INTEGER PRIMARY KEY, hash BLOB(32), fp BLOB(32), kv_type,
+ *          block_size, n_layer, kv_dim, version, tokens BLOB (block_size
+ *          int32 LE), sum INTEGER, kv BLOB (block_bytes))
+ *   lru(id INTEGER PRIMARY KEY (= blocks.id), used INTEGER): the LRU clock,
+ *          in its own table because an UPDATE rewrites a whole row
+ *   unique index on (hash, fp, kv_type, block_size, n_layer, kv_dim): a
+ *   row is found only by an engine of the same model fingerprint, KV type
+ *   and layout; other models' rows coexist and are never read.
+ * sum is a 64-bit checksum (sp_disk_sum, 4-lane multiply-rotate, ours, not
+ * SQLite's) over version, fp, kv_type, layout, hash, tokens and kv: a row
+ * whose fields, tokens or checksum do not match is never restored (it is
+ * counted as corrupt and deleted).
+ *
+ * Threads: the engine thread calls put/has/get (get reads on its own
+ * connection); one background writer thread owns a second connection and
+ * does every write: inserts from a bounded queue of block copies, LRU
+ * touches, deletions, and eviction of the least recently used rows to stay
+ * under the cap. put never waits: when the queue is full the block is
+ * skipped and counted. The LRU order is a counter lru.used set at insert
+ * and at every restore (approximate: touches go through a bounded ring too).
+ *
+ * Damage at run time (SQLite reports corruption or an I/O error) turns the
+ * tier off for this process with one warning; the store is set aside at
+ * the next open. Damage found at open (header, format version, schema,
+ * PRAGMA quick_check) sets it aside at once and starts an empty store.
+ */
+#ifndef SP_DISK_TIER_H
+#define SP_DISK_TIER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv/kv_paged.h"
+
+#define SP_DISK_FORMAT 2
+#define SP_DISK_DEFAULT_SIZE ((uint64_t)4 << 30)
+
+typedef struct sp_disk_tier sp_disk_tier;
+
+typedef struct {
+    const char *dir;
+    uint64_t max_bytes;   /* cap on the rows' bytes (tokens + K/V + a fixed overhead) */
+    uint8_t fp[32];       /* the model fingerprint (the block hash's extra) */
+    int32_t kv_type;      /* sp_type: SP_TYPE_F16 or SP_TYPE_F32 */
+    int32_t block_size, n_layer, kv_dim;
+    int32_t queue_blocks; /* write queue slots (0: min(256, 64 MiB of blocks), >= 2) */
+    bool quiet;           /* no warnings on stderr (tests) */
+} sp_disk_tier_params;
+
+typedef struct {
+    uint64_t blocks, bytes, cap_bytes; /* rows (all models and layouts) and their bytes */
+    uint64_t writes;              /* blocks written */
+    uint64_t skipped_queue;       /* blocks not written: the queue was full */
+    uint64_t skipped_cap;         /* ... larger than the cap */
+    uint64_t skipped_error;       /* ... the write failed (disk full, I/O error) */
+    uint64_t evictions;           /* rows deleted to stay under the cap */
+    uint64_t hits, misses;        /* get(): restored, not found */
+    uint64_t corrupt;             /* get(): rows rejected (fields, tokens or checksum) */
+    uint64_t set_aside;           /* stores renamed away at open (0 or 1) */
+    uint64_t touches_dropped;     /* LRU touches lost to a full ring */
+    bool broken;                  /* turned off after damage at run time */
+} sp_disk_tier_stats;
+
+/* Opens (creating DIR 0700 and the store 0600 when missing) and starts the
+ * writer. NULL + err when DIR cannot be made or used, when another process
+ * holds its lock, or when SQLite cannot open a store even after setting a
+ * damaged one aside. */
+sp_disk_tier *sp_disk_tier_open(const sp_disk_tier_params *p, char *err, size_t errlen);
+/* Writes what is queued, stops the writer, closes the store. */
+void sp_disk_tier_close(sp_disk_tier *t);
+
+size_t sp_disk_tier_block_bytes(const sp_disk_tier *t);
+
+/* Engine thread. Queues a copy of a full committed block (tokens: its
+ * block_size ids; kv: block_bytes in the pool's layout) unless the store
+ * or the queue already has it. 0 queued, 1 already stored, 2 skipped (queue full, too
+ * large for the cap, or the tier is off). Never waits for the writer. */
+int sp_disk_tier_put(sp_disk_tier *t, const sp_block_hash *h, const int32_t *tokens,
+                     const void *kv);
+/* Whether the store has h (for this model and layout). */
+bool sp_disk_tier_has(sp_disk_tier *t, const sp_block_hash *h);
+/* Reads h into kv (block_bytes) after checking that the row's fields,
+ * tokens (must equal `tokens`) and checksum all match; queues an LRU touch.
+ * A block still in the write queue is restored from the queue's copy (its
+ * tokens checked). 0 restored; 1 not found; -1 rejected (the row is queued
+ * for deletion; kv may hold garbage and must not be used). */
+int sp_disk_tier_get(sp_disk_tier *t, const sp_block_hash *h, const int32_t *tokens, void *kv);
+
+/* Any thread. */
+void sp_disk_tier_get_stats(sp_disk_tier *t, sp_disk_tier_stats *st);
+/* Waits until the writer has done everything queued so far (tests). */
+void sp_disk_tier_sync(sp_disk_tier *t);
+/* Invariants (after sync): the store's rows and bytes equal the counts,
+ * bytes <= cap, no row of this layout has a bad checksum (reads them all).
+ * 0, or -1 + err. */
+int sp_disk_tier_check(sp_disk_tier *t, char *err, size_t errlen);
+
+/* The checksum (exposed for tests and the fuzz target). */
+uint64_t sp_disk_sum(uint64_t seed, const void *data, size_t n);
+
+/* For the fuzz target: opens the SQLite file at path read-only as a store
+ * and reads every row the way get() does (checks included). Returns rows
+ * that passed, or -1 when the file is not a usable store. Never crashes on
+ * a damaged file. */
+int64_t sp_disk_tier_scan_file(const char *path, int32_t block_size, size_t block_bytes);
+
+#endif
