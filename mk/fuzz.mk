@@ -12,7 +12,7 @@
 # New inputs go to build-fuzz/corpus/<target>/ (the committed seeds in
 # tests/fuzz/corpus/ are only read); crashes to build-fuzz/crashes/<target>/.
 # A crash, once fixed, goes into tests/fuzz/regress/<target>/, which
-# `make test` replays (tests/test_fuzz_regress.c) with the seeds.
+# `make test` replays (tests/fuzz/test_fuzz_regress.c) with the seeds.
 # The vocabularies come from $SPECULA_REF_DIR (default ../shared/reference).
 
 FUZZ_CC       ?= clang-14
