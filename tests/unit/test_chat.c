@@ -13,7 +13,7 @@
 #include "gguf/gguf.h"
 #include "chat/chat.h"
 #include "server/openai.h"
-#include "server/sbuf.h"
+#include "sbuf.h"
 #include "test.h"
 #include "tokenizer/tokenizer.h"
 

@@ -1,6 +1,9 @@
-/* sbuf.h: a growable byte buffer for the HTTP server. */
-#ifndef SP_SERVER_SBUF_H
-#define SP_SERVER_SBUF_H
+/* sbuf.h: a growable byte buffer (the server's JSON and text, the chat
+ * templates' rendering) and UTF-8 helpers. An append that runs out of memory
+ * sets oom and returns false; later appends do nothing, so a caller may
+ * append a whole text and check oom once. */
+#ifndef SP_SBUF_H
+#define SP_SBUF_H
 
 #include <stdarg.h>
 #include <stdbool.h>

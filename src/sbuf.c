@@ -1,5 +1,5 @@
 /* sbuf.c: growable byte buffer and UTF-8 helpers for the HTTP server. */
-#include "server/sbuf.h"
+#include "sbuf.h"
 
 #include <stdint.h>
 #include <stdio.h>
