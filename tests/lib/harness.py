@@ -77,6 +77,13 @@ class Server:
         self.f.close()
         return self.p.returncode
 
+    def kill(self):
+        """At the end of a driver, whatever happened: a server still running is
+        killed (no drain) and reaped."""
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+
 
 def request(port, method, path, body=None, headers=None, timeout=60, chunked=False):
     """(status, headers dict (lower-case), body bytes)"""

@@ -494,9 +494,7 @@ def main():
         report("servers start", str(e))
     finally:
         for srv in servers.values():
-            if srv.p.poll() is None:
-                srv.p.kill()
-                srv.p.wait()
+            srv.kill()
         shutil.rmtree(tmp, ignore_errors=True)
     return tally.result()
 

@@ -277,9 +277,7 @@ def main():
         report("servers", str(e))
     finally:
         for srv in servers:
-            if srv.p.poll() is None:
-                srv.p.kill()
-                srv.p.wait()
+            srv.kill()
         shutil.rmtree(tmp, ignore_errors=True)
     return tally.result()
 
