@@ -133,6 +133,28 @@ static void serve_info(char *out, size_t cap, const char *model, const cli_engin
     cJSON_Delete(o);
 }
 
+/* Serves until SIGINT or SIGTERM (blocked in sigs), then refuses new
+ * requests and lets those in flight finish for up to drain_s seconds (a
+ * second signal ends the wait); the caller's sp_server_stop cancels the rest. */
+static void wait_and_drain(sp_server *s, const sigset_t *sigs, long drain_s) {
+    int sig = 0;
+    sigwait(sigs, &sig);
+    sp_server_drain(s);
+    int64_t n = sp_server_in_flight(s);
+    fprintf(stderr, "specula serve: signal %d, stopping (%lld request(s) in flight, up to %ld s "
+            "to finish)\n", sig, (long long)n, drain_s);
+    fflush(stderr);
+    struct timespec t0, t1, slice = {0, 50 * 1000000L};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (sp_server_in_flight(s) > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if ((t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9 >= (double)drain_s) break;
+        if (sigtimedwait(sigs, NULL, &slice) > 0) break; /* a second signal: now */
+    }
+    n = sp_server_in_flight(s);
+    if (n) fprintf(stderr, "specula serve: cancelling %lld request(s)\n", (long long)n);
+}
+
 int cmd_serve(int argc, char **argv) {
     const char *model = cli_default_model();
     const char *keys[MAX_KEYS];
@@ -297,22 +319,7 @@ int cmd_serve(int argc, char **argv) {
             "template %s, spec %s\n", o.host, sp_server_port(s), o.served_name, n_ctx,
             sp_server_chat_template_name(s), sp_spec_mode_str(ce.p.spec));
     fflush(stderr);
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    sp_server_drain(s);
-    int64_t n = sp_server_in_flight(s);
-    fprintf(stderr, "specula serve: signal %d, stopping (%lld request(s) in flight, up to %ld s "
-            "to finish)\n", sig, (long long)n, drain_s);
-    fflush(stderr);
-    struct timespec t0, t1, slice = {0, 50 * 1000000L};
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (sp_server_in_flight(s) > 0) {
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        if ((t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9 >= (double)drain_s) break;
-        if (sigtimedwait(&sigs, NULL, &slice) > 0) break; /* a second signal: now */
-    }
-    n = sp_server_in_flight(s);
-    if (n) fprintf(stderr, "specula serve: cancelling %lld request(s)\n", (long long)n);
+    wait_and_drain(s, &sigs, drain_s);
     rc = 0;
 done:
     sp_server_stop(s);
