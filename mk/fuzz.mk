@@ -40,7 +40,7 @@ FUZZ_ENV      := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=prin
 FUZZ_LIB_SRC  := src/common.c src/gguf/gguf.c src/gguf/gguf_write.c src/kernels/types.c \
                  $(wildcard src/tokenizer/*.c) src/server/openai.c src/server/openai_reply.c \
                  src/server/openai_prompt.c \
-                 src/chat/chat.c src/sbuf.c src/sample/sampler.c src/spec/mode.c
+                 src/chat/chat.c src/chat/chat_tokenize.c src/sbuf.c src/sample/sampler.c src/spec/mode.c
 FUZZ_LIB_OBJ  := $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/%.o)
 FUZZ_CFLAGS   := -std=c11 -O1 -g -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE \
                  -fno-math-errno -Iinclude -Isrc $(FUZZ_SAN)

@@ -53,7 +53,7 @@ typedef struct {
 char *chat_render_spans(chat_tmpl t, const chat_msg *m, int n, chat_span **spans, int *n_spans,
                         char *err, size_t errlen);
 
-/* ---- a conversation's tokens (chat_api.c) ---- */
+/* ---- a conversation's tokens (chat_tokenize.c) ---- */
 
 struct sp_vocab;
 /* What chat_tokenize returns besides a count. */
