@@ -381,6 +381,27 @@ static int load_kind(sp_vocab *v, const sp_gguf *g, sp_pretok_info *pinfo, char 
     return 0;
 }
 
+/* An optional array of one entry per token (KEY, of type t or t2): 0 when
+ * the file has none, 1 with *data when it has, -1 + err when it is not such
+ * an array (WHAT names the type in the message). */
+static int per_token_arr(const sp_gguf *g, const sp_vocab *v, const char *key, sp_gguf_vtype t,
+                         sp_gguf_vtype t2, const char *what, const void **data, char *err,
+                         size_t errlen) {
+    if (sp_gguf_find_key(g, key) < 0) return 0;
+    sp_gguf_vtype et;
+    uint64_t n;
+    if (!sp_gguf_get_arr(g, key, &et, &n, data) || (et != t && et != t2)) {
+        sp_seterr(err, errlen, "%s: not an array of %s", key, what);
+        return -1;
+    }
+    if (n != (uint64_t)v->n_tokens) {
+        sp_seterr(err, errlen, "%s has %llu entries but there are %d tokens", key,
+                  (unsigned long long)n, v->n_tokens);
+        return -1;
+    }
+    return 1;
+}
+
 /* The tokens' texts (and the text -> id table), scores and attributes. */
 static int load_tokens(sp_vocab *v, const sp_gguf *g, char *err, size_t errlen) {
     sp_gguf_vtype et;
@@ -454,34 +475,17 @@ static int load_tokens(sp_vocab *v, const sp_gguf *g, char *err, size_t errlen) 
     }
 
     /* scores */
-    if (sp_gguf_find_key(g, "tokenizer.ggml.scores") >= 0) {
-        if (!sp_gguf_get_arr(g, "tokenizer.ggml.scores", &et, &n, &data) ||
-            et != SP_GGUF_FLOAT32) {
-            sp_seterr(err, errlen, "tokenizer.ggml.scores: not an array of float32");
-            return -1;
-        }
-        if (n != (uint64_t)v->n_tokens) {
-            sp_seterr(err, errlen, "tokenizer.ggml.scores has %llu entries but there are %d tokens",
-                      (unsigned long long)n, v->n_tokens);
-            return -1;
-        }
-        memcpy(v->scores, data, n * sizeof(float)); /* the array may be unaligned */
-    }
+    int r = per_token_arr(g, v, "tokenizer.ggml.scores", SP_GGUF_FLOAT32, SP_GGUF_FLOAT32,
+                          "float32", &data, err, errlen);
+    if (r < 0) return -1;
+    if (r) memcpy(v->scores, data, (size_t)v->n_tokens * sizeof(float)); /* may be unaligned */
 
     /* token types -> attributes */
     for (int32_t i = 0; i < v->n_tokens; i++) v->attr[i] = SP_ATTR_NORMAL;
-    if (sp_gguf_find_key(g, "tokenizer.ggml.token_type") >= 0) {
-        if (!sp_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &n, &data) ||
-            (et != SP_GGUF_INT32 && et != SP_GGUF_UINT32)) {
-            sp_seterr(err, errlen, "tokenizer.ggml.token_type: not an array of int32");
-            return -1;
-        }
-        if (n != (uint64_t)v->n_tokens) {
-            sp_seterr(err, errlen,
-                      "tokenizer.ggml.token_type has %llu entries but there are %d tokens",
-                      (unsigned long long)n, v->n_tokens);
-            return -1;
-        }
+    r = per_token_arr(g, v, "tokenizer.ggml.token_type", SP_GGUF_INT32, SP_GGUF_UINT32, "int32",
+                      &data, err, errlen);
+    if (r < 0) return -1;
+    if (r) {
         for (int32_t i = 0; i < v->n_tokens; i++) {
             int32_t t;
             memcpy(&t, (const char *)data + 4 * (size_t)i, 4);
