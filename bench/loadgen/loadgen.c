@@ -398,24 +398,243 @@ static void progress(const bench_load_opts *o, const bench_run *r, int32_t done,
     fflush(stderr);
 }
 
+/* One run's state: the requests' transfers, the conversations, the /metrics
+ * sampler, the counts the loop steers by. */
+typedef struct {
+    const bench_load_opts *o;
+    const bench_workload *w;
+    bench_run *run;
+    slot *slots;         /* one per item */
+    char **history;      /* each conversation's text so far */
+    int32_t *conv_busy;  /* a turn of the conversation is in flight */
+    int32_t *conv_turn;  /* the next turn of the conversation to start */
+    cJSON **conv_msgs;   /* chat: each conversation's messages so far */
+    CURLM *m;
+    CURL *mh;            /* the /metrics request in flight, or NULL */
+    membuf mbuf;         /* its answer */
+    char url[2048], murl[2048];
+    double t0, t_metrics;
+    int32_t done_n, in_flight, next_free;
+    bool started;
+    double first_start, last_end;
+} load_state;
+
+/* Starts item i at time t (seconds since the run began): its prompt (a
+ * conversation's history, then this turn), its body, its transfer; an item
+ * that cannot start is done with an error. */
+static void start_item(load_state *L, int32_t i, double t) {
+    const bench_load_opts *o = L->o;
+    bench_rec *r = &L->run->recs[i];
+    const bench_item *it = &L->w->items[i];
+    const char *prompt = it->prompt;
+    char *joined = NULL;
+    if (it->conv >= 0 && L->history[it->conv]) {
+        size_t hl = strlen(L->history[it->conv]), pl = strlen(it->prompt);
+        joined = malloc(hl + pl + 1);
+        if (joined) {
+            memcpy(joined, L->history[it->conv], hl);
+            memcpy(joined + hl, it->prompt, pl + 1);
+            prompt = joined;
+        }
+    }
+    r->prompt_bytes = strlen(prompt);
+    r->prompt = strdup(prompt);
+    if (o->chat) { /* the messages: the conversation so far and this turn */
+        cJSON *msgs = it->conv >= 0 ? L->conv_msgs[it->conv] : NULL;
+        if (!msgs) msgs = cJSON_CreateArray();
+        cJSON *um = cJSON_CreateObject();
+        if (um) {
+            cJSON_AddStringToObject(um, "role", "user");
+            cJSON_AddStringToObject(um, "content", it->prompt);
+            cJSON_AddItemToArray(msgs, um);
+        }
+        r->body = msgs ? request_body(o, it, prompt, msgs) : NULL;
+        if (it->conv >= 0) L->conv_msgs[it->conv] = msgs;
+        else cJSON_Delete(msgs);
+    } else {
+        r->body = request_body(o, it, prompt, NULL);
+    }
+    if (it->conv >= 0) { /* the history the next turn extends */
+        free(L->history[it->conv]);
+        L->history[it->conv] = joined ? joined : strdup(prompt);
+        L->conv_busy[it->conv] = 1;
+    } else {
+        free(joined);
+    }
+    r->t_start = t;
+    if (L->first_start < 0) L->first_start = t;
+    if (!r->body || start_rec(L->m, &L->slots[i], o, L->url, r, L->t0)) {
+        if (!r->err[0]) snprintf(r->err, sizeof(r->err), "out of memory");
+        r->done = true;
+        r->t_end = t;
+        free(r->body);
+        r->body = NULL;
+        L->done_n++;
+        if (it->conv >= 0) L->conv_busy[it->conv] = 0, L->conv_turn[it->conv]++;
+        return;
+    }
+    L->in_flight++;
+    L->started = true;
+}
+
+/* Every metrics_period_s while requests run: GET /metrics (the server's KV
+ * gauges), one at a time. */
+static void sample_metrics(load_state *L, double t) {
+    const bench_load_opts *o = L->o;
+    if (o->metrics_period_s > 0 && !L->mh && L->started && t >= L->t_metrics) {
+        L->t_metrics = t + o->metrics_period_s;
+        L->mh = curl_easy_init();
+        if (L->mh) {
+            free(L->mbuf.p);
+            L->mbuf.p = NULL;
+            L->mbuf.n = 0;
+            curl_easy_setopt(L->mh, CURLOPT_URL, L->murl);
+            curl_easy_setopt(L->mh, CURLOPT_WRITEFUNCTION, membuf_write);
+            curl_easy_setopt(L->mh, CURLOPT_WRITEDATA, &L->mbuf);
+            curl_easy_setopt(L->mh, CURLOPT_NOSIGNAL, 1L);
+            curl_easy_setopt(L->mh, CURLOPT_TIMEOUT_MS, 5000L);
+            curl_easy_setopt(L->mh, CURLOPT_PRIVATE, NULL);
+            if (curl_multi_add_handle(L->m, L->mh) != CURLM_OK) {
+                curl_easy_cleanup(L->mh);
+                L->mh = NULL;
+            }
+        }
+    }
+}
+
+/* The /metrics request ended: a KV sample when it answered; none again from
+ * a server that is not Specula's or not ours to read. */
+static void on_metrics(load_state *L, CURL *h, CURLcode cc, double tn) {
+    bench_run *run = L->run;
+    long st = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
+    if (cc == CURLE_OK && st == 200 && L->mbuf.p) {
+        bench_kv_sample ks = {
+            .t = tn,
+            .blocks_total = bench_prom_value(L->mbuf.p, "specula_kv_blocks_capacity"),
+            .blocks_free = bench_prom_value(L->mbuf.p, "specula_kv_blocks{state=\"free\"}"),
+            .blocks_cached = bench_prom_value(L->mbuf.p, "specula_kv_blocks{state=\"cached\"}"),
+            .blocks_in_use = bench_prom_value(L->mbuf.p, "specula_kv_blocks{state=\"in_use\"}"),
+        };
+        if (!isnan(ks.blocks_total)) {
+            if (run->n_kv == run->cap_kv) {
+                int32_t c = run->cap_kv ? run->cap_kv * 2 : 64;
+                bench_kv_sample *nk = realloc(run->kv, (size_t)c * sizeof(*nk));
+                if (nk) run->kv = nk, run->cap_kv = c;
+            }
+            if (run->n_kv < run->cap_kv) run->kv[run->n_kv++] = ks;
+        }
+    } else if (st == 404 || st == 401) {
+        L->t_metrics = INFINITY; /* not a Specula server, or not ours to read */
+    }
+    curl_multi_remove_handle(L->m, h);
+    curl_easy_cleanup(h);
+    L->mh = NULL;
+}
+
+/* A request ended: its record finished, and for a conversation its answer
+ * appended to the history the next turn extends. */
+static void on_done(load_state *L, CURL *h, CURLcode cc, double tn) {
+    const bench_load_opts *o = L->o;
+    const bench_workload *w = L->w;
+    slot *s = NULL;
+    curl_easy_getinfo(h, CURLINFO_PRIVATE, (char **)&s);
+    curl_multi_remove_handle(L->m, h);
+    finish_rec(s, cc, tn);
+    curl_easy_cleanup(h);
+    s->h = NULL;
+    bench_rec *r = s->r;
+    if (r->t_end > L->last_end) L->last_end = r->t_end;
+    const bench_item *it = &w->items[r->idx];
+    if (it->conv >= 0) {
+        char *h2 = NULL;
+        size_t hl = strlen(L->history[it->conv]);
+        h2 = realloc(L->history[it->conv], hl + r->text_len + 1);
+        if (h2) {
+            memcpy(h2 + hl, r->text ? r->text : "", r->text_len);
+            h2[hl + r->text_len] = 0;
+            L->history[it->conv] = h2;
+        }
+        if (o->chat && L->conv_msgs[it->conv]) {
+            cJSON *am = cJSON_CreateObject();
+            if (am) {
+                cJSON_AddStringToObject(am, "role", "assistant");
+                cJSON_AddStringToObject(am, "content", r->text ? r->text : "");
+                cJSON_AddItemToArray(L->conv_msgs[it->conv], am);
+            }
+        }
+        L->conv_busy[it->conv] = 0;
+        L->conv_turn[it->conv]++;
+    }
+    L->in_flight--;
+    L->done_n++;
+}
+
+/* How long to sleep: until something arrives, the next arrival is due or a
+ * tick (0.1 s at most). */
+static double next_wait(const load_state *L) {
+    const bench_load_opts *o = L->o;
+    const bench_run *run = L->run;
+    int32_t n = run->n;
+    double wait = 0.1;
+    if (o->rate > 0) {
+        for (int32_t i = L->next_free; i < n; i++)
+            if (!run->recs[i].body && !run->recs[i].done) {
+                double d = run->recs[i].t_sched - (now_s() - L->t0);
+                if (d < wait) wait = d < 0 ? 0 : d;
+                break;
+            }
+    }
+    if (o->metrics_period_s > 0 && !L->mh && L->started) {
+        double d = L->t_metrics - (now_s() - L->t0);
+        if (d < wait) wait = d < 0 ? 0 : d;
+    }
+    return wait;
+}
+
+/* Frees what a run held besides its records. */
+static void load_free(load_state *L) {
+    const bench_workload *w = L->w;
+    int32_t n = w->n;
+    if (L->mh) {
+        curl_multi_remove_handle(L->m, L->mh);
+        curl_easy_cleanup(L->mh);
+    }
+    free(L->mbuf.p);
+    for (int32_t i = 0; L->slots && i < n; i++)
+        if (L->slots[i].h) { /* only on an internal failure: nothing left running otherwise */
+            curl_multi_remove_handle(L->m, L->slots[i].h);
+            curl_easy_cleanup(L->slots[i].h);
+            sse_free(&L->slots[i].sse);
+            curl_slist_free_all(L->slots[i].hdr);
+        }
+    if (L->m) curl_multi_cleanup(L->m);
+    for (int32_t k = 0; L->history && k < (w->n_convs ? w->n_convs : 1); k++) free(L->history[k]);
+    free(L->history);
+    for (int32_t k = 0; L->conv_msgs && k < (w->n_convs ? w->n_convs : 1); k++) cJSON_Delete(L->conv_msgs[k]);
+    free(L->conv_msgs);
+    free(L->conv_busy);
+    free(L->conv_turn);
+    free(L->slots);
+}
+
 int bench_load_run(const bench_load_opts *o, const bench_workload *w, bench_run *run, char *err,
                    size_t errlen) {
     memset(run, 0, sizeof(*run));
     int32_t n = w->n, rc = -1;
-    char url[2048], murl[2048];
-    url_join(url, sizeof(url), o->base_url, o->chat ? "/v1/chat/completions" : "/v1/completions");
-    url_join(murl, sizeof(murl), o->base_url, "/metrics");
+    const size_t n_convs = (size_t)(w->n_convs ? w->n_convs : 1);
+    load_state L = {.o = o, .w = w, .run = run, .mbuf = {.max = 16u << 20}, .first_start = -1};
+    url_join(L.url, sizeof(L.url), o->base_url, o->chat ? "/v1/chat/completions" : "/v1/completions");
+    url_join(L.murl, sizeof(L.murl), o->base_url, "/metrics");
     run->recs = calloc((size_t)(n ? n : 1), sizeof(bench_rec));
-    slot *slots = calloc((size_t)(n ? n : 1), sizeof(slot));
-    char **history = calloc((size_t)(w->n_convs ? w->n_convs : 1), sizeof(char *));
-    int32_t *conv_busy = calloc((size_t)(w->n_convs ? w->n_convs : 1), sizeof(int32_t));
-    int32_t *conv_turn = calloc((size_t)(w->n_convs ? w->n_convs : 1), sizeof(int32_t));
-    /* chat: each conversation's messages so far (user turns and answers) */
-    cJSON **conv_msgs = o->chat ? calloc((size_t)(w->n_convs ? w->n_convs : 1), sizeof(cJSON *)) : NULL;
-    CURLM *m = curl_multi_init();
-    CURL *mh = NULL;
-    membuf mbuf = {.max = 16u << 20};
-    if (!run->recs || !slots || !history || !conv_busy || !conv_turn || !m || (o->chat && !conv_msgs)) {
+    L.slots = calloc((size_t)(n ? n : 1), sizeof(slot));
+    L.history = calloc(n_convs, sizeof(char *));
+    L.conv_busy = calloc(n_convs, sizeof(int32_t));
+    L.conv_turn = calloc(n_convs, sizeof(int32_t));
+    L.conv_msgs = o->chat ? calloc(n_convs, sizeof(cJSON *)) : NULL;
+    L.m = curl_multi_init();
+    if (!run->recs || !L.slots || !L.history || !L.conv_busy || !L.conv_turn || !L.m ||
+        (o->chat && !L.conv_msgs)) {
         sp_seterr(err, errlen, "out of memory");
         goto done;
     }
@@ -436,205 +655,47 @@ int bench_load_run(const bench_load_opts *o, const bench_workload *w, bench_run 
             r->t_sched = t_arr;
         }
     }
-    double t0 = now_s(), t_metrics = 0, t_prog = 0;
-    int32_t done_n = 0, in_flight = 0, next_free = 0;
-    bool started = false;
+    L.t0 = now_s();
+    double t_prog = 0;
     int32_t cap = o->concurrency > 0 ? o->concurrency : (o->rate > 0 ? n : 1);
-    double first_start = -1, last_end = 0;
-    while (done_n < n) {
-        double t = now_s() - t0;
+    while (L.done_n < n) {
+        double t = now_s() - L.t0;
         /* start what may start: in item order, a turn only after its conversation's previous */
-        for (int32_t i = next_free; i < n && in_flight < cap; i++) {
+        for (int32_t i = L.next_free; i < n && L.in_flight < cap; i++) {
             bench_rec *r = &run->recs[i];
             if (r->body || r->done) {
-                if (i == next_free) next_free++;
+                if (i == L.next_free) L.next_free++;
                 continue;
             }
             if (o->rate > 0 && r->t_sched > t) break; /* items arrive in order */
             const bench_item *it = &w->items[i];
-            if (it->conv >= 0 && (conv_busy[it->conv] || conv_turn[it->conv] != it->turn)) continue;
-            const char *prompt = it->prompt;
-            char *joined = NULL;
-            if (it->conv >= 0 && history[it->conv]) {
-                size_t hl = strlen(history[it->conv]), pl = strlen(it->prompt);
-                joined = malloc(hl + pl + 1);
-                if (joined) {
-                    memcpy(joined, history[it->conv], hl);
-                    memcpy(joined + hl, it->prompt, pl + 1);
-                    prompt = joined;
-                }
-            }
-            r->prompt_bytes = strlen(prompt);
-            r->prompt = strdup(prompt);
-            if (o->chat) { /* the messages: the conversation so far and this turn */
-                cJSON *msgs = it->conv >= 0 ? conv_msgs[it->conv] : NULL;
-                if (!msgs) msgs = cJSON_CreateArray();
-                cJSON *um = cJSON_CreateObject();
-                if (um) {
-                    cJSON_AddStringToObject(um, "role", "user");
-                    cJSON_AddStringToObject(um, "content", it->prompt);
-                    cJSON_AddItemToArray(msgs, um);
-                }
-                r->body = msgs ? request_body(o, it, prompt, msgs) : NULL;
-                if (it->conv >= 0) conv_msgs[it->conv] = msgs;
-                else cJSON_Delete(msgs);
-            } else {
-                r->body = request_body(o, it, prompt, NULL);
-            }
-            if (it->conv >= 0) { /* the history the next turn extends */
-                free(history[it->conv]);
-                history[it->conv] = joined ? joined : strdup(prompt);
-                conv_busy[it->conv] = 1;
-            } else {
-                free(joined);
-            }
-            r->t_start = t;
-            if (first_start < 0) first_start = t;
-            if (!r->body || start_rec(m, &slots[i], o, url, r, t0)) {
-                if (!r->err[0]) snprintf(r->err, sizeof(r->err), "out of memory");
-                r->done = true;
-                r->t_end = t;
-                free(r->body);
-                r->body = NULL;
-                done_n++;
-                if (it->conv >= 0) conv_busy[it->conv] = 0, conv_turn[it->conv]++;
-                continue;
-            }
-            in_flight++;
-            started = true;
+            if (it->conv >= 0 && (L.conv_busy[it->conv] || L.conv_turn[it->conv] != it->turn)) continue;
+            start_item(&L, i, t);
         }
-        /* the server's KV gauges, sampled while requests run */
-        if (o->metrics_period_s > 0 && !mh && started && t >= t_metrics) {
-            t_metrics = t + o->metrics_period_s;
-            mh = curl_easy_init();
-            if (mh) {
-                free(mbuf.p);
-                mbuf.p = NULL;
-                mbuf.n = 0;
-                curl_easy_setopt(mh, CURLOPT_URL, murl);
-                curl_easy_setopt(mh, CURLOPT_WRITEFUNCTION, membuf_write);
-                curl_easy_setopt(mh, CURLOPT_WRITEDATA, &mbuf);
-                curl_easy_setopt(mh, CURLOPT_NOSIGNAL, 1L);
-                curl_easy_setopt(mh, CURLOPT_TIMEOUT_MS, 5000L);
-                curl_easy_setopt(mh, CURLOPT_PRIVATE, NULL);
-                if (curl_multi_add_handle(m, mh) != CURLM_OK) {
-                    curl_easy_cleanup(mh);
-                    mh = NULL;
-                }
-            }
-        }
+        sample_metrics(&L, t);
         int running = 0;
-        curl_multi_perform(m, &running);
+        curl_multi_perform(L.m, &running);
         CURLMsg *msg;
         int left;
-        while ((msg = curl_multi_info_read(m, &left))) {
+        while ((msg = curl_multi_info_read(L.m, &left))) {
             if (msg->msg != CURLMSG_DONE) continue;
             CURL *h = msg->easy_handle;
             CURLcode cc = msg->data.result;
-            double tn = now_s() - t0;
-            if (h == mh) {
-                long st = 0;
-                curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
-                if (cc == CURLE_OK && st == 200 && mbuf.p) {
-                    bench_kv_sample ks = {
-                        .t = tn,
-                        .blocks_total = bench_prom_value(mbuf.p, "specula_kv_blocks_capacity"),
-                        .blocks_free = bench_prom_value(mbuf.p, "specula_kv_blocks{state=\"free\"}"),
-                        .blocks_cached = bench_prom_value(mbuf.p, "specula_kv_blocks{state=\"cached\"}"),
-                        .blocks_in_use = bench_prom_value(mbuf.p, "specula_kv_blocks{state=\"in_use\"}"),
-                    };
-                    if (!isnan(ks.blocks_total)) {
-                        if (run->n_kv == run->cap_kv) {
-                            int32_t c = run->cap_kv ? run->cap_kv * 2 : 64;
-                            bench_kv_sample *nk = realloc(run->kv, (size_t)c * sizeof(*nk));
-                            if (nk) run->kv = nk, run->cap_kv = c;
-                        }
-                        if (run->n_kv < run->cap_kv) run->kv[run->n_kv++] = ks;
-                    }
-                } else if (st == 404 || st == 401) {
-                    t_metrics = INFINITY; /* not a Specula server, or not ours to read */
-                }
-                curl_multi_remove_handle(m, h);
-                curl_easy_cleanup(h);
-                mh = NULL;
-                continue;
-            }
-            slot *s = NULL;
-            curl_easy_getinfo(h, CURLINFO_PRIVATE, (char **)&s);
-            curl_multi_remove_handle(m, h);
-            finish_rec(s, cc, tn);
-            curl_easy_cleanup(h);
-            s->h = NULL;
-            bench_rec *r = s->r;
-            if (r->t_end > last_end) last_end = r->t_end;
-            const bench_item *it = &w->items[r->idx];
-            if (it->conv >= 0) {
-                char *h2 = NULL;
-                size_t hl = strlen(history[it->conv]);
-                h2 = realloc(history[it->conv], hl + r->text_len + 1);
-                if (h2) {
-                    memcpy(h2 + hl, r->text ? r->text : "", r->text_len);
-                    h2[hl + r->text_len] = 0;
-                    history[it->conv] = h2;
-                }
-                if (o->chat && conv_msgs[it->conv]) {
-                    cJSON *am = cJSON_CreateObject();
-                    if (am) {
-                        cJSON_AddStringToObject(am, "role", "assistant");
-                        cJSON_AddStringToObject(am, "content", r->text ? r->text : "");
-                        cJSON_AddItemToArray(conv_msgs[it->conv], am);
-                    }
-                }
-                conv_busy[it->conv] = 0;
-                conv_turn[it->conv]++;
-            }
-            in_flight--;
-            done_n++;
+            double tn = now_s() - L.t0;
+            if (h == L.mh) on_metrics(&L, h, cc, tn);
+            else on_done(&L, h, cc, tn);
         }
-        if (o->progress && (t >= t_prog || done_n == n)) {
-            progress(o, run, done_n, in_flight, t, done_n == n);
+        if (o->progress && (t >= t_prog || L.done_n == n)) {
+            progress(o, run, L.done_n, L.in_flight, t, L.done_n == n);
             t_prog = t + 0.25;
         }
-        if (done_n == n) break;
-        /* sleep until something arrives, the next arrival is due or a tick */
-        double wait = 0.1;
-        if (o->rate > 0) {
-            for (int32_t i = next_free; i < n; i++)
-                if (!run->recs[i].body && !run->recs[i].done) {
-                    double d = run->recs[i].t_sched - (now_s() - t0);
-                    if (d < wait) wait = d < 0 ? 0 : d;
-                    break;
-                }
-        }
-        if (o->metrics_period_s > 0 && !mh && started) {
-            double d = t_metrics - (now_s() - t0);
-            if (d < wait) wait = d < 0 ? 0 : d;
-        }
-        curl_multi_poll(m, NULL, 0, (int)(wait * 1000), NULL);
+        if (L.done_n == n) break;
+        curl_multi_poll(L.m, NULL, 0, (int)(next_wait(&L) * 1000), NULL);
     }
-    run->duration_s = first_start >= 0 ? last_end - first_start : 0;
+    run->duration_s = L.first_start >= 0 ? L.last_end - L.first_start : 0;
     rc = 0;
 done:
-    if (mh) {
-        curl_multi_remove_handle(m, mh);
-        curl_easy_cleanup(mh);
-    }
-    free(mbuf.p);
-    for (int32_t i = 0; slots && i < n; i++)
-        if (slots[i].h) { /* only on an internal failure: nothing left running otherwise */
-            curl_multi_remove_handle(m, slots[i].h);
-            curl_easy_cleanup(slots[i].h);
-            sse_free(&slots[i].sse);
-            curl_slist_free_all(slots[i].hdr);
-        }
-    if (m) curl_multi_cleanup(m);
-    for (int32_t k = 0; history && k < (w->n_convs ? w->n_convs : 1); k++) free(history[k]);
-    free(history);
-    for (int32_t k = 0; conv_msgs && k < (w->n_convs ? w->n_convs : 1); k++) cJSON_Delete(conv_msgs[k]);
-    free(conv_msgs);
-    free(conv_busy);
-    free(conv_turn);
-    free(slots);
+    load_free(&L);
     if (rc) bench_run_free(run);
     return rc;
 }
