@@ -402,19 +402,28 @@ static int per_token_arr(const sp_gguf *g, const sp_vocab *v, const char *key, s
     return 1;
 }
 
-/* The tokens' texts (and the text -> id table), scores and attributes. */
-static int load_tokens(sp_vocab *v, const sp_gguf *g, char *err, size_t errlen) {
+/* A required array of strings KEY: 0 with its length in *n, or -1 + err
+ * ("KEY MISSING" when it is absent or not an array). */
+static int string_arr(const sp_gguf *g, const char *key, const char *missing, uint64_t *n,
+                      char *err, size_t errlen) {
     sp_gguf_vtype et;
-    uint64_t n;
     const void *data;
-    if (!sp_gguf_get_arr(g, K_TOKENS, &et, &n, &data)) {
-        sp_seterr(err, errlen, "%s is missing (or not an array)", K_TOKENS);
+    if (!sp_gguf_get_arr(g, key, &et, n, &data)) {
+        sp_seterr(err, errlen, "%s %s", key, missing);
         return -1;
     }
     if (et != SP_GGUF_STRING) {
-        sp_seterr(err, errlen, "%s: not an array of strings", K_TOKENS);
+        sp_seterr(err, errlen, "%s: not an array of strings", key);
         return -1;
     }
+    return 0;
+}
+
+/* The tokens' texts (and the text -> id table), scores and attributes. */
+static int load_tokens(sp_vocab *v, const sp_gguf *g, char *err, size_t errlen) {
+    uint64_t n;
+    const void *data;
+    if (string_arr(g, K_TOKENS, "is missing (or not an array)", &n, err, errlen)) return -1;
     if (n == 0 || n > (uint64_t)INT32_MAX / 4) {
         sp_seterr(err, errlen, "%s: bad token count %llu", K_TOKENS, (unsigned long long)n);
         return -1;
@@ -505,17 +514,9 @@ static int load_tokens(sp_vocab *v, const sp_gguf *g, char *err, size_t errlen) 
 
 /* A BPE vocabulary's merges, ranked by their order (merge_hash). */
 static int load_merges(sp_vocab *v, const sp_gguf *g, char *err, size_t errlen) {
-    sp_gguf_vtype et;
     uint64_t n;
-    const void *data;
-    if (!sp_gguf_get_arr(g, K_MERGES, &et, &n, &data)) {
-        sp_seterr(err, errlen, "%s is missing (a gpt2 tokenizer needs it)", K_MERGES);
+    if (string_arr(g, K_MERGES, "is missing (a gpt2 tokenizer needs it)", &n, err, errlen))
         return -1;
-    }
-    if (et != SP_GGUF_STRING) {
-        sp_seterr(err, errlen, "%s: not an array of strings", K_MERGES);
-        return -1;
-    }
     if (n > (uint64_t)INT32_MAX / 4) {
         sp_seterr(err, errlen, "%s: too many merges", K_MERGES);
         return -1;
