@@ -18,12 +18,17 @@ AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
 
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
-CLI_SRC  := $(wildcard src/cli/*.c)
-TEST_SRC := $(wildcard tests/test_*.c)
+CLI_SRC  := $(wildcard src/cli/*.c bench/loadgen/*.c)
+# Tests live in tests/<kind>/ (tests/README.md); each builds to
+# $(BUILD)/tests/<name>, one flat folder that tests/run.sh runs. A test_*.c or
+# test_*.sh file in any tests/ subfolder (or tests/ itself) is found here.
+TEST_DIRS := tests/ $(sort $(dir $(wildcard tests/*/test_*.c tests/*/test_*.sh)))
+TEST_SRC := $(foreach d,$(TEST_DIRS),$(wildcard $(d)test_*.c))
+TEST_SH  := $(foreach d,$(TEST_DIRS),$(wildcard $(d)test_*.sh))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 LIB      := $(BUILD)/libspecula.a
-TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TESTS    := $(addprefix $(BUILD)/tests/,$(basename $(notdir $(TEST_SRC))))
 
 all: $(BIN)/specula $(BIN)/mkmodel
 
@@ -49,16 +54,20 @@ $(BIN)/mkmodel: $(BUILD)/tools/mkmodel.o $(LIB)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(LIB)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests $< $(LIB) -o $@ $(LDFLAGS) $(LDLIBS) -lcjson
+# One rule per tests/ folder: C tests see tests/lib/ (test.h) and their own
+# folder; TEST_CFLAGS / TEST_LDLIBS add to one test (target-specific, as
+# mk/bench.mk does for test_bench_tool). Shell tests are copied.
+define test_rules
+$$(BUILD)/tests/%: $(1)%.c $$(wildcard tests/lib/*.h $(1)*.h) $$(LIB)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CFLAGS) -Itests/lib -I$(1) $$(TEST_CFLAGS) $$< $$(TEST_OBJ) $$(LIB) -o $$@ $$(LDFLAGS) $$(LDLIBS) -lcjson $$(TEST_LDLIBS)
+$$(BUILD)/tests/%.sh: $(1)%.sh
+	@mkdir -p $$(dir $$@)
+	cp $$< $$@
+endef
+$(foreach d,$(TEST_DIRS),$(eval $(call test_rules,$(d))))
 
-TEST_SH  := $(wildcard tests/test_*.sh)
-$(BUILD)/tests/%.sh: tests/%.sh
-	@mkdir -p $(dir $@)
-	cp $< $@
-
-tests: $(TESTS) $(TEST_SH:tests/%=$(BUILD)/tests/%) $(BIN)/specula $(BIN)/mkmodel
+tests: $(TESTS) $(addprefix $(BUILD)/tests/,$(notdir $(TEST_SH))) $(BIN)/specula $(BIN)/mkmodel
 
 # `make test` first runs ./setup.sh build test, which installs what the build
 # and the tests need when something is missing (deps.txt; apt-get, npm ci in
@@ -89,26 +98,6 @@ tsan:
 	TSAN_OPTIONS=halt_on_error=1 SPECULA_TEST_SUBSET=1 SPECULA_TIMEOUT_SCALE=$${SPECULA_TIMEOUT_SCALE:-4} \
 	  tests/run.sh build-tsan/run
 
-BENCH_SRC := $(filter-out bench/bench_engine.c bench/bench_spec.c bench/bench_util.c bench/bench_grammar.c,$(wildcard bench/*.c))
-$(BIN)/bench: $(BENCH_SRC:%.c=$(BUILD)/%.o) $(LIB)
-	@mkdir -p $(BIN)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
-
-$(BIN)/bench_engine: $(BUILD)/bench/bench_engine.o $(BUILD)/bench/bench_util.o $(LIB)
-	@mkdir -p $(BIN)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
-
-$(BIN)/bench_spec: $(BUILD)/bench/bench_spec.o $(BUILD)/bench/bench_util.o $(LIB)
-	@mkdir -p $(BIN)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
-
-$(BIN)/bench_grammar: $(BUILD)/bench/bench_grammar.o $(LIB)
-	@mkdir -p $(BIN)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS) -lcjson
-
-bench: $(BIN)/bench $(BIN)/bench_engine $(BIN)/bench_spec $(BIN)/bench_grammar $(BIN)/mkmodel
-	bench/run.sh
-
 # Re-creates the bundled model pair (about two hours; not part of CI).
 models: $(BIN)/specula
 	./setup.sh train
@@ -117,10 +106,10 @@ models: $(BIN)/specula
 clean:
 	rm -rf build build-asan build-tsan bin
 
-.PHONY: all test tests asan tsan bench models clean
+.PHONY: all test tests asan tsan models clean
 .SECONDARY:
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
 
-# Per-concern rules (fuzzing, the serving benchmark tool, the soak test) live
-# in mk/*.mk beside this file.
+# Per-concern rules (the benchmarks, fuzzing, the soak test, ...) live in
+# mk/*.mk beside this file.
 -include $(sort $(wildcard mk/*.mk))

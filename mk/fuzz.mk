@@ -13,7 +13,7 @@
 # New inputs go to build-fuzz/corpus/<target>/ (the committed seeds in
 # tests/fuzz/corpus/ are only read); crashes to build-fuzz/crashes/<target>/.
 # A crash, once fixed, goes into tests/fuzz/regress/<target>/, which
-# `make test` replays (tests/test_fuzz_regress.c) with the seeds.
+# `make test` replays (tests/fuzz/test_fuzz_regress.c) with the seeds.
 # The vocabularies come from $SPECULA_REF_DIR (default ../shared/reference).
 
 FUZZ_CC       ?= clang-14
@@ -43,7 +43,7 @@ FUZZ_ENV      := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=prin
 FUZZ_LIB_SRC  := src/common.c src/gguf/gguf.c src/gguf/gguf_write.c src/kernels/types.c \
                  $(wildcard src/tokenizer/*.c) src/server/openai.c src/server/openai_reply.c \
                  src/server/openai_prompt.c src/server/openai_tools.c \
-                 src/chat/chat.c src/server/sbuf.c src/sample/sampler.c src/spec/mode.c \
+                 src/chat/chat.c src/chat/chat_tokenize.c src/sbuf.c src/sample/sampler.c src/spec/mode.c \
                  $(wildcard src/grammar/*.c) src/kv/disk_tier.c src/kv/kv_paged.c
 FUZZ_LIB_OBJ  := $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/%.o)
 FUZZ_CFLAGS   := -std=c11 -O1 -g -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE \

@@ -33,6 +33,8 @@
 set -u
 dir=${1:-build/tests}
 here=$(cd "$(dirname "$0")" && pwd)
+# the Python drivers import tests/lib/harness.py wherever they live
+export PYTHONPATH="$here/lib${PYTHONPATH:+:$PYTHONPATH}"
 counts=${SPECULA_EXPECTED_COUNTS:-$here/expected_counts}
 default_timeout=${SPECULA_TEST_TIMEOUT:-300}
 scale=${SPECULA_TIMEOUT_SCALE:-1}

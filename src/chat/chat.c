@@ -6,36 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A growable text buffer (the renderer's only need; chat/ stands alone). */
-typedef struct {
-    char *p;
-    size_t len, cap;
-    bool oom; /* an append failed (the content is then incomplete) */
-} cbuf;
-
-static void cb_add(cbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p, b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void cb_str(cbuf *b, const char *s) { cb_add(b, s, strlen(s)); }
-
-static void cb_free(cbuf *b) {
-    free(b->p);
-    *b = (cbuf){0};
-}
+#include "sbuf.h"
 
 static const struct {
     const char *name;
@@ -118,7 +89,7 @@ static int role_of(const char *r) {
 
 /* The rendered text, and (when track) the spans of it that are markup. */
 typedef struct {
-    cbuf b;
+    sbuf b;
     bool track, oom;
     chat_span *sp;
     int n, cap;
@@ -127,7 +98,7 @@ typedef struct {
 /* Appends the template's own text. */
 static void mk(render *o, const char *s) {
     size_t start = o->b.len;
-    cb_str(&o->b, s);
+    sb_str(&o->b, s);
     if (!o->track || o->b.oom || o->b.len == start) return;
     if (o->n && o->sp[o->n - 1].off + o->sp[o->n - 1].len == start) { /* adjoins: one span */
         o->sp[o->n - 1].len = o->b.len - o->sp[o->n - 1].off;
@@ -147,7 +118,7 @@ static void mk(render *o, const char *s) {
 }
 
 /* Appends message content (never markup). */
-static void body(render *o, const char *s, size_t n) { cb_add(&o->b, s, n); }
+static void body(render *o, const char *s, size_t n) { sb_add(&o->b, s, n); }
 static void body_str(render *o, const char *s) { body(o, s, strlen(s)); }
 
 char *chat_render(chat_tmpl t, const chat_msg *m, int n, char *err, size_t errlen) {
@@ -173,7 +144,7 @@ char *chat_render_spans(chat_tmpl t, const chat_msg *m, int n, chat_span **spans
     /* an empty conversation (or one system message without content) in a
      * family with no closing text renders as "", not as a NULL buffer that
      * would read as out of memory below */
-    cb_add(&o.b, "", 0);
+    sb_add(&o.b, "", 0);
     /* the families without a system role fold it into the first user turn */
     const char *sys = NULL;
     int first = 0;
@@ -248,7 +219,7 @@ char *chat_render_spans(chat_tmpl t, const chat_msg *m, int n, chat_span **spans
             break;
         default:
             snprintf(err, errlen, "no chat template");
-            cb_free(&o.b);
+            sb_free(&o.b);
             free(o.sp);
             return NULL;
         }
@@ -277,7 +248,7 @@ char *chat_render_spans(chat_tmpl t, const chat_msg *m, int n, chat_span **spans
     }
     if (o.b.oom || o.oom || !o.b.p) {
         snprintf(err, errlen, "out of memory");
-        cb_free(&o.b);
+        sb_free(&o.b);
         free(o.sp);
         return NULL;
     }

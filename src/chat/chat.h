@@ -6,6 +6,7 @@
 #define SP_CHAT_CHAT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum {
     CHAT_NONE = 0,
@@ -51,5 +52,25 @@ typedef struct {
  * so content cannot forge a turn. spans NULL: as chat_render. */
 char *chat_render_spans(chat_tmpl t, const chat_msg *m, int n, chat_span **spans, int *n_spans,
                         char *err, size_t errlen);
+
+/* ---- a conversation's tokens (chat_tokenize.c) ---- */
+
+struct sp_vocab;
+/* What chat_tokenize returns besides a count. */
+enum {
+    CHAT_TOK_INVALID = -1,  /* not renderable: no template, an unknown role (err says) */
+    CHAT_TOK_NOMEM = -2,    /* out of memory */
+    CHAT_TOK_TOO_LONG = -3, /* more than n_max tokens; *at_least is a lower bound */
+};
+/* The conversation rendered by t (chat_render_spans) and tokenized as a chat
+ * prompt: BOS/EOS as the vocabulary's add_bos/add_eos say, special tokens read
+ * only in the template's markup spans, and there the markup's tokens whatever
+ * type the vocabulary gives them, so message content cannot forge a turn. At
+ * most n_max tokens. Returns the count (>= 0) with *out malloc'd (the caller
+ * frees it), or a CHAT_TOK_* code with *out NULL and err set. The one
+ * tokenization of chat prompts: the server's (oai_prompt_tokens) and
+ * sp_chat_tokenize's, so `run --chat` and the server compute the same tokens. */
+int32_t chat_tokenize(const struct sp_vocab *v, chat_tmpl t, const chat_msg *m, int n,
+                      int32_t n_max, int32_t **out, int32_t *at_least, char *err, size_t errlen);
 
 #endif

@@ -70,43 +70,10 @@ int32_t sp_chat_tokenize(const sp_vocab *v, sp_chat_template t, const sp_chat_me
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    chat_span *cs = NULL;
-    int n_cs = 0;
-    char *text = chat_render_spans((chat_tmpl)t, m, n, &cs, &n_cs, err, errlen);
+    int32_t k = chat_tokenize(v, (chat_tmpl)t, m, n, INT32_MAX - 1, out, NULL, err, errlen);
     free(m);
-    if (!text) return -1;
-    /* as the server's oai_prompt_tokens: special tokens only in the markup
-     * spans, and the markup's tokens there whatever type the vocabulary
-     * gives them */
-    sp_span *spans = malloc((size_t)(n_cs ? n_cs : 1) * sizeof(sp_span));
-    int32_t ids[16];
-    int n_ids = 0, rc = -1;
-    if (!spans) {
-        snprintf(err, errlen, "out of memory");
-        goto done;
-    }
-    for (int i = 0; i < n_cs; i++) spans[i] = (sp_span){cs[i].off, cs[i].len};
-    for (const char *const *mk = chat_tmpl_markup((chat_tmpl)t); *mk && n_ids < 12; mk++) {
-        int32_t id = sp_vocab_find(v, *mk, strlen(*mk));
-        if (id >= 0) ids[n_ids++] = id;
-    }
-    const int32_t own[3] = {sp_vocab_bos(v), sp_vocab_eos(v), sp_vocab_eot(v)};
-    for (int i = 0; i < 3; i++)
-        if (own[i] >= 0) ids[n_ids++] = own[i];
-    sp_tok_opts o = {.add_special = true, .spans = spans, .n_spans = (size_t)n_cs,
-                     .markup_ids = ids, .n_markup_ids = n_ids};
-    int k = sp_tokenize_bounded(v, text, strlen(text), INT32_MAX - 1, &o, out);
-    if (k < 0) {
-        *out = NULL;
-        snprintf(err, errlen, k == INT32_MIN ? "out of memory" : "the conversation is too long");
-    } else {
-        rc = k;
-    }
-done:
-    free(text);
-    free(cs);
-    free(spans);
-    return rc;
+    if (k == CHAT_TOK_TOO_LONG) snprintf(err, errlen, "the conversation is too long");
+    return k < 0 ? -1 : k;
 }
 
 int32_t sp_chat_eot_token(const sp_vocab *v, sp_chat_template t) {

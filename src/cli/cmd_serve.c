@@ -133,17 +133,38 @@ static void serve_info(char *out, size_t cap, const char *model, const cli_engin
     cJSON_Delete(o);
 }
 
-int cmd_serve(int argc, char **argv) {
-    const char *model = cli_default_model();
-    const char *keys[MAX_KEYS];
-    sp_server_opts o = {.host = "127.0.0.1", .port = 8080, .api_keys = keys};
-    cli_engine ce = {.p = sp_engine_default_params()};
+/* Serves until SIGINT or SIGTERM (blocked in sigs), then refuses new
+ * requests and lets those in flight finish for up to drain_s seconds (a
+ * second signal ends the wait); the caller's sp_server_stop cancels the rest. */
+static void wait_and_drain(sp_server *s, const sigset_t *sigs, long drain_s) {
+    int sig = 0;
+    sigwait(sigs, &sig);
+    sp_server_drain(s);
+    int64_t n = sp_server_in_flight(s);
+    fprintf(stderr, "specula serve: signal %d, stopping (%lld request(s) in flight, up to %ld s "
+            "to finish)\n", sig, (long long)n, drain_s);
+    fflush(stderr);
+    struct timespec t0, t1, slice = {0, 50 * 1000000L};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (sp_server_in_flight(s) > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if ((t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9 >= (double)drain_s) break;
+        if (sigtimedwait(sigs, NULL, &slice) > 0) break; /* a second signal: now */
+    }
+    n = sp_server_in_flight(s);
+    if (n) fprintf(stderr, "specula serve: cancelling %lld request(s)\n", (long long)n);
+}
+
+/* Reads the command line into *model, keys (o->api_keys points there), o,
+ * ce and *drain_s, and checks it. -1 to go on; otherwise the exit code (0
+ * after --help, 2 for a bad command line, said on stderr). */
+static int parse_serve(int argc, char **argv, const char **model, const char **keys,
+                       sp_server_opts *o, cli_engine *ce, long *drain_s) {
     long l;
-    long drain_s = 10;
     bool model_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = cli_alias(argv[i]), *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int used = cli_engine_opt("serve", a, v, &ce);
+        int used = cli_engine_opt("serve", a, v, ce);
         if (used < 0) return 2;
         if (used) {
             i += used - 1;
@@ -154,15 +175,15 @@ int cmd_serve(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(a, "--stamp-chunks")) {
-            o.stamp_chunks = true;
+            o->stamp_chunks = true;
             continue;
         }
         if (!strcmp(a, "--no-webui")) { /* webui: no page, no dashboard */
-            o.no_webui = true;
+            o->no_webui = true;
             continue;
         }
         if (!strcmp(a, "--metrics-public")) {
-            o.metrics_public = true;
+            o->metrics_public = true;
             continue;
         }
         bool takes = !strcmp(a, "-m") || !strcmp(a, "--host") || !strcmp(a, "--port") ||
@@ -174,7 +195,7 @@ int cmd_serve(int argc, char **argv) {
                      !strcmp(a, "--http-threads") || !strcmp(a, "--metrics-key") ||
                      !strcmp(a, "--cors-origin") || !strcmp(a, "--log-format");
         if (!takes && a[0] != '-' && !model_given) { /* vLLM-style positional model */
-            model = a, model_given = true;
+            *model = a, model_given = true;
             continue;
         }
         if (!takes) {
@@ -187,56 +208,67 @@ int cmd_serve(int argc, char **argv) {
         }
         i++;
         bool ok = true;
-        if (!strcmp(a, "-m")) model = v, model_given = true;
-        else if (!strcmp(a, "--host")) o.host = v;
-        else if (!strcmp(a, "--port")) ok = cli_int(v, 0, 65535, &l), o.port = (int)l;
+        if (!strcmp(a, "-m")) *model = v, model_given = true;
+        else if (!strcmp(a, "--host")) o->host = v;
+        else if (!strcmp(a, "--port")) ok = cli_int(v, 0, 65535, &l), o->port = (int)l;
         else if (!strcmp(a, "--api-key")) {
-            ok = *v && o.n_api_keys < MAX_KEYS;
-            if (ok) keys[o.n_api_keys++] = v;
-        } else if (!strcmp(a, "--served-model-name")) ok = *v, o.served_name = v;
-        else if (!strcmp(a, "--chat-template")) o.chat_template = v;
-        else if (!strcmp(a, "--max-queue")) ok = cli_int(v, 1, 1 << 20, &l), o.max_queue = (int)l;
-        else if (!strcmp(a, "--max-body")) ok = parse_bytes(v, &o.max_body);
-        else if (!strcmp(a, "--drain-timeout")) ok = cli_int(v, 0, 3600, &drain_s);
-        else if (!strcmp(a, "--max-body-total")) ok = parse_bytes(v, &o.max_body_total);
-        else if (!strcmp(a, "--max-conns")) ok = cli_int(v, 1, 1 << 20, &l), o.max_conns = (int)l;
+            ok = *v && o->n_api_keys < MAX_KEYS;
+            if (ok) keys[o->n_api_keys++] = v;
+        } else if (!strcmp(a, "--served-model-name")) ok = *v, o->served_name = v;
+        else if (!strcmp(a, "--chat-template")) o->chat_template = v;
+        else if (!strcmp(a, "--max-queue")) ok = cli_int(v, 1, 1 << 20, &l), o->max_queue = (int)l;
+        else if (!strcmp(a, "--max-body")) ok = parse_bytes(v, &o->max_body);
+        else if (!strcmp(a, "--drain-timeout")) ok = cli_int(v, 0, 3600, drain_s);
+        else if (!strcmp(a, "--max-body-total")) ok = parse_bytes(v, &o->max_body_total);
+        else if (!strcmp(a, "--max-conns")) ok = cli_int(v, 1, 1 << 20, &l), o->max_conns = (int)l;
         else if (!strcmp(a, "--max-conns-per-ip"))
-            ok = cli_int(v, 1, 1 << 20, &l), o.max_conns_per_ip = (int)l;
-        else if (!strcmp(a, "--recv-timeout")) ok = cli_int(v, 1, 3600, &l), o.recv_timeout_s = (int)l;
-        else if (!strcmp(a, "--http-threads")) ok = cli_int(v, 1, 64, &l), o.http_threads = (int)l;
-        else if (!strcmp(a, "--metrics-key")) ok = *v, o.metrics_key = v;
-        else if (!strcmp(a, "--cors-origin")) ok = *v, o.cors_origin = v;
+            ok = cli_int(v, 1, 1 << 20, &l), o->max_conns_per_ip = (int)l;
+        else if (!strcmp(a, "--recv-timeout")) ok = cli_int(v, 1, 3600, &l), o->recv_timeout_s = (int)l;
+        else if (!strcmp(a, "--http-threads")) ok = cli_int(v, 1, 64, &l), o->http_threads = (int)l;
+        else if (!strcmp(a, "--metrics-key")) ok = *v, o->metrics_key = v;
+        else if (!strcmp(a, "--cors-origin")) ok = *v, o->cors_origin = v;
         else if (!strcmp(a, "--log-format")) {
-            o.log_json = !strcmp(v, "json");
-            o.no_request_log = !strcmp(v, "off");
-            ok = o.log_json || o.no_request_log || !strcmp(v, "text");
+            o->log_json = !strcmp(v, "json");
+            o->no_request_log = !strcmp(v, "off");
+            ok = o->log_json || o->no_request_log || !strcmp(v, "text");
         }
         if (!ok) {
             fprintf(stderr, "specula serve: invalid value '%s' for %s\n", v, a);
             return 2;
         }
     }
-    if (!model) {
+    if (!*model) {
         fprintf(stderr, "specula serve: no model given (-m) and no default model found\n");
         return 2;
     }
-    if (o.max_body_total && o.max_body_total < (o.max_body ? o.max_body : 8u << 20)) {
+    if (o->max_body_total && o->max_body_total < (o->max_body ? o->max_body : 8u << 20)) {
         fprintf(stderr, "specula serve: --max-body-total is smaller than --max-body\n");
         return 2;
     }
-    if (o.metrics_key && o.metrics_public) {
+    if (o->metrics_key && o->metrics_public) {
         fprintf(stderr, "specula serve: --metrics-key and --metrics-public contradict each other\n");
         return 2;
     }
     /* a socket per connection, and a few for the model files and MHD */
-    if (!raise_fd_limit((rlim_t)(o.max_conns > 0 ? o.max_conns : 1024) + 16 + 64)) {
+    if (!raise_fd_limit((rlim_t)(o->max_conns > 0 ? o->max_conns : 1024) + 16 + 64)) {
         fprintf(stderr, "specula serve: the file descriptor limit is too low for --max-conns %d "
-                "(ulimit -n)\n", o.max_conns > 0 ? o.max_conns : 1024);
+                "(ulimit -n)\n", o->max_conns > 0 ? o->max_conns : 1024);
         return 2;
     }
-    if (o.n_api_keys > 1 && !o.metrics_key && !o.metrics_public)
+    if (o->n_api_keys > 1 && !o->metrics_key && !o->metrics_public)
         fprintf(stderr, "specula serve: /metrics is closed with several API keys; give "
                 "--metrics-key KEY for Prometheus, or --metrics-public\n");
+    return -1;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model = cli_default_model();
+    const char *keys[MAX_KEYS];
+    sp_server_opts o = {.host = "127.0.0.1", .port = 8080, .api_keys = keys};
+    cli_engine ce = {.p = sp_engine_default_params()};
+    long drain_s = 10;
+    int prc = parse_serve(argc, argv, &model, keys, &o, &ce, &drain_s);
+    if (prc >= 0) return prc;
     char *name = o.served_name ? NULL : base_name(model);
     if (!o.served_name) o.served_name = name;
 
@@ -297,22 +329,7 @@ int cmd_serve(int argc, char **argv) {
             "template %s, spec %s\n", o.host, sp_server_port(s), o.served_name, n_ctx,
             sp_server_chat_template_name(s), sp_spec_mode_str(ce.p.spec));
     fflush(stderr);
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    sp_server_drain(s);
-    int64_t n = sp_server_in_flight(s);
-    fprintf(stderr, "specula serve: signal %d, stopping (%lld request(s) in flight, up to %ld s "
-            "to finish)\n", sig, (long long)n, drain_s);
-    fflush(stderr);
-    struct timespec t0, t1, slice = {0, 50 * 1000000L};
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (sp_server_in_flight(s) > 0) {
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        if ((t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9 >= (double)drain_s) break;
-        if (sigtimedwait(&sigs, NULL, &slice) > 0) break; /* a second signal: now */
-    }
-    n = sp_server_in_flight(s);
-    if (n) fprintf(stderr, "specula serve: cancelling %lld request(s)\n", (long long)n);
+    wait_and_drain(s, &sigs, drain_s);
     rc = 0;
 done:
     sp_server_stop(s);

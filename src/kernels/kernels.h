@@ -9,7 +9,7 @@
  * Every kernel has a plain-C reference (kernels_ref.c) and SIMD variants
  * (kernels_avx2.c, kernels_avx512.c) picked at run time by
  * sp_kernels_init() from the CPU's features, so one binary runs on any x86-64.
- * tests/test_kernels.c compares every variant with its reference.
+ * tests/unit/test_kernels.c compares every variant with its reference.
  */
 #ifndef SP_KERNELS_H
 #define SP_KERNELS_H

@@ -35,7 +35,7 @@
  *   F32/F16/BF16: f32 values (rounded through f16/bf16), 16 per group.
  *
  * Cost per group of 512 weights and row, single core, data in L2 (TSC
- * cycles at 2.3 GHz; tools/kbench.c has the whole-model numbers):
+ * cycles at 2.3 GHz; bench/kernels/kbench.c has the whole-model numbers):
  *   Q8_0: ~35-50 to unpack + ~11 per token;  Q4_K: ~20 + ~5.7 per token
  *   (k = 2048: 25.5 at 1 token, 48 at 5; dpbusd, 8 per token and group,
  *   issue on port 0 only, so a token costs at least 8 core cycles).

@@ -24,7 +24,7 @@
 #include "chat/chat.h"
 #include "server/metrics.h"
 #include "server/openai.h"
-#include "server/sbuf.h"
+#include "sbuf.h"
 #include "server/server.h"
 
 /* One TCP connection (MHD's socket context), from accept to close; linked

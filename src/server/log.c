@@ -5,9 +5,14 @@
  *   specula: request id=cmpl-... tenant=3f2a9c01b7de status=200 prompt=412
  *            cached=384 generated=64 ttft_ms=21.4 duration_ms=310.2 finish=stop
  * and, every SP_LOG_SUMMARY_S seconds in which requests ended, one summary
- * of that window. With --log-format json each is one JSON object a line.
- * The tenant is the first 12 hex digits of the SHA-256 of its API key (the
- * prefix cache's salt), never the key; "-" without keys.
+ * of that window:
+ *   specula: summary seconds=10.0 requests=12 errors=0 prompt=4800 cached=3900
+ *            generated=768 generated_per_s=76.8 active=2
+ * With --log-format json each is one JSON object a line ({"event": "request",
+ * "id": ..., "prompt_tokens": ...}). A line is one record, a list of fields
+ * (log_field: its JSON key, its text key, its value), written by one of two
+ * encoders. The tenant is the first 12 hex digits of the SHA-256 of its API
+ * key (the prefix cache's salt), never the key; "-" without keys.
  *
  * Each line is formatted into a buffer and written with one write(2), so
  * lines from the engine thread (requests ending) and the watcher
@@ -16,15 +21,55 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sbuf.h"
 #include "server/internal.h"
 
 #define SP_LOG_SUMMARY_S 10.0
 
-static void put_line(const char *buf, int n) {
-    if (n <= 0) return;
-    if (n > 1023) n = 1023; /* snprintf's count when it cut the line */
-    ssize_t w = write(STDERR_FILENO, buf, (size_t)n);
-    (void)w; /* a log that cannot be written is not worth failing a request */
+/* One field of a log record. */
+typedef struct {
+    const char *key;  /* in JSON */
+    const char *tkey; /* in text (NULL: key) */
+    enum { LF_STR, LF_INT, LF_DEC } kind; /* LF_DEC: one decimal */
+    const char *str;
+    long long i;
+    double f;
+} log_field;
+
+#define LOG_STR(k, tk, v) {k, tk, LF_STR, (v), 0, 0}
+#define LOG_INT(k, tk, v) {k, tk, LF_INT, NULL, (long long)(v), 0}
+#define LOG_DEC(k, tk, v) {k, tk, LF_DEC, NULL, 0, (v)}
+
+/* The record as one line, text ("specula: EVENT key=value ...") or JSON
+ * ({"event": EVENT, "key": value, ...}), written with one write(2). */
+static void log_emit(const sp_server *s, const char *event, const log_field *f, int n) {
+    const bool json = s->o.log_json;
+    sbuf b = {0};
+    if (json) {
+        sb_str(&b, "{\"event\": ");
+        sb_json_str(&b, event, strlen(event));
+    } else {
+        sb_printf(&b, "specula: %s", event);
+    }
+    for (int i = 0; i < n; i++) {
+        if (json) {
+            sb_str(&b, ", ");
+            sb_json_str(&b, f[i].key, strlen(f[i].key));
+            sb_str(&b, ": ");
+        } else {
+            sb_printf(&b, " %s=", f[i].tkey ? f[i].tkey : f[i].key);
+        }
+        if (f[i].kind == LF_INT) sb_printf(&b, "%lld", f[i].i);
+        else if (f[i].kind == LF_DEC) sb_printf(&b, "%.1f", f[i].f);
+        else if (json) sb_json_str(&b, f[i].str, strlen(f[i].str));
+        else sb_str(&b, f[i].str);
+    }
+    sb_str(&b, json ? "}\n" : "\n");
+    if (!b.oom) {
+        ssize_t w = write(STDERR_FILENO, b.p, b.len);
+        (void)w; /* a log that cannot be written is not worth failing a request */
+    }
+    sb_free(&b);
 }
 
 void log_request(sp_server *s, const char *rid, const char *tenant, int status, const sreq *r,
@@ -43,20 +88,18 @@ void log_request(sp_server *s, const char *rid, const char *tenant, int status, 
     s->logw.generated += (uint64_t)gen;
     pthread_mutex_unlock(&s->mu);
     if (s->o.no_request_log) return;
-    char buf[1024];
-    int n;
-    if (s->o.log_json)
-        n = snprintf(buf, sizeof(buf),
-                     "{\"event\": \"request\", \"id\": \"%s\", \"tenant\": \"%s\", \"status\": %d, "
-                     "\"prompt_tokens\": %d, \"cached_tokens\": %d, \"completion_tokens\": %d, "
-                     "\"ttft_ms\": %.1f, \"duration_ms\": %.1f, \"finish_reason\": \"%s\"}\n",
-                     rid, tenant, status, prompt, cached, gen, ttft, dur, finish);
-    else
-        n = snprintf(buf, sizeof(buf),
-                     "specula: request id=%s tenant=%s status=%d prompt=%d cached=%d generated=%d "
-                     "ttft_ms=%.1f duration_ms=%.1f finish=%s\n",
-                     rid, tenant, status, prompt, cached, gen, ttft, dur, finish);
-    put_line(buf, n);
+    const log_field f[] = {
+        LOG_STR("id", NULL, rid),
+        LOG_STR("tenant", NULL, tenant),
+        LOG_INT("status", NULL, status),
+        LOG_INT("prompt_tokens", "prompt", prompt),
+        LOG_INT("cached_tokens", "cached", cached),
+        LOG_INT("completion_tokens", "generated", gen),
+        LOG_DEC("ttft_ms", NULL, ttft),
+        LOG_DEC("duration_ms", NULL, dur),
+        LOG_STR("finish_reason", "finish", finish),
+    };
+    log_emit(s, "request", f, (int)(sizeof(f) / sizeof(f[0])));
 }
 
 void log_summary(sp_server *s, double now) {
@@ -72,21 +115,15 @@ void log_summary(sp_server *s, double now) {
     memset(&s->logw, 0, sizeof(s->logw)); /* the next window starts at the next request */
     pthread_mutex_unlock(&s->mu);
     if (s->o.no_request_log) return;
-    char buf[1024];
-    int n;
-    if (s->o.log_json)
-        n = snprintf(buf, sizeof(buf),
-                     "{\"event\": \"summary\", \"seconds\": %.1f, \"requests\": %llu, \"errors\": "
-                     "%llu, \"prompt_tokens\": %llu, \"cached_tokens\": %llu, "
-                     "\"completion_tokens\": %llu, \"generated_per_s\": %.1f, \"active\": %lld}\n",
-                     secs, (unsigned long long)req, (unsigned long long)err, (unsigned long long)pr,
-                     (unsigned long long)ca, (unsigned long long)ge, ge / secs, (long long)active);
-    else
-        n = snprintf(buf, sizeof(buf),
-                     "specula: summary over %.1f s: %llu requests (%llu errors), prompt %llu tokens "
-                     "(%llu cached, %.0f%%), generated %llu (%.1f/s), %lld active\n",
-                     secs, (unsigned long long)req, (unsigned long long)err, (unsigned long long)pr,
-                     (unsigned long long)ca, pr ? 100.0 * (double)ca / (double)pr : 0.0,
-                     (unsigned long long)ge, ge / secs, (long long)active);
-    put_line(buf, n);
+    const log_field f[] = {
+        LOG_DEC("seconds", NULL, secs),
+        LOG_INT("requests", NULL, req),
+        LOG_INT("errors", NULL, err),
+        LOG_INT("prompt_tokens", "prompt", pr),
+        LOG_INT("cached_tokens", "cached", ca),
+        LOG_INT("completion_tokens", "generated", ge),
+        LOG_DEC("generated_per_s", NULL, ge / secs),
+        LOG_INT("active", NULL, active),
+    };
+    log_emit(s, "summary", f, (int)(sizeof(f) / sizeof(f[0])));
 }

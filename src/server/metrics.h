@@ -5,7 +5,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "server/sbuf.h"
+#include "sbuf.h"
 #include "specula.h"
 
 #define MET_MAX_BUCKETS 16

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 
 #include "chat/chat.h"
-#include "server/sbuf.h"
+#include "sbuf.h"
 #include "specula.h"
 
 #define OAI_MAX_STOP 16

@@ -115,8 +115,6 @@ int oai_detokenize(const char *body, size_t len, const sp_vocab *v, sbuf *out, o
 /* ---- the prompt's tokens ---- */
 
 /* least: the count, or (exact false) a lower bound of it: tokenizing
- * stopped there */
-/* least: the count, or (exact false) a lower bound of it: tokenizing
  * stopped there. The engine refuses a prompt that leaves no room for
  * max_tokens with the same status (SP_ERR_CONTEXT); this check comes first
  * only so that a huge prompt costs no more than max_prompt tokens' work. */
@@ -145,61 +143,28 @@ int oai_prompt_tokens(const oai_req *q, chat_tmpl t, const sp_vocab *v, int32_t 
         *n = q->n_tokens;
         return 0;
     }
-    char *text = NULL;
-    chat_span *cs = NULL;
-    sp_span *spans = NULL;
-    int n_cs = 0, rc = -1;
-    int32_t ids[16];
-    sp_tok_opts o = {.add_special = true};
+    sp_token *toks;
+    int32_t k, least = 0;
     if (q->chat) {
         char err[512];
-        text = chat_render_spans(t, q->msgs, q->n_msgs, &cs, &n_cs, err, sizeof(err));
-        if (!text) {
-            if (!strcmp(err, "out of memory"))
-                return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+        k = chat_tokenize(v, t, q->msgs, q->n_msgs, max_prompt, &toks, &least, err, sizeof(err));
+        if (k == CHAT_TOK_INVALID)
             return oai_seterr(e, 400, "invalid_request_error", "messages", "invalid_value", "%s",
                               err);
-        }
-        /* special tokens only in the template's markup: the spans, and the
-         * markup's tokens even where the vocabulary says USER_DEFINED (which
-         * plain text would otherwise match) */
-        spans = malloc((size_t)(n_cs ? n_cs : 1) * sizeof(sp_span));
-        if (!spans) {
-            oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
-            goto done;
-        }
-        for (int i = 0; i < n_cs; i++) spans[i] = (sp_span){cs[i].off, cs[i].len};
-        int n_ids = 0;
-        for (const char *const *m = chat_tmpl_markup(t); *m && n_ids < 12; m++) {
-            int32_t id = sp_vocab_find(v, *m, strlen(*m));
-            if (id >= 0) ids[n_ids++] = id;
-        }
-        const int32_t own[3] = {sp_vocab_bos(v), sp_vocab_eos(v), sp_vocab_eot(v)};
-        for (int i = 0; i < 3; i++)
-            if (own[i] >= 0) ids[n_ids++] = own[i];
-        o.spans = spans;
-        o.n_spans = (size_t)n_cs;
-        o.markup_ids = ids;
-        o.n_markup_ids = n_ids;
-    }
-    const char *p = q->chat ? text : q->prompt;
-    sp_token *toks;
-    int k = sp_tokenize_bounded(v, p, strlen(p), max_prompt, &o, &toks);
-    if (k == SP_TOKENIZE_FAILED) {
-        oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
-    } else if (k < 0) {
-        too_long(e, param, max_prompt, -k, false);
-    } else if (k == 0) {
-        free(toks);
-        oai_seterr(e, 400, "invalid_request_error", param, "invalid_value", "the prompt is empty");
+        if (k == CHAT_TOK_NOMEM) k = SP_TOKENIZE_FAILED;
+        if (k == CHAT_TOK_TOO_LONG) k = -least;
     } else {
-        *out = toks;
-        *n = k;
-        rc = 0;
+        const sp_tok_opts o = {.add_special = true};
+        k = sp_tokenize_bounded(v, q->prompt, strlen(q->prompt), max_prompt, &o, &toks);
     }
-done:
-    free(text);
-    free(cs);
-    free(spans);
-    return rc;
+    if (k == SP_TOKENIZE_FAILED) return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+    if (k < 0) return too_long(e, param, max_prompt, -k, false);
+    if (k == 0) {
+        free(toks);
+        return oai_seterr(e, 400, "invalid_request_error", param, "invalid_value",
+                          "the prompt is empty");
+    }
+    *out = toks;
+    *n = k;
+    return 0;
 }

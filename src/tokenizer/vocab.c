@@ -314,21 +314,21 @@ static bool work_bounds(sp_vocab *v) {
     return true;
 }
 
-sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
-    const char *K_TOKENS = "tokenizer.ggml.tokens", *K_MERGES = "tokenizer.ggml.merges";
-    sp_vocab *v = calloc(1, sizeof(*v));
-    if (!v) {
-        sp_seterr(err, errlen, "out of memory");
-        return NULL;
-    }
-    v->bos = v->eos = v->eot = v->eom = v->unk = v->pad = -1;
-    v->fim_pre = v->fim_suf = v->fim_mid = v->fim_pad = v->fim_rep = v->fim_sep = -1;
+static const char *const K_TOKENS = "tokenizer.ggml.tokens", *const K_MERGES = "tokenizer.ggml.merges";
 
-    /* ---- model and pre-tokenizer ---- */
+static int oom(char *err, size_t errlen) {
+    sp_seterr(err, errlen, "out of memory loading the vocabulary");
+    return -1;
+}
+
+/* The tokenizer model (SentencePiece or byte-level BPE) and the
+ * pre-tokenizer, with the defaults of each (add_bos, add_space_prefix). */
+static int load_kind(sp_vocab *v, const sp_gguf *g, sp_pretok_info *pinfo, char *err,
+                     size_t errlen) {
     sp_gguf_str model, pre = {NULL, 0};
     if (!sp_gguf_get_str(g, "tokenizer.ggml.model", &model)) {
         sp_seterr(err, errlen, "tokenizer.ggml.model is missing (or not a string)");
-        goto fail;
+        return -1;
     }
     if (str_is(model, "llama")) {
         v->kind = SP_VOCAB_SPM;
@@ -342,33 +342,32 @@ sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
                   "unsupported tokenizer model '%.*s' (tokenizer.ggml.model; this build "
                   "implements 'llama' (SentencePiece) and 'gpt2' (byte-level BPE))",
                   (int)SP_MIN(model.n, (uint64_t)100), model.p ? model.p : "");
-        goto fail;
+        return -1;
     }
     if (sp_gguf_find_key(g, "tokenizer.ggml.pre") >= 0 &&
         !sp_gguf_get_str(g, "tokenizer.ggml.pre", &pre)) {
         sp_seterr(err, errlen, "tokenizer.ggml.pre: not a string");
-        goto fail;
+        return -1;
     }
     if (pre.n >= sizeof(v->pre_name) || memchr(pre.p ? pre.p : "", 0, pre.n)) {
         sp_seterr(err, errlen, "unknown pre-tokenizer type '%.*s'", (int)SP_MIN(pre.n, 100u),
                   pre.p);
-        goto fail;
+        return -1;
     }
     if (pre.n == 0) strcpy(v->pre_name, "default"); /* as llama.cpp, when missing */
     else memcpy(v->pre_name, pre.p, pre.n);
 
-    sp_pretok_info pinfo = {0};
     if (v->kind == SP_VOCAB_BPE) {
-        if (!sp_tok_pretok_lookup(v->pre_name, &pinfo)) {
+        if (!sp_tok_pretok_lookup(v->pre_name, pinfo)) {
             sp_seterr(err, errlen,
                       "unknown pre-tokenizer type '%s' (tokenizer.ggml.pre of a gpt2 "
                       "tokenizer; this build implements the names llama.cpp knew in "
                       "February 2025)",
                       v->pre_name);
-            goto fail;
+            return -1;
         }
-        v->ignore_merges = pinfo.ignore_merges;
-        v->add_bos = pinfo.add_bos;
+        v->ignore_merges = pinfo->ignore_merges;
+        v->add_bos = pinfo->add_bos;
         v->add_eos = false;
         v->add_space_prefix = false;
     } else {
@@ -378,23 +377,56 @@ sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
         v->add_space_prefix = true;
     }
     if (read_bool(g, "tokenizer.ggml.add_space_prefix", &v->add_space_prefix, err, errlen) < 0)
-        goto fail;
+        return -1;
+    return 0;
+}
 
-    /* ---- tokens ---- */
+/* An optional array of one entry per token (KEY, of type t or t2): 0 when
+ * the file has none, 1 with *data when it has, -1 + err when it is not such
+ * an array (WHAT names the type in the message). */
+static int per_token_arr(const sp_gguf *g, const sp_vocab *v, const char *key, sp_gguf_vtype t,
+                         sp_gguf_vtype t2, const char *what, const void **data, char *err,
+                         size_t errlen) {
+    if (sp_gguf_find_key(g, key) < 0) return 0;
     sp_gguf_vtype et;
     uint64_t n;
+    if (!sp_gguf_get_arr(g, key, &et, &n, data) || (et != t && et != t2)) {
+        sp_seterr(err, errlen, "%s: not an array of %s", key, what);
+        return -1;
+    }
+    if (n != (uint64_t)v->n_tokens) {
+        sp_seterr(err, errlen, "%s has %llu entries but there are %d tokens", key,
+                  (unsigned long long)n, v->n_tokens);
+        return -1;
+    }
+    return 1;
+}
+
+/* A required array of strings KEY: 0 with its length in *n, or -1 + err
+ * ("KEY MISSING" when it is absent or not an array). */
+static int string_arr(const sp_gguf *g, const char *key, const char *missing, uint64_t *n,
+                      char *err, size_t errlen) {
+    sp_gguf_vtype et;
     const void *data;
-    if (!sp_gguf_get_arr(g, K_TOKENS, &et, &n, &data)) {
-        sp_seterr(err, errlen, "%s is missing (or not an array)", K_TOKENS);
-        goto fail;
+    if (!sp_gguf_get_arr(g, key, &et, n, &data)) {
+        sp_seterr(err, errlen, "%s %s", key, missing);
+        return -1;
     }
     if (et != SP_GGUF_STRING) {
-        sp_seterr(err, errlen, "%s: not an array of strings", K_TOKENS);
-        goto fail;
+        sp_seterr(err, errlen, "%s: not an array of strings", key);
+        return -1;
     }
+    return 0;
+}
+
+/* The tokens' texts (and the text -> id table), scores and attributes. */
+static int load_tokens(sp_vocab *v, const sp_gguf *g, char *err, size_t errlen) {
+    uint64_t n;
+    const void *data;
+    if (string_arr(g, K_TOKENS, "is missing (or not an array)", &n, err, errlen)) return -1;
     if (n == 0 || n > (uint64_t)INT32_MAX / 4) {
         sp_seterr(err, errlen, "%s: bad token count %llu", K_TOKENS, (unsigned long long)n);
-        goto fail;
+        return -1;
     }
     v->n_tokens = (int32_t)n;
     v->text_off = malloc(n * sizeof(uint32_t));
@@ -402,7 +434,7 @@ sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
     v->scores = calloc(n, sizeof(float));
     v->attr = malloc(n * sizeof(uint16_t));
     v->eog = calloc(n, 1);
-    if (!v->text_off || !v->text_len || !v->scores || !v->attr || !v->eog) goto oom;
+    if (!v->text_off || !v->text_len || !v->scores || !v->attr || !v->eog) return oom(err, errlen);
 
     size_t total = 0;
     for (uint64_t i = 0; i < n; i++) {
@@ -410,11 +442,11 @@ sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
         total += (s.n ? s.n : 24) + 1;
         if (total > UINT32_MAX) {
             sp_seterr(err, errlen, "%s: token texts too large", K_TOKENS);
-            goto fail;
+            return -1;
         }
     }
     v->text = malloc(total);
-    if (!v->text) goto oom;
+    if (!v->text) return oom(err, errlen);
     size_t off = 0;
     for (uint64_t i = 0; i < n; i++) {
         sp_gguf_str s = sp_gguf_arr_str(g, K_TOKENS, i);
@@ -434,7 +466,7 @@ sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
     /* text -> id */
     v->hash_mask = table_size(n) - 1;
     v->hash = malloc((v->hash_mask + 1) * sizeof(int32_t));
-    if (!v->hash) goto oom;
+    if (!v->hash) return oom(err, errlen);
     memset(v->hash, 0xff, (v->hash_mask + 1) * sizeof(int32_t));
     for (int32_t id = 0; id < v->n_tokens; id++) {
         const char *t = tok_text(v, id);
@@ -445,41 +477,24 @@ sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
             if (v->text_len[o] == tl && memcmp(tok_text(v, o), t, tl) == 0) {
                 sp_seterr(err, errlen, "%s: tokens %d and %d have the same text '%.*s'", K_TOKENS,
                           o, id, (int)SP_MIN(tl, 64u), t);
-                goto fail;
+                return -1;
             }
         }
         v->hash[i] = id;
     }
 
     /* scores */
-    if (sp_gguf_find_key(g, "tokenizer.ggml.scores") >= 0) {
-        if (!sp_gguf_get_arr(g, "tokenizer.ggml.scores", &et, &n, &data) ||
-            et != SP_GGUF_FLOAT32) {
-            sp_seterr(err, errlen, "tokenizer.ggml.scores: not an array of float32");
-            goto fail;
-        }
-        if (n != (uint64_t)v->n_tokens) {
-            sp_seterr(err, errlen, "tokenizer.ggml.scores has %llu entries but there are %d tokens",
-                      (unsigned long long)n, v->n_tokens);
-            goto fail;
-        }
-        memcpy(v->scores, data, n * sizeof(float)); /* the array may be unaligned */
-    }
+    int r = per_token_arr(g, v, "tokenizer.ggml.scores", SP_GGUF_FLOAT32, SP_GGUF_FLOAT32,
+                          "float32", &data, err, errlen);
+    if (r < 0) return -1;
+    if (r) memcpy(v->scores, data, (size_t)v->n_tokens * sizeof(float)); /* may be unaligned */
 
     /* token types -> attributes */
     for (int32_t i = 0; i < v->n_tokens; i++) v->attr[i] = SP_ATTR_NORMAL;
-    if (sp_gguf_find_key(g, "tokenizer.ggml.token_type") >= 0) {
-        if (!sp_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &n, &data) ||
-            (et != SP_GGUF_INT32 && et != SP_GGUF_UINT32)) {
-            sp_seterr(err, errlen, "tokenizer.ggml.token_type: not an array of int32");
-            goto fail;
-        }
-        if (n != (uint64_t)v->n_tokens) {
-            sp_seterr(err, errlen,
-                      "tokenizer.ggml.token_type has %llu entries but there are %d tokens",
-                      (unsigned long long)n, v->n_tokens);
-            goto fail;
-        }
+    r = per_token_arr(g, v, "tokenizer.ggml.token_type", SP_GGUF_INT32, SP_GGUF_UINT32, "int32",
+                      &data, err, errlen);
+    if (r < 0) return -1;
+    if (r) {
         for (int32_t i = 0; i < v->n_tokens; i++) {
             int32_t t;
             memcpy(&t, (const char *)data + 4 * (size_t)i, 4);
@@ -494,70 +509,72 @@ sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
             }
         }
     }
+    return 0;
+}
 
-    /* ---- merges ---- */
-    if (v->kind == SP_VOCAB_BPE) {
-        if (!sp_gguf_get_arr(g, K_MERGES, &et, &n, &data)) {
-            sp_seterr(err, errlen, "%s is missing (a gpt2 tokenizer needs it)", K_MERGES);
-            goto fail;
-        }
-        if (et != SP_GGUF_STRING) {
-            sp_seterr(err, errlen, "%s: not an array of strings", K_MERGES);
-            goto fail;
-        }
-        if (n > (uint64_t)INT32_MAX / 4) {
-            sp_seterr(err, errlen, "%s: too many merges", K_MERGES);
-            goto fail;
-        }
-        v->n_merges = (int32_t)n;
-        v->merge_off = malloc((n + 1) * sizeof(uint32_t));
-        v->merge_len = malloc((n + 1) * sizeof(uint32_t));
-        v->merge_mask = table_size(n) - 1;
-        v->merge_hash = malloc((v->merge_mask + 1) * sizeof(int32_t));
-        if (!v->merge_off || !v->merge_len || !v->merge_hash) goto oom;
-        memset(v->merge_hash, 0xff, (v->merge_mask + 1) * sizeof(int32_t));
-        total = 0;
-        for (uint64_t i = 0; i < n; i++) {
-            total += sp_gguf_arr_str(g, K_MERGES, i).n;
-            if (total > UINT32_MAX) {
-                sp_seterr(err, errlen, "%s: merges too large", K_MERGES);
-                goto fail;
-            }
-        }
-        v->merge_text = malloc(total + 1);
-        if (!v->merge_text) goto oom;
-        off = 0;
-        for (int32_t i = 0; i < v->n_merges; i++) {
-            sp_gguf_str s = sp_gguf_arr_str(g, K_MERGES, (uint64_t)i);
-            v->merge_off[i] = (uint32_t)off;
-            v->merge_len[i] = (uint32_t)s.n;
-            if (s.n) memcpy(v->merge_text + off, s.p, s.n);
-            off += s.n;
-            /* llama.cpp splits at the first space after the first byte; a
-             * merge without one can never match a pair of symbols. Since
-             * symbols never contain a raw space, "left right" identifies the
-             * pair. The first of duplicate merges keeps its rank. */
-            const char *sp = s.n > 1 ? memchr(s.p + 1, ' ', s.n - 1) : NULL;
-            if (!sp) continue;
-            uint64_t h = sp_tok_hash_bytes(SP_TOK_HASH_SEED, s.p, s.n);
-            uint64_t j = hash_slot(h) & v->merge_mask;
-            bool dup = false;
-            for (; v->merge_hash[j] >= 0; j = (j + 1) & v->merge_mask) {
-                int32_t m = v->merge_hash[j];
-                if (v->merge_len[m] == s.n && memcmp(v->merge_text + v->merge_off[m], s.p, s.n) == 0) {
-                    dup = true;
-                    break;
-                }
-            }
-            if (!dup) v->merge_hash[j] = i;
+/* A BPE vocabulary's merges, ranked by their order (merge_hash). */
+static int load_merges(sp_vocab *v, const sp_gguf *g, char *err, size_t errlen) {
+    uint64_t n;
+    if (string_arr(g, K_MERGES, "is missing (a gpt2 tokenizer needs it)", &n, err, errlen))
+        return -1;
+    if (n > (uint64_t)INT32_MAX / 4) {
+        sp_seterr(err, errlen, "%s: too many merges", K_MERGES);
+        return -1;
+    }
+    v->n_merges = (int32_t)n;
+    v->merge_off = malloc((n + 1) * sizeof(uint32_t));
+    v->merge_len = malloc((n + 1) * sizeof(uint32_t));
+    v->merge_mask = table_size(n) - 1;
+    v->merge_hash = malloc((v->merge_mask + 1) * sizeof(int32_t));
+    if (!v->merge_off || !v->merge_len || !v->merge_hash) return oom(err, errlen);
+    memset(v->merge_hash, 0xff, (v->merge_mask + 1) * sizeof(int32_t));
+    size_t total = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        total += sp_gguf_arr_str(g, K_MERGES, i).n;
+        if (total > UINT32_MAX) {
+            sp_seterr(err, errlen, "%s: merges too large", K_MERGES);
+            return -1;
         }
     }
+    v->merge_text = malloc(total + 1);
+    if (!v->merge_text) return oom(err, errlen);
+    size_t off = 0;
+    for (int32_t i = 0; i < v->n_merges; i++) {
+        sp_gguf_str s = sp_gguf_arr_str(g, K_MERGES, (uint64_t)i);
+        v->merge_off[i] = (uint32_t)off;
+        v->merge_len[i] = (uint32_t)s.n;
+        if (s.n) memcpy(v->merge_text + off, s.p, s.n);
+        off += s.n;
+        /* llama.cpp splits at the first space after the first byte; a
+         * merge without one can never match a pair of symbols. Since
+         * symbols never contain a raw space, "left right" identifies the
+         * pair. The first of duplicate merges keeps its rank. */
+        const char *sp = s.n > 1 ? memchr(s.p + 1, ' ', s.n - 1) : NULL;
+        if (!sp) continue;
+        uint64_t h = sp_tok_hash_bytes(SP_TOK_HASH_SEED, s.p, s.n);
+        uint64_t j = hash_slot(h) & v->merge_mask;
+        bool dup = false;
+        for (; v->merge_hash[j] >= 0; j = (j + 1) & v->merge_mask) {
+            int32_t m = v->merge_hash[j];
+            if (v->merge_len[m] == s.n && memcmp(v->merge_text + v->merge_off[m], s.p, s.n) == 0) {
+                dup = true;
+                break;
+            }
+        }
+        if (!dup) v->merge_hash[j] = i;
+    }
+    return 0;
+}
 
-    /* ---- special token ids ---- */
+/* The special tokens: their ids (defaults, then the file's keys, then found
+ * by their text), end of generation, the list matched in text before
+ * encoding, and the strip attributes of some models. */
+static int load_special(sp_vocab *v, const sp_gguf *g, const sp_pretok_info *pinfo, char *err,
+                        size_t errlen) {
     if (v->kind == SP_VOCAB_SPM) {
         v->bos = 1, v->eos = 2, v->unk = 0;
     } else {
-        v->bos = pinfo.no_bos ? -1 : 11; /* llama.cpp's GPT-2 defaults */
+        v->bos = pinfo->no_bos ? -1 : 11; /* llama.cpp's GPT-2 defaults */
         v->eos = 11;
     }
     if (v->bos >= v->n_tokens) v->bos = -1;
@@ -589,10 +606,10 @@ sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
     };
     for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++)
         if (read_id(g, ids[i].key, v->n_tokens, ids[i].strict, ids[i].id, err, errlen) < 0)
-            goto fail;
+            return -1;
     if (read_bool(g, "tokenizer.ggml.add_bos_token", &v->add_bos, err, errlen) < 0 ||
         read_bool(g, "tokenizer.ggml.add_eos_token", &v->add_eos, err, errlen) < 0)
-        goto fail;
+        return -1;
 
     /* tokens found by their text become CONTROL (llama.cpp: "control-looking
      * token ... its type will be overridden") */
@@ -628,7 +645,7 @@ sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
     /* special tokens matched in text before encoding, longest first (ties by
      * id; llama.cpp's unstable sort leaves them in an unspecified order) */
     v->special = malloc((size_t)v->n_tokens * sizeof(int32_t));
-    if (!v->special) goto oom;
+    if (!v->special) return oom(err, errlen);
     for (int32_t id = 0; id < v->n_tokens; id++)
         if (v->attr[id] & (SP_ATTR_CONTROL | SP_ATTR_USER_DEFINED | SP_ATTR_UNKNOWN))
             v->special[v->n_special++] = id;
@@ -658,7 +675,11 @@ sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
             }
         }
     }
+    return 0;
+}
 
+/* The byte fallback tokens and each token's piece (its text as decoded). */
+static int load_pieces(sp_vocab *v, char *err, size_t errlen) {
     /* SPM byte fallback: <0xNN>, else the byte itself as a token */
     for (int b = 0; b < 256; b++) {
         char name[8];
@@ -674,30 +695,46 @@ sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
     /* pieces */
     v->piece_off = malloc((size_t)v->n_tokens * sizeof(uint32_t));
     v->piece_len = malloc((size_t)v->n_tokens * sizeof(uint32_t));
-    if (!v->piece_off || !v->piece_len) goto oom;
-    total = 0;
+    if (!v->piece_off || !v->piece_len) return oom(err, errlen);
+    size_t total = 0;
     for (int32_t id = 0; id < v->n_tokens; id++) {
         size_t k = make_piece(v, id, NULL);
         if (k > INT32_MAX || total + k > UINT32_MAX) {
             sp_seterr(err, errlen, "token %d: text too large", id);
-            goto fail;
+            return -1;
         }
         v->piece_off[id] = (uint32_t)total;
         v->piece_len[id] = (uint32_t)k;
         total += k;
     }
     v->piece = malloc(total + 1);
-    if (!v->piece) goto oom;
+    if (!v->piece) return oom(err, errlen);
     for (int32_t id = 0; id < v->n_tokens; id++) make_piece(v, id, v->piece + v->piece_off[id]);
+    return 0;
+}
 
+sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
+    sp_vocab *v = calloc(1, sizeof(*v));
+    if (!v) {
+        sp_seterr(err, errlen, "out of memory");
+        return NULL;
+    }
+    v->bos = v->eos = v->eot = v->eom = v->unk = v->pad = -1;
+    v->fim_pre = v->fim_suf = v->fim_mid = v->fim_pad = v->fim_rep = v->fim_sep = -1;
+    sp_pretok_info pinfo = {0};
+    if (load_kind(v, g, &pinfo, err, errlen) || load_tokens(v, g, err, errlen) ||
+        (v->kind == SP_VOCAB_BPE && load_merges(v, g, err, errlen)) ||
+        load_special(v, g, &pinfo, err, errlen) || load_pieces(v, err, errlen))
+        goto fail;
     if (v->kind == SP_VOCAB_BPE) {
         v->pretok = sp_tok_pretok_create(pinfo.regexes, pinfo.n_regexes, err, errlen);
         if (!v->pretok) goto fail;
     }
-    if (!work_bounds(v)) goto oom;
+    if (!work_bounds(v)) {
+        oom(err, errlen);
+        goto fail;
+    }
     return v;
-oom:
-    sp_seterr(err, errlen, "out of memory loading the vocabulary");
 fail:
     sp_vocab_free(v);
     return NULL;

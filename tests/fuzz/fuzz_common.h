@@ -3,7 +3,7 @@
  * as a failure), a UTF-8 validity check, and the reference vocabularies,
  * loaded once per process.
  *
- * Every target is also compiled into tests/test_fuzz_regress.c, which
+ * Every target is also compiled into tests/fuzz/test_fuzz_regress.c, which
  * includes all of them into one file; so the helpers here are static inline
  * behind an include guard, and each target prefixes its own statics. */
 #ifndef SP_FUZZ_COMMON_H

@@ -23,7 +23,7 @@
 #include "fuzz_common.h"
 #include "chat/chat.h"
 #include "server/openai.h"
-#include "server/sbuf.h"
+#include "sbuf.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;

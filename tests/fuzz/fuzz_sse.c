@@ -19,7 +19,7 @@
 
 #include "fuzz_common.h"
 #include "server/openai.h"
-#include "server/sbuf.h"
+#include "sbuf.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;

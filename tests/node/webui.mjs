@@ -1,5 +1,5 @@
 // webui.mjs: drives the web page (GET /) and the dashboard (GET /dashboard)
-// in headless Chromium through puppeteer-core (tests/test_webui.sh starts
+// in headless Chromium through puppeteer-core (tests/server/test_webui.sh starts
 // the servers). Prints "ok NAME" / "FAIL NAME: why" per check and ends
 // "WEBUI <passed> <failed>".
 //

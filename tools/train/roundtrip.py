@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Checks of the training pipeline against the engine (run by tests/test_train.sh).
+"""Checks of the training pipeline against the engine (run by tests/reference/test_train.sh).
 
     tools/train/roundtrip.py [--bin bin/specula] [--vocab V.gguf] [--models models]
         [--src /usr/lib/python3.11] [--only corpus,export,shipped]

@@ -1,0 +1,256 @@
+/* kbench.c: microbenchmark of the kernels (`make kbench`; not run by
+ * `make bench`).
+ *
+ *   make kbench
+ *   bin/kbench [threads=2] [reps=5] [type: q8_0|q4_K|q6_K|q4_0|f16; default q8_0 and q4_K]
+ *
+ * Measures (the host's memory and cores are shared with other machines, so
+ * every figure is the best, or a median, of several runs):
+ *   - memory read bandwidth: `threads` threads streaming 1 GiB with AVX-512
+ *     loads (also re-measured between the decode passes);
+ *   - pool dispatch: cost of an empty sp_pool_run;
+ *   - decode matvec (n_tok = 1) over a TinyLlama-1.1B-shaped weight set
+ *     (22 layers of wq, wk, wv, wo, gate, up, down + output; ~1.1 GB in Q8_0,
+ *     0.58 GB in Q4_K): GB/s of weights and % of the best bandwidth;
+ *   - the same layers (without the output matrix) for n_tok = 2..8, 16, 128:
+ *     cost relative to n_tok = 1 (median over adjacent pairs of passes),
+ *     GOPS and the projected prefill tokens/s of the matmuls alone.
+ * The weights are random but well-formed blocks (quantizing 1e9 values takes
+ * minutes). SPECULA_KERNELS=ref|avx2|avx512 selects the level.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdatomic.h>
+
+#include "kernels/kernels.h"
+
+#define SP_ALIGN_UP(n, a) (((n) + (a) - 1) / (a) * (a))
+#define N_LAYERS 22
+#define N_EMBD 2048
+#define N_FF 5632
+#define N_KV 256
+#define N_VOCAB 32000
+
+typedef struct {
+    int64_t n_rows, k;
+} shape;
+
+static const shape LAYER[] = {
+    {N_EMBD, N_EMBD}, {N_KV, N_EMBD}, {N_KV, N_EMBD}, {N_EMBD, N_EMBD}, /* wq wk wv wo */
+    {N_FF, N_EMBD},   {N_FF, N_EMBD}, {N_EMBD, N_FF},                   /* gate up down */
+};
+#define N_MAT 7
+
+static uint64_t rs = 88172645463325252ull;
+static inline uint64_t rnd(void) {
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return rs;
+}
+
+/* random but well-formed blocks (quantizing 1e9 values would take minutes) */
+static void fill_weights(sp_type t, uint8_t *w, size_t bytes) {
+    for (size_t i = 0; i + 8 <= bytes; i += 8) {
+        uint64_t v = rnd();
+        memcpy(w + i, &v, 8);
+    }
+    const size_t bb = sp_type_info(t)->block_bytes;
+    for (size_t off = 0; off + bb <= bytes; off += bb) {
+        const sp_f16 d = sp_f32_to_f16(0.001f + (rnd() % 1000) * 1e-6f);
+        if (t == SP_TYPE_Q8_0) {
+            sp_block_q8_0 *b = (sp_block_q8_0 *)(w + off);
+            b->d = d;
+            for (int j = 0; j < 32; j++)
+                if (b->qs[j] == -128) b->qs[j] = -127;
+        } else if (t == SP_TYPE_Q4_K) {
+            sp_block_q4_K *b = (sp_block_q4_K *)(w + off);
+            b->d = d;
+            b->dmin = d;
+        } else if (t == SP_TYPE_Q6_K) {
+            ((sp_block_q6_K *)(w + off))->d = d;
+        } else if (t == SP_TYPE_Q4_0) {
+            ((sp_block_q4_0 *)(w + off))->d = d;
+        }
+    }
+    if (t == SP_TYPE_F16 || t == SP_TYPE_BF16) {
+        uint16_t *h = (uint16_t *)w;
+        for (size_t i = 0; i < bytes / 2; i++)
+            h[i] = t == SP_TYPE_F16 ? sp_f32_to_f16((float)((int)(rnd() % 2001) - 1000) * 1e-5f)
+                                    : sp_f32_to_bf16((float)((int)(rnd() % 2001) - 1000) * 1e-5f);
+    }
+}
+
+/* ---- bandwidth ---------------------------------------------------------- */
+
+typedef struct {
+    const uint8_t *buf;
+    size_t bytes;
+    _Atomic uint64_t sink;
+} bw_job;
+
+__attribute__((target("avx512f"))) static void bw_fn(void *arg, int ith, int nth) {
+    bw_job *j = arg;
+    const size_t per = j->bytes / nth / 256 * 256;
+    const uint8_t *p = j->buf + per * ith;
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t o = 0; o < per; o += 256) {
+        a0 = _mm512_xor_si512(a0, _mm512_load_si512(p + o));
+        a1 = _mm512_xor_si512(a1, _mm512_load_si512(p + o + 64));
+        a2 = _mm512_xor_si512(a2, _mm512_load_si512(p + o + 128));
+        a3 = _mm512_xor_si512(a3, _mm512_load_si512(p + o + 192));
+    }
+    a0 = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
+    atomic_fetch_add(&j->sink, (uint64_t)_mm512_reduce_add_epi64(a0));
+}
+
+static double measure_bw(sp_pool *pool, bw_job *bj) {
+    const double t0 = sp_time_s();
+    sp_pool_run(pool, bw_fn, bj);
+    return (double)bj->bytes / (sp_time_s() - t0) / 1e9;
+}
+
+static void empty_fn(void *arg, int ith, int nth) { (void)arg; (void)ith; (void)nth; }
+
+/* ---- weight sets -------------------------------------------------------- */
+
+typedef struct {
+    sp_type t;
+    uint8_t *w[N_LAYERS][N_MAT];
+    uint8_t *out;
+    size_t layer_bytes, out_bytes;
+} model;
+
+static void model_init(model *m, sp_type t) {
+    m->t = t;
+    m->layer_bytes = 0;
+    for (int i = 0; i < N_MAT; i++) m->layer_bytes += sp_row_size(t, LAYER[i].k) * (size_t)LAYER[i].n_rows;
+    for (int l = 0; l < N_LAYERS; l++)
+        for (int i = 0; i < N_MAT; i++) {
+            const size_t b = sp_row_size(t, LAYER[i].k) * (size_t)LAYER[i].n_rows;
+            m->w[l][i] = aligned_alloc(64, SP_ALIGN_UP(b, 64));
+            fill_weights(t, m->w[l][i], b);
+        }
+    m->out_bytes = sp_row_size(t, N_EMBD) * (size_t)N_VOCAB;
+    m->out = aligned_alloc(64, m->out_bytes);
+    fill_weights(t, m->out, m->out_bytes);
+}
+
+static void model_free(model *m) {
+    for (int l = 0; l < N_LAYERS; l++)
+        for (int i = 0; i < N_MAT; i++) free(m->w[l][i]);
+    free(m->out);
+}
+
+/* one pass over all layers for n_tok tokens (+ the output matrix for 1 token) */
+static double model_pass(model *m, sp_pool *pool, int64_t n_tok, int with_output, float *x, float *y,
+                         void *scratch) {
+    const double t0 = sp_time_s();
+    for (int l = 0; l < N_LAYERS; l++)
+        for (int i = 0; i < N_MAT; i++)
+            sp_matmul(pool, m->w[l][i], m->t, LAYER[i].n_rows, LAYER[i].k, x, n_tok, y, LAYER[i].n_rows, scratch);
+    if (with_output) sp_matmul(pool, m->out, m->t, N_VOCAB, N_EMBD, x, 1, y, N_VOCAB, scratch);
+    return sp_time_s() - t0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double best_pass(model *m, sp_pool *pool, int64_t n_tok, int with_output, int reps, float *x, float *y,
+                        void *scratch) {
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        const double t = model_pass(m, pool, n_tok, with_output, x, y, scratch);
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+int main(int argc, char **argv) {
+    const int nth = argc > 1 ? atoi(argv[1]) : 2;
+    const int reps = argc > 2 ? atoi(argv[2]) : 5;
+    const char *only = argc > 3 ? argv[3] : NULL; /* "q8_0", "q4_K", ... */
+    printf("kernels: %s, threads: %d, best of %d\n", sp_kernels_init(), nth, reps);
+    sp_pool *pool = sp_pool_create(nth);
+    if (!pool) return 1;
+
+    /* bandwidth (measured again between the decode passes below: the host's
+     * memory is shared with other machines, so both vary from run to run) */
+    bw_job bj = {.bytes = (size_t)1 << 30};
+    uint8_t *buf = aligned_alloc(4096, bj.bytes);
+    memset(buf, 1, bj.bytes);
+    bj.buf = buf;
+    double bw = 0;
+    for (int r = 0; r < reps + 2; r++) bw = fmax(bw, measure_bw(pool, &bj));
+    printf("read bandwidth: %.2f GB/s\n", bw);
+
+    /* dispatch latency */
+    for (int r = 0; r < 1000; r++) sp_pool_run(pool, empty_fn, NULL);
+    double best_run = 1e30;
+    for (int r = 0; r < 5; r++) {
+        const double t0 = sp_time_s();
+        for (int i = 0; i < 20000; i++) sp_pool_run(pool, empty_fn, NULL);
+        best_run = fmin(best_run, (sp_time_s() - t0) / 20000);
+    }
+    printf("empty sp_pool_run: %.2f us\n", best_run * 1e6);
+
+    const int64_t max_tok = 128;
+    float *x = malloc(sizeof(float) * max_tok * N_FF);
+    for (int64_t i = 0; i < max_tok * N_FF; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
+    float *y = malloc(sizeof(float) * max_tok * N_VOCAB);
+    const sp_type types[] = {SP_TYPE_Q8_0, SP_TYPE_Q4_K, SP_TYPE_Q6_K, SP_TYPE_Q4_0, SP_TYPE_F16};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        if (only ? strcmp(only, sp_type_info(types[ti])->name) != 0 : ti >= 2) continue;
+        model m;
+        model_init(&m, types[ti]);
+        size_t ss = 0;
+        for (int i = 0; i < N_MAT; i++) ss = SP_MAX(ss, sp_matmul_scratch_size(m.t, LAYER[i].k, max_tok));
+        void *scratch = aligned_alloc(64, SP_ALIGN_UP(ss, 64));
+        const double total = (double)(m.layer_bytes * N_LAYERS + m.out_bytes);
+        printf("\n== %s: %.3f GB of weights (%.3f GB layers + %.3f GB output)\n", sp_type_info(m.t)->name,
+               total / 1e9, m.layer_bytes * N_LAYERS / 1e9, m.out_bytes / 1e9);
+        /* decode passes alternating with bandwidth runs */
+        double t1 = 1e30, bw2 = 0, best_ratio = 0;
+        for (int r = 0; r < 2 * reps; r++) {
+            const double b = measure_bw(pool, &bj);
+            const double t = model_pass(&m, pool, 1, 1, x, y, scratch);
+            bw2 = fmax(bw2, b);
+            t1 = fmin(t1, t);
+            best_ratio = fmax(best_ratio, total / t / 1e9 / b);
+        }
+        printf("decode matvec: %.2f ms/token, %.2f GB/s = %.1f%% of the best read bandwidth (%.2f GB/s); "
+               "best pass/adjacent-bandwidth ratio %.1f%%\n",
+               t1 * 1e3, total / t1 / 1e9, 100.0 * total / t1 / 1e9 / fmax(bw, bw2), fmax(bw, bw2), 100.0 * best_ratio);
+        /* n_tok = 1 and n_tok = nt passes alternate; the cost ratio is the
+         * median of adjacent pairs (robust to the machine's neighbours) */
+        const double l1 = best_pass(&m, pool, 1, 0, reps, x, y, scratch);
+        const int64_t toks[] = {2, 3, 4, 5, 8, 16, 128};
+        const double macs_per_tok = (double)N_LAYERS * (2.0 * N_EMBD * N_EMBD + 2.0 * N_KV * N_EMBD + 3.0 * N_FF * N_EMBD);
+        printf("layers only, n_tok=1: %.2f ms\n", l1 * 1e3);
+        for (size_t i = 0; i < sizeof toks / sizeof toks[0]; i++) {
+            const int64_t nt = toks[i];
+            const int r = nt >= 64 ? SP_MAX(3, reps / 2) : reps;
+            double best = 1e30, ratios[64];
+            for (int j = 0; j < r && j < 64; j++) {
+                const double a = model_pass(&m, pool, 1, 0, x, y, scratch);
+                const double b = model_pass(&m, pool, nt, 0, x, y, scratch);
+                best = fmin(best, b);
+                ratios[j] = b / a;
+            }
+            qsort(ratios, (size_t)SP_MIN(r, 64), sizeof ratios[0], cmp_double);
+            printf("layers, n_tok=%3lld: %8.2f ms, cost %5.2fx n_tok=1 (median of adjacent pairs), %7.1f GOPS",
+                   (long long)nt, best * 1e3, ratios[SP_MIN(r, 64) / 2], 2.0 * macs_per_tok * nt / best / 1e9);
+            if (nt == 128) printf(", prefill %.1f tokens/s (matmuls only, no output layer)", nt / best);
+            printf("\n");
+        }
+        free(scratch);
+        model_free(&m);
+    }
+    free(x);
+    free(y);
+    free(buf);
+    sp_pool_free(pool);
+    return 0;
+}

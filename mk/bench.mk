@@ -1,0 +1,66 @@
+# Everything under bench/ (bench/README.md is the map):
+#   make bench         bench/run.sh: decode and prefill (bin/bench,
+#                      bench/model/), the serving engine and speculative
+#                      decoding (bin/bench_engine, bin/bench_spec,
+#                      bench/engine/), then the HTTP server (bench/server/)
+#   make bench-server  bench/server/run.sh alone
+#   make kbench        bin/kbench, the kernels' microbenchmark (bench/kernels/)
+# `specula bench`, the load generator for OpenAI-compatible servers, is
+# bench/loadgen/: its sources are part of bin/specula (CLI_SRC).
+
+# ---- bench/model, bench/engine: engine-core programs ----------------------
+$(BIN)/bench: $(BUILD)/bench/model/bench.o $(BUILD)/bench/model/membw_avx2.o $(LIB)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+
+$(BIN)/bench_engine: $(BUILD)/bench/engine/bench_engine.o $(BUILD)/bench/engine/bench_util.o $(LIB)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+
+$(BIN)/bench_spec: $(BUILD)/bench/engine/bench_spec.o $(BUILD)/bench/engine/bench_util.o $(LIB)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+
+$(BIN)/bench_grammar: $(BUILD)/bench/engine/bench_grammar.o $(LIB)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS) -lcjson
+
+# ---- bench/kernels: the kernels' microbenchmark (not run by `make bench`) --
+$(BIN)/kbench: $(BUILD)/bench/kernels/kbench.o $(LIB)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+kbench: $(BIN)/kbench
+
+# ---- bench/server: wrk against /v1/completions at 1, 8 and 32 connections,
+# and the server's delivery overhead measured by bin/bench_server_stream
+# against `serve --stamp-chunks`. Needs wrk (Debian package `wrk`) for the
+# first part.
+$(BIN)/bench_server_stream: bench/server/stream_client.c
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) -lpthread
+
+bench-server: $(BIN)/specula $(BIN)/bench_server_stream
+	SPECULA_BIN=$(BIN)/specula BENCH_SERVER_CLIENT=$(BIN)/bench_server_stream bench/server/run.sh
+
+# `make bench` runs bench/server/run.sh last (see bench/run.sh)
+bench: $(BIN)/bench $(BIN)/bench_engine $(BIN)/bench_spec $(BIN)/bench_grammar $(BIN)/mkmodel \
+       $(BIN)/specula $(BIN)/bench_server_stream
+	bench/run.sh
+
+# ---- bench/loadgen: `specula bench` ----------------------------------------
+# It speaks HTTP through libcurl, so bin/specula links it; the commit the
+# binary was built from goes into the reproducibility contract.
+$(BIN)/specula: LDLIBS += -lcurl
+
+BENCH_GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+$(BUILD)/bench/loadgen/contract.o: override CFLAGS += -DBENCH_GIT_COMMIT='"$(BENCH_GIT_COMMIT)"'
+
+# The load generator's unit tests (test_bench_tool) link the pieces that
+# need no network.
+BENCH_TOOL_TEST_OBJ := $(patsubst %,$(BUILD)/bench/loadgen/%.o,sse stats workload result report plot loadgen cluster)
+$(BUILD)/tests/test_bench_tool: $(BENCH_TOOL_TEST_OBJ)
+$(BUILD)/tests/test_bench_tool: TEST_CFLAGS = -Ibench/loadgen
+$(BUILD)/tests/test_bench_tool: TEST_OBJ = $(BENCH_TOOL_TEST_OBJ)
+$(BUILD)/tests/test_bench_tool: TEST_LDLIBS = -lcurl
+
+.PHONY: bench bench-server kbench
