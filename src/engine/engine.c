@@ -264,8 +264,8 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
     int64_t nb;
     if (create_target(e, &cp, &nb, err, errlen)) goto fail;
     if (p.draft && !(e->drafter = sp_drafter_create(p.draft, cp, p.kv_type, p.kv_block_size,
-                                                     (int32_t)nb, e->max_blocks, e->n_vocab,
-                                                     e->ctx, err, errlen)))
+                                                     (int32_t)nb, e->max_blocks, e->ctx, err,
+                                                     errlen)))
         goto fail;
     /* one partition per cache salt; at least max_seqs + 1, so that a request
      * being admitted or finishing always finds one that no running request
@@ -276,7 +276,7 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
     e->waiting = malloc((size_t)e->wait_cap * sizeof(request *));
     e->slots = calloc((size_t)p.max_seqs, sizeof(request *));
     if (!e->parts || !e->waiting || !e->slots ||
-        step_init(&e->step, p.max_batch_tokens, p.max_seqs, e->n_vocab)) {
+        step_init(&e->step, p.max_batch_tokens, p.max_seqs)) {
         sp_seterr(err, errlen, "out of memory creating the engine");
         goto fail;
     }

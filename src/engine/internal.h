@@ -88,7 +88,6 @@ struct request {
     bool greedy;
     sp_token draft[SP_SPEC_K_MAX]; /* this step's proposals */
     int32_t n_draft;
-    float *q;                  /* [SP_SPEC_K_MAX][V] draft distributions (draft + sampling) */
     float alpha;               /* acceptance estimate (spec_observe); starts from its
                                   partition's prior at the first admission */
     sp_spec_part *part;        /* its salt's partition, held while it has a slot */
@@ -135,7 +134,6 @@ typedef struct {
     sp_draft_seq *dseq;        /* [max_seqs] the draft model's work */
     int32_t *dseq_entry;       /* [max_seqs] batch entry of each */
     sp_token *commit;          /* [SP_SPEC_K_MAX + 1] tokens verification commits */
-    float *probs, *resid;      /* [V] verification scratch */
     /* what this round tells callers */
     sp_event *events;          /* [max_seqs] */
     request **ev_req;          /* [max_seqs] */
@@ -202,7 +200,7 @@ int32_t eng_schedule(sp_engine *e, step *s);
 void eng_commit_blocks(sp_engine *e, request *r);
 
 /* step.c */
-int step_init(step *s, int32_t max_batch_tokens, int32_t max_seqs, int32_t n_vocab);
+int step_init(step *s, int32_t max_batch_tokens, int32_t max_seqs);
 void step_free(step *s);
 void eng_step(sp_engine *e);
 

@@ -169,7 +169,7 @@ static int32_t fit(sp_engine *e, step *s, const batch_base *b) {
         r->n_draft = k;
         en->n = 1 + k;
         if (k && s->cand[c].draft) {
-            s->dseq[n_d] = (sp_draft_seq){r->slot, r->toks, r->n_all, k, r->draft, r->q, r->dsmp};
+            s->dseq[n_d] = (sp_draft_seq){r->slot, r->toks, r->n_all, k, r->draft, r->dsmp};
             s->dseq_entry[n_d++] = s->cand_entry[c];
         }
     }
@@ -215,8 +215,7 @@ void spec_commit(sp_engine *e, step *s, const step_entry *en) {
     SP_ASSERT(en->n_rows == n + 1);
     const float *rows = sp_get_logits(e->ctx, en->row);
     const int32_t kv_before = kv_len(e, r) - 1 - n;
-    const int32_t m = sp_spec_verify(r->smp, r->greedy, rows, V, r->draft, r->q, n, s->commit,
-                                     s->probs, s->resid);
+    const int32_t m = sp_spec_verify(r->smp, rows, V, r->n_all, r->draft, n, s->commit);
     const int32_t acc = m - 1;
     r->st.spec_steps++;
     r->st.spec_drafted += n;

@@ -18,7 +18,7 @@
 
 #include "engine/internal.h"
 
-int step_init(step *s, int32_t B, int32_t S, int32_t V) {
+int step_init(step *s, int32_t B, int32_t S) {
     memset(s, 0, sizeof(*s));
     s->tok = malloc((size_t)B * sizeof(sp_token));
     s->pos = malloc((size_t)B * sizeof(int32_t));
@@ -31,13 +31,11 @@ int step_init(step *s, int32_t B, int32_t S, int32_t V) {
     s->dseq = malloc((size_t)S * sizeof(sp_draft_seq));
     s->dseq_entry = malloc((size_t)S * sizeof(int32_t));
     s->commit = malloc((SP_SPEC_K_MAX + 1) * sizeof(sp_token));
-    s->probs = malloc((size_t)V * sizeof(float));
-    s->resid = malloc((size_t)V * sizeof(float));
     s->events = malloc((size_t)S * sizeof(sp_event));
     s->ev_req = malloc((size_t)S * sizeof(request *));
     return s->tok && s->pos && s->seq && s->want && s->ent && s->cand && s->cand_k &&
-                   s->cand_entry && s->dseq && s->dseq_entry && s->commit && s->probs &&
-                   s->resid && s->events && s->ev_req
+                   s->cand_entry && s->dseq && s->dseq_entry && s->commit && s->events &&
+                   s->ev_req
                ? 0
                : SP_ERR_NOMEM;
 }
@@ -54,8 +52,6 @@ void step_free(step *s) {
     free(s->dseq);
     free(s->dseq_entry);
     free(s->commit);
-    free(s->probs);
-    free(s->resid);
     free(s->events);
     free(s->ev_req);
 }
@@ -116,7 +112,7 @@ static void commit_plain(sp_engine *e, const step_entry *en) {
     if (!en->n_rows) return; /* a prefill chunk short of the end */
     const int32_t at = r->n_all;
     const float *logits = sp_get_logits(e->ctx, en->row);
-    const sp_token t = sp_sampler_sample(r->smp, logits);
+    const sp_token t = sp_sampler_sample_at(r->smp, logits, at);
     sp_sampler_accept(r->smp, t);
     eng_emit_token(e, r, t, logits);
     if (r->shadow_pos == at && r->n_all > at) /* the proposal it did not verify */

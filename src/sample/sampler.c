@@ -3,7 +3,16 @@
  * Order (llama.cpp's default chain): logit biases -> penalties -> top-k ->
  * top-p -> min-p -> temperature -> draw. Filters run on the penalized logits before
  * temperature, as there. sp_sampler_probs exposes the final distribution
- * over the whole vocabulary, which speculative rejection sampling needs.
+ * over the whole vocabulary (tests, diagnostics).
+ *
+ * The draw is positional: the token for position pos is the Gumbel-max of
+ * the processed logits with noise that is a function of (seed, pos, token
+ * id) only (a counter-based generator, no stream state). So the token a
+ * request gets at a position depends on its logits there and nothing else:
+ * not on how many draws came before, nor on what a speculative proposer
+ * guessed. Speculative verification (src/spec/verify.c) accepts a proposal
+ * exactly when it equals that token, and the draft model proposes with the
+ * same noise (a coupling that keeps its acceptance high).
  *
  * Working arrays are sized n_vocab at creation; sampling allocates nothing.
  */
@@ -17,7 +26,7 @@
 struct sp_sampler {
     sp_sampler_params p;
     int32_t n_vocab;
-    uint64_t rng[4];    /* xoshiro256** state */
+    int64_t n_draws;    /* sp_sampler_sample's position counter */
     sp_token *hist;     /* [penalty_last_n] ring of recent tokens */
     int32_t n_hist, hist_pos;
     float *work;        /* [V] penalized logits */
@@ -36,25 +45,8 @@ sp_sampler_params sp_sampler_greedy_params(void) {
     return p;
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t next_u64(sp_sampler *s) {
-    uint64_t *r = s->rng;
-    uint64_t result = rotl(r[1] * 5, 7) * 9, t = r[1] << 17;
-    r[2] ^= r[0];
-    r[3] ^= r[1];
-    r[1] ^= r[2];
-    r[0] ^= r[3];
-    r[2] ^= t;
-    r[3] = rotl(r[3], 45);
-    return result;
-}
-
-double sp_sampler_uniform(sp_sampler *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
-
 void sp_sampler_reset(sp_sampler *s) {
-    uint64_t x = s->p.seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = sp_splitmix64(&x);
+    s->n_draws = 0;
     s->n_hist = s->hist_pos = 0;
 }
 
@@ -274,20 +266,90 @@ void sp_sampler_probs(sp_sampler *s, const float *logits, float *probs) {
     for (int32_t i = 0; i < n; i++) probs[s->idx[i]] = tmp[i];
 }
 
-sp_token sp_sampler_sample(sp_sampler *s, const float *logits) {
-    apply_penalties(s, logits);
-    if (s->p.temperature <= 0.0f) return argmax(s->work, s->n_vocab);
-    int32_t n = candidates(s, NULL);
-    const float max = s->work[s->idx[0]];
-    const double inv_t = 1.0 / s->p.temperature;
-    double z = 0;
-    for (int32_t i = 0; i < n; i++) z += exp((double)(s->work[s->idx[i]] - max) * inv_t);
-    double u = sp_sampler_uniform(s) * z, cum = 0;
-    for (int32_t i = 0; i < n; i++) {
-        cum += exp((double)(s->work[s->idx[i]] - max) * inv_t);
-        if (u < cum) return s->idx[i];
+/* ---- the positional draw --------------------------------------------------
+ *
+ * Noise: entry v at position pos gets u = SplitMix64's output number v + 1
+ * from a state that hashes (seed, pos), as a double in (0, 1) (53 bits,
+ * never 0 or 1). Counter-based: any (pos, v) costs the same few multiplies,
+ * in any order, with no state. */
+static inline uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t pos_key(uint64_t seed, int64_t pos) {
+    return mix64(mix64(seed ^ 0x6A09E667F3BCC909ull) + (uint64_t)pos * SP_GOLDEN64);
+}
+
+static inline double noise_u(uint64_t key, int32_t v) {
+    return ((double)(mix64(key + (uint64_t)(v + 1) * SP_GOLDEN64) >> 11) + 0.5) * 0x1.0p-53;
+}
+
+/* Candidates are binned by how far below the top their scaled logit is,
+ * in whole units; the last bin takes everything further down. */
+#define NOISE_BINS 40
+
+/* The Gumbel-max draw from softmax(w / T) over the candidates (ids[0..n),
+ * or 0..n when ids is NULL, minus those with w < w_min): the argmax of
+ * c_i + G(u_i), with c_i = (w_i - w_top) / T <= 0 and G(u) = -log(-log u)
+ * standard Gumbel noise. The top candidate (top, w_top = w[top]) is scored
+ * first, the rest in order; ties go to the first scored.
+ * Every candidate's u is hashed (a few multiplies), but its two logarithms
+ * are taken only when it could still win: with B the best score so far, a
+ * candidate in bin j (j <= -c_i < j + 1) scores at most B when
+ * u_i <= exp(-exp(-(B + j))), a threshold per bin computed when first
+ * needed after B last rose. A skipped candidate could not have beaten B,
+ * so skipping never changes the winner. On a model's logits most
+ * candidates sit several units below the top and are skipped. */
+static sp_token gumbel_max(const float *w, const int32_t *ids, int32_t n, sp_token top,
+                           float w_min, double inv_t, uint64_t key) {
+    const double w_top = w[top];
+    double best = -log(-log(noise_u(key, top))), thr[NOISE_BINS];
+    bool have[NOISE_BINS] = {false};
+    sp_token arg = top;
+    for (int32_t k = 0; k < n; k++) {
+        const int32_t i = ids ? ids[k] : k;
+        if (i == top || !(w[i] >= w_min)) continue;
+        const double d = (w_top - (double)w[i]) * inv_t; /* >= 0; +inf for a -inf logit */
+        const int j = d < NOISE_BINS - 1 ? (int)d : NOISE_BINS - 1;
+        const double u = noise_u(key, i);
+        if (!have[j]) {
+            thr[j] = exp(-exp(-(best + j)));
+            have[j] = true;
+        }
+        if (u <= thr[j]) continue;
+        const double sc = -log(-log(u)) - d;
+        if (sc > best) {
+            best = sc;
+            arg = i;
+            memset(have, 0, sizeof(have));
+        }
     }
-    return s->idx[n - 1];
+    return arg;
+}
+
+sp_token sp_sampler_sample_at(sp_sampler *s, const float *logits, int64_t pos) {
+    apply_penalties(s, logits);
+    const int32_t V = s->n_vocab;
+    const bool truncated = (s->p.top_k > 0 && s->p.top_k < V) || s->p.top_p < 1.0f;
+    const double inv_t = 1.0 / s->p.temperature;
+    if (s->p.temperature > 0.0f && truncated) {
+        const int32_t n = candidates(s, NULL); /* sorted: idx[0] is the top */
+        if (!isfinite(s->work[s->idx[0]])) return s->idx[0];
+        return gumbel_max(s->work, s->idx, n, s->idx[0], -INFINITY, inv_t,
+                          pos_key(s->p.seed, pos));
+    }
+    const sp_token top = argmax(s->work, V);
+    if (s->p.temperature <= 0.0f || !isfinite(s->work[top])) return top;
+    /* no top-k or top-p: every token is a candidate, min-p is a threshold
+     * (the same set candidates() keeps), and nothing needs sorting */
+    const float w_min = s->p.min_p > 0.0f ? s->work[top] + logf(s->p.min_p) : -INFINITY;
+    return gumbel_max(s->work, NULL, V, top, w_min, inv_t, pos_key(s->p.seed, pos));
+}
+
+sp_token sp_sampler_sample(sp_sampler *s, const float *logits) {
+    return sp_sampler_sample_at(s, logits, s->n_draws++);
 }
 
 float sp_logprob_of(const float *logits, int32_t n_vocab, sp_token t) {
