@@ -627,6 +627,12 @@ typedef struct {
     uint64_t spec_plans;         /* planner: k chosen for a speculating request, times */
     uint64_t spec_plan_k_sum;    /* ... the k chosen, summed */
     float spec_last_k;           /* planner: the mean k of its latest step (0 before any) */
+    /* the guard on realized throughput (adaptive engines): per batch shape it
+     * compares the tokens per ms of recent steps with and without
+     * speculation and keeps it off while it loses, trying it again now and
+     * then */
+    uint64_t spec_guard_off_steps; /* steps with speculating requests it kept off */
+    uint64_t spec_guard_switches;  /* times it changed its choice for a shape */
 } sp_engine_stats;
 
 void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st);

@@ -282,6 +282,7 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
     }
     publish(e); /* the first snapshot, before any caller can read it */
     e->next_id = 1;
+    sp_spec_guard_init(&e->guard);
     if (p.spec != SP_SPEC_OFF && p.spec_adaptive) eng_calibrate(e);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         sp_seterr(err, errlen, "cannot start the engine thread");
@@ -332,6 +333,8 @@ void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st) {
     st->cost_attn_ms_per_1k = e->calibrated ? e->tfit.c_attn : 0;
     st->draft_cost_ms_1 = e->calibrated && d && d->cost.n ? d->cost.ms[0] : 0;
     st->draft_cost_scale = e->calibrated && d && d->cost.n ? d->fit.s : 0;
+    st->spec_guard_off_steps = e->guard.off_steps;
+    st->spec_guard_switches = e->guard.switches;
     st->evictions_pressure = ks.evictions;
     st->evictions_flush = ks.flushed;
     st->blocks_total = ks.n_blocks;

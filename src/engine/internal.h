@@ -169,6 +169,8 @@ struct sp_engine {
     sp_cost_model cost;        /* measured pass cost of the target */
     sp_cost_fit tfit;          /* the same, refitted to every pass since (planner.h) */
     bool calibrated, calib_tried; /* tried: at creation or at the first speculating request */
+    sp_spec_guard guard;       /* speculation on or off per batch shape, by measured
+                                  throughput (planner.h); adaptive engines only */
     sp_spec_parts *parts;      /* per cache salt: suffix store and acceptance priors */
     /* The pool changes inside the forward pass, which runs unlocked, so
      * other threads never touch it: they read this snapshot (written only

@@ -120,6 +120,22 @@ static void commit_plain(sp_engine *e, const step_entry *en) {
     r->shadow_pos = -1;
 }
 
+/* The step's shape for the guard: its decoding entries (*n_dec), whether
+ * it has nothing else (*dec_only), and whether any entry may speculate. */
+static bool shape(sp_engine *e, const step *s, int32_t *n_dec, bool *dec_only) {
+    bool any = false;
+    *n_dec = 0;
+    *dec_only = true;
+    for (int32_t i = 0; i < s->n_ent; i++) {
+        const request *r = s->ent[i].r;
+        const bool decoding = r->n_all - kv_len(e, r) == 1;
+        *n_dec += decoding;
+        *dec_only &= decoding;
+        any |= decoding && r->spec != SP_SPEC_OFF;
+    }
+    return any;
+}
+
 /* Schedules, runs and commits one step; locked, with requests running or
  * waiting. Its events are left in e->step for the loop to deliver. */
 void eng_step(sp_engine *e) {
@@ -132,7 +148,17 @@ void eng_step(sp_engine *e) {
         pthread_mutex_lock(&e->mu);
         return;
     }
-    spec_prepare(e, s);
+    const double t_step = sp_time_ms();
+    const uint64_t tok0 = e->st.decode_tokens;
+    int32_t n_dec;
+    bool dec_only;
+    /* the guard decides for adaptive engines whether this shape speculates;
+     * when it does not, the step does no speculative work at all */
+    const bool guarded = e->p.spec_adaptive && shape(e, s, &n_dec, &dec_only);
+    if (!guarded || sp_spec_guard_on(&e->guard, n_dec))
+        spec_prepare(e, s);
+    else
+        for (int32_t i = 0; i < s->n_ent; i++) s->ent[i].r->n_draft = 0;
     const int32_t n_spec = build_batch(e, s);
     e->st.steps++;
     sp_batch b = {s->n_tok, s->tok, s->pos, s->seq, s->want};
@@ -158,4 +184,7 @@ void eng_step(sp_engine *e) {
         }
         eng_make_event(e, r);
     }
+    if (guarded)
+        sp_spec_guard_observe(&e->guard, n_dec, dec_only && !rc, (int32_t)(e->st.decode_tokens - tok0),
+                              sp_time_ms() - t_step);
 }
