@@ -1,7 +1,6 @@
 /* guard.c: the guard on speculation's realized throughput (planner.h):
  * per batch shape, phases of steps with speculation on and off, and the
  * choice of the state whose measured tokens per millisecond is higher. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,10 +50,6 @@ static double phase_rate(const sp_spec_guard_shape *s) {
  * phase. */
 static void next_phase(sp_spec_guard *g, sp_spec_guard_shape *s) {
     const double r = phase_rate(s);
-    if (getenv("SPECULA_GUARD_DEBUG"))
-        fprintf(stderr, "guard: shape %d %s %s: %d steps, %.0f tok: %.3f tok/ms (est off %.3f on %.3f)\n",
-                (int)(s - g->shape), s->on ? "on" : "off", s->exploring ? "explore" : "exploit", s->steps,
-                s->tok, r, s->est[0], s->est[1]);
     double *est = &s->est[s->on];
     *est = *est > 0 ? 0.5 * (*est + r) : r;
     s->tok = 0;
