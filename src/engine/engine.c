@@ -21,14 +21,15 @@
  *                rules, events
  *   internal.h   the records (request, step, sp_engine) the files share
  * and in src/spec/: draft.c (the draft proposer, its own KV and cost),
- * planner.c (cost model, its measurement and the choice of k), verify.c
+ * planner.c (cost model, its measurement and the choice of k), guard.c
+ * (speculation on or off per batch shape, by measured throughput), verify.c
  * (the acceptance rule), ngram.c / suffix.c (proposers), parts.c (what
  * speculation learns, per cache salt).
  *
  * One round of the loop (engine_main), under the lock:
  *   serve_controls  flush / check asks, the debug invariant check
  *   reap            cancelled requests finish; final events still owed
- *   eng_step        schedule -> spec_prepare -> build the batch -> forward
+ *   eng_step        schedule -> guard -> spec_prepare -> build the batch -> forward
  *                   pass (unlocked) -> commit each entry from its rows
  *                   (verify + roll back when it speculated) -> its event
  *   publish         the pool's stats snapshot (its one writer), the events
