@@ -450,8 +450,10 @@ typedef struct {
     sp_spec_mode spec;        /* default SP_SPEC_OFF */
     int32_t spec_k;           /* most tokens proposed per step, 1..16 (default 4) */
     bool spec_adaptive;       /* choose k per sequence and step from the measured cost
-                                 of a pass and each sequence's acceptance (default
-                                 true); false: always min(spec_k, what the proposer has) */
+                                 of a pass and each sequence's acceptance, and let the
+                                 guard turn speculation off in a batch shape where its
+                                 measured throughput loses (default true); false:
+                                 always min(spec_k, what the proposer has) */
     const sp_model *draft;    /* the draft model (needed for SP_SPEC_DRAFT); it must
                                  outlive the engine and share the target's vocabulary */
     int32_t ngram_min, ngram_max; /* n-gram lengths tried, longest first (default 1, 4) */
