@@ -7,7 +7,7 @@
  *   sp_context  per-engine compute state over one model: the KV store of
  *               its sequences, scratch buffers sized at creation, a thread
  *               pool. A context is used by one thread at a time.
- *   sp_sampler  per-request sampling state (parameters, RNG, history).
+ *   sp_sampler  per-request sampling state (parameters, seed, history).
  *
  * Errors: functions that can fail take (char *err, size_t errlen) and
  * return NULL or a negative status with a message in err. Nothing here
@@ -350,7 +350,7 @@ typedef struct {
     float frequency_penalty; /* 0: off */
     float presence_penalty;  /* 0: off */
     int32_t penalty_last_n;  /* tokens of history the penalties see (default 64) */
-    uint64_t seed;           /* RNG seed (default 0xC0FFEE) */
+    uint64_t seed;           /* keys the noise of every draw (default 0xC0FFEE) */
     /* Logit biases (default none): each bias is added to its token's logit
      * before any other step (penalties, filters, temperature), greedy
      * included, so a bias of -100 in effect bans a token and +100 forces
@@ -371,16 +371,28 @@ sp_sampler *sp_sampler_create(sp_sampler_params p, int32_t n_vocab, char *err, s
 void sp_sampler_free(sp_sampler *s);
 /* Records a token in the penalty history (call for every committed token). */
 void sp_sampler_accept(sp_sampler *s, sp_token t);
+/* Empties the penalty history and restarts sp_sampler_sample's counter. */
 void sp_sampler_reset(sp_sampler *s);
 /* Writes the final sampling distribution over the whole vocabulary into
  * probs[n_vocab] (zeros for filtered tokens; a one-hot for greedy), after
  * penalties, filters and temperature. logits are not modified. */
 void sp_sampler_probs(sp_sampler *s, const float *logits, float *probs);
-/* Draws the next token from logits (argmax when greedy). */
+/* Draws the token for sequence position pos from logits (argmax when
+ * greedy): the Gumbel-max of the processed logits / temperature over the
+ * tokens the filters keep, with noise that is a fixed function of (seed,
+ * pos, token id). The result depends only on (logits, the sampler's
+ * parameters and penalty history, seed, pos): drawing again at the same
+ * position gives the same token, whatever was drawn before, and over
+ * seeds (or positions) it is distributed exactly as the final distribution
+ * sp_sampler_probs describes. Tokens whose processed logit is -inf are never
+ * drawn. Speculative decoding relies on this: the engine draws position p
+ * of a request at p (its index in prompt + output), so a seeded request
+ * gives the same text with any proposer, k or batch. */
+sp_token sp_sampler_sample_at(sp_sampler *s, const float *logits, int64_t pos);
+/* sp_sampler_sample_at at the sampler's own counter, which starts at 0
+ * (sp_sampler_reset restarts it) and advances by one per call: successive
+ * calls are independent draws. */
 sp_token sp_sampler_sample(sp_sampler *s, const float *logits);
-/* A uniform draw in [0,1) from the sampler's RNG (for speculative
- * verification, which must consume the same stream). */
-double sp_sampler_uniform(sp_sampler *s);
 
 /* Natural-log softmax helpers over raw logits: logprob of one token and the
  * k most likely (ids, logprobs) in descending order. Returns the count. */
@@ -547,8 +559,10 @@ typedef struct {
     sp_spec_mode spec;        /* default SP_SPEC_OFF */
     int32_t spec_k;           /* most tokens proposed per step, 1..16 (default 4) */
     bool spec_adaptive;       /* choose k per sequence and step from the measured cost
-                                 of a pass and each sequence's acceptance (default
-                                 true); false: always min(spec_k, what the proposer has) */
+                                 of a pass and each sequence's acceptance, and let the
+                                 guard turn speculation off in a batch shape where its
+                                 measured throughput loses (default true); false:
+                                 always min(spec_k, what the proposer has) */
     const sp_model *draft;    /* the draft model (needed for SP_SPEC_DRAFT); it must
                                  outlive the engine and share the target's vocabulary */
     int32_t ngram_min, ngram_max; /* n-gram lengths tried, longest first (default 1, 4) */
@@ -758,6 +772,12 @@ typedef struct {
     uint64_t spec_plan_k_sum;    /* ... the k chosen, summed */
     float spec_last_k;           /* planner: the mean k of its latest step (0 before any) */
     uint64_t spec_grammar;       /* accepted tokens the grammar forced (jump-forward) */
+    /* the guard on realized throughput (adaptive engines): per batch shape it
+     * compares the tokens per ms of recent steps with and without
+     * speculation and keeps it off while it loses, trying it again now and
+     * then */
+    uint64_t spec_guard_off_steps; /* steps with speculating requests it kept off */
+    uint64_t spec_guard_switches;  /* times it changed its choice for a shape */
 } sp_engine_stats;
 
 void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st);

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cli.h"
 #include "common.h"
@@ -204,9 +205,26 @@ static void print_result(const job *j) {
     fflush(f);
 }
 
-static void print_stats(sp_engine *e) {
+/* CPU time of the process so far (every thread), in ms. */
+static double cpu_ms(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru)) return 0;
+    return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+           (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-3;
+}
+
+/* wall_ms, cpu_ms: first submit to last answer (model load and engine
+ * creation, with its calibration, excluded); CPU time is the steadier
+ * measure on a shared machine */
+static void print_stats(sp_engine *e, double wall_ms, double cpu) {
     sp_engine_stats s;
     sp_engine_get_stats(e, &s);
+    fprintf(stderr, "{\"wall_ms\": %.3f, \"cpu_ms\": %.3f, \"spec_steps\": %llu, \"spec_drafted\": %llu, "
+            "\"spec_accepted\": %llu, \"spec_planned_zero\": %llu, \"draft_ms\": %.3f, "
+            "\"verify_ms\": %.3f, \"guard_off_steps\": %llu}\n", wall_ms, cpu, (unsigned long long)s.spec_steps,
+            (unsigned long long)s.spec_drafted, (unsigned long long)s.spec_accepted,
+            (unsigned long long)s.spec_planned_zero, s.draft_ms, s.verify_ms,
+            (unsigned long long)s.spec_guard_off_steps);
     fprintf(stderr, "{\"steps\": %llu, \"submitted\": %llu, \"finished\": %llu, \"preemptions\": %llu, "
             "\"prompt_tokens\": %llu, \"prefill_tokens\": %llu, \"decode_tokens\": %llu, "
             "\"recomputed_tokens\": %llu, \"cache_query_tokens\": %llu, \"cache_hit_tokens\": %llu, "
@@ -330,6 +348,7 @@ int cmd_batch(int argc, char **argv) {
     args = calloc((size_t)n + 1, sizeof(cb_arg));
     if (!args) goto done;
     int32_t next_submit = 0, next_print = 0;
+    const double t_start = sp_time_ms(), cpu_start = cpu_ms();
     pthread_mutex_lock(&sh.mu);
     while (next_print < n) {
         while (next_submit < n && sh.in_flight < conc) {
@@ -363,7 +382,7 @@ int cmd_batch(int argc, char **argv) {
             pthread_cond_wait(&sh.cv, &sh.mu);
     }
     pthread_mutex_unlock(&sh.mu);
-    if (stats) print_stats(e);
+    if (stats) print_stats(e, sp_time_ms() - t_start, cpu_ms() - cpu_start);
     rc = 0;
     for (int32_t i = 0; i < n; i++)
         if (jobs[i].st.finish == SP_FINISH_ERROR) rc = 1;

@@ -24,14 +24,15 @@
  *                computing them
  *   internal.h   the records (request, step, sp_engine) the files share
  * and in src/spec/: draft.c (the draft proposer, its own KV and cost),
- * planner.c (cost model, its measurement and the choice of k), verify.c
+ * planner.c (cost model, its measurement and the choice of k), guard.c
+ * (speculation on or off per batch shape, by measured throughput), verify.c
  * (the acceptance rule), ngram.c / suffix.c (proposers), parts.c (what
  * speculation learns, per cache salt).
  *
  * One round of the loop (engine_main), under the lock:
  *   serve_controls  flush / check asks, the debug invariant check
  *   reap            cancelled requests finish; final events still owed
- *   eng_step        schedule -> spec_prepare -> build the batch -> forward
+ *   eng_step        schedule -> guard -> spec_prepare -> build the batch -> forward
  *                   pass (unlocked) -> commit each entry from its rows
  *                   (verify + roll back when it speculated) -> its event
  *   publish         the pool's stats snapshot (its one writer), the events
@@ -269,8 +270,8 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
     if (create_target(e, &cp, &nb, err, errlen)) goto fail;
     if (eng_disk_open(e, err, errlen)) goto fail;
     if (p.draft && !(e->drafter = sp_drafter_create(p.draft, cp, p.kv_type, p.kv_block_size,
-                                                     (int32_t)nb, e->max_blocks, e->n_vocab,
-                                                     e->ctx, err, errlen)))
+                                                     (int32_t)nb, e->max_blocks, e->ctx, err,
+                                                     errlen)))
         goto fail;
     /* one partition per cache salt; at least max_seqs + 1, so that a request
      * being admitted or finishing always finds one that no running request
@@ -281,12 +282,13 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
     e->waiting = malloc((size_t)e->wait_cap * sizeof(request *));
     e->slots = calloc((size_t)p.max_seqs, sizeof(request *));
     if (!e->parts || !e->waiting || !e->slots ||
-        step_init(&e->step, p.max_batch_tokens, p.max_seqs, e->n_vocab)) {
+        step_init(&e->step, p.max_batch_tokens, p.max_seqs)) {
         sp_seterr(err, errlen, "out of memory creating the engine");
         goto fail;
     }
     publish(e); /* the first snapshot, before any caller can read it */
     e->next_id = 1;
+    sp_spec_guard_init(&e->guard);
     if (p.spec != SP_SPEC_OFF && p.spec_adaptive) eng_calibrate(e);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         sp_seterr(err, errlen, "cannot start the engine thread");
@@ -340,6 +342,8 @@ void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st) {
     st->cost_attn_ms_per_1k = e->calibrated ? e->tfit.c_attn : 0;
     st->draft_cost_ms_1 = e->calibrated && d && d->cost.n ? d->cost.ms[0] : 0;
     st->draft_cost_scale = e->calibrated && d && d->cost.n ? d->fit.s : 0;
+    st->spec_guard_off_steps = e->guard.off_steps;
+    st->spec_guard_switches = e->guard.switches;
     st->evictions_pressure = ks.evictions;
     st->evictions_flush = ks.flushed;
     st->blocks_total = ks.n_blocks;

@@ -24,7 +24,6 @@ void rq_free(request *r) {
     free(r->top_lps);
     free(r->text);
     free(r->hashes);
-    free(r->q);
     sp_suffix_seq_free(r->sfx);
     sp_sampler_free(r->dsmp);
     sp_matcher_free(r->gm);
@@ -193,12 +192,13 @@ static int take_spec(sp_engine *e, request *r, const sp_request_params *rp, char
     if (r->spec == SP_SPEC_SUFFIX && !r->propose && !(r->sfx = sp_suffix_seq_create(SP_SUFFIX_DEPTH)))
         return SP_ERR_NOMEM;
     if (r->spec == SP_SPEC_DRAFT && !r->greedy && !r->propose) {
-        r->q = malloc((size_t)SP_SPEC_K_MAX * e->n_vocab * sizeof(float));
-        sp_sampler_params dp = rp->sampling; /* the draft samples without penalties: q must be
-                                                exactly what its token was drawn from */
+        /* the draft draws with the request's seed, so with the noise the
+         * target's token at each position is drawn with (the coupling that
+         * keeps its acceptance high), and without penalties (it keeps no
+         * history; what it proposes only changes how much is accepted) */
+        sp_sampler_params dp = rp->sampling;
         dp.repeat_penalty = 1.0f;
         dp.frequency_penalty = dp.presence_penalty = 0.0f;
-        dp.seed = rp->sampling.seed ^ SP_GOLDEN64; /* its own stream */
         /* logit biases: the draft proposes with them (more of its tokens are
          * accepted) unless one is past its vocabulary. Either way the output
          * honors them: verification draws from r->smp, which applies them */
@@ -206,7 +206,7 @@ static int take_spec(sp_engine *e, request *r, const sp_request_params *rp, char
         for (int32_t i = 0; i < dp.n_logit_bias; i++)
             if (dp.logit_bias[i].token >= dv) dp.n_logit_bias = 0;
         r->dsmp = sp_sampler_create(dp, dv, err, errlen);
-        if (!r->q || !r->dsmp) return SP_ERR_NOMEM;
+        if (!r->dsmp) return SP_ERR_NOMEM;
     }
     return SP_OK;
 }

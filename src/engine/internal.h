@@ -92,7 +92,6 @@ struct request {
     bool greedy;
     sp_token draft[SP_SPEC_K_MAX]; /* this step's proposals */
     int32_t n_draft;
-    float *q;                  /* [SP_SPEC_K_MAX][V] draft distributions (draft + sampling) */
     float alpha;               /* acceptance estimate (spec_observe); starts from its
                                   partition's prior at the first admission */
     sp_spec_part *part;        /* its salt's partition, held while it has a slot */
@@ -144,7 +143,6 @@ typedef struct {
     sp_draft_seq *dseq;        /* [max_seqs] the draft model's work */
     int32_t *dseq_entry;       /* [max_seqs] batch entry of each */
     sp_token *commit;          /* [SP_SPEC_K_MAX + 1] tokens verification commits */
-    float *probs, *resid;      /* [V] verification scratch */
     /* what this round tells callers */
     sp_event *events;          /* [max_seqs] */
     request **ev_req;          /* [max_seqs] */
@@ -180,6 +178,8 @@ struct sp_engine {
     sp_cost_model cost;        /* measured pass cost of the target */
     sp_cost_fit tfit;          /* the same, refitted to every pass since (planner.h) */
     bool calibrated, calib_tried; /* tried: at creation or at the first speculating request */
+    sp_spec_guard guard;       /* speculation on or off per batch shape, by measured
+                                  throughput (planner.h); adaptive engines only */
     sp_spec_parts *parts;      /* per cache salt: suffix store and acceptance priors */
     /* The pool changes inside the forward pass, which runs unlocked, so
      * other threads never touch it: they read this snapshot (written only
@@ -241,7 +241,7 @@ void eng_disk_stats(sp_engine *e, sp_engine_stats *st);
 bool eng_disk_restore_pays(double restore_ms_block, double prefill_ms_tok, int32_t block_size);
 
 /* step.c */
-int step_init(step *s, int32_t max_batch_tokens, int32_t max_seqs, int32_t n_vocab);
+int step_init(step *s, int32_t max_batch_tokens, int32_t max_seqs);
 void step_free(step *s);
 void eng_step(sp_engine *e);
 

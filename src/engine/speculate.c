@@ -177,7 +177,7 @@ static int32_t fit(sp_engine *e, step *s, const batch_base *b) {
         r->n_draft = k;
         en->n = 1 + k;
         if (k && s->cand[c].draft) {
-            s->dseq[n_d] = (sp_draft_seq){r->slot, r->toks, r->n_all, k, r->draft, r->q, r->dsmp};
+            s->dseq[n_d] = (sp_draft_seq){r->slot, r->toks, r->n_all, k, r->draft, r->dsmp};
             s->dseq_entry[n_d++] = s->cand_entry[c];
         }
     }
@@ -236,8 +236,7 @@ void spec_commit(sp_engine *e, step *s, const step_entry *en) {
         eng_finish(e, r, SP_FINISH_ERROR);
         return;
     }
-    const int32_t m = sp_spec_verify(r->smp, r->greedy, rows, V, r->draft, r->q, n, s->commit,
-                                     s->probs, s->resid);
+    const int32_t m = sp_spec_verify(r->smp, rows, V, r->n_all, r->draft, n, s->commit);
     const int32_t acc = m - 1;
     /* accepted proposals the grammar forced: the last n_forced of r->n_draft */
     const int32_t forced = SP_MAX(0, acc - (r->n_draft - r->n_forced));

@@ -18,7 +18,7 @@
 
 #include "engine/internal.h"
 
-int step_init(step *s, int32_t B, int32_t S, int32_t V) {
+int step_init(step *s, int32_t B, int32_t S) {
     memset(s, 0, sizeof(*s));
     s->tok = malloc((size_t)B * sizeof(sp_token));
     s->pos = malloc((size_t)B * sizeof(int32_t));
@@ -31,13 +31,11 @@ int step_init(step *s, int32_t B, int32_t S, int32_t V) {
     s->dseq = malloc((size_t)S * sizeof(sp_draft_seq));
     s->dseq_entry = malloc((size_t)S * sizeof(int32_t));
     s->commit = malloc((SP_SPEC_K_MAX + 1) * sizeof(sp_token));
-    s->probs = malloc((size_t)V * sizeof(float));
-    s->resid = malloc((size_t)V * sizeof(float));
     s->events = malloc((size_t)S * sizeof(sp_event));
     s->ev_req = malloc((size_t)S * sizeof(request *));
     return s->tok && s->pos && s->seq && s->want && s->ent && s->cand && s->cand_k &&
-                   s->cand_entry && s->dseq && s->dseq_entry && s->commit && s->probs &&
-                   s->resid && s->events && s->ev_req
+                   s->cand_entry && s->dseq && s->dseq_entry && s->commit && s->events &&
+                   s->ev_req
                ? 0
                : SP_ERR_NOMEM;
 }
@@ -54,8 +52,6 @@ void step_free(step *s) {
     free(s->dseq);
     free(s->dseq_entry);
     free(s->commit);
-    free(s->probs);
-    free(s->resid);
     free(s->events);
     free(s->ev_req);
 }
@@ -123,12 +119,28 @@ static void commit_plain(sp_engine *e, const step_entry *en) {
         eng_finish(e, r, SP_FINISH_ERROR);
         return;
     }
-    const sp_token t = sp_sampler_sample(r->smp, logits);
+    const sp_token t = sp_sampler_sample_at(r->smp, logits, at);
     sp_sampler_accept(r->smp, t);
     eng_emit_token(e, r, t, logits);
     if (r->shadow_pos == at && r->n_all > at) /* the proposal it did not verify */
         spec_observe(r, r->toks[at] == r->shadow ? 1.0f : 0.0f, false);
     r->shadow_pos = -1;
+}
+
+/* The step's shape for the guard: its decoding entries (*n_dec), whether
+ * it has nothing else (*dec_only), and whether any entry may speculate. */
+static bool shape(sp_engine *e, const step *s, int32_t *n_dec, bool *dec_only) {
+    bool any = false;
+    *n_dec = 0;
+    *dec_only = true;
+    for (int32_t i = 0; i < s->n_ent; i++) {
+        const request *r = s->ent[i].r;
+        const bool decoding = r->n_all - kv_len(e, r) == 1;
+        *n_dec += decoding;
+        *dec_only &= decoding;
+        any |= decoding && r->spec != SP_SPEC_OFF;
+    }
+    return any;
 }
 
 /* Schedules, runs and commits one step; locked, with requests running or
@@ -143,7 +155,17 @@ void eng_step(sp_engine *e) {
         pthread_mutex_lock(&e->mu);
         return;
     }
-    spec_prepare(e, s);
+    const double t_step = sp_time_ms();
+    const uint64_t tok0 = e->st.decode_tokens;
+    int32_t n_dec;
+    bool dec_only;
+    /* the guard decides for adaptive engines whether this shape speculates;
+     * when it does not, the step does no speculative work at all */
+    const bool guarded = e->p.spec_adaptive && shape(e, s, &n_dec, &dec_only);
+    if (!guarded || sp_spec_guard_on(&e->guard, n_dec))
+        spec_prepare(e, s);
+    else
+        for (int32_t i = 0; i < s->n_ent; i++) s->ent[i].r->n_draft = 0;
     const int32_t n_spec = build_batch(e, s);
     e->st.steps++;
     sp_batch b = {s->n_tok, s->tok, s->pos, s->seq, s->want};
@@ -170,4 +192,7 @@ void eng_step(sp_engine *e) {
         }
         eng_make_event(e, r);
     }
+    if (guarded)
+        sp_spec_guard_observe(&e->guard, n_dec, dec_only && !rc, (int32_t)(e->st.decode_tokens - tok0),
+                              sp_time_ms() - t_step);
 }

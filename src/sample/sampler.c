@@ -3,7 +3,16 @@
  * Order (llama.cpp's default chain): logit biases -> penalties -> top-k ->
  * top-p -> min-p -> temperature -> draw. Filters run on the penalized logits before
  * temperature, as there. sp_sampler_probs exposes the final distribution
- * over the whole vocabulary, which speculative rejection sampling needs.
+ * over the whole vocabulary (tests, diagnostics).
+ *
+ * The draw is positional: the token for position pos is the Gumbel-max of
+ * the processed logits with noise that is a function of (seed, pos, token
+ * id) only (a counter-based generator, no stream state). So the token a
+ * request gets at a position depends on its logits there and nothing else:
+ * not on how many draws came before, nor on what a speculative proposer
+ * guessed. Speculative verification (src/spec/verify.c) accepts a proposal
+ * exactly when it equals that token, and the draft model proposes with the
+ * same noise (a coupling that keeps its acceptance high).
  *
  * Working arrays are sized n_vocab at creation; sampling allocates nothing.
  */
@@ -17,11 +26,12 @@
 struct sp_sampler {
     sp_sampler_params p;
     int32_t n_vocab;
-    uint64_t rng[4];    /* xoshiro256** state */
+    int64_t n_draws;    /* sp_sampler_sample's position counter */
     sp_token *hist;     /* [penalty_last_n] ring of recent tokens */
     int32_t n_hist, hist_pos;
     float *work;        /* [V] penalized logits */
     int32_t *idx;       /* [V] candidate ids */
+    int32_t *surv;      /* [V] the draw's scratch: candidates that could win */
     int32_t *count;     /* [V] occurrences in the history window */
     sp_logit_bias *bias; /* [p.n_logit_bias] the caller's biases, copied */
 };
@@ -36,25 +46,8 @@ sp_sampler_params sp_sampler_greedy_params(void) {
     return p;
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t next_u64(sp_sampler *s) {
-    uint64_t *r = s->rng;
-    uint64_t result = rotl(r[1] * 5, 7) * 9, t = r[1] << 17;
-    r[2] ^= r[0];
-    r[3] ^= r[1];
-    r[1] ^= r[2];
-    r[0] ^= r[3];
-    r[2] ^= t;
-    r[3] = rotl(r[3], 45);
-    return result;
-}
-
-double sp_sampler_uniform(sp_sampler *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
-
 void sp_sampler_reset(sp_sampler *s) {
-    uint64_t x = s->p.seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = sp_splitmix64(&x);
+    s->n_draws = 0;
     s->n_hist = s->hist_pos = 0;
 }
 
@@ -107,8 +100,9 @@ sp_sampler *sp_sampler_create(sp_sampler_params p, int32_t n_vocab, char *err, s
     s->hist = malloc((size_t)SP_MAX(p.penalty_last_n, 1) * sizeof(sp_token));
     s->work = malloc((size_t)n_vocab * sizeof(float));
     s->idx = malloc((size_t)n_vocab * sizeof(int32_t));
+    s->surv = malloc((size_t)n_vocab * sizeof(int32_t));
     s->count = calloc((size_t)n_vocab, sizeof(int32_t));
-    if (!s->hist || !s->work || !s->idx || !s->count) goto oom;
+    if (!s->hist || !s->work || !s->idx || !s->surv || !s->count) goto oom;
     if (p.n_logit_bias) {
         s->bias = malloc((size_t)p.n_logit_bias * sizeof(sp_logit_bias));
         if (!s->bias) goto oom;
@@ -128,6 +122,7 @@ void sp_sampler_free(sp_sampler *s) {
     free(s->hist);
     free(s->work);
     free(s->idx);
+    free(s->surv);
     free(s->count);
     free(s->bias);
     free(s);
@@ -177,11 +172,22 @@ static int cmp_desc(const void *a, const void *b, void *ctx) {
     return *(const int32_t *)a - *(const int32_t *)b;
 }
 
+/* The first index of the largest value (NaN never wins; 0 when all are
+ * NaN). The maximum is found in 8 independent lanes (a chain through one
+ * running maximum costs a load's latency per element: it was two thirds of
+ * a full-vocabulary draw), then its first index. */
 static sp_token argmax(const float *w, int32_t n) {
-    sp_token best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (w[i] > w[best]) best = i;
-    return best;
+    float m[8];
+    for (int l = 0; l < 8; l++) m[l] = -INFINITY;
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) m[l] = w[i + l] > m[l] ? w[i + l] : m[l];
+    for (; i < n; i++) m[0] = w[i] > m[0] ? w[i] : m[0];
+    float mx = m[0];
+    for (int l = 1; l < 8; l++) mx = m[l] > mx ? m[l] : mx;
+    for (i = 0; i < n; i++)
+        if (w[i] == mx) return i;
+    return 0;
 }
 
 /* Fills s->idx[0..n) with the surviving candidates, sorted by descending
@@ -274,20 +280,107 @@ void sp_sampler_probs(sp_sampler *s, const float *logits, float *probs) {
     for (int32_t i = 0; i < n; i++) probs[s->idx[i]] = tmp[i];
 }
 
-sp_token sp_sampler_sample(sp_sampler *s, const float *logits) {
-    apply_penalties(s, logits);
-    if (s->p.temperature <= 0.0f) return argmax(s->work, s->n_vocab);
-    int32_t n = candidates(s, NULL);
-    const float max = s->work[s->idx[0]];
-    const double inv_t = 1.0 / s->p.temperature;
-    double z = 0;
-    for (int32_t i = 0; i < n; i++) z += exp((double)(s->work[s->idx[i]] - max) * inv_t);
-    double u = sp_sampler_uniform(s) * z, cum = 0;
-    for (int32_t i = 0; i < n; i++) {
-        cum += exp((double)(s->work[s->idx[i]] - max) * inv_t);
-        if (u < cum) return s->idx[i];
+/* ---- the positional draw --------------------------------------------------
+ *
+ * Noise: entry v at position pos gets 53 random bits, SplitMix64's output
+ * number v + 1 from a state that hashes (seed, pos), read as the uniform
+ * u = (bits + 1/2) / 2^53 in (0, 1). Counter-based: any (pos, v) costs the
+ * same few multiplies, in any order, with no state. */
+static inline uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t pos_key(uint64_t seed, int64_t pos) {
+    return mix64(mix64(seed ^ 0x6A09E667F3BCC909ull) + (uint64_t)pos * SP_GOLDEN64);
+}
+
+static inline uint64_t noise_bits(uint64_t key, int32_t v) {
+    return mix64(key + (uint64_t)(v + 1) * SP_GOLDEN64) >> 11;
+}
+
+/* Standard Gumbel noise G(u) = -log(-log u) of those bits. */
+static inline double gumbel(uint64_t bits) {
+    return -log(-log(((double)bits + 0.5) * 0x1.0p-53));
+}
+
+/* Candidates are binned by how far below the top their scaled logit is,
+ * in whole units; the last bin takes everything further down. */
+#define NOISE_BINS 40
+/* The bins' thresholds are computed for a best score this much lower than
+ * the top's: it absorbs the float rounding of the bins (relative 1e-7 of at
+ * most NOISE_BINS units), so a threshold never skips a candidate that could
+ * win. */
+#define NOISE_MARGIN 1e-4
+
+/* The Gumbel-max draw from softmax(w / T) over the candidates (ids[0..n),
+ * or 0..n when ids is NULL, minus those with w < w_min): the argmax of
+ * c_i + G(u_i), with c_i = (w_i - w_top) / T <= 0, top the candidate with
+ * the largest w (scored first; ties in score go to the first scored, then
+ * to candidate order).
+ * Cost: every candidate's bits are hashed (a few multiplies), but the two
+ * logarithms are taken only for candidates that could beat the top. A
+ * candidate in bin j (j <= -c_i < j + 1) scores at most b0 = G(u_top) when
+ * u_i <= exp(-exp(-(b0 + j))): one pass keeps the candidates above their
+ * bin's threshold (on a model's logits a handful of thousands: most sit
+ * units below the top), the second scores those. Nothing skipped could
+ * have won, so the result is the plain argmax over every candidate. surv is
+ * [n] scratch. */
+static sp_token gumbel_max(const float *w, const int32_t *ids, int32_t n, sp_token top,
+                           float w_min, double inv_t, uint64_t key, int32_t *surv) {
+    const double b0 = gumbel(noise_bits(key, top));
+    /* skip when bits < lim[j]: u <= T_j = exp(-a), a = e^{-(b0 - margin + j)};
+     * with y = 2^53 (1 - T_j), that is bits <= 2^53 - 1/2 - y */
+    uint64_t lim[NOISE_BINS];
+    double a = exp(-(b0 - NOISE_MARGIN));
+    for (int j = 0; j < NOISE_BINS; j++, a *= 0.36787944117144233 /* e^-1 */) {
+        const double y = -expm1(-a) * 0x1.0p53;
+        lim[j] = y >= 0x1.0p53 ? 0 : (1ull << 53) + 1 - (uint64_t)ceil(y + 0.5);
     }
-    return s->idx[n - 1];
+    const float w_top = w[top], inv_tf = (float)inv_t;
+    int32_t m = 0;
+    for (int32_t k = 0; k < n; k++) {
+        const int32_t i = ids ? ids[k] : k;
+        if (!(w[i] >= w_min)) continue;
+        const float d = (w_top - w[i]) * inv_tf; /* >= 0; +inf for a -inf logit */
+        const int j = d < NOISE_BINS - 1 ? (int)d : NOISE_BINS - 1;
+        if (noise_bits(key, i) >= lim[j] && i != top) surv[m++] = i;
+    }
+    double best = b0;
+    sp_token arg = top;
+    for (int32_t k = 0; k < m; k++) {
+        const int32_t i = surv[k];
+        const double sc = gumbel(noise_bits(key, i)) - ((double)w_top - w[i]) * inv_t;
+        if (sc > best) {
+            best = sc;
+            arg = i;
+        }
+    }
+    return arg;
+}
+
+sp_token sp_sampler_sample_at(sp_sampler *s, const float *logits, int64_t pos) {
+    apply_penalties(s, logits);
+    const int32_t V = s->n_vocab;
+    const bool truncated = (s->p.top_k > 0 && s->p.top_k < V) || s->p.top_p < 1.0f;
+    const double inv_t = 1.0 / s->p.temperature;
+    if (s->p.temperature > 0.0f && truncated) {
+        const int32_t n = candidates(s, NULL); /* sorted: idx[0] is the top */
+        if (!isfinite(s->work[s->idx[0]])) return s->idx[0];
+        return gumbel_max(s->work, s->idx, n, s->idx[0], -INFINITY, inv_t,
+                          pos_key(s->p.seed, pos), s->surv);
+    }
+    const sp_token top = argmax(s->work, V);
+    if (s->p.temperature <= 0.0f || !isfinite(s->work[top])) return top;
+    /* no top-k or top-p: every token is a candidate, min-p is a threshold
+     * (the same set candidates() keeps), and nothing needs sorting */
+    const float w_min = s->p.min_p > 0.0f ? s->work[top] + logf(s->p.min_p) : -INFINITY;
+    return gumbel_max(s->work, NULL, V, top, w_min, inv_t, pos_key(s->p.seed, pos), s->surv);
+}
+
+sp_token sp_sampler_sample(sp_sampler *s, const float *logits) {
+    return sp_sampler_sample_at(s, logits, s->n_draws++);
 }
 
 float sp_logprob_of(const float *logits, int32_t n_vocab, sp_token t) {

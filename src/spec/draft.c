@@ -12,8 +12,7 @@
 
 sp_drafter *sp_drafter_create(const sp_model *draft, sp_context_params cp, sp_kv_type kv_type,
                               int32_t block_size, int32_t n_blocks, int32_t max_blocks_per_seq,
-                              int32_t target_n_vocab, const sp_context *share_threads, char *err,
-                              size_t errlen) {
+                              const sp_context *share_threads, char *err, size_t errlen) {
     sp_drafter *d = calloc(1, sizeof(*d));
     if (!d) goto oom;
     const sp_model_info *dh = sp_model_get_info(draft);
@@ -30,7 +29,6 @@ sp_drafter *sp_drafter_create(const sp_model *draft, sp_context_params cp, sp_kv
     d->ctx = sp_context_create_with_kv(draft, cp, d->kv, share_threads, err, errlen);
     if (!d->ctx) goto fail;
     d->n_vocab = dh->n_vocab;
-    d->q_stride = target_n_vocab;
     d->max_batch = cp.n_batch;
     const size_t B = (size_t)cp.n_batch;
     d->tok = malloc(B * sizeof(sp_token));
@@ -132,18 +130,11 @@ static int catch_up(sp_drafter *d, sp_draft_seq *seqs, int32_t n) {
     }
 }
 
-/* The j-th proposal of s from the draft's logits row. */
+/* The j-th proposal of s from the draft's logits row: the token at
+ * position n_all + j, drawn with the request's noise there. */
 static sp_token pick(sp_drafter *d, sp_draft_seq *s, int32_t j, const float *row) {
     if (!s->smp) return argmax_row(row, d->n_vocab);
-    float *q = s->q + (size_t)j * d->q_stride;
-    sp_sampler_probs(s->smp, row, q);
-    for (int32_t v = d->n_vocab; v < d->q_stride; v++) q[v] = 0;
-    double u = sp_sampler_uniform(s->smp), cum = 0;
-    for (int32_t v = 0; v < d->n_vocab; v++) {
-        cum += q[v];
-        if (u < cum) return v;
-    }
-    return d->n_vocab - 1;
+    return sp_sampler_sample_at(s->smp, row, (int64_t)s->n_all + j);
 }
 
 /* Pass j: every sequence still drafting feeds its last token (j = 0, with

@@ -28,7 +28,6 @@ typedef struct {
     struct sp_kv *kv;          /* its own paged KV, slot i = target slot i */
     sp_context *ctx;
     int32_t n_vocab;           /* the draft's (<= the target's) */
-    int32_t q_stride;          /* the target's n_vocab: the row length of q */
     int32_t max_batch;         /* tokens per draft pass */
     sp_cost_model cost;        /* measured pass cost (sp_drafter_calibrate) */
     sp_cost_fit fit;           /* the same, refitted to every draft pass since */
@@ -43,8 +42,7 @@ typedef struct {
  * parameters, run on share_threads' thread pool. NULL + err on failure. */
 sp_drafter *sp_drafter_create(const sp_model *draft, sp_context_params ctx_p, sp_kv_type kv_type,
                               int32_t block_size, int32_t n_blocks, int32_t max_blocks_per_seq,
-                              int32_t target_n_vocab, const sp_context *share_threads, char *err,
-                              size_t errlen);
+                              const sp_context *share_threads, char *err, size_t errlen);
 void sp_drafter_free(sp_drafter *d);
 
 /* One sequence to draft for. */
@@ -54,9 +52,10 @@ typedef struct {
     int32_t n_all;
     int32_t k;                 /* in: tokens to propose; out: proposed (0 on failure) */
     sp_token *out;             /* [k] */
-    float *q;                  /* [k][q_stride] the distribution each was drawn from, or
-                                  NULL with smp NULL (greedy: the argmax) */
-    sp_sampler *smp;           /* the draft's own sampler, or NULL (greedy) */
+    sp_sampler *smp;           /* the draft's own sampler, or NULL (greedy: the argmax).
+                                  Proposal j is its sp_sampler_sample_at at position
+                                  n_all + j: with the request's seed, the same noise
+                                  the target's token there is drawn with */
 } sp_draft_seq;
 
 /* Drafts for seqs[0..n): catches the draft's KV up with each sequence's

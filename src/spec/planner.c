@@ -117,7 +117,7 @@ void sp_cost_measure(sp_context *c, sp_kv *kv, int32_t slot, int32_t max_n, int3
          * was up to 10x slower, and a draft measured that slow would never
          * draft, so never be measured again); the best of the rest counts */
         double best = 1e30;
-        for (int rep = 0; rep < 4; rep++) {
+        for (int rep = 0; rep < 3; rep++) {
             for (int32_t i = 0; i < n; i++) {
                 toks[i] = (sp_token)((7 + 31 * i) % n_vocab);
                 pos[i] = i;

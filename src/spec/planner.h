@@ -20,7 +20,11 @@
 struct sp_kv;
 
 #define SP_COST_POINTS 12
-#define SP_COST_MAX_TOKENS 64 /* the largest pass measured at startup */
+/* The largest pass measured at startup (beyond it the curve is extrapolated
+ * linearly, as a compute-bound pass grows). Startup measures 2 x 63 tokens
+ * and a warm-up pass per point: it was 4 x 127 (up to 64 tokens, best of
+ * 3), a quarter to half a second of a short `specula batch` run. */
+#define SP_COST_MAX_TOKENS 32
 
 /* Milliseconds of one forward pass as a function of the tokens in it,
  * measured at startup: piecewise linear between measured points, linear
@@ -95,7 +99,7 @@ int32_t sp_spec_plan(const sp_cost_fit *target, const sp_cost_fit *draft, int32_
 /* Times one pass of n tokens in the empty sequence `slot` of c (whose K/V
  * live in the paged pool kv) for n = 1, 2, 4, ... up to max_n (and
  * SP_COST_MAX_TOKENS),
- * best of 3 after a warm-up pass each, into out (out->n = 0 when not even
+ * best of 2 after a warm-up pass each, into out (out->n = 0 when not even
  * one pass fits or runs). Attention over a long context is not in these
  * passes; sp_cost_measure_attn adds it. The slot is left empty. */
 void sp_cost_measure(sp_context *c, struct sp_kv *kv, int32_t slot, int32_t max_n,
@@ -105,5 +109,63 @@ void sp_cost_measure(sp_context *c, struct sp_kv *kv, int32_t slot, int32_t max_
  * the pool or context is too small. The slot is left empty. */
 double sp_cost_measure_attn(sp_context *c, struct sp_kv *kv, int32_t slot, int32_t n_ctx,
                             int32_t n_vocab);
+
+/* ---- the guard on realized throughput -------------------------------------
+ *
+ * The planner rests on estimates (pass costs, acceptance); the guard checks
+ * what they bought. It compares, per batch shape (the count of decoding
+ * sequences, in power-of-two buckets), the committed tokens per
+ * millisecond of recent steps that speculated with those of steps that did
+ * not, and keeps speculation off in that shape while it loses.
+ *
+ * Time is cut into phases of measured steps (decode-only steps, whole step:
+ * proposals, plan, draft passes, the target pass, verification). A phase
+ * runs one state (speculation on or off); at its end its rate moves that
+ * state's estimate (the mean of the old one and the phase's). The rate is
+ * tokens / ms over the phase with each step's ms capped at twice the
+ * phase's median: a step the OS descheduled (on a shared machine, steps
+ * 5x the usual happen) says nothing about speculation. The states alternate as exploit / explore: after a phase
+ * of the better state, a short one (SP_GUARD_EXPLORE steps) of the other,
+ * then the better is chosen again: on only when its estimate beats off's
+ * by SP_GUARD_MARGIN (a tie is off: speculating for nothing is the costly
+ * error). A choice confirmed doubles its next exploit phase (from
+ * SP_GUARD_EXPLOIT_MIN up to SP_GUARD_EXPLOIT_MAX steps), so a settled shape
+ * explores the other state in under 3% of its steps; a reversed choice
+ * starts again from the shortest. A shape starts with speculation on (a
+ * phase of SP_GUARD_EXPLOIT_MIN steps), then measures off.
+ * No allocation; O(1) per step. */
+#define SP_GUARD_BUCKETS 12      /* 1, 2-3, 4-7, ... 1024+ decoding sequences */
+#define SP_GUARD_EXPLORE 8
+#define SP_GUARD_EXPLOIT_MIN 24
+#define SP_GUARD_EXPLOIT_MAX 256
+#define SP_GUARD_MARGIN 0.03
+
+typedef struct {
+    double est[2];    /* tokens per ms: [0] off, [1] on; 0 until measured */
+    double tok;       /* tokens committed in the phase so far */
+    float ms[SP_GUARD_EXPLOIT_MAX]; /* each measured step's milliseconds */
+    int32_t steps;    /* measured steps in the phase so far */
+    int32_t len;      /* the phase's length in measured steps */
+    int32_t exploit;  /* the next exploit phase's length */
+    bool on;          /* the phase's state */
+    bool exploring;   /* the phase explores (else it exploits) */
+} sp_spec_guard_shape;
+
+typedef struct {
+    sp_spec_guard_shape shape[SP_GUARD_BUCKETS];
+    uint64_t off_steps;  /* steps the guard kept speculation off */
+    uint64_t switches;   /* exploit phases whose state differs from the one before */
+} sp_spec_guard;
+
+void sp_spec_guard_init(sp_spec_guard *g);
+/* Whether a step with n_dec decoding sequences speculates now. */
+bool sp_spec_guard_on(const sp_spec_guard *g, int32_t n_dec);
+/* A step with n_dec decoding sequences ran in the state sp_spec_guard_on
+ * gave; measured: it was decode-only (its tokens and ms count), else it
+ * only counts in off_steps. */
+void sp_spec_guard_observe(sp_spec_guard *g, int32_t n_dec, bool measured, int32_t tokens,
+                           double ms);
+/* The shape's estimates (0 when not measured yet), for diagnostics. */
+void sp_spec_guard_rates(const sp_spec_guard *g, int32_t n_dec, double *off, double *on);
 
 #endif

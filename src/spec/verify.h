@@ -3,7 +3,8 @@
  *
  * Dimension legend: V n_vocab, n proposed tokens (draft[0..n)), logits
  * rows 0..n of the target for positions "after the last committed token",
- * "after draft[0]", ..., "after draft[n-1]".
+ * "after draft[0]", ..., "after draft[n-1]"; pos the sequence position row 0
+ * draws (the request's committed length).
  */
 #ifndef SP_SPEC_VERIFY_H
 #define SP_SPEC_VERIFY_H
@@ -15,24 +16,25 @@
 #include "specula.h"
 
 /* Verifies draft[0..n) against the target's logits ([n+1][V], row i scores
- * the position draft[i] would take) under the request's sampler s, and
- * writes the tokens to commit to out (1..n+1 of them: the accepted prefix
- * of draft, then one token of the target's: the correction at the first
- * rejection, or the bonus token when all were accepted). Every committed
- * token is recorded with sp_sampler_accept, in order, so penalties see the
- * same history as plain decoding.
- *   Greedy sampler (temperature <= 0): accept while draft[i] equals what
- *   the sampler picks; the output is token for token that of plain decoding.
- *   Otherwise the speculative-sampling rule (Leviathan et al. 2023; Chen et
- *   al. 2023): accept draft[i] with probability min(1, p(d)/q(d)); at the
- *   first rejection draw from max(0, p - q) renormalized. q ([n][V]) is the
- *   distribution draft[i] was drawn from, or NULL for a deterministic
- *   proposer (a point mass on draft[i]). p is the sampler's final
- *   distribution (sp_sampler_probs). The committed tokens are then
- *   distributed exactly as plain sampling's.
- * probs and resid are [V] scratch buffers. Returns the count written. */
-int32_t sp_spec_verify(sp_sampler *s, bool greedy, const float *logits, int32_t n_vocab,
-                       const sp_token *draft, const float *q, int32_t n, sp_token *out,
-                       float *probs, float *resid);
+ * the position draft[i] would take, pos + i) under the request's sampler s,
+ * and writes the tokens to commit to out (1..n+1 of them: the accepted
+ * prefix of draft, then one token of the target's: the correction at the
+ * first rejection, or the bonus token when all were accepted).
+ *   Row i's token is sp_sampler_sample_at(s, row i, pos + i), the token
+ *   plain decoding draws there (argmax when greedy; the Gumbel-max with the
+ *   noise of (seed, pos + i) when sampling), and draft[i] is accepted
+ *   exactly when it equals it. The output is then token for token that of
+ *   plain decoding with the same seed, whoever proposed, and distributed
+ *   exactly as plain sampling. A proposer that guesses with the same noise
+ *   (the draft model does: sp_sampler_sample_at with the request's seed on
+ *   its own logits) is accepted with probability at least
+ *   (1 - TV) / (1 + TV), TV the total variation between the two
+ *   distributions (the Gumbel coupling); at most 1 - TV, what rejection
+ *   sampling reaches, which cannot reproduce a seeded text.
+ * Every committed token is recorded with sp_sampler_accept, in order, so
+ * penalties see the same history as plain decoding. Returns the count
+ * written. */
+int32_t sp_spec_verify(sp_sampler *s, const float *logits, int32_t n_vocab, int64_t pos,
+                       const sp_token *draft, int32_t n, sp_token *out);
 
 #endif

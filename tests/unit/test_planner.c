@@ -131,10 +131,70 @@ static void test_plan_row(const plan_row *r) {
     CHECK(got == total, "returned %d, sum %d", got, total);
 }
 
+/* ---- the guard on realized throughput ------------------------------------- */
+
+/* Simulates steps of one shape: off commits 1 token per ms; on commits
+ * gain tokens per ms (gain may change at step `change` to gain2), in steps
+ * of 1 or 3 tokens. Each
+ * step's time gets +-20% noise and, one step in 20, a 5x stall (a
+ * descheduled step). Returns the fraction of the last `tail` steps that
+ * ran on. */
+static double simulate(sp_spec_guard *g, int32_t n_dec, double gain, int change, double gain2,
+                       int steps, int tail) {
+    int on_tail = 0;
+    for (int i = 0; i < steps; i++) {
+        const bool on = sp_spec_guard_on(g, n_dec);
+        const double G = i < change ? gain : gain2;
+        /* on: 1 or 3 tokens (2 on average) in 2 / G ms */
+        const int tok = on ? (urand() < 0.5 ? 3 : 1) : 1;
+        double ms = on ? 2.0 / G : 1.0;
+        ms *= 1 + (urand() - 0.5) * 0.4;
+        if (urand() < 0.05) ms *= 5;
+        sp_spec_guard_observe(g, n_dec, true, tok, ms);
+        if (i >= steps - tail) on_tail += on;
+    }
+    return (double)on_tail / tail;
+}
+
+/* Speculation that gains is kept on, one that loses is kept off (the
+ * stalls notwithstanding), each in its own shape; a shape whose gain turns
+ * into a loss is switched off within a few hundred steps; steps that are
+ * not measured (prefill in the batch) do not move the phases; the off
+ * steps are counted. */
+static void test_guard(void) {
+    sp_spec_guard g;
+    sp_spec_guard_init(&g);
+    CHECK(sp_spec_guard_on(&g, 1) && sp_spec_guard_on(&g, 16), "a new shape starts on");
+    CHECK(!sp_spec_guard_on(&g, 0), "no decoding sequence: nothing to speculate");
+    double f = simulate(&g, 1, 1.4, 1 << 30, 0, 3000, 2000);
+    CHECK(f > 0.9, "1.4x: on in %.0f%% of the last steps", 100 * f);
+    f = simulate(&g, 16, 0.85, 1 << 30, 0, 3000, 2000);
+    CHECK(f < 0.1, "0.85x: on in %.0f%% of the last steps", 100 * f);
+    CHECK(sp_spec_guard_on(&g, 1) && sp_spec_guard_on(&g, 3) != sp_spec_guard_on(&g, 16),
+          "shapes 1 and 16 are apart");
+    double off, on;
+    sp_spec_guard_rates(&g, 16, &off, &on);
+    CHECK(on > 0 && off > on, "shape 16's estimates: off %.3f on %.3f", off, on);
+    CHECK(g.off_steps > 1500, "off steps counted: %llu", (unsigned long long)g.off_steps);
+    /* a loss that starts late: mostly off in the last 1000 of 3000 */
+    sp_spec_guard_init(&g);
+    f = simulate(&g, 4, 1.5, 1500, 0.8, 3000, 1000);
+    CHECK(f < 0.2, "1.5x then 0.8x: on in %.0f%% of the last steps", 100 * f);
+    /* unmeasured steps leave the phase where it was */
+    sp_spec_guard_init(&g);
+    for (int i = 0; i < 1000; i++) sp_spec_guard_observe(&g, 2, false, 1, 1.0);
+    CHECK(sp_spec_guard_on(&g, 2) && g.shape[1].steps == 0, "unmeasured steps moved the phase");
+    /* the cost of a settled shape: a loss of 20% costs under 2% once settled */
+    sp_spec_guard_init(&g);
+    f = simulate(&g, 1, 0.8, 1 << 30, 0, 6000, 4000);
+    CHECK(f * 0.2 < 0.02, "0.8x: on in %.1f%% of the settled steps", 100 * f);
+}
+
 int main(void) {
     RUN(test_fit_scale);
     RUN(test_fit_steady_and_outliers);
     for (size_t i = 0; i < sizeof plan_rows / sizeof plan_rows[0]; i++)
         RUN_NAMED(test_plan_row, &plan_rows[i], plan_rows[i].name);
+    RUN(test_guard);
     TEST_END();
 }

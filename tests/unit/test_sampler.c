@@ -3,6 +3,9 @@
  * and the definitions (softmax of logits / temperature, restricted to the
  * top k), never against the sampler's own sp_sampler_probs. */
 #include <math.h>
+#include <stdint.h>
+
+#include "common.h"
 
 #include "specula.h"
 #include "test.h"
@@ -308,6 +311,220 @@ static void test_logit_bias(void) {
     CHECK(!sp_sampler_create(p, NV, err, sizeof(err)), "a NaN bias accepted");
 }
 
+/* Top-p and min-p (alone and after top-k): sampled frequencies against the
+ * kept set and softmax(l / T) computed here from the definitions: top-p
+ * keeps the smallest prefix of tokens by descending logit whose softmax
+ * mass at temperature 1 reaches top_p; min-p keeps tokens whose probability
+ * is at least min_p times the top one's. */
+static void filtered_probs(double temp, int k, double top_p, double min_p, double *out) {
+    double mx = logits[0];
+    for (int i = 1; i < NV; i++) mx = logits[i] > mx ? logits[i] : mx;
+    int order[NV], n = 0;
+    for (int i = 0; i < NV; i++) order[i] = i;
+    for (int i = 1; i < NV; i++) /* insertion sort, descending, ties by id */
+        for (int j = i; j > 0 && logits[order[j]] > logits[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    n = k > 0 && k < NV ? k : NV;
+    if (top_p < 1) {
+        double z = 0, cum = 0;
+        for (int i = 0; i < n; i++) z += exp(logits[order[i]] - mx);
+        for (int i = 0; i < n; i++) {
+            cum += exp(logits[order[i]] - mx) / z;
+            if (cum >= top_p) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    int keep = n;
+    if (min_p > 0)
+        for (keep = 1; keep < n && exp(logits[order[keep]] - mx) >= min_p; keep++) {}
+    memset(out, 0, NV * sizeof(double));
+    double z = 0;
+    for (int i = 0; i < keep; i++) z += out[order[i]] = exp((logits[order[i]] - mx) / temp);
+    for (int i = 0; i < keep; i++) out[order[i]] /= z;
+}
+
+static void test_top_p_min_p_against_independent_probs(void) {
+    static const struct {
+        float temp;
+        int top_k;
+        float top_p, min_p;
+    } rows[] = {{1.0f, 0, 0.5f, 0}, {0.8f, 0, 0.9f, 0}, {1.0f, 0, 1.0f, 0.3f}, {1.5f, 0, 1.0f, 0.6f},
+                {0.8f, 20, 0.7f, 0}, {1.2f, 30, 0.95f, 0.2f}};
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        char what[96];
+        snprintf(what, sizeof what, "T=%g top_k=%d top_p=%g min_p=%g", rows[r].temp, rows[r].top_k,
+                 rows[r].top_p, rows[r].min_p);
+        sp_sampler_params p = sp_sampler_default_params();
+        p.temperature = rows[r].temp;
+        p.top_k = rows[r].top_k;
+        p.top_p = rows[r].top_p;
+        p.min_p = rows[r].min_p;
+        p.seed = 777 + r;
+        sp_sampler *s = mk(p);
+        CHECK(s != NULL, "%s: sampler", what);
+        if (!s) continue;
+        double want[NV];
+        filtered_probs(rows[r].temp, rows[r].top_k, rows[r].top_p, rows[r].min_p, want);
+        check_draws(s, want, 40000, what);
+        sp_sampler_free(s);
+    }
+}
+
+/* The positional draw: the token at (seed, pos) is a fixed function of the
+ * logits, whatever was drawn before and in whatever order; over positions
+ * of one seed the draws are independent samples of the distribution (the
+ * chi-square, and pairs of neighbours drawn as often as independence says);
+ * another seed gives other draws. */
+static void test_positional_draw(void) {
+    sp_sampler_params p = sp_sampler_default_params();
+    p.temperature = 0.9f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.seed = 5;
+    sp_sampler *a = mk(p), *b = mk(p);
+    p.seed = 6;
+    sp_sampler *c = mk(p);
+    REQUIRE(a && b && c, "samplers");
+    enum { N = 40000 };
+    static sp_token fwd[N];
+    for (int i = 0; i < N; i++) fwd[i] = sp_sampler_sample_at(a, logits, i);
+    bool same = true;
+    for (int i = N - 1; i >= 0; i--) same &= sp_sampler_sample_at(b, logits, i) == fwd[i];
+    for (int i = 0; i < 1000; i++) same &= sp_sampler_sample_at(a, logits, (i * 7919) % N) == fwd[(i * 7919) % N];
+    CHECK(same, "a position's token depends on what was drawn before");
+    for (int i = 0; i < 50; i++) sp_sampler_sample(b, logits); /* the counter moves, the positions do not */
+    for (int i = 0; i < 100; i++) same &= sp_sampler_sample_at(b, logits, i) == fwd[i];
+    CHECK(same, "sp_sampler_sample changed a positional draw");
+    int differ = 0;
+    for (int i = 0; i < 200; i++) differ += sp_sampler_sample_at(c, logits, i) != fwd[i];
+    CHECK(differ > 100, "seeds 5 and 6 agree on %d of 200 positions", 200 - differ);
+    double want[NV];
+    expected_probs(0.9, 0, want);
+    int64_t counts[NV] = {0};
+    for (int i = 0; i < N; i++) counts[fwd[i]]++;
+    double chi = 0, pe = 0, po = 0;
+    int bins = 0;
+    for (int i = 0; i < NV; i++) {
+        const double e = want[i] * N;
+        if (e < 5) {
+            pe += e;
+            po += counts[i];
+            continue;
+        }
+        chi += (counts[i] - e) * (counts[i] - e) / e;
+        bins++;
+    }
+    if (pe > 0) chi += (po - pe) * (po - pe) / pe, bins++;
+    CHECK(chi <= chi2_crit(bins - 1), "positions: chi-square %.1f over %d bins", chi, bins);
+    /* neighbours: token 0 then token 0 as often as p0^2 says */
+    int pairs = 0;
+    for (int i = 1; i < N; i++) pairs += fwd[i - 1] == 0 && fwd[i] == 0;
+    const double ep = want[0] * want[0] * (N - 1), sd = sqrt(ep);
+    CHECK(fabs(pairs - ep) < 5 * sd, "pairs (0, 0): %d, independence says %.0f", pairs, ep);
+    sp_sampler_free(a);
+    sp_sampler_free(b);
+    sp_sampler_free(c);
+}
+
+/* A model-sized vocabulary, where the draw skips the logarithms of almost
+ * every token: its frequencies still follow softmax(l / T), including the
+ * tail (tokens far below the top, pooled), and an unpruned Gumbel-max with
+ * the same noise would not be needed to see it: the chi-square is against
+ * the definition. */
+static void test_large_vocab_draw(void) {
+    enum { LV = 6000, N = 60000 };
+    static float lg[LV];
+    static double want[LV];
+    static int64_t counts[LV];
+    uint64_t x = 42;
+    for (int i = 0; i < LV; i++) { /* a spread like a model's: a few high, a long tail */
+        double u1 = ((double)(sp_splitmix64(&x) >> 11) + 0.5) * 0x1.0p-53;
+        double u2 = ((double)(sp_splitmix64(&x) >> 11) + 0.5) * 0x1.0p-53;
+        lg[i] = (float)(3.0 * sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+    }
+    lg[17] = 14.0f;
+    lg[4000] = 13.0f;
+    const double T = 0.8;
+    double mx = -1e30, z = 0;
+    for (int i = 0; i < LV; i++) mx = fmax(mx, lg[i]);
+    for (int i = 0; i < LV; i++) z += want[i] = exp((lg[i] - mx) / T);
+    for (int i = 0; i < LV; i++) want[i] /= z;
+    sp_sampler_params p = sp_sampler_default_params();
+    p.temperature = (float)T;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.seed = 31337;
+    char err[128];
+    sp_sampler *s = sp_sampler_create(p, LV, err, sizeof(err));
+    REQUIRE(s, "sampler: %s", err);
+    for (int i = 0; i < N; i++) counts[sp_sampler_sample_at(s, lg, i)]++;
+    double chi = 0, pe = 0, po = 0;
+    int bins = 0;
+    for (int i = 0; i < LV; i++) {
+        const double e = want[i] * N;
+        if (e < 5) {
+            pe += e;
+            po += (double)counts[i];
+            continue;
+        }
+        chi += (counts[i] - e) * (counts[i] - e) / e;
+        bins++;
+    }
+    if (pe > 0) chi += (po - pe) * (po - pe) / pe, bins++;
+    printf("  %d tokens, T = %g: chi-square %.1f over %d bins (tail pooled: %.0f expected, %.0f drawn)\n",
+           LV, T, chi, bins, pe, po);
+    CHECK(bins >= 3, "%d bins", bins);
+    CHECK(chi <= chi2_crit(bins - 1), "chi-square %.1f over %d bins exceeds %.1f", chi, bins,
+          chi2_crit(bins - 1));
+    sp_sampler_free(s);
+}
+
+/* A logit of -inf (a grammar's mask) is never drawn, on every path of the
+ * draw: the whole vocabulary, top-k, top-p, min-p; when one token is left
+ * it is always drawn. */
+static void test_masked_never_drawn(void) {
+    float l[NV];
+    for (int i = 0; i < NV; i++) l[i] = i % 3 ? -INFINITY : logits[i];
+    static const struct {
+        int top_k;
+        float top_p, min_p;
+    } rows[] = {{0, 1.0f, 0}, {10, 1.0f, 0}, {0, 0.9f, 0}, {0, 1.0f, 0.01f}, {40, 0.99f, 0.001f}};
+    for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        sp_sampler_params p = sp_sampler_default_params();
+        p.temperature = 3.0f;
+        p.top_k = rows[r].top_k;
+        p.top_p = rows[r].top_p;
+        p.min_p = rows[r].min_p;
+        sp_sampler *s = mk(p);
+        REQUIRE(s, "sampler");
+        int bad = 0, seen[NV] = {0};
+        for (int i = 0; i < 3000; i++) {
+            sp_token t = sp_sampler_sample_at(s, l, i);
+            bad += t < 0 || t >= NV || l[t] == -INFINITY;
+            if (t >= 0 && t < NV) seen[t] = 1;
+        }
+        int kinds = 0;
+        for (int i = 0; i < NV; i++) kinds += seen[i];
+        CHECK(!bad, "row %zu: %d masked draws", r, bad);
+        CHECK(kinds > 1, "row %zu: only %d distinct tokens at temperature 3", r, kinds);
+        sp_sampler_free(s);
+    }
+    for (int i = 0; i < NV; i++) l[i] = i == 33 ? -50.0f : -INFINITY;
+    sp_sampler *s = mk(sp_sampler_default_params());
+    REQUIRE(s, "sampler");
+    int hit = 0;
+    for (int i = 0; i < 200; i++) hit += sp_sampler_sample_at(s, l, i) == 33;
+    CHECK(hit == 200, "the one unmasked token drawn %d of 200 times", hit);
+    sp_sampler_free(s);
+}
+
 int main(void) {
     setup();
     RUN(test_greedy);
@@ -318,5 +535,9 @@ int main(void) {
     RUN(test_invalid_params);
     RUN(test_logprob_helpers);
     RUN(test_logit_bias);
+    RUN(test_top_p_min_p_against_independent_probs);
+    RUN(test_positional_draw);
+    RUN(test_large_vocab_draw);
+    RUN(test_masked_never_drawn);
     TEST_END();
 }

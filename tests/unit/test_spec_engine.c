@@ -4,9 +4,10 @@
  *     that mixes right and wrong guesses) and k in {1, 2, 4, 8}, with 1 and
  *     with 8 concurrent sequences, and the pool invariant holds after every
  *     step (rollback returns emptied blocks);
- *   - the rejection rule samples exactly the target's distribution:
- *     chi-square tests (false-failure rate 1e-6) on the verifier with
- *     synthetic distributions, and end to end on a model;
+ *   - the acceptance rule (accept what the positional draw gives) samples
+ *     exactly the target's distribution: chi-square tests (false-failure
+ *     rate 1e-6) on the verifier with synthetic distributions, and end to
+ *     end on a model;
  *   - stop tokens, stop strings and max_tokens inside an accepted run end
  *     the request where plain decoding would;
  *   - cancellation mid-speculation returns every block;
@@ -266,9 +267,9 @@ static double chi2(const int64_t *count, const double *p, int n, int64_t total, 
     return stat;
 }
 
-/* The verifier alone, on synthetic distributions: the first committed token
- * is distributed as p whether the proposal comes from a point mass or from
- * a draft distribution q, and so is the second when the first was accepted. */
+/* The verifier alone, on synthetic distributions: over seeds, the first
+ * committed token is distributed as p whether the proposal is a fixed guess
+ * or drawn at random from a skewed distribution q. */
 static void verifier_distribution(void) {
     enum { V = 12, N = 60000 };
     float logits[3 * V];
@@ -277,7 +278,7 @@ static void verifier_distribution(void) {
     double z = 0;
     for (int i = 0; i < V; i++) z += exp(logits[i]);
     for (int i = 0; i < V; i++) p[i] = exp(logits[i]) / z;
-    float q[2 * V], probs[V], resid[V];
+    float q[2 * V];
     for (int mode = 0; mode < 2; mode++) {
         int64_t count[V] = {0};
         sp_sampler_params sp = sp_sampler_default_params();
@@ -291,7 +292,6 @@ static void verifier_distribution(void) {
             char err[64];
             sp_sampler *s = sp_sampler_create(sp, V, err, sizeof(err));
             sp_token d[2];
-            const float *qq = NULL;
             if (mode == 0) { /* deterministic proposer: a fixed guess */
                 d[0] = 3;
                 d[1] = 5;
@@ -308,10 +308,9 @@ static void verifier_distribution(void) {
                         }
                     }
                 }
-                qq = q;
             }
             sp_token out[3];
-            int32_t m = sp_spec_verify(s, false, logits, V, d, qq, 2, out, probs, resid);
+            int32_t m = sp_spec_verify(s, logits, V, 5, d, 2, out);
             CHECK(m >= 1 && m <= 3, "m = %d", m);
             count[out[0]]++;
             sp_sampler_free(s);
@@ -327,9 +326,8 @@ static void verifier_distribution(void) {
 
 /* End to end: with temperature 1, token 2 of requests whose token 1 is the
  * most likely one follows the target's exact conditional distribution, when
- * every token 2 went through the rejection rule (a one-token proposal of the
- * most likely token 2: accepted often, and the residual is drawn from
- * otherwise). */
+ * every token 2 went through verification (a one-token proposal of the
+ * most likely token 2: accepted often, corrected otherwise). */
 static int32_t dist_guess;
 static int32_t fixed_propose(const sp_token *toks, int32_t n, int32_t k, sp_token *out, void *user) {
     (void)toks;
@@ -363,8 +361,8 @@ static void exact_next(const sp_token *toks, int n, double *p) {
  * end to end: token 2 given token 1, against probabilities computed by a
  * plain forward pass. With mode NGRAM a fixed one-token guess is verified
  * (a point-mass proposal, k = 1); with mode DRAFT the draft model proposes
- * k = 4 tokens from its own distribution and rejection sampling must still
- * give the target's. */
+ * k = 4 tokens with the request's noise and verification must still give
+ * the target's. */
 static void end_to_end_distribution_mode(sp_spec_mode mode) {
     const char *prompt = bundled ? "def " : "The";
     const int32_t V = sp_model_get_info(target)->n_vocab;
