@@ -21,18 +21,20 @@
 #define MAX_OUT (4u << 20)
 #define MAX_ENUM_INT 1000
 
-static const char PRIMITIVES[] =
-    "space ::= \" \"?\n"
-    "char ::= [^\"\\\\\\x7F\\x00-\\x1F] | [\\\\] ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
-    "string ::= \"\\\"\" char* \"\\\"\" space\n"
-    "integral-part ::= [0] | [1-9] [0-9]{0,15}\n"
-    "integer ::= \"-\"? integral-part space\n"
-    "number ::= \"-\"? integral-part (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,16})? space\n"
-    "boolean ::= (\"true\" | \"false\") space\n"
-    "null ::= \"null\" space\n"
-    "value ::= object | array | string | number | boolean | null\n"
-    "object ::= \"{\" space (string \":\" space value (\",\" space string \":\" space value)*)? \"}\" space\n"
-    "array ::= \"[\" space (value (\",\" space value)*)? \"]\" space\n";
+/* the JSON value grammar every schema's rules build on (and json_object mode) */
+#define JSON_PRIMITIVES \
+    "space ::= \" \"?\n" \
+    "char ::= [^\"\\\\\\x7F\\x00-\\x1F] | [\\\\] ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n" \
+    "string ::= \"\\\"\" char* \"\\\"\" space\n" \
+    "integral-part ::= [0] | [1-9] [0-9]{0,15}\n" \
+    "integer ::= \"-\"? integral-part space\n" \
+    "number ::= \"-\"? integral-part (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,16})? space\n" \
+    "boolean ::= (\"true\" | \"false\") space\n" \
+    "null ::= \"null\" space\n" \
+    "value ::= object | array | string | number | boolean | null\n" \
+    "object ::= \"{\" space (string \":\" space value (\",\" space string \":\" space value)*)? \"}\" space\n" \
+    "array ::= \"[\" space (value (\",\" space value)*)? \"]\" space\n"
+static const char PRIMITIVES[] = JSON_PRIMITIVES;
 
 typedef struct {
     char *s;
@@ -521,17 +523,6 @@ char *sp_json_schema_to_gbnf(const char *text, size_t len, char *err, size_t err
 }
 
 const char *sp_json_object_gbnf(void) {
-    static const char g[] = "root ::= object\n"
-                            "space ::= \" \"?\n"
-                            "char ::= [^\"\\\\\\x7F\\x00-\\x1F] | [\\\\] ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
-                            "string ::= \"\\\"\" char* \"\\\"\" space\n"
-                            "integral-part ::= [0] | [1-9] [0-9]{0,15}\n"
-                            "integer ::= \"-\"? integral-part space\n"
-                            "number ::= \"-\"? integral-part (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,16})? space\n"
-                            "boolean ::= (\"true\" | \"false\") space\n"
-                            "null ::= \"null\" space\n"
-                            "value ::= object | array | string | number | boolean | null\n"
-                            "object ::= \"{\" space (string \":\" space value (\",\" space string \":\" space value)*)? \"}\" space\n"
-                            "array ::= \"[\" space (value (\",\" space value)*)? \"]\" space\n";
+    static const char g[] = "root ::= object\n" JSON_PRIMITIVES;
     return g;
 }
