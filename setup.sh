@@ -95,7 +95,9 @@ case " $* " in *" test "*)
         echo "$me: installing the Node modules of tests/node (npm ci)"
         # puppeteer-core drives Debian's chromium (deps.txt): no browser download
         (cd tests/node && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund) || {
-            echo "$me: npm ci in tests/node failed (it downloads from the npm registry)" >&2
+            echo "$me: npm ci in tests/node failed (it downloads from the npm registry over HTTPS;" >&2
+            echo "$me: behind a proxy that re-signs TLS, trust its CA first, e.g." >&2
+            echo "$me:   npm config set cafile /path/to/proxy-ca.pem   or   export NODE_EXTRA_CA_CERTS=...)" >&2
             exit 1
         }
     fi
