@@ -87,6 +87,14 @@ static void top_key_at(const char *body, size_t at, char *key, size_t cap) {
     key[n] = 0;
 }
 
+int oai_unknown_field(oai_error *e, const char *name, const char *hint) {
+    oai_seterr(e, 400, "invalid_request_error", NULL, "unknown_parameter", "unknown field '%.64s'%s",
+               name ? name : "", hint);
+    snprintf(e->param_buf, sizeof(e->param_buf), "%s", name ? name : "");
+    e->param = e->param_buf;
+    return -1;
+}
+
 int oai_refuse_nul(const char *body, size_t len, oai_error *e) {
     for (size_t i = 0; i < len; i += 2) { /* i: at a backslash, then past its escape */
         const char *p = memchr(body + i, '\\', len - i);
@@ -721,13 +729,9 @@ int oai_parse(const char *body, size_t len, bool chat, int32_t n_vocab, oai_req 
         const field *f = find_field(v->string, chat);
         if (!f) {
             const field *other = find_field(v->string, !chat);
-            oai_seterr(e, 400, "invalid_request_error", NULL, "unknown_parameter",
-                       "unknown field '%.64s'%s", v->string,
-                       !other ? "" : chat ? " (a /v1/completions field)"
-                                          : " (a /v1/chat/completions field)");
-            snprintf(e->param_buf, sizeof(e->param_buf), "%s", v->string);
-            e->param = e->param_buf;
-            return -1;
+            return oai_unknown_field(e, v->string,
+                                     !other ? "" : chat ? " (a /v1/completions field)"
+                                                        : " (a /v1/chat/completions field)");
         }
         /* a duplicate key: the first one counts (as cJSON's lookups) */
         if (cJSON_GetObjectItemCaseSensitive(o, v->string) != v) continue;

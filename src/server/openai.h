@@ -67,6 +67,10 @@ void oai_fields_markdown(sbuf *out);
 /* 400 when the body (valid JSON) holds an escaped NUL ("\u0000") in any
  * string: cJSON would cut the string there. 0 when it holds none. */
 int oai_refuse_nul(const char *body, size_t len, oai_error *e);
+/* -1 with e a 400 unknown_parameter naming `name` (copied into e->param_buf,
+ * so the parsed body may be freed), the message followed by `hint` ("" for
+ * none). For every endpoint's unknown fields. */
+int oai_unknown_field(oai_error *e, const char *name, const char *hint);
 void oai_req_free(oai_req *r);
 
 /* openai_tools.c: function tools (chat). */

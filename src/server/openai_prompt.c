@@ -14,13 +14,7 @@ static int refuse_unknown(const cJSON *o, const char *const *known, oai_error *e
     cJSON_ArrayForEach(f, o) {
         int ok = 0;
         for (const char *const *k = known; *k && !ok; k++) ok = f->string && !strcmp(f->string, *k);
-        if (!ok) {
-            oai_seterr(e, 400, "invalid_request_error", NULL, "unknown_parameter", "unknown field '%.64s'",
-                       f->string ? f->string : "");
-            snprintf(e->param_buf, sizeof e->param_buf, "%s", f->string ? f->string : ""); /* o is freed */
-            e->param = e->param_buf;
-            return -1;
-        }
+        if (!ok) return oai_unknown_field(e, f->string, "");
     }
     return 0;
 }
