@@ -30,6 +30,13 @@ AI float hsum8(__m256 v) {
 
 AI float f16f(sp_f16 h) { return _cvtsh_ss(h); }
 
+/* ggml's sum of a 4-lane accumulator: (a0 + a2) + (a1 + a3) */
+AI float hsum4(__m128 m) {
+    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
 /* Software prefetch of the weight stream: to L2 SP_PF_L2 bytes ahead of
  * the block being read, to L1 SP_PF_L1 bytes ahead (see kernels_avx512.c
  * for the measurements; the hardware prefetchers alone leave a core well
@@ -212,7 +219,8 @@ AI void q8_block_tokens(const __m256i q, const float dw, const uint8_t *xs, size
 }
 
 AI void q8_0_row(const sp_block_q8_0 *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
-                 int64_t b1, __m256 *F) {
+                 int64_t b1, __m256 *F, __m128 *M) {
+    (void)M;
     for (int64_t b = b0; b < b1; b++) {
         if (!(b & 1)) prefetch_ahead(&w[b], 64);
         const __m256i q = _mm256_loadu_si256((const __m256i *)w[b].qs);
@@ -221,7 +229,8 @@ AI void q8_0_row(const sp_block_q8_0 *w, const uint8_t *xs, size_t xss, const in
 }
 
 AI void q4_0_row(const sp_block_q4_0 *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
-                 int64_t b1, __m256 *F) {
+                 int64_t b1, __m256 *F, __m128 *M) {
+    (void)M;
     const __m256i m4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);
     for (int64_t b = b0; b < b1; b++) {
         if (!(b & 3)) prefetch_ahead(&w[b], 72);
@@ -234,15 +243,13 @@ AI void q4_0_row(const sp_block_q4_0 *w, const uint8_t *xs, size_t xss, const in
 }
 
 AI void q4_K_row(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
-                 int64_t b1, __m256 *F) {
+                 int64_t b1, __m256 *F, __m128 *M) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     for (int64_t b = b0; b < b1; b++) {
         prefetch_ahead(&w[b], sizeof(sp_block_q4_K));
         uint8_t sm[16];
         sp_q4_K_unpack_scales(w[b].scales, sm);
-        /* mins repeated per pair of bsums: m0 m0 m1 m1 ... m7 m7 */
-        const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(sm + 8)),
-                                                                    _mm_loadl_epi64((const __m128i *)(sm + 8))));
+        const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sm + 8))); /* m0..m7 */
         __m256i acc[4];
         _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
@@ -266,20 +273,23 @@ AI void q4_K_row(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const in
         _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) {
             const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
-            const __m256i mm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins);
-            F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]), _mm256_set1_ps(d * xb->d), F[t]);
-            F[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(dmin * xb->d), F[t]);
+            /* the min term in 4 lanes of its own, as ggml: lane l holds
+             * m_{2l} s_{2l} + m_{2l+1} s_{2l+1}, s_j the sum of sub-block j */
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+            const __m128i s8 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+            M[t] = _mm_fmadd_ps(_mm_set1_ps(-(xb->d * dmin)), _mm_cvtepi32_ps(_mm_madd_epi16(mins, s8)), M[t]);
+            F[t] = _mm256_fmadd_ps(_mm256_set1_ps(xb->d * d), _mm256_cvtepi32_ps(acc[t]), F[t]);
         }
     }
 }
 
 AI void q6_K_row(const sp_block_q6_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
-                 int64_t b1, __m256 *F) {
-    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+                 int64_t b1, __m256 *F, __m128 *M) {
+    (void)M;
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
     for (int64_t b = b0; b < b1; b++) {
         const sp_block_q6_K *wb = &w[b];
         prefetch_ahead(wb, sizeof(sp_block_q6_K));
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales));
         __m256i acc[4];
         _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
@@ -305,7 +315,10 @@ AI void q6_K_row(const sp_block_q6_K *w, const uint8_t *xs, size_t xss, const in
                 for (int t = 0; t < NT; t++) {
                     const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
                     const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 128 * n + 32 * qd));
-                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[qd], xv), sc));
+                    /* (q - 32) x within each pair, as ggml: the lanes then
+                     * hold the same integers as its, so the f32 sums agree */
+                    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[qd], xv), _mm256_maddubs_epi16(m32, xv));
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p, sc));
                 }
             }
         }
@@ -313,10 +326,7 @@ AI void q6_K_row(const sp_block_q6_K *w, const uint8_t *xs, size_t xss, const in
         _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) {
             const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
-            /* q was stored +32: subtract 32 * sum_g sc_g * bsum_g */
-            const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), sc16);
-            const __m256i tot = _mm256_sub_epi32(acc[t], _mm256_slli_epi32(corr, 5));
-            F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), _mm256_set1_ps(d * xb->d), F[t]);
+            F[t] = _mm256_fmadd_ps(_mm256_set1_ps(xb->d * d), _mm256_cvtepi32_ps(acc[t]), F[t]);
         }
     }
 }
@@ -364,6 +374,75 @@ AI void float_row(const uint8_t *w, const uint8_t *xs, size_t xss, const int NT,
     }
 }
 
+/* ---- Q4_0 matrices of 8-row multiples: ggml's repacked order ----------- */
+
+/* llama.cpp repacks a Q4_0 matrix whose row count is a multiple of 8 into
+ * 8-row interleaved blocks at load (on any AVX2 CPU) and sums each output
+ * as acc = fma(isum_b, dw_b * dx_b, acc) over the blocks b in order, isum_b
+ * the block's exact integer dot. Here 8 rows go in the 8 lanes of one
+ * accumulator: each row's block dot in 8 int32 lanes, reduced across the 8
+ * rows by an hadd tree (exact), then one FMA. Costs ~30 ops per block per
+ * 8 rows and token against ~4 x 8 for the 8-lane order; Q4_0 is a legacy
+ * format, and the point is summing as the reference engine does. */
+AI void q4_0r8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+                     int64_t b1, __m256 *F) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
+    for (int64_t b = b0; b < b1; b++) {
+        __m256i q[8], aq[8];
+        float dw[8];
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < 8; r++) {
+            const sp_block_q4_0 *wb = (const sp_block_q4_0 *)(w + r * ws) + b;
+            const __m128i raw = _mm_loadu_si128((const __m128i *)wb->qs);
+            q[r] = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4), eight);
+            aq[r] = _mm256_sign_epi8(q[r], q[r]);
+            dw[r] = f16f(wb->d);
+        }
+        const __m256 vdw = _mm256_loadu_ps(dw);
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++) {
+            const sp_block_q8_0 *xb = (const sp_block_q8_0 *)(xs + t * xss) + b;
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)xb->qs);
+            __m256i p[8];
+            _Pragma("GCC unroll 8")
+            for (int r = 0; r < 8; r++)
+                p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(aq[r], _mm256_sign_epi8(xv, q[r])), ones);
+            const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+            const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+            const __m256i sum = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20),
+                                                 _mm256_permute2x128_si256(h0, h1, 0x31));
+            F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(vdw, _mm256_set1_ps(f16f(xb->d))), F[t]);
+        }
+    }
+}
+
+AI void q4_0r8_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
+                  int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
+    SP_ASSERT(nr % 8 == 0);
+    for (int64_t r = 0; r < nr; r += 8) {
+        __m256 F[4];
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++) F[t] = _mm256_setzero_ps();
+        q4_0r8_group(w + r * ws, ws, xs, xss, NT, k0 / 32, k1 / 32, F);
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < NT; t++) {
+            float *o = y + t * ldy + r;
+            _mm256_storeu_ps(o, acc ? _mm256_add_ps(_mm256_loadu_ps(o), F[t]) : F[t]);
+        }
+    }
+}
+
+static void q4_0r8_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, int nt, int64_t k,
+                        int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
+    (void)k;
+    switch (nt) {
+    case 1: q4_0r8_nt(w, ws, nr, xs, xss, 1, k0, k1, y, ldy, acc); return;
+    case 2: q4_0r8_nt(w, ws, nr, xs, xss, 2, k0, k1, y, ldy, acc); return;
+    case 3: q4_0r8_nt(w, ws, nr, xs, xss, 3, k0, k1, y, ldy, acc); return;
+    default: q4_0r8_nt(w, ws, nr, xs, xss, 4, k0, k1, y, ldy, acc); return;
+    }
+}
+
 /* ---- tile entry points: rows loop, NT dispatch -------------------------- */
 
 AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v, int accumulate) {
@@ -377,17 +456,18 @@ AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v
 /* Q8_0/Q4_0 tiles take up to 8 tokens (8 accumulators + 3 live vectors fit
  * the 16 ymm registers); the K-quant tiles keep an int32 accumulator per
  * token as well and stop at 4. */
-#define QTILE(NAME, BT, QK, ROWFN, MAXNT)                                                            \
+#define QTILE(NAME, BT, QK, ROWFN, MAXNT, HASM)                                                      \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,        \
                       const int NT, int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {        \
         for (int64_t r = 0; r < nr; r++) {                                                           \
             __m256 F[8];                                                                             \
+            __m128 M[8];                                                                             \
             float v[8];                                                                              \
             _Pragma("GCC unroll 16")                                                                 \
-            for (int t = 0; t < NT; t++) F[t] = _mm256_setzero_ps();                                 \
-            ROWFN((const BT *)(w + r * ws), xs, xss, NT, k0 / QK, k1 / QK, F);                       \
+            for (int t = 0; t < NT; t++) F[t] = _mm256_setzero_ps(), M[t] = _mm_setzero_ps();        \
+            ROWFN((const BT *)(w + r * ws), xs, xss, NT, k0 / QK, k1 / QK, F, M);                    \
             _Pragma("GCC unroll 16")                                                                 \
-            for (int t = 0; t < NT; t++) v[t] = hsum8(F[t]);                                         \
+            for (int t = 0; t < NT; t++) v[t] = HASM ? hsum8(F[t]) + hsum4(M[t]) : hsum8(F[t]);      \
             store_out(y, ldy, r, NT, v, acc);                                                        \
         }                                                                                            \
     }                                                                                                \
@@ -412,14 +492,15 @@ AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v
     }                                                                                                \
     static void NAME##_dot(int64_t k, float *s, const void *w, const void *x) {                      \
         __m256 F[1] = {_mm256_setzero_ps()};                                                         \
-        ROWFN((const BT *)w, (const uint8_t *)x, 0, 1, 0, k / QK, F);                                \
-        *s = hsum8(F[0]);                                                                            \
+        __m128 M[1] = {_mm_setzero_ps()};                                                            \
+        ROWFN((const BT *)w, (const uint8_t *)x, 0, 1, 0, k / QK, F, M);                             \
+        *s = HASM ? hsum8(F[0]) + hsum4(M[0]) : hsum8(F[0]);                                         \
     }
 
-QTILE(q8_0, sp_block_q8_0, 32, q8_0_row, 8)
-QTILE(q4_0, sp_block_q4_0, 32, q4_0_row, 8)
-QTILE(q4_K, sp_block_q4_K, 256, q4_K_row, 4)
-QTILE(q6_K, sp_block_q6_K, 256, q6_K_row, 4)
+QTILE(q8_0, sp_block_q8_0, 32, q8_0_row, 8, 0)
+QTILE(q4_0, sp_block_q4_0, 32, q4_0_row, 8, 0)
+QTILE(q4_K, sp_block_q4_K, 256, q4_K_row, 4, 1)
+QTILE(q6_K, sp_block_q6_K, 256, q6_K_row, 4, 0)
 
 #define FTILE(NAME, WT)                                                                              \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,        \
@@ -469,6 +550,7 @@ static const sp_mm_kernel mm_f16 = {8, 32, NULL, 4, conv_f16, f16_tile, 0};
 static const sp_mm_kernel mm_bf16 = {8, 32, NULL, 4, conv_bf16, bf16_tile, 0};
 static const sp_mm_kernel mm_q8_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q8_0_tile, 0};
 static const sp_mm_kernel mm_q4_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q4_0_tile, 0};
+static const sp_mm_kernel mm_q4_0r8 = {32, sizeof(sp_block_q8_0), NULL, 4, conv_q8_0, q4_0r8_tile, 1};
 static const sp_mm_kernel mm_q4_K = {256, sizeof(sp_block_q8_K), NULL, 4, conv_q8_K, q4_K_tile, 0};
 static const sp_mm_kernel mm_q6_K = {256, sizeof(sp_block_q8_K), NULL, 4, conv_q8_K, q6_K_tile, 0};
 
@@ -506,5 +588,8 @@ const sp_kernel_ops sp_ops_avx2 = {
         [SP_TYPE_Q4_0] = &mm_q4_0,
         [SP_TYPE_Q4_K] = &mm_q4_K,
         [SP_TYPE_Q6_K] = &mm_q6_K,
+    },
+    .mm_rows8 = {
+        [SP_TYPE_Q4_0] = &mm_q4_0r8,
     },
 };

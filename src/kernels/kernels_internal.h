@@ -50,7 +50,17 @@ typedef struct {
      * the reference at every level */
     sp_quant_fn quantize[SP_TYPE_COUNT];
     const sp_mm_kernel *mm[SP_TYPE_COUNT];
+    /* For a matrix whose row count is a multiple of 8, where set: the
+     * summation order llama.cpp uses for such a matrix (it repacks Q4_0
+     * ones into 8-row interleaved blocks at load and sums them in another
+     * order than other Q4_0 matrices). NULL: mm[] serves every shape. */
+    const sp_mm_kernel *mm_rows8[SP_TYPE_COUNT];
 } sp_kernel_ops;
+
+/* The kernel for a matrix of n_rows rows of type wt at level o. */
+static inline const sp_mm_kernel *sp_mm_for(const sp_kernel_ops *o, sp_type wt, int64_t n_rows) {
+    return n_rows % 8 == 0 && o->mm_rows8[wt] ? o->mm_rows8[wt] : o->mm[wt];
+}
 
 extern const sp_kernel_ops sp_ops_ref;
 extern const sp_kernel_ops sp_ops_avx2;

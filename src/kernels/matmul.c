@@ -65,7 +65,7 @@ size_t sp_matmul_scratch_size(sp_type wt, int64_t k, int64_t n_tok) {
     const sp_kernel_ops *levels[] = {&sp_ops_ref, &sp_ops_avx2, &sp_ops_avx512};
     size_t row = 0;
     for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
-        row = SP_MAX(row, xrow_stride(levels[i]->mm[wt], k));
+        row = SP_MAX(row, SP_MAX(xrow_stride(levels[i]->mm[wt], k), xrow_stride(sp_mm_for(levels[i], wt, 8), k)));
     return row * (size_t)SP_MAX(n_tok, 1) + 64;
 }
 
@@ -173,7 +173,7 @@ void sp_matmul(sp_pool *pool, const void *w, sp_type wt, int64_t n_rows, int64_t
     const sp_type_traits *tt = sp_type_info(wt);
     SP_ASSERT(tt && tt->supported && k > 0 && k % tt->blck == 0 && ldy >= n_rows);
     if (n_rows <= 0 || n_tok <= 0) return;
-    const sp_mm_kernel *mm = sp_kernel_ops_get()->mm[wt];
+    const sp_mm_kernel *mm = sp_mm_for(sp_kernel_ops_get(), wt, n_rows);
     const int nth = sp_pool_size(pool);
 
     mm_job j = {0};

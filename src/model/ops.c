@@ -15,66 +15,93 @@ void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) 
     for (int64_t i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
 }
 
+/* ggml's AVX-512 vector exp, one lane: x = n ln2 + b (ln2 in two parts, n
+ * by the 1.5 * 2^23 rounding trick), exp(b) by a degree-5 polynomial in
+ * two FMA halves, then scaled by 2^n (scalef); |n| > 192 gives 0 or inf. */
+float sp_exp_ggml(float x) {
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                         u, fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(j, (int)n); /* scalef: exact, rounded once where subnormal */
+}
+
+float sp_reduce16(const float v[16]) {
+    float h[8], q[4];
+    for (int l = 0; l < 8; l++) h[l] = v[l + 8] + v[l];
+    for (int l = 0; l < 4; l++) q[l] = h[l + 4] + h[l];
+    return (q[0] + q[2]) + (q[1] + q[3]);
+}
+
 float sp_softmax_exp(float *scores, int32_t n, float max) {
-    double sum = 0.0; /* as llama.cpp: f32 terms, double sum */
-    for (int32_t p = 0; p < n; p++) {
-        scores[p] = expf(scores[p] - max);
-        sum += scores[p];
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i += 16) {
+        float v[16];
+        for (int l = 0; l < 16; l++) v[l] = i + l < n ? (scores[i + l] = sp_exp_ggml(scores[i + l] - max)) : 0.0f;
+        sum += (double)sp_reduce16(v);
     }
     return (float)(1.0 / sum);
 }
 
 static float round16(float x) { return sp_f16_to_f32(sp_f32_to_f16(x)); }
 
+static float kv_at(const void *base, size_t i, bool f16) {
+    return f16 ? sp_f16_to_f32(((const sp_f16 *)base)[i]) : ((const float *)base)[i];
+}
+
+/* The order of ops.h, one lane at a time. */
 static void ref_attn_head(const float *q, sp_kv *kv, int32_t layer, int32_t seq, int32_t g,
                           int32_t D, int32_t n_pos, float scale, float *scores, uint16_t *q16,
                           float *out) {
     const bool f16 = kv->type == SP_TYPE_F16;
     const int32_t kv_dim = kv->kv_dim;
     (void)q16;
-    float qr[1024];
+    SP_ASSERT(D <= SP_HEAD_DIM_MAX);
+    float qr[SP_HEAD_DIM_MAX];
     for (int d = 0; d < D; d++) qr[d] = f16 ? round16(q[d]) : q[d];
     float max = -INFINITY;
     for (int32_t p = 0; p < n_pos;) {
         const void *kb, *vb;
-        int32_t n = kv->ops->span(kv, layer, seq, p, n_pos, &kb, &vb);
+        const int32_t n = kv->ops->span(kv, layer, seq, p, n_pos, &kb, &vb);
         for (int32_t j = 0; j < n; j++) {
-            float s = 0.0f;
-            if (f16) {
-                const sp_f16 *k = (const sp_f16 *)kb + (size_t)j * kv_dim + (size_t)g * D;
-                for (int d = 0; d < D; d++) s += qr[d] * sp_f16_to_f32(k[d]);
-            } else {
-                const float *k = (const float *)kb + (size_t)j * kv_dim + (size_t)g * D;
-                for (int d = 0; d < D; d++) s += qr[d] * k[d];
-            }
-            s *= scale;
+            float acc[16] = {0};
+            const size_t o = (size_t)j * kv_dim + (size_t)g * D;
+            for (int d = 0; d < D; d++) acc[d % 16] = fmaf(qr[d], kv_at(kb, o + d, f16), acc[d % 16]);
+            const float s = sp_reduce16(acc) * scale;
             scores[p + j] = s;
             if (s > max) max = s;
         }
         p += n;
     }
     const float inv = sp_softmax_exp(scores, n_pos, max);
-    for (int d = 0; d < D; d++) out[d] = 0.0f;
-    for (int32_t p = 0; p < n_pos;) {
-        const void *kb, *vb;
-        int32_t n = kv->ops->span(kv, layer, seq, p, n_pos, &kb, &vb);
-        for (int32_t j = 0; j < n; j++) {
-            float pj = scores[p + j] * inv;
-            if (f16) {
-                pj = round16(pj);
-                const sp_f16 *v = (const sp_f16 *)vb + (size_t)j * kv_dim + (size_t)g * D;
-                for (int d = 0; d < D; d++) out[d] += pj * sp_f16_to_f32(v[d]);
-            } else {
-                const float *v = (const float *)vb + (size_t)j * kv_dim + (size_t)g * D;
-                for (int d = 0; d < D; d++) out[d] += pj * v[d];
+    float part[16][SP_HEAD_DIM_MAX];
+    for (int r = 0; r < 16; r++) {
+        for (int d = 0; d < D; d++) part[r][d] = 0.0f;
+        for (int32_t p = 0; p < n_pos;) {
+            const void *kb, *vb;
+            const int32_t n = kv->ops->span(kv, layer, seq, p, n_pos, &kb, &vb);
+            for (int32_t j = (r - p % 16 + 16) % 16; j < n; j += 16) {
+                float pj = scores[p + j] * inv;
+                if (f16) pj = round16(pj);
+                const size_t o = (size_t)j * kv_dim + (size_t)g * D;
+                for (int d = 0; d < D; d++) part[r][d] = fmaf(pj, kv_at(vb, o + d, f16), part[r][d]);
             }
+            p += n;
         }
-        p += n;
+    }
+    for (int d = 0; d < D; d++) {
+        float v[16];
+        for (int r = 0; r < 16; r++) v[r] = part[r][d];
+        out[d] = sp_reduce16(v);
     }
 }
 
 static void ref_swiglu(int64_t n, const float *g, const float *u, float *y) {
-    for (int64_t i = 0; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for (int64_t i = 0; i < n; i++) y[i] = g[i] / (1.0f + sp_exp_ggml(0.0f - g[i])) * u[i];
 }
 
 void sp_attn_run(const sp_fwd_ops *o, const float *q, size_t q_stride, int32_t nq, sp_kv *kv,

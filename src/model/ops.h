@@ -14,8 +14,14 @@
 
 typedef struct {
     /* out[D] = softmax(scale * q.K^T) V over positions [0, n_pos) of seq for
-     * KV head g. Mirrors llama.cpp's non-flash path: with an f16 KV store, q
-     * and the probabilities are rounded to f16 before their products.
+     * KV head g. Mirrors llama.cpp's non-flash path as its CPU backend runs
+     * a prompt (tinyBLAS): with an f16 KV store, q and the probabilities are
+     * rounded to f16 before their products; q.k in 16 lanes over d (lane
+     * d % 16, FMA in order of d) summed by sp_reduce16, times scale;
+     * sp_softmax_exp; out[d] as 16 partial sums over the positions
+     * p = r mod 16 (FMA in order of p) summed by sp_reduce16. Every token
+     * takes this order, in any batch (llama.cpp's single-token steps take
+     * another, which would make a token's logits depend on its batch).
      * scores must hold n_pos floats; q16 D halves (scratch). */
     void (*attn_head)(const float *q, sp_kv *kv, int32_t layer, int32_t seq, int32_t g,
                       int32_t D, int32_t n_pos, float scale, float *scores, uint16_t *q16,
@@ -53,8 +59,24 @@ void sp_attn_run(const sp_fwd_ops *o, const float *q, size_t q_stride, int32_t n
                  float *scores, size_t sc_stride, uint16_t *q16, float *out, size_t out_stride);
 
 /* scores[i] = exp(scores[i] - max) in place; returns 1 / their sum (the
- * softmax's normalizer, applied by the caller where it uses the weights). */
+ * softmax's normalizer, applied by the caller where it uses the weights).
+ * The order of ggml_vec_soft_max_f32 (AVX-512) over llama.cpp's KV rows,
+ * which it pads with -inf: sp_exp_ggml, each aligned group of 16 summed
+ * by sp_reduce16 (a last partial group as if padded with zeros), the
+ * groups' sums added in double. */
 float sp_softmax_exp(float *scores, int32_t n, float max);
+
+/* exp(x) with the operations and roundings of ggml's AVX-512 vector exp
+ * (llama.cpp's softmax and SiLU), one lane; the SIMD variants' exp equals
+ * it in every lane. */
+float sp_exp_ggml(float x);
+
+/* v[0] + ... + v[15] in the order of GCC's _mm512_reduce_add_ps: halves,
+ * quarters, then (q0 + q2) + (q1 + q3). */
+float sp_reduce16(const float v[16]);
+
+/* Largest head size the attention variants take. */
+#define SP_HEAD_DIM_MAX 1024
 
 /* y[n] = x / rms(x) * w  (sum of squares in double, as llama.cpp) */
 void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);

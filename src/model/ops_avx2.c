@@ -1,6 +1,6 @@
-/* ops_avx2.c: AVX2 + FMA + F16C variants of the forward-pass operations.
- * Same arithmetic as ops.c (f16 rounding of q and of the probabilities for
- * an f16 KV store); only the summation order differs. */
+/* ops_avx2.c: AVX2 + FMA + F16C variants of the forward-pass operations,
+ * bit-identical to ops.c (the order ops.h describes), 16-lane groups as
+ * two 8-lane halves. */
 #include <immintrin.h>
 #include <math.h>
 
@@ -14,91 +14,122 @@ static inline float hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* expf for 8 lanes: range reduction by ln2 and a degree-6 polynomial;
- * relative error about 2 ulp over the range softmax and silu use. */
+/* ggml's AVX-512 vector exp on 8 lanes (sp_exp_ggml in every lane): the
+ * same FMAs; its scalef by 2^n as a multiply by 2^n built in the exponent
+ * bits, exact while -126 <= n <= 127 (a subnormal result rounds once, as
+ * scalef's); the rare vectors with a lane outside (x below about -87 or
+ * above 88) go lane by lane through sp_exp_ggml. */
 static inline __m256 exp256(__m256 x) {
-    const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.0f);
-    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-    __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-    __m256 y = _mm256_set1_ps(1.9875691500E-4f);
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
-    __m256 x2 = _mm256_mul_ps(x, x);
-    y = _mm256_fmadd_ps(y, x2, _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 n = _mm256_sub_ps(z, r);
+    const __m256 inr = _mm256_and_ps(_mm256_cmp_ps(n, _mm256_set1_ps(-126.0f), _CMP_GE_OQ),
+                                     _mm256_cmp_ps(n, _mm256_set1_ps(127.0f), _CMP_LE_OQ));
+    if (_mm256_movemask_ps(inr) != 0xFF) {
+        float v[8];
+        _mm256_storeu_ps(v, x);
+        for (int l = 0; l < 8; l++) v[l] = sp_exp_ggml(v[l]);
+        return _mm256_loadu_ps(v);
+    }
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(j, _mm256_castsi256_ps(e));
 }
 
+/* sp_reduce16 of lanes lo (0-7) and hi (8-15) */
+static inline float reduce16(__m256 lo, __m256 hi) { return hsum256(_mm256_add_ps(hi, lo)); }
+
+/* sp_softmax_exp with two 8-lane halves per group of 16. */
+static float softmax_exp256(float *s, int32_t n, float max) {
+    const __m256 m = _mm256_set1_ps(max);
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i += 16) {
+        float t[16];
+        for (int l = 0; l < 16; l++) t[l] = i + l < n ? s[i + l] : max;
+        const __m256 lo = exp256(_mm256_sub_ps(_mm256_loadu_ps(t), m));
+        const __m256 hi = exp256(_mm256_sub_ps(_mm256_loadu_ps(t + 8), m));
+        _mm256_storeu_ps(t, lo);
+        _mm256_storeu_ps(t + 8, hi);
+        for (int l = 0; l < 16; l++) {
+            if (i + l < n) s[i + l] = t[l];
+            else t[l] = 0.0f; /* the zero padding of ops.h */
+        }
+        sum += (double)reduce16(_mm256_loadu_ps(t), _mm256_loadu_ps(t + 8));
+    }
+    return (float)(1.0 / sum);
+}
+
+static inline __m256 load8(const void *base, size_t i, bool f16) {
+    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)))
+               : _mm256_loadu_ps((const float *)base + i);
+}
+
+/* The order of ops.h with 16-lane groups as two 8-lane halves. */
 static void avx2_attn_head(const float *q, sp_kv *kv, int32_t layer, int32_t seq, int32_t g,
                            int32_t D, int32_t n_pos, float scale, float *scores, uint16_t *q16,
                            float *out) {
     const bool f16 = kv->type == SP_TYPE_F16;
     const int32_t kv_dim = kv->kv_dim;
-    if (D % 8) { /* odd head sizes take the reference path */
+    if (D % 16 || D > 256) { /* other head sizes take the reference path */
         sp_fwd_ops_ref()->attn_head(q, kv, layer, seq, g, D, n_pos, scale, scores, q16, out);
         return;
     }
-    if (f16)
-        for (int d = 0; d < D; d += 8)
-            _mm_storeu_si128((__m128i *)(q16 + d),
-                             _mm256_cvtps_ph(_mm256_loadu_ps(q + d), _MM_FROUND_TO_NEAREST_INT));
+    float qf[256];
+    for (int d = 0; d < D; d += 8) {
+        __m256 v = _mm256_loadu_ps(q + d);
+        if (f16) v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+        _mm256_storeu_ps(qf + d, v);
+    }
     float max = -INFINITY;
     for (int32_t p = 0; p < n_pos;) {
         const void *kb, *vb;
-        int32_t n = kv->ops->span(kv, layer, seq, p, n_pos, &kb, &vb);
+        const int32_t n = kv->ops->span(kv, layer, seq, p, n_pos, &kb, &vb);
         for (int32_t j = 0; j < n; j++) {
-            __m256 acc = _mm256_setzero_ps();
-            if (f16) {
-                const uint16_t *k = (const uint16_t *)kb + (size_t)j * kv_dim + (size_t)g * D;
-                for (int d = 0; d < D; d += 8) {
-                    __m256 kk = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + d)));
-                    __m256 qq = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(q16 + d)));
-                    acc = _mm256_fmadd_ps(qq, kk, acc);
-                }
-            } else {
-                const float *k = (const float *)kb + (size_t)j * kv_dim + (size_t)g * D;
-                for (int d = 0; d < D; d += 8)
-                    acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), acc);
+            const size_t o = (size_t)j * kv_dim + (size_t)g * D;
+            __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+            for (int d = 0; d < D; d += 16) {
+                lo = _mm256_fmadd_ps(_mm256_loadu_ps(qf + d), load8(kb, o + d, f16), lo);
+                hi = _mm256_fmadd_ps(_mm256_loadu_ps(qf + d + 8), load8(kb, o + d + 8, f16), hi);
             }
-            float s = hsum256(acc) * scale;
+            const float s = reduce16(lo, hi) * scale;
             scores[p + j] = s;
             if (s > max) max = s;
         }
         p += n;
     }
-    const float inv = sp_softmax_exp(scores, n_pos, max);
-    __m256 acc[16]; /* D <= 128 in registers; larger heads loop in chunks */
-    for (int d0 = 0; d0 < D; d0 += 128) {
-        const int dn = SP_MIN(128, D - d0) / 8;
-        for (int c = 0; c < dn; c++) acc[c] = _mm256_setzero_ps();
-        for (int32_t p = 0; p < n_pos;) {
-            const void *kb, *vb;
-            int32_t n = kv->ops->span(kv, layer, seq, p, n_pos, &kb, &vb);
-            for (int32_t j = 0; j < n; j++) {
-                float pj = scores[p + j] * inv;
-                if (f16) {
-                    pj = _cvtsh_ss(_cvtss_sh(pj, _MM_FROUND_TO_NEAREST_INT));
-                    const uint16_t *v = (const uint16_t *)vb + (size_t)j * kv_dim + (size_t)g * D + d0;
-                    __m256 pv = _mm256_set1_ps(pj);
-                    for (int c = 0; c < dn; c++)
-                        acc[c] = _mm256_fmadd_ps(
-                            pv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + 8 * c))), acc[c]);
-                } else {
-                    const float *v = (const float *)vb + (size_t)j * kv_dim + (size_t)g * D + d0;
-                    __m256 pv = _mm256_set1_ps(pj);
-                    for (int c = 0; c < dn; c++)
-                        acc[c] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + 8 * c), acc[c]);
+    const float inv = softmax_exp256(scores, n_pos, max);
+    float part[16][256];
+    for (int r = 0; r < 16; r++) {
+        for (int d0 = 0; d0 < D; d0 += 128) {
+            const int dn = SP_MIN(128, D - d0) / 8;
+            __m256 acc[16];
+            for (int c = 0; c < dn; c++) acc[c] = _mm256_setzero_ps();
+            for (int32_t p = 0; p < n_pos;) {
+                const void *kb, *vb;
+                const int32_t n = kv->ops->span(kv, layer, seq, p, n_pos, &kb, &vb);
+                for (int32_t j = (r - p % 16 + 16) % 16; j < n; j += 16) {
+                    float pj = scores[p + j] * inv;
+                    if (f16) pj = _cvtsh_ss(_cvtss_sh(pj, _MM_FROUND_TO_NEAREST_INT));
+                    const __m256 pv = _mm256_set1_ps(pj);
+                    const size_t o = (size_t)j * kv_dim + (size_t)g * D + d0;
+                    for (int c = 0; c < dn; c++) acc[c] = _mm256_fmadd_ps(pv, load8(vb, o + 8 * c, f16), acc[c]);
                 }
+                p += n;
             }
-            p += n;
+            for (int c = 0; c < dn; c++) _mm256_storeu_ps(&part[r][d0 + 8 * c], acc[c]);
         }
-        for (int c = 0; c < dn; c++) _mm256_storeu_ps(out + d0 + 8 * c, acc[c]);
+    }
+    for (int d = 0; d < D; d += 8) {
+        __m256 h[8], qv[4];
+        for (int l = 0; l < 8; l++) h[l] = _mm256_add_ps(_mm256_loadu_ps(&part[l + 8][d]), _mm256_loadu_ps(&part[l][d]));
+        for (int l = 0; l < 4; l++) qv[l] = _mm256_add_ps(h[l + 4], h[l]);
+        _mm256_storeu_ps(out + d, _mm256_add_ps(_mm256_add_ps(qv[0], qv[2]), _mm256_add_ps(qv[1], qv[3])));
     }
 }
 
@@ -111,7 +142,7 @@ static void avx2_swiglu(int64_t n, const float *g, const float *u, float *y) {
         __m256 s = _mm256_div_ps(x, _mm256_add_ps(one, e));
         _mm256_storeu_ps(y + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
     }
-    for (; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for (; i < n; i++) y[i] = g[i] / (1.0f + sp_exp_ggml(0.0f - g[i])) * u[i];
 }
 
 static const sp_fwd_ops AVX2 = {avx2_attn_head, NULL, avx2_swiglu};

@@ -28,42 +28,38 @@ AI __m512 load_row(const void *base, int c, bool f16) {
                : _mm512_loadu_ps((const float *)base + 16 * c);
 }
 
-/* expf for 16 lanes: x = n ln2 + r, exp(r) by a degree-6 polynomial
- * (Cephes' coefficients), scaled by 2^n; about 2 ulp over the range softmax
- * uses (x <= 0), and 0 below -87. */
+/* ggml's AVX-512 vector exp (sp_exp_ggml in every lane). */
 AI __m512 exp512(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-87.3365478515625f);
-    const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    x = _mm512_max_ps(x, lo);
-    const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
-    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
-    __m512 y = _mm512_set1_ps(1.9875691500E-4f);
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507E-3f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073E-3f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894E-2f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459E-1f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201E-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
-    y = _mm512_scalef_ps(y, fx);
-    return _mm512_maskz_mov_ps((__mmask16)~under, y);
+    const __m512 r = _mm512_set1_ps(0x1.8p23f);
+    const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
+    const __m512 n = _mm512_sub_ps(z, r);
+    const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+    const __mmask16 d = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192), _CMP_GT_OQ);
+    const __m512 u = _mm512_mul_ps(b, b);
+    const __m512 j = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+    const __m512 res = _mm512_scalef_ps(j, n);
+    if (!d) return res;
+    const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ),
+                                            _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
+    return _mm512_mask_blend_ps(d, res, alt);
 }
 
-/* scores[i] = exp(scores[i] - max) in place; returns 1 / their sum, summed
- * in double per lane (as ops.c sums in double). The scalar expf was 40% of
- * attention at 400 positions. */
+/* sp_softmax_exp (ops.h) with 16 lanes: one group per vector, the last
+ * one zero-padded, each reduced as sp_reduce16 and added in double. */
 static float softmax_exp512(float *s, int32_t n, float max) {
     const __m512 m = _mm512_set1_ps(max);
-    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    double sum = 0.0;
     for (int32_t i = 0; i < n; i += 16) {
         const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
         const __m512 e = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + i), m)));
         _mm512_mask_storeu_ps(s + i, k, e);
-        a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-        a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+        sum += (double)_mm512_reduce_add_ps(e);
     }
-    return (float)(1.0 / _mm512_reduce_add_pd(_mm512_add_pd(a0, a1)));
+    return (float)(1.0 / sum);
 }
 
 /* Queries t < qn (<= QG) at positions n_pos0 - 1 + t attend [0, n_pos0 + t). */
@@ -106,31 +102,45 @@ AI void attn_group(const float *q, size_t q_stride, const int QG, const int DC, 
     }
     _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++)
         if (t < qn) inv[t] = softmax_exp512(scores + (size_t)t * sc_stride, n_pos0 + t, mx[t]);
-    __m512 A[4][8];
-    _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++)
-        _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) A[t][c] = _mm512_setzero_ps();
-    for (int32_t p = 0; p < n_end;) {
-        const void *kb, *vb;
-        const int32_t n = kv->ops->span(kv, layer, seq, p, n_end, &kb, &vb);
-        for (int32_t j = 0; j < n; j++) {
-            const int32_t P = p + j;
-            const char *vr = (const char *)vb + ((size_t)j * kv_dim + (size_t)g * D) * esz;
-            __m512 V[8];
-            _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) V[c] = load_row(vr, c, f16);
-            _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
-                if (t >= qn || P >= n_pos0 + t) continue;
-                float pj = scores[(size_t)t * sc_stride + P] * inv[t];
-                if (f16) pj = _cvtsh_ss(_cvtss_sh(pj, _MM_FROUND_TO_NEAREST_INT));
-                const __m512 pv = _mm512_set1_ps(pj);
-                _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) A[t][c] = _mm512_fmadd_ps(pv, V[c], A[t][c]);
+    /* out = 16 partial sums over the positions of each residue mod 16,
+     * reduced as sp_reduce16 (ops.h); each V row is loaded once per group */
+    float part[4][16][128] __attribute__((aligned(64)));
+    _Pragma("GCC unroll 1") for (int r = 0; r < 16; r++) {
+        __m512 A[4][8];
+        _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++)
+            _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) A[t][c] = _mm512_setzero_ps();
+        for (int32_t p = 0; p < n_end;) {
+            const void *kb, *vb;
+            const int32_t n = kv->ops->span(kv, layer, seq, p, n_end, &kb, &vb);
+            for (int32_t j = (r - p % 16 + 16) % 16; j < n; j += 16) {
+                const int32_t P = p + j;
+                const char *vr = (const char *)vb + ((size_t)j * kv_dim + (size_t)g * D) * esz;
+                __m512 V[8];
+                _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) V[c] = load_row(vr, c, f16);
+                _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
+                    if (t >= qn || P >= n_pos0 + t) continue;
+                    float pj = scores[(size_t)t * sc_stride + P] * inv[t];
+                    if (f16) pj = _cvtsh_ss(_cvtss_sh(pj, _MM_FROUND_TO_NEAREST_INT));
+                    const __m512 pv = _mm512_set1_ps(pj);
+                    _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) A[t][c] = _mm512_fmadd_ps(pv, V[c], A[t][c]);
+                }
             }
+            p += n;
         }
-        p += n;
+        _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++)
+            _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) _mm512_store_ps(&part[t][r][16 * c], A[t][c]);
     }
     _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
         if (t >= qn) continue;
-        _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++)
-            _mm512_storeu_ps(out + (size_t)t * out_stride + 16 * c, A[t][c]);
+        _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) {
+            const float(*pr)[128] = part[t];
+            __m512 h[8], q[4];
+            for (int l = 0; l < 8; l++)
+                h[l] = _mm512_add_ps(_mm512_load_ps(&pr[l + 8][16 * c]), _mm512_load_ps(&pr[l][16 * c]));
+            for (int l = 0; l < 4; l++) q[l] = _mm512_add_ps(h[l + 4], h[l]);
+            _mm512_storeu_ps(out + (size_t)t * out_stride + 16 * c,
+                             _mm512_add_ps(_mm512_add_ps(q[0], q[2]), _mm512_add_ps(q[1], q[3])));
+        }
     }
 }
 
