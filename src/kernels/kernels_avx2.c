@@ -14,6 +14,16 @@
  * block is loaded and unpacked once and used for every token of the tile.
  * This level is the fallback for CPUs without AVX-512 VNNI; the avx512 level
  * is the fast one.
+ *
+ * Order: this level (and kernels_ref.c, lane by lane) sums every dot as
+ * llama.cpp's CPU backend does for a prompt (ggml's AVX2 quantized dots,
+ * its repacked Q4_0 kernel for 8-row multiples, tinyBLAS for F16/BF16):
+ * the integer lanes hold the same sums as ggml's, scales are applied with
+ * the same FMAs and lanes are added in the same order, and K is never cut
+ * into ranges (whole_k), so on the random-weight reference models, where a
+ * single rounding can flip an activation's quantization, its tokens are
+ * llama.cpp's (tests/reference/test_reference.c). The avx512 level keeps a
+ * faster order of its own (kernels_avx512.c).
  */
 #include <immintrin.h>
 
@@ -546,13 +556,13 @@ static void conv_q8_0(const float *x, int64_t k, void *xs) { quantize_q8_0_avx2(
 static void conv_q8_K(const float *x, int64_t k, void *xs) { quantize_q8_K_avx2(x, xs, k); }
 
 static const sp_mm_kernel mm_f32 = {8, 32, NULL, 4, conv_f32, f32_tile, 1};
-static const sp_mm_kernel mm_f16 = {8, 32, NULL, 4, conv_f16, f16_tile, 0};
-static const sp_mm_kernel mm_bf16 = {8, 32, NULL, 4, conv_bf16, bf16_tile, 0};
-static const sp_mm_kernel mm_q8_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q8_0_tile, 0};
-static const sp_mm_kernel mm_q4_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q4_0_tile, 0};
+static const sp_mm_kernel mm_f16 = {8, 32, NULL, 4, conv_f16, f16_tile, 1};
+static const sp_mm_kernel mm_bf16 = {8, 32, NULL, 4, conv_bf16, bf16_tile, 1};
+static const sp_mm_kernel mm_q8_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q8_0_tile, 1};
+static const sp_mm_kernel mm_q4_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q4_0_tile, 1};
 static const sp_mm_kernel mm_q4_0r8 = {32, sizeof(sp_block_q8_0), NULL, 4, conv_q8_0, q4_0r8_tile, 1};
-static const sp_mm_kernel mm_q4_K = {256, sizeof(sp_block_q8_K), NULL, 4, conv_q8_K, q4_K_tile, 0};
-static const sp_mm_kernel mm_q6_K = {256, sizeof(sp_block_q8_K), NULL, 4, conv_q8_K, q6_K_tile, 0};
+static const sp_mm_kernel mm_q4_K = {256, sizeof(sp_block_q8_K), NULL, 4, conv_q8_K, q4_K_tile, 1};
+static const sp_mm_kernel mm_q6_K = {256, sizeof(sp_block_q8_K), NULL, 4, conv_q8_K, q6_K_tile, 1};
 
 /* exported for the avx512 level, which reuses them */
 void sp_avx2_quantize_q8_0(const float *x, void *y, int64_t k) { quantize_q8_0_avx2(x, y, k); }

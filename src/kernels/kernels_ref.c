@@ -290,89 +290,153 @@ static void vec_dot_f32_ref(int64_t k, float *s, const void *vw, const void *vx)
     *s = sp_f32_finish(v, w + np, x + np, k - np);
 }
 
-static void vec_dot_f16_ref(int64_t k, float *s, const void *vw, const void *vx) {
-    const sp_f16 *w = vw, *x = vx;
-    double sum = 0.0;
-    for (int64_t i = 0; i < k; i++) sum += (double)(sp_f16_to_f32(w[i]) * sp_f16_to_f32(x[i]));
-    *s = (float)sum;
+/* The quantized dots below do, lane by lane, the arithmetic of the AVX2
+ * kernels of llama.cpp's CPU backend (ggml vec_dot_*_q8_*), which are what
+ * its reference records were computed with: 8 f32 lanes, lane l holding the
+ * exact integer sum of its products of each block (elements 4l..4l+3 of
+ * each 32), scaled and added with one FMA per block, the lanes summed as
+ * hsum8. Integer sums are exact in any order; the f32 steps are not, and on
+ * chaotic models one rounding flips an activation's quantization. */
+static float hsum8(const float F[8]) {
+    const float t0 = F[0] + F[4], t1 = F[1] + F[5], t2 = F[2] + F[6], t3 = F[3] + F[7];
+    return (t0 + t2) + (t1 + t3);
 }
 
-static void vec_dot_bf16_ref(int64_t k, float *s, const void *vw, const void *vx) {
-    const sp_bf16 *w = vw, *x = vx;
-    double sum = 0.0;
-    for (int64_t i = 0; i < k; i++) sum += (double)(sp_bf16_to_f32(w[i]) * sp_bf16_to_f32(x[i]));
-    *s = (float)sum;
+/* F16/BF16: llama.cpp's order for a prompt (tinyBLAS, AVX-512): 16 lanes,
+ * lane i % 16 an FMA chain over i, summed as sp_reduce16's order; the AVX2
+ * tiles keep lanes 0-7 and 8-15 in two vectors. A tail past the last 16
+ * (no such row in llama.cpp's path) goes to lanes 0-7 by 8 and then one
+ * product at a time. */
+static float half_dot(int64_t k, const void *vw, const void *vx, float (*cvt)(uint16_t)) {
+    const uint16_t *w = vw, *x = vx;
+    float F[16] = {0};
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16)
+        for (int l = 0; l < 16; l++) F[l] = fmaf(cvt(w[i + l]), cvt(x[i + l]), F[l]);
+    for (; i + 8 <= k; i += 8)
+        for (int l = 0; l < 8; l++) F[l] = fmaf(cvt(w[i + l]), cvt(x[i + l]), F[l]);
+    float h[8];
+    for (int l = 0; l < 8; l++) h[l] = F[l] + F[l + 8];
+    float s = hsum8(h);
+    for (; i < k; i++) s = fmaf(cvt(w[i]), cvt(x[i]), s);
+    return s;
+}
+
+static float f16_cvt(uint16_t h) { return sp_f16_to_f32(h); }
+static float bf16_cvt(uint16_t h) { return sp_bf16_to_f32(h); }
+
+static void vec_dot_f16_ref(int64_t k, float *s, const void *vw, const void *vx) { *s = half_dot(k, vw, vx, f16_cvt); }
+static void vec_dot_bf16_ref(int64_t k, float *s, const void *vw, const void *vx) { *s = half_dot(k, vw, vx, bf16_cvt); }
+
+/* F[l] += (4-product sums of q . x in lane l) * d, for one block of 32 */
+static void block8(const int8_t *q, const int8_t *x, float d, float F[8]) {
+    for (int l = 0; l < 8; l++) {
+        int p = 0;
+        for (int i = 4 * l; i < 4 * l + 4; i++) p += q[i] * x[i];
+        F[l] = fmaf((float)p, d, F[l]);
+    }
+}
+
+static void q4_0_unpack(const sp_block_q4_0 *b, int8_t q[32]) {
+    for (int j = 0; j < 16; j++) {
+        q[j] = (int8_t)((b->qs[j] & 0xF) - 8);
+        q[j + 16] = (int8_t)((b->qs[j] >> 4) - 8);
+    }
 }
 
 static void vec_dot_q8_0_ref(int64_t k, float *s, const void *vw, const void *vx) {
     const sp_block_q8_0 *w = vw, *x = vx;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < k / SP_QK8_0; i++) {
-        int sumi = 0;
-        for (int j = 0; j < SP_QK8_0; j++) sumi += w[i].qs[j] * x[i].qs[j];
-        sum += sumi * (sp_f16_to_f32(w[i].d) * sp_f16_to_f32(x[i].d));
-    }
-    *s = sum;
+    float F[8] = {0};
+    for (int64_t i = 0; i < k / SP_QK8_0; i++)
+        block8(w[i].qs, x[i].qs, sp_f16_to_f32(w[i].d) * sp_f16_to_f32(x[i].d), F);
+    *s = hsum8(F);
 }
 
 static void vec_dot_q4_0_ref(int64_t k, float *s, const void *vw, const void *vx) {
     const sp_block_q4_0 *w = vw;
     const sp_block_q8_0 *x = vx;
-    float sum = 0.0f;
+    float F[8] = {0};
     for (int64_t i = 0; i < k / SP_QK4_0; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            sumi += ((w[i].qs[j] & 0xF) - 8) * x[i].qs[j];
-            sumi += ((w[i].qs[j] >> 4) - 8) * x[i].qs[j + 16];
-        }
-        sum += sumi * (sp_f16_to_f32(w[i].d) * sp_f16_to_f32(x[i].d));
+        int8_t q[32];
+        q4_0_unpack(&w[i], q);
+        block8(q, x[i].qs, sp_f16_to_f32(w[i].d) * sp_f16_to_f32(x[i].d), F);
     }
-    *s = sum;
+    *s = hsum8(F);
 }
 
+/* Q4_0 in a matrix of 8-row multiples: llama.cpp repacks those and sums
+ * acc = fma(block's integer dot, dw * dx, acc) block after block. */
+static void vec_dot_q4_0r8_ref(int64_t k, float *s, const void *vw, const void *vx) {
+    const sp_block_q4_0 *w = vw;
+    const sp_block_q8_0 *x = vx;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < k / SP_QK4_0; i++) {
+        int8_t q[32];
+        q4_0_unpack(&w[i], q);
+        int p = 0;
+        for (int j = 0; j < 32; j++) p += q[j] * x[i].qs[j];
+        acc = fmaf((float)p, sp_f16_to_f32(w[i].d) * sp_f16_to_f32(x[i].d), acc);
+    }
+    *s = acc;
+}
+
+/* Q4_K: the scale term in 8 lanes as above (lane l: elements 4l..4l+3 of
+ * each 32-value sub-block, times its scale); the min term in 4 lanes of its
+ * own, lane l = m_{2l} S_{2l} + m_{2l+1} S_{2l+1} (S_j the sum of
+ * sub-block j's activations), scaled by -(d_x dmin); result hsum8 of the
+ * first plus (M0 + M2) + (M1 + M3). */
 static void vec_dot_q4_K_ref(int64_t k, float *s, const void *vw, const void *vx) {
     const sp_block_q4_K *w = vw;
     const sp_block_q8_K *x = vx;
-    float sum = 0.0f;
+    float F[8] = {0}, M[4] = {0};
     for (int64_t i = 0; i < k / SP_QK_K; i++) {
         uint8_t sm[16];
         sp_q4_K_unpack_scales(w[i].scales, sm);
         const int8_t *q8 = x[i].qs;
-        int sumi = 0, summ = 0;
-        for (int j = 0; j < 8; j++) {
+        int acc[8] = {0};
+        for (int j = 0; j < 8; j++) { /* sub-block j: nibbles of bytes 32 (j / 2) .. */
             const uint8_t *q4 = w[i].qs + 32 * (j / 2);
             const int shift = 4 * (j & 1);
-            int isum = 0;
-            for (int l = 0; l < 32; l++) isum += ((q4[l] >> shift) & 0xF) * q8[32 * j + l];
-            sumi += sm[j] * isum;
-            summ += sm[8 + j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+            for (int l = 0; l < 8; l++) {
+                int p = 0;
+                for (int e = 4 * l; e < 4 * l + 4; e++) p += ((q4[e] >> shift) & 0xF) * q8[32 * j + e];
+                acc[l] += sm[j] * p;
+            }
         }
-        const float d = sp_f16_to_f32(w[i].d) * x[i].d;
-        const float dmin = sp_f16_to_f32(w[i].dmin) * x[i].d;
-        sum += d * sumi - dmin * summ;
+        const float d = sp_f16_to_f32(w[i].d), dmin = sp_f16_to_f32(w[i].dmin);
+        for (int l = 0; l < 4; l++) {
+            const int s0 = x[i].bsums[4 * l] + x[i].bsums[4 * l + 1], s1 = x[i].bsums[4 * l + 2] + x[i].bsums[4 * l + 3];
+            M[l] = fmaf((float)(sm[8 + 2 * l] * s0 + sm[8 + 2 * l + 1] * s1), -(x[i].d * dmin), M[l]);
+        }
+        for (int l = 0; l < 8; l++) F[l] = fmaf((float)acc[l], x[i].d * d, F[l]);
     }
-    *s = sum;
+    *s = hsum8(F) + ((M[0] + M[2]) + (M[1] + M[3]));
 }
 
+/* Q6_K: lane l holds, for each 32-value chunk, sc * sum of (q - 32) x over
+ * its elements 4l..4l+3 (sc: the chunk's first 16 values' scale for lanes
+ * 0-3, the next one's for 4-7). */
 static void vec_dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *vx) {
     const sp_block_q6_K *w = vw;
     const sp_block_q8_K *x = vx;
-    float sum = 0.0f;
+    float F[8] = {0};
     for (int64_t i = 0; i < k / SP_QK_K; i++) {
-        int sumi = 0;
-        for (int g = 0; g < 16; g++) {
-            int isum = 0;
-            for (int e = 16 * g; e < 16 * g + 16; e++) {
-                const int nn = e / 128, r = e % 128, qd = r / 32, l = r % 32;
-                const int lo = (w[i].ql[nn * 64 + (qd & 1) * 32 + l] >> (4 * (qd >> 1))) & 0xF;
-                const int hi = (w[i].qh[nn * 32 + l] >> (2 * qd)) & 3;
-                isum += ((lo | (hi << 4)) - 32) * x[i].qs[e];
+        int acc[8] = {0};
+        for (int c = 0; c < 8; c++) { /* chunk c: elements 32c .. 32c + 31 */
+            const int nn = c / 4, qd = c % 4;
+            for (int l = 0; l < 8; l++) {
+                int p = 0;
+                for (int b = 4 * l; b < 4 * l + 4; b++) {
+                    const int lo = (w[i].ql[nn * 64 + (qd & 1) * 32 + b] >> (4 * (qd >> 1))) & 0xF;
+                    const int hi = (w[i].qh[nn * 32 + b] >> (2 * qd)) & 3;
+                    p += ((lo | (hi << 4)) - 32) * x[i].qs[32 * c + b];
+                }
+                acc[l] += w[i].scales[2 * c + (l >= 4)] * p;
             }
-            sumi += w[i].scales[g] * isum;
         }
-        sum += sp_f16_to_f32(w[i].d) * x[i].d * sumi;
+        for (int l = 0; l < 8; l++) F[l] = fmaf((float)acc[l], x[i].d * sp_f16_to_f32(w[i].d), F[l]);
     }
-    *s = sum;
+    *s = hsum8(F);
 }
 
 /* ---- matmul tiles: one dot per (row, token) over the whole row ---------- */
@@ -395,6 +459,7 @@ static void vec_dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *vx
 #define vec_dot_bf16_dot vec_dot_bf16_ref
 #define vec_dot_q8_0_dot vec_dot_q8_0_ref
 #define vec_dot_q4_0_dot vec_dot_q4_0_ref
+#define vec_dot_q4_0r8_dot vec_dot_q4_0r8_ref
 #define vec_dot_q4_K_dot vec_dot_q4_K_ref
 #define vec_dot_q6_K_dot vec_dot_q6_K_ref
 REF_MM(vec_dot_f32, SP_TYPE_F32, SP_TYPE_F32, sp_ref_quantize_f32)
@@ -402,6 +467,7 @@ REF_MM(vec_dot_f16, SP_TYPE_F16, SP_TYPE_F16, sp_ref_quantize_f16)
 REF_MM(vec_dot_bf16, SP_TYPE_BF16, SP_TYPE_BF16, sp_ref_quantize_bf16)
 REF_MM(vec_dot_q8_0, SP_TYPE_Q8_0, SP_TYPE_Q8_0, sp_ref_quantize_q8_0)
 REF_MM(vec_dot_q4_0, SP_TYPE_Q4_0, SP_TYPE_Q8_0, sp_ref_quantize_q8_0)
+REF_MM(vec_dot_q4_0r8, SP_TYPE_Q4_0, SP_TYPE_Q8_0, sp_ref_quantize_q8_0)
 REF_MM(vec_dot_q4_K, SP_TYPE_Q4_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
 REF_MM(vec_dot_q6_K, SP_TYPE_Q6_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
 
@@ -432,6 +498,9 @@ const sp_kernel_ops sp_ops_ref = {
         [SP_TYPE_Q4_K] = &vec_dot_q4_K_mm,
         [SP_TYPE_Q6_K] = &vec_dot_q6_K_mm,
     },
+    .mm_rows8 = {
+        [SP_TYPE_Q4_0] = &vec_dot_q4_0r8_mm,
+    },
 };
 
 /* ---- sp_matmul_ref ------------------------------------------------------ */
@@ -444,7 +513,7 @@ void sp_matmul_ref(const void *w, sp_type wt, int64_t n_rows, int64_t k, const f
     const size_t w_row = sp_row_size(wt, k), x_row = sp_row_size(vdt, k);
     void *xq = malloc(x_row ? x_row : 1); /* test-only path: allocation is fine here */
     SP_ASSERT(xq);
-    const sp_mm_kernel *mm = sp_ops_ref.mm[wt];
+    const sp_mm_kernel *mm = sp_mm_for(&sp_ops_ref, wt, n_rows);
     for (int64_t t = 0; t < n_tok; t++) {
         mm->convert(x + t * k, k, xq);
         mm->tile((const uint8_t *)w, w_row, n_rows, xq, x_row, 1, k, 0, k, y + t * ldy, ldy, 0);

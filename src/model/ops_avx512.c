@@ -4,16 +4,18 @@
  * Dimension legend: D head_dim = 16 * DC, QG queries sharing each K/V row
  * load (QG * DC <= 16 zmm of queries or accumulators in registers).
  *
- * A query does the same arithmetic in the same order whether it runs alone
- * (decode) or with others of its sequence (verification, prefill): score =
- * hsum(q[0:16] k[0:16] + fma over the remaining 16-lane chunks) * scale,
- * a 16-lane exp for the softmax (sums in double, as ops.c), then per lane out = fma(p, v, out) over positions in
- * order. Grouping only shares the load and f16 conversion of each K/V row,
- * so a token's logits do not depend on the batch it is in, which greedy
- * speculative decoding needs to reproduce plain decoding exactly.
- * Against AVX2 (8 lanes, one query at a time) it halves the instructions
- * per score and per weighted V row, and a group of 4 pays one conversion
- * of each row instead of 4.
+ * The arithmetic is ops.h's (llama.cpp's prompt order), bit for bit:
+ * score = reduce(q[0:16] k[0:16] + FMA over the remaining 16-lane chunks)
+ * * scale, ggml's 16-lane exp for the softmax, each group of 16 reduced
+ * and added in double, then out = the 16 partial sums over positions
+ * p = r mod 16 (FMA in order of p), reduced per d. A query does the same
+ * arithmetic whether it runs alone (decode) or with others of its sequence
+ * (verification, prefill): grouping only shares the load and f16
+ * conversion of each K/V row, so a token's logits do not depend on the
+ * batch it is in, which greedy speculative decoding needs to reproduce
+ * plain decoding exactly. Against AVX2 (8 lanes, one query at a time) it
+ * halves the instructions per score and per weighted V row, and a group of
+ * 4 pays one conversion of each row instead of 4.
  */
 #include <immintrin.h>
 #include <math.h>
