@@ -493,6 +493,29 @@ int32_t sp_matcher_mask_ahead(sp_matcher *m, int32_t i, uint32_t *bits);
  * speculative decoding use the same masks, so their outputs still agree.
  * The engine turns it on for every request with a grammar. */
 void sp_matcher_set_jump_forward(sp_matcher *m, bool on);
+/* Lazy grammars (tool calls in free text, as llama.cpp's lazy grammars):
+ * the output is free until the trigger (e.g. "<tool_call>") appears in it,
+ * and from the trigger's first byte on it must be a string of the grammar,
+ * which therefore begins with the trigger. at_start: the trigger counts
+ * only at the start of the output, after white space (e.g. "{\"name\""),
+ * else anywhere. A control token whose text is the trigger (e.g. Mistral's
+ * [TOOL_CALLS], no bytes of its own) stands for it. Call once, before the
+ * first mask; the matcher is back at the start, free. While free, every
+ * token is allowed but those whose bytes would complete the trigger and
+ * go on with bytes the grammar refuses (listed per state here, for the
+ * vocabulary's tokens holding the trigger's last byte), the output may
+ * end, and sp_matcher_done is false. SP_OK; SP_ERR_INVALID when the
+ * grammar does not begin with the trigger (or it is empty or over 256
+ * bytes); SP_ERR_NOMEM. */
+int sp_matcher_set_trigger(sp_matcher *m, const char *trigger, size_t len, bool at_start, char *err,
+                           size_t errlen);
+/* Whether lookahead state i (as sp_matcher_mask_ahead) is free: -1 when the
+ * grammar constrains it, else how many tokens it refuses, listed in
+ * *refused (valid until the matcher is freed). A free state's mask is
+ * every token but those, so a caller may skip the mask. */
+int32_t sp_matcher_free_at(const sp_matcher *m, int32_t i, const sp_token **refused);
+/* The control token that stands for the trigger, or -1. */
+sp_token sp_matcher_trigger_token(const sp_matcher *m);
 /* Sets logits[t] = -INFINITY for every token the bitmap does not allow. */
 void sp_mask_apply(const uint32_t *bits, float *logits, int32_t n_vocab);
 

@@ -279,6 +279,128 @@ static void test_lookahead(void) {
     sp_model_free(mod);
 }
 
+/* ---- lazy grammars (a trigger) ---- */
+
+/* The mask of every state met on the way through a lazy grammar equals the
+ * brute-force answer (each token committed on a fresh matcher at that
+ * state): free states allow every token but those that complete the
+ * trigger with bytes the grammar refuses; lookahead across the trigger
+ * agrees with committing token by token. */
+static void check_lazy_masks(const char *vocab_name) {
+    sp_model *mod = load_vocab(vocab_name);
+    REQUIRE(mod, "vocabulary %s", vocab_name);
+    const sp_vocab *v = sp_model_get_vocab(mod);
+    char err[256];
+    sp_token_trie *t = sp_token_trie_create(v, err, sizeof(err));
+    sp_grammar *g = sp_grammar_compile("root ::= \"<tool_call>\\n{\" [a-z]+ \"}\"", 0, err, sizeof(err));
+    REQUIRE(t && g, "%s", err);
+    sp_matcher *m = sp_matcher_create(g, t, err, sizeof(err)), *b = sp_matcher_create(g, t, err, sizeof(err));
+    sp_grammar_free(g);
+    REQUIRE(m && b, "%s", err);
+    const char *trig = "<tool_call>";
+    CHECK(sp_matcher_set_trigger(m, trig, strlen(trig), false, err, sizeof(err)) == SP_OK &&
+              sp_matcher_set_trigger(b, trig, strlen(trig), false, err, sizeof(err)) == SP_OK, "%s", err);
+    const int32_t V = sp_vocab_n_tokens(v), W = (V + 31) / 32;
+    uint32_t *bits = calloc((size_t)W, 4), *bits2 = calloc((size_t)W, 4);
+    static const char *const prefixes[] = {"", "Hi <tool_ca", "<tool_call", "x <tool_call>\n{ab"};
+    int n_bad = 0, refused_some = 0;
+    for (int pi = 0; pi < 4; pi++) {
+        const char *p = prefixes[pi];
+        sp_matcher_reset(m);
+        CHECK(sp_matcher_accept_bytes(m, p, strlen(p)), "prefix '%s'", p);
+        const sp_token *ref;
+        const int32_t nref = sp_matcher_free_at(m, 0, &ref);
+        CHECK((nref >= 0) == (pi < 3), "'%s': free %d", p, nref);
+        CHECK(pi == 3 || (sp_matcher_can_end(m) && !sp_matcher_done(m)), "free text may end");
+        const int32_t cnt = sp_matcher_mask(m, bits);
+        int32_t brute = 0;
+        for (sp_token tok = 0; tok < V; tok++) {
+            sp_matcher_reset(b);
+            const bool ok = sp_matcher_accept_bytes(b, p, strlen(p)) && sp_matcher_accept_token(b, tok);
+            brute += ok;
+            if (ok != (bool)(bits[tok >> 5] >> (tok & 31) & 1) && n_bad++ < 5)
+                fprintf(stderr, "  %s prefix '%s' token %d '%s': mask %d, brute %d\n", vocab_name, p, tok,
+                        sp_vocab_token_text(v, tok), !ok, ok);
+        }
+        CHECK(cnt == brute && (nref < 0 || cnt == V - nref), "'%s': count %d, brute %d, refused %d", p, cnt,
+              brute, nref);
+        refused_some += pi == 2 && nref > 0;
+        if (getenv("GR_VERBOSE")) printf("#   %s prefix %s: free %d, %d tokens\n", vocab_name, p, nref, cnt);
+    }
+    CHECK(n_bad == 0, "%d tokens where mask and brute force differ", n_bad);
+    CHECK(refused_some, "%s: after '<tool_call' some token (\">x\"-like) is refused", vocab_name);
+    /* lookahead from free text across the trigger equals committing one by one */
+    const char *text = "Hi <tool_call>\n{abc}";
+    sp_token toks[64];
+    const int n = sp_tokenize(v, text, strlen(text), toks, 16, false, false);
+    REQUIRE(n > 3 && n <= 16, "tokenized");
+    sp_matcher_reset(m);
+    sp_matcher_reset(b);
+    CHECK(sp_matcher_lookahead(m, toks, n) == n, "the whole text is taken");
+    for (int i = 0; i <= n; i++) {
+        const int32_t na = sp_matcher_mask_ahead(m, i, bits), nb = sp_matcher_mask(b, bits2);
+        CHECK(na == nb && !memcmp(bits, bits2, (size_t)W * 4) &&
+                  sp_matcher_can_end_at(m, i) == sp_matcher_can_end(b),
+              "%s: lookahead state %d", vocab_name, i);
+        if (i < n) CHECK(sp_matcher_accept_token(b, toks[i]), "commit %d", i);
+    }
+    CHECK(sp_matcher_done(b), "complete after the call");
+    free(bits);
+    free(bits2);
+    sp_matcher_free(m);
+    sp_matcher_free(b);
+    sp_token_trie_free(t);
+    sp_model_free(mod);
+}
+
+static void test_lazy_masks(void) {
+    check_lazy_masks("ggml-vocab-llama-spm.gguf");
+    check_lazy_masks("ggml-vocab-gpt-2.gguf");
+}
+
+/* An anchored trigger counts only first (after white space); a control
+ * token whose text is the trigger stands for it; a grammar that does not
+ * begin with its trigger is refused. */
+static void test_lazy_phases(void) {
+    sp_model *mod = load_vocab("ggml-vocab-llama-spm.gguf");
+    REQUIRE(mod, "vocabulary");
+    const sp_vocab *v = sp_model_get_vocab(mod);
+    char err[256];
+    sp_token_trie *t = sp_token_trie_create(v, err, sizeof(err));
+    sp_grammar *g = sp_grammar_compile("root ::= \"{\\\"name\\\": \" [0-9]+ \"}\"", 0, err, sizeof(err));
+    REQUIRE(t && g, "%s", err);
+    sp_matcher *m = sp_matcher_create(g, t, err, sizeof(err));
+    sp_grammar_free(g);
+    const char *trig = "{\"name\"";
+    CHECK(sp_matcher_set_trigger(m, trig, strlen(trig), true, err, sizeof(err)) == SP_OK, "%s", err);
+    const char *call = " \n{\"name\": 42}";
+    CHECK(sp_matcher_accept_bytes(m, call, strlen(call)) && sp_matcher_done(m), "anchored: a call first");
+    sp_matcher_reset(m);
+    CHECK(!sp_matcher_accept_bytes(m, "{\"name\": x", 11), "anchored: the call is constrained");
+    const char *late = "ok {\"name\": x";
+    const sp_token *ref;
+    CHECK(sp_matcher_accept_bytes(m, late, strlen(late)) && sp_matcher_free_at(m, 0, &ref) == 0 &&
+              sp_matcher_can_end(m), "anchored: not first, free to the end");
+    sp_matcher_free(m);
+    /* a control token: <s> (BOS) is one in the llama vocabulary */
+    g = sp_grammar_compile("root ::= \"<s>\" [0-9]+", 0, err, sizeof(err));
+    m = sp_matcher_create(g, t, err, sizeof(err));
+    CHECK(sp_matcher_set_trigger(m, "<s>", 3, false, err, sizeof(err)) == SP_OK, "%s", err);
+    const sp_token bos = sp_vocab_bos(v);
+    CHECK(sp_matcher_trigger_token(m) == bos && bos >= 0, "the control token %d stands for it", bos);
+    CHECK(sp_matcher_accept_bytes(m, "abc", 3) && sp_matcher_accept_token(m, bos) &&
+              sp_matcher_free_at(m, 0, &ref) < 0 && !sp_matcher_can_end(m),
+          "the control token starts the grammar");
+    CHECK(!sp_matcher_accept_bytes(m, "x", 1) && sp_matcher_accept_bytes(m, "7", 1), "then it constrains");
+    sp_matcher_free(m);
+    m = sp_matcher_create(g, t, err, sizeof(err));
+    sp_grammar_free(g);
+    CHECK(sp_matcher_set_trigger(m, "<t>", 3, false, err, sizeof(err)) == SP_ERR_INVALID &&
+              strstr(err, "does not begin with its trigger"), "%s", err);
+    sp_matcher_free(m);
+    sp_token_trie_free(t);
+    sp_model_free(mod);
+}
 
 /* ---- JSON Schema ---- */
 
@@ -383,6 +505,8 @@ int main(void) {
     RUN(test_masks_bpe);
     RUN(test_lookahead);
     RUN(test_jump_forward);
+    RUN(test_lazy_masks);
+    RUN(test_lazy_phases);
     RUN(test_schema_table);
     RUN(test_schema_refused);
     TEST_END();
