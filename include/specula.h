@@ -709,6 +709,17 @@ typedef struct {
      * probability 1 (sp_request_stats.spec_grammar counts them; not with
      * the draft model, whose k is fixed before it drafts). */
     const char *grammar;
+    /* A lazy grammar (sp_matcher_set_trigger): NULL, or the output is free
+     * until this trigger appears in it (at its start, after white space,
+     * when grammar_at_start), and a string of the grammar, which begins
+     * with the trigger, from there on. The free part is sampled from the
+     * unmasked logits but for the tokens that would complete the trigger
+     * with bytes the grammar refuses; speculation stays exact across the
+     * trigger (proposals are cut by the grammar once it applies). A
+     * control token that stands for the trigger (Mistral's [TOOL_CALLS])
+     * adds the trigger's text to the output. */
+    const char *grammar_trigger;
+    bool grammar_at_start;
 } sp_request_params;
 
 sp_request_params sp_request_default_params(void);
