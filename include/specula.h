@@ -837,7 +837,8 @@ typedef int sp_chat_template;
 #define SP_CHAT_NONE 0
 
 typedef struct {
-    const char *role;    /* "system", "developer" (read as system), "user", "assistant" */
+    const char *role;    /* "system", "developer" (read as system), "user", "assistant",
+                            "tool" (a tool's result, in the family's markup) */
     const char *content; /* NULL reads as "" */
 } sp_chat_message;
 
