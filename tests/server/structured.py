@@ -92,6 +92,11 @@ SCHEMAS = [
     ("tool arguments", {"type": "object", "properties": {
         "city": S(20), "unit": {"enum": ["celsius", "fahrenheit"]}, "days": I(1, 7)},
         "required": ["city", "unit"], "additionalProperties": False}),
+    ("pattern code", {"type": "string", "pattern": "^[A-Z]{3}-\\d{2}$"}),
+    ("pattern alternation", {"type": "string", "pattern": "^(yes|no|maybe)( [0-9]{1,2})?$"}),
+    ("pattern escapes", {"type": "object", "properties": {"path": {
+        "type": "string", "pattern": "^[a-z]{1,6}(\\\\[a-z]{1,6}){0,2}\"?$", "maxLength": 21}},
+        "required": ["path"]}),
 ]
 
 GRAMMARS = [
@@ -157,6 +162,8 @@ def valid(v, s, root):
     if isinstance(v, str):
         if len(v) < s.get("minLength", 0) or len(v) > s.get("maxLength", 1 << 30):
             return "length %d" % len(v)
+        if "pattern" in s and not re.search(s["pattern"], v):
+            return "%r does not match the pattern %s" % (v, s["pattern"])
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         if ("minimum" in s and v < s["minimum"]) or ("maximum" in s and v > s["maximum"]) or \
            ("exclusiveMinimum" in s and v <= s["exclusiveMinimum"]) or \
