@@ -702,12 +702,14 @@ typedef struct {
      * end), speculative proposals are cut at the first token it refuses,
      * and once the output is complete (no byte can follow) the request
      * finishes with SP_FINISH_STOP. A grammar that cannot finish within
-     * max_tokens ends with SP_FINISH_LENGTH, its output a prefix. With
-     * speculation on, where the grammar allows a single token (a key,
-     * punctuation, a const) that token is proposed after the proposer's
-     * (jump-forward), verified in the same pass and accepted with
-     * probability 1 (sp_request_stats.spec_grammar counts them; not with
-     * the draft model, whose k is fixed before it drafts). */
+     * max_tokens ends with SP_FINISH_LENGTH, its output a prefix. Where
+     * the grammar allows a single token (a key, punctuation, a const),
+     * that token is proposed (after the proposer's, when the request
+     * speculates; where the grammar cut the draft model's proposals short,
+     * in the room the plan made for them; up to SP_SPEC_K_MAX in a row
+     * when it does not speculate): jump-forward, verified in the same pass
+     * and accepted with probability 1 (sp_request_stats.spec_grammar
+     * counts them; they count as drafted and accepted tokens too). */
     const char *grammar;
     /* A lazy grammar (sp_matcher_set_trigger): NULL, or the output is free
      * until this trigger appears in it (at its start, after white space,
