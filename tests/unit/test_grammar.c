@@ -193,19 +193,42 @@ static void check_masks(const char *vocab_name) {
 static void test_masks_spm(void) { check_masks("ggml-vocab-llama-spm.gguf"); }
 static void test_masks_bpe(void) { check_masks("ggml-vocab-gpt-2.gguf"); }
 
+/* A vocabulary of the reference data, its token trie and a grammar. */
+typedef struct {
+    sp_model *mod;
+    const sp_vocab *v;
+    sp_token_trie *t;
+    sp_grammar *g;
+    char err[256];
+} vfix;
+
+/* false + f->err when one of them could not be made */
+static bool vfix_open(vfix *f, const char *vocab_name, const char *gbnf) {
+    memset(f, 0, sizeof(*f));
+    if (!(f->mod = load_vocab(vocab_name))) {
+        snprintf(f->err, sizeof(f->err), "vocabulary %s", vocab_name);
+        return false;
+    }
+    f->v = sp_model_get_vocab(f->mod);
+    f->t = sp_token_trie_create(f->v, f->err, sizeof(f->err));
+    f->g = f->t ? sp_grammar_compile(gbnf, 0, f->err, sizeof(f->err)) : NULL;
+    return f->g != NULL;
+}
+
+static void vfix_close(vfix *f) {
+    sp_grammar_free(f->g);
+    sp_token_trie_free(f->t);
+    sp_model_free(f->mod);
+}
+
 /* Jump-forward: where the grammar forces bytes, the mask is the one longest
  * token spelling a prefix of them (never a byte token when a piece spells
  * the same); elsewhere the mask is unchanged. */
 static void check_jump(const char *vocab_name) {
-    sp_model *mod = load_vocab(vocab_name);
-    REQUIRE(mod, "vocabulary");
-    const sp_vocab *v = sp_model_get_vocab(mod);
-    char err[256];
-    sp_token_trie *t = sp_token_trie_create(v, err, sizeof(err));
-    sp_grammar *g = sp_grammar_compile("root ::= \"{\" [ ]? \"\\\"name\\\": \" [a-z]+", 0, err, sizeof(err));
-    REQUIRE(t && g, "%s", err);
-    sp_matcher *m = sp_matcher_create(g, t, err, sizeof(err)), *p = sp_matcher_create(g, t, err, sizeof(err));
-    sp_grammar_free(g);
+    vfix f;
+    REQUIRE(vfix_open(&f, vocab_name, "root ::= \"{\" [ ]? \"\\\"name\\\": \" [a-z]+"), "%s", f.err);
+    const sp_vocab *v = f.v;
+    sp_matcher *m = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err)), *p = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err));
     sp_matcher_set_jump_forward(m, true);
     const int32_t V = sp_vocab_n_tokens(v);
     uint32_t *a = calloc((size_t)(V + 31) / 32, 4), *b = calloc((size_t)(V + 31) / 32, 4);
@@ -235,26 +258,24 @@ static void check_jump(const char *vocab_name) {
     free(b);
     sp_matcher_free(m);
     sp_matcher_free(p);
-    sp_token_trie_free(t);
-    sp_model_free(mod);
+    vfix_close(&f);
 }
 
-static void test_jump_forward(void) {
-    check_jump("ggml-vocab-llama-spm.gguf");
-    check_jump("ggml-vocab-gpt-2.gguf");
+/* A check on the SentencePiece and the byte-level BPE vocabulary. */
+static void on_both_vocabs(void (*check)(const char *vocab_name)) {
+    check("ggml-vocab-llama-spm.gguf");
+    check("ggml-vocab-gpt-2.gguf");
 }
+
+static void test_jump_forward(void) { on_both_vocabs(check_jump); }
 
 /* Lookahead states (speculation) equal the states of committing the same
  * tokens one by one, and a proposal that breaks the grammar is cut. */
 static void test_lookahead(void) {
-    sp_model *mod = load_vocab("ggml-vocab-gpt-2.gguf");
-    REQUIRE(mod, "vocabulary");
-    const sp_vocab *v = sp_model_get_vocab(mod);
-    char err[256];
-    sp_token_trie *t = sp_token_trie_create(v, err, sizeof(err));
-    sp_grammar *g = sp_grammar_compile("root ::= \"{\\\"a\\\": \" [0-9]+ \"}\"", 0, err, sizeof(err));
-    REQUIRE(t && g, "%s", err);
-    sp_matcher *m = sp_matcher_create(g, t, err, sizeof(err)), *c = sp_matcher_create(g, t, err, sizeof(err));
+    vfix f;
+    REQUIRE(vfix_open(&f, "ggml-vocab-gpt-2.gguf", "root ::= \"{\\\"a\\\": \" [0-9]+ \"}\""), "%s", f.err);
+    const sp_vocab *v = f.v;
+    sp_matcher *m = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err)), *c = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err));
     const char *text = "{\"a\": 123}x";
     sp_token toks[32];
     int n = sp_tokenize(v, text, strlen(text), toks, 32, false, false);
@@ -274,9 +295,7 @@ static void test_lookahead(void) {
     free(b);
     sp_matcher_free(m);
     sp_matcher_free(c);
-    sp_grammar_free(g);
-    sp_token_trie_free(t);
-    sp_model_free(mod);
+    vfix_close(&f);
 }
 
 /* ---- lazy grammars (a trigger) ---- */
@@ -287,19 +306,14 @@ static void test_lookahead(void) {
  * trigger with bytes the grammar refuses; lookahead across the trigger
  * agrees with committing token by token. */
 static void check_lazy_masks(const char *vocab_name) {
-    sp_model *mod = load_vocab(vocab_name);
-    REQUIRE(mod, "vocabulary %s", vocab_name);
-    const sp_vocab *v = sp_model_get_vocab(mod);
-    char err[256];
-    sp_token_trie *t = sp_token_trie_create(v, err, sizeof(err));
-    sp_grammar *g = sp_grammar_compile("root ::= \"<tool_call>\\n{\" [a-z]+ \"}\"", 0, err, sizeof(err));
-    REQUIRE(t && g, "%s", err);
-    sp_matcher *m = sp_matcher_create(g, t, err, sizeof(err)), *b = sp_matcher_create(g, t, err, sizeof(err));
-    sp_grammar_free(g);
-    REQUIRE(m && b, "%s", err);
+    vfix f;
+    REQUIRE(vfix_open(&f, vocab_name, "root ::= \"<tool_call>\\n{\" [a-z]+ \"}\""), "%s", f.err);
+    const sp_vocab *v = f.v;
+    sp_matcher *m = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err)), *b = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err));
+    REQUIRE(m && b, "%s", f.err);
     const char *trig = "<tool_call>";
-    CHECK(sp_matcher_set_trigger(m, trig, strlen(trig), false, err, sizeof(err)) == SP_OK &&
-              sp_matcher_set_trigger(b, trig, strlen(trig), false, err, sizeof(err)) == SP_OK, "%s", err);
+    CHECK(sp_matcher_set_trigger(m, trig, strlen(trig), false, f.err, sizeof(f.err)) == SP_OK &&
+              sp_matcher_set_trigger(b, trig, strlen(trig), false, f.err, sizeof(f.err)) == SP_OK, "%s", f.err);
     const int32_t V = sp_vocab_n_tokens(v), W = (V + 31) / 32;
     uint32_t *bits = calloc((size_t)W, 4), *bits2 = calloc((size_t)W, 4);
     static const char *const prefixes[] = {"", "Hi <tool_ca", "<tool_call", "x <tool_call>\n{ab"};
@@ -349,30 +363,20 @@ static void check_lazy_masks(const char *vocab_name) {
     free(bits2);
     sp_matcher_free(m);
     sp_matcher_free(b);
-    sp_token_trie_free(t);
-    sp_model_free(mod);
+    vfix_close(&f);
 }
 
-static void test_lazy_masks(void) {
-    check_lazy_masks("ggml-vocab-llama-spm.gguf");
-    check_lazy_masks("ggml-vocab-gpt-2.gguf");
-}
+static void test_lazy_masks(void) { on_both_vocabs(check_lazy_masks); }
 
 /* An anchored trigger counts only first (after white space); a control
  * token whose text is the trigger stands for it; a grammar that does not
  * begin with its trigger is refused. */
 static void test_lazy_phases(void) {
-    sp_model *mod = load_vocab("ggml-vocab-llama-spm.gguf");
-    REQUIRE(mod, "vocabulary");
-    const sp_vocab *v = sp_model_get_vocab(mod);
-    char err[256];
-    sp_token_trie *t = sp_token_trie_create(v, err, sizeof(err));
-    sp_grammar *g = sp_grammar_compile("root ::= \"{\\\"name\\\": \" [0-9]+ \"}\"", 0, err, sizeof(err));
-    REQUIRE(t && g, "%s", err);
-    sp_matcher *m = sp_matcher_create(g, t, err, sizeof(err));
-    sp_grammar_free(g);
+    vfix f;
+    REQUIRE(vfix_open(&f, "ggml-vocab-llama-spm.gguf", "root ::= \"{\\\"name\\\": \" [0-9]+ \"}\""), "%s", f.err);
+    sp_matcher *m = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err));
     const char *trig = "{\"name\"";
-    CHECK(sp_matcher_set_trigger(m, trig, strlen(trig), true, err, sizeof(err)) == SP_OK, "%s", err);
+    CHECK(sp_matcher_set_trigger(m, trig, strlen(trig), true, f.err, sizeof(f.err)) == SP_OK, "%s", f.err);
     const char *call = " \n{\"name\": 42}";
     CHECK(sp_matcher_accept_bytes(m, call, strlen(call)) && sp_matcher_done(m), "anchored: a call first");
     sp_matcher_reset(m);
@@ -383,23 +387,22 @@ static void test_lazy_phases(void) {
               sp_matcher_can_end(m), "anchored: not first, free to the end");
     sp_matcher_free(m);
     /* a control token: <s> (BOS) is one in the llama vocabulary */
-    g = sp_grammar_compile("root ::= \"<s>\" [0-9]+", 0, err, sizeof(err));
-    m = sp_matcher_create(g, t, err, sizeof(err));
-    CHECK(sp_matcher_set_trigger(m, "<s>", 3, false, err, sizeof(err)) == SP_OK, "%s", err);
-    const sp_token bos = sp_vocab_bos(v);
+    sp_grammar *g = sp_grammar_compile("root ::= \"<s>\" [0-9]+", 0, f.err, sizeof(f.err));
+    m = sp_matcher_create(g, f.t, f.err, sizeof(f.err));
+    CHECK(sp_matcher_set_trigger(m, "<s>", 3, false, f.err, sizeof(f.err)) == SP_OK, "%s", f.err);
+    const sp_token bos = sp_vocab_bos(f.v);
     CHECK(sp_matcher_trigger_token(m) == bos && bos >= 0, "the control token %d stands for it", bos);
     CHECK(sp_matcher_accept_bytes(m, "abc", 3) && sp_matcher_accept_token(m, bos) &&
               sp_matcher_free_at(m, 0, &ref) < 0 && !sp_matcher_can_end(m),
           "the control token starts the grammar");
     CHECK(!sp_matcher_accept_bytes(m, "x", 1) && sp_matcher_accept_bytes(m, "7", 1), "then it constrains");
     sp_matcher_free(m);
-    m = sp_matcher_create(g, t, err, sizeof(err));
+    m = sp_matcher_create(g, f.t, f.err, sizeof(f.err));
     sp_grammar_free(g);
-    CHECK(sp_matcher_set_trigger(m, "<t>", 3, false, err, sizeof(err)) == SP_ERR_INVALID &&
-              strstr(err, "does not begin with its trigger"), "%s", err);
+    CHECK(sp_matcher_set_trigger(m, "<t>", 3, false, f.err, sizeof(f.err)) == SP_ERR_INVALID &&
+              strstr(f.err, "does not begin with its trigger"), "%s", f.err);
     sp_matcher_free(m);
-    sp_token_trie_free(t);
-    sp_model_free(mod);
+    vfix_close(&f);
 }
 
 /* ---- JSON Schema ---- */
