@@ -688,9 +688,9 @@ int32_t sp_matcher_free_at(const sp_matcher *m, int32_t i, const sp_token **refu
     const int32_t k = phase_at(m, i);
     *refused = NULL;
     if (k == PH_ACTIVE) return -1;
-    if (k < 0) return 0;
-    *refused = m->tr.refused.v + m->tr.off[k];
-    return m->tr.off[k + 1] - m->tr.off[k];
+    const int32_t n = k < 0 ? 0 : m->tr.off[k + 1] - m->tr.off[k];
+    if (n) *refused = m->tr.refused.v + m->tr.off[k];
+    return n;
 }
 
 sp_token sp_matcher_trigger_token(const sp_matcher *m) { return m->tr.s ? m->tr.tok : -1; }
