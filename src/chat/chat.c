@@ -280,7 +280,8 @@ static void turn(conv *c, int i) {
         mk(o, "<|end_header_id|>\n\n");
         if (c->tools && i == c->tools_at) tools_block(o, c->t, c->tools);
         if (r == R_SYSTEM && i == 0) sys_text(c, s, len);
-        else content(o, c->t, m, r == R_ASSISTANT && m->n_calls ? "" : s, r == R_ASSISTANT && m->n_calls ? 0 : len);
+        else if (r == R_ASSISTANT && m->n_calls) content(o, c->t, m, "", 0); /* Meta's: the call alone */
+        else content(o, c->t, m, s, len);
         mk(o, "<|eot_id|>");
         break;
     }

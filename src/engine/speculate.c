@@ -108,7 +108,8 @@ static void gather(sp_engine *e, step *s, batch_base *b) {
          * accepted with probability 1, up to SP_SPEC_K_MAX of them */
         const bool forced_only = r->spec == SP_SPEC_OFF && r->gm;
         if ((r->spec == SP_SPEC_OFF && !forced_only) || !decoding) continue;
-        int32_t cap = SP_MIN(forced_only ? SP_SPEC_K_MAX : r->spec_k, r->max_tokens - (r->n_all - r->n_prompt) - 1);
+        int32_t cap = forced_only ? SP_SPEC_K_MAX : r->spec_k;
+        cap = SP_MIN(cap, r->max_tokens - (r->n_all - r->n_prompt) - 1);
         cap = SP_MIN(cap, e->p.n_ctx - r->n_all); /* positions up to n_all - 1 + k exist */
         if (cap <= 0) continue;
         r->n_draft = forced_only ? 0 : propose(e, r, cap);

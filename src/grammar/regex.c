@@ -127,7 +127,8 @@ static bool json_raw(uint32_t cp) {
 }
 
 static void class_char(sbuf *o, uint32_t cp) {
-    if ((cp >= '0' && cp <= '9') || (cp >= 'A' && cp <= 'Z') || (cp >= 'a' && cp <= 'z')) sb_printf(o, "%c", (char)cp);
+    if ((cp >= '0' && cp <= '9') || (cp >= 'A' && cp <= 'Z') || (cp >= 'a' && cp <= 'z'))
+        sb_printf(o, "%c", (char)cp);
     else if (cp <= 0xFFFF) sb_printf(o, "\\u%04X", (unsigned)cp);
     else sb_printf(o, "\\U%08X", (unsigned)cp);
 }
@@ -143,7 +144,8 @@ static void emit_set(rx *x, cset *s) {
     for (int i = 0; i < s->n; i++) {
         for (uint32_t cp = s->r[i].lo; cp <= s->r[i].hi && cp < 0x80; cp++)
             if (cp < 0x20) ctl[cp >> 4] |= 1u << (cp & 15);
-            else if (!json_raw(cp)) sb_printf(&esc, " | \"\\\\%s\"", cp == '"' ? "\\\"" : cp == '\\' ? "\\\\" : "u007f");
+            else if (!json_raw(cp))
+                sb_printf(&esc, " | \"\\\\%s\"", cp == '"' ? "\\\"" : cp == '\\' ? "\\\\" : "u007f");
         /* the raw part of [lo, hi]: the pieces between the characters JSON escapes */
         static const crange holes[] = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}, {0x7F, 0x7F}, {0xD800, 0xDFFF}};
         const size_t nh = sizeof(holes) / sizeof(holes[0]);
@@ -186,7 +188,8 @@ static uint32_t hex_digits(rx *x, int n) {
     uint32_t v = 0;
     for (int i = 0; i < n; i++) {
         const char c = x->p < x->end ? *x->p : 0;
-        const int h = c >= '0' && c <= '9' ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10 : -1;
+        const int l = c | 0x20; /* a letter's lower case */
+        const int h = c >= '0' && c <= '9' ? c - '0' : l >= 'a' && l <= 'f' ? l - 'a' + 10 : -1;
         if (h < 0) {
             rx_fail(x, "a bad hex escape in the pattern%s", "");
             return 0;

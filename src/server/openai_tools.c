@@ -158,7 +158,8 @@ static int calls_grammar(const cJSON *tools, const char *only, const oai_tool_fm
     sbuf b = {0};
     sb_printf(&b, "root ::= %s %s call %s", f->head, f->before, f->after);
     if (parallel && f->sep) sb_printf(&b, " (%s %s call %s)*", f->sep, f->before, f->after);
-    sb_printf(&b, " %s\ncall ::= %s", f->tail, call + (strncmp(call, root, sizeof(root) - 1) ? 0 : sizeof(root) - 1));
+    const size_t skip = strncmp(call, root, sizeof(root) - 1) ? 0 : sizeof(root) - 1;
+    sb_printf(&b, " %s\ncall ::= %s", f->tail, call + skip);
     free(call);
     if (b.oom) {
         sb_free(&b);
@@ -245,7 +246,8 @@ int oai_tools_apply(oai_req *r, chat_tmpl t, oai_error *e) {
                                    : NULL;
     const bool required = named || (str && !strcmp(tc->valuestring, "required"));
     if (!r->tools) {
-        if (required) return BAD("tool_choice", "'tool_choice' %s needs 'tools'", named ? "names a function and" : "required");
+        if (required)
+            return BAD("tool_choice", "'tool_choice' %s needs 'tools'", named ? "names a function and" : "required");
         return 0;
     }
     if (str && !strcmp(tc->valuestring, "none")) return 0; /* no tools offered */
@@ -375,8 +377,10 @@ void oai_calls_feed(oai_calls *c, const char *text, size_t len, bool final, oai_
             else if (b == '\\') c->esc = true;
             else if (b == '"') c->in_str = false;
             if (!c->in_str) str_end(c, emit, user);
-            else if (c->depth == 1 && c->st == S_INKEY && c->key_n < (int)sizeof(c->key)) c->key[c->key_n++] = b;
-            else if (c->depth == 1 && c->st == S_INNAME && c->name_n < (int)sizeof(c->name)) c->name[c->name_n++] = b;
+            else if (c->depth == 1 && c->st == S_INKEY && c->key_n < (int)sizeof(c->key))
+                c->key[c->key_n++] = b;
+            else if (c->depth == 1 && c->st == S_INNAME && c->name_n < (int)sizeof(c->name))
+                c->name[c->name_n++] = b;
         } else if (c->depth == 0) {
             if (b == '{') c->depth = 1, c->st = S_KEY;
         } else {
