@@ -719,7 +719,8 @@ typedef struct {
      * with bytes the grammar refuses; speculation stays exact across the
      * trigger (proposals are cut by the grammar once it applies). A
      * control token that stands for the trigger (Mistral's [TOOL_CALLS])
-     * adds the trigger's text to the output. */
+     * adds the trigger's text to the output. A trigger without a grammar
+     * is SP_ERR_INVALID. */
     const char *grammar_trigger;
     bool grammar_at_start;
 } sp_request_params;

@@ -10,6 +10,13 @@
  * once the grammar is complete the request ends (finish "stop") without
  * another pass.
  *
+ * A lazy grammar (a trigger: tool calls in free text) leaves the rows of
+ * its free states unmasked: only the few tokens that would complete the
+ * trigger with bytes the grammar refuses are set to -inf, and when a step
+ * has none of those the logits are not even copied. Tokens the grammar
+ * forces are proposed after any proposer's (gr_forced), for requests that
+ * do not speculate too (speculate.c: jump-forward).
+ *
  * The engine keeps the compiled grammars by their text (SP_GCACHE, least
  * recently used out) and one token trie for its vocabulary, both under
  * gmu, built by the submitting thread. */
@@ -48,6 +55,10 @@ static sp_grammar *grammar_for(sp_engine *e, const char *text, char *err, size_t
 }
 
 int gr_take(sp_engine *e, request *r, const sp_request_params *rp, char *err, size_t errlen) {
+    if (!rp->grammar && rp->grammar_trigger && rp->grammar_trigger[0]) {
+        sp_seterr(err, errlen, "grammar_trigger needs a grammar");
+        return SP_ERR_INVALID;
+    }
     if (!rp->grammar) return SP_OK;
     pthread_mutex_lock(&e->gmu);
     int rc = SP_OK;
