@@ -834,6 +834,16 @@ static void lazy_grammar(void) {
             }
         }
     }
+    /* a trigger needs a grammar (the grammar must begin with it) */
+    sp_engine *e = engine(SP_SPEC_OFF, 4, false, 2);
+    REQUIRE(e, "the engine could not be created");
+    sp_request_params r = greedy_req(0);
+    char err[256];
+    r.grammar_trigger = "def";
+    CHECK(sp_engine_submit(e, &r, err, sizeof(err)) < 0 && strstr(err, "needs a grammar"), "%s", err);
+    r.grammar = "root ::= \"x\" [0-9]";
+    CHECK(sp_engine_submit(e, &r, err, sizeof(err)) < 0 && strstr(err, "does not begin with its trigger"), "%s", err);
+    sp_engine_free(e);
     CHECK(found >= 2, "only %d prompts had a usable trigger", found);
     CHECK(forced > 0, "n-gram speculation: the grammar's forced \"=>\" was never proposed and accepted");
     printf("  lazy: %d prompts, %llu forced tokens accepted\n", found, (unsigned long long)forced);
