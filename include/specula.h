@@ -493,6 +493,29 @@ int32_t sp_matcher_mask_ahead(sp_matcher *m, int32_t i, uint32_t *bits);
  * speculative decoding use the same masks, so their outputs still agree.
  * The engine turns it on for every request with a grammar. */
 void sp_matcher_set_jump_forward(sp_matcher *m, bool on);
+/* Lazy grammars (tool calls in free text, as llama.cpp's lazy grammars):
+ * the output is free until the trigger (e.g. "<tool_call>") appears in it,
+ * and from the trigger's first byte on it must be a string of the grammar,
+ * which therefore begins with the trigger. at_start: the trigger counts
+ * only at the start of the output, after white space (e.g. "{\"name\""),
+ * else anywhere. A control token whose text is the trigger (e.g. Mistral's
+ * [TOOL_CALLS], no bytes of its own) stands for it. Call once, before the
+ * first mask; the matcher is back at the start, free. While free, every
+ * token is allowed but those whose bytes would complete the trigger and
+ * go on with bytes the grammar refuses (listed per state here, for the
+ * vocabulary's tokens holding the trigger's last byte), the output may
+ * end, and sp_matcher_done is false. SP_OK; SP_ERR_INVALID when the
+ * grammar does not begin with the trigger (or it is empty or over 256
+ * bytes); SP_ERR_NOMEM. */
+int sp_matcher_set_trigger(sp_matcher *m, const char *trigger, size_t len, bool at_start, char *err,
+                           size_t errlen);
+/* Whether lookahead state i (as sp_matcher_mask_ahead) is free: -1 when the
+ * grammar constrains it, else how many tokens it refuses, listed in
+ * *refused (valid until the matcher is freed). A free state's mask is
+ * every token but those, so a caller may skip the mask. */
+int32_t sp_matcher_free_at(const sp_matcher *m, int32_t i, const sp_token **refused);
+/* The control token that stands for the trigger, or -1. */
+sp_token sp_matcher_trigger_token(const sp_matcher *m);
 /* Sets logits[t] = -INFINITY for every token the bitmap does not allow. */
 void sp_mask_apply(const uint32_t *bits, float *logits, int32_t n_vocab);
 
@@ -679,13 +702,27 @@ typedef struct {
      * end), speculative proposals are cut at the first token it refuses,
      * and once the output is complete (no byte can follow) the request
      * finishes with SP_FINISH_STOP. A grammar that cannot finish within
-     * max_tokens ends with SP_FINISH_LENGTH, its output a prefix. With
-     * speculation on, where the grammar allows a single token (a key,
-     * punctuation, a const) that token is proposed after the proposer's
-     * (jump-forward), verified in the same pass and accepted with
-     * probability 1 (sp_request_stats.spec_grammar counts them; not with
-     * the draft model, whose k is fixed before it drafts). */
+     * max_tokens ends with SP_FINISH_LENGTH, its output a prefix. Where
+     * the grammar allows a single token (a key, punctuation, a const),
+     * that token is proposed (after the proposer's, when the request
+     * speculates; where the grammar cut the draft model's proposals short,
+     * in the room the plan made for them; up to SP_SPEC_K_MAX in a row
+     * when it does not speculate): jump-forward, verified in the same pass
+     * and accepted with probability 1 (sp_request_stats.spec_grammar
+     * counts them; they count as drafted and accepted tokens too). */
     const char *grammar;
+    /* A lazy grammar (sp_matcher_set_trigger): NULL, or the output is free
+     * until this trigger appears in it (at its start, after white space,
+     * when grammar_at_start), and a string of the grammar, which begins
+     * with the trigger, from there on. The free part is sampled from the
+     * unmasked logits but for the tokens that would complete the trigger
+     * with bytes the grammar refuses; speculation stays exact across the
+     * trigger (proposals are cut by the grammar once it applies). A
+     * control token that stands for the trigger (Mistral's [TOOL_CALLS])
+     * adds the trigger's text to the output. A trigger without a grammar
+     * is SP_ERR_INVALID. */
+    const char *grammar_trigger;
+    bool grammar_at_start;
 } sp_request_params;
 
 sp_request_params sp_request_default_params(void);
@@ -803,7 +840,8 @@ typedef int sp_chat_template;
 #define SP_CHAT_NONE 0
 
 typedef struct {
-    const char *role;    /* "system", "developer" (read as system), "user", "assistant" */
+    const char *role;    /* "system", "developer" (read as system), "user", "assistant",
+                            "tool" (a tool's result, in the family's markup) */
     const char *content; /* NULL reads as "" */
 } sp_chat_message;
 

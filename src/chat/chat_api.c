@@ -38,7 +38,7 @@ const char *sp_chat_template_eot(sp_chat_template t) {
 /* The messages as chat.c's type (the same two fields). */
 static chat_msg *to_msgs(const sp_chat_message *msgs, int n) {
     chat_msg *m = malloc((size_t)(n > 0 ? n : 1) * sizeof(*m));
-    for (int i = 0; m && i < n; i++) m[i] = (chat_msg){msgs[i].role, msgs[i].content};
+    for (int i = 0; m && i < n; i++) m[i] = (chat_msg){.role = msgs[i].role, .content = msgs[i].content};
     return m;
 }
 
@@ -70,7 +70,7 @@ int32_t sp_chat_tokenize(const sp_vocab *v, sp_chat_template t, const sp_chat_me
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    int32_t k = chat_tokenize(v, (chat_tmpl)t, m, n, INT32_MAX - 1, out, NULL, err, errlen);
+    int32_t k = chat_tokenize(v, (chat_tmpl)t, m, n, NULL, INT32_MAX - 1, out, NULL, err, errlen);
     free(m);
     if (k == CHAT_TOK_TOO_LONG) snprintf(err, errlen, "the conversation is too long");
     return k < 0 ? -1 : k;

@@ -9,13 +9,14 @@
 #include "specula.h"
 #include "tokenizer/tokenizer.h"
 
-int32_t chat_tokenize(const sp_vocab *v, chat_tmpl t, const chat_msg *m, int n, int32_t n_max,
+int32_t chat_tokenize(const sp_vocab *v, chat_tmpl t, const chat_msg *m, int n,
+                      const chat_tools *tools, int32_t n_max,
                       int32_t **out, int32_t *at_least, char *err, size_t errlen) {
     *out = NULL;
     if (at_least) *at_least = 0;
     chat_span *cs = NULL;
     int n_cs = 0;
-    char *text = chat_render_spans(t, m, n, &cs, &n_cs, err, errlen);
+    char *text = chat_render_spans(t, m, n, tools, &cs, &n_cs, err, errlen);
     if (!text) return strcmp(err, "out of memory") ? CHAT_TOK_INVALID : CHAT_TOK_NOMEM;
     sp_span *spans = malloc((size_t)(n_cs ? n_cs : 1) * sizeof(sp_span));
     int32_t ids[16];

@@ -10,6 +10,13 @@
  * once the grammar is complete the request ends (finish "stop") without
  * another pass.
  *
+ * A lazy grammar (a trigger: tool calls in free text) leaves the rows of
+ * its free states unmasked: only the few tokens that would complete the
+ * trigger with bytes the grammar refuses are set to -inf, and when a step
+ * has none of those the logits are not even copied. Tokens the grammar
+ * forces are proposed after any proposer's (gr_forced), for requests that
+ * do not speculate too (speculate.c: jump-forward).
+ *
  * The engine keeps the compiled grammars by their text (SP_GCACHE, least
  * recently used out) and one token trie for its vocabulary, both under
  * gmu, built by the submitting thread. */
@@ -48,6 +55,10 @@ static sp_grammar *grammar_for(sp_engine *e, const char *text, char *err, size_t
 }
 
 int gr_take(sp_engine *e, request *r, const sp_request_params *rp, char *err, size_t errlen) {
+    if (!rp->grammar && rp->grammar_trigger && rp->grammar_trigger[0]) {
+        sp_seterr(err, errlen, "grammar_trigger needs a grammar");
+        return SP_ERR_INVALID;
+    }
     if (!rp->grammar) return SP_OK;
     pthread_mutex_lock(&e->gmu);
     int rc = SP_OK;
@@ -64,6 +75,13 @@ int gr_take(sp_engine *e, request *r, const sp_request_params *rp, char *err, si
     r->gmask = malloc((size_t)(e->n_vocab + 31) / 32 * sizeof(uint32_t));
     if (!r->gm || !r->gmask) return SP_ERR_NOMEM;
     sp_matcher_set_jump_forward(r->gm, true);
+    const char *trig = rp->grammar_trigger;
+    if (trig && trig[0]) { /* lazy: free until the trigger, so no first-position check */
+        rc = sp_matcher_set_trigger(r->gm, trig, strlen(trig), rp->grammar_at_start, err, errlen);
+        r->gtrig_tok = rc ? -1 : sp_matcher_trigger_token(r->gm);
+        if (!rc && r->gtrig_tok >= 0 && !(r->gtrig = strdup(trig))) rc = SP_ERR_NOMEM;
+        return rc;
+    }
     if (!sp_matcher_mask(r->gm, r->gmask)) {
         sp_seterr(err, errlen, "the grammar allows no token of the vocabulary at the first "
                   "position (no token's text begins a string of the grammar)");
@@ -88,10 +106,27 @@ static int32_t mask_at(request *r, int32_t i) {
     return n + (sp_matcher_can_end_at(r->gm, i) ? r->n_stop_toks : 0);
 }
 
+/* Whether the rows [0, n] need no mask: a lazy grammar's free states that
+ * refuse nothing (the common case: no copy of the logits then). */
+static bool all_free(const request *r, int32_t n) {
+    const sp_token *ref;
+    for (int32_t i = 0; i <= n; i++)
+        if (sp_matcher_free_at(r->gm, i, &ref) != 0) return false;
+    return true;
+}
+
 const float *gr_mask_rows(sp_engine *e, request *r, const float *rows, int32_t *n) {
-    if (!r->gm) return rows;
+    if (!r->gm || all_free(r, *n)) return rows;
     const int32_t V = e->n_vocab;
     for (int32_t i = 0; i <= *n; i++) {
+        const sp_token *ref;
+        const int32_t n_ref = sp_matcher_free_at(r->gm, i, &ref);
+        if (n_ref >= 0) { /* free (lazy grammar): only the listed tokens are refused */
+            float *o = e->mrows + (size_t)i * V;
+            memcpy(o, rows + (size_t)i * V, (size_t)V * sizeof(float));
+            for (int32_t j = 0; j < n_ref; j++) o[ref[j]] = -INFINITY;
+            continue;
+        }
         if (mask_at(r, i) == 0) { /* a dead end: no proposal may lead here */
             *n = i - 1;
             break;

@@ -28,6 +28,7 @@ void rq_free(request *r) {
     sp_sampler_free(r->dsmp);
     sp_matcher_free(r->gm);
     free(r->gmask);
+    free(r->gtrig);
     free(r);
 }
 
@@ -283,6 +284,7 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
     int64_t rc = r ? SP_OK : SP_ERR_NOMEM;
     if (r) {
         r->slot = -1;
+        r->gtrig_tok = -1;
         rc = build_request(e, r, rp, err, errlen);
     }
     if (rc == SP_OK) rc = enqueue(e, r);

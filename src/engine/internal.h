@@ -110,6 +110,9 @@ struct request {
     uint32_t *gmask;           /* [(n_vocab + 31) / 32] scratch: allowed tokens */
     int32_t n_forced;          /* of this step's proposals, the last n_forced are the
                                   grammar's (jump-forward) */
+    sp_token gtrig_tok;        /* lazy grammar: a control token standing for the trigger,
+                                  whose text (gtrig) the output gets; -1 none */
+    char *gtrig;
     bool cancel_req, released;
     bool final_sent;           /* the finished event went out (callback requests) */
     sp_request_stats st;

@@ -76,6 +76,12 @@ void eng_emit_token(sp_engine *e, request *r, sp_token t, const float *logits) {
     e->st.decode_tokens++;
     char piece[1024];
     int np = sp_detok_push(e->vocab, &r->dt, t, piece, sizeof(piece));
+    if (t == r->gtrig_tok && np >= 0 && np + strlen(r->gtrig) <= sizeof(piece)) {
+        /* a control token standing for a lazy grammar's trigger (no text of
+         * its own): the output holds the trigger, as the grammar reads it */
+        memcpy(piece + np, r->gtrig, strlen(r->gtrig));
+        np += (int)strlen(r->gtrig);
+    }
     bool last = r->n_all - r->n_prompt >= r->max_tokens || r->n_all >= e->p.n_ctx;
     if (last && np >= 0) {
         int nf = sp_detok_flush(&r->dt, piece + np, (int)sizeof(piece) - np);

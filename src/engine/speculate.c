@@ -103,11 +103,16 @@ static void gather(sp_engine *e, step *s, batch_base *b) {
         b->reserved += sp_kv_paged_blocks_needed(e->kv, r->slot, n);
         const bool decoding = r->n_all - len == 1;
         b->n_dec += decoding;
-        if (r->spec == SP_SPEC_OFF || !decoding) continue;
-        int32_t cap = SP_MIN(r->spec_k, r->max_tokens - (r->n_all - r->n_prompt) - 1);
+        /* a request that does not speculate still gets the tokens its
+         * grammar forces verified in this pass (jump-forward): they are
+         * accepted with probability 1, up to SP_SPEC_K_MAX of them */
+        const bool forced_only = r->spec == SP_SPEC_OFF && r->gm;
+        if ((r->spec == SP_SPEC_OFF && !forced_only) || !decoding) continue;
+        int32_t cap = forced_only ? SP_SPEC_K_MAX : r->spec_k;
+        cap = SP_MIN(cap, r->max_tokens - (r->n_all - r->n_prompt) - 1);
         cap = SP_MIN(cap, e->p.n_ctx - r->n_all); /* positions up to n_all - 1 + k exist */
         if (cap <= 0) continue;
-        r->n_draft = propose(e, r, cap);
+        r->n_draft = forced_only ? 0 : propose(e, r, cap);
         const bool by_draft = r->spec == SP_SPEC_DRAFT && !r->propose;
         r->n_forced = 0;
         if (!by_draft && r->gm) {
@@ -121,7 +126,7 @@ static void gather(sp_engine *e, step *s, batch_base *b) {
          * drafting, so the plan sees what a drafting sequence carries from
          * step to step (the tokens of an accepted run, a few). */
         const int32_t backlog = by_draft ? sp_drafter_backlog(e->drafter, r->slot, r->n_all) : 0;
-        s->cand[s->n_cand] = (sp_spec_cand){r->alpha, r->n_draft, by_draft, r->n_all,
+        s->cand[s->n_cand] = (sp_spec_cand){forced_only ? 1.0f : r->alpha, r->n_draft, by_draft, r->n_all,
                                             SP_MIN(backlog, SP_DRAFT_CATCHUP_PLANNED)};
         s->cand_entry[s->n_cand++] = i;
     }
@@ -210,8 +215,12 @@ void spec_prepare(sp_engine *e, step *s) {
     e->st.draft_ms += sp_drafter_run(e->drafter, s->dseq, n_d);
     for (int32_t i = 0; i < n_d; i++) { /* what was drafted (0 for all when a pass failed) */
         step_entry *en = &s->ent[s->dseq_entry[i]];
+        const int32_t planned = en->n - 1;
         en->r->n_draft = s->dseq[i].k;
         gr_cut(e, en->r);
+        /* where the grammar cut the draft short, what it forces fills the
+         * room the plan made (its batch tokens and blocks are reserved) */
+        gr_forced(e, en->r, planned);
         en->n = 1 + en->r->n_draft;
     }
 }
@@ -248,20 +257,24 @@ void spec_commit(sp_engine *e, step *s, const step_entry *en) {
     e->st.spec_steps++;
     e->st.spec_drafted += (uint64_t)n;
     e->st.spec_accepted += (uint64_t)acc;
-    e->st.spec_steps_by[r->spec]++;
-    e->st.spec_drafted_by[r->spec] += (uint64_t)n;
-    e->st.spec_accepted_by[r->spec] += (uint64_t)acc;
+    if (r->spec != SP_SPEC_OFF) { /* not a grammar's forced tokens alone */
+        e->st.spec_steps_by[r->spec]++;
+        e->st.spec_drafted_by[r->spec] += (uint64_t)n;
+        e->st.spec_accepted_by[r->spec] += (uint64_t)acc;
+    }
     for (int32_t j = 0; j < acc; j++) {
         r->st.spec_accepted_per_pos[j]++;
         e->st.spec_accepted_per_pos[j]++;
     }
     /* acceptance per proposed token: accepted tokens are successes, the
      * first rejection one failure, tokens after it unobserved */
-    spec_observe(r, (float)acc / (float)(acc + (acc < n)), true);
+    spec_observe(r, (float)acc / (float)(acc + (acc < n)), r->spec != SP_SPEC_OFF);
     /* roll back what was not accepted: target KV keeps the input token and
-     * the accepted proposals; the draft keeps no more than that */
+     * the accepted proposals; the draft keeps no more than that, and none
+     * of the grammar's forced tokens, which it never saw (it catches up on
+     * them next time) */
     sp_seq_truncate(e->ctx, r->slot, kv_before + m);
-    if (e->drafter) sp_drafter_truncate(e->drafter, r->slot, kv_before + m);
+    if (e->drafter) sp_drafter_truncate(e->drafter, r->slot, kv_before + SP_MIN(m, 1 + r->n_draft - r->n_forced));
     r->n_draft = 0;
     for (int32_t j = 0; j < m && r->state == RQ_RUNNING; j++)
         eng_emit_token(e, r, s->commit[j], rows + (size_t)j * V);

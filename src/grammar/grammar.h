@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "sbuf.h"
 #include "specula.h"
 
 enum { E_END = 0, E_BYTES = 1, E_REF = 2 };
@@ -90,5 +91,12 @@ struct sp_token_trie {
     uint32_t *piece_off;   /* [n_vocab + 1] into piece */
     char *piece;
 };
+
+/* A JSON Schema "pattern" (regex.c) as a GBNF expression for the body of a
+ * JSON string, appended to out; the bounds of the matched strings' length in
+ * characters (*max_len -1: none). SP_OK; SP_ERR_INVALID + err naming an
+ * unsupported construct or a malformed pattern; SP_ERR_NOMEM. */
+int gr_pattern_gbnf(const char *re, sbuf *out, double *min_len, double *max_len, char *err,
+                    size_t errlen);
 
 #endif

@@ -22,7 +22,16 @@
  *
  * Working memory (node pool, hash, the scratch of states) grows with the
  * distinct states met and is kept; a step allocates only when it meets
- * more than ever before. */
+ * more than ever before.
+ *
+ * A lazy grammar (sp_matcher_set_trigger) leaves the output free until a
+ * trigger string appears in it: each state carries a phase, the count of
+ * the trigger's bytes matched so far (KMP), or PH_ACTIVE once it appeared,
+ * from where the grammar, which begins with the trigger, constrains the
+ * rest. A free phase allows every token except the few whose bytes would
+ * complete the trigger and go on with bytes the grammar refuses; those are
+ * listed per phase when the trigger is set, so a free step costs a KMP
+ * walk over the token's bytes and its mask a list. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -85,7 +94,24 @@ struct sp_matcher {
     uint32_t sht_cap;
     ivec trow;                   /* rows of 256 transitions (sinfo.row) */
     bool jump;                   /* jump-forward: forced bytes allow one token */
+    /* lazy grammars: the phase of cur and of each lookahead state */
+    int32_t ph;
+    int32_t ph_ahead[SP_SPEC_K_MAX + 1];
+    struct {
+        unsigned char *s;        /* the trigger; NULL: not lazy */
+        int32_t len;
+        bool at_start;
+        sp_token tok;            /* a control token that stands for it, or -1 */
+        int32_t *fail;           /* [len] KMP failure function */
+        ivec start;              /* the grammar's state after the trigger */
+        ivec refused;            /* per phase k: refused.v[off[k] .. off[k + 1]) */
+        int32_t *off;            /* [len + 1] */
+    } tr;
 };
+
+/* Phases (lazy grammars; 0..len-1: free, that many trigger bytes matched). */
+#define PH_ACTIVE (-1)           /* the grammar constrains the output (always when not lazy) */
+#define PH_FREE (-2)             /* an anchored trigger did not come first: free to the end */
 
 static bool ivec_reserve(ivec *v, int32_t n) {
     if (n <= v->cap) return true;
@@ -286,6 +312,11 @@ void sp_matcher_free(sp_matcher *m) {
         free(m->cache[i].set.v);
         free(m->cache[i].bits);
     }
+    free(m->tr.s);
+    free(m->tr.fail);
+    free(m->tr.start.v);
+    free(m->tr.refused.v);
+    free(m->tr.off);
     free(m);
 }
 
@@ -298,12 +329,50 @@ void sp_matcher_reset(sp_matcher *m) {
     int32_t n = finish_set(m, 0);
     if (!ivec_copy(&m->cur, m->sc.v, n)) m->overflow = true;
     m->n_ahead = 0;
+    m->ph = m->tr.s ? 0 : PH_ACTIVE;
+}
+
+/* ---- lazy grammars: the trigger's phases ---- */
+
+/* The phase after byte b from free phase k >= 0 (m->tr.len: the trigger
+ * is complete). An anchored trigger may follow white space only. */
+static int32_t trig_next(const sp_matcher *m, int32_t k, unsigned char b) {
+    const unsigned char *s = m->tr.s;
+    if (m->tr.at_start) {
+        if (b == s[k]) return k + 1;
+        return k == 0 && (b == ' ' || b == '\n' || b == '\t' || b == '\r') ? 0 : PH_FREE;
+    }
+    while (k > 0 && b != s[k]) k = m->tr.fail[k - 1];
+    return b == s[k] ? k + 1 : 0;
+}
+
+/* From free phase k over bytes b[nb] (trig: the control token standing
+ * for the trigger): the phase after in *k_out, and once the trigger is
+ * complete, the grammar's state after the rest of the bytes in dst (the
+ * grammar began with the trigger's bytes). False (nothing changed) when
+ * the grammar refuses the bytes after the trigger. */
+static bool free_step(sp_matcher *m, int32_t k, const unsigned char *b, size_t nb, bool trig,
+                      int32_t *k_out, ivec *dst) {
+    size_t used = nb;
+    if (trig) k = m->tr.len;
+    for (size_t i = 0; i < nb && k >= 0 && k < m->tr.len; i++)
+        if ((k = trig_next(m, k, b[i])) == m->tr.len) used = i + 1;
+    if (k != m->tr.len) {
+        *k_out = k;
+        return true;
+    }
+    const ivec *st = &m->tr.start;
+    if (!(used == nb ? ivec_copy(dst, st->v, st->n) : run_bytes(m, st->v, st->n, b + used, nb - used, dst)))
+        return false;
+    *k_out = PH_ACTIVE;
+    return true;
 }
 
 bool sp_matcher_accept_bytes(sp_matcher *m, const char *s, size_t n) {
     m->n_ahead = 0;
     if (!n) return true;
-    return run_bytes(m, m->cur.v, m->cur.n, (const unsigned char *)s, n, &m->cur);
+    if (m->ph == PH_ACTIVE) return run_bytes(m, m->cur.v, m->cur.n, (const unsigned char *)s, n, &m->cur);
+    return free_step(m, m->ph, (const unsigned char *)s, n, false, &m->ph, &m->cur);
 }
 
 static bool is_eog(const sp_token_trie *t, sp_token tok) {
@@ -324,18 +393,38 @@ static bool token_step(sp_matcher *m, const ivec *src, sp_token tok, ivec *dst) 
     return run_bytes(m, src->v, src->n, (const unsigned char *)t->piece + off, len, dst);
 }
 
+/* token_step from phase k (*k_out: the phase after). */
+static bool phase_step(sp_matcher *m, int32_t k, const ivec *src, sp_token tok, int32_t *k_out,
+                       ivec *dst) {
+    if (k == PH_ACTIVE) {
+        *k_out = PH_ACTIVE;
+        return token_step(m, src, tok, dst);
+    }
+    const sp_token_trie *t = m->t;
+    if (!t || tok < 0 || tok >= t->n_vocab) return false;
+    const uint32_t off = t->piece_off[tok];
+    return free_step(m, k, (const unsigned char *)t->piece + off, t->piece_off[tok + 1] - off,
+                     tok == m->tr.tok, k_out, dst);
+}
+
 bool sp_matcher_accept_token(sp_matcher *m, sp_token tok) {
     m->n_ahead = 0;
-    return token_step(m, &m->cur, tok, &m->cur);
+    return phase_step(m, m->ph, &m->cur, tok, &m->ph, &m->cur);
 }
 
-bool sp_matcher_can_end(const sp_matcher *m) { return can_end_set(&m->cur); }
+static int32_t phase_at(const sp_matcher *m, int32_t i) {
+    return i <= 0 || i > m->n_ahead ? m->ph : m->ph_ahead[i];
+}
+
+bool sp_matcher_can_end(const sp_matcher *m) { return m->ph != PH_ACTIVE || can_end_set(&m->cur); }
 
 bool sp_matcher_can_end_at(const sp_matcher *m, int32_t i) {
-    return can_end_set(i <= 0 || i > m->n_ahead ? &m->cur : &m->ahead[i]);
+    return phase_at(m, i) != PH_ACTIVE || can_end_set(i <= 0 || i > m->n_ahead ? &m->cur : &m->ahead[i]);
 }
 
-bool sp_matcher_done(const sp_matcher *m) { return m->cur.n == 1 && m->cur.v[0] == -1; }
+bool sp_matcher_done(const sp_matcher *m) {
+    return m->ph == PH_ACTIVE && m->cur.n == 1 && m->cur.v[0] == -1;
+}
 
 /* ---- masks ---- */
 
@@ -557,13 +646,31 @@ keep:;
     return count;
 }
 
-int32_t sp_matcher_mask(sp_matcher *m, uint32_t *bits) { return mask_of(m, &m->cur, bits); }
+/* A free phase's mask: every token but those it refuses (its list). */
+static int32_t free_mask(const sp_matcher *m, int32_t k, uint32_t *bits) {
+    if (!m->t) return 0;
+    const int32_t V = m->t->n_vocab;
+    memset(bits, 0xFF, (size_t)m->words * sizeof(uint32_t));
+    if (V % 32) bits[m->words - 1] = (1u << (V % 32)) - 1;
+    int32_t n = V;
+    for (int32_t j = k >= 0 ? m->tr.off[k] : 0; k >= 0 && j < m->tr.off[k + 1]; j++, n--)
+        bits[m->tr.refused.v[j] >> 5] &= ~(1u << (m->tr.refused.v[j] & 31));
+    return n;
+}
+
+int32_t sp_matcher_mask(sp_matcher *m, uint32_t *bits) {
+    return m->ph == PH_ACTIVE ? mask_of(m, &m->cur, bits) : free_mask(m, m->ph, bits);
+}
 
 int32_t sp_matcher_lookahead(sp_matcher *m, const sp_token *toks, int32_t n) {
     m->n_ahead = 0;
     const ivec *prev = &m->cur;
+    int32_t k = m->ph;
     for (int32_t i = 0; i < n && i < SP_SPEC_K_MAX; i++) {
-        if (!token_step(m, prev, toks[i], &m->ahead[i + 1])) break;
+        /* a free phase leaves ahead[i + 1] as it was: prev is read again
+         * only once the phase is PH_ACTIVE, when the step has written it */
+        if (!phase_step(m, k, prev, toks[i], &m->ph_ahead[i + 1], &m->ahead[i + 1])) break;
+        k = m->ph_ahead[i + 1];
         m->n_ahead = i + 1;
         prev = &m->ahead[i + 1];
         if (m->t && m->t->piece_off[toks[i] + 1] == m->t->piece_off[toks[i]]) break; /* ended */
@@ -572,8 +679,86 @@ int32_t sp_matcher_lookahead(sp_matcher *m, const sp_token *toks, int32_t n) {
 }
 
 int32_t sp_matcher_mask_ahead(sp_matcher *m, int32_t i, uint32_t *bits) {
-    if (i <= 0 || i > m->n_ahead) return mask_of(m, &m->cur, bits);
-    return mask_of(m, &m->ahead[i], bits);
+    const int32_t k = phase_at(m, i);
+    if (k != PH_ACTIVE) return free_mask(m, k, bits);
+    return mask_of(m, i <= 0 || i > m->n_ahead ? &m->cur : &m->ahead[i], bits);
+}
+
+int32_t sp_matcher_free_at(const sp_matcher *m, int32_t i, const sp_token **refused) {
+    const int32_t k = phase_at(m, i);
+    *refused = NULL;
+    if (k == PH_ACTIVE) return -1;
+    const int32_t n = k < 0 ? 0 : m->tr.off[k + 1] - m->tr.off[k];
+    if (n) *refused = m->tr.refused.v + m->tr.off[k];
+    return n;
+}
+
+sp_token sp_matcher_trigger_token(const sp_matcher *m) { return m->tr.s ? m->tr.tok : -1; }
+
+/* The tokens free phase k refuses: those whose bytes complete the trigger
+ * and go on with bytes the grammar does not take. Only a token holding the
+ * trigger's last byte can complete it (cand). */
+static bool refuse_list(sp_matcher *m, const ivec *cand, int32_t k, ivec *tmp) {
+    const sp_token_trie *t = m->t;
+    for (int32_t c = 0; c < cand->n; c++) {
+        const sp_token tok = cand->v[c];
+        const uint32_t off = t->piece_off[tok];
+        int32_t k2;
+        if (!free_step(m, k, (const unsigned char *)t->piece + off, t->piece_off[tok + 1] - off, false,
+                       &k2, tmp) &&
+            !ivec_push(&m->tr.refused, tok))
+            return false;
+    }
+    return true;
+}
+
+int sp_matcher_set_trigger(sp_matcher *m, const char *trigger, size_t len, bool at_start, char *err,
+                           size_t errlen) {
+    if (m->tr.s || !len || len > 256) {
+        sp_seterr(err, errlen, "the trigger must be 1 to 256 bytes, set once");
+        return SP_ERR_INVALID;
+    }
+    const int32_t n = (int32_t)len;
+    ivec cand = {0}, tmp = {0};
+    m->tr.s = malloc(len);
+    m->tr.fail = malloc(len * sizeof(int32_t));
+    m->tr.off = malloc((len + 1) * sizeof(int32_t));
+    if (!m->tr.s || !m->tr.fail || !m->tr.off) goto oom;
+    memcpy(m->tr.s, trigger, len);
+    m->tr.len = n;
+    m->tr.at_start = at_start;
+    m->tr.fail[0] = 0; /* KMP: the longest proper prefix of s[0..i] that ends it */
+    for (int32_t i = 1, k = 0; i < n; i++) {
+        while (k && m->tr.s[i] != m->tr.s[k]) k = m->tr.fail[k - 1];
+        if (m->tr.s[i] == m->tr.s[k]) k++;
+        m->tr.fail[i] = k;
+    }
+    sp_matcher_reset(m);
+    if (!run_bytes(m, m->cur.v, m->cur.n, m->tr.s, len, &m->tr.start)) {
+        sp_seterr(err, errlen, "the grammar does not begin with its trigger '%.64s'", trigger);
+        return SP_ERR_INVALID;
+    }
+    const sp_token_trie *t = m->t;
+    m->tr.tok = -1;
+    for (int32_t k = 0; k <= n; k++) m->tr.off[k] = 0;
+    if (!t) return SP_OK;
+    const sp_token tok = sp_vocab_find(t->v, trigger, len);
+    if (tok >= 0 && tok < t->n_vocab && t->piece_off[tok] == t->piece_off[tok + 1]) m->tr.tok = tok;
+    for (sp_token c = 0; c < t->n_vocab; c++)
+        if (memchr(t->piece + t->piece_off[c], m->tr.s[n - 1], t->piece_off[c + 1] - t->piece_off[c]) &&
+            !ivec_push(&cand, c))
+            goto oom;
+    for (int32_t k = 0; k < n; k++) {
+        m->tr.off[k] = m->tr.refused.n;
+        if (!refuse_list(m, &cand, k, &tmp)) goto oom;
+    }
+    m->tr.off[n] = m->tr.refused.n;
+    free(cand.v), free(tmp.v);
+    return SP_OK;
+oom:
+    free(cand.v), free(tmp.v);
+    sp_seterr(err, errlen, "grammar matcher: out of memory");
+    return SP_ERR_NOMEM;
 }
 
 void sp_mask_apply(const uint32_t *bits, float *logits, int32_t n_vocab) {

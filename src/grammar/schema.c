@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "common.h"
+#include "grammar/grammar.h"
 #include "specula.h"
 
 #define MAX_DEPTH 64
@@ -116,7 +117,7 @@ static const char *const known[] = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
     "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "$ref", "$defs", "definitions",
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "title", "description",
-    "default", "examples", "format", "$schema", "$id", "$comment", "strict", NULL};
+    "default", "examples", "format", "$schema", "$id", "$comment", "strict", "pattern", NULL};
 
 static bool num_of(const cJSON *s, const char *k, double *v) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(s, k);
@@ -268,6 +269,34 @@ static int gen_array(conv *c, const cJSON *s, const char *path, int depth) {
     return id;
 }
 
+/* A string matching a pattern (grammar/regex.c). minLength and maxLength
+ * are taken when the pattern bounds the length within them by itself (as
+ * "^[A-Z]{3}$" with maxLength 3): the grammar cannot intersect them. */
+static int gen_pattern(conv *c, const cJSON *pat, double mn, double mx, const char *path) {
+    if (!cJSON_IsString(pat)) return fail(c, "'pattern' at %s must be a string", path);
+    sbuf g = {0};
+    double lo, hi;
+    char err[200];
+    const int rc = gr_pattern_gbnf(pat->valuestring, &g, &lo, &hi, err, sizeof(err));
+    if (rc) {
+        sb_free(&g);
+        return fail(c, "%s at %s", rc == SP_ERR_NOMEM ? "out of memory" : err, path[0] ? path : "/");
+    }
+    if (lo < mn || (mx >= 0 && (hi < 0 || hi > mx))) {
+        sb_free(&g);
+        return fail(c, "unsupported combination of 'pattern' with minLength/maxLength at %s (the "
+                    "pattern's own lengths must lie within them)", path[0] ? path : "/");
+    }
+    buf b = {0};
+    bprintf(&b, "\"\\\"\" ");
+    bput(&b, g.p, g.len);
+    bprintf(&b, " \"\\\"\" space");
+    sb_free(&g);
+    int id = new_rule(c);
+    emit(c, id, &b);
+    return id;
+}
+
 static int gen_string(conv *c, const cJSON *s, const char *path) {
     double mn = 0, mx = -1;
     num_of(s, "minLength", &mn);
@@ -275,6 +304,8 @@ static int gen_string(conv *c, const cJSON *s, const char *path) {
     if (mn < 0 || mn > 1000 || mn != floor(mn)) return fail(c, "minLength at %s must be in 0..1000", path);
     if (mx > 1000 || (mx >= 0 && mx != floor(mx))) mx = -1;
     if (mx >= 0 && mx < mn) return fail(c, "maxLength < minLength at %s", path);
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
+    if (pat) return gen_pattern(c, pat, mn, mx, path);
     if (mn == 0 && mx < 0) return -2; /* the primitive */
     buf b = {0};
     if (mx < 0) bprintf(&b, "\"\\\"\" char{%d,} \"\\\"\" space", (int)mn);
@@ -471,6 +502,9 @@ static int gen(conv *c, const cJSON *s, const char *path, int depth) {
         return id;
     }
     if (type) return fail(c, "'type' at %s must be a string or an array", path);
+    if (cJSON_GetObjectItemCaseSensitive(s, "pattern"))
+        return fail(c, "'pattern' at %s needs \"type\": \"string\" (any other value would pass it)",
+                    path[0] ? path : "/");
     if (cJSON_GetObjectItemCaseSensitive(s, "properties")) return gen_object(c, s, path, depth);
     if (cJSON_GetObjectItemCaseSensitive(s, "items")) return gen_array(c, s, path, depth);
     return -7; /* any value */

@@ -47,7 +47,8 @@ static oai_reply reply_of(const sreq *r) {
                        .toks = r->toks, .lps = r->lps, .top_ids = r->top_ids,
                        .top_lps = r->top_lps, .n_tok = r->n_tok, .n_top = r->n_top,
                        .text = r->text.p, .text_len = r->text.len, .st = &r->st,
-                       .finish = sp_finish_reason_str(r->st.finish), .tool_call = r->tool_call};
+                       .finish = sp_finish_reason_str(r->st.finish), .tools = r->tools,
+                       .calls_required = r->calls_required};
 }
 
 /* ---- suspending a connection while the engine works ------------------- */
@@ -207,6 +208,30 @@ void sreq_abort(sreq *r) {
 
 /* ---- streaming ------------------------------------------------------------ */
 
+/* A stream with tools: what the calls' reader finds in the new text, as
+ * chunks (content, a call's first chunk, its arguments' fragments); the
+ * new tokens' logprobs ride on the first chunk of content. */
+typedef struct {
+    sreq *r;
+    const oai_reply *o;
+    bool lp;                       /* logprobs to send */
+} calls_out;
+
+static void stream_call(void *user, int kind, int index, const char *s, size_t n) {
+    calls_out *x = user;
+    sreq *r = x->r;
+    if (kind == OAI_CALL_CONTENT) {
+        oai_reply_chunk(&r->out, x->o, s, n, r->sent_tok, x->lp ? r->n_tok : 0, NULL, false, NULL);
+        x->lp = false;
+    } else if (kind == OAI_CALL_START) {
+        char name[80];
+        snprintf(name, sizeof(name), "%.*s", (int)n, s);
+        oai_reply_call_chunk(&r->out, x->o, index, name, NULL, 0);
+    } else {
+        oai_reply_call_chunk(&r->out, x->o, index, NULL, s, n);
+    }
+}
+
 /* Appends to r->out the SSE events for what is new (r->mu held). */
 static void stream_build(sreq *r) {
     const oai_reply o = reply_of(r);
@@ -214,23 +239,14 @@ static void stream_build(sreq *r) {
         oai_reply_chunk(&r->out, &o, NULL, 0, 0, 0, NULL, true, NULL);
         r->sent_role = true;
     }
-    /* a tool call is sent whole at the end, as a tool_calls delta */
-    if (r->tool_call && !r->finished) return;
-    if (r->tool_call && r->st.finish == SP_FINISH_STOP && oai_reply_tool_chunk(&r->out, &o)) {
-        r->sent_text = r->text.len;
-        r->sent_tok = r->n_tok;
-        oai_reply o2 = o;
-        o2.finish = "tool_calls";
-        oai_reply_chunk(&r->out, &o2, NULL, 0, 0, 0, o2.finish, false, NULL);
-        if (r->include_usage) oai_reply_usage_chunk(&r->out, &o);
-        sb_str(&r->out, "data: [DONE]\n\n");
-        r->sent_done = true;
-        return;
-    }
     size_t nt = r->text.len - r->sent_text;
     int32_t ntok = r->n_tok - r->sent_tok;
     bool lp = r->logprobs >= 0 && ntok > 0;
-    if (nt || lp) {
+    if (r->tools) {
+        calls_out x = {r, &o, lp};
+        oai_calls_feed(&r->calls, r->text.p, r->text.len, r->finished, stream_call, &x);
+        if (x.lp) oai_reply_chunk(&r->out, &o, NULL, 0, r->sent_tok, r->n_tok, NULL, false, NULL);
+    } else if (nt || lp) {
         oai_stamp stamp = {(long long)(r->t_pend * 1e3), (long long)(now_ms() * 1e3),
                            r->pend_events}; /* pend_events: only with --stamp-chunks */
         oai_reply_chunk(&r->out, &o, r->text.p + r->sent_text, nt, r->sent_tok,
@@ -245,7 +261,9 @@ static void stream_build(sreq *r) {
         oai_status_error(&e, SP_ERR_INTERNAL, NULL, "%s", r->error[0] ? r->error : "error");
         oai_reply_error_event(&r->out, &e);
     } else {
-        oai_reply_chunk(&r->out, &o, r->chat ? NULL : "", 0, 0, 0, o.finish, false, NULL);
+        const bool called = r->tools && r->calls.done && r->st.finish == SP_FINISH_STOP;
+        oai_reply_chunk(&r->out, &o, r->chat ? NULL : "", 0, 0, 0, called ? "tool_calls" : o.finish,
+                        false, NULL);
         if (r->include_usage) oai_reply_usage_chunk(&r->out, &o);
     }
     sb_str(&r->out, "data: [DONE]\n\n");
@@ -330,7 +348,7 @@ static int gen_parse(sp_server *s, const conn *cx, bool chat, oai_req *q, oai_er
                           "the model has no recognized chat template; start the server with "
                           "--chat-template NAME (chatml, llama3, llama2, mistral, phi3, gemma) "
                           "or use /v1/completions");
-    return 0;
+    return chat ? oai_tools_apply(q, s->tmpl, e) : 0;
 }
 
 /* Admission: one of s->active's places, or a 503 (draining) / 429. */
@@ -412,6 +430,8 @@ static int gen_build(sp_server *s, const oai_req *q, const char *tenant, gen_pla
     rp->spec_k = q->spec_k;
     rp->ignore_eos = q->ignore_eos;
     rp->grammar = q->grammar;
+    rp->grammar_trigger = q->grammar_trigger;
+    rp->grammar_at_start = q->grammar_at_start;
     return 0;
 }
 
@@ -440,7 +460,11 @@ static sreq *gen_submit(sp_server *s, struct MHD_Connection *c, conn *cx, const 
     r->chat = q->chat;
     r->stream = q->stream;
     r->include_usage = q->include_usage;
-    r->tool_call = q->tool_call;
+    if (q->tool_mode) {
+        r->tools = oai_tool_format(s->tmpl);
+        r->calls_required = q->tool_mode == OAI_TOOLS_REQUIRED;
+        oai_calls_init(&r->calls, r->tools, r->calls_required);
+    }
     r->logprobs = q->logprobs;
     r->t_arrive = t_arrive;
     snprintf(r->tenant, sizeof(r->tenant), "%.12s", cx->tenant ? cx->tenant : "-");

@@ -93,7 +93,9 @@ typedef struct sreq {
     int refs;
     int64_t id;                    /* engine id (0 until submitted) */
     bool chat, stream, include_usage;
-    bool tool_call;                /* the output is a tool call: replied as tool_calls */
+    const oai_tool_fmt *tools;     /* the output may hold tool calls in this format */
+    bool calls_required;           /* ... the whole output */
+    oai_calls calls;               /* a stream's reader of them (connection thread) */
     int logprobs;                  /* -1 off, else top-N */
     char rid[48];
     char tenant[13];               /* the log's tenant: a prefix of its key's hash, or "-" */

@@ -121,20 +121,26 @@ void oai_req_free(oai_req *r) {
     free(r->msg_text);
     free(r->msgs);
     free(r->grammar);
+    for (int i = 0; i < r->n_calls; i++) free((char *)r->calls[i].arguments);
+    free(r->calls);
+    for (int i = 0; i < r->n_tool_defs; i++) free(r->tool_defs[i]);
+    free(r->tool_defs);
     memset(r, 0, sizeof(*r));
 }
 
 static int parse_messages(const cJSON *v, oai_req *r, oai_error *e) {
     if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) == 0)
         return BAD("messages", "'messages' must be a non-empty array");
-    int n = cJSON_GetArraySize(v);
+    int n = cJSON_GetArraySize(v), n_calls = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, v) n_calls += cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "tool_calls"));
     r->msgs = calloc((size_t)n, sizeof(chat_msg));
     r->msg_text = calloc((size_t)n, sizeof(char *));
-    if (!r->msgs || !r->msg_text)
+    r->calls = calloc((size_t)(n_calls ? n_calls : 1), sizeof(chat_call));
+    if (!r->msgs || !r->msg_text || !r->calls)
         return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
     r->n_msgs = n;
     int i = 0;
-    const cJSON *m;
     cJSON_ArrayForEach(m, v) {
         if (!cJSON_IsObject(m)) return BAD("messages", "messages[%d] must be an object", i);
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
@@ -145,17 +151,15 @@ static int parse_messages(const cJSON *v, oai_req *r, oai_error *e) {
             strcmp(rs, "assistant") && strcmp(rs, "tool"))
             return BAD("messages", "messages[%d].role '%.64s' is not supported (system, developer, "
                        "user, assistant, tool)", i, rs);
-        const bool tool_role = !strcmp(rs, "tool");
-        if (tool_role || (!strcmp(rs, "assistant") &&
-                          cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "tool_calls")) > 0)) {
-            /* the templates have no tool roles: a tool's answer is a user turn */
-            r->msgs[i].role = tool_role ? "user" : "assistant";
-            if (!(r->msg_text[i] = oai_tool_msg_text(m, tool_role)))
-                return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
-            r->msgs[i].content = r->msg_text[i];
-            i++;
-            continue;
-        }
+        const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+        const cJSON *call_id = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
+        if (calls && !cJSON_IsNull(calls) && (!cJSON_IsArray(calls) || strcmp(rs, "assistant")))
+            return BAD("messages", "messages[%d].tool_calls must be an array, on an assistant "
+                       "message", i);
+        if (cJSON_GetArraySize(calls) && oai_tools_history(calls, i, r, &r->msgs[i], e)) return -1;
+        if (call_id && !cJSON_IsNull(call_id) && (!cJSON_IsString(call_id) || strcmp(rs, "tool")))
+            return BAD("messages", "messages[%d].tool_call_id must be a string, on a tool message", i);
+        if (cJSON_IsString(call_id)) r->msgs[i].call_id = call_id->valuestring;
         r->msgs[i].role = rs;
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
         sbuf b = {0};
@@ -423,6 +427,11 @@ static int f_tools(const cJSON *v, pctx *c, oai_error *e) {
     return 0;
 }
 
+static int f_parallel(const cJSON *v, pctx *c, oai_error *e) {
+    c->r->parallel_calls = cJSON_IsTrue(v);
+    return 0;
+}
+
 static int f_tool_choice(const cJSON *v, pctx *c, oai_error *e) {
     if (cJSON_IsString(v)) {
         if (strcmp(v->valuestring, "none") && strcmp(v->valuestring, "auto") &&
@@ -437,53 +446,6 @@ static int f_tool_choice(const cJSON *v, pctx *c, oai_error *e) {
                        "{\"type\": \"function\", \"function\": {\"name\": ...}}");
     }
     c->r->tool_choice = v;
-    return 0;
-}
-
-/* After the fields: the tools' system message, and the grammar of a call
- * when one is required or named. */
-static int apply_tools(oai_req *r, oai_error *e) {
-    const cJSON *tc = r->tool_choice;
-    const bool str = cJSON_IsString(tc);
-    const char *named = tc && !str ? cJSON_GetObjectItemCaseSensitive(
-                                         cJSON_GetObjectItemCaseSensitive(tc, "function"), "name")->valuestring
-                                   : NULL;
-    const bool required = named || (str && !strcmp(tc->valuestring, "required"));
-    if (!r->tools) {
-        if (required) return BAD("tool_choice", "'tool_choice' %s needs 'tools'", named ? "names a function and" : "required");
-        return 0;
-    }
-    if (str && !strcmp(tc->valuestring, "none")) return 0; /* no tools offered */
-    const bool sys0 = r->n_msgs && (!strcmp(r->msgs[0].role, "system") || !strcmp(r->msgs[0].role, "developer"));
-    char *text = oai_tools_system_text(r->tools, sys0 ? r->msgs[0].content : NULL);
-    if (!text) return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
-    if (!sys0) { /* a system message of its own, first */
-        chat_msg *m = realloc(r->msgs, (size_t)(r->n_msgs + 1) * sizeof(chat_msg));
-        if (m) r->msgs = m;
-        char **t = m ? realloc(r->msg_text, (size_t)(r->n_msgs + 1) * sizeof(char *)) : NULL;
-        if (t) r->msg_text = t;
-        if (!m || !t) {
-            free(text);
-            return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
-        }
-        memmove(r->msgs + 1, r->msgs, (size_t)r->n_msgs * sizeof(chat_msg));
-        memmove(r->msg_text + 1, r->msg_text, (size_t)r->n_msgs * sizeof(char *));
-        r->n_msgs++;
-        r->msg_text[0] = NULL;
-        r->msgs[0].role = "system";
-    }
-    free(r->msg_text[0]);
-    r->msg_text[0] = text;
-    r->msgs[0].content = text;
-    if (!required) return 0;
-    if (r->grammar)
-        return BAD("tool_choice", "a required tool call cannot be combined with 'grammar' or a "
-                   "constraining 'response_format'");
-    char *g;
-    if (oai_tools_grammar(r->tools, named, &g, e)) return -1;
-    r->grammar = g;
-    r->grammar_param = "tools";
-    r->tool_call = true;
     return 0;
 }
 
@@ -612,8 +574,9 @@ static const field fields[] = {
      "nothing is stored"},
     {"service_tier", K_STRING, 0, 0, false, NA, NO_EFFECT, NULL, "string",
      ""},
-    {"parallel_tool_calls", K_BOOL, 0, 0, false, NA, NO_EFFECT, NULL, "boolean",
-     "one call per answer"},
+    {"parallel_tool_calls", K_BOOL, 0, 0, false, NA, HONORED, f_parallel, "boolean",
+     "default false (as llama-server): one call per answer; true: several where the template's "
+     "format has room for them (chatml, mistral)"},
     {"prompt_cache_key", K_STRING, 0, 0, false, NA, NO_EFFECT, NULL, "string",
      "the prefix cache needs no key (see cache_salt)"},
     {"safety_identifier", K_STRING, 0, 0, false, NA, NO_EFFECT, NULL, "string",
@@ -632,10 +595,10 @@ static const field fields[] = {
      "text, json_object, json_schema (a JSON Schema subset: see Structured output); an "
      "unsupported keyword is a 400 naming it"},
     {"tools", K_ARRAY, 0, 0, false, NA, HONORED, f_tools, "array",
-     "function tools, listed to the model in a system message; see Structured output"},
+     "function tools, written in the chat template's own tool markup; see Structured output"},
     {"tool_choice", K_ANY, 0, 0, false, NA, HONORED, f_tool_choice, "string or object",
-     "none, auto (free text), required or a named function: the output is a call matching the "
-     "parameters schema, returned as tool_calls"},
+     "none, auto (text, or calls from the template's trigger on), required or a named function "
+     "(the output is calls); calls match the parameters schema, returned as tool_calls"},
     {"functions", K_ARRAY, 0, 0, false, NA, REFUSED, only_empty, "array",
      "[] only"},
     {"function_call", K_ANY, 0, 0, false, NA, REFUSED, only_none_auto, "string or object",
@@ -748,7 +711,6 @@ int oai_parse(const char *body, size_t len, bool chat, int32_t n_vocab, oai_req 
     if (chat && c.chat_lp) r->logprobs = c.top_lp >= 0 ? c.top_lp : 0;
     if (c.stream_options && !r->stream)
         return BAD("stream_options", "'stream_options' needs 'stream': true");
-    if (chat && apply_tools(r, e)) return -1;
     return 0;
 }
 

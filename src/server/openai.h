@@ -53,8 +53,24 @@ typedef struct {
     const char *grammar_param; /* which field gave it ("grammar", "response_format") */
     const cJSON *tools;   /* chat "tools" (in doc), NULL when absent or [] */
     const cJSON *tool_choice; /* chat "tool_choice" (in doc) or NULL */
-    bool tool_call;       /* the output is constrained to a tool call (required / named) */
+    bool parallel_calls;  /* parallel_tool_calls (default false, as llama-server) */
+    chat_call *calls;     /* the assistant messages' tool_calls (msgs point here;
+                             arguments owned) */
+    int n_calls;
+    char **tool_defs;     /* each tool's JSON for the template (owned); none with
+                             tool_choice "none" */
+    int n_tool_defs;
+    int tool_mode;        /* OAI_TOOLS_*: whether and where the output holds calls */
+    const char *grammar_trigger; /* auto: the lazy grammar's trigger (static) */
+    bool grammar_at_start;
 } oai_req;
+
+/* Where the output of a chat request with tools holds calls. */
+enum {
+    OAI_TOOLS_OFF = 0,    /* nowhere: plain content */
+    OAI_TOOLS_AUTO,       /* after the format's trigger, if the model writes it */
+    OAI_TOOLS_REQUIRED,   /* the whole output (tool_choice required or named) */
+};
 
 /* One JSON value and nothing after it but white space (cJSON alone would
  * ignore trailing bytes); NULL if the text is not that. */
@@ -73,18 +89,57 @@ int oai_refuse_nul(const char *body, size_t len, oai_error *e);
 int oai_unknown_field(oai_error *e, const char *name, const char *hint);
 void oai_req_free(oai_req *r);
 
-/* openai_tools.c: function tools (chat). */
+/* ---- openai_tools.c: function tools (chat) ---- */
 int oai_tools_check(const cJSON *tools, oai_error *e);
-/* The GBNF of a call to one of tools (only: that one), malloc'd in *gbnf;
- * 0, or -1 + e (400 naming tools or tool_choice). */
-int oai_tools_grammar(const cJSON *tools, const char *only, char **gbnf, oai_error *e);
-/* The system message text that lists the tools (after system, if any); malloc'd. */
-char *oai_tools_system_text(const cJSON *tools, const char *system);
-/* A "tool" message (tool_role) or an assistant's tool_calls as text; malloc'd. */
-char *oai_tool_msg_text(const cJSON *m, bool tool_role);
-/* A generated call {"name", "arguments"}: its name and the arguments' JSON
- * (malloc'd); false when the text is not one. */
-bool oai_tool_call_parse(const char *text, size_t len, char *name, size_t name_cap, char **args);
+/* An assistant message's tool_calls (in doc) into r->calls; 0, or -1 + e. */
+int oai_tools_history(const cJSON *calls, int msg, oai_req *r, chat_msg *m, oai_error *e);
+/* After the fields, with the template known: the tools' definitions for
+ * the template, and the grammar of the calls: the whole output
+ * (tool_choice required or named), or lazy from the family's trigger on
+ * (auto; not when 'grammar' or response_format constrain the output, which
+ * then holds no calls). 0, or -1 + e (400 naming tools or tool_choice). */
+int oai_tools_apply(oai_req *r, chat_tmpl t, oai_error *e);
+
+/* How a family writes tool calls: where they begin and what surrounds
+ * each, so that they can be constrained and read back. */
+typedef struct {
+    const char *trigger;  /* the text calls begin with */
+    bool at_start;        /* only at the output's start (after white space) */
+    const char *args_key; /* "arguments", or "parameters" (Llama 3.1) */
+    /* GBNF: head (before call (sep before call)*)? tail; sep NULL: one call */
+    const char *head, *before, *after, *sep, *tail;
+} oai_tool_fmt;
+const oai_tool_fmt *oai_tool_format(chat_tmpl t);
+
+/* Reading calls out of the output as it grows: the text before the
+ * trigger is content (trailing white space held back until more content
+ * follows, and a suffix that may still become the trigger until it
+ * cannot); after it, each JSON object at the top level is a call: its
+ * "name" starts it (OAI_CALL_START), and its arguments' JSON text follows
+ * as it is written (OAI_CALL_ARGS, in fragments); its closing brace ends
+ * it. The text there is the grammar's, so it is well-formed (a prefix of
+ * it when cut by max_tokens). */
+enum { OAI_CALL_CONTENT, OAI_CALL_START, OAI_CALL_ARGS };
+typedef void (*oai_calls_emit)(void *user, int kind, int index, const char *s, size_t n);
+typedef struct {
+    const oai_tool_fmt *f;
+    size_t pos;           /* bytes of text read */
+    size_t sent;          /* bytes of content emitted */
+    size_t from;          /* where the calls begin, SIZE_MAX: not (yet) */
+    bool no_calls;        /* an anchored trigger did not come first */
+    int depth;            /* JSON nesting inside the calls */
+    bool in_str, esc;
+    int st;               /* what comes next inside a call object */
+    char key[16], name[72];
+    int key_n, name_n;
+    bool in_args;
+    int started, done;    /* calls named, calls complete */
+} oai_calls;
+/* required: the whole output is calls. */
+void oai_calls_init(oai_calls *c, const oai_tool_fmt *f, bool required);
+/* Reads text[pos, len) (the whole output so far); final: nothing follows. */
+void oai_calls_feed(oai_calls *c, const char *text, size_t len, bool final, oai_calls_emit emit,
+                    void *user);
 /* The engine's prompt tokens for a parsed request q: for chat, the
  * conversation rendered by template t, special tokens read only in the
  * template's markup (message content is plain text: it cannot forge a
@@ -155,7 +210,8 @@ typedef struct {
     size_t text_len;
     const sp_request_stats *st;
     const char *finish;          /* sp_finish_reason_str(st->finish) */
-    bool tool_call;              /* the text is a tool call (tool_choice required / named) */
+    const oai_tool_fmt *tools;   /* the text may hold calls in this format (NULL: not) */
+    bool calls_required;         /* ... the whole text (tool_choice required / named) */
 } oai_reply;
 
 /* --stamp-chunks: the timing a text chunk carries (see server.h). */
@@ -174,9 +230,12 @@ void oai_reply_chunk(sbuf *b, const oai_reply *o, const char *text, size_t len, 
                      int32_t to, const char *finish, bool role, const oai_stamp *stamp);
 /* The stream's usage event (stream_options.include_usage). */
 void oai_reply_usage_chunk(sbuf *b, const oai_reply *o);
-/* A stream's chunk of a finished tool call (delta.tool_calls); false (nothing
- * written) when o's text is not a complete call. */
-bool oai_reply_tool_chunk(sbuf *b, const oai_reply *o);
+/* A stream's chunk of tool call `index`: its first (id, type, name,
+ * arguments "") when name is not NULL, else a fragment of its arguments. */
+void oai_reply_call_chunk(sbuf *b, const oai_reply *o, int index, const char *name,
+                          const char *args, size_t n);
+/* The id of call `index` of the reply with id `rid` into out. */
+void oai_call_id(char *out, size_t cap, const char *rid, int index);
 /* An error as an SSE event (a stream that fails after its 200). */
 void oai_reply_error_event(sbuf *b, const oai_error *e);
 

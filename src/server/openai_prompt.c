@@ -141,7 +141,9 @@ int oai_prompt_tokens(const oai_req *q, chat_tmpl t, const sp_vocab *v, int32_t 
     int32_t k, least = 0;
     if (q->chat) {
         char err[512];
-        k = chat_tokenize(v, t, q->msgs, q->n_msgs, max_prompt, &toks, &least, err, sizeof(err));
+        const chat_tools tools = {(const char *const *)q->tool_defs, q->n_tool_defs};
+        k = chat_tokenize(v, t, q->msgs, q->n_msgs, &tools, max_prompt, &toks, &least, err,
+                          sizeof(err));
         if (k == CHAT_TOK_INVALID)
             return oai_seterr(e, 400, "invalid_request_error", "messages", "invalid_value", "%s",
                               err);

@@ -210,53 +210,116 @@ static void json_head(sbuf *b, const oai_reply *o, const char *object) {
 
 /* ---- responses ---- */
 
-/* {"id": ..., "type": "function", "function": {"name", "arguments"}} of o's
- * call (index: in a stream's delta); false when the text is not a call. */
-static bool json_tool_call(sbuf *b, const oai_reply *o, bool index) {
-    char name[80], *args = NULL;
-    if (!o->tool_call || o->st->finish != SP_FINISH_STOP ||
-        !oai_tool_call_parse(o->text ? o->text : "", o->text_len, name, sizeof(name), &args))
-        return false;
-    sb_str(b, index ? "[{\"index\": 0, \"id\": \"call_" : "[{\"id\": \"call_");
-    sb_str(b, o->id + (strncmp(o->id, "chatcmpl-", 9) ? 0 : 9));
-    sb_str(b, "\", \"type\": \"function\", \"function\": {\"name\": ");
-    sb_json_str(b, name, strlen(name));
-    sb_str(b, ", \"arguments\": ");
-    sb_json_str(b, args, strlen(args));
-    sb_str(b, "}}]");
-    free(args);
-    return true;
+/* ---- tool calls ---- */
+
+void oai_call_id(char *out, size_t cap, const char *rid, int index) {
+    const char *suffix = rid + (strncmp(rid, "chatcmpl-", 9) ? 0 : 9);
+    if (index) snprintf(out, cap, "call_%s_%d", suffix, index);
+    else snprintf(out, cap, "call_%s", suffix);
 }
 
-bool oai_reply_tool_chunk(sbuf *b, const oai_reply *o) {
-    sbuf calls = {0};
-    if (!json_tool_call(&calls, o, true)) {
-        sb_free(&calls);
-        return false;
-    }
+/* {"id", "type": "function", "function": {"name", "arguments"}} with the
+ * arguments args[n] as a JSON string (index: a stream's delta) */
+static void json_call(sbuf *b, const oai_reply *o, int index, bool delta, const char *name,
+                      const char *args, size_t n) {
+    char id[96];
+    oai_call_id(id, sizeof(id), o->id, index);
+    if (delta) sb_printf(b, "{\"index\": %d, ", index);
+    else sb_str(b, "{");
+    sb_str(b, "\"id\": ");
+    sb_json_str(b, id, strlen(id));
+    sb_str(b, ", \"type\": \"function\", \"function\": {\"name\": ");
+    sb_json_str(b, name, strlen(name));
+    sb_str(b, ", \"arguments\": ");
+    sb_json_str(b, args, n);
+    sb_str(b, "}}");
+}
+
+void oai_reply_call_chunk(sbuf *b, const oai_reply *o, int index, const char *name,
+                          const char *args, size_t n) {
     sb_str(b, "data: ");
     json_head(b, o, "chat.completion.chunk");
-    sb_str(b, ", \"choices\": [{\"index\": 0, \"delta\": {\"tool_calls\": ");
-    sb_add(b, calls.p, calls.len);
-    sb_str(b, "}, \"logprobs\": null, \"finish_reason\": null}]}\n\n");
-    sb_free(&calls);
-    return true;
+    sb_str(b, ", \"choices\": [{\"index\": 0, \"delta\": {\"tool_calls\": [");
+    if (name) {
+        json_call(b, o, index, true, name, "", 0);
+    } else {
+        sb_printf(b, "{\"index\": %d, \"function\": {\"arguments\": ", index);
+        sb_json_str(b, args, n);
+        sb_str(b, "}}");
+    }
+    sb_str(b, "]}, \"logprobs\": null, \"finish_reason\": null}]}\n\n");
+}
+
+/* The calls read out of a whole text: content, and each call's name and
+ * arguments (raw holds the arguments, one run per call). */
+typedef struct {
+    sbuf content, raw;
+    struct {
+        char name[72];
+        size_t off, len;
+    } *call;
+    int n, cap;
+    bool oom;
+} found;
+
+static void collect(void *user, int kind, int index, const char *s, size_t n) {
+    found *f = user;
+    if (kind == OAI_CALL_CONTENT) {
+        sb_add(&f->content, s, n);
+    } else if (kind == OAI_CALL_START) {
+        if (f->n == f->cap) {
+            int cap = f->cap ? 2 * f->cap : 4;
+            void *p = realloc(f->call, (size_t)cap * sizeof(*f->call));
+            if (!p) {
+                f->oom = true;
+                return;
+            }
+            f->call = p, f->cap = cap;
+        }
+        snprintf(f->call[f->n].name, sizeof(f->call[f->n].name), "%.*s", (int)n, s);
+        f->call[f->n].off = f->raw.len;
+        f->call[f->n++].len = 0;
+    } else if (index == f->n - 1) {
+        sb_add(&f->raw, s, n);
+        f->call[index].len += n;
+    }
+}
+
+/* The chat answer's "message"; *finish becomes "tool_calls" when it holds
+ * complete calls and the output ended by itself. */
+static void json_message(sbuf *b, const oai_reply *o, const char **finish) {
+    const char *text = o->text ? o->text : "";
+    found f = {0};
+    oai_calls c = {0};
+    if (o->tools) {
+        oai_calls_init(&c, o->tools, o->calls_required);
+        oai_calls_feed(&c, text, o->text_len, true, collect, &f);
+    }
+    sb_str(b, "\"message\": {\"role\": \"assistant\", \"content\": ");
+    if (!f.n || f.oom || f.content.oom || f.raw.oom) {
+        sb_json_str(b, text, o->text_len);
+    } else {
+        if (f.content.len) sb_json_str(b, f.content.p, f.content.len);
+        else sb_str(b, "null");
+        sb_str(b, ", \"tool_calls\": [");
+        for (int i = 0; i < f.n; i++) {
+            if (i) sb_str(b, ", ");
+            json_call(b, o, i, false, f.call[i].name, f.raw.p ? f.raw.p + f.call[i].off : "",
+                      f.call[i].len);
+        }
+        sb_str(b, "]");
+        if (c.done && o->st->finish == SP_FINISH_STOP) *finish = "tool_calls";
+    }
+    sb_str(b, "}");
+    sb_free(&f.content), sb_free(&f.raw), free(f.call);
 }
 
 void oai_reply_full(sbuf *b, const oai_reply *o) {
     json_head(b, o, o->chat ? "chat.completion" : "text_completion");
     sb_str(b, ", \"choices\": [{\"index\": 0, ");
-    sbuf calls = {0};
     const char *finish = o->finish;
-    if (o->chat && json_tool_call(&calls, o, false)) {
-        sb_str(b, "\"message\": {\"role\": \"assistant\", \"content\": null, \"tool_calls\": ");
-        sb_add(b, calls.p, calls.len);
-        sb_str(b, "}");
-        finish = "tool_calls";
-    } else if (o->chat) {
-        sb_str(b, "\"message\": {\"role\": \"assistant\", \"content\": ");
-        sb_json_str(b, o->text ? o->text : "", o->text_len);
-        sb_str(b, "}");
+    if (o->chat) {
+        json_message(b, o, &finish);
     } else {
         sb_str(b, "\"text\": ");
         sb_json_str(b, o->text ? o->text : "", o->text_len);
@@ -264,7 +327,6 @@ void oai_reply_full(sbuf *b, const oai_reply *o) {
     sb_str(b, ", \"logprobs\": ");
     size_t off = 0;
     json_logprobs(b, o, 0, o->n_tok, &off);
-    sb_free(&calls);
     sb_printf(b, ", \"finish_reason\": \"%s\"}], \"usage\": ", finish);
     json_usage(b, o->st);
     sb_str(b, ", \"specula\": ");

@@ -4,7 +4,7 @@
  * Input: byte 0 picks what to do: bit 0 clear: the rest is template text
  * for chat_tmpl_detect and a name for chat_tmpl_parse; set: the rest is a
  * conversation, messages separated by 0xff bytes, each one role byte
- * (system, developer, user, assistant, or an unknown role; content NULL
+ * (system, developer, user, assistant, tool, or an unknown role; content NULL
  * for some) and its content, rendered with the template in bits 1-3.
  *
  * Checked: detection gives a known family (which has a name and, except
@@ -41,7 +41,7 @@ static void fzc_detect(const char *text) {
 
 static void fzc_render(chat_tmpl t, const char *s, size_t len) {
     static const char *roles[] = {"system", "developer", "user", "assistant", "tool", "User", ""};
-    chat_msg m[FZC_MAX_MSGS];
+    chat_msg m[FZC_MAX_MSGS] = {0};
     char *parts[FZC_MAX_MSGS];
     int n = 0;
     bool bad_role = false;
@@ -56,7 +56,7 @@ static void fzc_render(chat_tmpl t, const char *s, size_t len) {
         parts[n][i - start] = 0;
         m[n].role = roles[r % 7];
         m[n].content = (r & 0x80) ? NULL : parts[n];
-        bad_role |= r % 7 >= 4;
+        bad_role |= r % 7 >= 5; /* "User" and "": unknown */
         n++;
         if (i < len) i++; /* the separator */
     }

@@ -62,6 +62,40 @@ static void fzg_run(sp_grammar *g, const uint8_t *bytes, size_t nb) {
     sp_matcher_free(m);
 }
 
+/* The grammar made lazy, its trigger the longest prefix (at most 8 bytes)
+ * of bytes that it accepts: the free state's mask agrees with
+ * sp_matcher_accept_token for the first tokens it allows and refuses, and
+ * running bytes through the trigger never breaks the matcher. */
+static void fzg_lazy(sp_grammar *g, const uint8_t *bytes, size_t nb) {
+    char err[256];
+    sp_matcher *m = sp_matcher_create(g, fzg_trie, err, sizeof(err));
+    FZ_ASSERT(m);
+    size_t tl = nb < 8 ? nb : 8;
+    while (tl && !sp_matcher_accept_bytes(m, (const char *)bytes, tl)) tl--;
+    sp_matcher_reset(m);
+    if (!tl || memchr(bytes, 0, tl) || sp_matcher_set_trigger(m, (const char *)bytes, tl, bytes[0] & 1, err, sizeof(err))) {
+        sp_matcher_free(m);
+        return;
+    }
+    const int32_t V = sp_vocab_n_tokens(fz_vocabs[0]);
+    uint32_t *bits = calloc((size_t)(V + 31) / 32, 4);
+    FZ_ASSERT(bits);
+    const sp_token *ref;
+    const int32_t n_ref = sp_matcher_free_at(m, 0, &ref);
+    FZ_ASSERT(n_ref >= 0 && sp_matcher_mask(m, bits) == V - n_ref && sp_matcher_can_end(m));
+    sp_matcher *c = sp_matcher_create(g, fzg_trie, err, sizeof(err));
+    FZ_ASSERT(c && sp_matcher_set_trigger(c, (const char *)bytes, tl, bytes[0] & 1, err, sizeof(err)) == SP_OK);
+    for (int32_t i = 0; i < n_ref && i < 8; i++) {
+        sp_matcher_reset(c);
+        FZ_ASSERT(!sp_matcher_accept_token(c, ref[i]) && !(bits[ref[i] >> 5] >> (ref[i] & 31) & 1));
+    }
+    sp_matcher_free(c);
+    sp_matcher_accept_bytes(m, (const char *)bytes, nb);
+    sp_matcher_mask(m, bits);
+    free(bits);
+    sp_matcher_free(m);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     const uint8_t mode = data[0];
@@ -79,6 +113,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         sp_grammar *gr = gl && !memchr(g, 0, gl) ? sp_grammar_compile(g, gl, err, sizeof(err)) : NULL;
         if (!gr && gl && !memchr(g, 0, gl)) FZ_ASSERT(err[0]);
         if (gr) fzg_run(gr, sep ? (const uint8_t *)sep + 1 : NULL, sep ? len - gl - 1 : 0);
+        if (gr && sep && fzg_trie) fzg_lazy(gr, (const uint8_t *)sep + 1, len - gl - 1);
         sp_grammar_free(gr);
         free(g);
         return 0;

@@ -4,7 +4,9 @@
  * /v1/chat/completions, /tokenize, /detokenize) and, for chat, the
  * template (bits 2-4); the rest is the body.
  *
- * Completions and chat go through oai_parse (parse and validate), and an
+ * Completions and chat go through oai_parse (parse and validate), chat
+ * through oai_tools_apply (tools: their definitions for the template, the
+ * calls' grammar, which must compile), and an
  * accepted request through what the server does next: the prompt's tokens
  * (oai_prompt_tokens: chat rendering, bounded tokenizing with special
  * tokens only in the template's markup). Every accepted request must
@@ -119,9 +121,22 @@ static void fzr_generate(const char *body, size_t len, bool chat, chat_tmpl tmpl
             FZ_ASSERT(strncmp(body + i + 1, "u0000", 5) != 0);
             i++; /* the escaped character */
         }
+    if (chat && tmpl != CHAT_NONE && oai_tools_apply(&q, tmpl, &e) < 0) { /* as gen_parse */
+        fzr_check_error(&e);
+        oai_req_free(&q);
+        return;
+    }
+    if (q.tool_mode) { /* the calls' grammar compiles; auto is lazy from the format's trigger */
+        char err[256];
+        sp_grammar *g = sp_grammar_compile(q.grammar, 0, err, sizeof(err));
+        FZ_ASSERT(g && q.tool_defs && q.n_tool_defs > 0);
+        FZ_ASSERT((q.tool_mode == OAI_TOOLS_AUTO) == (q.grammar_trigger != NULL));
+        sp_grammar_free(g);
+    }
     if (chat) {
         char err[512];
-        char *text = chat_render(tmpl, q.msgs, q.n_msgs, err, sizeof(err));
+        const chat_tools tools = {(const char *const *)q.tool_defs, q.n_tool_defs};
+        char *text = chat_render_spans(tmpl, q.msgs, q.n_msgs, &tools, NULL, NULL, err, sizeof(err));
         if (tmpl == CHAT_NONE) FZ_ASSERT(!text);
         else FZ_ASSERT(text); /* roles were validated: rendering cannot fail */
         free(text);

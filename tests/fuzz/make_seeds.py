@@ -219,6 +219,18 @@ def request_seeds():
                 continue
             put("request", "chat_%02d_t%d.json" % (i, tm), bytes([1 | tm << 2]) + json.dumps(r).encode())
     put("request", "chat_bpe.json", bytes([1 | 1 << 2 | 1 << 5]) + json.dumps(chat[1]).encode())
+    tools = {"messages": [
+        {"role": "user", "content": "weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "22C"},
+        {"role": "user", "content": "and Rome?"}],
+        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string", "pattern": "^[A-Z][a-z]+$"}},
+            "required": ["city"]}}}], "tool_choice": "auto", "parallel_tool_calls": True}
+    for tm in range(7):  # tools in every family's markup, auto (lazy) and required
+        put("request", "chat_tools_t%d.json" % tm, bytes([1 | tm << 2]) + json.dumps(tools).encode())
+    put("request", "chat_tools_required.json", bytes([1 | 1 << 2]) + json.dumps(dict(tools, tool_choice="required")).encode())
     tok = [{"prompt": "Hello world"}, {"content": "\u4f60\u597d <s>", "add_special": False},
            {"prompt": "x", "add_special": "yes"}]
     for i, r in enumerate(tok):

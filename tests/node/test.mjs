@@ -172,6 +172,26 @@ await check('tools: streamed, the tool_calls delta and finish_reason tool_calls'
   JSON.parse(args);
 });
 
+await check("tools: the client's stream helper puts the piecewise tool-call deltas together", async () => {
+  const params = { model, max_tokens: 100, temperature: 0, messages: [{ role: 'user', content: 'Pick a color.' }],
+                   tools, tool_choice: 'required' };
+  const whole = (await client.chat.completions.create(params)).choices[0].message.tool_calls[0];
+  const stream = client.chat.completions.stream(params);
+  let deltas = 0, done = null;
+  stream.on('tool_calls.function.arguments.delta', () => { deltas++; });
+  stream.on('tool_calls.function.arguments.done', (e) => { done = e; });
+  const c = (await stream.finalChatCompletion()).choices[0];
+  const call = c.message.tool_calls && c.message.tool_calls[0];
+  if (c.finish_reason !== 'tool_calls' || !call || call.type !== 'function' || !call.id.startsWith('call_'))
+    return `bad ${JSON.stringify(c)}`;
+  if (call.function.name !== whole.function.name || call.function.arguments !== whole.function.arguments)
+    return `streamed ${JSON.stringify(call.function)}, whole ${JSON.stringify(whole.function)}`;
+  if (deltas < 3) return `the arguments came in ${deltas} deltas`;
+  if (!done || done.name !== 'pick' || done.arguments !== call.function.arguments) return `done event ${JSON.stringify(done)}`;
+  const v = JSON.parse(call.function.arguments);
+  if (!['red', 'blue'].includes(v.color)) return `arguments ${call.function.arguments}`;
+});
+
 await check('abort mid-stream cancels the request and returns its blocks', async () => {
   const before = await metrics();
   const ac = new AbortController();

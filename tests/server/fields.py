@@ -321,6 +321,20 @@ def c_tool_choice(ep):
     refused(ep, "tool_choice", {"type": "function", "function": {"name": "other"}}, tools=TOOLS)
 
 
+def c_parallel_tool_calls(ep):
+    # false (the default): one call, the grammar ends after it; true: it may go on to a second
+    kw = dict(max_tokens=60, tools=TOOLS, tool_choice="required")
+    _, d = gen(ep, parallel_tool_calls=False, **kw)
+    c = d["choices"][0]
+    assert c["finish_reason"] == "tool_calls" and len(c["message"]["tool_calls"]) == 1, c
+    assert gen(ep, **kw)[1]["choices"][0]["message"]["tool_calls"][0]["function"] == \
+        c["message"]["tool_calls"][0]["function"], "the default is not false"
+    _, d = gen(ep, parallel_tool_calls=True, **kw)
+    m = d["choices"][0]
+    assert m["message"]["tool_calls"][0]["function"] == c["message"]["tool_calls"][0]["function"] and \
+        (len(m["message"]["tool_calls"]) > 1 or m["finish_reason"] == "length"), m
+
+
 def c_cache_salt(ep):
     long_ = dict(max_tokens=1)
     long_["prompt" if ep == "completions" else "messages"] = (PROMPT + REPEAT) * 2 if ep == "completions" \
@@ -354,11 +368,11 @@ HONORED = {
     "repeat_penalty": penalty("repeat_penalty", 5), "ignore_eos": c_ignore_eos,
     "cache_salt": c_cache_salt, "speculative": c_speculative,
     "response_format": c_response_format, "grammar": c_grammar,
-    "tools": c_tools, "tool_choice": c_tool_choice,
+    "tools": c_tools, "tool_choice": c_tool_choice, "parallel_tool_calls": c_parallel_tool_calls,
 }
 NO_EFFECT = {
     "user": "user-1", "metadata": {"k": "v"}, "store": True, "service_tier": "auto",
-    "parallel_tool_calls": True, "prompt_cache_key": "key", "safety_identifier": "id-1",
+    "prompt_cache_key": "key", "safety_identifier": "id-1",
     "prediction": {"type": "content", "content": "x"},
 }
 # refused: (a value that asks for something, the value that asks for nothing or None)

@@ -14,8 +14,10 @@ expression for each grammar. Greedy output with speculation must equal
 greedy output without it, byte for byte. Then: a chat request, a streamed
 one, a grammar that cannot finish within max_tokens ("length"), an
 impossible grammar (a clear 400), jump-forward (tokens the grammar forces, proposed and accepted), tool calls
-(required, named, streamed: tool_calls whose arguments validate against the
-function's parameters), and the speculation metrics.
+(required, named, and auto on the llama3 template: tool_calls whose
+arguments validate against the function's parameters, streamed piecewise
+as OpenAI does and equal to the whole answer, identical with speculation),
+and the speculation metrics.
 Standard library only."""
 import argparse
 import json
@@ -90,6 +92,11 @@ SCHEMAS = [
     ("tool arguments", {"type": "object", "properties": {
         "city": S(20), "unit": {"enum": ["celsius", "fahrenheit"]}, "days": I(1, 7)},
         "required": ["city", "unit"], "additionalProperties": False}),
+    ("pattern code", {"type": "string", "pattern": "^[A-Z]{3}-\\d{2}$"}),
+    ("pattern alternation", {"type": "string", "pattern": "^(yes|no|maybe)( [0-9]{1,2})?$"}),
+    ("pattern escapes", {"type": "object", "properties": {"path": {
+        "type": "string", "pattern": "^[a-z]{1,6}(\\\\[a-z]{1,6}){0,2}\"?$", "maxLength": 21}},
+        "required": ["path"]}),
 ]
 
 GRAMMARS = [
@@ -155,6 +162,8 @@ def valid(v, s, root):
     if isinstance(v, str):
         if len(v) < s.get("minLength", 0) or len(v) > s.get("maxLength", 1 << 30):
             return "length %d" % len(v)
+        if "pattern" in s and not re.search(s["pattern"], v):
+            return "%r does not match the pattern %s" % (v, s["pattern"])
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         if ("minimum" in s and v < s["minimum"]) or ("maximum" in s and v > s["maximum"]) or \
            ("exclusiveMinimum" in s and v <= s["exclusiveMinimum"]) or \
@@ -266,12 +275,10 @@ def main():
             if "speculative" in fields:
                 t.report("%s: the table's requests drafted (%d tokens)" % (mode, DRAFTED.get(mode, 0)),
                          None if DRAFTED.get(mode, 0) > 0 else "nothing drafted")
-        n = FORCED.get("greedy+ngram", 0)
-        t.report("greedy+ngram: tokens the grammar forced were proposed and accepted (%d)" % n,
-                 None if n > 0 else "no jump-forward")
-        t.report("plain and draft requests report no jump-forward",
-                 None if FORCED.get("greedy", 0) == FORCED.get("sampled", 0) == FORCED.get("sampled+draft", 0) == 0
-                 else str(FORCED))
+        for mode, _, _ in MODES:  # jump-forward: with every proposer, and without speculation
+            n = FORCED.get(mode, 0)
+            t.report("%s: tokens the grammar forced were proposed and accepted (%d)" % (mode, n),
+                     None if n > 0 else "no jump-forward")
         # chat, json_schema
         st, d = post(port, "/v1/chat/completions", {
             "messages": [{"role": "user", "content": "a JSON object please"}], "max_tokens": 120,
@@ -298,44 +305,7 @@ def main():
         err = "HTTP %d" % st if st != 200 else \
             ("finish_reason %s" % fin if fin != "stop" else schema_check(SCHEMAS[19][1])("".join(parts)))
         t.report("stream: the deltas join into a valid document", err)
-        # tools: a required call, a named one, streamed; arguments validate against the parameters
-        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": SCHEMAS[36][1]}},
-                 {"type": "function", "function": {"name": "add", "parameters": {
-                     "type": "object", "properties": {"a": I(0, 99), "b": I(0, 99)}, "required": ["a", "b"]}}}]
-        params = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
-        for label, choice, stream in (("required", "required", False),
-                                      ("named", {"type": "function", "function": {"name": "add"}}, False),
-                                      ("required, streamed", "required", True)):
-            body = {"messages": [{"role": "user", "content": "weather in Paris?"}], "max_tokens": 150,
-                    "temperature": 0.8, "seed": 3, "tools": tools, "tool_choice": choice, "stream": stream,
-                    "speculative": {"method": "ngram", "k": 4}}
-            st, _, raw = request(port, "POST", "/v1/chat/completions", json.dumps(body).encode(), timeout=300)
-            err = None if st == 200 else "HTTP %d %s" % (st, raw[:300])
-            call, fin = None, None
-            if not err and stream:
-                for line in raw.decode().splitlines():
-                    if line.startswith("data: {"):
-                        ch = json.loads(line[6:])["choices"]
-                        if ch and ch[0]["delta"].get("tool_calls"):
-                            call = ch[0]["delta"]["tool_calls"][0]
-                        if ch and ch[0].get("finish_reason"):
-                            fin = ch[0]["finish_reason"]
-            elif not err:
-                c = json.loads(raw)["choices"][0]
-                fin, call = c["finish_reason"], (c["message"].get("tool_calls") or [None])[0]
-                if c["message"].get("content") is not None:
-                    err = "content beside tool_calls: %r" % c["message"]["content"]
-            if not err:
-                if fin != "tool_calls" or not call:
-                    err = "finish_reason %s, call %s" % (fin, call)
-                else:
-                    f = call["function"]
-                    want = "add" if isinstance(choice, dict) else None
-                    err = ("called %s" % f["name"]) if f["name"] not in params or (want and f["name"] != want) \
-                        else schema_check(params[f["name"]])(f["arguments"])
-                    if not err and not call["id"].startswith("call_"):
-                        err = "id %r" % call["id"]
-            t.report("tools: %s call: tool_calls whose arguments validate" % label, err)
+        tools_checks(port, t)
         # a grammar that cannot finish within max_tokens: "length", the output a prefix
         st, d = post(port, "/v1/completions", {"prompt": PROMPT, "max_tokens": 12, "temperature": 0,
                                                "grammar": 'root ::= "ab"{200} "c"'})
@@ -369,10 +339,142 @@ def main():
         t.report("server exits cleanly, no sanitizer report",
                  None if rc == 0 and not SAN_RE.search(log) else "exit %s: %s" % (rc, log[-500:]))
     try:
+        auto_checks(a, t, tmp)
         bpe_table(a, t, tmp, rows)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return t.result()
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": SCHEMAS[36][1]}},
+         {"type": "function", "function": {"name": "add", "parameters": {
+             "type": "object", "properties": {"a": I(0, 99), "b": I(0, 99)}, "required": ["a", "b"]}}}]
+# short ones for the llama3 server (its prompt must leave room in a 512-token context)
+AUTO_TOOLS = [{"type": "function", "function": {"name": "mul", "parameters": {
+                  "type": "object", "properties": {"a": I(0, 9), "b": I(0, 9)}, "required": ["a", "b"]}}},
+              {"type": "function", "function": {"name": "neg", "parameters": {
+                  "type": "object", "properties": {"x": I(0, 9)}, "required": ["x"]}}}]
+PARAMS = {x["function"]["name"]: x["function"]["parameters"] for x in TOOLS + AUTO_TOOLS}
+
+
+def stream_chat(port, body):
+    """A streamed chat answer put together as the openai clients do: (content,
+    calls [{"id", "name", "arguments", "pieces"}], finish_reason, why not
+    OpenAI-shaped). A call's first chunk carries index, id, type, function.name
+    and arguments ""; the chunks after it only argument fragments."""
+    st, _, raw = request(port, "POST", "/v1/chat/completions", json.dumps(dict(body, stream=True)).encode(),
+                         timeout=300)
+    if st != 200:
+        return None, [], None, "HTTP %d %s" % (st, raw[:300])
+    content, calls, fin, err = None, [], None, None
+    for line in raw.decode().splitlines():
+        ch = json.loads(line[6:])["choices"] if line.startswith("data: {") else None
+        if not ch:
+            continue
+        d = ch[0]["delta"]
+        if d.get("content"):
+            content = (content or "") + d["content"]
+        for tc in d.get("tool_calls") or []:
+            f = tc.get("function", {})
+            if tc.get("index") == len(calls):
+                if not (tc.get("id", "").startswith("call_") and tc.get("type") == "function" and f.get("name")
+                        and f.get("arguments") == ""):
+                    err = err or "the first chunk of call %d: %r" % (len(calls), tc)
+                calls.append({"id": tc.get("id"), "name": f.get("name"), "arguments": "", "pieces": 0})
+            elif tc.get("index") == len(calls) - 1 and set(tc) == {"index", "function"} and set(f) == {"arguments"}:
+                calls[-1]["arguments"] += f["arguments"]
+                calls[-1]["pieces"] += 1
+            else:
+                err = err or "a tool_calls chunk out of order: %r" % tc
+        fin = ch[0].get("finish_reason") or fin
+    return content, calls, fin, err
+
+
+def whole_call(port, body, want=None):
+    """The non-streamed answer's one call (name, arguments), or why not."""
+    st, d = post(port, "/v1/chat/completions", body)
+    if st != 200:
+        return None, "HTTP %d %s" % (st, str(d)[:300])
+    c = d["choices"][0]
+    calls = c["message"].get("tool_calls") or []
+    if c["message"].get("content") is not None:
+        return None, "content beside tool_calls: %r" % c["message"]["content"]
+    if c["finish_reason"] != "tool_calls" or len(calls) != 1:
+        return None, "finish_reason %s, calls %s" % (c["finish_reason"], calls)
+    f = calls[0]["function"]
+    if f["name"] not in PARAMS or (want and f["name"] != want) or not calls[0]["id"].startswith("call_"):
+        return None, "call %r" % calls[0]
+    err = schema_check(PARAMS[f["name"]])(f["arguments"])
+    return (None, err) if err else ((f["name"], f["arguments"]), None)
+
+
+def stream_matches(port, body, call):
+    """The same request streamed: piecewise, and the same call."""
+    content, calls, fin, err = stream_chat(port, body)
+    if err:
+        return err
+    if fin != "tool_calls" or content is not None or len(calls) != 1:
+        return "finish_reason %s, content %r, calls %s" % (fin, content, calls)
+    if (calls[0]["name"], calls[0]["arguments"]) != call:
+        return "streamed %r, whole %r" % (calls[0], call)
+    return None if calls[0]["pieces"] > 1 else "the arguments came in %d piece(s)" % calls[0]["pieces"]
+
+
+def tools_checks(port, t):
+    """tool_choice required and named (chatml: <tool_call> markup): tool_calls
+    whose arguments validate; streamed, the call comes piecewise and equals
+    the whole answer's."""
+    for label, choice in (("required", "required"), ("named", {"type": "function", "function": {"name": "add"}})):
+        body = {"messages": [{"role": "user", "content": "weather in Paris?"}], "max_tokens": 100,
+                "temperature": 0.8, "seed": 3, "tools": TOOLS, "tool_choice": choice,
+                "speculative": {"method": "ngram", "k": 4}}
+        call, err = whole_call(port, body, "add" if isinstance(choice, dict) else None)
+        t.report("tools: %s call: tool_calls whose arguments validate" % label, err)
+        t.report("tools: %s call streamed: piecewise deltas, the same call" % label,
+                 stream_matches(port, body, call) if call else "no call to compare")
+
+
+def auto_checks(a, t, tmp):
+    """tool_choice auto on the llama3 template (a call is {"name", "parameters"}
+    at the start of the answer): the model starts its answer with the
+    trigger when logit biases spell it ({ " name ": in turn, each dropping out
+    once used under repeat_penalty 10; the user message is long enough that
+    none of them is in the prompt's penalty window); from the trigger on the
+    output is a valid call, returned as tool_calls, identical with n-gram
+    speculation (greedy and seeded sampling), and streamed piecewise; without
+    the biases the answer is text."""
+    srv = Server("structured-llama3", a.bin, ["-m", a.model, "--spec", "off", "--spec-fixed-k",
+                                              "--chat-template", "llama3"], tmp, threads=2)
+    try:
+        st, _, raw = request(srv.port, "POST", "/tokenize", json.dumps(
+            {"prompt": '{"name":', "add_special": False}).encode())
+        ids = json.loads(raw)["tokens"] if st == 200 else []
+        if len(set(ids)) != 4:
+            t.report("auto: the trigger's tokens", "'{\"name\":' is %r, not 4 distinct tokens" % ids)
+            return
+        base = {"messages": [{"role": "user", "content": "what is the weather like in Paris today " * 9}],
+                "max_tokens": 50, "tools": AUTO_TOOLS}
+        biased = dict(base, logit_bias={str(x): b for x, b in zip(ids, (100, 80, 60, 40))}, repeat_penalty=10)
+        for mode, extra in (("greedy", {"temperature": 0}), ("sampled", {"temperature": 0.8, "seed": 3})):
+            body = dict(biased, **extra)
+            call, err = whole_call(srv.port, body)
+            t.report("auto [%s]: the trigger starts a call: tool_calls whose arguments validate" % mode, err)
+            spec, err2 = whole_call(srv.port, dict(body, speculative={"method": "ngram", "k": 4}))
+            t.report("auto [%s]: the same call with n-gram speculation" % mode,
+                     err2 or (None if spec == call else "%r vs %r" % (spec, call)))
+            t.report("auto [%s]: streamed piecewise, the same call" % mode,
+                     stream_matches(srv.port, body, call) if call else "no call to compare")
+        st, d = post(srv.port, "/v1/chat/completions", dict(base, temperature=0))
+        c = d["choices"][0] if st == 200 else {}
+        t.report("auto: without the trigger the answer is text",
+                 None if st == 200 and isinstance(c["message"]["content"], str) and
+                 not c["message"].get("tool_calls") and c["finish_reason"] != "tool_calls"
+                 else "HTTP %d %s" % (st, str(d)[:300]))
+    finally:
+        rc = srv.stop()
+        log = srv.text()
+        t.report("llama3 server exits cleanly, no sanitizer report",
+                 None if rc == 0 and not SAN_RE.search(log) else "exit %s: %s" % (rc, log[-500:]))
 
 
 def bpe_table(a, t, tmp, rows):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_structured.sh: structured output end to end (tests/server/structured.py):
-# a table of 46 JSON Schemas and GBNF grammars whose outputs must parse and
+# a table of 49 JSON Schemas and GBNF grammars whose outputs must parse and
 # validate, greedy and sampled, speculation off and on (n-gram, draft),
 # on the bundled model (SentencePiece) and on a random-weight model with
 # GPT-2's byte-level BPE vocabulary; speculative greedy output equals plain

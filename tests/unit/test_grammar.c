@@ -193,19 +193,42 @@ static void check_masks(const char *vocab_name) {
 static void test_masks_spm(void) { check_masks("ggml-vocab-llama-spm.gguf"); }
 static void test_masks_bpe(void) { check_masks("ggml-vocab-gpt-2.gguf"); }
 
+/* A vocabulary of the reference data, its token trie and a grammar. */
+typedef struct {
+    sp_model *mod;
+    const sp_vocab *v;
+    sp_token_trie *t;
+    sp_grammar *g;
+    char err[256];
+} vfix;
+
+/* false + f->err when one of them could not be made */
+static bool vfix_open(vfix *f, const char *vocab_name, const char *gbnf) {
+    memset(f, 0, sizeof(*f));
+    if (!(f->mod = load_vocab(vocab_name))) {
+        snprintf(f->err, sizeof(f->err), "vocabulary %s", vocab_name);
+        return false;
+    }
+    f->v = sp_model_get_vocab(f->mod);
+    f->t = sp_token_trie_create(f->v, f->err, sizeof(f->err));
+    f->g = f->t ? sp_grammar_compile(gbnf, 0, f->err, sizeof(f->err)) : NULL;
+    return f->g != NULL;
+}
+
+static void vfix_close(vfix *f) {
+    sp_grammar_free(f->g);
+    sp_token_trie_free(f->t);
+    sp_model_free(f->mod);
+}
+
 /* Jump-forward: where the grammar forces bytes, the mask is the one longest
  * token spelling a prefix of them (never a byte token when a piece spells
  * the same); elsewhere the mask is unchanged. */
 static void check_jump(const char *vocab_name) {
-    sp_model *mod = load_vocab(vocab_name);
-    REQUIRE(mod, "vocabulary");
-    const sp_vocab *v = sp_model_get_vocab(mod);
-    char err[256];
-    sp_token_trie *t = sp_token_trie_create(v, err, sizeof(err));
-    sp_grammar *g = sp_grammar_compile("root ::= \"{\" [ ]? \"\\\"name\\\": \" [a-z]+", 0, err, sizeof(err));
-    REQUIRE(t && g, "%s", err);
-    sp_matcher *m = sp_matcher_create(g, t, err, sizeof(err)), *p = sp_matcher_create(g, t, err, sizeof(err));
-    sp_grammar_free(g);
+    vfix f;
+    REQUIRE(vfix_open(&f, vocab_name, "root ::= \"{\" [ ]? \"\\\"name\\\": \" [a-z]+"), "%s", f.err);
+    const sp_vocab *v = f.v;
+    sp_matcher *m = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err)), *p = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err));
     sp_matcher_set_jump_forward(m, true);
     const int32_t V = sp_vocab_n_tokens(v);
     uint32_t *a = calloc((size_t)(V + 31) / 32, 4), *b = calloc((size_t)(V + 31) / 32, 4);
@@ -235,26 +258,24 @@ static void check_jump(const char *vocab_name) {
     free(b);
     sp_matcher_free(m);
     sp_matcher_free(p);
-    sp_token_trie_free(t);
-    sp_model_free(mod);
+    vfix_close(&f);
 }
 
-static void test_jump_forward(void) {
-    check_jump("ggml-vocab-llama-spm.gguf");
-    check_jump("ggml-vocab-gpt-2.gguf");
+/* A check on the SentencePiece and the byte-level BPE vocabulary. */
+static void on_both_vocabs(void (*check)(const char *vocab_name)) {
+    check("ggml-vocab-llama-spm.gguf");
+    check("ggml-vocab-gpt-2.gguf");
 }
+
+static void test_jump_forward(void) { on_both_vocabs(check_jump); }
 
 /* Lookahead states (speculation) equal the states of committing the same
  * tokens one by one, and a proposal that breaks the grammar is cut. */
 static void test_lookahead(void) {
-    sp_model *mod = load_vocab("ggml-vocab-gpt-2.gguf");
-    REQUIRE(mod, "vocabulary");
-    const sp_vocab *v = sp_model_get_vocab(mod);
-    char err[256];
-    sp_token_trie *t = sp_token_trie_create(v, err, sizeof(err));
-    sp_grammar *g = sp_grammar_compile("root ::= \"{\\\"a\\\": \" [0-9]+ \"}\"", 0, err, sizeof(err));
-    REQUIRE(t && g, "%s", err);
-    sp_matcher *m = sp_matcher_create(g, t, err, sizeof(err)), *c = sp_matcher_create(g, t, err, sizeof(err));
+    vfix f;
+    REQUIRE(vfix_open(&f, "ggml-vocab-gpt-2.gguf", "root ::= \"{\\\"a\\\": \" [0-9]+ \"}\""), "%s", f.err);
+    const sp_vocab *v = f.v;
+    sp_matcher *m = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err)), *c = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err));
     const char *text = "{\"a\": 123}x";
     sp_token toks[32];
     int n = sp_tokenize(v, text, strlen(text), toks, 32, false, false);
@@ -274,11 +295,115 @@ static void test_lookahead(void) {
     free(b);
     sp_matcher_free(m);
     sp_matcher_free(c);
-    sp_grammar_free(g);
-    sp_token_trie_free(t);
-    sp_model_free(mod);
+    vfix_close(&f);
 }
 
+/* ---- lazy grammars (a trigger) ---- */
+
+/* The mask of every state met on the way through a lazy grammar equals the
+ * brute-force answer (each token committed on a fresh matcher at that
+ * state): free states allow every token but those that complete the
+ * trigger with bytes the grammar refuses; lookahead across the trigger
+ * agrees with committing token by token. */
+static void check_lazy_masks(const char *vocab_name) {
+    vfix f;
+    REQUIRE(vfix_open(&f, vocab_name, "root ::= \"<tool_call>\\n{\" [a-z]+ \"}\""), "%s", f.err);
+    const sp_vocab *v = f.v;
+    sp_matcher *m = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err)), *b = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err));
+    REQUIRE(m && b, "%s", f.err);
+    const char *trig = "<tool_call>";
+    CHECK(sp_matcher_set_trigger(m, trig, strlen(trig), false, f.err, sizeof(f.err)) == SP_OK &&
+              sp_matcher_set_trigger(b, trig, strlen(trig), false, f.err, sizeof(f.err)) == SP_OK, "%s", f.err);
+    const int32_t V = sp_vocab_n_tokens(v), W = (V + 31) / 32;
+    uint32_t *bits = calloc((size_t)W, 4), *bits2 = calloc((size_t)W, 4);
+    static const char *const prefixes[] = {"", "Hi <tool_ca", "<tool_call", "x <tool_call>\n{ab"};
+    int n_bad = 0, refused_some = 0;
+    for (int pi = 0; pi < 4; pi++) {
+        const char *p = prefixes[pi];
+        sp_matcher_reset(m);
+        CHECK(sp_matcher_accept_bytes(m, p, strlen(p)), "prefix '%s'", p);
+        const sp_token *ref;
+        const int32_t nref = sp_matcher_free_at(m, 0, &ref);
+        CHECK((nref >= 0) == (pi < 3), "'%s': free %d", p, nref);
+        CHECK(pi == 3 || (sp_matcher_can_end(m) && !sp_matcher_done(m)), "free text may end");
+        const int32_t cnt = sp_matcher_mask(m, bits);
+        int32_t brute = 0;
+        for (sp_token tok = 0; tok < V; tok++) {
+            sp_matcher_reset(b);
+            const bool ok = sp_matcher_accept_bytes(b, p, strlen(p)) && sp_matcher_accept_token(b, tok);
+            brute += ok;
+            if (ok != (bool)(bits[tok >> 5] >> (tok & 31) & 1) && n_bad++ < 5)
+                fprintf(stderr, "  %s prefix '%s' token %d '%s': mask %d, brute %d\n", vocab_name, p, tok,
+                        sp_vocab_token_text(v, tok), !ok, ok);
+        }
+        CHECK(cnt == brute && (nref < 0 || cnt == V - nref), "'%s': count %d, brute %d, refused %d", p, cnt,
+              brute, nref);
+        refused_some += pi == 2 && nref > 0;
+        if (getenv("GR_VERBOSE")) printf("#   %s prefix %s: free %d, %d tokens\n", vocab_name, p, nref, cnt);
+    }
+    CHECK(n_bad == 0, "%d tokens where mask and brute force differ", n_bad);
+    CHECK(refused_some, "%s: after '<tool_call' some token (\">x\"-like) is refused", vocab_name);
+    /* lookahead from free text across the trigger equals committing one by one */
+    const char *text = "Hi <tool_call>\n{abc}";
+    sp_token toks[64];
+    const int n = sp_tokenize(v, text, strlen(text), toks, 16, false, false);
+    REQUIRE(n > 3 && n <= 16, "tokenized");
+    sp_matcher_reset(m);
+    sp_matcher_reset(b);
+    CHECK(sp_matcher_lookahead(m, toks, n) == n, "the whole text is taken");
+    for (int i = 0; i <= n; i++) {
+        const int32_t na = sp_matcher_mask_ahead(m, i, bits), nb = sp_matcher_mask(b, bits2);
+        CHECK(na == nb && !memcmp(bits, bits2, (size_t)W * 4) &&
+                  sp_matcher_can_end_at(m, i) == sp_matcher_can_end(b),
+              "%s: lookahead state %d", vocab_name, i);
+        if (i < n) CHECK(sp_matcher_accept_token(b, toks[i]), "commit %d", i);
+    }
+    CHECK(sp_matcher_done(b), "complete after the call");
+    free(bits);
+    free(bits2);
+    sp_matcher_free(m);
+    sp_matcher_free(b);
+    vfix_close(&f);
+}
+
+static void test_lazy_masks(void) { on_both_vocabs(check_lazy_masks); }
+
+/* An anchored trigger counts only first (after white space); a control
+ * token whose text is the trigger stands for it; a grammar that does not
+ * begin with its trigger is refused. */
+static void test_lazy_phases(void) {
+    vfix f;
+    REQUIRE(vfix_open(&f, "ggml-vocab-llama-spm.gguf", "root ::= \"{\\\"name\\\": \" [0-9]+ \"}\""), "%s", f.err);
+    sp_matcher *m = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err));
+    const char *trig = "{\"name\"";
+    CHECK(sp_matcher_set_trigger(m, trig, strlen(trig), true, f.err, sizeof(f.err)) == SP_OK, "%s", f.err);
+    const char *call = " \n{\"name\": 42}";
+    CHECK(sp_matcher_accept_bytes(m, call, strlen(call)) && sp_matcher_done(m), "anchored: a call first");
+    sp_matcher_reset(m);
+    CHECK(!sp_matcher_accept_bytes(m, "{\"name\": x", 11), "anchored: the call is constrained");
+    const char *late = "ok {\"name\": x";
+    const sp_token *ref;
+    CHECK(sp_matcher_accept_bytes(m, late, strlen(late)) && sp_matcher_free_at(m, 0, &ref) == 0 &&
+              sp_matcher_can_end(m), "anchored: not first, free to the end");
+    sp_matcher_free(m);
+    /* a control token: <s> (BOS) is one in the llama vocabulary */
+    sp_grammar *g = sp_grammar_compile("root ::= \"<s>\" [0-9]+", 0, f.err, sizeof(f.err));
+    m = sp_matcher_create(g, f.t, f.err, sizeof(f.err));
+    CHECK(sp_matcher_set_trigger(m, "<s>", 3, false, f.err, sizeof(f.err)) == SP_OK, "%s", f.err);
+    const sp_token bos = sp_vocab_bos(f.v);
+    CHECK(sp_matcher_trigger_token(m) == bos && bos >= 0, "the control token %d stands for it", bos);
+    CHECK(sp_matcher_accept_bytes(m, "abc", 3) && sp_matcher_accept_token(m, bos) &&
+              sp_matcher_free_at(m, 0, &ref) < 0 && !sp_matcher_can_end(m),
+          "the control token starts the grammar");
+    CHECK(!sp_matcher_accept_bytes(m, "x", 1) && sp_matcher_accept_bytes(m, "7", 1), "then it constrains");
+    sp_matcher_free(m);
+    m = sp_matcher_create(g, f.t, f.err, sizeof(f.err));
+    sp_grammar_free(g);
+    CHECK(sp_matcher_set_trigger(m, "<t>", 3, false, f.err, sizeof(f.err)) == SP_ERR_INVALID &&
+              strstr(f.err, "does not begin with its trigger"), "%s", f.err);
+    sp_matcher_free(m);
+    vfix_close(&f);
+}
 
 /* ---- JSON Schema ---- */
 
@@ -313,6 +438,40 @@ static const scase s_cases[] = {
      {"{}", "{\"a\": 1, \"b\": 2}"}, {"{\"a\": \"x\"}"}},
     {"{\"type\": \"string\", \"enum\": [\"\\u4e2d\\u6587\", \"a\\\"b\"]}",
      {"\"\xe4\xb8\xad\xe6\x96\x87\"", "\"a\\\"b\""}, {"\"a\"b\""}},
+    /* pattern (grammar/regex.c): anchored or not, JSON escapes, lengths */
+    {"{\"type\": \"string\", \"pattern\": \"^[A-Z]{3}-\\\\d{2,4}$\"}",
+     {"\"ABC-12\"", "\"XYZ-1234\""},
+     {"\"AB-12\"", "\"ABC-1\"", "\"abc-12\"", "\"ABC-12345\""}},
+    {"{\"type\": \"string\", \"pattern\": \"ab+c\"}",
+     {"\"xxabbc\"", "\"abc\"", "\"abcz\""},
+     {"\"ac\"", "\"\"", "\"abx\""}},
+    {"{\"type\": \"string\", \"pattern\": \"^(foo|ba(r|z))+$\"}",
+     {"\"foobar\"", "\"baz\"", "\"bazfoo\""},
+     {"\"fo\"", "\"\"", "\"bax\""}},
+    {"{\"type\": \"string\", \"pattern\": \"^[^a-z]+$\"}",
+     {"\"A\\\"B\"", "\"\\\\\"", "\"1\\n2\""},
+     {"\"Ab\"", "\"a\"", "\"\""}},
+    {"{\"type\": \"string\", \"pattern\": \"^a.c\\\\.$\"}",
+     {"\"abc.\"", "\"a\xc3\xa9" "c.\"", "\"a\\\"c.\""},
+     {"\"abc\"", "\"a\\nc.\"", "\"abcd\""}},
+    {"{\"type\": \"string\", \"pattern\": \"^\\\\w+\\\\s\\\\w+$\"}",
+     {"\"hello world\"", "\"a\\tb\""},
+     {"\"a  b\"", "\"a-b c\""}},
+    {"{\"type\": \"string\", \"pattern\": \"^[\xe4\xb8\x80" "-\xe9\xbf\xbf" "]{2}$\"}",
+     {"\"\xe4\xb8\xad" "\xe6\x96\x87" "\""},
+     {"\"\xe4\xb8\xad" "\"", "\"ab\""}},
+    {"{\"type\": \"string\", \"pattern\": \"^colou?r+?$\"}",
+     {"\"color\"", "\"colourrr\""},
+     {"\"colouur\"", "\"colo\""}},
+    {"{\"type\": \"string\", \"pattern\": \"^[0-9]{4}$\", \"minLength\": 4, \"maxLength\": 4}",
+     {"\"2024\""},
+     {"\"123\"", "\"12345\""}},
+    {"{\"type\": \"object\", \"properties\": {\"code\": {\"type\": \"string\", \"pattern\": \"^[A-Z]{2}[0-9]$\"}}, \"required\": [\"code\"]}",
+     {"{\"code\": \"AB1\"}"},
+     {"{\"code\": \"A1\"}", "{\"code\": \"ABC\"}"}},
+    {"{\"type\": \"string\", \"pattern\": \"^(?:\\\\d+|[xX])$|^-$\"}",
+     {"\"42\"", "\"x\"", "\"-\""},
+     {"\"4x\"", "\"--\""}},
 };
 
 static void test_schema_table(void) {
@@ -356,8 +515,18 @@ static void test_schema_refused(void) {
         const char *schema, *why;
     } bad[] = {
         {"{\"allOf\": [{}]}", "unsupported keyword 'allOf' at /"},
-        {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\", \"pattern\": \"^a\"}}}",
-         "unsupported keyword 'pattern' at /properties/a"},
+        {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\", \"pattern\": \"^(?=a)\"}}}",
+         "unsupported construct '(?' in pattern at /properties/a"},
+        {"{\"type\": \"string\", \"pattern\": \"(a)\\\\1\"}", "unsupported construct '\\1' in pattern"},
+        {"{\"type\": \"string\", \"pattern\": \"\\\\bword\"}", "unsupported construct '\\b' in pattern"},
+        {"{\"type\": \"string\", \"pattern\": \"a^b\"}", "unsupported construct '^' in pattern"},
+        {"{\"type\": \"string\", \"pattern\": \"(a$)\"}", "unsupported construct '$' in pattern"},
+        {"{\"pattern\": \"^a$\"}", "needs \"type\": \"string\""},
+        {"{\"type\": \"string\", \"pattern\": \"^a+$\", \"maxLength\": 3}", "unsupported combination of 'pattern'"},
+        {"{\"type\": \"string\", \"pattern\": \"[z-a]\"}", "out of order"},
+        {"{\"type\": \"string\", \"pattern\": \"(ab\"}", "unclosed group"},
+        {"{\"type\": \"string\", \"pattern\": \"a{2000}\"}", "above 1000"},
+        {"{\"type\": \"string\", \"pattern\": \"*a\"}", "nothing to repeat"},
         {"{\"type\": \"number\", \"maximum\": 3}", "number bounds"},
         {"{\"$ref\": \"http://x/y\"}", "unsupported $ref"},
         {"{\"$ref\": \"#/$defs/none\"}", "points nowhere"},
@@ -383,6 +552,8 @@ int main(void) {
     RUN(test_masks_bpe);
     RUN(test_lookahead);
     RUN(test_jump_forward);
+    RUN(test_lazy_masks);
+    RUN(test_lazy_phases);
     RUN(test_schema_table);
     RUN(test_schema_refused);
     TEST_END();

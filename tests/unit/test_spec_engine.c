@@ -10,6 +10,8 @@
  *     end on a model;
  *   - stop tokens, stop strings and max_tokens inside an accepted run end
  *     the request where plain decoding would;
+ *   - a lazy grammar (a trigger from the output itself): free, then
+ *     constrained from the trigger on, identical with speculation;
  *   - cancellation mid-speculation returns every block;
  *   - counters reconcile with the emitted tokens;
  *   - an incompatible draft model is refused;
@@ -739,6 +741,114 @@ static void partitions_bounded(void) {
     sp_engine_free(e);
 }
 
+/* ---- lazy grammars ---------------------------------------------------------- */
+
+/* A lazy grammar's trigger taken from the model's own greedy output (the
+ * text of two of its tokens, first met there): the output equals plain
+ * decoding up to and including the trigger (the free part is unconstrained),
+ * then follows the grammar ("=>" forced, digits, "!") and ends with "stop";
+ * with speculation (n-gram, a replay of the plain continuation, the draft
+ * model) it is identical, token for token, and the forced "=>" is proposed
+ * by the grammar (jump-forward). A trigger that never appears leaves the
+ * output as plain decoding's. */
+static int lazy_trigger(int i, char *trig, size_t cap, size_t *end) {
+    const sp_vocab *v = sp_model_get_vocab(target);
+    char seen[2048] = "";
+    size_t n_seen = 0;
+    for (int j = 0; j < 12; j++) {
+        char a[64], b[64];
+        const int na = sp_token_to_piece(v, plain[i].toks[j], a, sizeof(a), false);
+        const int nb = sp_token_to_piece(v, plain[i].toks[j + 1], b, sizeof(b), false);
+        if (na > 0 && nb > 0 && (size_t)(na + nb) < cap && j >= 4) {
+            memcpy(trig, a, (size_t)na);
+            memcpy(trig + na, b, (size_t)nb);
+            trig[na + nb] = 0;
+            bool plain_ascii = strlen(trig) == (size_t)(na + nb);
+            for (const char *c = trig; *c; c++) plain_ascii &= *c >= 0x20 && *c < 0x7f && *c != '"' && *c != '\\';
+            memcpy(seen + n_seen, trig, (size_t)(na + nb)); /* the text up to the trigger's end */
+            seen[n_seen + na + nb] = 0;
+            if (plain_ascii && strstr(seen, trig) == seen + n_seen) {
+                *end = n_seen + (size_t)(na + nb);
+                return j;
+            }
+        }
+        if (na > 0 && n_seen + (size_t)na + 128 < sizeof(seen)) memcpy(seen + n_seen, a, (size_t)na), n_seen += (size_t)na;
+        seen[n_seen] = 0;
+    }
+    return -1;
+}
+
+static bool lazy_rest_ok(const char *s) {
+    if (strncmp(s, "=>", 2)) return false;
+    int d = 0;
+    for (s += 2; *s >= '0' && *s <= '9'; s++) d++;
+    return d >= 1 && d <= 3 && !strcmp(s, "!");
+}
+
+static void lazy_grammar(void) {
+    int found = 0;
+    uint64_t forced = 0;
+    for (int i = 0; i < 4; i++) {
+        char trig[128], gbnf[512];
+        size_t end = 0;
+        const int j = lazy_trigger(i, trig, sizeof(trig), &end);
+        if (j < 0) continue;
+        found++;
+        snprintf(gbnf, sizeof(gbnf), "root ::= \"%s\" \"=>\" [0-9]{1,3} \"!\"", trig);
+        for (int absent = 0; absent < 2; absent++) {
+            static const struct {
+                sp_spec_mode mode;
+                bool replay;
+            } modes[] = {{SP_SPEC_OFF, false}, {SP_SPEC_NGRAM, false}, {SP_SPEC_NGRAM, true}, {SP_SPEC_DRAFT, false}};
+            result ref = {0};
+            for (int mi = 0; mi < 4; mi++) {
+                sp_engine *e = engine(modes[mi].mode, 4, false, 2);
+                REQUIRE(e, "the engine could not be created");
+                sp_request_params r = greedy_req(i);
+                r.grammar = absent ? "root ::= \"\\x01zz\" [0-9]" : gbnf;
+                r.grammar_trigger = absent ? "\x01zz" : trig;
+                replay rp = {plain[i].toks, plain[i].n, n_prompt_of[i], 11 + (uint64_t)i, 0.8f};
+                if (modes[mi].replay) r.propose = replay_propose, r.propose_user = &rp;
+                result out;
+                run_requests(e, &r, 1, 1, &out);
+                check_clean(e, "lazy");
+                sp_engine_free(e);
+                if (mi == 0) {
+                    ref = out;
+                    if (absent)
+                        CHECK(out.n == plain[i].n && !memcmp(out.toks, plain[i].toks, (size_t)out.n * sizeof(sp_token)) &&
+                                  out.st.finish == SP_FINISH_LENGTH,
+                              "prompt %d: no trigger, yet the output differs from plain decoding", i);
+                    else
+                        CHECK(!memcmp(out.toks, plain[i].toks, (size_t)(j + 2) * sizeof(sp_token)) &&
+                                  !strncmp(out.text, plain[i].text, end) && lazy_rest_ok(out.text + end) &&
+                                  out.st.finish == SP_FINISH_STOP,
+                              "prompt %d: trigger '%s' at token %d: %s (plain %s)", i, trig, j, out.text, plain[i].text);
+                    continue;
+                }
+                CHECK(out.n == ref.n && !memcmp(out.toks, ref.toks, (size_t)out.n * sizeof(sp_token)) &&
+                          !strcmp(out.text, ref.text) && out.st.finish == ref.st.finish,
+                      "prompt %d mode %d%s: speculative output %s differs from plain %s", i, mi,
+                      absent ? " (no trigger)" : "", out.text, ref.text);
+                if (!absent && mi == 1) forced += (uint64_t)out.st.spec_grammar;
+            }
+        }
+    }
+    /* a trigger needs a grammar (the grammar must begin with it) */
+    sp_engine *e = engine(SP_SPEC_OFF, 4, false, 2);
+    REQUIRE(e, "the engine could not be created");
+    sp_request_params r = greedy_req(0);
+    char err[256];
+    r.grammar_trigger = "def";
+    CHECK(sp_engine_submit(e, &r, err, sizeof(err)) < 0 && strstr(err, "needs a grammar"), "%s", err);
+    r.grammar = "root ::= \"x\" [0-9]";
+    CHECK(sp_engine_submit(e, &r, err, sizeof(err)) < 0 && strstr(err, "does not begin with its trigger"), "%s", err);
+    sp_engine_free(e);
+    CHECK(found >= 2, "only %d prompts had a usable trigger", found);
+    CHECK(forced > 0, "n-gram speculation: the grammar's forced \"=>\" was never proposed and accepted");
+    printf("  lazy: %d prompts, %llu forced tokens accepted\n", found, (unsigned long long)forced);
+}
+
 static void incompatible_draft_refused(void) {
     sp_engine_params p = sp_engine_default_params();
     p.spec = SP_SPEC_DRAFT;
@@ -796,6 +906,7 @@ int main(void) {
     RUN(end_to_end_distribution);
     RUN(end_to_end_distribution_draft);
     RUN(stops_inside_runs);
+    RUN(lazy_grammar);
     RUN(cancel_mid_speculation);
     RUN(speculated_blocks_cache_correctly);
     RUN(incompatible_draft_refused);
