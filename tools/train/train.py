@@ -105,8 +105,11 @@ class Block(nn.Module):
         if self.nkv != self.nh:
             k = k.repeat_interleave(self.nh // self.nkv, dim=1)
             v = v.repeat_interleave(self.nh // self.nkv, dim=1)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.hd)) + mask
-        y = att.softmax(-1) @ v
+        # the scale on q (T x hd) rather than on the scores (T x T), and the
+        # causal mask filled in place: at T = 2048 every pass over the scores
+        # costs as much as a small matmul
+        att = (q * (1.0 / math.sqrt(self.hd))) @ k.transpose(-2, -1)
+        y = att.masked_fill_(mask, float("-inf")).softmax(-1) @ v
         x = x + self.wo(y.transpose(1, 2).reshape(B, T, -1))
         h = self.ffn_norm(x)
         return x + self.w_down(F.silu(self.w_gate(h)) * self.w_up(h))
@@ -135,7 +138,7 @@ class Llama(nn.Module):
 
     def forward(self, idx):
         T = idx.shape[1]
-        mask = torch.full((T, T), float("-inf")).triu(1)
+        mask = torch.ones(T, T, dtype=torch.bool).triu(1)  # True: a future position
         x = self.tok_emb(idx)
         for layer in self.layers:
             x = layer(x, self.cos[:T], self.sin[:T], mask)
@@ -144,9 +147,11 @@ class Llama(nn.Module):
 
 
 def load_tokens(corpus, split, model_file, cache_dir):
-    """Token ids of corpus/SPLIT.txt (no BOS), cached as int16 (vocab < 32768)."""
+    """Token ids of corpus/SPLIT.txt (no BOS), cached as int16 (vocab < 32768).
+    A cache without its tokenizer model is used as it is (tests write one)."""
     cache = os.path.join(cache_dir, split + ".tok.pt")
-    if os.path.exists(cache) and os.path.getmtime(cache) >= os.path.getmtime(model_file):
+    if os.path.exists(cache) and (not os.path.exists(model_file) or
+                                  os.path.getmtime(cache) >= os.path.getmtime(model_file)):
         return torch.load(cache).long()
     import sentencepiece as spm
     sp = spm.SentencePieceProcessor(model_file=model_file)
@@ -216,6 +221,8 @@ def main():
     ap.add_argument("--corpus", default="build/corpus")
     ap.add_argument("--tokenizer", default="build/tok/spm.model")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--cache-dir", default="build/train",
+                    help="where the token caches SPLIT.tok.pt live")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--ctx", type=int, default=256)
     ap.add_argument("--batch", type=int, default=16)
@@ -264,8 +271,8 @@ def main():
     if ck and ck["step"] >= min(a.steps, a.stop_step or a.steps):
         print("%s: already done (step %d)" % (out, ck["step"]), file=sys.stderr)
         return
-    train = load_tokens(a.corpus, "train", a.tokenizer, "build/train")
-    held = load_tokens(a.corpus, "heldout", a.tokenizer, "build/train")
+    train = load_tokens(a.corpus, "train", a.tokenizer, a.cache_dir)
+    held = load_tokens(a.corpus, "heldout", a.tokenizer, a.cache_dir)
     c = dict(PRESETS[a.preset], vocab=4096, ctx=a.ctx, eps=1e-5, rope_base=10000.0,
              tied=not a.untied)
     model = Llama(c)
