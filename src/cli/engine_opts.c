@@ -171,7 +171,7 @@ void cli_print_spec(FILE *f, const sp_request_stats *st) {
 void cli_warn_ctx(const char *cmd, const sp_model *m, int32_t n_ctx) {
     const int32_t tr = sp_model_get_info(m)->n_ctx_train;
     if (tr > 0 && n_ctx > tr)
-        fprintf(stderr, "specula %s: warning: a context of %d positions is past the %d the model "
-                "was trained on; output beyond position %d is not what it learned (often noise)\n",
-                cmd, n_ctx, tr, tr);
+        fprintf(stderr, "specula %s: warning: -c %d is past the %d the model was trained on "
+                "(n_ctx_train); output past position %d degrades (the model never learned those "
+                "positions, so it often turns to noise)\n", cmd, n_ctx, tr, tr);
 }

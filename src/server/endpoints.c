@@ -41,11 +41,15 @@ enum MHD_Result ep_metrics(sp_server *s, struct MHD_Connection *c, const char *u
     return r;
 }
 
+/* max_model_len (vLLM's name) and context_length are the configured context;
+ * n_ctx_train is what the model was trained on, so a client can see when the
+ * server was started past it (the output degrades there). */
 static void json_model(sbuf *b, sp_server *s) {
     sb_str(b, "{\"id\": ");
     sb_json_str(b, s->served_name, strlen(s->served_name));
     sb_printf(b, ", \"object\": \"model\", \"created\": %ld, \"owned_by\": \"specula\", "
-                 "\"max_model_len\": %d", (long)time(NULL), s->n_ctx);
+                 "\"max_model_len\": %d, \"context_length\": %d, \"n_ctx_train\": %d",
+              (long)time(NULL), s->n_ctx, s->n_ctx, (int)sp_model_get_info(s->m)->n_ctx_train);
     if (s->info) sb_printf(b, ", \"specula\": %s", s->info);
     sb_str(b, "}");
 }

@@ -95,6 +95,34 @@ if "$bin" run -m "$tgt" -p "x = " -n 4 --temp 0 -c 4096 >/dev/null 2>"$tmp/ctxwa
 else
     fail "context warning" "$(head -c 300 "$tmp/ctxwarn.err" "$tmp/ctxok.err")"
 fi
+# batch and serve warn the same way; /v1/models reports the configured
+# context beside the trained one (the bundled target: n_ctx_train 512)
+printf '{"prompt": "x = ", "max_tokens": 2, "temperature": 0}\n' >"$tmp/ctx.jsonl"
+if "$bin" batch -m "$tgt" -f "$tmp/ctx.jsonl" -t 1 -c 4096 >/dev/null 2>"$tmp/bctxwarn.err" &&
+   grep -q "specula batch: warning: -c 4096 is past the 512 the model was trained on" "$tmp/bctxwarn.err" &&
+   grep -q "degrades" "$tmp/bctxwarn.err" &&
+   "$bin" batch -m "$tgt" -f "$tmp/ctx.jsonl" -t 1 -c 512 >/dev/null 2>"$tmp/bctxok.err" &&
+   ! grep -q "trained on" "$tmp/bctxok.err"; then
+    ok "batch warns about a context past the trained one, and only then"
+else
+    fail "batch context warning" "$(head -c 300 "$tmp/bctxwarn.err" "$tmp/bctxok.err")"
+fi
+models_ctx() { # NAME PATH: the fields of $URL/PATH's model entry -> "context_length n_ctx_train"
+    curl -s "$URL$2" | python3 -c 'import json,sys; d=json.load(sys.stdin); d=d["data"][0] if "data" in d else d
+print(d["context_length"], d["n_ctx_train"], d["max_model_len"])'
+}
+if start_server ctxwide -m "$tgt" -c 4096 --served-model-name wide &&
+   grep -q "specula serve: warning: -c 4096 is past the 512 the model was trained on" "$tmp/ctxwide.log" &&
+   [ "$(models_ctx wide /v1/models)" = "4096 512 4096" ] &&
+   [ "$(models_ctx wide /v1/models/wide)" = "4096 512 4096" ] &&
+   kill "$PID" && start_server ctxfit -m "$tgt" -c 512 &&
+   ! grep -q "trained on" "$tmp/ctxfit.log" &&
+   [ "$(models_ctx fit /v1/models)" = "512 512 512" ]; then
+    ok "serve warns about -c past the trained context, only then; /v1/models reports both"
+else
+    fail "serve context warning and /v1/models" "$(head -c 400 "$tmp/ctxwide.log" "$tmp/ctxfit.log" 2>&1)"
+fi
+kill "$PID" 2>/dev/null
 # --spec-fixed-k: drafting happens by construction, not by the planner's
 # timing (under ASan it may judge that drafting does not pay)
 if "$bin" run -m "$tgt" -p "def add(a, b):" -n 24 --temp 0 -md "$drf" --spec-fixed-k --json -t 2 >"$tmp/md.json" 2>"$tmp/md.err" &&

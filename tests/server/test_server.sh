@@ -78,6 +78,19 @@ i=d["data"][0]["specula"]; assert i["model_file"]=="ref-llama-spm-q8_0.gguf" and
 else
     fail "/v1/models" "$(head -c 300 "$tmp/out")"
 fi
+# the configured context (max_model_len, context_length) beside the trained one
+# (n_ctx_train, as `specula info` reads it from the GGUF), in both forms
+train_ctx=$("$bin" info -m "$model" 2>/dev/null | grep -o 'n_ctx_train [0-9]*' | head -n 1 | cut -d' ' -f2)
+if [ -n "$train_ctx" ] && req "GET /v1/models" GET /v1/models "" 200 && python3 -c '
+import json,sys; m=json.load(open(sys.argv[1]))["data"][0]
+assert m["context_length"]==m["max_model_len"]==m["specula"]["n_ctx"]>0 and m["n_ctx_train"]==int(sys.argv[2]), m' \
+    "$tmp/out" "$train_ctx" && req "GET /v1/models/ref" GET /v1/models/ref "" 200 && python3 -c '
+import json,sys; m=json.load(open(sys.argv[1]))
+assert m["context_length"]==m["max_model_len"]>0 and m["n_ctx_train"]==int(sys.argv[2]), m' "$tmp/out" "$train_ctx"; then
+    ok "/v1/models and /v1/models/ref report the configured context and the trained one ($train_ctx)"
+else
+    fail "/v1/models context fields" "n_ctx_train '$train_ctx': $(head -c 300 "$tmp/out")"
+fi
 
 req "completion" POST /v1/completions '{"model": "ref", "prompt": "Hello world", "max_tokens": 6, "temperature": 0, "logprobs": 2, "stop": ["zzzz"]}' 200 \
     && python3 - "$tmp/out" <<'PY' && ok "POST /v1/completions: OpenAI shape, usage, logprobs, specula extension" || fail "completion shape" "$(head -c 400 "$tmp/out")"

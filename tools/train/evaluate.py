@@ -1,13 +1,20 @@
 #!/usr/bin/python3
 """Evaluate an exported target/draft pair: held-out perplexity and draft acceptance.
 
-    tools/train/evaluate.py --target T.gguf --draft D.gguf
+    tools/train/evaluate.py --target T.gguf [--draft D.gguf]
         [--heldout build/corpus/heldout.txt] [--tokenizer build/tok/spm.model]
-        [--ctx 512] [--prompts 20] [--prompt-len 128] [--gen 64] [--k 4]
-        [--seed 1234] [--threads 2] [--bos auto|yes|no] [--json OUT.json]
+        [--ctx 512] [--bucket 512] [--prompts 20] [--prompt-len 128] [--gen 64]
+        [--k 4] [--seed 1234] [--threads 2] [--bos auto|yes|no] [--json OUT.json]
 
 The models are read from the GGUF files (export.load_gguf), so the numbers
-describe the weights that ship (F16 weights are widened to f32 for PyTorch).
+describe the weights that ship (F16 weights are widened to f32 for PyTorch);
+a train.py checkpoint (.pt) works too, to follow a run before exporting it.
+Without --draft only perplexity is measured.
+
+Perplexity by position (--bucket N, default 512): the same windows' NLL split
+by the scored token's position in its window, [0, N), [N, 2N), ...: with
+--ctx 2048, positions 1536-2048 against 0-512 show whether the model uses
+(or is lost in) the long context.  Acceptance is reported for k = 1..8.
 
 Perplexity: the held-out text is tokenized once (SentencePiece, no BOS) and
 cut into non-overlapping windows of --ctx tokens; each window is scored on
@@ -47,18 +54,23 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from export import load_gguf  # noqa: E402
-from train import apply_rope  # noqa: E402
+from train import apply_rope, load_model  # noqa: E402
 
 MARKER = "# ==== file: "
 
 
 @torch.no_grad()
-def perplexity(model, ids, ctx, bos=None, batch=8):
-    """Mean NLL over non-overlapping windows of ctx tokens (first of each unscored)."""
+def perplexity(model, ids, ctx, bos=None, batch=None, bucket=0):
+    """Mean NLL over non-overlapping windows of ctx tokens (first of each
+    unscored).  With bucket > 0 also the NLL by position in the window:
+    buckets [0, bucket), [bucket, 2 bucket), ... of the predicted token's
+    position, as a list of dict(start, end, nll, ppl, tokens)."""
+    batch = batch or max(1, 4096 // ctx)  # attention scores grow with ctx^2
     wins = [ids[s:s + ctx] for s in range(0, len(ids), ctx)]
     wins = [w for w in wins if len(w) >= 2]
     total, count = 0.0, 0
+    nb = (ctx + bucket - 1) // bucket if bucket else 0
+    b_sum, b_cnt = [0.0] * nb, [0] * nb
     full = [w for w in wins if len(w) == ctx]
     rest = [w for w in wins if len(w) != ctx]
     groups = [full[i:i + batch] for i in range(0, len(full), batch)] + [[w] for w in rest]
@@ -72,10 +84,25 @@ def perplexity(model, ids, ctx, bos=None, batch=8):
             y = x[:, 2:]
         else:
             y = x[:, 1:]
-        total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
-                                 reduction="sum").item()
+        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                              reduction="none").view(y.shape)
+        total += nll.sum().item()
         count += y.numel()
-    return total / count, count
+        if nb:
+            # y[:, j] is the token at window position j + 1, which belongs to
+            # bucket (j + 1) // bucket: columns [b*bucket - 1, (b+1)*bucket - 1)
+            per_pos = nll.sum(0)
+            for bj in range(nb):
+                lo, hi = max(bj * bucket - 1, 0), min((bj + 1) * bucket - 1, per_pos.shape[0])
+                if lo < hi:
+                    b_sum[bj] += per_pos[lo:hi].sum().item()
+                    b_cnt[bj] += (hi - lo) * y.shape[0]
+    if not nb:
+        return total / count, count
+    buckets = [dict(start=i * bucket, end=min((i + 1) * bucket, ctx), nll=b_sum[i] / b_cnt[i],
+                    ppl=math.exp(b_sum[i] / b_cnt[i]), tokens=b_cnt[i])
+               for i in range(nb) if b_cnt[i]]
+    return total / count, count, buckets
 
 
 @torch.no_grad()
@@ -175,7 +202,8 @@ def pick_prompts(files, sp, n, plen, seed):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", required=True)
-    ap.add_argument("--draft", required=True)
+    ap.add_argument("--draft", default=None,
+                    help="the draft (.gguf or train.py .pt); without it only perplexity")
     ap.add_argument("--heldout", default="build/corpus/heldout.txt")
     ap.add_argument("--tokenizer", default="build/tok/spm.model")
     ap.add_argument("--ctx", type=int, default=512)
@@ -183,6 +211,8 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--bucket", type=int, default=512,
+                    help="also report perplexity by window position in buckets of N (0: off)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--bos", choices=("auto", "yes", "no"), default="auto")
@@ -195,7 +225,13 @@ def main():
     sp = spm.SentencePieceProcessor(model_file=a.tokenizer)
     t0 = time.time()
     need = max(a.ctx + 1, a.prompt_len + a.gen + 1)
-    models = {"target": load_gguf(a.target, ctx=need), "draft": load_gguf(a.draft, ctx=need)}
+    models = {"target": load_model(a.target, ctx=need)}
+    if a.draft:
+        models["draft"] = load_model(a.draft, ctx=need)
+    for m in models.values():
+        m.eval()
+        if not hasattr(m, "meta"):  # a .pt checkpoint: no GGUF metadata
+            m.meta = {}
     for nm, m in models.items():
         if m.c["vocab"] != sp.get_piece_size():
             raise SystemExit("%s: vocab %d, tokenizer %d" % (nm, m.c["vocab"], sp.get_piece_size()))
@@ -208,12 +244,18 @@ def main():
         ids = ids[:a.max_tokens]
     res = dict(settings=dict(vars(a), bos_used=use_bos, heldout_tokens=len(ids)))
     for nm, m in models.items():
-        nll, n = perplexity(m, ids, a.ctx, bos)
+        nll, n, *rest = perplexity(m, ids, a.ctx, bos, bucket=a.bucket)
         res[nm] = dict(file=a.target if nm == "target" else a.draft, name=m.meta.get("general.name"),
                        params=sum(p.numel() for p in m.parameters()), config=m.c,
                        heldout_nll=nll, heldout_ppl=math.exp(nll), scored_tokens=n)
         print("%s: held-out NLL %.4f, ppl %.3f over %d tokens (%.0fs)" % (
             nm, nll, math.exp(nll), n, time.time() - t0), file=sys.stderr)
+        if rest:
+            res[nm]["ppl_by_position"] = rest[0]
+            print("  by position: " + ", ".join("%d-%d %.2f" % (b["start"], b["end"], b["ppl"])
+                                               for b in rest[0]), file=sys.stderr)
+    if not a.draft:
+        return finish(res, a, t0)
     prompts = pick_prompts(heldout_files(text), sp, a.prompts, a.prompt_len, a.seed)
     P = torch.tensor([([bos] if bos is not None else []) + p["ids"] for p in prompts])
     gen = greedy(models["target"], P, a.gen)
@@ -226,13 +268,19 @@ def main():
     res["acceptance"] = dict(
         alpha=alpha, prompts=a.prompts, prompt_len=a.prompt_len, gen=a.gen,
         **spec_stats(match, a.k),
-        by_k={k: spec_stats(match, k) for k in (1, 2, 3, 4, 6, 8)},
+        by_k={k: spec_stats(match, k) for k in range(1, 9)},
         prompt_sources=[dict(file=p["file"], char=p["char"]) for p in prompts],
         per_prompt_alpha=[sum(m) / a.gen for m in match])
     acc = res["acceptance"]
     print("draft vs target: alpha %.3f; k=%d: acceptance rate %.3f, mean acceptance length %.2f "
           "tokens/target pass (%.0fs)" % (alpha, a.k, acc["acceptance_rate"], acc["mean_accept_len"],
                                           time.time() - t0), file=sys.stderr)
+    print("  acceptance rate by k: " + ", ".join("%d %.3f" % (k, v["acceptance_rate"])
+                                                for k, v in acc["by_k"].items()), file=sys.stderr)
+    finish(res, a, t0)
+
+
+def finish(res, a, t0):
     res["seconds"] = round(time.time() - t0, 1)
     if a.json:
         with open(a.json, "w") as fh:

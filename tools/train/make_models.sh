@@ -13,8 +13,14 @@
 # schedule spans 560 steps but that run was cut at step 326 by its time
 # limit, so it stops there (--stop-step) and a 40-step cooldown from the
 # checkpoint decays the learning rate; the draft trains 400 steps.
+#
+# SCHEDULE=v2 (`make models SCHEDULE=v2`) runs the second edition instead
+# (tools/train/make_models_v2.sh, issue 23: both at 2,048 tokens, the draft
+# distilled from the target, resumable); when its files ship, v2 becomes the
+# default here.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+if [ "${SCHEDULE:-v1}" = v2 ]; then exec tools/train/make_models_v2.sh; fi
 py=/usr/bin/python3
 TARGET_STOP=${TARGET_STOP:-326}
 COOL_STEPS=${COOL_STEPS:-40}

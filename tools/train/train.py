@@ -19,6 +19,24 @@ Deterministic for a given seed and thread count: torch.manual_seed; batches
 are random windows drawn from a seeded generator.  Logs step, tokens seen,
 train loss, lr and seconds to OUT/loss.csv; evaluates held-out loss every
 --eval-every steps; saves OUT/model.pt (state dict + config).
+
+Long runs (issue 23):
+  --accum N      each step's --batch windows run as N micro-batches whose
+                 gradients add up (the same windows and, up to float order,
+                 the same step as --accum 1): a 2048-token batch fits in memory.
+  --resume       continue from OUT/ckpt.pt, the latest checkpoint (weights,
+                 AdamW state, step, both RNG states: the batch generator's
+                 state is the data position), written atomically every
+                 --save-every steps and every --save-every-seconds (300);
+                 loss.csv is cut back to that step and appended to.  A run
+                 that already finished exits at once, so a script can re-run
+                 every stage after a cut.
+  --teacher P    distillation: P is a train.py checkpoint (.pt) or a GGUF
+                 (export.load_gguf); loss = (1 - a) * CE(data) + a * t^2 *
+                 KL(teacher_t || student_t), softmax at temperature t
+                 (--kd-temp), a = --kd-alpha.  The teacher runs in eval mode
+                 under no_grad.
+  --init P       (phase 2) may change --ctx: only the RoPE table depends on it.
 """
 import argparse
 import csv
@@ -87,8 +105,11 @@ class Block(nn.Module):
         if self.nkv != self.nh:
             k = k.repeat_interleave(self.nh // self.nkv, dim=1)
             v = v.repeat_interleave(self.nh // self.nkv, dim=1)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.hd)) + mask
-        y = att.softmax(-1) @ v
+        # the scale on q (T x hd) rather than on the scores (T x T), and the
+        # causal mask filled in place: at T = 2048 every pass over the scores
+        # costs as much as a small matmul
+        att = (q * (1.0 / math.sqrt(self.hd))) @ k.transpose(-2, -1)
+        y = att.masked_fill_(mask, float("-inf")).softmax(-1) @ v
         x = x + self.wo(y.transpose(1, 2).reshape(B, T, -1))
         h = self.ffn_norm(x)
         return x + self.w_down(F.silu(self.w_gate(h)) * self.w_up(h))
@@ -117,7 +138,7 @@ class Llama(nn.Module):
 
     def forward(self, idx):
         T = idx.shape[1]
-        mask = torch.full((T, T), float("-inf")).triu(1)
+        mask = torch.ones(T, T, dtype=torch.bool).triu(1)  # True: a future position
         x = self.tok_emb(idx)
         for layer in self.layers:
             x = layer(x, self.cos[:T], self.sin[:T], mask)
@@ -126,9 +147,11 @@ class Llama(nn.Module):
 
 
 def load_tokens(corpus, split, model_file, cache_dir):
-    """Token ids of corpus/SPLIT.txt (no BOS), cached as int16 (vocab < 32768)."""
+    """Token ids of corpus/SPLIT.txt (no BOS), cached as int16 (vocab < 32768).
+    A cache without its tokenizer model is used as it is (tests write one)."""
     cache = os.path.join(cache_dir, split + ".tok.pt")
-    if os.path.exists(cache) and os.path.getmtime(cache) >= os.path.getmtime(model_file):
+    if os.path.exists(cache) and (not os.path.exists(model_file) or
+                                  os.path.getmtime(cache) >= os.path.getmtime(model_file)):
         return torch.load(cache).long()
     import sentencepiece as spm
     sp = spm.SentencePieceProcessor(model_file=model_file)
@@ -148,14 +171,48 @@ def batch(data, B, T, gen):
 
 @torch.no_grad()
 def evaluate(model, data, T, n_windows=32):
-    """Mean loss over n_windows evenly spaced, non-overlapping windows."""
+    """Mean loss over n_windows evenly spaced, non-overlapping windows, run a
+    few at a time (at T = 2048 the attention scores of all 32 at once would
+    take gigabytes)."""
     model.eval()
     step = max(T + 1, (len(data) - T - 1) // n_windows)
     starts = list(range(0, len(data) - T - 1, step))[:n_windows]
-    x = torch.stack([data[s:s + T + 1] for s in starts])
-    logits = model(x[:, :-1])
+    per = max(1, 8192 // T)
+    total = 0.0
+    for i in range(0, len(starts), per):
+        x = torch.stack([data[s:s + T + 1] for s in starts[i:i + per]])
+        logits = model(x[:, :-1])
+        total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1),
+                                 reduction="sum").item()
     model.train()
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1)).item()
+    return total / (len(starts) * T)
+
+
+def same_shape(a, b):
+    """Configs that differ at most in ctx (the RoPE table length, not a weight)."""
+    return {k: v for k, v in a.items() if k != "ctx"} == {k: v for k, v in b.items() if k != "ctx"}
+
+
+def load_model(path, ctx=None):
+    """A Llama from a train.py checkpoint (.pt: model.pt or ckpt.pt) or a GGUF
+    (export.load_gguf), with RoPE tables for ctx positions (default: its own)."""
+    if path.endswith(".gguf"):
+        from export import load_gguf  # export imports this module: import late
+        return load_gguf(path, ctx=ctx)
+    ck = torch.load(path)
+    c = dict(ck["config"], ctx=ctx or ck["config"]["ctx"])
+    m = Llama(c)
+    m.load_state_dict(ck["state_dict"] if "state_dict" in ck else ck["model"])
+    return m
+
+
+def kd_loss(student_logits, teacher_logits, temp):
+    """t^2 * KL(softmax(teacher/t) || softmax(student/t)), mean over positions
+    (the t^2 keeps the gradient's scale independent of t, as in Hinton et al.)."""
+    V = student_logits.shape[-1]
+    s = F.log_softmax(student_logits.reshape(-1, V) / temp, -1)
+    t = F.log_softmax(teacher_logits.reshape(-1, V) / temp, -1)
+    return F.kl_div(s, t, log_target=True, reduction="batchmean") * temp * temp
 
 
 def main():
@@ -164,6 +221,8 @@ def main():
     ap.add_argument("--corpus", default="build/corpus")
     ap.add_argument("--tokenizer", default="build/tok/spm.model")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--cache-dir", default="build/train",
+                    help="where the token caches SPLIT.tok.pt live")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--ctx", type=int, default=256)
     ap.add_argument("--batch", type=int, default=16)
@@ -188,36 +247,82 @@ def main():
                          "a run that --max-seconds cut short, deterministically)")
     ap.add_argument("--max-seconds", type=float, default=0,
                     help="safety stop: end early (and say so in config.json) past this wall time")
+    ap.add_argument("--accum", type=int, default=1,
+                    help="split each step's --batch windows into N micro-batches (gradient "
+                         "accumulation: same step, less memory)")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue from OUT/ckpt.pt when it exists (else start fresh)")
+    ap.add_argument("--save-every-seconds", type=float, default=300,
+                    help="also checkpoint OUT/ckpt.pt this often (0: only every --save-every steps)")
+    ap.add_argument("--teacher", default=None,
+                    help="distill from this model (.pt checkpoint or .gguf)")
+    ap.add_argument("--kd-alpha", type=float, default=0.5,
+                    help="weight of the distillation term (1 - it weighs the data loss)")
+    ap.add_argument("--kd-temp", type=float, default=1.0, help="softmax temperature for distillation")
     a = ap.parse_args()
+    if a.batch % a.accum:
+        sys.exit("--batch %d is not a multiple of --accum %d" % (a.batch, a.accum))
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     out = a.out or os.path.join("build/train", a.preset)
     os.makedirs(out, exist_ok=True)
-    train = load_tokens(a.corpus, "train", a.tokenizer, "build/train")
-    held = load_tokens(a.corpus, "heldout", a.tokenizer, "build/train")
+    ckpt_path = os.path.join(out, "ckpt.pt")
+    ck = torch.load(ckpt_path) if a.resume and os.path.exists(ckpt_path) else None
+    if ck and ck["step"] >= min(a.steps, a.stop_step or a.steps):
+        print("%s: already done (step %d)" % (out, ck["step"]), file=sys.stderr)
+        return
+    train = load_tokens(a.corpus, "train", a.tokenizer, a.cache_dir)
+    held = load_tokens(a.corpus, "heldout", a.tokenizer, a.cache_dir)
     c = dict(PRESETS[a.preset], vocab=4096, ctx=a.ctx, eps=1e-5, rope_base=10000.0,
              tied=not a.untied)
     model = Llama(c)
-    if a.init:
-        ck = torch.load(a.init)
-        if ck["config"] != c:
-            sys.exit("--init: checkpoint config %s differs from %s" % (ck["config"], c))
-        model.load_state_dict(ck["state_dict"])
+    if a.init and not ck:
+        ini = torch.load(a.init)
+        if not same_shape(ini["config"], c):
+            sys.exit("--init: checkpoint config %s differs from %s" % (ini["config"], c))
+        model.load_state_dict(ini["state_dict"])
+    teacher = None
+    if a.teacher:
+        teacher = load_model(a.teacher, ctx=a.ctx)
+        teacher.eval()
+        for p in teacher.parameters():
+            p.requires_grad_(False)
+        if teacher.c["vocab"] != c["vocab"]:
+            sys.exit("--teacher: vocab %d, student %d" % (teacher.c["vocab"], c["vocab"]))
     n_params = sum(p.numel() for p in model.parameters())
-    print("preset %s: %d parameters, %d train / %d held-out tokens" % (
-        a.preset, n_params, len(train), len(held)), file=sys.stderr)
+    print("preset %s: %d parameters, %d train / %d held-out tokens%s" % (
+        a.preset, n_params, len(train), len(held),
+        ", teacher %s (alpha %g, T %g)" % (a.teacher, a.kd_alpha, a.kd_temp) if teacher else ""),
+        file=sys.stderr)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd},
                              {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(a.seed)
+    start, secs0 = 1, 0.0
+    if ck:
+        if not same_shape(ck["config"], c) or ck["config"]["ctx"] != c["ctx"]:
+            sys.exit("--resume: %s has config %s, not %s" % (ckpt_path, ck["config"], c))
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        gen.set_state(ck["gen_state"])
+        torch.set_rng_state(ck["torch_rng"])
+        start, secs0 = ck["step"] + 1, ck["seconds"]
+        print("resuming %s at step %d (%.0f s done)" % (ckpt_path, start, secs0), file=sys.stderr)
     with open(os.path.join(out, "config.json"), "w") as fh:
         json.dump(dict(c, n_params=n_params, args=vars(a)), fh, indent=1)
-    log = open(os.path.join(out, "loss.csv"), "w", newline="")
+    log_path = os.path.join(out, "loss.csv")
+    header = ["step", "tokens", "train_loss", "heldout_loss", "lr", "seconds"]
+    rows = []
+    if ck and os.path.exists(log_path):  # rows past the checkpoint are redone
+        with open(log_path, newline="") as fh:
+            rows = [r for r in list(csv.reader(fh))[1:] if int(r[0]) <= ck["step"] + a.step_offset]
+    log = open(log_path, "w", newline="")
     w = csv.writer(log)
-    w.writerow(["step", "tokens", "train_loss", "heldout_loss", "lr", "seconds"])
-    t0 = time.time()
-    for step in range(1, a.steps + 1):
+    w.writerows([header] + rows)
+    t0 = time.time() - secs0
+    last_save = time.time()
+    for step in range(start, a.steps + 1):
         if step <= a.warmup:
             lr = a.lr * step / a.warmup
         else:
@@ -226,29 +331,53 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         x, y = batch(train, a.batch, a.ctx, gen)
-        loss = F.cross_entropy(model(x).reshape(-1, c["vocab"]), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss_sum = ce_sum = 0.0
+        mb = a.batch // a.accum
+        for i in range(0, a.batch, mb):
+            logits = model(x[i:i + mb])
+            ce = F.cross_entropy(logits.reshape(-1, c["vocab"]), y[i:i + mb].reshape(-1))
+            loss = ce
+            if teacher is not None:
+                with torch.no_grad():
+                    tl = teacher(x[i:i + mb])
+                loss = (1 - a.kd_alpha) * ce + a.kd_alpha * kd_loss(logits, tl, a.kd_temp)
+            (loss / a.accum).backward()
+            loss_sum += loss.item() / a.accum
+            ce_sum += ce.item() / a.accum
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         ev = evaluate(model, held, a.ctx) if step % a.eval_every == 0 or step == a.steps else ""
-        if step % a.log_every == 0 or ev != "" or step == 1:
+        if step % a.log_every == 0 or ev != "" or step == start:
             dt = time.time() - t0
+            # train_loss is the data cross-entropy (comparable with and without a teacher)
             w.writerow([step + a.step_offset, (step + a.step_offset) * a.batch * a.ctx,
-                        "%.4f" % loss.item(), ev and "%.4f" % ev,
-                        "%.3g" % lr, "%.1f" % dt])
+                        "%.4f" % ce_sum, ev and "%.4f" % ev, "%.3g" % lr, "%.1f" % dt])
             log.flush()
-            print("step %d loss %.4f%s lr %.3g  %.0f tok/s" % (
-                step, loss.item(), ev and " heldout %.4f" % ev, lr, step * a.batch * a.ctx / dt),
-                file=sys.stderr)
+            print("step %d loss %.4f%s%s lr %.3g  %.0f tok/s" % (
+                step, ce_sum, " (with kd %.4f)" % loss_sum if teacher is not None else "",
+                ev and " heldout %.4f" % ev, lr, (step - start + 1) * a.batch * a.ctx /
+                max(1e-9, dt - secs0)), file=sys.stderr)
         stop = (a.max_seconds and time.time() - t0 > a.max_seconds) or step == a.stop_step
-        if step % a.save_every == 0 or step == a.steps or stop:
-            save(model, c, out, dict(steps_done=step, seconds=round(time.time() - t0, 1),
-                                     stopped_early=bool(stop and step < a.steps)))
+        timed = a.save_every_seconds and time.time() - last_save >= a.save_every_seconds
+        if step % a.save_every == 0 or step == a.steps or stop or timed:
+            progress = dict(steps_done=step, seconds=round(time.time() - t0, 1),
+                            stopped_early=bool(stop and step < a.steps))
+            save(model, c, out, progress)
+            save_ckpt(ckpt_path, dict(config=c, model=model.state_dict(), opt=opt.state_dict(),
+                                      gen_state=gen.get_state(), torch_rng=torch.get_rng_state(),
+                                      step=step, seconds=time.time() - t0, args=vars(a)))
+            last_save = time.time()
         if stop:
-            print("stopped early at step %d (--max-seconds)" % step, file=sys.stderr)
+            print("stopped early at step %d (--max-seconds or --stop-step)" % step, file=sys.stderr)
             break
     log.close()
+
+
+def save_ckpt(path, state):
+    """The resume checkpoint, atomically (a kill mid-write keeps the previous one)."""
+    torch.save(state, path + ".tmp")
+    os.replace(path + ".tmp", path)
 
 
 def save(model, c, out, progress):
