@@ -34,15 +34,27 @@
 # and the Qwen2-1.5B shape with the 100K-token deepseek-llm vocabulary, in
 # Q8_0, Q4_K_M, Q4_0 and Q6_K.
 #
+# A shared machine: the peers' threads spin while they wait for each other,
+# so another process on a core costs them far more than it costs Specula
+# (whose pool works alone when its workers keep stalling). Before each round
+# the script samples, for 2 s, how much of the CPUs other processes use, and
+# waits (up to BENCH_QUIET_WAIT_S, default 900 s, then runs anyway and says
+# so) until that is at most BENCH_QUIET_PCT percent (default 15; 100 turns
+# the wait off). During each round it measures the CPU time other processes
+# took (all CPU time in /proc/stat minus this script's and its children's):
+# both go into machine.tsv and the summary, with the load average.
+#
 # Knobs: BENCH_ROUNDS (4), BENCH_THREADS (2), BENCH_PROMPT (128),
 # BENCH_GEN (32), BENCH_PEERS_SHAPES ("tinyllama qwen2"),
-# BENCH_PEERS_TYPES ("q8_0 q4_k_m q4_0 q6_k").
+# BENCH_PEERS_TYPES ("q8_0 q4_k_m q4_0 q6_k"), BENCH_QUIET_PCT,
+# BENCH_QUIET_WAIT_S.
 #
-# Output, bench/out/peers/: results.tsv (every run), loadavg.tsv (before
-# each round and at the end), summary.md and summary.json (medians and
-# spreads), meta/ (each engine's first full output: build commit, CPU,
-# settings), logs/ (every run's output). Each round's tokens/s and ratios are
-# printed when the round ends, then the summary.
+# Output, bench/out/peers/: results.tsv (every run), machine.tsv (per round:
+# load average before it, others' CPU share before and during it),
+# summary.md and summary.json (medians and spreads), meta/ (each engine's
+# first full output: build commit, CPU, settings), logs/ (every run's
+# output). Each round's tokens/s and ratios are printed when the round ends,
+# then the summary.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/models.sh
@@ -51,6 +63,8 @@ rounds=${BENCH_ROUNDS:-4}
 threads=${BENCH_THREADS:-2}
 n_prompt=${BENCH_PROMPT:-128}
 n_gen=${BENCH_GEN:-32}
+quiet_pct=${BENCH_QUIET_PCT:-15}
+quiet_wait=${BENCH_QUIET_WAIT_S:-900}
 read -r -a shapes <<< "${BENCH_PEERS_SHAPES:-tinyllama qwen2}"
 read -r -a types <<< "${BENCH_PEERS_TYPES:-q8_0 q4_k_m q4_0 q6_k}"
 out=bench/out/peers
@@ -88,11 +102,32 @@ done
 rm -rf "$out"
 mkdir -p "$out/logs" "$out/meta"
 printf 'round\tmodel\tengine\tphase\ttokens_s\twall_s\n' > "$out/results.tsv"
-printf 'when\tload1\tload5\tload15\n' > "$out/loadavg.tsv"
-loadavg() { # WHEN
-    read -r l1 l5 l15 _ < /proc/loadavg
-    printf '%s\t%s\t%s\t%s\n' "$1" "$l1" "$l5" "$l15" >> "$out/loadavg.tsv"
-    echo "load average $1: $l1 $l5 $l15"
+printf 'round\tload1\tload5\tload15\twaited_s\tothers_pct_before\tothers_pct_during\n' > "$out/machine.tsv"
+
+# cpu_ticks: "BUSY TOTAL OURS": busy and all clock ticks of every CPU since
+# boot (/proc/stat), and the CPU ticks of this script and its waited-for
+# children (/proc/$$/stat utime, stime, cutime, cstime)
+cpu_ticks() {
+    local cpu us ni sy id io rest st
+    read -r cpu us ni sy id io rest < /proc/stat
+    read -r -a st < "/proc/$$/stat"
+    local irq sirq steal
+    read -r irq sirq steal _ <<< "$rest"
+    echo "$((us + ni + sy + irq + sirq + steal)) $((us + ni + sy + id + io + irq + sirq + steal))" \
+        "$((st[13] + st[14] + st[15] + st[16]))"
+}
+# others_pct A B: percent of all CPU time between two cpu_ticks samples that
+# other processes used
+others_pct() {
+    awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ");
+        d = y[2] - x[2]; o = (y[1] - x[1]) - (y[3] - x[3]); if (o < 0) o = 0;
+        printf "%.0f", (d > 0 ? 100 * o / d : 0) }'
+}
+sample_others() {
+    local a
+    a=$(cpu_ticks)
+    sleep 2
+    others_pct "$a" "$(cpu_ticks)"
 }
 
 # run_engine ENGINE MODEL LOG: runs one engine's pp and tg on MODEL, its
@@ -126,7 +161,18 @@ n_eng=${#engines[@]}
 for ((r = 1; r <= rounds; r++)); do
     echo
     echo "== round $r/$rounds"
-    loadavg "before round $r"
+    waited=0
+    busy=$(sample_others)
+    while [ "$busy" -gt "$quiet_pct" ] && [ "$waited" -lt "$quiet_wait" ]; do
+        [ "$waited" = 0 ] && echo "other processes use $busy% of the CPUs: waiting for <= $quiet_pct% (at most ${quiet_wait}s)"
+        sleep 8
+        waited=$((waited + 10))
+        busy=$(sample_others)
+    done
+    [ "$busy" -gt "$quiet_pct" ] && echo "note: still $busy% after ${waited}s: running round $r anyway"
+    read -r l1 l5 l15 _ < /proc/loadavg
+    echo "before round $r: load average $l1 $l5 $l15, other processes $busy% of the CPUs (waited ${waited}s)"
+    round_t0=$(cpu_ticks)
     for model in "${models[@]}"; do
         name=$(basename "$model" .gguf)
         name=${name/-shape-/ }
@@ -142,11 +188,28 @@ for ((r = 1; r <= rounds; r++)); do
             done <<< "$res"
         done
     done
+    during=$(others_pct "$round_t0" "$(cpu_ticks)")
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$l1" "$l5" "$l15" "$waited" "$busy" "$during" >> "$out/machine.tsv"
     echo
+    echo "during round $r: other processes used $during% of the CPUs"
     python3 bench/peers/peers.py round "$out/results.tsv" "$r"
 done
-loadavg "at the end"
 echo
-python3 bench/peers/peers.py summary "$out/results.tsv" "$out/summary.json" | tee "$out/summary.md"
+{
+    python3 bench/peers/peers.py summary "$out/results.tsv" "$out/summary.json"
+    for e in llama ik; do
+        [ -s "$out/meta/$e.txt" ] || continue
+        bin=$LLAMA_BENCH
+        [ "$e" = ik ] && bin=$IK_BENCH
+        echo
+        echo "$e: $bin, build_commit $(sed -n 's/.*"build_commit": "\([^"]*\)".*/\1/p' "$out/meta/$e.txt" | head -n 1)" \
+            "(llama-bench's own field: \"unknown\" when built outside a git checkout)"
+    done
+    echo
+    echo "The machine ($(nproc) CPUs), per round: load average (1, 5, 15 min) before it; share of all"
+    echo "CPU time other processes used in the 2 s before it and during it:"
+    echo
+    tail -n +2 "$out/machine.tsv" | awk -F '\t' '{ printf "- round %s: load %s %s %s; others %s%% before, %s%% during\n", $1, $2, $3, $4, $6, $7 }'
+} | tee "$out/summary.md"
 echo
-echo "bench-peers: written to $out/ (results.tsv, summary.md, summary.json, loadavg.tsv, meta/, logs/)"
+echo "bench-peers: written to $out/ (results.tsv, summary.md, summary.json, machine.tsv, meta/, logs/)"
