@@ -5,7 +5,8 @@
   peers.py round RESULTS.tsv R        the ratios of round R, one line a row
   peers.py summary RESULTS.tsv OUT.json   medians and spreads (Markdown) + JSON
 
-RESULTS.tsv (written by run.sh): round, model, engine, phase, tokens/s, wall s.
+RESULTS.tsv (written by run.sh): round, model, engine, phase, tokens/s, wall s,
+the percent of all CPU time other processes took during the run, tries.
 Every ratio is taken inside one round (this machine's memory bandwidth moves
 between runs); a round's ratios are then summarized by their median and their
 range over the rounds. ik_llama.cpp runs with and without -rtr; its best
@@ -14,6 +15,7 @@ the summary's Specula / ik ratios are against that setting, round by round.
 Nothing is printed for an engine or a phase that was not measured.
 """
 import json
+import os
 import statistics
 import sys
 
@@ -58,16 +60,21 @@ def parse(kind, path):
 
 
 def load(path):
-    """{(model, phase): {engine: {round: tps}}}, the models in file order"""
-    data, models = {}, []
+    """{(model, phase): {engine: {round: tps}}}, the models in file order, and
+    the (model, engine, round) runs other processes took more than
+    BENCH_QUIET_PCT percent of the CPUs during"""
+    data, models, disturbed = {}, [], set()
+    quiet = float(os.environ.get("BENCH_QUIET_PCT", "10"))
     for line in open(path):
         if not line.strip() or line.startswith("round\t"):
             continue
-        r, model, engine, phase, tps, _wall = line.rstrip("\n").split("\t")
+        r, model, engine, phase, tps, _wall, others, _tries = line.rstrip("\n").split("\t")
         if model not in models:
             models.append(model)
         data.setdefault((model, phase), {}).setdefault(engine, {})[int(r)] = float(tps)
-    return data, models
+        if float(others) > quiet:
+            disturbed.add((model, engine, int(r)))
+    return data, models, disturbed
 
 
 def present(data):
@@ -79,7 +86,7 @@ def fmt_tps(x):
 
 
 def round_table(path, r):
-    data, models = load(path)
+    data, models, disturbed = load(path)
     engines = present(data)
     peers = [p for p in ("ik", "ik-rtr", "llama") if p in engines]
     ours = [e for e in ("specula", "specula-avx2") if e in engines]
@@ -90,7 +97,8 @@ def round_table(path, r):
         for ph in PHASES:
             d = data.get((m, ph), {})
             row = [m, PHASE_NAME[ph]]
-            row += [fmt_tps(d[e][r]) if r in d.get(e, {}) else "-" for e in engines]
+            row += [fmt_tps(d[e][r]) + ("!" if (m, e, r) in disturbed else "") if r in d.get(e, {}) else "-"
+                    for e in engines]
             for o in ours:
                 for p in peers:
                     ok = r in d.get(o, {}) and r in d.get(p, {})
@@ -99,6 +107,8 @@ def round_table(path, r):
     width = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     for row in [head] + rows:
         print("  ".join(str(x).rjust(w) if i > 1 else str(x).ljust(w) for i, (x, w) in enumerate(zip(row, width))))
+    if any(k[2] == r for k in disturbed):
+        print(f"!: other processes took more than {os.environ.get('BENCH_QUIET_PCT', '10')}% of the CPUs during that run")
 
 
 def spread(xs):
@@ -115,7 +125,7 @@ def ratios(a, b):
 
 
 def summary(path, out_json):
-    data, models = load(path)
+    data, models, _ = load(path)
     engines = present(data)
     has_ik = "ik" in engines or "ik-rtr" in engines
     has_llama = "llama" in engines
