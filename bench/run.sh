@@ -14,15 +14,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=bench/out
 mkdir -p "$out"
-vocab=${SPECULA_REF_DIR:-../shared/reference}/vocab/ggml-vocab-llama-spm.gguf
-shape=(--arch llama --n-embd 2048 --n-layer 22 --n-head 32 --n-head-kv 4 --n-ff 5632 --ctx 2048 --seed 1)
+source bench/models.sh
 for t in q8_0 q4_k; do
-    f=$out/tinyllama-shape-$t.gguf
-    if [ ! -s "$f" ]; then
-        echo "building $f"
-        bin/mkmodel -o "$f.tmp" --vocab-from "$vocab" --type "$t" "${shape[@]}" --name "tinyllama-shape-$t"
-        mv "$f.tmp" "$f"
-    fi
+    bench_model tinyllama "$t" > /dev/null
 done
 threads=${BENCH_THREADS:-2}
 for t in q8_0 q4_k; do

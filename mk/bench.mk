@@ -5,6 +5,8 @@
 #                      bench/engine/), then the HTTP server (bench/server/)
 #   make bench-server  bench/server/run.sh alone
 #   make kbench        bin/kbench, the kernels' microbenchmark (bench/kernels/)
+#   make bench-peers   bench/peers/run.sh: Specula beside ik_llama.cpp and
+#                      llama.cpp (IK_BENCH, LLAMA_BENCH: their llama-bench)
 # `specula bench`, the load generator for OpenAI-compatible servers, is
 # bench/loadgen/: its sources are part of bin/specula (CLI_SRC).
 
@@ -47,6 +49,12 @@ bench: $(BIN)/bench $(BIN)/bench_engine $(BIN)/bench_spec $(BIN)/bench_grammar $
        $(BIN)/specula $(BIN)/bench_server_stream
 	bench/run.sh
 
+# ---- bench/peers: Specula, ik_llama.cpp and llama.cpp in interleaved rounds
+# on the same files (not run by `make bench`; the peers are built outside the
+# tree, see bench/peers/README.md)
+bench-peers: $(BIN)/bench $(BIN)/mkmodel
+	bench/peers/run.sh
+
 # ---- bench/loadgen: `specula bench` ----------------------------------------
 # It speaks HTTP through libcurl, so bin/specula links it; the commit the
 # binary was built from goes into the reproducibility contract.
@@ -63,4 +71,4 @@ $(BUILD)/tests/test_bench_tool: TEST_CFLAGS = -Ibench/loadgen
 $(BUILD)/tests/test_bench_tool: TEST_OBJ = $(BENCH_TOOL_TEST_OBJ)
 $(BUILD)/tests/test_bench_tool: TEST_LDLIBS = -lcurl
 
-.PHONY: bench bench-server kbench
+.PHONY: bench bench-server kbench bench-peers

@@ -1,10 +1,17 @@
 /* bench.c: `make bench`: engine-core throughput on a model file, against the
  * machine's memory-bandwidth roofline measured in the same run.
  *
- * usage: bin/bench MODEL [threads] [--prompt 128] [--decode 64]
+ * usage: bin/bench MODEL [threads] [prompt_tokens] [decode_tokens] [--pp-tg]
  * Prints one Markdown table row per metric and a JSON line for tooling.
  * Reported numbers are the best of several repetitions (the machine is
  * shared; the best run is the least disturbed one).
+ *
+ * --pp-tg: llama-bench's workload instead (`llama-bench -p P -n N -r 1`,
+ * what bench/peers/run.sh sets Specula beside ik_llama.cpp and llama.cpp
+ * with): one warm-up prompt and one warm-up token, then one timed prompt of
+ * P tokens from an empty sequence with only the last token's logits (pp),
+ * then N single-token steps from an empty sequence, each with its logits
+ * (tg). One JSON line, no repetitions, no bandwidth runs.
  */
 #include <math.h>
 #include <stdio.h>
@@ -56,9 +63,32 @@ static double decode_once(sp_context *c, const sp_token *toks, int n, int pos0, 
     return sp_time_s() - t0;
 }
 
+/* --pp-tg: see the top of the file. tg starts at position 0 like
+ * llama-bench's tg test (a fresh context per test there, a cleared
+ * sequence here). */
+static void pp_tg(sp_context *c, const char *path, const char *level, int threads, double load_s,
+                  const sp_token *toks, int n_prompt, int n_decode) {
+    decode_once(c, toks, n_prompt, 0, 0); /* warm-up */
+    sp_seq_clear(c, 0);
+    decode_once(c, toks, 1, 0, 1);
+    sp_seq_clear(c, 0);
+    const double pp = decode_once(c, toks, n_prompt, 0, 0);
+    sp_seq_clear(c, 0);
+    double tg = 0;
+    for (int i = 0; i < n_decode; i++) tg += decode_once(c, &toks[i % 16], 1, i, 1);
+    printf("{\"model\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"load_s\": %.3f, "
+           "\"n_prompt\": %d, \"n_gen\": %d, \"pp_tps\": %.3f, \"tg_tps\": %.3f}\n",
+           path, threads, level, load_s, n_prompt, n_decode, n_prompt / pp, n_decode / tg);
+}
+
 int main(int argc, char **argv) {
+    int pp_tg_mode = 0;
+    if (argc > 1 && strcmp(argv[argc - 1], "--pp-tg") == 0) {
+        pp_tg_mode = 1;
+        argc--;
+    }
     if (argc < 2) {
-        fprintf(stderr, "usage: bench MODEL [threads] [prompt_tokens] [decode_tokens]\n");
+        fprintf(stderr, "usage: bench MODEL [threads] [prompt_tokens] [decode_tokens] [--pp-tg]\n");
         return 2;
     }
     const char *path = argv[1];
@@ -88,6 +118,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench: %s\n", err);
         return 1;
     }
+    sp_token *toks = malloc(sizeof(sp_token) * (size_t)(n_prompt + 16));
+    if (!toks) {
+        fprintf(stderr, "bench: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < n_prompt + 16; i++) toks[i] = 1 + (sp_token)((i * 7919) % (h->n_vocab - 1));
+    if (pp_tg_mode) {
+        pp_tg(c, path, level, threads, load_s, toks, n_prompt, n_decode);
+        free(toks);
+        sp_context_free(c);
+        sp_model_free(m);
+        return 0;
+    }
     sp_pool *pool = sp_pool_create(threads);
     float *bw_buf = aligned_alloc(64, BW_BYTES);
     if (!pool || !bw_buf) {
@@ -100,9 +143,6 @@ int main(int argc, char **argv) {
      * which it reads one row (unless the output head is that table) */
     uint64_t step_bytes = h->weight_bytes;
     if (!h->tied_output) step_bytes -= h->tok_embd_bytes;
-
-    sp_token *toks = malloc(sizeof(sp_token) * (size_t)(n_prompt + 16));
-    for (int i = 0; i < n_prompt + 16; i++) toks[i] = 1 + (sp_token)((i * 7919) % (h->n_vocab - 1));
 
     /* prefill: best of 3 */
     double best_prefill = 1e30;
