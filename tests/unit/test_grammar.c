@@ -226,7 +226,8 @@ static void vfix_close(vfix *f) {
  * the same); elsewhere the mask is unchanged. */
 static void check_jump(const char *vocab_name) {
     vfix f;
-    REQUIRE(vfix_open(&f, vocab_name, "root ::= \"{\" [ ]? \"\\\"name\\\": \" [a-z]+"), "%s", f.err);
+    const bool opened = vfix_open(&f, vocab_name, "root ::= \"{\" [ ]? \"\\\"name\\\": \" [a-z]+");
+    REQUIRE(opened, "%s", f.err);
     const sp_vocab *v = f.v;
     sp_matcher *m = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err)), *p = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err));
     sp_matcher_set_jump_forward(m, true);
@@ -273,7 +274,8 @@ static void test_jump_forward(void) { on_both_vocabs(check_jump); }
  * tokens one by one, and a proposal that breaks the grammar is cut. */
 static void test_lookahead(void) {
     vfix f;
-    REQUIRE(vfix_open(&f, "ggml-vocab-gpt-2.gguf", "root ::= \"{\\\"a\\\": \" [0-9]+ \"}\""), "%s", f.err);
+    const bool opened = vfix_open(&f, "ggml-vocab-gpt-2.gguf", "root ::= \"{\\\"a\\\": \" [0-9]+ \"}\"");
+    REQUIRE(opened, "%s", f.err);
     const sp_vocab *v = f.v;
     sp_matcher *m = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err)), *c = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err));
     const char *text = "{\"a\": 123}x";
@@ -307,7 +309,8 @@ static void test_lookahead(void) {
  * agrees with committing token by token. */
 static void check_lazy_masks(const char *vocab_name) {
     vfix f;
-    REQUIRE(vfix_open(&f, vocab_name, "root ::= \"<tool_call>\\n{\" [a-z]+ \"}\""), "%s", f.err);
+    const bool opened = vfix_open(&f, vocab_name, "root ::= \"<tool_call>\\n{\" [a-z]+ \"}\"");
+    REQUIRE(opened, "%s", f.err);
     const sp_vocab *v = f.v;
     sp_matcher *m = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err)), *b = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err));
     REQUIRE(m && b, "%s", f.err);
@@ -373,7 +376,8 @@ static void test_lazy_masks(void) { on_both_vocabs(check_lazy_masks); }
  * begin with its trigger is refused. */
 static void test_lazy_phases(void) {
     vfix f;
-    REQUIRE(vfix_open(&f, "ggml-vocab-llama-spm.gguf", "root ::= \"{\\\"name\\\": \" [0-9]+ \"}\""), "%s", f.err);
+    const bool opened = vfix_open(&f, "ggml-vocab-llama-spm.gguf", "root ::= \"{\\\"name\\\": \" [0-9]+ \"}\"");
+    REQUIRE(opened, "%s", f.err);
     sp_matcher *m = sp_matcher_create(f.g, f.t, f.err, sizeof(f.err));
     const char *trig = "{\"name\"";
     CHECK(sp_matcher_set_trigger(m, trig, strlen(trig), true, f.err, sizeof(f.err)) == SP_OK, "%s", f.err);
