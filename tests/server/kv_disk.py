@@ -166,9 +166,17 @@ def main():
         threads = [threading.Thread(target=send, args=(d,)) for d in docs]
         for t in threads:
             t.start()
-        while len(done) < 6 and any(t.is_alive() for t in threads):
-            time.sleep(0.005)
-        _, m = metrics(w.port)
+        # kill once blocks are on disk (the writer is asynchronous: on a
+        # loaded machine six answered requests could precede any write),
+        # with requests still arriving when there are
+        m = {}
+        while any(t.is_alive() for t in threads):
+            _, m = metrics(w.port)
+            if m.get("specula_kv_disk_writes_total", 0) >= 8 and len(done) >= 2:
+                break
+            time.sleep(0.01)
+        else:
+            m = wait_writes(w, 8)
         w.p.send_signal(signal.SIGKILL)
         for t in threads:
             t.join()
