@@ -11,12 +11,14 @@
  * with): one warm-up prompt and one warm-up token, then one timed prompt of
  * P tokens from an empty sequence with only the last token's logits (pp),
  * then N single-token steps from an empty sequence, each with its logits
- * (tg). One JSON line, no repetitions, no bandwidth runs.
+ * (tg). One JSON line, no repetitions, no bandwidth runs; with each phase's
+ * wall and CPU seconds (pp_s, pp_cpu_s, tg_s, tg_cpu_s).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common.h"
 #include "kernels/kernels.h"
@@ -46,6 +48,13 @@ static double measure_bandwidth(sp_pool *pool, const float *buf) {
     return BW_BYTES / (sp_time_s() - t0) / 1e9;
 }
 
+/* CPU seconds of every thread of this process so far. */
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static double decode_once(sp_context *c, const sp_token *toks, int n, int pos0, int want_all) {
     int32_t pos[512], seq[512] = {0};
     int8_t want[512];
@@ -72,13 +81,22 @@ static void pp_tg(sp_context *c, const char *path, const char *level, int thread
     sp_seq_clear(c, 0);
     decode_once(c, toks, 1, 0, 1);
     sp_seq_clear(c, 0);
+    /* CPU time per phase (all threads; the pool's workers wait by spinning
+     * briefly, then sleeping): cores busy = CPU s / wall s, at most
+     * `threads`. What a phase costs the machine, not only how long. */
+    double c0 = cpu_s();
     const double pp = decode_once(c, toks, n_prompt, 0, 0);
+    const double pp_cpu = cpu_s() - c0;
     sp_seq_clear(c, 0);
     double tg = 0;
+    c0 = cpu_s();
     for (int i = 0; i < n_decode; i++) tg += decode_once(c, &toks[i % 16], 1, i, 1);
+    const double tg_cpu = cpu_s() - c0;
     printf("{\"model\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"load_s\": %.3f, "
-           "\"n_prompt\": %d, \"n_gen\": %d, \"pp_tps\": %.3f, \"tg_tps\": %.3f}\n",
-           path, threads, level, load_s, n_prompt, n_decode, n_prompt / pp, n_decode / tg);
+           "\"n_prompt\": %d, \"n_gen\": %d, \"pp_tps\": %.3f, \"tg_tps\": %.3f, "
+           "\"pp_s\": %.4f, \"tg_s\": %.4f, \"pp_cpu_s\": %.4f, \"tg_cpu_s\": %.4f}\n",
+           path, threads, level, load_s, n_prompt, n_decode, n_prompt / pp, n_decode / tg, pp, tg,
+           pp_cpu, tg_cpu);
 }
 
 int main(int argc, char **argv) {

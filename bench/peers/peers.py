@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """bench/peers/peers.py: the parser and the tables of bench/peers/run.sh.
 
-  peers.py parse specula|llama FILE   tokens/s of one run: "pp TPS", "tg TPS"
+  peers.py parse specula|llama FILE   one run: "pp TPS CORES", "tg TPS CORES"
+                                      (CORES: CPU s / wall s of the phase,
+                                      Specula only; "-" for llama-bench)
   peers.py round RESULTS.tsv R        the ratios of round R, one line a row
   peers.py summary RESULTS.tsv OUT.json   medians and spreads (Markdown) + JSON
 
-RESULTS.tsv (written by run.sh): round, model, engine, phase, tokens/s, wall s,
-the percent of all CPU time other processes took during the run, tries.
+RESULTS.tsv (written by run.sh): round, model, engine, phase, tokens/s, cores
+busy in the phase (Specula only), wall s of the run, the percent of all CPU
+time other processes took during the run, tries.
 Every ratio is taken inside one round (this machine's memory bandwidth moves
 between runs); a round's ratios are then summarized by their median and their
 range over the rounds. ik_llama.cpp runs with and without -rtr; its best
@@ -23,9 +26,10 @@ PHASES = ("pp", "tg")
 PHASE_NAME = {"pp": "prefill", "tg": "decode"}
 # the issue's targets (issue 20): Specula / ik's best, per phase
 TARGET = {"pp": 1.10, "tg": 1.05}
-ENGINES = ("specula", "specula-avx2", "ik", "ik-rtr", "llama")
-LABEL = {"specula": "Specula", "specula-avx2": "Specula AVX2", "ik": "ik", "ik-rtr": "ik -rtr 1",
-         "llama": "llama.cpp"}
+ENGINES = ("specula", "specula-avx2", "specula2", "ik", "ik-rtr", "llama")
+LABEL = {"specula": "Specula", "specula-avx2": "Specula AVX2", "specula2": "Specula #2", "ik": "ik",
+         "ik-rtr": "ik -rtr 1", "llama": "llama.cpp"}
+OURS = ("specula", "specula-avx2", "specula2")
 
 
 def die(msg):
@@ -42,7 +46,11 @@ def parse(kind, path):
             die(f"{path}: expected one JSON line from bin/bench --pp-tg")
         j = json.loads(lines[0])
         got = {"pp": j["pp_tps"], "tg": j["tg_tps"]}
+        # a build from before the CPU fields has none: "-"
+        cores = {ph: f"{j[ph + '_cpu_s'] / j[ph + '_s']:.2f}" for ph in PHASES
+                 if j.get(ph + "_s", 0) > 0 and ph + "_cpu_s" in j}
     elif kind == "llama":
+        cores = {}
         start = text.find("[")
         if start < 0:
             die(f"{path}: no JSON array (llama-bench -o json)")
@@ -56,25 +64,28 @@ def parse(kind, path):
     for ph in PHASES:
         if ph not in got or not got[ph] > 0:
             die(f"{path}: no {ph} tokens/s")
-        print(f"{ph}\t{got[ph]:.3f}")
+        print(f"{ph}\t{got[ph]:.3f}\t{cores.get(ph, '-')}")
 
 
 def load(path):
-    """{(model, phase): {engine: {round: tps}}}, the models in file order, and
+    """{(model, phase): {engine: {round: tps}}}, the models in file order,
     the (model, engine, round) runs other processes took more than
-    BENCH_QUIET_PCT percent of the CPUs during"""
-    data, models, disturbed = {}, [], set()
+    BENCH_QUIET_PCT percent of the CPUs during, and {(model, phase): {engine:
+    {round: cores busy}}} where measured"""
+    data, models, disturbed, cores = {}, [], set(), {}
     quiet = float(os.environ.get("BENCH_QUIET_PCT", "10"))
     for line in open(path):
         if not line.strip() or line.startswith("round\t"):
             continue
-        r, model, engine, phase, tps, _wall, others, _tries = line.rstrip("\n").split("\t")
+        r, model, engine, phase, tps, cpu, _wall, others, _tries = line.rstrip("\n").split("\t")
         if model not in models:
             models.append(model)
         data.setdefault((model, phase), {}).setdefault(engine, {})[int(r)] = float(tps)
+        if cpu != "-":
+            cores.setdefault((model, phase), {}).setdefault(engine, {})[int(r)] = float(cpu)
         if float(others) > quiet:
             disturbed.add((model, engine, int(r)))
-    return data, models, disturbed
+    return data, models, disturbed, cores
 
 
 def present(data):
@@ -86,12 +97,16 @@ def fmt_tps(x):
 
 
 def round_table(path, r):
-    data, models, disturbed = load(path)
+    data, models, disturbed, _ = load(path)
     engines = present(data)
     peers = [p for p in ("ik", "ik-rtr", "llama") if p in engines]
     ours = [e for e in ("specula", "specula-avx2") if e in engines]
+    short = {"specula": "Sp", "specula-avx2": "AVX2"}
     head = ["model", "phase"] + [LABEL[e] for e in engines]
-    head += [f"{'Sp' if o == 'specula' else 'AVX2'}/{LABEL[p]}" for o in ours for p in peers]
+    head += [f"{short[o]}/{LABEL[p]}" for o in ours for p in peers]
+    two = "specula2" in engines and "specula" in engines
+    if two:
+        head.append("#2/Sp")
     rows = []
     for m in models:
         for ph in PHASES:
@@ -103,6 +118,9 @@ def round_table(path, r):
                 for p in peers:
                     ok = r in d.get(o, {}) and r in d.get(p, {})
                     row.append(f"{d[o][r] / d[p][r]:.2f}x" if ok else "-")
+            if two:
+                ok = r in d.get("specula2", {}) and r in d.get("specula", {})
+                row.append(f"{d['specula2'][r] / d['specula'][r]:.2f}x" if ok else "-")
             rows.append(row)
     width = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     for row in [head] + rows:
@@ -125,12 +143,15 @@ def ratios(a, b):
 
 
 def summary(path, out_json):
-    data, models, _ = load(path)
+    data, models, _, cores = load(path)
     engines = present(data)
     has_ik = "ik" in engines or "ik-rtr" in engines
     has_llama = "llama" in engines
     n_rounds = len({r for v in data.values() for e in v.values() for r in e})
     head = ["model", "phase", "Specula", "Specula AVX2"]
+    has_two = "specula2" in engines
+    if has_two:
+        head += ["Specula #2", "#2 / Specula"]
     if has_ik:
         head += ["ik, no -rtr", "ik, -rtr 1", "Specula / ik best", "AVX2 / ik best", "target"]
     if has_llama:
@@ -149,6 +170,15 @@ def summary(path, out_json):
             row.append(tps_cell(d["specula-avx2"]) if "specula-avx2" in d else "-")
             rec = {"model": m, "phase": ph, "rounds": n_rounds,
                    "tps_median": {e: statistics.median(d[e].values()) for e in d}}
+            if has_two:
+                xs = ratios(d["specula2"], d["specula"]) if "specula2" in d else []
+                row += [tps_cell(d["specula2"]) if "specula2" in d else "-", spread(xs) if xs else "-"]
+                if xs:
+                    rec["specula2_over_specula"] = {"median": statistics.median(xs), "min": min(xs),
+                                                    "max": max(xs)}
+            c = cores.get((m, ph), {})
+            if c:
+                rec["cores_median"] = {e: statistics.median(c[e].values()) for e in c}
             if has_ik:
                 ik = [e for e in ("ik", "ik-rtr") if e in d]
                 best = max(ik, key=lambda e: statistics.median(d[e].values())) if ik else None
@@ -173,6 +203,23 @@ def summary(path, out_json):
                                                   "max": max(xs)}
             print("| " + " | ".join(row) + " |")
             js.append(rec)
+    cpu_engines = [e for e in OURS if any(e in v for v in cores.values())]
+    if cpu_engines:
+        print(f"\nSpecula's CPU use per phase: cores busy (CPU s / wall s, all threads), median over "
+              f"the rounds (min-max); {os.environ.get('BENCH_THREADS', '2')} threads at most. A pool "
+              "that waits by spinning shows up here, not in tokens/s.\n")
+        print("| model | phase | " + " | ".join(LABEL[e] for e in cpu_engines) + " |")
+        print("|" + "---|" * (2 + len(cpu_engines)))
+        for m in models:
+            for ph in PHASES:
+                c = cores.get((m, ph), {})
+                if not c:
+                    continue
+                cells = []
+                for e in cpu_engines:
+                    xs = list(c.get(e, {}).values())
+                    cells.append(f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})" if xs else "-")
+                print(f"| {m} | {PHASE_NAME[ph]} | " + " | ".join(cells) + " |")
     with open(out_json, "w") as f:
         json.dump(js, f, indent=1)
         f.write("\n")

@@ -22,6 +22,9 @@
 # Engines, in every round, one after another on each model:
 #   specula       bin/bench --pp-tg, the CPU's best kernels
 #   specula-avx2  the same with SPECULA_KERNELS=avx2 (the AVX2 level, forced)
+#   specula2      $SPECULA2_BENCH --pp-tg when set: another build's bin/bench
+#                 (e.g. a commit to compare, built in a git worktree), best
+#                 kernels; its tokens/s over this build's, round by round
 #   llama         $LLAMA_BENCH -o json
 #   ik, ik-rtr    $IK_BENCH -o json, with -rtr 0 and -rtr 1 (run-time
 #                 repacking of the weights at load); Specula is judged
@@ -53,8 +56,9 @@
 # BENCH_PEERS_TYPES ("q8_0 q4_k_m q4_0 q6_k"), BENCH_QUIET_PCT (100 turns
 # the gate off), BENCH_QUIET_WAIT_S, BENCH_TRIES.
 #
-# Output, bench/out/peers/: results.tsv (every kept run: tokens/s, wall
-# time, others' share, tries), machine.tsv (per round: load average at its
+# Output, bench/out/peers/: results.tsv (every kept run: tokens/s, cores busy
+# in the phase (Specula's CPU s / wall s), wall time, others' share, tries),
+# machine.tsv (per round: load average at its
 # start and end, seconds waited, runs repeated, others' share of the whole
 # round), summary.md and summary.json (medians and spreads), meta/ (each
 # engine's first full output: build commit, CPU, settings), logs/ (every
@@ -86,6 +90,10 @@ done
 command -v python3 > /dev/null || die "python3 is missing (it parses and tabulates the runs)"
 
 engines=(specula specula-avx2)
+if [ -n "${SPECULA2_BENCH:-}" ]; then
+    [ -x "$SPECULA2_BENCH" ] || die "SPECULA2_BENCH=$SPECULA2_BENCH is not an executable"
+    engines+=(specula2)
+fi
 if [ -n "${LLAMA_BENCH:-}" ]; then
     [ -x "$LLAMA_BENCH" ] || die "LLAMA_BENCH=$LLAMA_BENCH is not an executable"
     engines+=(llama)
@@ -108,7 +116,7 @@ done
 
 rm -rf "$out"
 mkdir -p "$out/logs" "$out/meta"
-printf 'round\tmodel\tengine\tphase\ttokens_s\twall_s\tothers_pct\ttries\n' > "$out/results.tsv"
+printf 'round\tmodel\tengine\tphase\ttokens_s\tcores\twall_s\tothers_pct\ttries\n' > "$out/results.tsv"
 printf 'round\tload_start\tload_end\twaited_s\trepeated\tothers_pct\n' > "$out/machine.tsv"
 
 # cpu_ticks: "BUSY TOTAL OURS": busy and all clock ticks of every CPU since
@@ -165,6 +173,10 @@ run_engine() {
             SPECULA_KERNELS=avx2 bin/bench "$model" "$threads" "$n_prompt" "$n_gen" --pp-tg > "$log" 2>&1 || rc=$?
             grep -q '"kernels": "avx2"' "$log" || die "SPECULA_KERNELS=avx2 was not taken (see $log)"
             ;;
+        specula2)
+            kind=specula
+            "$SPECULA2_BENCH" "$model" "$threads" "$n_prompt" "$n_gen" --pp-tg > "$log" 2>&1 || rc=$?
+            ;;
         llama) "$LLAMA_BENCH" "${common[@]}" > "$log" 2> "$log.err" || rc=$? ;;
         ik) "$IK_BENCH" "${common[@]}" -rtr 0 > "$log" 2> "$log.err" || rc=$? ;;
         ik-rtr) "$IK_BENCH" "${common[@]}" -rtr 1 > "$log" 2> "$log.err" || rc=$? ;;
@@ -204,8 +216,9 @@ for ((r = 1; r <= rounds; r++)); do
                 repeated=$((repeated + 1))
             done
             [ -e "$out/meta/$engine.txt" ] || cat "$log" "$log.err" > "$out/meta/$engine.txt" 2> /dev/null || true
-            while read -r phase tps; do
-                printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$name" "$engine" "$phase" "$tps" "$wall" "$others" "$try" \
+            while read -r phase tps cores; do
+                printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$name" "$engine" "$phase" "$tps" "$cores" \
+                    "$wall" "$others" "$try" \
                     >> "$out/results.tsv"
             done <<< "$res"
         done
@@ -235,7 +248,7 @@ echo
     echo "others' share of all CPU time over the round, waits included:"
     echo
     tail -n +2 "$out/machine.tsv" | awk -F '\t' '{ printf "- round %s: load %s -> %s; waited %s s; %s repeated; others %s%%\n", $1, $2, $3, $4, $5, $6 }'
-    awk -F '\t' -v q="$quiet_pct" 'NR > 1 && $4 == "pp" { n++; s += $7; if ($7 > q) k++ }
+    awk -F '\t' -v q="$quiet_pct" 'NR > 1 && $4 == "pp" { n++; s += $8; if ($8 > q) k++ }
         END { printf "\nOther processes took %.1f%% of the CPUs during the kept runs on average; %d of %d runs kept above %d%% (marked ! in the round tables).\n", s / n, k, n, q }' "$out/results.tsv"
 } | tee "$out/summary.md"
 echo
