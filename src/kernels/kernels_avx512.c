@@ -384,34 +384,38 @@ AI void store_row(float *y, int64_t ldy, int64_t r, const int NT, const __m512 *
  * the last, partial group. */
 #define QTILE_INIT(NAME, BT, REPACK)                                                                  \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,         \
-                      const int NT, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) { \
-        const int64_t nb = k / 32, g0 = k0 / 512, g1 = (k1 + 511) / 512;                              \
+                      const int NT, int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y,          \
+                      int64_t ldy, int acc) {                                                         \
+        const int64_t nb = k / 32;                                                                    \
         for (int64_t r = 0; r < nr; r++) {                                                            \
             const BT *wr = (const BT *)(w + r * ws);                                                  \
-            __m512 F[8];                                                                              \
-            _Pragma("GCC unroll 16")                                                                  \
-            for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();                                  \
-            for (int64_t g = g0; g < g1; g++) {                                                       \
-                __m512i W[8];                                                                         \
-                __m512 S;                                                                             \
-                if (16 * g + 16 <= nb) {                                                              \
-                    prefetch_ahead(wr + 16 * g, 16 * sizeof(BT));                                     \
-                    REPACK(wr + 16 * g, W, &S);                                                       \
-                } else {                                                                              \
-                    BT tmp[16];                                                                       \
-                    memset(tmp, 0, sizeof tmp);                                                       \
-                    memcpy(tmp, wr + 16 * g, (size_t)(nb - 16 * g) * sizeof(BT));                     \
-                    REPACK(tmp, W, &S);                                                               \
-                }                                                                                     \
+            for (int64_t ka = k0; ka < k1; ka += kc) {                                                \
+                const int64_t g0 = ka / 512, g1 = (SP_MIN(k1, ka + kc) + 511) / 512;                  \
+                __m512 F[8];                                                                          \
                 _Pragma("GCC unroll 16")                                                              \
-                for (int t = 0; t < NT; t++) {                                                        \
-                    const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;                            \
-                    const __m512i I = dot8(W, xg, _mm512_load_si512(xg + 512));                       \
-                    F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I),                                     \
-                                           _mm512_mul_ps(S, _mm512_load_ps(xg + 576)), F[t]);         \
+                for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();                              \
+                for (int64_t g = g0; g < g1; g++) {                                                   \
+                    __m512i W[8];                                                                     \
+                    __m512 S;                                                                         \
+                    if (16 * g + 16 <= nb) {                                                          \
+                        prefetch_ahead(wr + 16 * g, 16 * sizeof(BT));                                 \
+                        REPACK(wr + 16 * g, W, &S);                                                   \
+                    } else {                                                                          \
+                        BT tmp[16];                                                                   \
+                        memset(tmp, 0, sizeof tmp);                                                   \
+                        memcpy(tmp, wr + 16 * g, (size_t)(nb - 16 * g) * sizeof(BT));                 \
+                        REPACK(tmp, W, &S);                                                           \
+                    }                                                                                 \
+                    _Pragma("GCC unroll 16")                                                          \
+                    for (int t = 0; t < NT; t++) {                                                    \
+                        const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;                        \
+                        const __m512i I = dot8(W, xg, _mm512_load_si512(xg + 512));                   \
+                        F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I),                                 \
+                                               _mm512_mul_ps(S, _mm512_load_ps(xg + 576)), F[t]);     \
+                    }                                                                                 \
                 }                                                                                     \
+                store_row(y, ldy, r, NT, F, acc || ka > k0);                                          \
             }                                                                                         \
-            store_row(y, ldy, r, NT, F, acc);                                                         \
         }                                                                                             \
     }
 
@@ -440,66 +444,77 @@ AI __m512 reduce16(const float (*v)[16]) {
 }
 
 AI void q4_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT, int64_t k,
-                int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
-    const int64_t nsb = k / SP_QK_K, g0 = k0 / 512, g1 = (k1 + 511) / 512;
-    /* per-row accumulators of the last 16 rows, summed 16 rows at a time */
-    float fb[8][16][16] __attribute__((aligned(64)));
+                int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc) {
+    const int64_t nsb = k / SP_QK_K;
+    const int nq = (int)((k1 - k0 + kc - 1) / kc);
+    SP_ASSERT(nq <= SP_MM_KC_RANGES);
+    /* per-row accumulators of the last 16 rows, per K range, summed 16 rows
+     * at a time; a row's ranges reach y in order (the first writes it) */
+    float fb[SP_MM_KC_RANGES][8][16][16] __attribute__((aligned(64)));
     for (int64_t r = 0; r < nr; r++) {
         const sp_block_q4_K *wr = (const sp_block_q4_K *)(w + r * ws);
-        __m512 F[8];
-        _Pragma("GCC unroll 16")
-        for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();
-        for (int64_t g = g0; g < g1; g++) {
-            __m512i W[8];
-            __m512 S, M;
-            if (2 * g + 2 <= nsb) {
-                prefetch_ahead(wr + 2 * g, 2 * sizeof(sp_block_q4_K));
-                repack_q4_K(wr + 2 * g, W, &S, &M);
-            } else { /* odd number of super-blocks: pad with a zero one */
-                sp_block_q4_K tmp[2];
-                memset(&tmp[1], 0, sizeof tmp[1]);
-                tmp[0] = wr[2 * g];
-                repack_q4_K(tmp, W, &S, &M);
-            }
-            _Pragma("GCC unroll 16")
-            for (int t = 0; t < NT; t++) {
-                const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;
-                const __m512i I = NT >= 3 ? dot8_1(W, xg) : dot8(W, xg, _mm512_setzero_si512());
-                F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 512)), F[t]);
-                F[t] = _mm512_fnmadd_ps(M, _mm512_load_ps(xg + 576), F[t]);
-            }
-        }
         const int rr = (int)(r & 15);
-        _Pragma("GCC unroll 16")
-        for (int t = 0; t < NT; t++) _mm512_store_ps(fb[t][rr], F[t]);
-        if (rr == 15) {
+        for (int q = 0; q < nq; q++) {
+            const int64_t ka = k0 + q * kc, g0 = ka / 512, g1 = (SP_MIN(k1, ka + kc) + 511) / 512;
+            __m512 F[8];
             _Pragma("GCC unroll 16")
-            for (int t = 0; t < NT; t++) {
-                float *yt = y + t * ldy + (r - 15);
-                const __m512 v = reduce16((const float(*)[16])fb[t]);
-                _mm512_storeu_ps(yt, acc ? _mm512_add_ps(_mm512_loadu_ps(yt), v) : v);
+            for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();
+            for (int64_t g = g0; g < g1; g++) {
+                __m512i W[8];
+                __m512 S, M;
+                if (2 * g + 2 <= nsb) {
+                    prefetch_ahead(wr + 2 * g, 2 * sizeof(sp_block_q4_K));
+                    repack_q4_K(wr + 2 * g, W, &S, &M);
+                } else { /* odd number of super-blocks: pad with a zero one */
+                    sp_block_q4_K tmp[2];
+                    memset(&tmp[1], 0, sizeof tmp[1]);
+                    tmp[0] = wr[2 * g];
+                    repack_q4_K(tmp, W, &S, &M);
+                }
+                _Pragma("GCC unroll 16")
+                for (int t = 0; t < NT; t++) {
+                    const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;
+                    const __m512i I = NT >= 3 ? dot8_1(W, xg) : dot8(W, xg, _mm512_setzero_si512());
+                    F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 512)), F[t]);
+                    F[t] = _mm512_fnmadd_ps(M, _mm512_load_ps(xg + 576), F[t]);
+                }
+            }
+            _Pragma("GCC unroll 16")
+            for (int t = 0; t < NT; t++) _mm512_store_ps(fb[q][t][rr], F[t]);
+        }
+        if (rr == 15) {
+            for (int q = 0; q < nq; q++) {
+                _Pragma("GCC unroll 16")
+                for (int t = 0; t < NT; t++) {
+                    float *yt = y + t * ldy + (r - 15);
+                    const __m512 v = reduce16((const float(*)[16])fb[q][t]);
+                    _mm512_storeu_ps(yt, acc || q > 0 ? _mm512_add_ps(_mm512_loadu_ps(yt), v) : v);
+                }
             }
         }
     }
     const int rem = (int)(nr & 15);
     if (rem) { /* the last nr % 16 rows, summed in the same order as the others */
         const __mmask16 m = (__mmask16)((1u << rem) - 1);
-        _Pragma("GCC unroll 16")
-        for (int t = 0; t < NT; t++) {
-            for (int rr = rem; rr < 16; rr++) _mm512_store_ps(fb[t][rr], _mm512_setzero_ps());
-            float *yt = y + t * ldy + (nr - rem);
-            const __m512 v = reduce16((const float(*)[16])fb[t]);
-            _mm512_mask_storeu_ps(yt, m, acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, yt), v) : v);
+        for (int q = 0; q < nq; q++) {
+            _Pragma("GCC unroll 16")
+            for (int t = 0; t < NT; t++) {
+                for (int rr = rem; rr < 16; rr++) _mm512_store_ps(fb[q][t][rr], _mm512_setzero_ps());
+                float *yt = y + t * ldy + (nr - rem);
+                const __m512 v = reduce16((const float(*)[16])fb[q][t]);
+                _mm512_mask_storeu_ps(yt, m, acc || q > 0 ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, yt), v) : v);
+            }
         }
     }
 }
 
 AI void q6_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT, int64_t k,
-                int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
+                int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc) {
     (void)k;
-    const int64_t g0 = k0 / SP_QK_K, g1 = k1 / SP_QK_K;
-    for (int64_t r = 0; r < nr; r++) {
+    for (int64_t r = 0; r < nr; r++)
+    for (int64_t ka = k0; ka < k1; ka += kc) {
         const sp_block_q6_K *wr = (const sp_block_q6_K *)(w + r * ws);
+        const int64_t g0 = ka / SP_QK_K, g1 = SP_MIN(k1, ka + kc) / SP_QK_K;
         __m512 F[8];
         _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();
@@ -519,24 +534,32 @@ AI void q6_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size
                 F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 320)), F[t]);
             }
         }
-        store_row(y, ldy, r, NT, F, acc);
+        store_row(y, ldy, r, NT, F, acc || ka > k0);
     }
 }
 
+#define NT_CASES(NAME, KC, ACC)                                                                      \
+    switch (nt) {                                                                                    \
+    case 1: NAME##_nt(w, ws, nr, xs, xss, 1, k, k0, k1, KC, y, ldy, ACC); break;                     \
+    case 2: NAME##_nt(w, ws, nr, xs, xss, 2, k, k0, k1, KC, y, ldy, ACC); break;                     \
+    case 3: NAME##_nt(w, ws, nr, xs, xss, 3, k, k0, k1, KC, y, ldy, ACC); break;                     \
+    case 4: NAME##_nt(w, ws, nr, xs, xss, 4, k, k0, k1, KC, y, ldy, ACC); break;                     \
+    case 5: NAME##_nt(w, ws, nr, xs, xss, 5, k, k0, k1, KC, y, ldy, ACC); break;                     \
+    case 6: NAME##_nt(w, ws, nr, xs, xss, 6, k, k0, k1, KC, y, ldy, ACC); break;                     \
+    case 7: NAME##_nt(w, ws, nr, xs, xss, 7, k, k0, k1, KC, y, ldy, ACC); break;                     \
+    default: NAME##_nt(w, ws, nr, xs, xss, 8, k, k0, k1, KC, y, ldy, ACC); break;                    \
+    }
+/* tile: one K range; tile_kc: all of K, range by range within each row */
 #define TILE_DISPATCH8(NAME)                                                                         \
     static void NAME##_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,  \
                             int nt, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy,        \
                             int acc) {                                                               \
-        switch (nt) {                                                                                \
-        case 1: NAME##_nt(w, ws, nr, xs, xss, 1, k, k0, k1, y, ldy, acc); break;                     \
-        case 2: NAME##_nt(w, ws, nr, xs, xss, 2, k, k0, k1, y, ldy, acc); break;                     \
-        case 3: NAME##_nt(w, ws, nr, xs, xss, 3, k, k0, k1, y, ldy, acc); break;                     \
-        case 4: NAME##_nt(w, ws, nr, xs, xss, 4, k, k0, k1, y, ldy, acc); break;                     \
-        case 5: NAME##_nt(w, ws, nr, xs, xss, 5, k, k0, k1, y, ldy, acc); break;                     \
-        case 6: NAME##_nt(w, ws, nr, xs, xss, 6, k, k0, k1, y, ldy, acc); break;                     \
-        case 7: NAME##_nt(w, ws, nr, xs, xss, 7, k, k0, k1, y, ldy, acc); break;                     \
-        default: NAME##_nt(w, ws, nr, xs, xss, 8, k, k0, k1, y, ldy, acc); break;                    \
-        }                                                                                            \
+        NT_CASES(NAME, k1 - k0, acc)                                                                 \
+    }                                                                                                \
+    static void NAME##_tile_kc(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs,           \
+                               size_t xss, int nt, int64_t k, int64_t kc, float *y, int64_t ldy) {   \
+        const int64_t k0 = 0, k1 = k;                                                                \
+        NT_CASES(NAME, kc, 0)                                                                        \
     }
 
 TILE_DISPATCH8(q8_0)
@@ -724,13 +747,13 @@ static void quantize_f16_avx512(const float *x, void *vy, int64_t k) {
     }
 }
 
-static const sp_mm_kernel mm_f32 = {16, 64, xrow_unused, 6, conv_x_f32, f32_tile, 1};
-static const sp_mm_kernel mm_f16 = {16, 64, xrow_unused, 8, conv_x_f16, f16_tile, 0};
-static const sp_mm_kernel mm_bf16 = {16, 64, xrow_unused, 8, conv_x_bf16, bf16_tile, 0};
-static const sp_mm_kernel mm_q8_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q8_0, q8_0_tile, 0};
-static const sp_mm_kernel mm_q4_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_0, q4_0_tile, 0};
-static const sp_mm_kernel mm_q4_K = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_K, q4_K_tile, 0};
-static const sp_mm_kernel mm_q6_K = {256, GROUP_BYTES_Q6, xrow_unused, 8, conv_x_q6_K, q6_K_tile, 0};
+static const sp_mm_kernel mm_f32 = {16, 64, xrow_unused, 6, conv_x_f32, f32_tile, 1, NULL};
+static const sp_mm_kernel mm_f16 = {16, 64, xrow_unused, 8, conv_x_f16, f16_tile, 0, NULL};
+static const sp_mm_kernel mm_bf16 = {16, 64, xrow_unused, 8, conv_x_bf16, bf16_tile, 0, NULL};
+static const sp_mm_kernel mm_q8_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q8_0, q8_0_tile, 0, q8_0_tile_kc};
+static const sp_mm_kernel mm_q4_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_0, q4_0_tile, 0, q4_0_tile_kc};
+static const sp_mm_kernel mm_q4_K = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_K, q4_K_tile, 0, q4_K_tile_kc};
+static const sp_mm_kernel mm_q6_K = {256, GROUP_BYTES_Q6, xrow_unused, 8, conv_x_q6_K, q6_K_tile, 0, q6_K_tile_kc};
 
 const sp_kernel_ops sp_ops_avx512 = {
     .name = "avx512",

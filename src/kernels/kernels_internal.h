@@ -41,7 +41,16 @@ typedef struct {
      * accumulation), for a summation order that must not be cut into
      * ranges (F32: see sp_f32_finish) */
     int whole_k;
+    /* Optional: the sums of tile() called over [0, k) once per K range
+     * [q*kc, min(k, (q+1)*kc)) in order (the first writing y, the others
+     * adding to it), bit for bit, but walking each row's ranges one after
+     * another: decode and verification stream every weight row in one
+     * piece instead of one range of every row at a time. At most
+     * SP_MM_KC_RANGES ranges; tokens <= max_nt. */
+    void (*tile_kc)(const uint8_t *w, size_t w_stride, int64_t nr, const uint8_t *xs, size_t xs_stride,
+                    int nt, int64_t k, int64_t kc, float *y, int64_t ldy);
 } sp_mm_kernel;
+#define SP_MM_KC_RANGES 8
 
 typedef struct {
     const char *name;

@@ -41,10 +41,11 @@
 /* Bytes of converted activations one tile call works on (max_nt tokens x
  * a K range): 24 KiB, so that they stay in L1 (48 KiB) next to the weight
  * stream; 64 KiB was 20-30% slower at 128 tokens. The same ranges serve
- * decode and verification, although an uncut K streams each weight row in
- * one piece (a 64 KiB budget for them measured 1.26x vs 1.2x for verifying
- * 5 tokens on Q8_0, 1.5x vs 1.27x on Q4_K): batch-independent rounding is
- * worth more than that (see sp_matmul). */
+ * decode and verification (batch-independent rounding, see sp_matmul), but
+ * there a kernel with tile_kc walks each row's ranges one after another, so
+ * the weights still stream row by row in one piece: cutting them, one range
+ * of every row at a time, had cost verification of 5 tokens 1.26x -> 1.2x
+ * on Q8_0 and 1.5x -> 1.27x on Q4_K (measured against an uncut K). */
 #define SP_MM_X_BUDGET_PREFILL (24 * 1024)
 #define SP_MM_CHUNK_BYTES (256 * 1024)  /* weight bytes per row chunk (L2 resident) */
 #define SP_MM_MIN_CHUNK_BYTES (32 * 1024) /* smallest guided chunk */
@@ -99,6 +100,11 @@ static void mm_chunk(const mm_job *j, int64_t c) {
     const int64_t r0 = j->chunk_row[c];
     const int64_t nr = j->chunk_row[c + 1] - r0;
     const uint8_t *w = j->w + (size_t)r0 * j->w_stride;
+    if (mm->tile_kc && j->n_tok <= mm->max_nt && j->kc < j->k && (j->k + j->kc - 1) / j->kc <= SP_MM_KC_RANGES) {
+        /* decode / verification: the same ranges, every row in one piece */
+        mm->tile_kc(w, j->w_stride, nr, j->xs, j->xs_stride, (int)j->n_tok, j->k, j->kc, j->y + r0, j->ldy);
+        return;
+    }
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += mm->max_nt) {
         const int nt = (int)SP_MIN((int64_t)mm->max_nt, j->n_tok - t0);
         for (int64_t k0 = 0; k0 < j->k; k0 += j->kc) {
