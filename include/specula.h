@@ -68,6 +68,13 @@ typedef struct {
      * sp_model_get_vocab then returns NULL (sp_model_print_info says why).
      * Only for describing a file (`specula info`). */
     bool meta_only;
+    /* Keep every matrix in the file's layout. By default the CPU's kernel
+     * level may repack some quantized types once at load into a layout of
+     * its own (AVX-512: Q8_0 and Q4_0), copying them out of the mapping:
+     * the same results bit for bit, faster passes, a load-time cost and
+     * memory of the copy (sp_model_info.repacked_bytes, repack_s). The
+     * environment variable SPECULA_REPACK=0 does the same. */
+    bool no_repack;
 } sp_model_params;
 
 sp_model_params sp_model_default_params(void);
@@ -106,6 +113,8 @@ typedef struct {
     uint64_t n_params;
     uint64_t weight_bytes;  /* bytes of all weights as stored */
     uint64_t tok_embd_bytes; /* of which the token embedding table */
+    uint64_t repacked_bytes; /* weights repacked at load (sp_model_params.no_repack) */
+    double repack_s;         /* seconds the repacking took */
 } sp_model_info;
 
 const sp_model_info *sp_model_get_info(const sp_model *m);

@@ -139,6 +139,22 @@ size_t sp_matmul_scratch_size(sp_type wt, int64_t k, int64_t n_tok);
 void sp_matmul(sp_pool *pool, const void *w, sp_type wt, int64_t n_rows, int64_t k,
                const float *x, int64_t n_tok, float *y, int64_t ldy, void *scratch);
 
+/* Load-time repacking. The active level may keep a quantized matrix in a
+ * layout of its own, packed once at load, so that the work of unpacking
+ * GGUF blocks (transposes, scale gathers) is not paid on every pass.
+ * sp_matmul_packed_size: bytes of the packed matrix, 0 when the active
+ * level has no layout for wt (then use sp_matmul on the original rows).
+ * sp_matmul_pack: writes it to dst (any alignment) and returns the level's
+ * name, a static string; a packed matrix is only valid while that level is
+ * active (compare with sp_kernels_level()). sp_matmul_packed: the product
+ * of sp_matmul, bit for bit, reading the packed rows; same scratch. */
+size_t sp_matmul_packed_size(sp_type wt, int64_t n_rows, int64_t k);
+const char *sp_matmul_pack(sp_type wt, const void *w, int64_t n_rows, int64_t k, void *dst);
+void sp_matmul_packed(sp_pool *pool, const void *wp, sp_type wt, int64_t n_rows, int64_t k,
+                      const float *x, int64_t n_tok, float *y, int64_t ldy, void *scratch);
+/* The active level's name (the string sp_kernels_init returned). */
+const char *sp_kernels_level(void);
+
 /* Same product, single-threaded, plain C, for tests (converts x itself). */
 void sp_matmul_ref(const void *w, sp_type wt, int64_t n_rows, int64_t k,
                    const float *x, int64_t n_tok, float *y, int64_t ldy);

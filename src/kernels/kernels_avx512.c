@@ -379,6 +379,18 @@ AI void store_row(float *y, int64_t ldy, int64_t r, const int NT, const __m512 *
     }
 }
 
+/* The tokens of a tile on one group of Q8_0 / Q4_0 weights (lane init and
+ * activation scale from scratch). */
+AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss, const int NT, int64_t g,
+                    __m512 F[8]) {
+    _Pragma("GCC unroll 16")
+    for (int t = 0; t < NT; t++) {
+        const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;
+        const __m512i I = dot8(W, xg, _mm512_load_si512(xg + 512));
+        F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 576)), F[t]);
+    }
+}
+
 /* Group loop for the types whose lane init comes from scratch (Q8_0, Q4_0):
  * REPACK(block pointer, W, &S) for a full group, with a zero-padded copy for
  * the last, partial group. */
@@ -406,21 +418,115 @@ AI void store_row(float *y, int64_t ldy, int64_t r, const int NT, const __m512 *
                         memcpy(tmp, wr + 16 * g, (size_t)(nb - 16 * g) * sizeof(BT));                 \
                         REPACK(tmp, W, &S);                                                           \
                     }                                                                                 \
-                    _Pragma("GCC unroll 16")                                                          \
-                    for (int t = 0; t < NT; t++) {                                                    \
-                        const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;                        \
-                        const __m512i I = dot8(W, xg, _mm512_load_si512(xg + 512));                   \
-                        F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I),                                 \
-                                               _mm512_mul_ps(S, _mm512_load_ps(xg + 576)), F[t]);     \
-                    }                                                                                 \
+                    qdot_tokens(W, S, xs, xss, NT, g, F);                                             \
                 }                                                                                     \
                 store_row(y, ldy, r, NT, F, acc || ka > k0);                                          \
             }                                                                                         \
         }                                                                                             \
     }
 
+/* The same over packed rows (sp_pack layouts below): every group whole
+ * (the last one zero-padded at packing), GB bytes each, read by LOAD. */
+#define QTILE_PACKED(NAME, GB, LOAD)                                                                  \
+    AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,         \
+                      const int NT, int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y,          \
+                      int64_t ldy, int acc) {                                                         \
+        (void)k;                                                                                      \
+        for (int64_t r = 0; r < nr; r++) {                                                            \
+            const uint8_t *wr = w + r * ws;                                                           \
+            for (int64_t ka = k0; ka < k1; ka += kc) {                                                \
+                const int64_t g0 = ka / 512, g1 = (SP_MIN(k1, ka + kc) + 511) / 512;                  \
+                __m512 F[8];                                                                          \
+                _Pragma("GCC unroll 16")                                                              \
+                for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();                              \
+                for (int64_t g = g0; g < g1; g++) {                                                   \
+                    __m512i W[8];                                                                     \
+                    __m512 S;                                                                         \
+                    prefetch_ahead(wr + g * GB, GB);                                                  \
+                    LOAD(wr + g * GB, W, &S);                                                         \
+                    qdot_tokens(W, S, xs, xss, NT, g, F);                                             \
+                }                                                                                     \
+                store_row(y, ldy, r, NT, F, acc || ka > k0);                                          \
+            }                                                                                         \
+        }                                                                                             \
+    }
+
+/* Packed layouts (load-time repacking, sp_matmul_pack): each row is its
+ * groups of 512 weights in K order, each group what repack_* makes of it,
+ * stored, so the transposes and the scale gathers are paid once at load
+ * instead of on every pass (a Q8_0 group took ~35-50 cycles to unpack
+ * against ~11 per token, the most of a 5-token verification):
+ *   Q8_0: W[0..7] (64 B each: the transposed quants, already ^ 0x80) and
+ *         the 16 block scales as f16: 544 B, the size of 16 blocks;
+ *   Q4_0: the 4 transposed vectors of nibble bytes (W[s] = V & 15, W[4+s]
+ *         = V >> 4 & 15) and the 16 scales as f16: 288 B, as 16 blocks.
+ * The last group of a row is zero-padded like the unpacked tiles' copy, so
+ * every sum is the same, bit for bit (test_kernels). */
+#define PACKED_GB_Q8_0 544
+#define PACKED_GB_Q4_0 288
+
+AI void load_q8_0p(const uint8_t *p, __m512i W[8], __m512 *S) {
+    _Pragma("GCC unroll 8")
+    for (int s = 0; s < 8; s++) W[s] = _mm512_loadu_si512(p + 64 * s);
+    *S = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 512)));
+}
+
+AI void load_q4_0p(const uint8_t *p, __m512i W[8], __m512 *S) {
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    _Pragma("GCC unroll 4")
+    for (int s = 0; s < 4; s++) {
+        const __m512i v = _mm512_loadu_si512(p + 64 * s);
+        W[s] = _mm512_and_si512(v, m4);
+        W[4 + s] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+    }
+    *S = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 256)));
+}
+
 QTILE_INIT(q8_0, sp_block_q8_0, repack_q8_0)
 QTILE_INIT(q4_0, sp_block_q4_0, repack_q4_0)
+QTILE_PACKED(q8_0p, PACKED_GB_Q8_0, load_q8_0p)
+QTILE_PACKED(q4_0p, PACKED_GB_Q4_0, load_q4_0p)
+
+/* Rows of GGUF blocks -> packed rows (see above). */
+static size_t packed_row_size(sp_type t, int64_t k) {
+    const int64_t groups = (k / 32 + 15) / 16;
+    return t == SP_TYPE_Q8_0 ? (size_t)groups * PACKED_GB_Q8_0
+         : t == SP_TYPE_Q4_0 ? (size_t)groups * PACKED_GB_Q4_0 : 0;
+}
+
+static void pack_rows(sp_type t, const void *src, void *dst, int64_t n_rows, int64_t k) {
+    const int64_t nb = k / 32, groups = (nb + 15) / 16;
+    const size_t bb = sp_type_info(t)->block_bytes, srs = (size_t)nb * bb, drs = packed_row_size(t, k);
+    for (int64_t r = 0; r < n_rows; r++) {
+        const uint8_t *sr = (const uint8_t *)src + (size_t)r * srs;
+        uint8_t *dr = (uint8_t *)dst + (size_t)r * drs;
+        for (int64_t g = 0; g < groups; g++) {
+            uint8_t tmp[16 * 34];
+            const int64_t n = SP_MIN((int64_t)16, nb - 16 * g);
+            const uint8_t *b = sr + (size_t)(16 * g) * bb;
+            if (n < 16) { /* the last, partial group: zero-padded as the tiles pad it */
+                memset(tmp, 0, sizeof tmp);
+                memcpy(tmp, b, (size_t)n * bb);
+                b = tmp;
+            }
+            __m512i W[8];
+            __m512 S;
+            if (t == SP_TYPE_Q8_0) {
+                repack_q8_0((const sp_block_q8_0 *)b, W, &S);
+                for (int i = 0; i < 8; i++) _mm512_storeu_si512(dr + g * PACKED_GB_Q8_0 + 64 * i, W[i]);
+                _mm256_storeu_si256((__m256i *)(dr + g * PACKED_GB_Q8_0 + 512),
+                                    _mm512_cvtps_ph(S, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            } else {
+                __m512i V[4];
+                tr16x4(b + 2, sizeof(sp_block_q4_0), V);
+                S = gather_f16(b, sizeof(sp_block_q4_0));
+                for (int i = 0; i < 4; i++) _mm512_storeu_si512(dr + g * PACKED_GB_Q4_0 + 64 * i, V[i]);
+                _mm256_storeu_si256((__m256i *)(dr + g * PACKED_GB_Q4_0 + 256),
+                                    _mm512_cvtps_ph(S, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            }
+        }
+    }
+}
 
 /* Sums of 16 rows' accumulators v[0..15] (16 lanes each) -> lane r = sum of
  * v[r]: a butterfly of 15 adds and 30 shuffles, against 16 x 8 ops for 16
@@ -564,6 +670,8 @@ AI void q6_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size
 
 TILE_DISPATCH8(q8_0)
 TILE_DISPATCH8(q4_0)
+TILE_DISPATCH8(q8_0p)
+TILE_DISPATCH8(q4_0p)
 TILE_DISPATCH8(q4_K)
 TILE_DISPATCH8(q6_K)
 
@@ -753,6 +861,8 @@ static const sp_mm_kernel mm_bf16 = {16, 64, xrow_unused, 8, conv_x_bf16, bf16_t
 static const sp_mm_kernel mm_q8_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q8_0, q8_0_tile, 0, q8_0_tile_kc};
 static const sp_mm_kernel mm_q4_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_0, q4_0_tile, 0, q4_0_tile_kc};
 static const sp_mm_kernel mm_q4_K = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_K, q4_K_tile, 0, q4_K_tile_kc};
+static const sp_mm_kernel mm_q8_0p = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q8_0, q8_0p_tile, 0, q8_0p_tile_kc};
+static const sp_mm_kernel mm_q4_0p = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_0, q4_0p_tile, 0, q4_0p_tile_kc};
 static const sp_mm_kernel mm_q6_K = {256, GROUP_BYTES_Q6, xrow_unused, 8, conv_x_q6_K, q6_K_tile, 0, q6_K_tile_kc};
 
 const sp_kernel_ops sp_ops_avx512 = {
@@ -782,4 +892,10 @@ const sp_kernel_ops sp_ops_avx512 = {
         [SP_TYPE_Q4_K] = &mm_q4_K,
         [SP_TYPE_Q6_K] = &mm_q6_K,
     },
+    .mm_packed = {
+        [SP_TYPE_Q8_0] = &mm_q8_0p,
+        [SP_TYPE_Q4_0] = &mm_q4_0p,
+    },
+    .packed_row_size = packed_row_size,
+    .pack_rows = pack_rows,
 };

@@ -64,6 +64,13 @@ typedef struct {
      * ones into 8-row interleaved blocks at load and sums them in another
      * order than other Q4_0 matrices). NULL: mm[] serves every shape. */
     const sp_mm_kernel *mm_rows8[SP_TYPE_COUNT];
+    /* Load-time repacking (sp_matmul_pack), where set: the kernel for rows
+     * in the level's own layout, their size, and the packing itself
+     * (whole rows of GGUF blocks -> packed rows; the same sums bit for bit
+     * as mm[] on the original rows). */
+    const sp_mm_kernel *mm_packed[SP_TYPE_COUNT];
+    size_t (*packed_row_size)(sp_type t, int64_t k);
+    void (*pack_rows)(sp_type t, const void *src, void *dst, int64_t n_rows, int64_t k);
 } sp_kernel_ops;
 
 /* The kernel for a matrix of n_rows rows of type wt at level o. */

@@ -174,18 +174,50 @@ static int plan_chunks(int64_t n_rows, size_t row_bytes, int nth, int32_t *bound
     return n;
 }
 
+static void matmul_run(sp_pool *pool, const sp_mm_kernel *mm, const void *w, size_t w_stride, int64_t n_rows,
+                       int64_t k, const float *x, int64_t n_tok, float *y, int64_t ldy, void *scratch);
+
 void sp_matmul(sp_pool *pool, const void *w, sp_type wt, int64_t n_rows, int64_t k, const float *x,
                int64_t n_tok, float *y, int64_t ldy, void *scratch) {
     const sp_type_traits *tt = sp_type_info(wt);
     SP_ASSERT(tt && tt->supported && k > 0 && k % tt->blck == 0 && ldy >= n_rows);
     if (n_rows <= 0 || n_tok <= 0) return;
-    const sp_mm_kernel *mm = sp_mm_for(sp_kernel_ops_get(), wt, n_rows);
+    matmul_run(pool, sp_mm_for(sp_kernel_ops_get(), wt, n_rows), w, sp_row_size(wt, k), n_rows, k, x, n_tok, y,
+               ldy, scratch);
+}
+
+size_t sp_matmul_packed_size(sp_type wt, int64_t n_rows, int64_t k) {
+    const sp_kernel_ops *o = sp_kernel_ops_get();
+    const sp_type_traits *tt = sp_type_info(wt);
+    if (!tt || !tt->supported || k <= 0 || k % tt->blck || n_rows <= 0 || !o->mm_packed[wt]) return 0;
+    return o->packed_row_size(wt, k) * (size_t)n_rows;
+}
+
+const char *sp_matmul_pack(sp_type wt, const void *w, int64_t n_rows, int64_t k, void *dst) {
+    const sp_kernel_ops *o = sp_kernel_ops_get();
+    SP_ASSERT(sp_matmul_packed_size(wt, n_rows, k) > 0);
+    o->pack_rows(wt, w, dst, n_rows, k);
+    return o->name;
+}
+
+void sp_matmul_packed(sp_pool *pool, const void *wp, sp_type wt, int64_t n_rows, int64_t k, const float *x,
+                      int64_t n_tok, float *y, int64_t ldy, void *scratch) {
+    const sp_kernel_ops *o = sp_kernel_ops_get();
+    SP_ASSERT(sp_matmul_packed_size(wt, n_rows, k) > 0 && ldy >= n_rows);
+    if (n_tok <= 0) return;
+    matmul_run(pool, o->mm_packed[wt], wp, o->packed_row_size(wt, k), n_rows, k, x, n_tok, y, ldy, scratch);
+}
+
+const char *sp_kernels_level(void) { return sp_kernel_ops_get()->name; }
+
+static void matmul_run(sp_pool *pool, const sp_mm_kernel *mm, const void *w, size_t w_stride, int64_t n_rows,
+                       int64_t k, const float *x, int64_t n_tok, float *y, int64_t ldy, void *scratch) {
     const int nth = sp_pool_size(pool);
 
     mm_job j = {0};
     j.mm = mm;
     j.w = w;
-    j.w_stride = sp_row_size(wt, k);
+    j.w_stride = w_stride;
     j.n_rows = n_rows;
     j.k = k;
     j.x = x;

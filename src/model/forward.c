@@ -197,7 +197,12 @@ int32_t sp_n_outputs(const sp_context *c) { return c->n_out; }
 /* ---- the pass ------------------------------------------------------------ */
 
 static void matmul(sp_context *c, const sp_weight *w, const float *x, int64_t n_tok, float *y) {
-    sp_matmul(c->pool, w->data, w->type, w->n_out, w->n_in, x, n_tok, y, w->n_out, c->mm_scratch);
+    /* the packed rows only while the level that packed them runs (a test
+     * may force another one after the load) */
+    if (w->packed && w->packed_level == sp_kernels_level())
+        sp_matmul_packed(c->pool, w->packed, w->type, w->n_out, w->n_in, x, n_tok, y, w->n_out, c->mm_scratch);
+    else
+        sp_matmul(c->pool, w->data, w->type, w->n_out, w->n_in, x, n_tok, y, w->n_out, c->mm_scratch);
 }
 
 /* RoPE angles of one position: cs[i] = (cos, sin) of pos * base^(-2i/D),

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 sp_model_params sp_model_default_params(void) {
     sp_model_params p = {0};
@@ -87,7 +89,7 @@ static bool load_weight(loader *l, const char *name, int64_t n_in, int64_t n_out
                   l->path, name, tt ? tt->name : "unknown");
         return false;
     }
-    *w = (sp_weight){t->data, t->type, n_in, n_out};
+    *w = (sp_weight){t->data, t->type, n_in, n_out, NULL, NULL};
     l->m->info.n_params += (uint64_t)(n_in * n_out);
     l->m->info.weight_bytes += t->nbytes;
     return true;
@@ -259,6 +261,54 @@ static bool load_tensors(loader *l) {
     return true;
 }
 
+/* Load-time repacking: every matrix whose type the active kernel level has
+ * a layout for is copied, packed, into one anonymous mapping (huge pages
+ * where the kernel gives them: a decode pass streams all of it), and the
+ * file pages it was read from are dropped from this process (they come
+ * back from the file if read again: the token table, the fingerprint).
+ * Not an error when it cannot be done: the file's layout serves. */
+static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+static void repack_weights(sp_model *m) {
+    const char *env = getenv("SPECULA_REPACK");
+    if (env && !strcmp(env, "0")) return;
+    sp_weight *ws[2 + 7 * 512];
+    int n = 0;
+    ws[n++] = &m->output;
+    for (int i = 0; i < m->info.n_layer && n + 7 <= (int)(sizeof ws / sizeof ws[0]); i++) {
+        sp_layer *y = &m->layers[i];
+        sp_weight *lw[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
+        for (int j = 0; j < 7; j++) ws[n++] = lw[j];
+    }
+    if (m->info.n_layer > 512) return;
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += align_up(sp_matmul_packed_size(ws[i]->type, ws[i]->n_out, ws[i]->n_in), 64);
+    if (!total) return;
+    const double t0 = sp_time_s();
+    void *mem = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return;
+    madvise(mem, total, MADV_HUGEPAGE);
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        sp_weight *w = ws[i];
+        const size_t sz = sp_matmul_packed_size(w->type, w->n_out, w->n_in);
+        if (!sz) continue;
+        w->packed_level = sp_matmul_pack(w->type, w->data, w->n_out, w->n_in, (uint8_t *)mem + off);
+        w->packed = (uint8_t *)mem + off;
+        off += align_up(sz, 64);
+        if (w->data == m->tok_embd.data) continue; /* tied: the token table reads it */
+        const uintptr_t a = align_up((uintptr_t)w->data, page);
+        const uintptr_t b = ((uintptr_t)w->data + sp_row_size(w->type, w->n_in) * (size_t)w->n_out) / page * page;
+        if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+    }
+    mprotect(mem, total, PROT_READ);
+    m->packed = mem;
+    m->packed_len = total;
+    m->info.repacked_bytes = off;
+    m->info.repack_s = sp_time_s() - t0;
+}
+
 sp_model *sp_model_load(const char *path, sp_model_params params, char *err, size_t errlen) {
     sp_kernels_init();
     sp_model *m = calloc(1, sizeof(*m));
@@ -310,6 +360,7 @@ sp_model *sp_model_load(const char *path, sp_model_params params, char *err, siz
     if (params.vocab_only) return m;
 
     if (!load_hparams(&l) || !load_tensors(&l)) goto fail;
+    if (!params.no_repack) repack_weights(m);
     return m;
 fail:
     sp_model_free(m);
@@ -331,6 +382,7 @@ void sp_model_free(sp_model *m) {
     }
     free(m->output_norm);
     free(m->rope_factors);
+    if (m->packed) munmap(m->packed, m->packed_len);
     sp_vocab_free(m->vocab);
     sp_gguf_close(m->gguf);
     free(m);

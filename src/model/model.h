@@ -29,12 +29,16 @@ typedef struct {
 
 const sp_arch *sp_arch_find(const char *name);
 
-/* A matrix used by sp_matmul, pointing into the mapped file. */
+/* A matrix used by sp_matmul, pointing into the mapped file; packed: the
+ * same rows repacked at load for the kernel level packed_level (see
+ * sp_matmul_pack), in sp_model.packed, or NULL. */
 typedef struct {
     const void *data;
     sp_type type;
     int64_t n_in;   /* ne0: dot-product length */
     int64_t n_out;  /* ne1: rows */
+    const void *packed;
+    const char *packed_level;
 } sp_weight;
 
 typedef struct {
@@ -64,6 +68,8 @@ struct sp_model {
     sp_weight output;      /* [E -> V] (== tok_embd when tied) */
     float *rope_factors;   /* [D/2] llama3-style frequency divisors, or NULL */
     sp_layer *layers;      /* [L] */
+    void *packed;          /* anonymous mapping of every packed weight, or NULL */
+    size_t packed_len;
 };
 
 struct sp_kv;

@@ -410,6 +410,7 @@ static void matmul_case(sp_type t) {
     };
     sp_pool *pools[3] = {NULL, sp_pool_create(2), sp_pool_create(3)};
     CHECK(pools[1] && pools[2], "pool create");
+    int n_packed = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int64_t nr = shapes[si].n_rows, k = shapes[si].k, nt = shapes[si].n_tok;
         const int64_t ldy = nr + shapes[si].ldy_extra;
@@ -465,10 +466,38 @@ static void matmul_case(sp_type t) {
                               LEVELS[l], sp_type_info(t)->name, (long long)k, (long long)tt, (long long)nt);
                     }
             }
+            /* load-time repacking, where the level has it: the same bits
+             * as the original rows, for the batch and each token alone */
+            const size_t psz = sp_matmul_packed_size(t, nr, k);
+            if (psz) {
+                uint8_t *packed = malloc(psz + 1);
+                const char *lv = sp_matmul_pack(t, w, nr, k, packed + 1 /* unaligned */);
+                CHECK(lv && !strcmp(lv, LEVELS[l]) && !strcmp(sp_kernels_level(), LEVELS[l]),
+                      "sp_matmul_pack returned %s at %s", lv ? lv : "NULL", LEVELS[l]);
+                for (int p = 0; p < 3; p++) {
+                    float *pg = malloc((size_t)(nt * ldy) * sizeof *pg);
+                    for (int64_t i = 0; i < nt * ldy; i++) pg[i] = -12345.0f;
+                    sp_matmul_packed(pools[p], packed + 1, t, nr, k, x, nt, pg, ldy, scratch);
+                    CHECK(!memcmp(pg, first, (size_t)(nt * ldy) * sizeof *pg), "%s %s rows %lld k %lld tok %lld pool %d: "
+                          "packed rows differ from the original ones", LEVELS[l], sp_type_info(t)->name,
+                          (long long)nr, (long long)k, (long long)nt, sp_pool_size(pools[p]));
+                    sp_matmul_packed(pools[p], packed + 1, t, nr, k, x + (nt - 1) * k, 1, alone, nr, scratch);
+                    CHECK(!memcmp(alone, first + (nt - 1) * ldy, (size_t)nr * sizeof *alone),
+                          "%s %s: packed, the last token alone differs", LEVELS[l], sp_type_info(t)->name);
+                    free(pg);
+                }
+                n_packed++;
+                free(packed);
+            }
         }
         free(w); free(x); free(want); free(got); free(first); free(alone); free(tol); free(scratch);
     }
     for (int p = 1; p < 3; p++) sp_pool_free(pools[p]);
+    /* the avx512 level packs Q8_0 and Q4_0: a check that compared nothing
+     * there would pass silently */
+    if (sp_kernels_available("avx512") && (t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0))
+        CHECK(n_packed == (int)(sizeof shapes / sizeof shapes[0]), "%s: %d of %d shapes checked packed",
+              sp_type_info(t)->name, n_packed, (int)(sizeof shapes / sizeof shapes[0]));
 }
 
 /* ---- pool --------------------------------------------------------------- */
