@@ -43,6 +43,13 @@
  * Q8_0 and ~53 per 288 bytes of Q4_K, so decode is memory-bound and a few
  * extra tokens cost little: the point of the layout.
  *
+ * Load-time repacking (sp_matmul_pack; model.c repack_weights): Q8_0, Q4_0
+ * and Q4_K rows are packed once into what the transposes above make of
+ * them (layouts at "Packed layouts"), the same bytes per row but for Q4_K's
+ * none, so a pass loads W[] directly; decode and verification
+ * (tile_kc) walk each row's K ranges one after another, so every weight row
+ * streams in one piece.
+ *
  * Float matmul (F16/BF16): up to 16 f32 FMA accumulators, 4 rows x up to 4
  * tokens or 2 rows x 5..8 tokens; each weight vector is converted
  * (f16/bf16 -> f32) once and used by all tokens. F32 weights follow ggml's
@@ -180,6 +187,8 @@ AI void repack_q4_0(const sp_block_q4_0 *b, __m512i W[8], __m512 *S) {
  * (h = L&1) of the 32-byte chunk j = 2(a&1) + (L>>1) of super-block a>>1;
  * the low nibbles of chunk j are sub-block 2j, the high ones 2j+1. One
  * two-source permute per output vector puts every sub-block in its lane. */
+AI void scales_q4_K(const uint8_t *h0, const uint8_t *h1, __m512 *S, __m512 *M);
+
 AI void repack_q4_K(const sp_block_q4_K *b, __m512i W[8], __m512 *S, __m512 *M) {
     __m512i Z[4], V[4];
     Z[0] = _mm512_loadu_si512(b[0].qs);
@@ -211,9 +220,16 @@ AI void repack_q4_K(const sp_block_q4_K *b, __m512i W[8], __m512 *S, __m512 *M) 
      * m = j < 4 ? w & 63 : (w >> 4 & 15) | (w >> 10 & 0x30) (w >> 10 = q[j-4]
      * resp. q[j] >> 2, whose bits 4..5 are the top 2 bits of that byte; a
      * shift count of 32 gives 0). */
+    scales_q4_K((const uint8_t *)&b[0], (const uint8_t *)&b[1], S, M);
+}
+
+/* S, M of repack_q4_K from the two super-blocks' 16-byte headers (d, dmin,
+ * scales[12]; 16 bytes are read from h + 4, so 4 past each header must be
+ * readable). */
+AI void scales_q4_K(const uint8_t *h0, const uint8_t *h1, __m512 *S, __m512 *M) {
     const __m512i U = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[0].scales))),
-        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[1].scales)), 1);
+        _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(h0 + 4)))),
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(h1 + 4))), 1);
 #define Z_ (char)0x80
     const __m512i ish = _mm512_broadcast_i64x4(_mm256_setr_epi8(0, Z_, Z_, Z_, 1, Z_, Z_, Z_, 2, Z_, Z_, Z_, 3, Z_, Z_, Z_,
                                                                 8, 0, Z_, Z_, 9, 1, Z_, Z_, 10, 2, Z_, Z_, 11, 3, Z_, Z_));
@@ -229,8 +245,8 @@ AI void repack_q4_K(const sp_block_q4_K *b, __m512i W[8], __m512 *S, __m512 *M) 
     const __m512i mn = _mm512_ternarylogic_epi32(sel, _mm512_srlv_epi32(wm, sh4), _mm512_srlv_epi32(wm, sh10), 0xCA);
     /* d, dmin of both super-blocks */
     uint32_t dd0, dd1;
-    memcpy(&dd0, &b[0].d, 4);
-    memcpy(&dd1, &b[1].d, 4);
+    memcpy(&dd0, h0, 4);
+    memcpy(&dd1, h1, 4);
     const __m512 dd = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_set_epi32(0, 0, (int)dd1, (int)dd0)));
     const __m512 d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), dd);
     const __m512 dm = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3), dd);
@@ -491,10 +507,17 @@ QTILE_PACKED(q4_0p, PACKED_GB_Q4_0, load_q4_0p)
 static size_t packed_row_size(sp_type t, int64_t k) {
     const int64_t groups = (k / 32 + 15) / 16;
     return t == SP_TYPE_Q8_0 ? (size_t)groups * PACKED_GB_Q8_0
-         : t == SP_TYPE_Q4_0 ? (size_t)groups * PACKED_GB_Q4_0 : 0;
+         : t == SP_TYPE_Q4_0 ? (size_t)groups * PACKED_GB_Q4_0
+         : t == SP_TYPE_Q4_K ? (size_t)((k / SP_QK_K + 1) / 2) * 288 : 0;
 }
 
+static void pack_rows_q4_K(const void *src, void *dst, int64_t n_rows, int64_t k);
+
 static void pack_rows(sp_type t, const void *src, void *dst, int64_t n_rows, int64_t k) {
+    if (t == SP_TYPE_Q4_K) {
+        pack_rows_q4_K(src, dst, n_rows, k);
+        return;
+    }
     const int64_t nb = k / 32, groups = (nb + 15) / 16;
     const size_t bb = sp_type_info(t)->block_bytes, srs = (size_t)nb * bb, drs = packed_row_size(t, k);
     for (int64_t r = 0; r < n_rows; r++) {
@@ -549,8 +572,30 @@ AI __m512 reduce16(const float (*v)[16]) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xDD));
 }
 
-AI void q4_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT, int64_t k,
-                int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc) {
+/* Packed Q4_K (see the packed layouts above), per group of 2 super-blocks,
+ * 288 B as in the file: their 16-byte headers (d, dmin, scales[12]) and
+ * P[0..3], 64 B each, whose byte b of lane l holds the nibble of W[s] in
+ * its low half and that of W[4 + s] in its high half, both as plain values
+ * 0..15 (the unpacked tile keeps odd lanes' nibbles in place, x16, and
+ * their activation scales carry 1/16: the packed tile multiplies S by 16
+ * in those lanes instead, which gives the same products exactly). Two ANDs
+ * and a shift per P instead of a transpose and two permutes. */
+#define PACKED_GB_Q4_K 288
+
+AI void load_q4_Kp(const uint8_t *p, __m512i W[8], __m512 *S, __m512 *M) {
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    _Pragma("GCC unroll 4")
+    for (int s = 0; s < 4; s++) {
+        const __m512i v = _mm512_loadu_si512(p + 32 + 64 * s);
+        W[s] = _mm512_and_si512(v, m4);
+        W[4 + s] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+    }
+    scales_q4_K(p, p + 16, S, M);
+    *S = _mm512_mul_ps(*S, _mm512_setr_ps(1, 16, 1, 16, 1, 16, 1, 16, 1, 16, 1, 16, 1, 16, 1, 16));
+}
+
+AI void q4_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
+                    int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc, const int PACKED) {
     const int64_t nsb = k / SP_QK_K;
     const int nq = (int)((k1 - k0 + kc - 1) / kc);
     SP_ASSERT(nq <= SP_MM_KC_RANGES);
@@ -568,7 +613,11 @@ AI void q4_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size
             for (int64_t g = g0; g < g1; g++) {
                 __m512i W[8];
                 __m512 S, M;
-                if (2 * g + 2 <= nsb) {
+                if (PACKED) {
+                    const uint8_t *gp = w + r * ws + g * PACKED_GB_Q4_K;
+                    prefetch_ahead(gp, PACKED_GB_Q4_K);
+                    load_q4_Kp(gp, W, &S, &M);
+                } else if (2 * g + 2 <= nsb) {
                     prefetch_ahead(wr + 2 * g, 2 * sizeof(sp_block_q4_K));
                     repack_q4_K(wr + 2 * g, W, &S, &M);
                 } else { /* odd number of super-blocks: pad with a zero one */
@@ -612,6 +661,16 @@ AI void q4_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size
             }
         }
     }
+}
+
+AI void q4_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT, int64_t k,
+                int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc) {
+    q4_K_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 0);
+}
+
+AI void q4_Kp_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT, int64_t k,
+                 int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc) {
+    q4_K_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 1);
 }
 
 AI void q6_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT, int64_t k,
@@ -673,6 +732,34 @@ TILE_DISPATCH8(q4_0)
 TILE_DISPATCH8(q8_0p)
 TILE_DISPATCH8(q4_0p)
 TILE_DISPATCH8(q4_K)
+TILE_DISPATCH8(q4_Kp)
+
+static void pack_rows_q4_K(const void *src, void *dst, int64_t n_rows, int64_t k) {
+    const int64_t nsb = k / SP_QK_K, groups = (nsb + 1) / 2;
+    const __mmask16 odd = 0xAAAA;
+    for (int64_t r = 0; r < n_rows; r++) {
+        const sp_block_q4_K *sr = (const sp_block_q4_K *)src + r * nsb;
+        uint8_t *dr = (uint8_t *)dst + (size_t)r * (size_t)groups * PACKED_GB_Q4_K;
+        for (int64_t g = 0; g < groups; g++) {
+            sp_block_q4_K b[2];
+            b[0] = sr[2 * g];
+            if (2 * g + 1 < nsb) b[1] = sr[2 * g + 1];
+            else memset(&b[1], 0, sizeof b[1]); /* as the unpacked tile pads */
+            __m512i W[8];
+            __m512 S, M;
+            repack_q4_K(b, W, &S, &M);
+            uint8_t *gp = dr + g * PACKED_GB_Q4_K;
+            memcpy(gp, &b[0], 16);
+            memcpy(gp + 16, &b[1], 16);
+            for (int s = 0; s < 4; s++) {
+                /* odd lanes hold q << 4: back to q, then W[4 + s] into the high half */
+                const __m512i lo = _mm512_mask_srli_epi32(W[s], odd, W[s], 4);
+                const __m512i hi = _mm512_mask_srli_epi32(W[4 + s], odd, W[4 + s], 4);
+                _mm512_storeu_si512(gp + 32 + 64 * s, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)));
+            }
+        }
+    }
+}
 TILE_DISPATCH8(q6_K)
 
 /* ---- float types -------------------------------------------------------- */
@@ -863,6 +950,7 @@ static const sp_mm_kernel mm_q4_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x
 static const sp_mm_kernel mm_q4_K = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_K, q4_K_tile, 0, q4_K_tile_kc};
 static const sp_mm_kernel mm_q8_0p = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q8_0, q8_0p_tile, 0, q8_0p_tile_kc};
 static const sp_mm_kernel mm_q4_0p = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_0, q4_0p_tile, 0, q4_0p_tile_kc};
+static const sp_mm_kernel mm_q4_Kp = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_K, q4_Kp_tile, 0, q4_Kp_tile_kc};
 static const sp_mm_kernel mm_q6_K = {256, GROUP_BYTES_Q6, xrow_unused, 8, conv_x_q6_K, q6_K_tile, 0, q6_K_tile_kc};
 
 const sp_kernel_ops sp_ops_avx512 = {
@@ -895,6 +983,7 @@ const sp_kernel_ops sp_ops_avx512 = {
     .mm_packed = {
         [SP_TYPE_Q8_0] = &mm_q8_0p,
         [SP_TYPE_Q4_0] = &mm_q4_0p,
+        [SP_TYPE_Q4_K] = &mm_q4_Kp,
     },
     .packed_row_size = packed_row_size,
     .pack_rows = pack_rows,

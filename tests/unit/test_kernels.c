@@ -493,9 +493,9 @@ static void matmul_case(sp_type t) {
         free(w); free(x); free(want); free(got); free(first); free(alone); free(tol); free(scratch);
     }
     for (int p = 1; p < 3; p++) sp_pool_free(pools[p]);
-    /* the avx512 level packs Q8_0 and Q4_0: a check that compared nothing
+    /* the avx512 level packs Q8_0, Q4_0 and Q4_K: a check that compared nothing
      * there would pass silently */
-    if (sp_kernels_available("avx512") && (t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0))
+    if (sp_kernels_available("avx512") && (t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K))
         CHECK(n_packed == (int)(sizeof shapes / sizeof shapes[0]), "%s: %d of %d shapes checked packed",
               sp_type_info(t)->name, n_packed, (int)(sizeof shapes / sizeof shapes[0]));
 }
