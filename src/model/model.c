@@ -493,6 +493,10 @@ void sp_model_print_info(const sp_model *m, int n_ctx, void *file) {
     size_t kv = 2ull * h->n_layer * (size_t)n_ctx * h->n_head_kv * h->head_dim * 2;
     fprintf(f, "memory:        weights %.1f MiB (mapped) + f16 KV %.1f MiB per %d-token sequence\n",
             h->weight_bytes / 1048576.0, kv / 1048576.0, n_ctx);
+    if (h->repacked_bytes)
+        fprintf(f, "repacked:      %.1f MiB of them for the %s kernels in %.2f s (a copy; the file's pages are "
+                   "released; SPECULA_REPACK=0 keeps the file's layout)\n",
+                h->repacked_bytes / 1048576.0, sp_kernels_level(), h->repack_s);
 }
 
 /* Hashing every byte of a multi-GiB model would cost seconds at engine start;
