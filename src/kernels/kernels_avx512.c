@@ -407,47 +407,13 @@ AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss,
     }
 }
 
-/* Group loop for the types whose lane init comes from scratch (Q8_0, Q4_0):
- * REPACK(block pointer, W, &S) for a full group, with a zero-padded copy for
- * the last, partial group. */
-#define QTILE_INIT(NAME, BT, REPACK)                                                                  \
+/* Group loop for the types whose lane init comes from scratch (Q8_0, Q4_0),
+ * GROUP(row, blocks in a row, g, W, &S) loading group g of a row. */
+#define QTILE(NAME, GROUP)                                                                            \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,         \
                       const int NT, int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y,          \
                       int64_t ldy, int acc) {                                                         \
         const int64_t nb = k / 32;                                                                    \
-        for (int64_t r = 0; r < nr; r++) {                                                            \
-            const BT *wr = (const BT *)(w + r * ws);                                                  \
-            for (int64_t ka = k0; ka < k1; ka += kc) {                                                \
-                const int64_t g0 = ka / 512, g1 = (SP_MIN(k1, ka + kc) + 511) / 512;                  \
-                __m512 F[8];                                                                          \
-                _Pragma("GCC unroll 16")                                                              \
-                for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();                              \
-                for (int64_t g = g0; g < g1; g++) {                                                   \
-                    __m512i W[8];                                                                     \
-                    __m512 S;                                                                         \
-                    if (16 * g + 16 <= nb) {                                                          \
-                        prefetch_ahead(wr + 16 * g, 16 * sizeof(BT));                                 \
-                        REPACK(wr + 16 * g, W, &S);                                                   \
-                    } else {                                                                          \
-                        BT tmp[16];                                                                   \
-                        memset(tmp, 0, sizeof tmp);                                                   \
-                        memcpy(tmp, wr + 16 * g, (size_t)(nb - 16 * g) * sizeof(BT));                 \
-                        REPACK(tmp, W, &S);                                                           \
-                    }                                                                                 \
-                    qdot_tokens(W, S, xs, xss, NT, g, F);                                             \
-                }                                                                                     \
-                store_row(y, ldy, r, NT, F, acc || ka > k0);                                          \
-            }                                                                                         \
-        }                                                                                             \
-    }
-
-/* The same over packed rows (sp_pack layouts below): every group whole
- * (the last one zero-padded at packing), GB bytes each, read by LOAD. */
-#define QTILE_PACKED(NAME, GB, LOAD)                                                                  \
-    AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,         \
-                      const int NT, int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y,          \
-                      int64_t ldy, int acc) {                                                         \
-        (void)k;                                                                                      \
         for (int64_t r = 0; r < nr; r++) {                                                            \
             const uint8_t *wr = w + r * ws;                                                           \
             for (int64_t ka = k0; ka < k1; ka += kc) {                                                \
@@ -458,12 +424,27 @@ AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss,
                 for (int64_t g = g0; g < g1; g++) {                                                   \
                     __m512i W[8];                                                                     \
                     __m512 S;                                                                         \
-                    prefetch_ahead(wr + g * GB, GB);                                                  \
-                    LOAD(wr + g * GB, W, &S);                                                         \
+                    GROUP(wr, nb, g, W, &S);                                                          \
                     qdot_tokens(W, S, xs, xss, NT, g, F);                                             \
                 }                                                                                     \
                 store_row(y, ldy, r, NT, F, acc || ka > k0);                                          \
             }                                                                                         \
+        }                                                                                             \
+    }
+
+/* Group g of a row of GGUF blocks: REPACK(blocks, W, &S) for a full group,
+ * on a zero-padded copy for the last, partial one. */
+#define GGUF_GROUP(NAME, BT, REPACK)                                                                  \
+    AI void NAME(const uint8_t *row, int64_t nb, int64_t g, __m512i W[8], __m512 *S) {                \
+        const BT *wr = (const BT *)row;                                                               \
+        if (16 * g + 16 <= nb) {                                                                      \
+            prefetch_ahead(wr + 16 * g, 16 * sizeof(BT));                                             \
+            REPACK(wr + 16 * g, W, S);                                                                \
+        } else {                                                                                      \
+            BT tmp[16];                                                                               \
+            memset(tmp, 0, sizeof tmp);                                                               \
+            memcpy(tmp, wr + 16 * g, (size_t)(nb - 16 * g) * sizeof(BT));                             \
+            REPACK(tmp, W, S);                                                                        \
         }                                                                                             \
     }
 
@@ -498,10 +479,22 @@ AI void load_q4_0p(const uint8_t *p, __m512i W[8], __m512 *S) {
     *S = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 256)));
 }
 
-QTILE_INIT(q8_0, sp_block_q8_0, repack_q8_0)
-QTILE_INIT(q4_0, sp_block_q4_0, repack_q4_0)
-QTILE_PACKED(q8_0p, PACKED_GB_Q8_0, load_q8_0p)
-QTILE_PACKED(q4_0p, PACKED_GB_Q4_0, load_q4_0p)
+/* Group g of a packed row: every group whole (padded at packing). */
+#define PACKED_GROUP(NAME, GB, LOAD)                                                                  \
+    AI void NAME(const uint8_t *row, int64_t nb, int64_t g, __m512i W[8], __m512 *S) {                \
+        (void)nb;                                                                                     \
+        prefetch_ahead(row + g * GB, GB);                                                             \
+        LOAD(row + g * GB, W, S);                                                                     \
+    }
+
+GGUF_GROUP(group_q8_0, sp_block_q8_0, repack_q8_0)
+GGUF_GROUP(group_q4_0, sp_block_q4_0, repack_q4_0)
+PACKED_GROUP(group_q8_0p, PACKED_GB_Q8_0, load_q8_0p)
+PACKED_GROUP(group_q4_0p, PACKED_GB_Q4_0, load_q4_0p)
+QTILE(q8_0, group_q8_0)
+QTILE(q4_0, group_q4_0)
+QTILE(q8_0p, group_q8_0p)
+QTILE(q4_0p, group_q4_0p)
 
 /* Rows of GGUF blocks -> packed rows (see above). */
 static size_t packed_row_size(sp_type t, int64_t k) {

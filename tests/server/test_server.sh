@@ -147,31 +147,12 @@ chunks = [json.loads(e[6:]) for e in events[:-2]]
 assert all(e.startswith("data: ") for e in events[:-1])
 assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 8
 assert chunks[-2]["choices"][0]["finish_reason"] == "length"
-# text chunks are coalesced when the reader falls behind the engine (a
-# loaded machine can put all 8 tokens in one), so the pieces are checked on
-# a stream that cannot end soon: ignore_eos and the whole context (seconds
-# of decoding); the client leaves after two pieces of text
 assert any(c["choices"] and c["choices"][0]["text"] for c in chunks)
 assert "specula_timing" not in raw  # only with --stamp-chunks
-import http.client, urllib.parse
-url = urllib.parse.urlparse(sys.argv[2])
-c = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
-c.request("GET", "/v1/models")
-n_ctx = json.loads(c.getresponse().read())["data"][0]["context_length"]
-c.request("POST", "/v1/completions", json.dumps({"prompt": "Once upon a time", "max_tokens": n_ctx - 16,
-          "ignore_eos": True, "temperature": 0, "stream": True}), {"Content-Type": "application/json"})
-resp = c.getresponse()
-assert resp.status == 200 and resp.getheader("Content-Type").startswith("text/event-stream"), \
-    (resp.status, resp.read()[:300])
-pieces = 0
-while pieces < 2:
-    line = resp.fp.readline()
-    assert line, "the stream ended after %d pieces of text" % pieces
-    if line.startswith(b"data: {"):
-        ch = json.loads(line[6:])
-        assert ch["choices"][0]["finish_reason"] is None, ch
-        pieces += 1 if ch["choices"][0]["text"] else 0
-c.close()
+# the pieces, on a stream that cannot end soon (tests/server/sse_long.py)
+sys.path.insert(0, "tests/server")
+from sse_long import first_text_chunks
+first_text_chunks(sys.argv[2], 2)
 PY
 
 # sampling: a seed repeats, no seed varies; a stop string ends the text
@@ -470,23 +451,9 @@ assert "specula_timing" not in chunks[-1] and len(stamped) == len(chunks) - 1, c
 assert sum(c["specula_timing"]["events"] for c in stamped) >= len(stamped) >= 1
 # a loaded machine can coalesce all 8 tokens into one chunk: the order of
 # stamps across chunks is checked on a stream that cannot end soon
-# (ignore_eos, the whole context), left after three pieces of text
-import http.client, urllib.parse
-url = urllib.parse.urlparse(sys.argv[3])
-h = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
-h.request("GET", "/v1/models")
-n_ctx = json.loads(h.getresponse().read())["data"][0]["context_length"]
-h.request("POST", "/v1/completions", json.dumps({"prompt": "Once upon a time", "max_tokens": n_ctx - 16,
-          "ignore_eos": True, "temperature": 0, "stream": True}), {"Content-Type": "application/json"})
-resp = h.getresponse()
-assert resp.status == 200, (resp.status, resp.read()[:300])
-long_ = []
-while len(long_) < 3:
-    line = resp.fp.readline()
-    assert line, "the stream ended after %d pieces" % len(long_)
-    if line.startswith(b"data: {"):
-        long_.append(json.loads(line[6:]))
-h.close()
+sys.path.insert(0, "tests/server")
+from sse_long import first_text_chunks
+long_ = first_text_chunks(sys.argv[3], 3)
 now = time.monotonic_ns() // 1000
 prev = 0
 for c in stamped + [None] + long_:
