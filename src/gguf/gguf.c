@@ -629,18 +629,6 @@ fail:
 
 uint32_t sp_gguf_version(const sp_gguf *g) { return g->version; }
 size_t sp_gguf_alignment(const sp_gguf *g) { return g->alignment; }
-void sp_gguf_populate(const sp_gguf *g) {
-    if (!g || !g->base || !g->size) return;
-#ifdef MADV_POPULATE_READ
-    if (madvise((void *)g->base, g->size, MADV_POPULATE_READ) == 0) return;
-#endif
-    /* older kernels: one read per page */
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    volatile uint8_t sink = 0;
-    for (size_t i = 0; i < g->size; i += page) sink ^= g->base[i];
-    (void)sink;
-}
-
 size_t sp_gguf_file_size(const sp_gguf *g) { return g->size; }
 int64_t sp_gguf_n_kv(const sp_gguf *g) { return g->n_kv; }
 

@@ -68,12 +68,6 @@ void sp_gguf_close(sp_gguf *g);
 uint32_t sp_gguf_version(const sp_gguf *g);
 size_t sp_gguf_alignment(const sp_gguf *g);
 size_t sp_gguf_file_size(const sp_gguf *g);
-/* Maps every page of the file into the process now (it reads the file if
- * the page cache does not hold it), so that the first pass over the
- * weights takes no page faults: one thread stuck in faults looks like a
- * worker that lost its core to the thread pool, which then runs alone for
- * a while (pool.c). Best effort: nothing is reported. */
-void sp_gguf_populate(const sp_gguf *g);
 
 /* ---- metadata ---- */
 int64_t sp_gguf_n_kv(const sp_gguf *g);

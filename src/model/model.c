@@ -360,7 +360,6 @@ sp_model *sp_model_load(const char *path, sp_model_params params, char *err, siz
     if (params.vocab_only) return m;
 
     if (!load_hparams(&l) || !load_tensors(&l)) goto fail;
-    sp_gguf_populate(m->gguf);
     if (!params.no_repack) repack_weights(m);
     return m;
 fail:
