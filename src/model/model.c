@@ -269,20 +269,24 @@ static bool load_tensors(loader *l) {
  * Not an error when it cannot be done: the file's layout serves. */
 static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+/* Matrix i of the 1 + 7 * n_layer that sp_matmul multiplies by: the output
+ * head, then each layer's. */
+static sp_weight *matrix_at(sp_model *m, int i) {
+    if (i == 0) return &m->output;
+    sp_layer *y = &m->layers[(i - 1) / 7];
+    sp_weight *lw[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
+    return lw[(i - 1) % 7];
+}
+
 static void repack_weights(sp_model *m) {
     const char *env = getenv("SPECULA_REPACK");
     if (env && !strcmp(env, "0")) return;
-    sp_weight *ws[2 + 7 * 512];
-    int n = 0;
-    ws[n++] = &m->output;
-    for (int i = 0; i < m->info.n_layer && n + 7 <= (int)(sizeof ws / sizeof ws[0]); i++) {
-        sp_layer *y = &m->layers[i];
-        sp_weight *lw[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
-        for (int j = 0; j < 7; j++) ws[n++] = lw[j];
-    }
-    if (m->info.n_layer > 512) return;
+    const int n = 1 + 7 * m->info.n_layer;
     size_t total = 0;
-    for (int i = 0; i < n; i++) total += align_up(sp_matmul_packed_size(ws[i]->type, ws[i]->n_out, ws[i]->n_in), 64);
+    for (int i = 0; i < n; i++) {
+        const sp_weight *w = matrix_at(m, i);
+        total += align_up(sp_matmul_packed_size(w->type, w->n_out, w->n_in), 64);
+    }
     if (!total) return;
     const double t0 = sp_time_s();
     void *mem = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -291,7 +295,7 @@ static void repack_weights(sp_model *m) {
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     size_t off = 0;
     for (int i = 0; i < n; i++) {
-        sp_weight *w = ws[i];
+        sp_weight *w = matrix_at(m, i);
         const size_t sz = sp_matmul_packed_size(w->type, w->n_out, w->n_in);
         if (!sz) continue;
         w->packed_level = sp_matmul_pack(w->type, w->data, w->n_out, w->n_in, (uint8_t *)mem + off);
