@@ -45,8 +45,8 @@
  *
  * Load-time repacking (sp_matmul_pack; model.c repack_weights): Q8_0, Q4_0
  * and Q4_K rows are packed once into what the transposes above make of
- * them (layouts at "Packed layouts"), the same bytes per row but for Q4_K's
- * none, so a pass loads W[] directly; decode and verification
+ * them (layouts at "Packed layouts"; as many bytes per row as the file's),
+ * so a pass loads W[] almost directly; decode and verification
  * (tile_kc) walk each row's K ranges one after another, so every weight row
  * streams in one piece.
  *
