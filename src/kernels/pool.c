@@ -15,10 +15,11 @@
  *     scheduler time slice (milliseconds) per run;
  *   - completion is an atomic count of finished slots the caller spins on
  *     (then sleeps on, if a worker was descheduled in the middle of a slot);
- *   - when the caller keeps waiting that way (another process holds the
- *     cores), the pool runs solo for a while: the caller does every slot,
- *     the workers sleep, and decode keeps the one-thread rate instead of
- *     collapsing; it then tries its workers again (SP_POOL_SOLO_RUNS).
+ *   - when the caller keeps waiting that way, longer than it worked on
+ *     the run itself (another process holds the cores), the pool runs solo
+ *     for a while: the caller does every slot, the workers sleep, and
+ *     decode keeps the one-thread rate instead of collapsing; it then tries
+ *     its workers again (SP_POOL_SOLO_RUNS).
  * Nothing is allocated per run. The spinning costs CPU only while runs keep
  * coming; a pool left idle sleeps after SP_POOL_SPIN_NS.
  */
@@ -37,14 +38,26 @@
 #define SP_POOL_MAX_THREADS 256
 /* How long an idle worker (or a waiting caller) spins before sleeping. */
 #define SP_POOL_SPIN_NS 200000
-/* A caller wait for started slots longer than this is a worker that lost
- * its core (the slots themselves finish within microseconds of each other:
- * the kernels hand out work in chunks from shared counters). */
+/* A stall: the caller waited for started slots longer than this AND longer
+ * than it had worked on the run itself, i.e. a worker that lost its core.
+ * The kernels hand out work in chunks from shared counters, so a worker
+ * that keeps its core finishes within one chunk of the caller; but a chunk
+ * of a big batch (a prefill chunk, 64 sequences' attention) takes
+ * milliseconds, and an absolute bound alone took those tails for stalls:
+ * on a quiet machine the pool then ran solo for most of a 64-sequence
+ * batch (10,240 of 16,790 runs; 1.2 cores, 18.0 s against 14.7 s) or of a
+ * prefill (1.0 core, half the tokens/s). */
 #define SP_POOL_STALL_NS 300000
 /* Stalls among the last 64 runs that switch the pool to solo, and how many
- * runs it then stays solo before trying its workers again. */
-#define SP_POOL_STALLS_TO_SOLO 2
+ * runs it then stays solo before trying its workers again. Under a busy
+ * neighbour most runs of a decode stall, so 4 is reached within a token;
+ * on a quiet machine a rare real deschedule (a timer, a daemon) costs one
+ * chunk's wait, where solo would cost half the machine for 2,048 runs. */
+#define SP_POOL_STALLS_TO_SOLO 4
 #define SP_POOL_SOLO_RUNS 2048
+/* A pool that goes back to solo within SP_POOL_SOLO_RUNS runs of trying its
+ * workers doubles its next solo period, up to this. */
+#define SP_POOL_SOLO_MAX (64 * 1024)
 
 struct sp_pool {
     int n; /* threads including the caller */
@@ -68,6 +81,8 @@ struct sp_pool {
     /* the caller's own bookkeeping (no other thread reads it) */
     uint64_t stall_bits; /* 1 per recent run in which the caller stalled */
     int32_t solo_left;   /* runs left to do alone */
+    int32_t solo_len;    /* length of the next solo period (backs off) */
+    uint64_t solo_end;   /* p->runs when the last solo period ended */
     uint64_t runs, solo_runs, stalls; /* statistics (sp_pool_stats) */
 };
 
@@ -217,6 +232,7 @@ void sp_pool_run(sp_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg)
         for (int i = 0; i < p->n; i++) fn(arg, i, p->n);
         return;
     }
+    const uint64_t t_pub = now_ns();
     p->fn = fn;
     p->arg = arg;
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
@@ -246,12 +262,21 @@ void sp_pool_run(sp_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg)
     atomic_store(&p->caller_waiting, 0);
     atomic_thread_fence(memory_order_acquire);
 out:
-    stalled = s.t0 && now_ns() - s.t0 > SP_POOL_STALL_NS;
+    if (s.t0) {
+        const uint64_t wait = now_ns() - s.t0;
+        stalled = wait > SP_POOL_STALL_NS && wait > s.t0 - t_pub;
+    }
     p->stall_bits = (p->stall_bits << 1) | stalled;
     if (stalled) {
         p->stalls++;
         if (__builtin_popcountll(p->stall_bits) >= SP_POOL_STALLS_TO_SOLO) {
-            p->solo_left = SP_POOL_SOLO_RUNS;
+            /* back to solo soon after trying the workers again: the
+             * neighbour is still there, so try them less often (each try
+             * costs a few scheduler time slices) */
+            const bool soon = p->solo_end && p->runs - p->solo_end < (uint64_t)SP_POOL_SOLO_RUNS;
+            p->solo_len = soon ? SP_MIN(2 * p->solo_len, SP_POOL_SOLO_MAX) : SP_POOL_SOLO_RUNS;
+            p->solo_left = p->solo_len;
+            p->solo_end = p->runs + (uint64_t)p->solo_len;
             p->stall_bits = 0;
         }
     }
