@@ -27,8 +27,6 @@ typedef enum { RQ_WAITING, RQ_RUNNING, RQ_DONE } rq_state;
  * ~10 steps; the prior of its partition follows slower. */
 #define SP_ALPHA_KEEP 0.8f
 #define SP_ALPHA_RATE 0.2f
-#define SP_PRIOR_KEEP 0.95f
-#define SP_PRIOR_RATE 0.05f
 /* Depth of the suffix tries (the longest context match plus proposal). */
 #define SP_SUFFIX_DEPTH 24
 /* A suffix proposal goes on while its estimated acceptance stays above. */
@@ -93,7 +91,10 @@ struct request {
     sp_token draft[SP_SPEC_K_MAX]; /* this step's proposals */
     int32_t n_draft;
     float alpha;               /* acceptance estimate (spec_observe); starts from its
-                                  partition's prior at the first admission */
+                                  partition's prior at the first admission, and a
+                                  draft sequence follows that prior until it has
+                                  verified something itself (n_obs) */
+    int32_t n_obs;             /* acceptance observations of its own (spec_observe) */
     sp_spec_part *part;        /* its salt's partition, held while it has a slot */
     /* A deterministic proposal the planner chose not to verify is still
      * checked against the token the target then commits: acceptance keeps

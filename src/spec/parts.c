@@ -28,6 +28,7 @@ struct sp_spec_part {
     int32_t holds;
     sp_suffix_store *store;      /* NULL while it holds nothing */
     float prior[SP_SPEC_N_METHODS];
+    int32_t prior_n[SP_SPEC_N_METHODS]; /* observations folded into prior (capped) */
 };
 
 struct sp_spec_parts {
@@ -199,6 +200,17 @@ int sp_spec_parts_add(sp_spec_parts *m, sp_spec_part *p, const sp_token *toks, i
 
 const sp_suffix_store *sp_spec_part_store(const sp_spec_part *p) { return p ? p->store : NULL; }
 float *sp_spec_part_priors(sp_spec_part *p) { return p->prior; }
+
+void sp_spec_part_observe(sp_spec_part *p, sp_spec_mode m, float obs) {
+    if (!p || m <= SP_SPEC_OFF || m >= SP_SPEC_N_METHODS) return;
+    /* the mean of SP_SPEC_PRIOR0 and the observations while they are few,
+     * then a moving average: a new partition's first measurements count
+     * at once (a draft that does badly on the first sequence should keep
+     * the next ones from paying its catch-up), and old ones fade */
+    const int32_t n = p->prior_n[m];
+    p->prior[m] += SP_MAX(1.0f / (float)(n + 2), SP_SPEC_PRIOR_RATE) * (obs - p->prior[m]);
+    p->prior_n[m] = SP_MIN(n + 1, (int32_t)(1.0f / SP_SPEC_PRIOR_RATE));
+}
 float sp_spec_part_prior(const sp_spec_part *p, sp_spec_mode m) {
     return m >= 0 && m < SP_SPEC_N_METHODS ? p->prior[m] : SP_SPEC_PRIOR0;
 }

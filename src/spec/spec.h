@@ -139,6 +139,7 @@ int sp_suffix_seq_check(const sp_suffix_seq *q, char *err, size_t errlen);
  * Not thread-safe: the engine touches it only under its lock (in practice
  * on its thread: admission, proposals, verification, finish). */
 #define SP_SPEC_PRIOR0 0.5f /* a new partition's acceptance prior, every method */
+#define SP_SPEC_PRIOR_RATE 0.05f /* its moving average's rate, once settled */
 #define SP_SPEC_N_METHODS 4 /* priors indexed by sp_spec_mode: OFF (unused) .. DRAFT */
 
 typedef struct sp_spec_parts sp_spec_parts;
@@ -168,6 +169,10 @@ const sp_suffix_store *sp_spec_part_store(const sp_spec_part *p);
  * sp_spec_mode), which the engine moves with every verification. */
 float *sp_spec_part_priors(sp_spec_part *p);
 float sp_spec_part_prior(const sp_spec_part *p, sp_spec_mode m); /* priors[m] */
+/* Folds one acceptance observation of method m into p's prior: the mean of
+ * SP_SPEC_PRIOR0 and the observations while there are fewer than
+ * 1 / SP_SPEC_PRIOR_RATE, then a moving average at that rate. */
+void sp_spec_part_observe(sp_spec_part *p, sp_spec_mode m, float obs);
 const char *sp_spec_part_salt(const sp_spec_part *p);
 int32_t sp_spec_parts_count(const sp_spec_parts *m);
 size_t sp_spec_parts_tokens(const sp_spec_parts *m);

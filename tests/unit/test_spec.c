@@ -489,6 +489,31 @@ static void test_suffix_vs_bruteforce(void) {
         CHECK(r_ == 0, "partitions invariant: %s", e_);                        \
     } while (0)
 
+/* A partition's prior is the mean of SP_SPEC_PRIOR0 and its first
+ * observations (so a draft measured at 0.3 on one sequence keeps the next
+ * ones from paying for their catch-up at a guessed 0.5), then a moving
+ * average at SP_SPEC_PRIOR_RATE; methods apart; OFF ignored. */
+static void test_parts_prior(void) {
+    sp_spec_parts *m = sp_spec_parts_create(1000, 8, 16);
+    sp_spec_part *p = sp_spec_parts_acquire(m, "t");
+    CHECK(p != NULL, "acquire");
+    if (!p) return;
+    for (int i = 0; i < 4; i++) sp_spec_part_observe(p, SP_SPEC_DRAFT, 0.25f);
+    const float want = (SP_SPEC_PRIOR0 + 4 * 0.25f) / 5;
+    CHECK(fabsf(sp_spec_part_prior(p, SP_SPEC_DRAFT) - want) < 1e-6f, "4 observations of 0.25: %g, want %g",
+          sp_spec_part_prior(p, SP_SPEC_DRAFT), want);
+    CHECK(sp_spec_part_prior(p, SP_SPEC_SUFFIX) == SP_SPEC_PRIOR0, "other methods untouched");
+    sp_spec_part_observe(p, SP_SPEC_OFF, 1.0f);
+    for (int i = 0; i < 200; i++) sp_spec_part_observe(p, SP_SPEC_DRAFT, 1.0f);
+    float a = sp_spec_part_prior(p, SP_SPEC_DRAFT);
+    CHECK(a > 0.99f && a <= 1.0f, "200 observations of 1: %g", a);
+    sp_spec_part_observe(p, SP_SPEC_DRAFT, 0.0f);
+    const float b = sp_spec_part_prior(p, SP_SPEC_DRAFT);
+    CHECK(fabsf(b - a * (1 - SP_SPEC_PRIOR_RATE)) < 1e-6f, "settled: one 0 moves it by the rate: %g -> %g", a, b);
+    sp_spec_parts_release(m, p);
+    sp_spec_parts_free(m);
+}
+
 /* What salt A's requests taught is invisible to salt B: B's store is empty
  * (its proposals come from its own text only, as if A never ran), B's
  * priors are untouched, while A itself proposes A's continuation. No salt
@@ -811,6 +836,7 @@ int main(void) {
     RUN(test_suffix_store_cycles);
     RUN(test_suffix_vs_bruteforce);
     RUN(test_parts_isolation);
+    RUN(test_parts_prior);
     RUN(test_parts_cap);
     RUN(test_parts_budget_random);
     RUN(test_parts_memory);
