@@ -159,6 +159,20 @@ static inline float sp_f32_finish(const float v[16], const float *w, const float
     return s;
 }
 
+/* A stall: the caller waited for started slots longer than this AND longer
+ * than it had worked on the run itself, i.e. a worker that lost its core.
+ * The kernels hand out work in chunks from shared counters, so a worker
+ * that keeps its core finishes within one chunk of the caller; but a chunk
+ * of a big batch (a prefill chunk, 64 sequences' attention) takes
+ * milliseconds, and an absolute bound alone took those tails for stalls:
+ * on a quiet machine the pool then ran solo for most of a 64-sequence
+ * batch (10,240 of 16,790 runs; 1.2 cores, 18.0 s against 14.7 s) or of a
+ * prefill (1.0 core, half the tokens/s). */
+#define SP_POOL_STALL_NS 300000
+static inline bool sp_pool_stalled(uint64_t wait_ns, uint64_t work_ns) {
+    return wait_ns > SP_POOL_STALL_NS && wait_ns > work_ns;
+}
+
 #define SP_ALIGN_UP(n, a) (((n) + (a) - 1) / (a) * (a))
 
 #endif

@@ -38,16 +38,6 @@
 #define SP_POOL_MAX_THREADS 256
 /* How long an idle worker (or a waiting caller) spins before sleeping. */
 #define SP_POOL_SPIN_NS 200000
-/* A stall: the caller waited for started slots longer than this AND longer
- * than it had worked on the run itself, i.e. a worker that lost its core.
- * The kernels hand out work in chunks from shared counters, so a worker
- * that keeps its core finishes within one chunk of the caller; but a chunk
- * of a big batch (a prefill chunk, 64 sequences' attention) takes
- * milliseconds, and an absolute bound alone took those tails for stalls:
- * on a quiet machine the pool then ran solo for most of a 64-sequence
- * batch (10,240 of 16,790 runs; 1.2 cores, 18.0 s against 14.7 s) or of a
- * prefill (1.0 core, half the tokens/s). */
-#define SP_POOL_STALL_NS 300000
 /* Stalls among the last 64 runs that switch the pool to solo, and how many
  * runs it then stays solo before trying its workers again. Under a busy
  * neighbour most runs of a decode stall, so 4 is reached within a token;
@@ -264,7 +254,7 @@ void sp_pool_run(sp_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg)
 out:
     if (s.t0) {
         const uint64_t wait = now_ns() - s.t0;
-        stalled = wait > SP_POOL_STALL_NS && wait > s.t0 - t_pub;
+        stalled = sp_pool_stalled(wait, s.t0 - t_pub);
     }
     p->stall_bits = (p->stall_bits << 1) | stalled;
     if (stalled) {
