@@ -35,7 +35,9 @@ sp_drafter *sp_drafter_create(const sp_model *draft, sp_context_params cp, sp_kv
     d->pos = malloc(B * sizeof(int32_t));
     d->seq = malloc(B * sizeof(int32_t));
     d->want = malloc(B);
-    if (!d->tok || !d->pos || !d->seq || !d->want) goto oom;
+    d->n_slots = cp.n_seq_max;
+    d->off = calloc((size_t)cp.n_seq_max, sizeof(int32_t));
+    if (!d->tok || !d->pos || !d->seq || !d->want || !d->off) goto oom;
     return d;
 oom:
     sp_seterr(err, errlen, "out of memory creating the draft proposer");
@@ -52,6 +54,7 @@ void sp_drafter_free(sp_drafter *d) {
     free(d->pos);
     free(d->seq);
     free(d->want);
+    free(d->off);
     free(d);
 }
 
@@ -61,15 +64,23 @@ void sp_drafter_calibrate(sp_drafter *d, int32_t slot, int32_t max_n, int32_t n_
     sp_cost_fit_init(&d->fit, &d->cost, attn);
 }
 
+/* Positions of slot the draft holds, counted from the sequence's start. */
+static int32_t held(const sp_drafter *d, int32_t slot) { return d->off[slot] + sp_seq_len(d->ctx, slot); }
+
 int32_t sp_drafter_backlog(const sp_drafter *d, int32_t slot, int32_t n_all) {
-    return SP_MAX(0, n_all - 1 - sp_seq_len(d->ctx, slot));
+    return SP_MAX(0, n_all - 1 - held(d, slot));
+}
+
+void sp_drafter_clear(sp_drafter *d, int32_t slot) {
+    sp_seq_clear(d->ctx, slot);
+    d->off[slot] = 0;
 }
 
 void sp_drafter_truncate(sp_drafter *d, int32_t slot, int32_t len) {
-    if (sp_seq_len(d->ctx, slot) > len) sp_seq_truncate(d->ctx, slot, len);
+    if (held(d, slot) <= len) return;
+    if (len <= d->off[slot]) sp_drafter_clear(d, slot); /* before the window: start over */
+    else sp_seq_truncate(d->ctx, slot, len - d->off[slot]);
 }
-
-void sp_drafter_clear(sp_drafter *d, int32_t slot) { sp_seq_clear(d->ctx, slot); }
 
 static sp_token argmax_row(const float *x, int32_t n) {
     int32_t b = 0;
@@ -116,14 +127,18 @@ static int catch_up(sp_drafter *d, sp_draft_seq *seqs, int32_t n) {
         for (int32_t i = 0; i < n; i++) {
             sp_draft_seq *s = &seqs[i];
             sp_drafter_truncate(d, s->slot, s->n_all - 1);
+            if (sp_drafter_backlog(d, s->slot, s->n_all) > SP_DRAFT_WINDOW) { /* restart on a window */
+                sp_drafter_clear(d, s->slot);
+                d->off[s->slot] = s->n_all - 1 - SP_DRAFT_WINDOW;
+            }
             backlog += sp_drafter_backlog(d, s->slot, s->n_all);
         }
         if (backlog <= B) return 0;
         int32_t nt = 0;
         for (int32_t i = 0; i < n && nt < B; i++) {
             const sp_draft_seq *s = &seqs[i];
-            for (int32_t p = sp_seq_len(d->ctx, s->slot); p < s->n_all - 1 && nt < B; p++, nt++)
-                put(d, nt, s->toks[p], p, s->slot, 0);
+            for (int32_t p = held(d, s->slot); p < s->n_all - 1 && nt < B; p++, nt++)
+                put(d, nt, s->toks[p], p - d->off[s->slot], s->slot, 0);
         }
         if (!nt) return 0;
         if (draft_pass(d, nt)) return -1;
@@ -144,10 +159,11 @@ static int draft_step(sp_drafter *d, sp_draft_seq *seqs, int32_t n, int32_t j) {
     for (int32_t i = 0; i < n; i++) {
         const sp_draft_seq *s = &seqs[i];
         if (s->k <= j) continue;
+        const int32_t off = d->off[s->slot];
         if (j == 0) /* the rest of the catch-up */
-            for (int32_t p = sp_seq_len(d->ctx, s->slot); p < s->n_all - 1; p++, nt++)
-                put(d, nt, s->toks[p], p, s->slot, 0);
-        put(d, nt++, j == 0 ? s->toks[s->n_all - 1] : s->out[j - 1], s->n_all - 1 + j, s->slot, 1);
+            for (int32_t p = held(d, s->slot); p < s->n_all - 1; p++, nt++)
+                put(d, nt, s->toks[p], p - off, s->slot, 0);
+        put(d, nt++, j == 0 ? s->toks[s->n_all - 1] : s->out[j - 1], s->n_all - 1 + j - off, s->slot, 1);
     }
     if (draft_pass(d, nt)) return -1;
     int32_t o = 0;

@@ -35,7 +35,18 @@ typedef struct {
     sp_token *tok;             /* [max_batch] the pass's batch */
     int32_t *pos, *seq;        /* [max_batch] */
     int8_t *want;              /* [max_batch] */
+    int32_t *off;              /* [n_seq_max] the slot's first position the draft
+                                  holds: its KV position i is the sequence's off + i */
+    int32_t n_slots;
 } sp_drafter;
+
+/* A backlog over this many tokens (a prompt the draft never saw, or the
+ * steps it sat out) is not fed whole: the draft restarts on the last
+ * SP_DRAFT_WINDOW committed tokens, its positions re-based so that they
+ * start at 0 (attention sees the same relative distances). Its proposals
+ * then rest on that window; verification makes any proposal safe, and the
+ * catch-up of a cold sequence costs a window, not its prompt. */
+#define SP_DRAFT_WINDOW 64
 
 /* Creates the draft's pool (as many blocks as the target's n_blocks plus one
  * spare per sequence) and context; ctx_p is the target's context
@@ -64,7 +75,8 @@ typedef struct {
  * failed pass every k becomes 0 and the KV is trimmed to the committed
  * tokens. Returns the milliseconds spent. */
 double sp_drafter_run(sp_drafter *d, sp_draft_seq *seqs, int32_t n);
-/* Committed tokens of slot the draft has not seen yet. */
+/* Committed tokens of slot the draft has not seen yet (counting from the
+ * start of its window). */
 int32_t sp_drafter_backlog(const sp_drafter *d, int32_t slot, int32_t n_all);
 /* Drops what the draft holds of slot past len (rejected proposals). */
 void sp_drafter_truncate(sp_drafter *d, int32_t slot, int32_t len);
