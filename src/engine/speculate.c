@@ -30,10 +30,11 @@
 /* The planner counts at most this many tokens of a draft's backlog. */
 #define SP_DRAFT_CATCHUP_PLANNED 4
 /* A draft sequence that has verified nothing yet ("cold") with a backlog
- * over this (its prompt, most often) waits while another cold or warming
- * one of its partition is being measured, i.e. has fewer than
- * SP_DRAFT_WARM_OBS verifications; and it never probes. */
-#define SP_DRAFT_COLD_BACKLOG 64
+ * over this (its prompt, most often: the draft then restarts on a window,
+ * draft.h) waits while another cold or warming one of its partition is
+ * being measured, i.e. has fewer than SP_DRAFT_WARM_OBS verifications;
+ * and it never probes. */
+#define SP_DRAFT_COLD_BACKLOG SP_DRAFT_WINDOW
 #define SP_DRAFT_WARM_OBS 4
 
 void spec_observe(request *r, float obs, bool to_prior) {

@@ -35,7 +35,6 @@ sp_drafter *sp_drafter_create(const sp_model *draft, sp_context_params cp, sp_kv
     d->pos = malloc(B * sizeof(int32_t));
     d->seq = malloc(B * sizeof(int32_t));
     d->want = malloc(B);
-    d->n_slots = cp.n_seq_max;
     d->off = calloc((size_t)cp.n_seq_max, sizeof(int32_t));
     if (!d->tok || !d->pos || !d->seq || !d->want || !d->off) goto oom;
     return d;

@@ -37,7 +37,6 @@ typedef struct {
     int8_t *want;              /* [max_batch] */
     int32_t *off;              /* [n_seq_max] the slot's first position the draft
                                   holds: its KV position i is the sequence's off + i */
-    int32_t n_slots;
 } sp_drafter;
 
 /* A backlog over this many tokens (a prompt the draft never saw, or the
