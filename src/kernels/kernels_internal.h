@@ -71,6 +71,9 @@ typedef struct {
     const sp_mm_kernel *mm_packed[SP_TYPE_COUNT];
     size_t (*packed_row_size)(sp_type t, int64_t k);
     void (*pack_rows)(sp_type t, const void *src, void *dst, int64_t n_rows, int64_t k);
+    /* > 1: only matrices whose row count is a multiple of it are packed
+     * (the avx2 level interleaves 8 rows); the others keep the file's rows */
+    int packed_rows_multiple;
 } sp_kernel_ops;
 
 /* The kernel for a matrix of n_rows rows of type wt at level o. */

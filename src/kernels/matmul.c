@@ -65,8 +65,10 @@ size_t sp_matmul_scratch_size(sp_type wt, int64_t k, int64_t n_tok) {
      * (tests, benchmarks) still fits; +64 to align the caller's pointer. */
     const sp_kernel_ops *levels[] = {&sp_ops_ref, &sp_ops_avx2, &sp_ops_avx512};
     size_t row = 0;
-    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) {
         row = SP_MAX(row, SP_MAX(xrow_stride(levels[i]->mm[wt], k), xrow_stride(sp_mm_for(levels[i], wt, 8), k)));
+        if (levels[i]->mm_packed[wt]) row = SP_MAX(row, xrow_stride(levels[i]->mm_packed[wt], k));
+    }
     return row * (size_t)SP_MAX(n_tok, 1) + 64;
 }
 
@@ -190,6 +192,7 @@ size_t sp_matmul_packed_size(sp_type wt, int64_t n_rows, int64_t k) {
     const sp_kernel_ops *o = sp_kernel_ops_get();
     const sp_type_traits *tt = sp_type_info(wt);
     if (!tt || !tt->supported || k <= 0 || k % tt->blck || n_rows <= 0 || !o->mm_packed[wt]) return 0;
+    if (o->packed_rows_multiple > 1 && n_rows % o->packed_rows_multiple) return 0;
     return o->packed_row_size(wt, k) * (size_t)n_rows;
 }
 

@@ -411,7 +411,7 @@ static void matmul_case(sp_type t) {
     };
     sp_pool *pools[3] = {NULL, sp_pool_create(2), sp_pool_create(3)};
     CHECK(pools[1] && pools[2], "pool create");
-    int n_packed = 0;
+    int n_packed[N_LEVELS] = {0}, n_rows8 = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int64_t nr = shapes[si].n_rows, k = shapes[si].k, nt = shapes[si].n_tok;
         const int64_t ldy = nr + shapes[si].ldy_extra;
@@ -487,18 +487,27 @@ static void matmul_case(sp_type t) {
                           "%s %s: packed, the last token alone differs", LEVELS[l], sp_type_info(t)->name);
                     free(pg);
                 }
-                n_packed++;
+                n_packed[l]++;
                 free(packed);
             }
         }
         free(w); free(x); free(want); free(got); free(first); free(alone); free(tol); free(scratch);
     }
     for (int p = 1; p < 3; p++) sp_pool_free(pools[p]);
-    /* the avx512 level packs Q8_0, Q4_0 and Q4_K: a check that compared nothing
-     * there would pass silently */
-    if (sp_kernels_available("avx512") && (t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K))
-        CHECK(n_packed == (int)(sizeof shapes / sizeof shapes[0]), "%s: %d of %d shapes checked packed",
-              sp_type_info(t)->name, n_packed, (int)(sizeof shapes / sizeof shapes[0]));
+    /* the avx512 level packs Q8_0, Q4_0 and Q4_K, the avx2 level Q4_0 matrices
+     * of 8-row multiples: a check that compared nothing there would pass
+     * silently */
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) n_rows8 += shapes[si].n_rows % 8 == 0;
+    CHECK(n_rows8 >= 2, "the shapes have %d matrices of 8-row multiples", n_rows8);
+    for (int l = 0; l < N_LEVELS; l++) {
+        int want = 0;
+        if (!strcmp(LEVELS[l], "avx512") && (t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K))
+            want = (int)(sizeof shapes / sizeof shapes[0]);
+        if (!strcmp(LEVELS[l], "avx2") && t == SP_TYPE_Q4_0) want = n_rows8;
+        if (sp_kernels_available(LEVELS[l]))
+            CHECK(n_packed[l] == want, "%s %s: %d shapes checked packed, %d expected", LEVELS[l],
+                  sp_type_info(t)->name, n_packed[l], want);
+    }
 }
 
 /* ---- pool --------------------------------------------------------------- */
