@@ -395,6 +395,44 @@ AI void store_row(float *y, int64_t ldy, int64_t r, const int NT, const __m512 *
     }
 }
 
+/* Sums of 16 rows' accumulators v[0..15] (16 lanes each) -> lane r = sum of
+ * v[r]: a butterfly of 15 adds and 30 shuffles, against 16 x 8 ops for 16
+ * separate horizontal sums (~10% of the Q4_K tile at 5 tokens and k = 2048). */
+AI __m512 reduce16(const float (*v)[16]) {
+    __m512 t[8], u[4];
+    _Pragma("GCC unroll 8")
+    for (int i = 0; i < 8; i++) {
+        const __m512 a = _mm512_load_ps(v[2 * i]), b = _mm512_load_ps(v[2 * i + 1]);
+        t[i] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    }
+    /* t[i], per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] (a, b = rows 2i, 2i+1) */
+    _Pragma("GCC unroll 4")
+    for (int i = 0; i < 4; i++)
+        u[i] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0xEE));
+    /* u[i], per 128-bit lane: partial sums of rows 4i..4i+3 */
+    const __m512 x0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
+    const __m512 x1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xDD));
+}
+
+/* y rows [r0, r0 + n) (n <= 16) from fb[q][t][0..n-1], the K ranges q
+ * added in order (the first writes y unless acc); fb's rows past n are
+ * zeroed first, so a short last block is summed like the others. */
+AI void rows16_store(float (*fb)[8][16][16], int nq, const int NT, float *y, int64_t ldy, int64_t r0, int acc,
+                     int n) {
+    const __mmask16 m = (__mmask16)((1u << n) - 1);
+    for (int q = 0; q < nq; q++) {
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < NT; t++) {
+            for (int rr = n; rr < 16; rr++) _mm512_store_ps(fb[q][t][rr], _mm512_setzero_ps());
+            float *yt = y + t * ldy + r0;
+            const __m512 v = reduce16((const float(*)[16])fb[q][t]);
+            _mm512_mask_storeu_ps(yt, m, acc || q > 0 ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, yt), v) : v);
+        }
+    }
+}
+
 /* The tokens of a tile on one group of Q8_0 / Q4_0 weights (lane init and
  * activation scale from scratch). */
 AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss, const int NT, int64_t g,
@@ -408,15 +446,24 @@ AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss,
 }
 
 /* Group loop for the types whose lane init comes from scratch (Q8_0, Q4_0),
- * GROUP(row, blocks in a row, g, W, &S) loading group g of a row. */
+ * GROUP(row, blocks in a row, g, W, &S) loading group g of a row. Each
+ * row's accumulators (per K range and token) are summed 16 rows at a time
+ * (reduce16, as the Q4_K tile): a row of 2,048 weights is only 4 groups,
+ * and a horizontal sum per row and token was ~10% of a decode. The order
+ * is fixed per row, whatever the batch. */
 #define QTILE(NAME, GROUP)                                                                            \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,         \
                       const int NT, int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y,          \
                       int64_t ldy, int acc) {                                                         \
         const int64_t nb = k / 32;                                                                    \
+        const int nq = (int)((k1 - k0 + kc - 1) / kc);                                                \
+        SP_ASSERT(nq <= SP_MM_KC_RANGES);                                                             \
+        float fb[SP_MM_KC_RANGES][8][16][16] __attribute__((aligned(64)));                            \
         for (int64_t r = 0; r < nr; r++) {                                                            \
             const uint8_t *wr = w + r * ws;                                                           \
-            for (int64_t ka = k0; ka < k1; ka += kc) {                                                \
+            const int rr = (int)(r & 15);                                                             \
+            for (int q = 0; q < nq; q++) {                                                            \
+                const int64_t ka = k0 + q * kc;                                                       \
                 const int64_t g0 = ka / 512, g1 = (SP_MIN(k1, ka + kc) + 511) / 512;                  \
                 __m512 F[8];                                                                          \
                 _Pragma("GCC unroll 16")                                                              \
@@ -427,9 +474,12 @@ AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss,
                     GROUP(wr, nb, g, W, &S);                                                          \
                     qdot_tokens(W, S, xs, xss, NT, g, F);                                             \
                 }                                                                                     \
-                store_row(y, ldy, r, NT, F, acc || ka > k0);                                          \
+                _Pragma("GCC unroll 16")                                                              \
+                for (int t = 0; t < NT; t++) _mm512_store_ps(fb[q][t][rr], F[t]);                     \
             }                                                                                         \
+            if (rr == 15) rows16_store(fb, nq, NT, y, ldy, r - 15, acc, 16);                          \
         }                                                                                             \
+        if (nr & 15) rows16_store(fb, nq, NT, y, ldy, nr - (nr & 15), acc, (int)(nr & 15));           \
     }
 
 /* Group g of a row of GGUF blocks: REPACK(blocks, W, &S) for a full group,
@@ -542,27 +592,6 @@ static void pack_rows(sp_type t, const void *src, void *dst, int64_t n_rows, int
             }
         }
     }
-}
-
-/* Sums of 16 rows' accumulators v[0..15] (16 lanes each) -> lane r = sum of
- * v[r]: a butterfly of 15 adds and 30 shuffles, against 16 x 8 ops for 16
- * separate horizontal sums (~10% of the Q4_K tile at 5 tokens and k = 2048). */
-AI __m512 reduce16(const float (*v)[16]) {
-    __m512 t[8], u[4];
-    _Pragma("GCC unroll 8")
-    for (int i = 0; i < 8; i++) {
-        const __m512 a = _mm512_load_ps(v[2 * i]), b = _mm512_load_ps(v[2 * i + 1]);
-        t[i] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-    }
-    /* t[i], per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] (a, b = rows 2i, 2i+1) */
-    _Pragma("GCC unroll 4")
-    for (int i = 0; i < 4; i++)
-        u[i] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44),
-                             _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0xEE));
-    /* u[i], per 128-bit lane: partial sums of rows 4i..4i+3 */
-    const __m512 x0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
-    const __m512 x1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xDD));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xDD));
 }
 
 /* Packed Q4_K (see the packed layouts above), per group of 2 super-blocks,
