@@ -43,8 +43,8 @@
  * Q8_0 and ~53 per 288 bytes of Q4_K, so decode is memory-bound and a few
  * extra tokens cost little: the point of the layout.
  *
- * Load-time repacking (sp_matmul_pack; model.c repack_weights): Q8_0, Q4_0
- * and Q4_K rows are packed once into what the transposes above make of
+ * Load-time repacking (sp_matmul_pack; model.c repack_weights): Q8_0, Q4_0,
+ * Q4_K and Q6_K rows are packed once into what the transposes above make of
  * them (layouts at "Packed layouts"; as many bytes per row as the file's),
  * so a pass loads W[] almost directly; decode and verification
  * (tile_kc) walk each row's K ranges one after another, so every weight row
@@ -285,6 +285,46 @@ AI void repack_q6_K(const sp_block_q6_K *b, __m512i W[4], __m512 *S) {
     }
     *S = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b->scales))),
                        _mm512_set1_ps(_cvtsh_ss(b->d)));
+}
+
+/* Packed Q6_K (load-time repacking), per super-block, 210 B as in the file:
+ * what repack_q6_K makes of it (W[0..3], 6-bit values, one sub-block of 16
+ * per lane), split into nibbles and bit pairs instead of the file's
+ * interleaving:
+ *   L01 (64 B): W[0] & 15 | (W[1] & 15) << 4;  L23: the same for W[2], W[3];
+ *   H   (64 B): bits 4..5 of W[0..3] at bits 0..1, 2..3, 4..5, 6..7;
+ *   scales[16] int8, d f16: S = d * scales, the same product as unpacked.
+ * A pass then costs ~13 ops to rebuild W[] instead of two transposes. */
+#define PACKED_GB_Q6_K 210
+
+AI void load_q6_Kp(const uint8_t *p, __m512i W[4], __m512 *S) {
+    const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+    const __m512i l01 = _mm512_loadu_si512(p), l23 = _mm512_loadu_si512(p + 64), h = _mm512_loadu_si512(p + 128);
+    /* (A & C) | B with C = 15 (0xEC), B the high pair already at bits 4..5 */
+    W[0] = _mm512_ternarylogic_epi32(l01, _mm512_and_si512(_mm512_slli_epi32(h, 4), m30), m4, 0xEC);
+    W[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi32(l01, 4), _mm512_and_si512(_mm512_slli_epi32(h, 2), m30), m4, 0xEC);
+    W[2] = _mm512_ternarylogic_epi32(l23, _mm512_and_si512(h, m30), m4, 0xEC);
+    W[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi32(l23, 4), _mm512_and_si512(_mm512_srli_epi32(h, 2), m30), m4, 0xEC);
+    sp_f16 d;
+    memcpy(&d, p + 208, 2);
+    *S = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 192)))),
+                       _mm512_set1_ps(_cvtsh_ss(d)));
+}
+
+static void pack_q6_K(const sp_block_q6_K *b, uint8_t *p) {
+    __m512i W[4];
+    __m512 S;
+    repack_q6_K(b, W, &S);
+    const __m512i m4 = _mm512_set1_epi8(0xF), m3 = _mm512_set1_epi8(3);
+    const __m512i hi[4] = {
+        _mm512_and_si512(_mm512_srli_epi32(W[0], 4), m3), _mm512_and_si512(_mm512_srli_epi32(W[1], 4), m3),
+        _mm512_and_si512(_mm512_srli_epi32(W[2], 4), m3), _mm512_and_si512(_mm512_srli_epi32(W[3], 4), m3)};
+    _mm512_storeu_si512(p, _mm512_or_si512(_mm512_and_si512(W[0], m4), _mm512_slli_epi32(_mm512_and_si512(W[1], m4), 4)));
+    _mm512_storeu_si512(p + 64, _mm512_or_si512(_mm512_and_si512(W[2], m4), _mm512_slli_epi32(_mm512_and_si512(W[3], m4), 4)));
+    _mm512_storeu_si512(p + 128, _mm512_or_si512(_mm512_or_si512(hi[0], _mm512_slli_epi32(hi[1], 2)),
+                                                 _mm512_or_si512(_mm512_slli_epi32(hi[2], 4), _mm512_slli_epi32(hi[3], 6))));
+    memcpy(p + 192, b->scales, 16);
+    memcpy(p + 208, &b->d, 2);
 }
 
 /* ---- activation conversion into the transposed scratch layout ----------- */
@@ -551,7 +591,8 @@ static size_t packed_row_size(sp_type t, int64_t k) {
     const int64_t groups = (k / 32 + 15) / 16;
     return t == SP_TYPE_Q8_0 ? (size_t)groups * PACKED_GB_Q8_0
          : t == SP_TYPE_Q4_0 ? (size_t)groups * PACKED_GB_Q4_0
-         : t == SP_TYPE_Q4_K ? (size_t)((k / SP_QK_K + 1) / 2) * 288 : 0;
+         : t == SP_TYPE_Q4_K ? (size_t)((k / SP_QK_K + 1) / 2) * 288
+         : t == SP_TYPE_Q6_K ? (size_t)(k / SP_QK_K) * PACKED_GB_Q6_K : 0;
 }
 
 static void pack_rows_q4_K(const void *src, void *dst, int64_t n_rows, int64_t k);
@@ -559,6 +600,13 @@ static void pack_rows_q4_K(const void *src, void *dst, int64_t n_rows, int64_t k
 static void pack_rows(sp_type t, const void *src, void *dst, int64_t n_rows, int64_t k) {
     if (t == SP_TYPE_Q4_K) {
         pack_rows_q4_K(src, dst, n_rows, k);
+        return;
+    }
+    if (t == SP_TYPE_Q6_K) {
+        const int64_t nsb = k / SP_QK_K;
+        const sp_block_q6_K *b = src;
+        uint8_t *d = dst;
+        for (int64_t i = 0; i < n_rows * nsb; i++) pack_q6_K(b + i, d + i * PACKED_GB_Q6_K);
         return;
     }
     const int64_t nb = k / 32, groups = (nb + 15) / 16;
@@ -695,8 +743,8 @@ AI void q4_Kp_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, siz
     q4_K_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 1);
 }
 
-AI void q6_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT, int64_t k,
-                int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc) {
+AI void q6_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
+                    int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc, const int PACKED) {
     (void)k;
     for (int64_t r = 0; r < nr; r++)
     for (int64_t ka = k0; ka < k1; ka += kc) {
@@ -708,8 +756,14 @@ AI void q6_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size
         for (int64_t g = g0; g < g1; g++) {
             __m512i W[4];
             __m512 S;
-            prefetch_ahead(wr + g, sizeof(sp_block_q6_K));
-            repack_q6_K(wr + g, W, &S);
+            if (PACKED) {
+                const uint8_t *gp = w + r * ws + g * PACKED_GB_Q6_K;
+                prefetch_ahead(gp, PACKED_GB_Q6_K);
+                load_q6_Kp(gp, W, &S);
+            } else {
+                prefetch_ahead(wr + g, sizeof(sp_block_q6_K));
+                repack_q6_K(wr + g, W, &S);
+            }
             _Pragma("GCC unroll 16")
             for (int t = 0; t < NT; t++) {
                 const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q6;
@@ -723,6 +777,16 @@ AI void q6_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size
         }
         store_row(y, ldy, r, NT, F, acc || ka > k0);
     }
+}
+
+AI void q6_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT, int64_t k,
+                int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc) {
+    q6_K_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 0);
+}
+
+AI void q6_Kp_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT, int64_t k,
+                 int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc) {
+    q6_K_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 1);
 }
 
 #define NT_CASES(NAME, KC, ACC)                                                                      \
@@ -783,6 +847,7 @@ static void pack_rows_q4_K(const void *src, void *dst, int64_t n_rows, int64_t k
     }
 }
 TILE_DISPATCH8(q6_K)
+TILE_DISPATCH8(q6_Kp)
 
 /* ---- float types -------------------------------------------------------- */
 
@@ -974,6 +1039,7 @@ static const sp_mm_kernel mm_q8_0p = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_
 static const sp_mm_kernel mm_q4_0p = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_0, q4_0p_tile, 0, q4_0p_tile_kc};
 static const sp_mm_kernel mm_q4_Kp = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_K, q4_Kp_tile, 0, q4_Kp_tile_kc};
 static const sp_mm_kernel mm_q6_K = {256, GROUP_BYTES_Q6, xrow_unused, 8, conv_x_q6_K, q6_K_tile, 0, q6_K_tile_kc};
+static const sp_mm_kernel mm_q6_Kp = {256, GROUP_BYTES_Q6, xrow_unused, 8, conv_x_q6_K, q6_Kp_tile, 0, q6_Kp_tile_kc};
 
 const sp_kernel_ops sp_ops_avx512 = {
     .name = "avx512",
@@ -1006,6 +1072,7 @@ const sp_kernel_ops sp_ops_avx512 = {
         [SP_TYPE_Q8_0] = &mm_q8_0p,
         [SP_TYPE_Q4_0] = &mm_q4_0p,
         [SP_TYPE_Q4_K] = &mm_q4_Kp,
+        [SP_TYPE_Q6_K] = &mm_q6_Kp,
     },
     .packed_row_size = packed_row_size,
     .pack_rows = pack_rows,

@@ -494,14 +494,15 @@ static void matmul_case(sp_type t) {
         free(w); free(x); free(want); free(got); free(first); free(alone); free(tol); free(scratch);
     }
     for (int p = 1; p < 3; p++) sp_pool_free(pools[p]);
-    /* the avx512 level packs Q8_0, Q4_0 and Q4_K, the avx2 level Q4_0 matrices
+    /* the avx512 level packs Q8_0, Q4_0, Q4_K and Q6_K, the avx2 level Q4_0 matrices
      * of 8-row multiples: a check that compared nothing there would pass
      * silently */
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) n_rows8 += shapes[si].n_rows % 8 == 0;
     CHECK(n_rows8 >= 2, "the shapes have %d matrices of 8-row multiples", n_rows8);
     for (int l = 0; l < N_LEVELS; l++) {
         int want = 0;
-        if (!strcmp(LEVELS[l], "avx512") && (t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K))
+        if (!strcmp(LEVELS[l], "avx512") &&
+            (t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K))
             want = (int)(sizeof shapes / sizeof shapes[0]);
         if (!strcmp(LEVELS[l], "avx2") && t == SP_TYPE_Q4_0) want = n_rows8;
         if (sp_kernels_available(LEVELS[l]))
