@@ -435,32 +435,41 @@ AI void q4_0r8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss,
     }
 }
 
-AI void q4_0r8_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
-                  int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
-    SP_ASSERT(nr % 8 == 0);
-    for (int64_t r = 0; r < nr; r += 8) {
-        __m256 F[4];
-        _Pragma("GCC unroll 4")
-        for (int t = 0; t < NT; t++) F[t] = _mm256_setzero_ps();
-        q4_0r8_group(w + r * ws, ws, xs, xss, NT, k0 / 32, k1 / 32, F);
-        _Pragma("GCC unroll 4")
-        for (int t = 0; t < NT; t++) {
-            float *o = y + t * ldy + r;
-            _mm256_storeu_ps(o, acc ? _mm256_add_ps(_mm256_loadu_ps(o), F[t]) : F[t]);
-        }
+/* NAME_tile: the tile entry point over NAME_nt for up to 4 tokens */
+#define TILE4(NAME)                                                                                  \
+    static void NAME##_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,  \
+                            int nt, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy,        \
+                            int acc) {                                                               \
+        (void)k;                                                                                     \
+        switch (nt) {                                                                                \
+        case 1: NAME##_nt(w, ws, nr, xs, xss, 1, k0, k1, y, ldy, acc); return;                       \
+        case 2: NAME##_nt(w, ws, nr, xs, xss, 2, k0, k1, y, ldy, acc); return;                       \
+        case 3: NAME##_nt(w, ws, nr, xs, xss, 3, k0, k1, y, ldy, acc); return;                       \
+        default: NAME##_nt(w, ws, nr, xs, xss, 4, k0, k1, y, ldy, acc); return;                      \
+        }                                                                                            \
     }
-}
 
-static void q4_0r8_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, int nt, int64_t k,
-                        int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
-    (void)k;
-    switch (nt) {
-    case 1: q4_0r8_nt(w, ws, nr, xs, xss, 1, k0, k1, y, ldy, acc); return;
-    case 2: q4_0r8_nt(w, ws, nr, xs, xss, 2, k0, k1, y, ldy, acc); return;
-    case 3: q4_0r8_nt(w, ws, nr, xs, xss, 3, k0, k1, y, ldy, acc); return;
-    default: q4_0r8_nt(w, ws, nr, xs, xss, 4, k0, k1, y, ldy, acc); return;
-    }
-}
+/* The 8-row loop of both Q4_0 8-row kernels: GROUP sums blocks [b0, b1) of
+ * 8 rows (one per lane of F[t]); a row's result is its lane, stored as is. */
+#define R8TILE(NAME, GROUP)                                                                          \
+    AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,        \
+                      const int NT, int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {        \
+        SP_ASSERT(nr % 8 == 0);                                                                      \
+        for (int64_t r = 0; r < nr; r += 8) {                                                        \
+            __m256 F[4];                                                                             \
+            _Pragma("GCC unroll 4")                                                                  \
+            for (int t = 0; t < NT; t++) F[t] = _mm256_setzero_ps();                                 \
+            GROUP(w + r * ws, ws, xs, xss, NT, k0 / 32, k1 / 32, F);                                 \
+            _Pragma("GCC unroll 4")                                                                  \
+            for (int t = 0; t < NT; t++) {                                                           \
+                float *o = y + t * ldy + r;                                                          \
+                _mm256_storeu_ps(o, acc ? _mm256_add_ps(_mm256_loadu_ps(o), F[t]) : F[t]);           \
+            }                                                                                        \
+        }                                                                                            \
+    }                                                                                                \
+    TILE4(NAME)
+
+R8TILE(q4_0r8, q4_0r8_group)
 
 /* ---- Q4_0, 8-row multiples, packed at load: one row per lane ----------- */
 
@@ -486,8 +495,9 @@ static void q4_0r8_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *
  * with the same scale product, so every output is the same bits. */
 #define Q4_0R8_XBLOCK 40
 
-AI void q4_0p8_group(const uint8_t *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0, int64_t b1,
-                     __m256 *F) {
+AI void q4_0p8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+                     int64_t b1, __m256 *F) {
+    (void)ws; /* the 8 rows are interleaved: one stream */
     const __m256i m4 = _mm256_set1_epi8(0xF), ones = _mm256_set1_epi16(1);
     for (int64_t b = b0; b < b1; b++) {
         const uint8_t *p = w + b * 144;
@@ -523,32 +533,7 @@ AI void q4_0p8_group(const uint8_t *w, const uint8_t *xs, size_t xss, const int 
     }
 }
 
-AI void q4_0p8_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
-                  int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
-    SP_ASSERT(nr % 8 == 0);
-    for (int64_t r = 0; r < nr; r += 8) {
-        __m256 F[4];
-        _Pragma("GCC unroll 4")
-        for (int t = 0; t < NT; t++) F[t] = _mm256_setzero_ps();
-        q4_0p8_group(w + r * ws, xs, xss, NT, k0 / 32, k1 / 32, F);
-        _Pragma("GCC unroll 4")
-        for (int t = 0; t < NT; t++) {
-            float *o = y + t * ldy + r;
-            _mm256_storeu_ps(o, acc ? _mm256_add_ps(_mm256_loadu_ps(o), F[t]) : F[t]);
-        }
-    }
-}
-
-static void q4_0p8_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, int nt, int64_t k,
-                        int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
-    (void)k;
-    switch (nt) {
-    case 1: q4_0p8_nt(w, ws, nr, xs, xss, 1, k0, k1, y, ldy, acc); return;
-    case 2: q4_0p8_nt(w, ws, nr, xs, xss, 2, k0, k1, y, ldy, acc); return;
-    case 3: q4_0p8_nt(w, ws, nr, xs, xss, 3, k0, k1, y, ldy, acc); return;
-    default: q4_0p8_nt(w, ws, nr, xs, xss, 4, k0, k1, y, ldy, acc); return;
-    }
-}
+R8TILE(q4_0p8, q4_0p8_group)
 
 /* Activations for q4_0p8: Q8_0 blocks (bit-exact with the reference
  * quantizer), each rewritten as the 40-byte block above. */
@@ -665,17 +650,7 @@ QTILE(q6_K, sp_block_q6_K, 256, q6_K_row, 4, 0)
             store_out(y, ldy, r, NT, v, acc);                                                        \
         }                                                                                            \
     }                                                                                                \
-    static void NAME##_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,  \
-                            int nt, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy,        \
-                            int acc) {                                                               \
-        (void)k;                                                                                     \
-        switch (nt) {                                                                                \
-        case 1: NAME##_nt(w, ws, nr, xs, xss, 1, k0, k1, y, ldy, acc); break;                        \
-        case 2: NAME##_nt(w, ws, nr, xs, xss, 2, k0, k1, y, ldy, acc); break;                        \
-        case 3: NAME##_nt(w, ws, nr, xs, xss, 3, k0, k1, y, ldy, acc); break;                        \
-        default: NAME##_nt(w, ws, nr, xs, xss, 4, k0, k1, y, ldy, acc); break;                       \
-        }                                                                                            \
-    }
+    TILE4(NAME)
 
 FTILE(f16, SP_TYPE_F16)
 FTILE(bf16, SP_TYPE_BF16)

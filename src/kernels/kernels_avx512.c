@@ -664,6 +664,19 @@ AI void load_q4_Kp(const uint8_t *p, __m512i W[8], __m512 *S, __m512 *M) {
     *S = _mm512_mul_ps(*S, _mm512_setr_ps(1, 16, 1, 16, 1, 16, 1, 16, 1, 16, 1, 16, 1, 16, 1, 16));
 }
 
+/* NAME_nt (the file's blocks) and NAMEp_nt (packed rows) from NAME_any_nt */
+#define ANY_NT_WRAPPERS(NAME)                                                                        \
+    AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,        \
+                      const int NT, int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y,         \
+                      int64_t ldy, int acc) {                                                        \
+        NAME##_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 0);                        \
+    }                                                                                                \
+    AI void NAME##p_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,       \
+                       const int NT, int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y,        \
+                       int64_t ldy, int acc) {                                                       \
+        NAME##_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 1);                        \
+    }
+
 AI void q4_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
                     int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc, const int PACKED) {
     const int64_t nsb = k / SP_QK_K;
@@ -733,15 +746,7 @@ AI void q4_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, 
     }
 }
 
-AI void q4_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT, int64_t k,
-                int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc) {
-    q4_K_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 0);
-}
-
-AI void q4_Kp_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT, int64_t k,
-                 int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc) {
-    q4_K_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 1);
-}
+ANY_NT_WRAPPERS(q4_K)
 
 AI void q6_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
                     int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc, const int PACKED) {
@@ -779,15 +784,7 @@ AI void q6_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, 
     }
 }
 
-AI void q6_K_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT, int64_t k,
-                int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc) {
-    q6_K_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 0);
-}
-
-AI void q6_Kp_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT, int64_t k,
-                 int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc) {
-    q6_K_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 1);
-}
+ANY_NT_WRAPPERS(q6_K)
 
 #define NT_CASES(NAME, KC, ACC)                                                                      \
     switch (nt) {                                                                                    \
