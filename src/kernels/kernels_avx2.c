@@ -435,16 +435,22 @@ AI void q4_0r8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss,
     }
 }
 
+/* The tile entry points' shared parts: the signature, and the dispatch of
+ * 1..3 tokens to NAME_nt (each token count its own unrolled body). */
+#define TILE_SIGNATURE(NAME)                                                                         \
+    static void NAME##_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,  \
+                            int nt, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy, int acc)
+#define NT_CASES3(NAME)                                                                              \
+    case 1: NAME##_nt(w, ws, nr, xs, xss, 1, k0, k1, y, ldy, acc); return;                           \
+    case 2: NAME##_nt(w, ws, nr, xs, xss, 2, k0, k1, y, ldy, acc); return;                           \
+    case 3: NAME##_nt(w, ws, nr, xs, xss, 3, k0, k1, y, ldy, acc); return;
+
 /* NAME_tile: the tile entry point over NAME_nt for up to 4 tokens */
 #define TILE4(NAME)                                                                                  \
-    static void NAME##_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,  \
-                            int nt, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy,        \
-                            int acc) {                                                               \
+    TILE_SIGNATURE(NAME) {                                                                           \
         (void)k;                                                                                     \
         switch (nt) {                                                                                \
-        case 1: NAME##_nt(w, ws, nr, xs, xss, 1, k0, k1, y, ldy, acc); return;                       \
-        case 2: NAME##_nt(w, ws, nr, xs, xss, 2, k0, k1, y, ldy, acc); return;                       \
-        case 3: NAME##_nt(w, ws, nr, xs, xss, 3, k0, k1, y, ldy, acc); return;                       \
+        NT_CASES3(NAME)                                                                              \
         default: NAME##_nt(w, ws, nr, xs, xss, 4, k0, k1, y, ldy, acc); return;                      \
         }                                                                                            \
     }
@@ -610,14 +616,10 @@ AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v
             store_out(y, ldy, r, NT, v, acc);                                                        \
         }                                                                                            \
     }                                                                                                \
-    static void NAME##_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,  \
-                            int nt, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy,        \
-                            int acc) {                                                               \
+    TILE_SIGNATURE(NAME) {                                                                           \
         (void)k;                                                                                     \
         switch (nt) {                                                                                \
-        case 1: NAME##_nt(w, ws, nr, xs, xss, 1, k0, k1, y, ldy, acc); return;                       \
-        case 2: NAME##_nt(w, ws, nr, xs, xss, 2, k0, k1, y, ldy, acc); return;                       \
-        case 3: NAME##_nt(w, ws, nr, xs, xss, 3, k0, k1, y, ldy, acc); return;                       \
+        NT_CASES3(NAME)                                                                              \
         case 4: NAME##_nt(w, ws, nr, xs, xss, 4, k0, k1, y, ldy, acc); return;                       \
         }                                                                                            \
         if (MAXNT > 4) { /* compiled only where MAXNT is 8 */                                       \

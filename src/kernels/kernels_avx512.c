@@ -720,30 +720,9 @@ AI void q4_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, 
             _Pragma("GCC unroll 16")
             for (int t = 0; t < NT; t++) _mm512_store_ps(fb[q][t][rr], F[t]);
         }
-        if (rr == 15) {
-            for (int q = 0; q < nq; q++) {
-                _Pragma("GCC unroll 16")
-                for (int t = 0; t < NT; t++) {
-                    float *yt = y + t * ldy + (r - 15);
-                    const __m512 v = reduce16((const float(*)[16])fb[q][t]);
-                    _mm512_storeu_ps(yt, acc || q > 0 ? _mm512_add_ps(_mm512_loadu_ps(yt), v) : v);
-                }
-            }
-        }
+        if (rr == 15) rows16_store(fb, nq, NT, y, ldy, r - 15, acc, 16);
     }
-    const int rem = (int)(nr & 15);
-    if (rem) { /* the last nr % 16 rows, summed in the same order as the others */
-        const __mmask16 m = (__mmask16)((1u << rem) - 1);
-        for (int q = 0; q < nq; q++) {
-            _Pragma("GCC unroll 16")
-            for (int t = 0; t < NT; t++) {
-                for (int rr = rem; rr < 16; rr++) _mm512_store_ps(fb[q][t][rr], _mm512_setzero_ps());
-                float *yt = y + t * ldy + (nr - rem);
-                const __m512 v = reduce16((const float(*)[16])fb[q][t]);
-                _mm512_mask_storeu_ps(yt, m, acc || q > 0 ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, yt), v) : v);
-            }
-        }
-    }
+    if (nr & 15) rows16_store(fb, nq, NT, y, ldy, nr - (nr & 15), acc, (int)(nr & 15));
 }
 
 ANY_NT_WRAPPERS(q4_K)
