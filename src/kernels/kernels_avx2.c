@@ -386,6 +386,8 @@ AI void float_row(const uint8_t *w, const uint8_t *xs, size_t xss, const int NT,
 
 /* ---- Q4_0 matrices of 8-row multiples: ggml's repacked order ----------- */
 
+#define Q4_0R8_WBLOCK (8 * (int64_t)sizeof(sp_block_q4_0)) /* 144: one block of 8 rows */
+
 /* llama.cpp repacks a Q4_0 matrix whose row count is a multiple of 8 into
  * 8-row interleaved blocks at load (on any AVX2 CPU) and sums each output
  * as acc = fma(isum_b, dw_b * dx_b, acc) over the blocks b in order, isum_b
@@ -403,7 +405,7 @@ AI void q4_0r8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss,
          * and the next 8 rows follow them in memory: prefetch those, 144
          * bytes (their share) per block, to L2. */
         if (!(b & 3)) {
-            const char *nx = (const char *)w + 8 * ws + b * 8 * (int64_t)sizeof(sp_block_q4_0);
+            const char *nx = (const char *)w + 8 * ws + b * Q4_0R8_WBLOCK;
             _Pragma("GCC unroll 10")
             for (int l = 0; l < 10; l++) _mm_prefetch(nx + 64 * l, _MM_HINT_T1);
         }
@@ -501,15 +503,21 @@ R8TILE(q4_0r8, q4_0r8_group)
  * with the same scale product, so every output is the same bits. */
 #define Q4_0R8_XBLOCK 40
 
+AI int32_t load_i32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
 AI void q4_0p8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
                      int64_t b1, __m256 *F) {
     (void)ws; /* the 8 rows are interleaved: one stream */
     const __m256i m4 = _mm256_set1_epi8(0xF), ones = _mm256_set1_epi16(1);
     for (int64_t b = b0; b < b1; b++) {
-        const uint8_t *p = w + b * 144;
-        if (!(b & 3)) {
+        const uint8_t *p = w + b * Q4_0R8_WBLOCK;
+        if (!(b & 3)) { /* the 4 blocks from here on: 576 bytes, 9 lines */
             _Pragma("GCC unroll 9")
-            for (int l = 0; l < 9; l++) {
+            for (int l = 0; l < 4 * Q4_0R8_WBLOCK / 64; l++) {
                 _mm_prefetch((const char *)p + SP_PF_L1 + 64 * l, _MM_HINT_T0);
                 _mm_prefetch((const char *)p + SP_PF_L2 + 64 * l, _MM_HINT_T1);
             }
@@ -525,15 +533,13 @@ AI void q4_0p8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss,
         _Pragma("GCC unroll 4")
         for (int t = 0; t < NT; t++) {
             const uint8_t *xb = xs + t * xss + b * Q4_0R8_XBLOCK;
-            __m256i a = _mm256_maddubs_epi16(W[0], _mm256_set1_epi32(*(const int32_t *)(const void *)xb));
+            __m256i a = _mm256_maddubs_epi16(W[0], _mm256_set1_epi32(load_i32(xb)));
             _Pragma("GCC unroll 7")
             for (int j = 1; j < 8; j++)
-                a = _mm256_add_epi16(a, _mm256_maddubs_epi16(W[j], _mm256_set1_epi32(*(const int32_t *)(const void *)(xb + 4 * j))));
+                a = _mm256_add_epi16(a, _mm256_maddubs_epi16(W[j], _mm256_set1_epi32(load_i32(xb + 4 * j))));
             float dx;
-            int32_t s8;
             memcpy(&dx, xb + 32, 4);
-            memcpy(&s8, xb + 36, 4);
-            const __m256i isum = _mm256_sub_epi32(_mm256_madd_epi16(a, ones), _mm256_set1_epi32(s8));
+            const __m256i isum = _mm256_sub_epi32(_mm256_madd_epi16(a, ones), _mm256_set1_epi32(load_i32(xb + 36)));
             F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), F[t]);
         }
     }
@@ -579,7 +585,7 @@ static void pack_rows_avx2(sp_type t, const void *src, void *dst, int64_t n_rows
     for (int64_t r = 0; r < n_rows; r += 8) {
         const uint8_t *g = (const uint8_t *)src + r * rs;
         uint8_t *o = (uint8_t *)dst + r * rs;
-        for (int64_t b = 0; b < nb; b++, o += 144)
+        for (int64_t b = 0; b < nb; b++, o += Q4_0R8_WBLOCK)
             for (int i = 0; i < 8; i++) {
                 const sp_block_q4_0 *blk = (const sp_block_q4_0 *)(g + i * rs) + b;
                 for (int m = 0; m < 4; m++) memcpy(o + 32 * m + 4 * i, blk->qs + 4 * m, 4);
