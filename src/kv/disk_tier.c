@@ -471,18 +471,21 @@ sp_disk_tier *sp_disk_tier_open(const sp_disk_tier_params *p, char *err, size_t 
                       strerror(errno));
             goto fail;
         }
-        if ((t->wdb = open_store(t, &why))) break;
+        if ((t->wdb = open_store(t, &why))) {
+            /* quick_check passes stores whose rows are still unreadable
+             * (it does not read every overflow page): counting them is the
+             * last check, and a failure sets the store aside like a bad
+             * header does. */
+            t->rdb = open_db(t->path, SQLITE_OPEN_READWRITE);
+            if (t->rdb && !prepare_reader(t) && !load_counts(t)) break;
+            why = t->rdb ? "cannot be read (damaged rows)" : "cannot be opened for reading";
+            close_dbs(t);
+        }
         set_aside(t, why);
     }
     if (!t->wdb) {
         sp_seterr(err, errlen, "--kv-disk %s: the store %s, even after setting it aside", t->dir,
                   why);
-        goto fail;
-    }
-    t->rdb = open_db(t->path, SQLITE_OPEN_READWRITE);
-    if (!t->rdb || prepare_reader(t) || load_counts(t)) {
-        sp_seterr(err, errlen, "--kv-disk %s: cannot prepare the store: %s", t->dir,
-                  t->rdb ? sqlite3_errmsg(t->rdb) : "open failed");
         goto fail;
     }
     int32_t ns = p->queue_blocks;
