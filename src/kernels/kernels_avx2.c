@@ -260,7 +260,7 @@ AI void q4_K_row(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const in
         uint8_t sm[16];
         sp_q4_K_unpack_scales(w[b].scales, sm);
         const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sm + 8))); /* m0..m7 */
-        __m256i acc[4];
+        __m256i acc[8];
         _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
         _Pragma("GCC unroll 16")
@@ -268,6 +268,9 @@ AI void q4_K_row(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const in
             const __m256i raw = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * j));
             const __m256i lo = _mm256_and_si256(raw, m4);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            /* scalar scales and broadcasts: on Zen 1 the vector unpack
+             * (pshufb per sub-block) was 10% slower than this, whose work
+             * runs on the integer units beside the vector ones */
             const __m256i sc_lo = _mm256_set1_epi16(sm[2 * j]), sc_hi = _mm256_set1_epi16(sm[2 * j + 1]);
             _Pragma("GCC unroll 16")
             for (int t = 0; t < NT; t++) {
@@ -293,6 +296,17 @@ AI void q4_K_row(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const in
     }
 }
 
+/* pshufb masks: u16 element 2qd of a 128-bit lane in the low lane, 2qd + 1
+ * in the high one (scales 8n + 2qd and 8n + 2qd + 1 of a Q6_K half) */
+static const uint8_t Q6K_BCAST16[4][32] __attribute__((aligned(32))) = {
+#define B2(q) {4 * q, 4 * q + 1, 4 * q, 4 * q + 1, 4 * q, 4 * q + 1, 4 * q, 4 * q + 1, 4 * q, 4 * q + 1, 4 * q, \
+               4 * q + 1, 4 * q, 4 * q + 1, 4 * q, 4 * q + 1, 4 * q + 2, 4 * q + 3, 4 * q + 2, 4 * q + 3, 4 * q + 2, \
+               4 * q + 3, 4 * q + 2, 4 * q + 3, 4 * q + 2, 4 * q + 3, 4 * q + 2, 4 * q + 3, 4 * q + 2, 4 * q + 3,     \
+               4 * q + 2, 4 * q + 3}
+    B2(0), B2(1), B2(2), B2(3)
+#undef B2
+};
+
 AI void q6_K_row(const sp_block_q6_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
                  int64_t b1, __m256 *F, __m128 *M) {
     (void)M;
@@ -300,7 +314,10 @@ AI void q6_K_row(const sp_block_q6_K *w, const uint8_t *xs, size_t xss, const in
     for (int64_t b = b0; b < b1; b++) {
         const sp_block_q6_K *wb = &w[b];
         prefetch_ahead(wb, sizeof(sp_block_q6_K));
-        __m256i acc[4];
+        /* the 16 scales as s16, each half of the block's in both 128-bit lanes */
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales));
+        const __m256i sh[2] = {_mm256_permute2x128_si256(s16, s16, 0x00), _mm256_permute2x128_si256(s16, s16, 0x11)};
+        __m256i acc[8];
         _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
         _Pragma("GCC unroll 16")
@@ -319,8 +336,7 @@ AI void q6_K_row(const sp_block_q6_K *w, const uint8_t *xs, size_t xss, const in
             _Pragma("GCC unroll 16")
             for (int qd = 0; qd < 4; qd++) {
                 /* elements l = 0..15 use scale 8n + 2qd, l = 16..31 the next one */
-                const int g = 8 * n + 2 * qd;
-                const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(wb->scales[g + 1]), _mm_set1_epi16(wb->scales[g]));
+                const __m256i sc = _mm256_shuffle_epi8(sh[n], _mm256_load_si256((const __m256i *)Q6K_BCAST16[qd]));
                 _Pragma("GCC unroll 16")
                 for (int t = 0; t < NT; t++) {
                     const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
@@ -646,8 +662,8 @@ AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v
 
 QTILE(q8_0, sp_block_q8_0, 32, q8_0_row, 8, 0)
 QTILE(q4_0, sp_block_q4_0, 32, q4_0_row, 8, 0)
-QTILE(q4_K, sp_block_q4_K, 256, q4_K_row, 4, 1)
-QTILE(q6_K, sp_block_q6_K, 256, q6_K_row, 4, 0)
+QTILE(q4_K, sp_block_q4_K, 256, q4_K_row, 8, 1)
+QTILE(q6_K, sp_block_q6_K, 256, q6_K_row, 8, 0)
 
 #define FTILE(NAME, WT)                                                                              \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,        \
@@ -689,8 +705,8 @@ static const sp_mm_kernel mm_q8_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8
 static const sp_mm_kernel mm_q4_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q4_0_tile, 1, NULL};
 static const sp_mm_kernel mm_q4_0r8 = {32, sizeof(sp_block_q8_0), NULL, 4, conv_q8_0, q4_0r8_tile, 1, NULL};
 static const sp_mm_kernel mm_q4_0p8 = {32, Q4_0R8_XBLOCK, NULL, 4, conv_q4_0p8, q4_0p8_tile, 1, NULL};
-static const sp_mm_kernel mm_q4_K = {256, sizeof(sp_block_q8_K), NULL, 4, conv_q8_K, q4_K_tile, 1, NULL};
-static const sp_mm_kernel mm_q6_K = {256, sizeof(sp_block_q8_K), NULL, 4, conv_q8_K, q6_K_tile, 1, NULL};
+static const sp_mm_kernel mm_q4_K = {256, sizeof(sp_block_q8_K), NULL, 8, conv_q8_K, q4_K_tile, 1, NULL};
+static const sp_mm_kernel mm_q6_K = {256, sizeof(sp_block_q8_K), NULL, 8, conv_q8_K, q6_K_tile, 1, NULL};
 
 /* exported for the avx512 level, which reuses them */
 void sp_avx2_quantize_q8_0(const float *x, void *y, int64_t k) { quantize_q8_0_avx2(x, y, k); }
