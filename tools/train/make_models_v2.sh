@@ -45,7 +45,7 @@ nice=${NICE:-nice -n 10}
 T_PRESET=${T_PRESET:-target}    # tiny for a smoke test of the script
 D_PRESET=${D_PRESET:-draft}
 T1_CTX=${T1_CTX:-512}
-T1_STEPS=${T1_STEPS:-750}       # 8 x 512 = 4,096 tokens/step: 3.07M tokens (~0.9 epoch), ~1.7 h
+T1_STEPS=${T1_STEPS:-600}       # 8 x 512 = 4,096 tokens/step: 2.46M tokens (~0.7 epoch), 1.2-4 h
 T2_STEPS=${T2_STEPS:-20}        # 8 x 2048 = 16,384 tokens/step: 0.33M tokens, ~0.7 h
 D1_CTX=${D1_CTX:-512}
 D1_STEPS=${D1_STEPS:-400}       # 8 x 512, distilled: 1.64M tokens (the first draft's), ~1 h
@@ -61,10 +61,21 @@ mkdir -p "$run"
 [ -f build/tok/spm.model ] || $py tools/train/tokenizer.py --corpus build/corpus/train.txt --out build/tok/spm
 [ -f build/tok/vocab.gguf ] || $py tools/train/gguf_vocab.py --model build/tok/spm.model --out build/tok/vocab.gguf
 
+# Carry-over files (train.py --carry): each stage also keeps its f16
+# weights, data position and loss rows in $CARRY_DIR/NAME.pt (~22 MB for the
+# target), rewritten at every checkpoint. A session's machine keeps only
+# what is committed, so a session that stops mid-schedule commits these and
+# the next one continues from them (a fresh optimizer, re-warmed) instead of
+# from step 1; finished stages come back as their model.pt. CARRY_DIR=""
+# turns them off (a smoke test).
+carry_dir=${CARRY_DIR-tools/train/carry}
+
 stage() { # NAME ARGS...: one resumable train.py run, its log appended to
     local name=$1; shift
-    $nice $py tools/train/train.py --out "$run/$name" --resume --save-every-seconds "${SAVE_SECONDS:-300}" "$@" \
-        2>&1 | tee -a "$run/$name.log"
+    local carry=()
+    [ -n "$carry_dir" ] && carry=(--carry "$carry_dir/$name.pt")
+    $nice $py tools/train/train.py --out "$run/$name" --resume --save-every-seconds "${SAVE_SECONDS:-300}" \
+        "${carry[@]}" "$@" 2>&1 | tee -a "$run/$name.log"
 }
 
 t2_init=()

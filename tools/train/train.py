@@ -254,6 +254,13 @@ def main():
                     help="continue from OUT/ckpt.pt when it exists (else start fresh)")
     ap.add_argument("--save-every-seconds", type=float, default=300,
                     help="also checkpoint OUT/ckpt.pt this often (0: only every --save-every steps)")
+    ap.add_argument("--carry", default=None,
+                    help="also keep a small carry-over file here (f16 weights, data position, "
+                         "loss rows: ~2 bytes a parameter, meant to be committed) at every "
+                         "checkpoint; --resume without OUT/ckpt.pt continues from it with a fresh "
+                         "optimizer, re-warmed over --carry-warmup steps")
+    ap.add_argument("--carry-warmup", type=int, default=20,
+                    help="steps over which the learning rate ramps back up after a carry resume")
     ap.add_argument("--teacher", default=None,
                     help="distill from this model (.pt checkpoint or .gguf)")
     ap.add_argument("--kd-alpha", type=float, default=0.5,
@@ -268,7 +275,21 @@ def main():
     os.makedirs(out, exist_ok=True)
     ckpt_path = os.path.join(out, "ckpt.pt")
     ck = torch.load(ckpt_path) if a.resume and os.path.exists(ckpt_path) else None
+    carried = None
+    if not ck and a.resume and a.carry and os.path.exists(a.carry):
+        carried = torch.load(a.carry)
+        ck = dict(carried, model={k: v.float() for k, v in carried["model"].items()})
     if ck and ck["step"] >= min(a.steps, a.stop_step or a.steps):
+        if carried and not os.path.exists(os.path.join(out, "model.pt")):
+            # a finished stage brought back from its carry file: the next
+            # stage's --init and --teacher read OUT/model.pt
+            torch.save({"config": ck["config"], "state_dict": ck["model"],
+                        "progress": dict(steps_done=ck["step"], seconds=round(ck["seconds"], 1),
+                                         stopped_early=False, from_carry=a.carry)},
+                       os.path.join(out, "model.pt"))
+            with open(os.path.join(out, "loss.csv"), "w", newline="") as fh:
+                csv.writer(fh).writerows([["step", "tokens", "train_loss", "heldout_loss", "lr", "seconds"]]
+                                         + carried["loss_rows"])
         print("%s: already done (step %d)" % (out, ck["step"]), file=sys.stderr)
         return
     train = load_tokens(a.corpus, "train", a.tokenizer, a.cache_dir)
@@ -304,22 +325,29 @@ def main():
         if not same_shape(ck["config"], c) or ck["config"]["ctx"] != c["ctx"]:
             sys.exit("--resume: %s has config %s, not %s" % (ckpt_path, ck["config"], c))
         model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["opt"])
+        if not carried:
+            opt.load_state_dict(ck["opt"])
         gen.set_state(ck["gen_state"])
         torch.set_rng_state(ck["torch_rng"])
         start, secs0 = ck["step"] + 1, ck["seconds"]
-        print("resuming %s at step %d (%.0f s done)" % (ckpt_path, start, secs0), file=sys.stderr)
+        print("resuming %s at step %d (%.0f s done)%s" % (
+            a.carry if carried else ckpt_path, start, secs0,
+            ", fresh optimizer re-warmed over %d steps" % a.carry_warmup if carried else ""),
+            file=sys.stderr)
     with open(os.path.join(out, "config.json"), "w") as fh:
         json.dump(dict(c, n_params=n_params, args=vars(a)), fh, indent=1)
     log_path = os.path.join(out, "loss.csv")
     header = ["step", "tokens", "train_loss", "heldout_loss", "lr", "seconds"]
     rows = []
-    if ck and os.path.exists(log_path):  # rows past the checkpoint are redone
+    if carried:
+        rows = carried["loss_rows"]
+    elif ck and os.path.exists(log_path):  # rows past the checkpoint are redone
         with open(log_path, newline="") as fh:
             rows = [r for r in list(csv.reader(fh))[1:] if int(r[0]) <= ck["step"] + a.step_offset]
     log = open(log_path, "w", newline="")
     w = csv.writer(log)
     w.writerows([header] + rows)
+    done_rows = list(rows)  # what the carry file keeps of the curve
     t0 = time.time() - secs0
     last_save = time.time()
     for step in range(start, a.steps + 1):
@@ -328,6 +356,8 @@ def main():
         else:
             frac = (step - a.warmup) / max(1, a.steps - a.warmup)
             lr = a.lr * (a.min_lr_frac + (1 - a.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
+        if carried and step - start < a.carry_warmup:  # Adam's moments start from zero again
+            lr *= (step - start + 1) / a.carry_warmup
         for g in opt.param_groups:
             g["lr"] = lr
         x, y = batch(train, a.batch, a.ctx, gen)
@@ -351,8 +381,10 @@ def main():
         if step % a.log_every == 0 or ev != "" or step == start:
             dt = time.time() - t0
             # train_loss is the data cross-entropy (comparable with and without a teacher)
-            w.writerow([step + a.step_offset, (step + a.step_offset) * a.batch * a.ctx,
-                        "%.4f" % ce_sum, ev and "%.4f" % ev, "%.3g" % lr, "%.1f" % dt])
+            row = [step + a.step_offset, (step + a.step_offset) * a.batch * a.ctx,
+                   "%.4f" % ce_sum, ev and "%.4f" % ev, "%.3g" % lr, "%.1f" % dt]
+            w.writerow(row)
+            done_rows.append([str(v) for v in row])
             log.flush()
             print("step %d loss %.4f%s%s lr %.3g  %.0f tok/s" % (
                 step, ce_sum, " (with kd %.4f)" % loss_sum if teacher is not None else "",
@@ -367,6 +399,11 @@ def main():
             save_ckpt(ckpt_path, dict(config=c, model=model.state_dict(), opt=opt.state_dict(),
                                       gen_state=gen.get_state(), torch_rng=torch.get_rng_state(),
                                       step=step, seconds=time.time() - t0, args=vars(a)))
+            if a.carry:
+                os.makedirs(os.path.dirname(os.path.abspath(a.carry)), exist_ok=True)
+                save_ckpt(a.carry, dict(config=c, model={k: v.half() for k, v in model.state_dict().items()},
+                                        gen_state=gen.get_state(), torch_rng=torch.get_rng_state(),
+                                        step=step, seconds=time.time() - t0, loss_rows=done_rows))
             last_save = time.time()
         if stop:
             print("stopped early at step %d (--max-seconds or --stop-step)" % step, file=sys.stderr)
