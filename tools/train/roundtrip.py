@@ -211,7 +211,10 @@ def check_train(tmp):
     """train.py's long-run machinery on random tokens (tiny preset, a few
     seconds): a run cut at step 3 and resumed from its checkpoint logs the
     same losses as one straight run; --accum 2 the same to float rounding;
-    --teacher distillation runs and its KL term is 0 for a model against itself."""
+    --teacher distillation runs and its KL term is 0 for a model against itself;
+    a run cut at step 3 whose ckpt.pt is gone continues from its --carry file
+    (same rows up to the cut, the learning rate re-warmed after it) and a
+    finished stage comes back from its carry file as model.pt."""
     import csv
     import train
     g = torch.Generator().manual_seed(7)
@@ -240,6 +243,24 @@ def check_train(tmp):
                "cut at 3 + --resume %s the straight run's 6 losses; --accum 2 %s" % (
                    "equals" if cut == full else "differs from (%s vs %s)" % (cut, full),
                    "agrees" if close else "differs: %s vs %s" % (acc, full)))
+        carry = os.path.join(tmp, "carry.pt")
+        run("carry", "--stop-step", "3", "--carry", carry)
+        os.remove(os.path.join(tmp, "carry", "ckpt.pt"))
+        cr = run("carry", "--resume", "--carry", carry, "--carry-warmup", "2")
+        with open(os.path.join(tmp, "carry", "loss.csv"), newline="") as fh:
+            lr_c = [float(r[4]) for r in list(csv.reader(fh))[1:]]
+        with open(os.path.join(tmp, "full", "loss.csv"), newline="") as fh:
+            lr_f = [float(r[4]) for r in list(csv.reader(fh))[1:]]
+        back = run("carry_done", "--resume", "--carry", carry)
+        m_back = torch.load(os.path.join(tmp, "carry_done", "model.pt"))["state_dict"]
+        m_run = torch.load(os.path.join(tmp, "carry", "model.pt"))["state_dict"]
+        same_w = all(torch.equal(m_back[k], m_run[k].half().float()) for k in m_run)
+        report(len(cr) == 6 and cr[:3] == full[:3] and all(math.isfinite(float(r[1])) for r in cr)
+               and abs(lr_c[3] / (lr_f[3] / 2) - 1) < 1e-2 and lr_c[4] == lr_f[4] and back == cr and same_w,
+               "train_carry", "cut at 3, ckpt.pt removed, resumed from the carry file: %d rows, "
+               "first 3 %s, lr at step 4 %.3g (straight run %.3g), finished stage back as "
+               "model.pt %s" % (len(cr), "equal" if cr[:3] == full[:3] else "differ",
+                                lr_c[3], lr_f[3], "with the f16 weights" if same_w else "DIFFERENT"))
         kd = run("kd", "--teacher", os.path.join(tmp, "full", "model.pt"), "--kd-alpha", "0.5",
                  "--kd-temp", "2")
         m = train.load_model(os.path.join(tmp, "full", "model.pt"))
@@ -253,7 +274,7 @@ def check_train(tmp):
                    [r[1] for r in kd], self_kl, other_kl))
     except (RuntimeError, OSError, ValueError) as e:
         # one line for each check not yet reported, so the count stays fixed
-        for name in ("train_resume", "train_distill")[RESULTS[0] + RESULTS[1] - before:]:
+        for name in ("train_resume", "train_carry", "train_distill")[RESULTS[0] + RESULTS[1] - before:]:
             report(False, name, "%s: %s" % (type(e).__name__, e))
 
 
