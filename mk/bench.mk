@@ -5,6 +5,7 @@
 #                      bench/engine/), then the HTTP server (bench/server/)
 #   make bench-server  bench/server/run.sh alone
 #   make kbench        bin/kbench, the kernels' microbenchmark (bench/kernels/)
+#   make tilebench     bin/tilebench, one tile shape in cache (bench/kernels/)
 #   make bench-peers   bench/peers/run.sh: Specula beside ik_llama.cpp and
 #                      llama.cpp (IK_BENCH, LLAMA_BENCH: their llama-bench)
 # `specula bench`, the load generator for OpenAI-compatible servers, is
@@ -32,6 +33,11 @@ $(BIN)/kbench: $(BUILD)/bench/kernels/kbench.o $(LIB)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
 kbench: $(BIN)/kbench
+# one tile shape in cache, compute-bound: builds compared alternately
+$(BIN)/tilebench: $(BUILD)/bench/kernels/tilebench.o $(LIB)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+tilebench: $(BIN)/tilebench
 
 # ---- bench/server: wrk against /v1/completions at 1, 8 and 32 connections,
 # and the server's delivery overhead measured by bin/bench_server_stream
@@ -71,4 +77,4 @@ $(BUILD)/tests/test_bench_tool: TEST_CFLAGS = -Ibench/loadgen
 $(BUILD)/tests/test_bench_tool: TEST_OBJ = $(BENCH_TOOL_TEST_OBJ)
 $(BUILD)/tests/test_bench_tool: TEST_LDLIBS = -lcurl
 
-.PHONY: bench bench-server kbench bench-peers
+.PHONY: bench bench-server kbench tilebench bench-peers

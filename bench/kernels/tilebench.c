@@ -1,0 +1,105 @@
+/* tilebench.c: one quantized matmul tile shape, compute-bound (`make
+ * tilebench`; not run by `make bench`).
+ *
+ *   bin/tilebench TYPE N_TOK [rows=512] [k=2048] [reps=400]
+ *   TYPE: q8_0 | q4_0 | q4_K | q6_K
+ *
+ * One thread, one rows x k matrix of random well-formed blocks (1-2 MB, in
+ * L2/L3, so memory is out of the picture) times N_TOK tokens; prints the
+ * best of reps timings of 10 back-to-back sp_matmul calls, per call and per
+ * 256 weights and token. The best of many short runs is what survives a
+ * shared machine; compare two builds by running them alternately, several
+ * times each (the README's AVX2 figures were taken that way).
+ * SPECULA_KERNELS=ref|avx2|avx512 selects the level.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "kernels/kernels.h"
+
+#define ALIGN64(n) (((n) + 63) / 64 * 64)
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static int parse_type(const char *s, sp_type *t) {
+    static const struct {
+        const char *name;
+        sp_type t;
+    } types[] = {{"q8_0", SP_TYPE_Q8_0}, {"q4_0", SP_TYPE_Q4_0}, {"q4_K", SP_TYPE_Q4_K}, {"q6_K", SP_TYPE_Q6_K}};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (!strcmp(s, types[i].name)) {
+            *t = types[i].t;
+            return 0;
+        }
+    return -1;
+}
+
+/* random bytes, then every block's f16 scales set small and finite */
+static void fill(sp_type t, uint8_t *w, size_t bytes) {
+    for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)rnd();
+    const size_t bb = sp_type_info(t)->block_bytes;
+    const sp_f16 d = sp_f32_to_f16(0.001f);
+    for (size_t o = 0; o + bb <= bytes; o += bb) {
+        if (t == SP_TYPE_Q4_K) {
+            memcpy(w + o, &d, 2);
+            memcpy(w + o + 2, &d, 2);
+        } else if (t == SP_TYPE_Q6_K) {
+            memcpy(w + o + bb - 2, &d, 2);
+        } else {
+            memcpy(w + o, &d, 2);
+        }
+        if (t == SP_TYPE_Q8_0)
+            for (size_t j = 2; j < bb; j++)
+                if (w[o + j] == 0x80) w[o + j] = 0x81; /* -128 is not a Q8_0 value */
+    }
+}
+
+int main(int argc, char **argv) {
+    sp_type t;
+    if (argc < 3 || parse_type(argv[1], &t) || atoi(argv[2]) < 1 || atoi(argv[2]) > 64) {
+        fprintf(stderr, "usage: %s q8_0|q4_0|q4_K|q6_K N_TOK(1..64) [rows=512] [k=2048] [reps=400]\n", argv[0]);
+        return 2;
+    }
+    const int n_tok = atoi(argv[2]);
+    const int64_t rows = argc > 3 ? atoll(argv[3]) : 512, k = argc > 4 ? atoll(argv[4]) : 2048;
+    const int reps = argc > 5 ? atoi(argv[5]) : 400;
+    const sp_type_traits *ti = sp_type_info(t);
+    if (rows < 16 || rows % 16 || k < 256 || k % 256 || reps < 1) {
+        fprintf(stderr, "tilebench: rows must be a multiple of 16, k of 256, reps >= 1\n");
+        return 2;
+    }
+    const char *level = sp_kernels_init();
+    const size_t bytes = (size_t)(rows * k / ti->blck) * ti->block_bytes;
+    const size_t sbytes = sp_matmul_scratch_size(t, k, n_tok) + 64;
+    uint8_t *w = aligned_alloc(64, ALIGN64(bytes));
+    float *x = malloc(sizeof(float) * (size_t)(k * n_tok)), *y = malloc(sizeof(float) * (size_t)(rows * n_tok));
+    void *scratch = aligned_alloc(64, ALIGN64(sbytes));
+    if (!w || !x || !y || !scratch) {
+        fprintf(stderr, "tilebench: out of memory\n");
+        return 1;
+    }
+    fill(t, w, bytes);
+    for (int64_t i = 0; i < k * n_tok; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        const double t0 = sp_time_s();
+        for (int i = 0; i < 10; i++) sp_matmul(NULL, w, t, rows, k, x, n_tok, y, rows, scratch);
+        const double d = (sp_time_s() - t0) / 10;
+        if (d < best) best = d;
+    }
+    printf("%s %s %lld x %lld, %d token(s): %.1f us per matmul, %.2f ns per 256 weights and token\n", level,
+           argv[1], (long long)rows, (long long)k, n_tok, best * 1e6, best * 1e9 / (double)(rows * k / 256) / n_tok);
+    free(w);
+    free(x);
+    free(y);
+    free(scratch);
+    return 0;
+}
