@@ -628,7 +628,7 @@ AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v
  * streaming path of sp_matmul) rather than 4 + the rest over each chunk.
  * Measured on Zen 1 (compute-bound there), 5 and 8 tokens cost the same per
  * token either way. */
-#define QTILE(NAME, BT, QK, ROWFN, MAXNT, HASM)                                                      \
+#define QTILE(NAME, BT, QK, ROWFN, HASM)                                                      \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,        \
                       const int NT, int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {        \
         for (int64_t r = 0; r < nr; r++) {                                                           \
@@ -648,14 +648,10 @@ AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v
         switch (nt) {                                                                                \
         NT_CASES3(NAME)                                                                              \
         case 4: NAME##_nt(w, ws, nr, xs, xss, 4, k0, k1, y, ldy, acc); return;                       \
-        }                                                                                            \
-        if (MAXNT > 4) { /* compiled only where MAXNT is 8 */                                       \
-            switch (nt) {                                                                            \
-            case 5: NAME##_nt(w, ws, nr, xs, xss, 5, k0, k1, y, ldy, acc); return;                   \
-            case 6: NAME##_nt(w, ws, nr, xs, xss, 6, k0, k1, y, ldy, acc); return;                   \
-            case 7: NAME##_nt(w, ws, nr, xs, xss, 7, k0, k1, y, ldy, acc); return;                   \
-            default: NAME##_nt(w, ws, nr, xs, xss, 8, k0, k1, y, ldy, acc); return;                  \
-            }                                                                                        \
+        case 5: NAME##_nt(w, ws, nr, xs, xss, 5, k0, k1, y, ldy, acc); return;                       \
+        case 6: NAME##_nt(w, ws, nr, xs, xss, 6, k0, k1, y, ldy, acc); return;                       \
+        case 7: NAME##_nt(w, ws, nr, xs, xss, 7, k0, k1, y, ldy, acc); return;                       \
+        default: NAME##_nt(w, ws, nr, xs, xss, 8, k0, k1, y, ldy, acc); return;                      \
         }                                                                                            \
     }                                                                                                \
     static void NAME##_dot(int64_t k, float *s, const void *w, const void *x) {                      \
@@ -665,10 +661,10 @@ AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v
         *s = HASM ? hsum8(F[0]) + hsum4(M[0]) : hsum8(F[0]);                                         \
     }
 
-QTILE(q8_0, sp_block_q8_0, 32, q8_0_row, 8, 0)
-QTILE(q4_0, sp_block_q4_0, 32, q4_0_row, 8, 0)
-QTILE(q4_K, sp_block_q4_K, 256, q4_K_row, 8, 1)
-QTILE(q6_K, sp_block_q6_K, 256, q6_K_row, 8, 0)
+QTILE(q8_0, sp_block_q8_0, 32, q8_0_row, 0)
+QTILE(q4_0, sp_block_q4_0, 32, q4_0_row, 0)
+QTILE(q4_K, sp_block_q4_K, 256, q4_K_row, 1)
+QTILE(q6_K, sp_block_q6_K, 256, q6_K_row, 0)
 
 #define FTILE(NAME, WT)                                                                              \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,        \
