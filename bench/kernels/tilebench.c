@@ -5,7 +5,8 @@
  *   TYPE: q8_0 | q4_0 | q4_K | q6_K
  *
  * One thread, one rows x k matrix of random well-formed blocks (1-2 MB, in
- * L2/L3, so memory is out of the picture) times N_TOK tokens; prints the
+ * L2/L3, so memory is out of the picture; blocks from bench_fill.h, as
+ * kbench) times N_TOK tokens; prints the
  * best of reps timings of 10 back-to-back sp_matmul calls, per call and per
  * 256 weights and token. The best of many short runs is what survives a
  * shared machine; compare two builds by running them alternately, several
@@ -18,16 +19,9 @@
 
 #include "common.h"
 #include "kernels/kernels.h"
+#include "bench_fill.h"
 
 #define ALIGN64(n) (((n) + 63) / 64 * 64)
-
-static uint64_t rng = 88172645463325252ull;
-static uint64_t rnd(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
 
 static int parse_type(const char *s, sp_type *t) {
     static const struct {
@@ -40,26 +34,6 @@ static int parse_type(const char *s, sp_type *t) {
             return 0;
         }
     return -1;
-}
-
-/* random bytes, then every block's f16 scales set small and finite */
-static void fill(sp_type t, uint8_t *w, size_t bytes) {
-    for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)rnd();
-    const size_t bb = sp_type_info(t)->block_bytes;
-    const sp_f16 d = sp_f32_to_f16(0.001f);
-    for (size_t o = 0; o + bb <= bytes; o += bb) {
-        if (t == SP_TYPE_Q4_K) {
-            memcpy(w + o, &d, 2);
-            memcpy(w + o + 2, &d, 2);
-        } else if (t == SP_TYPE_Q6_K) {
-            memcpy(w + o + bb - 2, &d, 2);
-        } else {
-            memcpy(w + o, &d, 2);
-        }
-        if (t == SP_TYPE_Q8_0)
-            for (size_t j = 2; j < bb; j++)
-                if (w[o + j] == 0x80) w[o + j] = 0x81; /* -128 is not a Q8_0 value */
-    }
 }
 
 int main(int argc, char **argv) {
@@ -86,7 +60,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tilebench: out of memory\n");
         return 1;
     }
-    fill(t, w, bytes);
+    fill_weights(t, w, bytes);
     for (int64_t i = 0; i < k * n_tok; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
