@@ -59,6 +59,9 @@ PRESETS = {
 }
 
 
+LOSS_HEADER = ["step", "tokens", "train_loss", "heldout_loss", "lr", "seconds"]  # loss.csv
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim, eps):
         super().__init__()
@@ -288,8 +291,7 @@ def main():
                                          stopped_early=False, from_carry=a.carry)},
                        os.path.join(out, "model.pt"))
             with open(os.path.join(out, "loss.csv"), "w", newline="") as fh:
-                csv.writer(fh).writerows([["step", "tokens", "train_loss", "heldout_loss", "lr", "seconds"]]
-                                         + carried["loss_rows"])
+                csv.writer(fh).writerows([LOSS_HEADER] + carried["loss_rows"])
         print("%s: already done (step %d)" % (out, ck["step"]), file=sys.stderr)
         return
     train = load_tokens(a.corpus, "train", a.tokenizer, a.cache_dir)
@@ -337,7 +339,6 @@ def main():
     with open(os.path.join(out, "config.json"), "w") as fh:
         json.dump(dict(c, n_params=n_params, args=vars(a)), fh, indent=1)
     log_path = os.path.join(out, "loss.csv")
-    header = ["step", "tokens", "train_loss", "heldout_loss", "lr", "seconds"]
     rows = []
     if carried:
         rows = carried["loss_rows"]
@@ -346,7 +347,7 @@ def main():
             rows = [r for r in list(csv.reader(fh))[1:] if int(r[0]) <= ck["step"] + a.step_offset]
     log = open(log_path, "w", newline="")
     w = csv.writer(log)
-    w.writerows([header] + rows)
+    w.writerows([LOSS_HEADER] + rows)
     done_rows = list(rows)  # what the carry file keeps of the curve
     t0 = time.time() - secs0
     last_save = time.time()
