@@ -18,6 +18,8 @@ AVX2_FLAGS   = -mavx2 -mfma -mf16c
 AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
 # added to the SIMD files only (make asan sets it; see there)
 SIMD_SAN ?=
+# added to the reference kernels only (make tsan sets it; see there)
+REF_SAN ?=
 
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
 CLI_SRC  := $(wildcard src/cli/*.c bench/loadgen/*.c)
@@ -40,6 +42,9 @@ $(BUILD)/%_avx2.o: %_avx2.c
 $(BUILD)/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(AVX512_FLAGS) $(SIMD_SAN) -MMD -MP -c $< -o $@
+$(BUILD)/src/kernels/kernels_ref.o: src/kernels/kernels_ref.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(REF_SAN) -MMD -MP -c $< -o $@
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
@@ -79,9 +84,13 @@ test:
 	$(MAKE) --no-print-directory tests
 	SPECULA_BIN=$(BIN)/specula SPECULA_MKMODEL=$(BIN)/mkmodel tests/run.sh $(BUILD)/tests
 
-# Sanitizer build: separate objects and binaries, same tests, except the
-# cluster test (HAProxy in front of three replicas: 15 minutes under ASan,
-# and the server code it runs is what test_server and the others cover).
+# Sanitizer build: separate objects and binaries, same tests, except three
+# whose time goes to something other than our C code: the cluster test
+# (HAProxy in front of three replicas: 15 minutes under ASan, and the server
+# code it runs is what test_server and the others cover), the soak test
+# (make soak-asan runs the same soak.py against this build, longer) and
+# test_train.sh (PyTorch training; the F32 and F16 models it exports load
+# and run under ASan in test_reference_trained and test_independent.sh).
 # The SIMD files (kernels, attention) keep arrays of vector accumulators:
 # use-after-scope instrumentation sends them through memory, poisoned and
 # unpoisoned every iteration, which made the F16 matmul some 20x slower than
@@ -91,7 +100,7 @@ test:
 # without use-after-scope 52 s; without sanitizers 13 s.
 # The same variables build build-asan/ wherever it is built (soak-asan,
 # mk/soak.mk): make does not track flags, so a second set would mix objects.
-ASAN_EXCLUDE = test_cluster.sh
+ASAN_EXCLUDE = test_cluster.sh test_soak.sh test_train.sh
 ASAN_VARS = BUILD=build-asan BIN=build-asan/bin OPT=-O2 SIMD_SAN=-fno-sanitize-address-use-after-scope \
   SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 asan:
@@ -100,11 +109,18 @@ asan:
 
 # ThreadSanitizer build of the multithreaded code (thread pool, matmul, the
 # forward pass, the engine thread and its callers, the KV pool it drives);
-# the single-threaded tests gain nothing from it.
+# the single-threaded tests gain nothing from it. -O2, as make asan.
+# The plain-C reference kernels (kernels_ref.c) are built without TSan's
+# instrumentation: a kernel only reads its inputs and writes the rows the
+# pool handed it, and that partition (matmul.c, pool.c, instrumented) is
+# the same at every level, whose SIMD kernels stay instrumented, so a race
+# there is still caught. Instrumented, the scalar loops were 225 of
+# test_forward's 260 s under TSan (30 s without).
+# The same variables build build-tsan/ wherever it is built (soak-tsan).
 TSAN_TESTS = test_kernels test_forward test_engine test_kv test_spec_engine
+TSAN_VARS = BUILD=build-tsan BIN=build-tsan/bin OPT=-O2 SAN="-fsanitize=thread" REF_SAN=-fno-sanitize=thread
 tsan:
-	$(MAKE) BUILD=build-tsan BIN=build-tsan/bin OPT=-O1 SAN="-fsanitize=thread" \
-	  $(TSAN_TESTS:%=build-tsan/tests/%)
+	$(MAKE) $(TSAN_VARS) $(TSAN_TESTS:%=build-tsan/tests/%)
 	rm -rf build-tsan/run && mkdir -p build-tsan/run && \
 	  for t in $(TSAN_TESTS); do ln -s ../tests/$$t build-tsan/run/$$t; done
 	TSAN_OPTIONS=halt_on_error=1 SPECULA_TEST_SUBSET=1 SPECULA_TIMEOUT_SCALE=$${SPECULA_TIMEOUT_SCALE:-4} \

@@ -22,7 +22,7 @@ soak-asan:
 # its callbacks, cancellation from disconnects, all at once.
 SOAK_TSAN_SECONDS ?= 30
 soak-tsan:
-	$(MAKE) BUILD=build-tsan BIN=build-tsan/bin OPT=-O1 SAN="-fsanitize=thread" build-tsan/bin/specula
+	$(MAKE) $(TSAN_VARS) build-tsan/bin/specula
 	TSAN_OPTIONS=halt_on_error=1 /usr/bin/python3 tests/soak/soak.py --bin build-tsan/bin/specula \
 	  --seconds $(SOAK_TSAN_SECONDS) --clients 8 --verify 8 --rss-growth-mb 256
 
