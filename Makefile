@@ -20,6 +20,7 @@ AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -m
 SIMD_SAN ?=
 # added to the reference kernels only (make tsan sets it; see there)
 REF_SAN ?=
+$(BUILD)/src/kernels/kernels_ref.o: override CFLAGS += $(REF_SAN)
 
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
 CLI_SRC  := $(wildcard src/cli/*.c bench/loadgen/*.c)
@@ -42,9 +43,6 @@ $(BUILD)/%_avx2.o: %_avx2.c
 $(BUILD)/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(AVX512_FLAGS) $(SIMD_SAN) -MMD -MP -c $< -o $@
-$(BUILD)/src/kernels/kernels_ref.o: src/kernels/kernels_ref.c
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(REF_SAN) -MMD -MP -c $< -o $@
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
