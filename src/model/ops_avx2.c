@@ -104,26 +104,25 @@ static void avx2_attn_head(const float *q, sp_kv *kv, int32_t layer, int32_t seq
         p += n;
     }
     const float inv = softmax_exp256(scores, n_pos, max);
-    float part[16][256];
-    for (int r = 0; r < 16; r++) {
-        for (int d0 = 0; d0 < D; d0 += 128) {
-            const int dn = SP_MIN(128, D - d0) / 8;
-            __m256 acc[16];
-            for (int c = 0; c < dn; c++) acc[c] = _mm256_setzero_ps();
-            for (int32_t p = 0; p < n_pos;) {
-                const void *kb, *vb;
-                const int32_t n = kv->ops->span(kv, layer, seq, p, n_pos, &kb, &vb);
-                for (int32_t j = (r - p % 16 + 16) % 16; j < n; j += 16) {
-                    float pj = scores[p + j] * inv;
-                    if (f16) pj = _cvtsh_ss(_cvtss_sh(pj, _MM_FROUND_TO_NEAREST_INT));
-                    const __m256 pv = _mm256_set1_ps(pj);
-                    const size_t o = (size_t)j * kv_dim + (size_t)g * D + d0;
-                    for (int c = 0; c < dn; c++) acc[c] = _mm256_fmadd_ps(pv, load8(vb, o + 8 * c, f16), acc[c]);
-                }
-                p += n;
-            }
-            for (int c = 0; c < dn; c++) _mm256_storeu_ps(&part[r][d0 + 8 * c], acc[c]);
+    /* 16 partial sums, one per residue of the position mod 16, in one pass
+     * over V (each still accumulates its positions in increasing order; see
+     * ops_avx512.c) */
+    float part[16][256] __attribute__((aligned(32)));
+    for (int r = 0; r < 16; r++)
+        for (int d = 0; d < D; d += 8) _mm256_store_ps(&part[r][d], _mm256_setzero_ps());
+    for (int32_t p = 0; p < n_pos;) {
+        const void *kb, *vb;
+        const int32_t n = kv->ops->span(kv, layer, seq, p, n_pos, &kb, &vb);
+        for (int32_t j = 0; j < n; j++) {
+            float pj = scores[p + j] * inv;
+            if (f16) pj = _cvtsh_ss(_cvtss_sh(pj, _MM_FROUND_TO_NEAREST_INT));
+            const __m256 pv = _mm256_set1_ps(pj);
+            const size_t o = (size_t)j * kv_dim + (size_t)g * D;
+            float *acc = part[(p + j) & 15];
+            for (int d = 0; d < D; d += 8)
+                _mm256_store_ps(acc + d, _mm256_fmadd_ps(pv, load8(vb, o + d, f16), _mm256_load_ps(acc + d)));
         }
+        p += n;
     }
     for (int d = 0; d < D; d += 8) {
         __m256 h[8], qv[4];
