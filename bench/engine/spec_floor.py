@@ -6,12 +6,15 @@ For each concurrency C and each round, `specula batch` runs the same greedy
 completion prompts with --spec off and with each method, the order rotated
 every round (so that neither side is always first while the machine drifts),
 each method run --reps times in a round, interleaved, keeping its fastest
-(this machine moves a 2-15 s run by 10-25% between identical runs, and
-only ever slower), and each method is compared with off in its own round:
+(this machine moves a 2-15 s run by 10-25% between identical runs, almost
+always slower: once in 45 runs one came out 10% faster than all others, and
+its round's cells, the A/A control's too, fell to 0.87-0.89x), and each method is compared with off in its own round:
 
   CPU ratio   off's cpu_ms / the method's cpu_ms   (all threads, first submit
               to last answer: the steadier figure on a shared machine)
   wall ratio  off's wall_ms / the method's wall_ms
+  decode      (C=1 only) off's summed per-request decode_ms / the method's:
+              the issue's "decode time", without prefill and start-up
 
 Every method's tokens must equal off's, request by request (greedy decoding
 is exact); a difference is reported and the exit status is 1.
@@ -96,17 +99,19 @@ def run_batch(a, prompts_path, c, method):
     if p.returncode != 0:
         sys.exit("spec_floor: %s failed (exit %d): %s" % (" ".join(cmd), p.returncode,
                                                           p.stderr[-2000:]))
-    toks = {}
+    toks, decode_ms = {}, 0.0
     for line in p.stdout.splitlines():
         if line.startswith("{"):
             r = json.loads(line)
             toks[r["id"]] = r["tokens"]
+            decode_ms += r["decode_ms"]
     stats = None
     for line in p.stderr.splitlines():
         if line.startswith('{"wall_ms"'):
             stats = json.loads(line)
     if stats is None:
         sys.exit("spec_floor: no statistics from %s" % " ".join(cmd))
+    stats["decode_ms"] = decode_ms  # the requests' decode phases, summed
     return toks, stats
 
 
@@ -159,6 +164,7 @@ def main():
                         best = dict(got[m][1])
                         best["cpu_ms"] = min(best["cpu_ms"], st["cpu_ms"])
                         best["wall_ms"] = min(best["wall_ms"], st["wall_ms"])
+                        best["decode_ms"] = min(best["decode_ms"], st["decode_ms"])
                         got[m] = (t, best)
                     else:
                         got[m] = (t, st)
@@ -170,8 +176,9 @@ def main():
                     bad += len(diff)
                     print("spec_floor: MISMATCH C=%d round %d %s: %d requests differ from off "
                           "(first %s)" % (c, r + 1, m, len(diff), diff[0]), file=sys.stderr)
-                cell = cells.setdefault((c, m), {"cpu": [], "wall": [], "drafted": 0,
-                                                 "accepted": 0})
+                cell = cells.setdefault((c, m), {"cpu": [], "wall": [], "decode": [],
+                                                 "drafted": 0, "accepted": 0})
+                cell["decode"].append(off_s["decode_ms"] / s["decode_ms"])
                 cell["cpu"].append(off_s["cpu_ms"] / s["cpu_ms"])
                 cell["wall"].append(off_s["wall_ms"] / s["wall_ms"])
                 cell["drafted"] += s["spec_drafted"]
@@ -196,6 +203,9 @@ def main():
             else:
                 floor = min(floor, min(cl["cpu"]))
         print(row.rstrip())
+    if 1 in concs:  # one request at a time: its decode phase is the issue's "decode time"
+        print("\nC=1, decode time only (the requests' decode_ms summed; prefill excluded): " +
+              ", ".join("%s %s" % (m, rng(cells[(1, m)]["decode"])) for m in methods))
     print("\ndrafted / accepted tokens over all rounds:")
     for c in concs:
         print("  C=%d: " % c + ", ".join("%s %d/%d" % (m, cells[(c, m)]["drafted"],
