@@ -87,21 +87,25 @@ if printf 'def add(a, b):' | "$bin" run -m "$tgt" -f - -n 12 --temp 0 -c 256 -t 
 else
     fail "run -f -" "$(head -c 300 "$tmp/stdin.err")"
 fi
-if "$bin" run -m "$tgt" -p "x = " -n 4 --temp 0 -c 4096 >/dev/null 2>"$tmp/ctxwarn.err" &&
-   grep -q "past the 512 the model was trained on" "$tmp/ctxwarn.err" &&
-   "$bin" run -m "$tgt" -p "x = " -n 4 --temp 0 -c 512 >/dev/null 2>"$tmp/ctxok.err" &&
+# the bundled target's trained context, as `specula info` reads it from the
+# GGUF; twice that is past it
+tr=$("$bin" info -m "$tgt" 2>/dev/null | grep -o 'n_ctx_train [0-9]*' | head -n 1 | cut -d' ' -f2)
+wide=$((2 * ${tr:-0}))
+if [ "${tr:-0}" -gt 0 ] && "$bin" run -m "$tgt" -p "x = " -n 4 --temp 0 -c "$wide" >/dev/null 2>"$tmp/ctxwarn.err" &&
+   grep -q "past the $tr the model was trained on" "$tmp/ctxwarn.err" &&
+   "$bin" run -m "$tgt" -p "x = " -n 4 --temp 0 -c "$tr" >/dev/null 2>"$tmp/ctxok.err" &&
    ! grep -q "trained on" "$tmp/ctxok.err"; then
     ok "a context past the trained one is warned about, and only then"
 else
-    fail "context warning" "$(head -c 300 "$tmp/ctxwarn.err" "$tmp/ctxok.err")"
+    fail "context warning (n_ctx_train ${tr:-unknown})" "$(head -c 300 "$tmp/ctxwarn.err" "$tmp/ctxok.err")"
 fi
 # batch and serve warn the same way; /v1/models reports the configured
-# context beside the trained one (the bundled target: n_ctx_train 512)
+# context beside the trained one
 printf '{"prompt": "x = ", "max_tokens": 2, "temperature": 0}\n' >"$tmp/ctx.jsonl"
-if "$bin" batch -m "$tgt" -f "$tmp/ctx.jsonl" -t 1 -c 4096 >/dev/null 2>"$tmp/bctxwarn.err" &&
-   grep -q "specula batch: warning: -c 4096 is past the 512 the model was trained on" "$tmp/bctxwarn.err" &&
+if "$bin" batch -m "$tgt" -f "$tmp/ctx.jsonl" -t 1 -c "$wide" >/dev/null 2>"$tmp/bctxwarn.err" &&
+   grep -q "specula batch: warning: -c $wide is past the $tr the model was trained on" "$tmp/bctxwarn.err" &&
    grep -q "degrades" "$tmp/bctxwarn.err" &&
-   "$bin" batch -m "$tgt" -f "$tmp/ctx.jsonl" -t 1 -c 512 >/dev/null 2>"$tmp/bctxok.err" &&
+   "$bin" batch -m "$tgt" -f "$tmp/ctx.jsonl" -t 1 -c "$tr" >/dev/null 2>"$tmp/bctxok.err" &&
    ! grep -q "trained on" "$tmp/bctxok.err"; then
     ok "batch warns about a context past the trained one, and only then"
 else
@@ -111,13 +115,13 @@ models_ctx() { # NAME PATH: the fields of $URL/PATH's model entry -> "context_le
     curl -s "$URL$2" | python3 -c 'import json,sys; d=json.load(sys.stdin); d=d["data"][0] if "data" in d else d
 print(d["context_length"], d["n_ctx_train"], d["max_model_len"])'
 }
-if start_server ctxwide -m "$tgt" -c 4096 --served-model-name wide &&
-   grep -q "specula serve: warning: -c 4096 is past the 512 the model was trained on" "$tmp/ctxwide.log" &&
-   [ "$(models_ctx wide /v1/models)" = "4096 512 4096" ] &&
-   [ "$(models_ctx wide /v1/models/wide)" = "4096 512 4096" ] &&
-   kill "$PID" && start_server ctxfit -m "$tgt" -c 512 &&
+if start_server ctxwide -m "$tgt" -c "$wide" --served-model-name wide &&
+   grep -q "specula serve: warning: -c $wide is past the $tr the model was trained on" "$tmp/ctxwide.log" &&
+   [ "$(models_ctx wide /v1/models)" = "$wide $tr $wide" ] &&
+   [ "$(models_ctx wide /v1/models/wide)" = "$wide $tr $wide" ] &&
+   kill "$PID" && start_server ctxfit -m "$tgt" -c "$tr" &&
    ! grep -q "trained on" "$tmp/ctxfit.log" &&
-   [ "$(models_ctx fit /v1/models)" = "512 512 512" ]; then
+   [ "$(models_ctx fit /v1/models)" = "$tr $tr $tr" ]; then
     ok "serve warns about -c past the trained context, only then; /v1/models reports both"
 else
     fail "serve context warning and /v1/models" "$(head -c 400 "$tmp/ctxwide.log" "$tmp/ctxfit.log" 2>&1)"
