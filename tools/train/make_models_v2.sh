@@ -13,6 +13,14 @@
 #                     target: (1 - KD_ALPHA) * CE + KD_ALPHA * T^2 KL at KD_TEMP
 #                     (the teacher's forward pass is most of the cost)
 #   draft, phase 2    ctx 2048 from phase 1, $D2_STEPS steps, distilled too
+#   on-policy data    tools/train/onpolicy.py: the final target's greedy
+#                     continuations of $OP_N training-corpus prompts, by
+#                     the engine (bin/specula batch) from its F16 export
+#   draft, phase 3    ctx $D3_CTX from phase 2, $D3_STEPS steps, $OP_FRAC of
+#                     each batch from that data (hard-label distillation on
+#                     the target's own output: what greedy acceptance asks
+#                     of the draft), the rest corpus; cosine to 10%: also
+#                     the cooldown phase 2 lacks (its warmup is its length)
 #   export + measure  tools/train/export_pair.sh (n_ctx_train 2048, perplexity
 #                     by position, acceptance at k = 1..8)
 #
@@ -50,6 +58,10 @@ T2_STEPS=${T2_STEPS:-20}        # 8 x 2048 = 16,384 tokens/step: 0.33M tokens, ~
 D1_CTX=${D1_CTX:-512}
 D1_STEPS=${D1_STEPS:-400}       # 8 x 512, distilled: 1.64M tokens (the first draft's), ~1 h
 D2_STEPS=${D2_STEPS:-10}        # 8 x 2048, distilled: 0.16M tokens, ~0.35 h
+D3_CTX=${D3_CTX:-2048}
+D3_STEPS=${D3_STEPS:-100}       # 8 x 2048, half on-policy: 1.6M tokens (~0.8M on-policy: ~2,100 sequences)
+OP_N=${OP_N:-4096}              # 256-token prompts + 128 greedy tokens each
+OP_FRAC=${OP_FRAC:-0.5}
 KD_ALPHA=${KD_ALPHA:-0.7}
 KD_TEMP=${KD_TEMP:-1.0}
 T_ACCUM=${T_ACCUM:-4}           # micro-batches of 2 x 2048 (4.4 GB peak)
@@ -96,8 +108,25 @@ fi
 stage draft2 --preset "$D_PRESET" --steps "$D2_STEPS" --ctx 2048 --batch 8 --accum "$D_ACCUM" \
     --lr "${D2_LR:-1.2e-3}" --min-lr-frac 0.1 --warmup 10 --eval-every 20 "${d2_init[@]}" "${kd[@]}"
 
+draft_final=$run/draft2
+if [ "$D3_STEPS" -gt 0 ]; then
+    if [ ! -f "$run/onpolicy.pt" ]; then  # the engine generates (~2,000 tokens/s; PyTorch ~300)
+        make --no-print-directory -j2 bin/specula >/dev/null
+        $py tools/train/export.py "$run/target2/model.pt" "$run/target2-f16.gguf" --vocab build/tok/vocab.gguf \
+            --type f16 --name specula-code-target --context-length 2048
+        $nice $py tools/train/onpolicy.py --target "$run/target2-f16.gguf" --engine bin/specula \
+            --out "$run/onpolicy.pt" --n "$OP_N" --prompt-len 256 --gen 128 2>&1 | tee -a "$run/onpolicy.log"
+    fi
+    stage draft3 --preset "$D_PRESET" --steps "$D3_STEPS" --ctx "$D3_CTX" --batch 8 --accum "$D_ACCUM" \
+        --lr "${D3_LR:-1e-3}" --min-lr-frac 0.1 --warmup 10 --eval-every 25 \
+        --init "$run/draft2/model.pt" --step-offset $((D1_STEPS + D2_STEPS)) \
+        --onpolicy "$run/onpolicy.pt" --onpolicy-frac "$OP_FRAC"
+    draft_final=$run/draft3
+fi
+
 loss_runs="$run/target2/loss.csv:target-2048 $run/draft2/loss.csv:draft-2048"
+[ "$D3_STEPS" -gt 0 ] && loss_runs="$loss_runs $run/draft3/loss.csv:draft-onpolicy-$D3_CTX"
 [ "$T1_STEPS" -gt 0 ] && loss_runs="$run/target1/loss.csv:target-$T1_CTX $loss_runs"
 [ "$D1_STEPS" -gt 0 ] && loss_runs="$loss_runs $run/draft1/loss.csv:draft-$D1_CTX"
-TARGET_PT=$run/target2/model.pt DRAFT_PT=$run/draft2/model.pt CTX_TRAIN=2048 \
+TARGET_PT=$run/target2/model.pt DRAFT_PT=$draft_final/model.pt CTX_TRAIN=2048 \
     LOSS_RUNS="$loss_runs" EVAL_OUT=$run/eval tools/train/export_pair.sh

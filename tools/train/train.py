@@ -37,6 +37,12 @@ Long runs (issue 23):
                  (--kd-temp), a = --kd-alpha.  The teacher runs in eval mode
                  under no_grad.
   --init P       (phase 2) may change --ctx: only the RoPE table depends on it.
+  --onpolicy F   a file of the target's own greedy continuations
+                 (tools/train/onpolicy.py); --onpolicy-frac of each batch's
+                 rows are drawn from it instead of the corpus: random
+                 sequences packed end to end into --ctx + 1 tokens, scored
+                 with the same loss (their continuation tokens are the
+                 target's argmax, so CE there is hard-label distillation).
 """
 import argparse
 import csv
@@ -166,9 +172,19 @@ def load_tokens(corpus, split, model_file, cache_dir):
     return t.long()
 
 
-def batch(data, B, T, gen):
-    ix = torch.randint(0, len(data) - T - 1, (B,), generator=gen)
-    x = torch.stack([data[i:i + T + 1] for i in ix.tolist()])
+def batch(data, B, T, gen, onpolicy=None, frac=0.0):
+    """B windows of T + 1 tokens as (inputs, next tokens).  With onpolicy
+    (an (n, L) tensor of sequences), round(B * frac) of the rows are random
+    sequences from it packed end to end and cut to T + 1 (unrelated
+    sequences share a window as the corpus's files do)."""
+    n_on = round(B * frac) if onpolicy is not None else 0
+    ix = torch.randint(0, len(data) - T - 1, (B - n_on,), generator=gen)
+    rows = [data[i:i + T + 1] for i in ix.tolist()]
+    if n_on:
+        per = -(-(T + 1) // onpolicy.shape[1])
+        pick = torch.randint(0, onpolicy.shape[0], (n_on, per), generator=gen)
+        rows += [onpolicy[r].reshape(-1)[:T + 1] for r in pick]
+    x = torch.stack(rows)
     return x[:, :-1], x[:, 1:]
 
 
@@ -269,6 +285,10 @@ def main():
     ap.add_argument("--kd-alpha", type=float, default=0.5,
                     help="weight of the distillation term (1 - it weighs the data loss)")
     ap.add_argument("--kd-temp", type=float, default=1.0, help="softmax temperature for distillation")
+    ap.add_argument("--onpolicy", default=None,
+                    help="the target's greedy continuations (tools/train/onpolicy.py) mixed into each batch")
+    ap.add_argument("--onpolicy-frac", type=float, default=0.5,
+                    help="the share of each batch's rows drawn from --onpolicy")
     a = ap.parse_args()
     if a.batch % a.accum:
         sys.exit("--batch %d is not a multiple of --accum %d" % (a.batch, a.accum))
@@ -312,6 +332,15 @@ def main():
             p.requires_grad_(False)
         if teacher.c["vocab"] != c["vocab"]:
             sys.exit("--teacher: vocab %d, student %d" % (teacher.c["vocab"], c["vocab"]))
+    onpolicy = None
+    if a.onpolicy:
+        if not 0.0 < a.onpolicy_frac <= 1.0:
+            sys.exit("--onpolicy-frac must be in (0, 1]")
+        onpolicy = torch.load(a.onpolicy)["ids"].long()
+        if int(onpolicy.max()) >= c["vocab"] or int(onpolicy.min()) < 0:
+            sys.exit("--onpolicy: %s has token ids outside the vocabulary" % a.onpolicy)
+        print("on-policy rows: %d sequences of %d tokens, %g of each batch" % (
+            onpolicy.shape[0], onpolicy.shape[1], a.onpolicy_frac), file=sys.stderr)
     n_params = sum(p.numel() for p in model.parameters())
     print("preset %s: %d parameters, %d train / %d held-out tokens%s" % (
         a.preset, n_params, len(train), len(held),
@@ -361,7 +390,7 @@ def main():
             lr *= (step - start + 1) / a.carry_warmup
         for g in opt.param_groups:
             g["lr"] = lr
-        x, y = batch(train, a.batch, a.ctx, gen)
+        x, y = batch(train, a.batch, a.ctx, gen, onpolicy, a.onpolicy_frac)
         opt.zero_grad(set_to_none=True)
         loss_sum = ce_sum = 0.0
         mb = a.batch // a.accum
