@@ -31,7 +31,9 @@ if serve_model main; then
         >"$tmp/out" 2>"$tmp/err"
     rc=$?
     curl -s "$URL/metrics" >"$tmp/m1"
-    if [ $rc -eq 0 ] && python3 - "$tmp/r.json" "$tmp/m0" "$tmp/m1" <<'PY'; then
+    # the server's context: by default the model's trained one (specula info)
+    ctx=$("$bin" info -m "$model" 2>/dev/null | grep -o 'n_ctx_train [0-9]*' | head -n 1 | cut -d' ' -f2)
+    if [ $rc -eq 0 ] && python3 - "$tmp/r.json" "$tmp/m0" "$tmp/m1" "${ctx:-0}" <<'PY'; then
 import json, sys
 r = json.load(open(sys.argv[1]))
 def prom(path):
@@ -63,7 +65,7 @@ c = r["contract"]
 for k in ("bench_tool", "endpoint", "cpu_model", "cores", "memcpy_gb_per_s", "workload_params", "prompt_tokens",
           "output_tokens", "prefix_sharing", "load", "sampling", "warmup_requests", "repetitions"):
     assert c.get(k) not in (None, ""), k
-assert c["configs"][0]["max_model_len"] == 512
+assert c["configs"][0]["max_model_len"] == int(sys.argv[4]) > 0, (c["configs"][0]["max_model_len"], sys.argv[4])
 # a Specula server says what it is; the tool's own commit is not passed off as its engine's
 cfg = c["configs"][0]
 assert cfg["engine"].startswith("specula ") and "not reported" in cfg["engine"], cfg["engine"]

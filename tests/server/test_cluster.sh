@@ -81,9 +81,10 @@ start() {
 stop() { "$cluster" stop --port "$PORT" --state-dir "$DIR" >/dev/null 2>&1; }
 
 KEY_A=cluster-test-key-a; KEY_B=cluster-test-key-b
-# every replica: 1 thread, 20 MiB of KV (128 blocks of 16 positions, about
-# 7 documents), two tenants by API key (and /metrics open to read them)
-SERVE=(-t 1 --kv-mem 20M --api-key "$KEY_A" --api-key "$KEY_B" --metrics-public)
+# every replica: 1 thread, 512 positions per request (the workload's longest
+# is ~300), 20 MiB of KV (128 blocks of 16 positions, about 7 documents),
+# two tenants by API key (and /metrics open to read them)
+SERVE=(-t 1 -c 512 --kv-mem 20M --api-key "$KEY_A" --api-key "$KEY_B" --metrics-public)
 # the multi-tenant workload: 8 tenants (cache_salt) x 12 documents of ~256
 # tokens, Zipf(0.5), a ~24-token question each, 96 requests one at a time:
 # the (tenant, document) pairs fit neither one replica's cache nor, with
