@@ -29,6 +29,8 @@ usage: bench/engine/spec_floor.py [--bin bin/specula] [--model M] [--draft D]
          [--corpus build/corpus] [--concurrency 1,4,16,64] [--rounds 3] [--reps 2]
          [--methods off2,ngram,suffix,draft] [--gen 96] [--prompt-chars 800]
          [--threads 2] [--json OUT]
+A method "draft-k3" (any proposer, any N) runs at a fixed k, without the
+planner and the guard.
 
 Prompts: held-out files of build/corpus/heldout.txt (tools/train/corpus.py),
 each prompt a file's marker line plus ~prompt-chars characters cut at a line
@@ -90,10 +92,15 @@ def make_prompts(files, n, chars):
 
 
 def run_batch(a, prompts_path, c, method):
+    # "draft-kN" (or ngram-kN, suffix-kN): that proposer at a fixed k of N,
+    # without the planner or the guard, to show what they choose against
+    spec, _, fixed = method.partition("-k")
     cmd = [a.bin, "batch", "-m", a.model, "-f", prompts_path, "--concurrency", str(c),
            "--max-seqs", str(max(c, 1)), "-t", str(a.threads), "--spec",
-           "off" if method == "off2" else method, "--stats"]
-    if method == "draft":
+           "off" if spec == "off2" else spec, "--stats"]
+    if fixed:
+        cmd += ["--spec-fixed-k", "--spec-k", fixed]
+    if spec == "draft":
         cmd += ["--draft", a.draft]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:

@@ -26,7 +26,7 @@ $py tools/train/export.py "$DRAFT_PT" "$MODELS_OUT/specula-code-draft-f16.gguf" 
     --vocab build/tok/vocab.gguf --type f16 --name "specula-code-draft" --context-length "$CTX_TRAIN" \
     --description "$desc Draft of the default speculative-decoding pair (1/8 of the target's parameters)."
 # shellcheck disable=SC2086  # LOSS_RUNS and EVAL_ARGS are lists
-$py tools/train/plot_loss.py "$MODELS_OUT/loss.png" $LOSS_RUNS --title "Specula default pair: training loss"
+$py tools/train/plot_loss.py "$MODELS_OUT/loss.png" $LOSS_RUNS --height 560 --title "Specula default pair: training loss"
 $py tools/train/evaluate.py --target "$MODELS_OUT/specula-code-target-f16.gguf" \
     --draft "$MODELS_OUT/specula-code-draft-f16.gguf" --heldout build/corpus/heldout.txt \
     --tokenizer build/tok/spm.model --ctx "$CTX_TRAIN" ${EVAL_ARGS:-} --json "$EVAL_OUT.json" | tee "$EVAL_OUT.txt"

@@ -62,6 +62,7 @@ D3_CTX=${D3_CTX:-2048}
 D3_STEPS=${D3_STEPS:-100}       # 8 x 2048, half on-policy: 1.6M tokens (~0.8M on-policy: ~2,100 sequences)
 T3_STEPS=${T3_STEPS:-240}       # 8 x 512, second pass over the data: 0.98M tokens, ~0.5 h quiet
 T4_STEPS=${T4_STEPS:-8}         # 8 x 2048, re-extension at a low rate: 0.13M tokens, ~0.3 h
+D4_STEPS=${D4_STEPS:-40}        # 8 x 2048, half on-policy from the final target: 0.66M tokens, ~0.25 h
 OP_N=${OP_N:-4096}              # 256-token prompts + 128 greedy tokens each
 OP_FRAC=${OP_FRAC:-0.5}
 KD_ALPHA=${KD_ALPHA:-0.7}
@@ -146,11 +147,42 @@ if [ "$T3_STEPS" -gt 0 ]; then
     fi
 fi
 
-loss_runs="$run/target2/loss.csv:target-2048 $run/draft2/loss.csv:draft-2048"
-[ "$D3_STEPS" -gt 0 ] && loss_runs="$loss_runs $run/draft3/loss.csv:draft-onpolicy-$D3_CTX"
-[ "$T1_STEPS" -gt 0 ] && loss_runs="$run/target1/loss.csv:target-$T1_CTX $loss_runs"
-[ "$D1_STEPS" -gt 0 ] && loss_runs="$loss_runs $run/draft1/loss.csv:draft-$D1_CTX"
-[ "$T3_STEPS" -gt 0 ] && loss_runs="$loss_runs $run/target3/loss.csv:target-second-pass-$T1_CTX"
-[ "$T3_STEPS" -gt 0 ] && [ "$T4_STEPS" -gt 0 ] && loss_runs="$loss_runs $run/target4/loss.csv:target-second-pass-2048"
+# The draft follows the target it ships with: the second pass moved the
+# target's greedy choices (held-out alpha of the phase-3 draft fell from
+# 0.814 against the phase-2 target to 0.664 against the phase-4 one), so
+# phase 4 of the draft trains on the final target's own continuations of
+# other training prompts (--seed 78), from the phase-3 draft.
+if [ "$T3_STEPS" -gt 0 ] && [ "$D3_STEPS" -gt 0 ] && [ "$D4_STEPS" -gt 0 ]; then
+    if [ ! -f "$run/onpolicy2.pt" ]; then
+        make --no-print-directory -j2 bin/specula >/dev/null
+        $py tools/train/export.py "$target_final/model.pt" "$run/target-final-f16.gguf" --vocab build/tok/vocab.gguf \
+            --type f16 --name specula-code-target --context-length 2048
+        $nice $py tools/train/onpolicy.py --target "$run/target-final-f16.gguf" --engine bin/specula --seed 78 \
+            --out "$run/onpolicy2.pt" --n "$OP_N" --prompt-len 256 --gen 128 2>&1 | tee -a "$run/onpolicy2.log"
+    fi
+    stage draft4 --preset "$D_PRESET" --steps "$D4_STEPS" --ctx "$D3_CTX" --batch 8 --accum "$D_ACCUM" --seed 9 \
+        --lr "${D4_LR:-5e-4}" --min-lr-frac 0.2 --warmup 5 --eval-every 10 \
+        --init "$run/draft3/model.pt" --step-offset $((D1_STEPS + D2_STEPS + D3_STEPS)) \
+        --onpolicy "$run/onpolicy2.pt" --onpolicy-frac "$OP_FRAC"
+    draft_final=$run/draft4
+fi
+
+# Each phase is drawn from where the phase it continues (LABEL@PARENT) ended.
+loss_runs="" t_prev="" d_prev=""
+chain() { # CSV LABEL PARENT-VAR
+    local parent=${!3}
+    loss_runs="$loss_runs $1:$2${parent:+@$parent}"
+    printf -v "$3" %s "$2"
+}
+[ "$T1_STEPS" -gt 0 ] && chain "$run/target1/loss.csv" "target-1-ctx$T1_CTX" t_prev
+chain "$run/target2/loss.csv" target-2-ctx2048 t_prev
+if [ "$T3_STEPS" -gt 0 ]; then
+    chain "$run/target3/loss.csv" "target-3-ctx$T1_CTX" t_prev
+    [ "$T4_STEPS" -gt 0 ] && chain "$run/target4/loss.csv" target-4-ctx2048 t_prev
+fi
+[ "$D1_STEPS" -gt 0 ] && chain "$run/draft1/loss.csv" "draft-1-ctx$D1_CTX-kd" d_prev
+chain "$run/draft2/loss.csv" draft-2-ctx2048-kd d_prev
+[ "$D3_STEPS" -gt 0 ] && chain "$run/draft3/loss.csv" "draft-3-ctx$D3_CTX-on-policy" d_prev
+[ "$draft_final" = "$run/draft4" ] && chain "$run/draft4/loss.csv" "draft-4-ctx$D3_CTX-on-policy-final" d_prev
 TARGET_PT=$target_final/model.pt DRAFT_PT=$draft_final/model.pt CTX_TRAIN=2048 \
     LOSS_RUNS="$loss_runs" EVAL_OUT=$run/eval tools/train/export_pair.sh

@@ -1,8 +1,14 @@
 #!/usr/bin/python3
 """Plot train.py loss curves to a PNG with no third-party libraries.
 
-    tools/train/plot_loss.py OUT.png RUN/loss.csv:LABEL [RUN2/loss.csv:LABEL2 ...]
+    tools/train/plot_loss.py OUT.png RUN/loss.csv:LABEL [RUN2/loss.csv:LABEL2@LABEL ...]
         [--x tokens|step] [--width 800] [--height 500] [--title TEXT]
+
+LABEL2@LABEL marks a run that continues an earlier one (train.py --init):
+its x starts where that run's last row ended and advances by its own
+tokens (or steps) per step, since the logged token counts of a phase at
+another context or batch (step offset x this phase's batch x ctx) are not
+the tokens the model saw.
 
 For each run: train loss as a thin line in a light shade of the run's color,
 held-out loss (the rows that have one) as a thick line with square markers
@@ -40,7 +46,8 @@ FONT = {
     ",": (0, 0, 0, 0, 12, 4, 8), "_": (0, 0, 0, 0, 0, 0, 31), "=": (0, 0, 31, 0, 31, 0, 0),
     "+": (0, 4, 4, 31, 4, 4, 0), "%": (24, 25, 2, 4, 8, 19, 3), " ": (0,) * 7,
 }
-COLORS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14), (23, 190, 207)]
+COLORS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14), (23, 190, 207),
+          (140, 86, 75), (227, 119, 194), (127, 127, 127), (188, 189, 34)]
 BLACK, GREY, WHITE = (0, 0, 0), (225, 225, 225), (255, 255, 255)
 
 
@@ -175,8 +182,8 @@ def plot(out, runs, xcol="tokens", W=800, H=500, title=None):
     cv.text(8, T - 22, "loss (nats/token)")
     ttl = title or "loss vs " + xl
     cv.text((W - text_width(ttl)) // 2, 10, ttl)
-    # curves
-    legend = []
+    # curves; the legend names each run once (thin: train, thick: held-out)
+    legend = [("thin: train, thick: held-out", WHITE, None)]
     for i, (label, tr, ho) in enumerate(runs):
         c = COLORS[i % len(COLORS)]
         light = tuple(int(v + (255 - v) * 0.55) for v in c)
@@ -186,7 +193,7 @@ def plot(out, runs, xcol="tokens", W=800, H=500, title=None):
             cv.line(px(a), py(b), px(d), py(e), c, 3)
         for a, b in ho:
             cv.rect(int(px(a)) - 3, int(py(b)) - 3, int(px(a)) + 3, int(py(b)) + 3, c)
-        legend += [(label + " train", light, False), (label + " held-out", c, True)]
+        legend.append((label, c, True))
     # legend box, top right
     lw = max(text_width(s) for s, _, _ in legend) + 44
     lx, ly = W - R - lw - 8, T + 8
@@ -196,6 +203,9 @@ def plot(out, runs, xcol="tokens", W=800, H=500, title=None):
         cv.line(x_, y_, xx, yy, BLACK)
     for j, (s, c, thick) in enumerate(legend):
         yy = ly + 8 + 20 * j + 7
+        if thick is None:
+            cv.text(lx + 8, yy - 7, s)
+            continue
         cv.line(lx + 8, yy, lx + 30, yy, c, 3 if thick else 1)
         if thick:
             cv.rect(lx + 16, yy - 3, lx + 22, yy + 3, c)
@@ -213,10 +223,23 @@ def main():
     ap.add_argument("--height", type=int, default=500)
     ap.add_argument("--title", default=None)
     a = ap.parse_args()
-    runs = []
+    runs, ends = [], {}
     for spec in a.runs:
         path, _, label = spec.partition(":")
+        label, _, after = label.partition("@")
         tr, ho = read_run(path, a.x)
+        if after:
+            if after not in ends:
+                raise SystemExit("%s: continues %r, which is not an earlier run" % (spec, after))
+            steps = read_run(path, "step")
+            rows = sorted(steps[0] + steps[1])
+            xs = sorted(tr + ho)
+            s0 = rows[0][0] - 1 if rows else 0  # the step offset: the first logged step is offset + 1
+            per = xs[0][0] / rows[0][0] if rows and rows[0][0] else 1.0  # x per step (batch x ctx)
+            shift = lambda pts: [(ends[after] + (st - s0) * per, y) for (st, y) in pts]  # noqa: E731
+            tr, ho = shift(steps[0]), shift(steps[1])
+        pts = tr + ho
+        ends[label or path] = max((x for x, _ in pts), default=0.0)
         runs.append((label or path, tr, ho))
     plot(a.out, runs, a.x, a.width, a.height, a.title)
     print("wrote %s" % a.out, file=sys.stderr)
