@@ -93,6 +93,14 @@ stage() { # NAME ARGS...: one resumable train.py run, its log appended to
         "${carry[@]}" "$@" 2>&1 | tee -a "$run/$name.log"
 }
 
+stage_done() { # NAME STEPS: true when NAME's carry file (or run) finished all STEPS,
+    # so the data only it needs (on-policy generations, ~7 min) is not made again
+    local f="$run/$1/ckpt.pt"
+    [ -n "$carry_dir" ] && [ -f "$carry_dir/$1.pt" ] && f="$carry_dir/$1.pt"
+    [ -f "$f" ] && $py -c 'import sys, torch
+sys.exit(0 if torch.load(sys.argv[1], map_location="cpu").get("step", 0) >= int(sys.argv[2]) else 1)' "$f" "$2"
+}
+
 t2_init=()
 if [ "$T1_STEPS" -gt 0 ]; then
     stage target1 --preset "$T_PRESET" --steps "$T1_STEPS" --ctx "$T1_CTX" --batch 8 \
@@ -113,7 +121,7 @@ stage draft2 --preset "$D_PRESET" --steps "$D2_STEPS" --ctx 2048 --batch 8 --acc
 
 draft_final=$run/draft2
 if [ "$D3_STEPS" -gt 0 ]; then
-    if [ ! -f "$run/onpolicy.pt" ]; then  # the engine generates (~2,000 tokens/s; PyTorch ~300)
+    if [ ! -f "$run/onpolicy.pt" ] && ! stage_done draft3 "$D3_STEPS"; then  # the engine generates (~2,000 tokens/s; PyTorch ~300)
         make --no-print-directory -j2 bin/specula >/dev/null
         $py tools/train/export.py "$run/target2/model.pt" "$run/target2-f16.gguf" --vocab build/tok/vocab.gguf \
             --type f16 --name specula-code-target --context-length 2048
@@ -153,7 +161,7 @@ fi
 # phase 4 of the draft trains on the final target's own continuations of
 # other training prompts (--seed 78), from the phase-3 draft.
 if [ "$T3_STEPS" -gt 0 ] && [ "$D3_STEPS" -gt 0 ] && [ "$D4_STEPS" -gt 0 ]; then
-    if [ ! -f "$run/onpolicy2.pt" ]; then
+    if [ ! -f "$run/onpolicy2.pt" ] && ! stage_done draft4 "$D4_STEPS"; then
         make --no-print-directory -j2 bin/specula >/dev/null
         $py tools/train/export.py "$target_final/model.pt" "$run/target-final-f16.gguf" --vocab build/tok/vocab.gguf \
             --type f16 --name specula-code-target --context-length 2048

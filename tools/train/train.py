@@ -431,7 +431,8 @@ def main():
                                       step=step, seconds=time.time() - t0, args=vars(a)))
             if a.carry:
                 os.makedirs(os.path.dirname(os.path.abspath(a.carry)), exist_ok=True)
-                save_ckpt(a.carry, dict(config=c, model={k: v.half() for k, v in model.state_dict().items()},
+                save_ckpt(a.carry, dict(config=c, model={k: v.half() if v.dim() > 1 else v.clone()  # norms stay f32,
+                                               for k, v in model.state_dict().items()},  # as the GGUF has them
                                         gen_state=gen.get_state(), torch_rng=torch.get_rng_state(),
                                         step=step, seconds=time.time() - t0, loss_rows=done_rows))
             last_save = time.time()
