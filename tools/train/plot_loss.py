@@ -183,7 +183,7 @@ def plot(out, runs, xcol="tokens", W=800, H=500, title=None):
     ttl = title or "loss vs " + xl
     cv.text((W - text_width(ttl)) // 2, 10, ttl)
     # curves; the legend names each run once (thin: train, thick: held-out)
-    legend = [("thin: train, thick: held-out", WHITE, None)]
+    legend = [("thin: train, thick: held-out", None)]
     for i, (label, tr, ho) in enumerate(runs):
         c = COLORS[i % len(COLORS)]
         light = tuple(int(v + (255 - v) * 0.55) for v in c)
@@ -193,22 +193,21 @@ def plot(out, runs, xcol="tokens", W=800, H=500, title=None):
             cv.line(px(a), py(b), px(d), py(e), c, 3)
         for a, b in ho:
             cv.rect(int(px(a)) - 3, int(py(b)) - 3, int(px(a)) + 3, int(py(b)) + 3, c)
-        legend.append((label, c, True))
+        legend.append((label, c))
     # legend box, top right
-    lw = max(text_width(s) for s, _, _ in legend) + 44
+    lw = max(text_width(s) for s, _ in legend) + 44
     lx, ly = W - R - lw - 8, T + 8
     cv.rect(lx, ly, lx + lw, ly + 8 + 20 * len(legend), WHITE)
     for x_, y_, xx, yy in ((lx, ly, lx + lw, ly), (lx, ly + 8 + 20 * len(legend), lx + lw, ly + 8 + 20 * len(legend)),
                            (lx, ly, lx, ly + 8 + 20 * len(legend)), (lx + lw, ly, lx + lw, ly + 8 + 20 * len(legend))):
         cv.line(x_, y_, xx, yy, BLACK)
-    for j, (s, c, thick) in enumerate(legend):
+    for j, (s, c) in enumerate(legend):
         yy = ly + 8 + 20 * j + 7
-        if thick is None:
+        if c is None:  # the key line
             cv.text(lx + 8, yy - 7, s)
             continue
-        cv.line(lx + 8, yy, lx + 30, yy, c, 3 if thick else 1)
-        if thick:
-            cv.rect(lx + 16, yy - 3, lx + 22, yy + 3, c)
+        cv.line(lx + 8, yy, lx + 30, yy, c, 3)
+        cv.rect(lx + 16, yy - 3, lx + 22, yy + 3, c)
         cv.text(lx + 36, yy - 7, s)
     with open(out, "wb") as fh:
         fh.write(cv.png())
