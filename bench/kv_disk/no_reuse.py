@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "lib"))
 from harness import Server, metrics, request  # noqa: E402
 
 WORDS = ("river stone lantern copper meadow signal harbor velvet orbit cedar maple quartz "
