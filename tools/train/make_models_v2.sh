@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # The bundled pair, second edition (issue 23): both models trained on
 # 2,048-token windows, the draft distilled from the target.  Run by
-# `make models` when SCHEDULE=v2 (tools/train/make_models.sh); the default
-# replays the shipped first edition until the second one ships.
+# `make models` (tools/train/make_models.sh, SCHEDULE=v2, the default;
+# SCHEDULE=v1 replays the first edition).
 #
 #   target, phase 1   ctx $T1_CTX (512: attention is cheap there, so several
 #                     times the tokens per hour of 2048), cosine over $T1_STEPS
 #   target, phase 2   ctx 2048 from phase 1's weights (--init, fresh
 #                     optimizer), $T2_STEPS steps: context extension and
 #                     learning-rate cooldown; T1_STEPS=0 trains at 2048 only
-#   draft, phase 1    ctx $D1_CTX, $D1_STEPS steps, distilled from the final
+#   draft, phase 1    ctx $D1_CTX, $D1_STEPS steps, distilled from the phase-2
 #                     target: (1 - KD_ALPHA) * CE + KD_ALPHA * T^2 KL at KD_TEMP
 #                     (the teacher's forward pass is most of the cost)
 #   draft, phase 2    ctx 2048 from phase 1, $D2_STEPS steps, distilled too
-#   on-policy data    tools/train/onpolicy.py: the final target's greedy
+#   on-policy data    tools/train/onpolicy.py: the phase-2 target's greedy
 #                     continuations of $OP_N training-corpus prompts, by
 #                     the engine (bin/specula batch) from its F16 export
 #   draft, phase 3    ctx $D3_CTX from phase 2, $D3_STEPS steps, $OP_FRAC of
@@ -21,6 +21,9 @@
 #                     the target's own output: what greedy acceptance asks
 #                     of the draft), the rest corpus; cosine to 10%: also
 #                     the cooldown phase 2 lacks (its warmup is its length)
+#   then              the target's second pass (phases 3, 4) and the draft's
+#                     phases 4 and 5 on the final target's continuations
+#                     (below, where each is defined)
 #   export + measure  tools/train/export_pair.sh (n_ctx_train 2048, perplexity
 #                     by position, acceptance at k = 1..8)
 #
