@@ -58,7 +58,6 @@ def main():
 
     rows, st = run("unlimited", ["--kv-mem", "1G"])
     bb = st["kv_bytes_total"] / st["blocks_total"]
-    blocks = sum(len(r["tokens"]) for r in rows)  # placeholder, replaced below
     doc_tokens = max(r["prompt_tokens"] for r in rows)
     ws_bytes = n_docs * (doc_tokens // 16) * bb
     kv_mem = int(ws_bytes / 4)
@@ -68,7 +67,6 @@ def main():
     run("with_disk", ["--kv-mem", str(kv_mem), "--kv-disk", os.path.join(tmp, "tier")])
     out["h_ratio_disk_vs_unlimited"] = out["with_disk"]["h_tokens"] / out["unlimited"]["h_tokens"]
     out["h_ratio_ram_only_vs_unlimited"] = out["ram_only"]["h_tokens"] / out["unlimited"]["h_tokens"]
-    del blocks
     shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(out, indent=1))
 

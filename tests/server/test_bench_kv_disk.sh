@@ -5,22 +5,16 @@
 # counters mean what the tables say (the tier brings the working set's hit
 # rate back to unlimited RAM's; the restart is served from disk). They had
 # rotted unnoticed twice (a moved import, documents past -c 512).
-# Prints "RESULT <passed> <failed>".
-set -u
-bin=${SPECULA_BIN:-bin/specula}
+# Prints "RESULT <passed> <failed> <skipped>".
+. "${SPECULA_TESTS_LIB:-tests/lib}/lib.sh"
 model=${SPECULA_MODEL:-models/specula-code-target-f16.gguf}
 py=/usr/bin/python3
-pass=0 fail=0
-ok() { echo "ok $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
 check() { # NAME JSON-FILE PYTHON-ASSERTIONS (d is the object)
     local msg
     if msg=$($py -c "import json, sys
 d = json.load(open(sys.argv[1]))
-$3" "$2" 2>&1); then ok "$1"; else bad "$1" "$(printf '%s' "$msg" | tail -n 1)"; fi
+$3" "$2" 2>&1); then ok "$1"; else fail "$1" "$(printf '%s' "$msg" | tail -n 1)"; fi
 }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 # 16 documents of ~150 tokens, 40 requests: their KV is 4x --kv-mem, which
 # must still hold one 512-position context (the smallest working set)
@@ -31,7 +25,7 @@ for k in ("unlimited", "ram_only", "with_disk"):
 assert d["with_disk"]["disk_hit_tokens"] > 0, "nothing restored from disk"
 assert d["h_ratio_disk_vs_unlimited"] > d["h_ratio_ram_only_vs_unlimited"], "the tier added no hits"'
 else
-    bad working_set "exit status $?: $(tail -n 1 "$tmp/ws.err")"
+    fail working_set "exit status $?: $(tail -n 1 "$tmp/ws.err")"
 fi
 
 # 4 distinct prompts of 20 words x 4 tokens, alternating between two servers
@@ -41,7 +35,7 @@ assert d["tok_s_off"] > 0 and d["tok_s_on"] > 0
 assert d["disk_writes"] > 0, "the tier wrote nothing"
 assert d["cpu_s_on"] > 0 and d["cpu_s_off"] > 0'
 else
-    bad no_reuse "exit status $?: $(tail -n 1 "$tmp/nr.err")"
+    fail no_reuse "exit status $?: $(tail -n 1 "$tmp/nr.err")"
 fi
 
 # a 64-token shared prefix, served from disk after a restart
@@ -51,7 +45,6 @@ assert d["cold"]["cached"] == 0 and d["ram_hit"]["cached"] > 0
 assert d["restart_warm"]["cached_disk"] > 0, "the restart was not served from disk"
 assert d["restored_blocks"] > 0'
 else
-    bad restart_warm "exit status $?: $(tail -n 1 "$tmp/rw.err")"
+    fail restart_warm "exit status $?: $(tail -n 1 "$tmp/rw.err")"
 fi
-echo "RESULT $pass $fail"
-[ "$fail" -eq 0 ]
+finish
