@@ -90,6 +90,34 @@ AI void prefetch_ahead(const void *p, const int bytes) {
         _mm_prefetch(q2 + 64 * l, _MM_HINT_T1);
     }
 }
+
+/* Decode and verification walk each row's K ranges one after another (one
+ * contiguous stream per row) and read all of the tile's converted
+ * activations for every row. Past ~3/4 of L1 (48 KiB) they no longer stay
+ * there beside the weight stream, and every row reads them again from L2:
+ * Q4_K, 8 tokens, k = 5632 took 109 us in cache against 40 us for the same
+ * weights at k = 2048, and streamed on one core 12.8-13.2 ms against
+ * 7.3-7.6 ms walked by range. So such a tile walks each block of 16 rows
+ * range by range instead (a range's activations stay in L1 across the 16
+ * rows): the same sums in the same order (per row, range after range), so
+ * the results do not change, bit for bit. Below the limit the row walk
+ * stays: one contiguous stream is what decode's prefetch wants, and a
+ * single token (NT, a constant in every tile) never takes the other walk,
+ * so decode's code is what it was. */
+#define SP_X_L1_MAX (36 * 1024)
+AI int walk_by_range(int nq, const int NT, size_t xss) { return NT > 1 && nq > 1 && (size_t)NT * xss > SP_X_L1_MAX; }
+
+/* prefetch_ahead for the walk by range over blocks of 16 rows of stride
+ * ws: to L1 the same place in the next row, to L2 the same place in the
+ * next block of 16 rows (read after this block). */
+AI void prefetch_rows(const void *p, const int bytes, size_t ws) {
+    const char *q1 = (const char *)p + ws, *q2 = (const char *)p + 16 * ws;
+    _Pragma("GCC unroll 16")
+    for (int l = 0; l < (bytes + 63) / 64; l++) {
+        _mm_prefetch(q1 + 64 * l, _MM_HINT_T0);
+        _mm_prefetch(q2 + 64 * l, _MM_HINT_T1);
+    }
+}
 #define GROUP_BYTES_Q8 640 /* Q8_0, Q4_0, Q4_K scratch group */
 #define GROUP_BYTES_Q6 384
 
@@ -492,6 +520,18 @@ AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss,
  * and a horizontal sum per row and token was ~10% of a decode. The order
  * is fixed per row, whatever the batch. */
 #define QTILE(NAME, GROUP)                                                                            \
+    /* one row's groups [g0, g1) -> F[t]; PF_WS: 0, or the row stride of a walk by range */           \
+    AI void NAME##_row(const uint8_t *wr, int64_t nb, int64_t g0, int64_t g1, const uint8_t *xs,      \
+                       size_t xss, const int NT, size_t pf_ws, __m512 F[8]) {                         \
+        _Pragma("GCC unroll 16")                                                                      \
+        for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();                                      \
+        for (int64_t g = g0; g < g1; g++) {                                                           \
+            __m512i W[8];                                                                             \
+            __m512 S;                                                                                 \
+            GROUP(wr, nb, g, W, &S, pf_ws);                                                           \
+            qdot_tokens(W, S, xs, xss, NT, g, F);                                                     \
+        }                                                                                             \
+    }                                                                                                 \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,         \
                       const int NT, int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y,          \
                       int64_t ldy, int acc) {                                                         \
@@ -499,21 +539,29 @@ AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss,
         const int nq = (int)((k1 - k0 + kc - 1) / kc);                                                \
         SP_ASSERT(nq <= SP_MM_KC_RANGES);                                                             \
         float fb[SP_MM_KC_RANGES][8][16][16] __attribute__((aligned(64)));                            \
+        if (walk_by_range(nq, NT, xss)) {                                                             \
+            for (int64_t rb = 0; rb < nr; rb += 16) {                                                 \
+                const int n = (int)SP_MIN((int64_t)16, nr - rb);                                      \
+                for (int q = 0; q < nq; q++) {                                                        \
+                    const int64_t ka = k0 + q * kc;                                                   \
+                    for (int rr = 0; rr < n; rr++) {                                                  \
+                        __m512 F[8];                                                                  \
+                        NAME##_row(w + (rb + rr) * ws, nb, ka / 512, (SP_MIN(k1, ka + kc) + 511) / 512, \
+                                   xs, xss, NT, ws, F);                                               \
+                        _Pragma("GCC unroll 16")                                                      \
+                        for (int t = 0; t < NT; t++) _mm512_store_ps(fb[q][t][rr], F[t]);             \
+                    }                                                                                 \
+                }                                                                                     \
+                rows16_store(fb, nq, NT, y, ldy, rb, acc, n);                                         \
+            }                                                                                         \
+            return;                                                                                   \
+        }                                                                                             \
         for (int64_t r = 0; r < nr; r++) {                                                            \
-            const uint8_t *wr = w + r * ws;                                                           \
             const int rr = (int)(r & 15);                                                             \
             for (int q = 0; q < nq; q++) {                                                            \
                 const int64_t ka = k0 + q * kc;                                                       \
-                const int64_t g0 = ka / 512, g1 = (SP_MIN(k1, ka + kc) + 511) / 512;                  \
                 __m512 F[8];                                                                          \
-                _Pragma("GCC unroll 16")                                                              \
-                for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();                              \
-                for (int64_t g = g0; g < g1; g++) {                                                   \
-                    __m512i W[8];                                                                     \
-                    __m512 S;                                                                         \
-                    GROUP(wr, nb, g, W, &S);                                                          \
-                    qdot_tokens(W, S, xs, xss, NT, g, F);                                             \
-                }                                                                                     \
+                NAME##_row(w + r * ws, nb, ka / 512, (SP_MIN(k1, ka + kc) + 511) / 512, xs, xss, NT, 0, F); \
                 _Pragma("GCC unroll 16")                                                              \
                 for (int t = 0; t < NT; t++) _mm512_store_ps(fb[q][t][rr], F[t]);                     \
             }                                                                                         \
@@ -525,10 +573,11 @@ AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss,
 /* Group g of a row of GGUF blocks: REPACK(blocks, W, &S) for a full group,
  * on a zero-padded copy for the last, partial one. */
 #define GGUF_GROUP(NAME, BT, REPACK)                                                                  \
-    AI void NAME(const uint8_t *row, int64_t nb, int64_t g, __m512i W[8], __m512 *S) {                \
+    AI void NAME(const uint8_t *row, int64_t nb, int64_t g, __m512i W[8], __m512 *S, size_t pf_ws) {  \
         const BT *wr = (const BT *)row;                                                               \
         if (16 * g + 16 <= nb) {                                                                      \
-            prefetch_ahead(wr + 16 * g, 16 * sizeof(BT));                                             \
+            if (pf_ws) prefetch_rows(wr + 16 * g, 16 * sizeof(BT), pf_ws);                            \
+            else prefetch_ahead(wr + 16 * g, 16 * sizeof(BT));                                        \
             REPACK(wr + 16 * g, W, S);                                                                \
         } else {                                                                                      \
             BT tmp[16];                                                                               \
@@ -571,9 +620,10 @@ AI void load_q4_0p(const uint8_t *p, __m512i W[8], __m512 *S) {
 
 /* Group g of a packed row: every group whole (padded at packing). */
 #define PACKED_GROUP(NAME, GB, LOAD)                                                                  \
-    AI void NAME(const uint8_t *row, int64_t nb, int64_t g, __m512i W[8], __m512 *S) {                \
+    AI void NAME(const uint8_t *row, int64_t nb, int64_t g, __m512i W[8], __m512 *S, size_t pf_ws) {  \
         (void)nb;                                                                                     \
-        prefetch_ahead(row + g * GB, GB);                                                             \
+        if (pf_ws) prefetch_rows(row + g * GB, GB, pf_ws);                                            \
+        else prefetch_ahead(row + g * GB, GB);                                                        \
         LOAD(row + g * GB, W, S);                                                                     \
     }
 
@@ -677,6 +727,41 @@ AI void load_q4_Kp(const uint8_t *p, __m512i W[8], __m512 *S, __m512 *M) {
         NAME##_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 1);                        \
     }
 
+/* One row's groups [g0, g1) of Q4_K (packed or the file's) for the NT
+ * tokens of a tile -> F[t]; BY_RANGE: the prefetch of a walk by range. */
+AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0, int64_t g1, const uint8_t *xs,
+                 size_t xss, const int NT, const int PACKED, const int BY_RANGE, __m512 F[8]) {
+    const sp_block_q4_K *wr = (const sp_block_q4_K *)(w + r * ws);
+    _Pragma("GCC unroll 16")
+    for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();
+    for (int64_t g = g0; g < g1; g++) {
+        __m512i W[8];
+        __m512 S, M;
+        if (PACKED) {
+            const uint8_t *gp = w + r * ws + g * PACKED_GB_Q4_K;
+            if (BY_RANGE) prefetch_rows(gp, PACKED_GB_Q4_K, ws);
+            else prefetch_ahead(gp, PACKED_GB_Q4_K);
+            load_q4_Kp(gp, W, &S, &M);
+        } else if (2 * g + 2 <= nsb) {
+            if (BY_RANGE) prefetch_rows(wr + 2 * g, 2 * sizeof(sp_block_q4_K), ws);
+            else prefetch_ahead(wr + 2 * g, 2 * sizeof(sp_block_q4_K));
+            repack_q4_K(wr + 2 * g, W, &S, &M);
+        } else { /* odd number of super-blocks: pad with a zero one */
+            sp_block_q4_K tmp[2];
+            memset(&tmp[1], 0, sizeof tmp[1]);
+            tmp[0] = wr[2 * g];
+            repack_q4_K(tmp, W, &S, &M);
+        }
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;
+            const __m512i I = NT >= 3 ? dot8_1(W, xg) : dot8(W, xg, _mm512_setzero_si512());
+            F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 512)), F[t]);
+            F[t] = _mm512_fnmadd_ps(M, _mm512_load_ps(xg + 576), F[t]);
+        }
+    }
+}
+
 AI void q4_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
                     int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc, const int PACKED) {
     const int64_t nsb = k / SP_QK_K;
@@ -685,82 +770,91 @@ AI void q4_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, 
     /* per-row accumulators of the last 16 rows, per K range, summed 16 rows
      * at a time; a row's ranges reach y in order (the first writes it) */
     float fb[SP_MM_KC_RANGES][8][16][16] __attribute__((aligned(64)));
-    for (int64_t r = 0; r < nr; r++) {
-        const sp_block_q4_K *wr = (const sp_block_q4_K *)(w + r * ws);
-        const int rr = (int)(r & 15);
-        for (int q = 0; q < nq; q++) {
-            const int64_t ka = k0 + q * kc, g0 = ka / 512, g1 = (SP_MIN(k1, ka + kc) + 511) / 512;
-            __m512 F[8];
-            _Pragma("GCC unroll 16")
-            for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();
-            for (int64_t g = g0; g < g1; g++) {
-                __m512i W[8];
-                __m512 S, M;
-                if (PACKED) {
-                    const uint8_t *gp = w + r * ws + g * PACKED_GB_Q4_K;
-                    prefetch_ahead(gp, PACKED_GB_Q4_K);
-                    load_q4_Kp(gp, W, &S, &M);
-                } else if (2 * g + 2 <= nsb) {
-                    prefetch_ahead(wr + 2 * g, 2 * sizeof(sp_block_q4_K));
-                    repack_q4_K(wr + 2 * g, W, &S, &M);
-                } else { /* odd number of super-blocks: pad with a zero one */
-                    sp_block_q4_K tmp[2];
-                    memset(&tmp[1], 0, sizeof tmp[1]);
-                    tmp[0] = wr[2 * g];
-                    repack_q4_K(tmp, W, &S, &M);
-                }
-                _Pragma("GCC unroll 16")
-                for (int t = 0; t < NT; t++) {
-                    const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;
-                    const __m512i I = NT >= 3 ? dot8_1(W, xg) : dot8(W, xg, _mm512_setzero_si512());
-                    F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 512)), F[t]);
-                    F[t] = _mm512_fnmadd_ps(M, _mm512_load_ps(xg + 576), F[t]);
+#define Q4K_RANGE(q) \
+    const int64_t ka = k0 + (q) * kc, g0 = ka / 512, g1 = (SP_MIN(k1, ka + kc) + 511) / 512
+    if (walk_by_range(nq, NT, xss)) {
+        for (int64_t rb = 0; rb < nr; rb += 16) {
+            const int n = (int)SP_MIN((int64_t)16, nr - rb);
+            for (int q = 0; q < nq; q++) {
+                Q4K_RANGE(q);
+                for (int rr = 0; rr < n; rr++) {
+                    __m512 F[8];
+                    q4_K_row(w, ws, rb + rr, nsb, g0, g1, xs, xss, NT, PACKED, 1, F);
+                    _Pragma("GCC unroll 16")
+                    for (int t = 0; t < NT; t++) _mm512_store_ps(fb[q][t][rr], F[t]);
                 }
             }
+            rows16_store(fb, nq, NT, y, ldy, rb, acc, n);
+        }
+        return;
+    }
+    for (int64_t r = 0; r < nr; r++) {
+        const int rr = (int)(r & 15);
+        for (int q = 0; q < nq; q++) {
+            Q4K_RANGE(q);
+            __m512 F[8];
+            q4_K_row(w, ws, r, nsb, g0, g1, xs, xss, NT, PACKED, 0, F);
             _Pragma("GCC unroll 16")
             for (int t = 0; t < NT; t++) _mm512_store_ps(fb[q][t][rr], F[t]);
         }
         if (rr == 15) rows16_store(fb, nq, NT, y, ldy, r - 15, acc, 16);
     }
     if (nr & 15) rows16_store(fb, nq, NT, y, ldy, nr - (nr & 15), acc, (int)(nr & 15));
+#undef Q4K_RANGE
 }
 
 ANY_NT_WRAPPERS(q4_K)
 
+/* One row's super-blocks [g0, g1) of Q6_K for the NT tokens of a tile,
+ * summed into y (written when !acc); BY_RANGE as q4_K_row. */
+AI void q6_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t g0, int64_t g1, const uint8_t *xs, size_t xss,
+                 const int NT, const int PACKED, const int BY_RANGE, float *y, int64_t ldy, int acc) {
+    const sp_block_q6_K *wr = (const sp_block_q6_K *)(w + r * ws);
+    __m512 F[8];
+    _Pragma("GCC unroll 16")
+    for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();
+    for (int64_t g = g0; g < g1; g++) {
+        __m512i W[4];
+        __m512 S;
+        if (PACKED) {
+            const uint8_t *gp = w + r * ws + g * PACKED_GB_Q6_K;
+            if (BY_RANGE) prefetch_rows(gp, PACKED_GB_Q6_K, ws);
+            else prefetch_ahead(gp, PACKED_GB_Q6_K);
+            load_q6_Kp(gp, W, &S);
+        } else {
+            if (BY_RANGE) prefetch_rows(wr + g, sizeof(sp_block_q6_K), ws);
+            else prefetch_ahead(wr + g, sizeof(sp_block_q6_K));
+            repack_q6_K(wr + g, W, &S);
+        }
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q6;
+            const __m512i I = _mm512_add_epi32(
+                _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_load_si512(xg + 256), W[0], _mm512_load_si512(xg)),
+                                    W[1], _mm512_load_si512(xg + 64)),
+                _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), W[2], _mm512_load_si512(xg + 128)),
+                                    W[3], _mm512_load_si512(xg + 192)));
+            F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 320)), F[t]);
+        }
+    }
+    store_row(y, ldy, r, NT, F, acc);
+}
+
 AI void q6_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
                     int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc, const int PACKED) {
     (void)k;
-    for (int64_t r = 0; r < nr; r++)
-    for (int64_t ka = k0; ka < k1; ka += kc) {
-        const sp_block_q6_K *wr = (const sp_block_q6_K *)(w + r * ws);
-        const int64_t g0 = ka / SP_QK_K, g1 = SP_MIN(k1, ka + kc) / SP_QK_K;
-        __m512 F[8];
-        _Pragma("GCC unroll 16")
-        for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();
-        for (int64_t g = g0; g < g1; g++) {
-            __m512i W[4];
-            __m512 S;
-            if (PACKED) {
-                const uint8_t *gp = w + r * ws + g * PACKED_GB_Q6_K;
-                prefetch_ahead(gp, PACKED_GB_Q6_K);
-                load_q6_Kp(gp, W, &S);
-            } else {
-                prefetch_ahead(wr + g, sizeof(sp_block_q6_K));
-                repack_q6_K(wr + g, W, &S);
-            }
-            _Pragma("GCC unroll 16")
-            for (int t = 0; t < NT; t++) {
-                const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q6;
-                const __m512i I = _mm512_add_epi32(
-                    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_load_si512(xg + 256), W[0], _mm512_load_si512(xg)),
-                                        W[1], _mm512_load_si512(xg + 64)),
-                    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), W[2], _mm512_load_si512(xg + 128)),
-                                        W[3], _mm512_load_si512(xg + 192)));
-                F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 320)), F[t]);
-            }
-        }
-        store_row(y, ldy, r, NT, F, acc || ka > k0);
+    if (walk_by_range((int)((k1 - k0 + kc - 1) / kc), NT, xss)) {
+        for (int64_t rb = 0; rb < nr; rb += 16)
+            for (int64_t ka = k0; ka < k1; ka += kc)
+                for (int64_t r = rb; r < SP_MIN(nr, rb + 16); r++)
+                    q6_K_row(w, ws, r, ka / SP_QK_K, SP_MIN(k1, ka + kc) / SP_QK_K, xs, xss, NT, PACKED, 1, y, ldy,
+                             acc || ka > k0);
+        return;
     }
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t ka = k0; ka < k1; ka += kc)
+            q6_K_row(w, ws, r, ka / SP_QK_K, SP_MIN(k1, ka + kc) / SP_QK_K, xs, xss, NT, PACKED, 0, y, ldy,
+                     acc || ka > k0);
 }
 
 ANY_NT_WRAPPERS(q6_K)

@@ -408,6 +408,10 @@ static void matmul_case(sp_type t) {
     const struct { int64_t n_rows, k, n_tok, ldy_extra; } shapes[] = {
         {1, kA, 1, 0}, {13, kB, 2, 3}, {71, kC, 3, 0}, {33, kB, 5, 1}, {16, kC, 8, 0},
         {37, kA, 17, 0}, {130, kB, 64, 2}, {260, kC, 1, 0}, {24, kD, 12, 0}, {9, kD, 6, 0}, {5, kE, 3, 0}, {3, kE, 9, 1},
+        /* this one and {9, kD, 6}: the avx512 level walks them by K range, 16
+         * rows at a time (their converted activations pass its 36 KiB limit),
+         * here in blocks of 16 and a partial one, in two regions with 2 threads */
+        {88, kD, 8, 1},
     };
     sp_pool *pools[3] = {NULL, sp_pool_create(2), sp_pool_create(3)};
     CHECK(pools[1] && pools[2], "pool create");
