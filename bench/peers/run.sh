@@ -236,8 +236,8 @@ echo
     python3 bench/peers/peers.py summary "$out/results.tsv" "$out/summary.json"
     for e in llama ik; do
         [ -s "$out/meta/$e.txt" ] || continue
-        bin=$LLAMA_BENCH
-        [ "$e" = ik ] && bin=$IK_BENCH
+        bin=${LLAMA_BENCH:-}   # either peer may be unset (set -u)
+        [ "$e" = ik ] && bin=${IK_BENCH:-}
         echo
         echo "$e: $bin, build_commit $(sed -n 's/.*"build_commit": "\([^"]*\)".*/\1/p' "$out/meta/$e.txt" | head -n 1)" \
             "(llama-bench's own field: \"unknown\" when built outside a git checkout)"
