@@ -38,10 +38,16 @@
  * cycles at 2.3 GHz; bench/kernels/kbench.c has the whole-model numbers):
  *   Q8_0: ~35-50 to unpack + ~11 per token;  Q4_K: ~20 + ~5.7 per token
  *   (k = 2048: 25.5 at 1 token, 48 at 5; dpbusd, 8 per token and group,
- *   issue on port 0 only, so a token costs at least 8 core cycles).
+ *   issue on port 0 only there, so a token costs at least 8 core cycles).
  * A core streams ~12.5 GB/s from memory, i.e. ~100 cycles per 544 bytes of
  * Q8_0 and ~53 per 288 bytes of Q4_K, so decode is memory-bound and a few
  * extra tokens cost little: the point of the layout.
+ * On AMD Zen 5 (family 26, ~3.5 GHz) dpbusd issues 2 per cycle with a
+ * latency of ~4, even with its activations as memory operands and 5 chains
+ * 8 deep (40 of them in 21 cycles, hand-written loop); the same loop with
+ * the Q4_K unpack and the per-token float steps takes 30, the packed Q4_K
+ * tile ~47 at 5 tokens (`bin/tilebench q4_K 5`: 27 us for 512 x 2048), and
+ * one core streams ~39 GB/s (README, "Issue 20, fourth round").
  *
  * Load-time repacking (sp_matmul_pack; model.c repack_weights): Q8_0, Q4_0,
  * Q4_K and Q6_K rows are packed once into what the transposes above make of
