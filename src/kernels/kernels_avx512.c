@@ -102,8 +102,8 @@ AI void prefetch_ahead(const void *p, const int bytes) {
  * activations for every row. Past ~3/4 of L1 (48 KiB) they no longer stay
  * there beside the weight stream, and every row reads them again from L2:
  * Q4_K, 8 tokens, k = 5632 took 109 us in cache against 40 us for the same
- * weights at k = 2048, and streamed on one core 12.8-13.2 ms against
- * 7.3-7.6 ms walked by range. So such a tile walks each block of 16 rows
+ * weights at k = 2048, and streamed on one core 12.6-13.2 ms against
+ * 7.3-7.7 ms walked by range. So such a tile walks each block of 16 rows
  * range by range instead (a range's activations stay in L1 across the 16
  * rows): the same sums in the same order (per row, range after range), so
  * the results do not change, bit for bit. Below the limit the row walk
@@ -526,7 +526,7 @@ AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss,
  * and a horizontal sum per row and token was ~10% of a decode. The order
  * is fixed per row, whatever the batch. */
 #define QTILE(NAME, GROUP)                                                                            \
-    /* one row's groups [g0, g1) -> F[t]; PF_WS: 0, or the row stride of a walk by range */           \
+    /* one row's groups [g0, g1) -> F[t]; pf_ws: 0, or the row stride of a walk by range */           \
     AI void NAME##_row(const uint8_t *wr, int64_t nb, int64_t g0, int64_t g1, const uint8_t *xs,      \
                        size_t xss, const int NT, size_t pf_ws, __m512 F[8]) {                         \
         _Pragma("GCC unroll 16")                                                                      \
