@@ -113,11 +113,16 @@ AI void prefetch_ahead(const void *p, const int bytes) {
 #define SP_X_L1_MAX (36 * 1024)
 AI int walk_by_range(int nq, const int NT, size_t xss) { return NT > 1 && nq > 1 && (size_t)NT * xss > SP_X_L1_MAX; }
 
-/* prefetch_ahead for the walk by range over blocks of 16 rows of stride
- * ws: to L1 the same place in the next row, to L2 the same place in the
- * next block of 16 rows (read after this block). */
-AI void prefetch_rows(const void *p, const int bytes, size_t ws) {
-    const char *q1 = (const char *)p + ws, *q2 = (const char *)p + 16 * ws;
+/* The prefetch of a group at p: prefetch_ahead for the row walk (pf_ws 0);
+ * for the walk by range over blocks of 16 rows of stride pf_ws, to L1 the
+ * same place in the next row, to L2 the same place in the next block of 16
+ * rows (read after this block). */
+AI void prefetch_group(const void *p, const int bytes, size_t pf_ws) {
+    if (!pf_ws) {
+        prefetch_ahead(p, bytes);
+        return;
+    }
+    const char *q1 = (const char *)p + pf_ws, *q2 = (const char *)p + 16 * pf_ws;
     _Pragma("GCC unroll 16")
     for (int l = 0; l < (bytes + 63) / 64; l++) {
         _mm_prefetch(q1 + 64 * l, _MM_HINT_T0);
@@ -582,8 +587,7 @@ AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss,
     AI void NAME(const uint8_t *row, int64_t nb, int64_t g, __m512i W[8], __m512 *S, size_t pf_ws) {  \
         const BT *wr = (const BT *)row;                                                               \
         if (16 * g + 16 <= nb) {                                                                      \
-            if (pf_ws) prefetch_rows(wr + 16 * g, 16 * sizeof(BT), pf_ws);                            \
-            else prefetch_ahead(wr + 16 * g, 16 * sizeof(BT));                                        \
+            prefetch_group(wr + 16 * g, 16 * sizeof(BT), pf_ws);                                      \
             REPACK(wr + 16 * g, W, S);                                                                \
         } else {                                                                                      \
             BT tmp[16];                                                                               \
@@ -628,8 +632,7 @@ AI void load_q4_0p(const uint8_t *p, __m512i W[8], __m512 *S) {
 #define PACKED_GROUP(NAME, GB, LOAD)                                                                  \
     AI void NAME(const uint8_t *row, int64_t nb, int64_t g, __m512i W[8], __m512 *S, size_t pf_ws) {  \
         (void)nb;                                                                                     \
-        if (pf_ws) prefetch_rows(row + g * GB, GB, pf_ws);                                            \
-        else prefetch_ahead(row + g * GB, GB);                                                        \
+        prefetch_group(row + g * GB, GB, pf_ws);                                                      \
         LOAD(row + g * GB, W, S);                                                                     \
     }
 
@@ -745,12 +748,10 @@ AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0
         __m512 S, M;
         if (PACKED) {
             const uint8_t *gp = w + r * ws + g * PACKED_GB_Q4_K;
-            if (BY_RANGE) prefetch_rows(gp, PACKED_GB_Q4_K, ws);
-            else prefetch_ahead(gp, PACKED_GB_Q4_K);
+            prefetch_group(gp, PACKED_GB_Q4_K, BY_RANGE ? ws : 0);
             load_q4_Kp(gp, W, &S, &M);
         } else if (2 * g + 2 <= nsb) {
-            if (BY_RANGE) prefetch_rows(wr + 2 * g, 2 * sizeof(sp_block_q4_K), ws);
-            else prefetch_ahead(wr + 2 * g, 2 * sizeof(sp_block_q4_K));
+            prefetch_group(wr + 2 * g, 2 * sizeof(sp_block_q4_K), BY_RANGE ? ws : 0);
             repack_q4_K(wr + 2 * g, W, &S, &M);
         } else { /* odd number of super-blocks: pad with a zero one */
             sp_block_q4_K tmp[2];
@@ -824,12 +825,10 @@ AI void q6_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t g0, int64_t g1,
         __m512 S;
         if (PACKED) {
             const uint8_t *gp = w + r * ws + g * PACKED_GB_Q6_K;
-            if (BY_RANGE) prefetch_rows(gp, PACKED_GB_Q6_K, ws);
-            else prefetch_ahead(gp, PACKED_GB_Q6_K);
+            prefetch_group(gp, PACKED_GB_Q6_K, BY_RANGE ? ws : 0);
             load_q6_Kp(gp, W, &S);
         } else {
-            if (BY_RANGE) prefetch_rows(wr + g, sizeof(sp_block_q6_K), ws);
-            else prefetch_ahead(wr + g, sizeof(sp_block_q6_K));
+            prefetch_group(wr + g, sizeof(sp_block_q6_K), BY_RANGE ? ws : 0);
             repack_q6_K(wr + g, W, &S);
         }
         _Pragma("GCC unroll 16")
