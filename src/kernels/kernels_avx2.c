@@ -699,15 +699,15 @@ static void conv_bf16(const float *x, int64_t k, void *vxs) {
 static void conv_q8_0(const float *x, int64_t k, void *xs) { quantize_q8_0_avx2(x, xs, k); }
 static void conv_q8_K(const float *x, int64_t k, void *xs) { quantize_q8_K_avx2(x, xs, k); }
 
-static const sp_mm_kernel mm_f32 = {8, 32, NULL, 4, conv_f32, f32_tile, 1, NULL};
-static const sp_mm_kernel mm_f16 = {8, 32, NULL, 4, conv_f16, f16_tile, 1, NULL};
-static const sp_mm_kernel mm_bf16 = {8, 32, NULL, 4, conv_bf16, bf16_tile, 1, NULL};
-static const sp_mm_kernel mm_q8_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q8_0_tile, 1, NULL};
-static const sp_mm_kernel mm_q4_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q4_0_tile, 1, NULL};
-static const sp_mm_kernel mm_q4_0r8 = {32, sizeof(sp_block_q8_0), NULL, 4, conv_q8_0, q4_0r8_tile, 1, NULL};
-static const sp_mm_kernel mm_q4_0p8 = {32, Q4_0R8_XBLOCK, NULL, 4, conv_q4_0p8, q4_0p8_tile, 1, NULL};
-static const sp_mm_kernel mm_q4_K = {256, sizeof(sp_block_q8_K), NULL, 8, conv_q8_K, q4_K_tile, 1, NULL};
-static const sp_mm_kernel mm_q6_K = {256, sizeof(sp_block_q8_K), NULL, 8, conv_q8_K, q6_K_tile, 1, NULL};
+static const sp_mm_kernel mm_f32 = {8, 32, NULL, 4, conv_f32, f32_tile, 1, NULL, NULL};
+static const sp_mm_kernel mm_f16 = {8, 32, NULL, 4, conv_f16, f16_tile, 1, NULL, NULL};
+static const sp_mm_kernel mm_bf16 = {8, 32, NULL, 4, conv_bf16, bf16_tile, 1, NULL, NULL};
+static const sp_mm_kernel mm_q8_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q8_0_tile, 1, NULL, NULL};
+static const sp_mm_kernel mm_q4_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q4_0_tile, 1, NULL, NULL};
+static const sp_mm_kernel mm_q4_0r8 = {32, sizeof(sp_block_q8_0), NULL, 4, conv_q8_0, q4_0r8_tile, 1, NULL, NULL};
+static const sp_mm_kernel mm_q4_0p8 = {32, Q4_0R8_XBLOCK, NULL, 4, conv_q4_0p8, q4_0p8_tile, 1, NULL, NULL};
+static const sp_mm_kernel mm_q4_K = {256, sizeof(sp_block_q8_K), NULL, 8, conv_q8_K, q4_K_tile, 1, NULL, NULL};
+static const sp_mm_kernel mm_q6_K = {256, sizeof(sp_block_q8_K), NULL, 8, conv_q8_K, q6_K_tile, 1, NULL, NULL};
 
 /* exported for the avx512 level, which reuses them */
 void sp_avx2_quantize_q8_0(const float *x, void *y, int64_t k) { quantize_q8_0_avx2(x, y, k); }

@@ -116,8 +116,10 @@ AI int walk_by_range(int nq, const int NT, size_t xss) { return NT > 1 && nq > 1
 /* The prefetch of a group at p: prefetch_ahead for the row walk (pf_ws 0);
  * for the walk by range over blocks of 16 rows of stride pf_ws, to L1 the
  * same place in the next row, to L2 the same place in the next block of 16
- * rows (read after this block). */
+ * rows (read after this block); none for SP_PF_NONE (weights in cache). */
+#define SP_PF_NONE ((size_t)1) /* pf_ws: no prefetch (tile_warm) */
 AI void prefetch_group(const void *p, const int bytes, size_t pf_ws) {
+    if (pf_ws == SP_PF_NONE) return;
     if (!pf_ws) {
         prefetch_ahead(p, bytes);
         return;
@@ -545,7 +547,7 @@ AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss,
     }                                                                                                 \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,         \
                       const int NT, int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y,          \
-                      int64_t ldy, int acc) {                                                         \
+                      int64_t ldy, int acc, const int WARM) {                                         \
         const int64_t nb = k / 32;                                                                    \
         const int nq = (int)((k1 - k0 + kc - 1) / kc);                                                \
         SP_ASSERT(nq <= SP_MM_KC_RANGES);                                                             \
@@ -572,7 +574,8 @@ AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss,
             for (int q = 0; q < nq; q++) {                                                            \
                 const int64_t ka = k0 + q * kc;                                                       \
                 __m512 F[8];                                                                          \
-                NAME##_row(w + r * ws, nb, ka / 512, (SP_MIN(k1, ka + kc) + 511) / 512, xs, xss, NT, 0, F); \
+                NAME##_row(w + r * ws, nb, ka / 512, (SP_MIN(k1, ka + kc) + 511) / 512, xs, xss, NT,      \
+                           WARM ? SP_PF_NONE : 0, F);                                                 \
                 _Pragma("GCC unroll 16")                                                              \
                 for (int t = 0; t < NT; t++) _mm512_store_ps(fb[q][t][rr], F[t]);                     \
             }                                                                                         \
@@ -727,19 +730,19 @@ AI void load_q4_Kp(const uint8_t *p, __m512i W[8], __m512 *S, __m512 *M) {
 #define ANY_NT_WRAPPERS(NAME)                                                                        \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,        \
                       const int NT, int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y,         \
-                      int64_t ldy, int acc) {                                                        \
-        NAME##_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 0);                        \
+                      int64_t ldy, int acc, const int WARM) {                                        \
+        NAME##_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 0, WARM);                  \
     }                                                                                                \
     AI void NAME##p_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,       \
                        const int NT, int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y,        \
-                       int64_t ldy, int acc) {                                                       \
-        NAME##_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 1);                        \
+                       int64_t ldy, int acc, const int WARM) {                                       \
+        NAME##_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 1, WARM);                  \
     }
 
 /* One row's groups [g0, g1) of Q4_K (packed or the file's) for the NT
- * tokens of a tile -> F[t]; BY_RANGE: the prefetch of a walk by range. */
+ * tokens of a tile -> F[t]; PF: the prefetch (prefetch_group's pf_ws). */
 AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0, int64_t g1, const uint8_t *xs,
-                 size_t xss, const int NT, const int PACKED, const int BY_RANGE, __m512 F[8]) {
+                 size_t xss, const int NT, const int PACKED, size_t PF, __m512 F[8]) {
     const sp_block_q4_K *wr = (const sp_block_q4_K *)(w + r * ws);
     _Pragma("GCC unroll 16")
     for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();
@@ -748,10 +751,10 @@ AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0
         __m512 S, M;
         if (PACKED) {
             const uint8_t *gp = w + r * ws + g * PACKED_GB_Q4_K;
-            prefetch_group(gp, PACKED_GB_Q4_K, BY_RANGE ? ws : 0);
+            prefetch_group(gp, PACKED_GB_Q4_K, PF);
             load_q4_Kp(gp, W, &S, &M);
         } else if (2 * g + 2 <= nsb) {
-            prefetch_group(wr + 2 * g, 2 * sizeof(sp_block_q4_K), BY_RANGE ? ws : 0);
+            prefetch_group(wr + 2 * g, 2 * sizeof(sp_block_q4_K), PF);
             repack_q4_K(wr + 2 * g, W, &S, &M);
         } else { /* odd number of super-blocks: pad with a zero one */
             sp_block_q4_K tmp[2];
@@ -770,7 +773,8 @@ AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0
 }
 
 AI void q4_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
-                    int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc, const int PACKED) {
+                    int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc, const int PACKED,
+                    const int WARM) {
     const int64_t nsb = k / SP_QK_K;
     const int nq = (int)((k1 - k0 + kc - 1) / kc);
     SP_ASSERT(nq <= SP_MM_KC_RANGES);
@@ -786,7 +790,7 @@ AI void q4_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, 
                 Q4K_RANGE(q);
                 for (int rr = 0; rr < n; rr++) {
                     __m512 F[8];
-                    q4_K_row(w, ws, rb + rr, nsb, g0, g1, xs, xss, NT, PACKED, 1, F);
+                    q4_K_row(w, ws, rb + rr, nsb, g0, g1, xs, xss, NT, PACKED, ws, F);
                     _Pragma("GCC unroll 16")
                     for (int t = 0; t < NT; t++) _mm512_store_ps(fb[q][t][rr], F[t]);
                 }
@@ -800,7 +804,7 @@ AI void q4_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, 
         for (int q = 0; q < nq; q++) {
             Q4K_RANGE(q);
             __m512 F[8];
-            q4_K_row(w, ws, r, nsb, g0, g1, xs, xss, NT, PACKED, 0, F);
+            q4_K_row(w, ws, r, nsb, g0, g1, xs, xss, NT, PACKED, WARM ? SP_PF_NONE : 0, F);
             _Pragma("GCC unroll 16")
             for (int t = 0; t < NT; t++) _mm512_store_ps(fb[q][t][rr], F[t]);
         }
@@ -813,9 +817,9 @@ AI void q4_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, 
 ANY_NT_WRAPPERS(q4_K)
 
 /* One row's super-blocks [g0, g1) of Q6_K for the NT tokens of a tile,
- * summed into y (written when !acc); BY_RANGE as q4_K_row. */
+ * summed into y (written when !acc); PF as q4_K_row. */
 AI void q6_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t g0, int64_t g1, const uint8_t *xs, size_t xss,
-                 const int NT, const int PACKED, const int BY_RANGE, float *y, int64_t ldy, int acc) {
+                 const int NT, const int PACKED, size_t PF, float *y, int64_t ldy, int acc) {
     const sp_block_q6_K *wr = (const sp_block_q6_K *)(w + r * ws);
     __m512 F[8];
     _Pragma("GCC unroll 16")
@@ -825,10 +829,10 @@ AI void q6_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t g0, int64_t g1,
         __m512 S;
         if (PACKED) {
             const uint8_t *gp = w + r * ws + g * PACKED_GB_Q6_K;
-            prefetch_group(gp, PACKED_GB_Q6_K, BY_RANGE ? ws : 0);
+            prefetch_group(gp, PACKED_GB_Q6_K, PF);
             load_q6_Kp(gp, W, &S);
         } else {
-            prefetch_group(wr + g, sizeof(sp_block_q6_K), BY_RANGE ? ws : 0);
+            prefetch_group(wr + g, sizeof(sp_block_q6_K), PF);
             repack_q6_K(wr + g, W, &S);
         }
         _Pragma("GCC unroll 16")
@@ -846,46 +850,56 @@ AI void q6_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t g0, int64_t g1,
 }
 
 AI void q6_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
-                    int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc, const int PACKED) {
+                    int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc, const int PACKED,
+                    const int WARM) {
     (void)k;
     if (walk_by_range((int)((k1 - k0 + kc - 1) / kc), NT, xss)) {
         for (int64_t rb = 0; rb < nr; rb += 16)
             for (int64_t ka = k0; ka < k1; ka += kc)
                 for (int64_t r = rb; r < SP_MIN(nr, rb + 16); r++)
-                    q6_K_row(w, ws, r, ka / SP_QK_K, SP_MIN(k1, ka + kc) / SP_QK_K, xs, xss, NT, PACKED, 1, y, ldy,
+                    q6_K_row(w, ws, r, ka / SP_QK_K, SP_MIN(k1, ka + kc) / SP_QK_K, xs, xss, NT, PACKED, ws, y, ldy,
                              acc || ka > k0);
         return;
     }
     for (int64_t r = 0; r < nr; r++)
         for (int64_t ka = k0; ka < k1; ka += kc)
-            q6_K_row(w, ws, r, ka / SP_QK_K, SP_MIN(k1, ka + kc) / SP_QK_K, xs, xss, NT, PACKED, 0, y, ldy,
-                     acc || ka > k0);
+            q6_K_row(w, ws, r, ka / SP_QK_K, SP_MIN(k1, ka + kc) / SP_QK_K, xs, xss, NT, PACKED,
+                     WARM ? SP_PF_NONE : 0, y, ldy, acc || ka > k0);
 }
 
 ANY_NT_WRAPPERS(q6_K)
 
-#define NT_CASES(NAME, KC, ACC)                                                                      \
+#define NT_CASES(NAME, KC, ACC, WARM)                                                                \
     switch (nt) {                                                                                    \
-    case 1: NAME##_nt(w, ws, nr, xs, xss, 1, k, k0, k1, KC, y, ldy, ACC); break;                     \
-    case 2: NAME##_nt(w, ws, nr, xs, xss, 2, k, k0, k1, KC, y, ldy, ACC); break;                     \
-    case 3: NAME##_nt(w, ws, nr, xs, xss, 3, k, k0, k1, KC, y, ldy, ACC); break;                     \
-    case 4: NAME##_nt(w, ws, nr, xs, xss, 4, k, k0, k1, KC, y, ldy, ACC); break;                     \
-    case 5: NAME##_nt(w, ws, nr, xs, xss, 5, k, k0, k1, KC, y, ldy, ACC); break;                     \
-    case 6: NAME##_nt(w, ws, nr, xs, xss, 6, k, k0, k1, KC, y, ldy, ACC); break;                     \
-    case 7: NAME##_nt(w, ws, nr, xs, xss, 7, k, k0, k1, KC, y, ldy, ACC); break;                     \
-    default: NAME##_nt(w, ws, nr, xs, xss, 8, k, k0, k1, KC, y, ldy, ACC); break;                    \
+    case 1: NAME##_nt(w, ws, nr, xs, xss, 1, k, k0, k1, KC, y, ldy, ACC, WARM); break;               \
+    case 2: NAME##_nt(w, ws, nr, xs, xss, 2, k, k0, k1, KC, y, ldy, ACC, WARM); break;               \
+    case 3: NAME##_nt(w, ws, nr, xs, xss, 3, k, k0, k1, KC, y, ldy, ACC, WARM); break;               \
+    case 4: NAME##_nt(w, ws, nr, xs, xss, 4, k, k0, k1, KC, y, ldy, ACC, WARM); break;               \
+    case 5: NAME##_nt(w, ws, nr, xs, xss, 5, k, k0, k1, KC, y, ldy, ACC, WARM); break;               \
+    case 6: NAME##_nt(w, ws, nr, xs, xss, 6, k, k0, k1, KC, y, ldy, ACC, WARM); break;               \
+    case 7: NAME##_nt(w, ws, nr, xs, xss, 7, k, k0, k1, KC, y, ldy, ACC, WARM); break;               \
+    default: NAME##_nt(w, ws, nr, xs, xss, 8, k, k0, k1, KC, y, ldy, ACC, WARM); break;              \
     }
-/* tile: one K range; tile_kc: all of K, range by range within each row */
+/* tile: one K range; tile_warm: the same without the prefetch (weights in
+ * cache); tile_kc: all of K, range by range within each row. Prefill's
+ * tiles at 8 tokens are the ones that are warm, so tile_warm has only that
+ * case (any other count takes tile). */
 #define TILE_DISPATCH8(NAME)                                                                         \
     static void NAME##_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,  \
                             int nt, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy,        \
                             int acc) {                                                               \
-        NT_CASES(NAME, k1 - k0, acc)                                                                 \
+        NT_CASES(NAME, k1 - k0, acc, 0)                                                              \
+    }                                                                                                \
+    static void NAME##_tile_warm(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs,         \
+                                 size_t xss, int nt, int64_t k, int64_t k0, int64_t k1, float *y,    \
+                                 int64_t ldy, int acc) {                                             \
+        if (nt == 8) NAME##_nt(w, ws, nr, xs, xss, 8, k, k0, k1, k1 - k0, y, ldy, acc, 1);           \
+        else NAME##_tile(w, ws, nr, xs, xss, nt, k, k0, k1, y, ldy, acc);                            \
     }                                                                                                \
     static void NAME##_tile_kc(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs,           \
                                size_t xss, int nt, int64_t k, int64_t kc, float *y, int64_t ldy) {   \
         const int64_t k0 = 0, k1 = k;                                                                \
-        NT_CASES(NAME, kc, 0)                                                                        \
+        NT_CASES(NAME, kc, 0, 0)                                                                     \
     }
 
 TILE_DISPATCH8(q8_0)
@@ -1104,17 +1118,17 @@ static void quantize_f16_avx512(const float *x, void *vy, int64_t k) {
     }
 }
 
-static const sp_mm_kernel mm_f32 = {16, 64, xrow_unused, 6, conv_x_f32, f32_tile, 1, NULL};
-static const sp_mm_kernel mm_f16 = {16, 64, xrow_unused, 8, conv_x_f16, f16_tile, 0, NULL};
-static const sp_mm_kernel mm_bf16 = {16, 64, xrow_unused, 8, conv_x_bf16, bf16_tile, 0, NULL};
-static const sp_mm_kernel mm_q8_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q8_0, q8_0_tile, 0, q8_0_tile_kc};
-static const sp_mm_kernel mm_q4_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_0, q4_0_tile, 0, q4_0_tile_kc};
-static const sp_mm_kernel mm_q4_K = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_K, q4_K_tile, 0, q4_K_tile_kc};
-static const sp_mm_kernel mm_q8_0p = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q8_0, q8_0p_tile, 0, q8_0p_tile_kc};
-static const sp_mm_kernel mm_q4_0p = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_0, q4_0p_tile, 0, q4_0p_tile_kc};
-static const sp_mm_kernel mm_q4_Kp = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_K, q4_Kp_tile, 0, q4_Kp_tile_kc};
-static const sp_mm_kernel mm_q6_K = {256, GROUP_BYTES_Q6, xrow_unused, 8, conv_x_q6_K, q6_K_tile, 0, q6_K_tile_kc};
-static const sp_mm_kernel mm_q6_Kp = {256, GROUP_BYTES_Q6, xrow_unused, 8, conv_x_q6_K, q6_Kp_tile, 0, q6_Kp_tile_kc};
+static const sp_mm_kernel mm_f32 = {16, 64, xrow_unused, 6, conv_x_f32, f32_tile, 1, NULL, NULL};
+static const sp_mm_kernel mm_f16 = {16, 64, xrow_unused, 8, conv_x_f16, f16_tile, 0, NULL, NULL};
+static const sp_mm_kernel mm_bf16 = {16, 64, xrow_unused, 8, conv_x_bf16, bf16_tile, 0, NULL, NULL};
+static const sp_mm_kernel mm_q8_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q8_0, q8_0_tile, 0, q8_0_tile_kc, q8_0_tile_warm};
+static const sp_mm_kernel mm_q4_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_0, q4_0_tile, 0, q4_0_tile_kc, q4_0_tile_warm};
+static const sp_mm_kernel mm_q4_K = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_K, q4_K_tile, 0, q4_K_tile_kc, q4_K_tile_warm};
+static const sp_mm_kernel mm_q8_0p = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q8_0, q8_0p_tile, 0, q8_0p_tile_kc, q8_0p_tile_warm};
+static const sp_mm_kernel mm_q4_0p = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_0, q4_0p_tile, 0, q4_0p_tile_kc, q4_0p_tile_warm};
+static const sp_mm_kernel mm_q4_Kp = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_K, q4_Kp_tile, 0, q4_Kp_tile_kc, q4_Kp_tile_warm};
+static const sp_mm_kernel mm_q6_K = {256, GROUP_BYTES_Q6, xrow_unused, 8, conv_x_q6_K, q6_K_tile, 0, q6_K_tile_kc, q6_K_tile_warm};
+static const sp_mm_kernel mm_q6_Kp = {256, GROUP_BYTES_Q6, xrow_unused, 8, conv_x_q6_K, q6_Kp_tile, 0, q6_Kp_tile_kc, q6_Kp_tile_warm};
 
 const sp_kernel_ops sp_ops_avx512 = {
     .name = "avx512",

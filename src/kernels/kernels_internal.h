@@ -49,6 +49,12 @@ typedef struct {
      * SP_MM_KC_RANGES ranges; tokens <= max_nt. */
     void (*tile_kc)(const uint8_t *w, size_t w_stride, int64_t nr, const uint8_t *xs, size_t xs_stride,
                     int nt, int64_t k, int64_t kc, float *y, int64_t ldy);
+    /* Optional: tile() for weights the caller has just passed over (prefill's
+     * second and later token tiles over an L2-sized chunk of rows), without
+     * the software prefetch that tile() runs ahead of a weight stream from
+     * memory; the same sums, bit for bit. */
+    void (*tile_warm)(const uint8_t *w, size_t w_stride, int64_t nr, const uint8_t *xs, size_t xs_stride,
+                      int nt, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy, int accumulate);
 } sp_mm_kernel;
 #define SP_MM_KC_RANGES 8
 

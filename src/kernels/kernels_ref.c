@@ -452,7 +452,7 @@ static void vec_dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *vx
                 NAME##_dot(k, &y[t * ldy + r], w + r * w_stride, xs + t * xs_stride);            \
     }                                                                                            \
     static void NAME##_conv(const float *x, int64_t k, void *xs) { QUANT(x, xs, k); }             \
-    static const sp_mm_kernel NAME##_mm = {0, 0, NAME##_xrow, 8, NAME##_conv, NAME##_tile, 0, NULL};
+    static const sp_mm_kernel NAME##_mm = {0, 0, NAME##_xrow, 8, NAME##_conv, NAME##_tile, 0, NULL, NULL};
 
 #define vec_dot_f32_dot vec_dot_f32_ref
 #define vec_dot_f16_dot vec_dot_f16_ref
