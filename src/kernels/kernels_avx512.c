@@ -547,7 +547,7 @@ AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss,
     }                                                                                                 \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,         \
                       const int NT, int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y,          \
-                      int64_t ldy, int acc, const int WARM) {                                         \
+                      int64_t ldy, int acc, const size_t ROW_PF) {                                    \
         const int64_t nb = k / 32;                                                                    \
         const int nq = (int)((k1 - k0 + kc - 1) / kc);                                                \
         SP_ASSERT(nq <= SP_MM_KC_RANGES);                                                             \
@@ -575,7 +575,7 @@ AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss,
                 const int64_t ka = k0 + q * kc;                                                       \
                 __m512 F[8];                                                                          \
                 NAME##_row(w + r * ws, nb, ka / 512, (SP_MIN(k1, ka + kc) + 511) / 512, xs, xss, NT,      \
-                           WARM ? SP_PF_NONE : 0, F);                                                 \
+                           ROW_PF, F);                                                                \
                 _Pragma("GCC unroll 16")                                                              \
                 for (int t = 0; t < NT; t++) _mm512_store_ps(fb[q][t][rr], F[t]);                     \
             }                                                                                         \
@@ -730,19 +730,19 @@ AI void load_q4_Kp(const uint8_t *p, __m512i W[8], __m512 *S, __m512 *M) {
 #define ANY_NT_WRAPPERS(NAME)                                                                        \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,        \
                       const int NT, int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y,         \
-                      int64_t ldy, int acc, const int WARM) {                                        \
-        NAME##_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 0, WARM);                  \
+                      int64_t ldy, int acc, const size_t ROW_PF) {                                   \
+        NAME##_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 0, ROW_PF);                \
     }                                                                                                \
     AI void NAME##p_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,       \
                        const int NT, int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y,        \
-                       int64_t ldy, int acc, const int WARM) {                                       \
-        NAME##_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 1, WARM);                  \
+                       int64_t ldy, int acc, const size_t ROW_PF) {                                  \
+        NAME##_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 1, ROW_PF);                \
     }
 
 /* One row's groups [g0, g1) of Q4_K (packed or the file's) for the NT
- * tokens of a tile -> F[t]; PF: the prefetch (prefetch_group's pf_ws). */
+ * tokens of a tile -> F[t]; pf_ws: prefetch_group's. */
 AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0, int64_t g1, const uint8_t *xs,
-                 size_t xss, const int NT, const int PACKED, size_t PF, __m512 F[8]) {
+                 size_t xss, const int NT, const int PACKED, size_t pf_ws, __m512 F[8]) {
     const sp_block_q4_K *wr = (const sp_block_q4_K *)(w + r * ws);
     _Pragma("GCC unroll 16")
     for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();
@@ -751,10 +751,10 @@ AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0
         __m512 S, M;
         if (PACKED) {
             const uint8_t *gp = w + r * ws + g * PACKED_GB_Q4_K;
-            prefetch_group(gp, PACKED_GB_Q4_K, PF);
+            prefetch_group(gp, PACKED_GB_Q4_K, pf_ws);
             load_q4_Kp(gp, W, &S, &M);
         } else if (2 * g + 2 <= nsb) {
-            prefetch_group(wr + 2 * g, 2 * sizeof(sp_block_q4_K), PF);
+            prefetch_group(wr + 2 * g, 2 * sizeof(sp_block_q4_K), pf_ws);
             repack_q4_K(wr + 2 * g, W, &S, &M);
         } else { /* odd number of super-blocks: pad with a zero one */
             sp_block_q4_K tmp[2];
@@ -774,7 +774,7 @@ AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0
 
 AI void q4_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
                     int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc, const int PACKED,
-                    const int WARM) {
+                    const size_t ROW_PF) {
     const int64_t nsb = k / SP_QK_K;
     const int nq = (int)((k1 - k0 + kc - 1) / kc);
     SP_ASSERT(nq <= SP_MM_KC_RANGES);
@@ -804,7 +804,7 @@ AI void q4_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, 
         for (int q = 0; q < nq; q++) {
             Q4K_RANGE(q);
             __m512 F[8];
-            q4_K_row(w, ws, r, nsb, g0, g1, xs, xss, NT, PACKED, WARM ? SP_PF_NONE : 0, F);
+            q4_K_row(w, ws, r, nsb, g0, g1, xs, xss, NT, PACKED, ROW_PF, F);
             _Pragma("GCC unroll 16")
             for (int t = 0; t < NT; t++) _mm512_store_ps(fb[q][t][rr], F[t]);
         }
@@ -817,9 +817,9 @@ AI void q4_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, 
 ANY_NT_WRAPPERS(q4_K)
 
 /* One row's super-blocks [g0, g1) of Q6_K for the NT tokens of a tile,
- * summed into y (written when !acc); PF as q4_K_row. */
+ * summed into y (written when !acc); pf_ws as q4_K_row. */
 AI void q6_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t g0, int64_t g1, const uint8_t *xs, size_t xss,
-                 const int NT, const int PACKED, size_t PF, float *y, int64_t ldy, int acc) {
+                 const int NT, const int PACKED, size_t pf_ws, float *y, int64_t ldy, int acc) {
     const sp_block_q6_K *wr = (const sp_block_q6_K *)(w + r * ws);
     __m512 F[8];
     _Pragma("GCC unroll 16")
@@ -829,10 +829,10 @@ AI void q6_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t g0, int64_t g1,
         __m512 S;
         if (PACKED) {
             const uint8_t *gp = w + r * ws + g * PACKED_GB_Q6_K;
-            prefetch_group(gp, PACKED_GB_Q6_K, PF);
+            prefetch_group(gp, PACKED_GB_Q6_K, pf_ws);
             load_q6_Kp(gp, W, &S);
         } else {
-            prefetch_group(wr + g, sizeof(sp_block_q6_K), PF);
+            prefetch_group(wr + g, sizeof(sp_block_q6_K), pf_ws);
             repack_q6_K(wr + g, W, &S);
         }
         _Pragma("GCC unroll 16")
@@ -851,7 +851,7 @@ AI void q6_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t g0, int64_t g1,
 
 AI void q6_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
                     int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc, const int PACKED,
-                    const int WARM) {
+                    const size_t ROW_PF) {
     (void)k;
     if (walk_by_range((int)((k1 - k0 + kc - 1) / kc), NT, xss)) {
         for (int64_t rb = 0; rb < nr; rb += 16)
@@ -863,25 +863,26 @@ AI void q6_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, 
     }
     for (int64_t r = 0; r < nr; r++)
         for (int64_t ka = k0; ka < k1; ka += kc)
-            q6_K_row(w, ws, r, ka / SP_QK_K, SP_MIN(k1, ka + kc) / SP_QK_K, xs, xss, NT, PACKED,
-                     WARM ? SP_PF_NONE : 0, y, ldy, acc || ka > k0);
+            q6_K_row(w, ws, r, ka / SP_QK_K, SP_MIN(k1, ka + kc) / SP_QK_K, xs, xss, NT, PACKED, ROW_PF, y,
+                     ldy, acc || ka > k0);
 }
 
 ANY_NT_WRAPPERS(q6_K)
 
-#define NT_CASES(NAME, KC, ACC, WARM)                                                                \
+#define NT_CASES(NAME, KC, ACC, ROW_PF)                                                              \
     switch (nt) {                                                                                    \
-    case 1: NAME##_nt(w, ws, nr, xs, xss, 1, k, k0, k1, KC, y, ldy, ACC, WARM); break;               \
-    case 2: NAME##_nt(w, ws, nr, xs, xss, 2, k, k0, k1, KC, y, ldy, ACC, WARM); break;               \
-    case 3: NAME##_nt(w, ws, nr, xs, xss, 3, k, k0, k1, KC, y, ldy, ACC, WARM); break;               \
-    case 4: NAME##_nt(w, ws, nr, xs, xss, 4, k, k0, k1, KC, y, ldy, ACC, WARM); break;               \
-    case 5: NAME##_nt(w, ws, nr, xs, xss, 5, k, k0, k1, KC, y, ldy, ACC, WARM); break;               \
-    case 6: NAME##_nt(w, ws, nr, xs, xss, 6, k, k0, k1, KC, y, ldy, ACC, WARM); break;               \
-    case 7: NAME##_nt(w, ws, nr, xs, xss, 7, k, k0, k1, KC, y, ldy, ACC, WARM); break;               \
-    default: NAME##_nt(w, ws, nr, xs, xss, 8, k, k0, k1, KC, y, ldy, ACC, WARM); break;              \
+    case 1: NAME##_nt(w, ws, nr, xs, xss, 1, k, k0, k1, KC, y, ldy, ACC, ROW_PF); break;             \
+    case 2: NAME##_nt(w, ws, nr, xs, xss, 2, k, k0, k1, KC, y, ldy, ACC, ROW_PF); break;             \
+    case 3: NAME##_nt(w, ws, nr, xs, xss, 3, k, k0, k1, KC, y, ldy, ACC, ROW_PF); break;             \
+    case 4: NAME##_nt(w, ws, nr, xs, xss, 4, k, k0, k1, KC, y, ldy, ACC, ROW_PF); break;             \
+    case 5: NAME##_nt(w, ws, nr, xs, xss, 5, k, k0, k1, KC, y, ldy, ACC, ROW_PF); break;             \
+    case 6: NAME##_nt(w, ws, nr, xs, xss, 6, k, k0, k1, KC, y, ldy, ACC, ROW_PF); break;             \
+    case 7: NAME##_nt(w, ws, nr, xs, xss, 7, k, k0, k1, KC, y, ldy, ACC, ROW_PF); break;             \
+    default: NAME##_nt(w, ws, nr, xs, xss, 8, k, k0, k1, KC, y, ldy, ACC, ROW_PF); break;            \
     }
 /* tile: one K range; tile_warm: the same without the prefetch (weights in
- * cache); tile_kc: all of K, range by range within each row. Prefill's
+ * cache: ROW_PF, the row walk's pf_ws, SP_PF_NONE instead of 0); tile_kc:
+ * all of K, range by range within each row. Prefill's
  * tiles at 8 tokens are the ones that are warm, so tile_warm has only that
  * case (any other count takes tile). */
 #define TILE_DISPATCH8(NAME)                                                                         \
@@ -893,7 +894,7 @@ ANY_NT_WRAPPERS(q6_K)
     static void NAME##_tile_warm(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs,         \
                                  size_t xss, int nt, int64_t k, int64_t k0, int64_t k1, float *y,    \
                                  int64_t ldy, int acc) {                                             \
-        if (nt == 8) NAME##_nt(w, ws, nr, xs, xss, 8, k, k0, k1, k1 - k0, y, ldy, acc, 1);           \
+        if (nt == 8) NAME##_nt(w, ws, nr, xs, xss, 8, k, k0, k1, k1 - k0, y, ldy, acc, SP_PF_NONE);  \
         else NAME##_tile(w, ws, nr, xs, xss, nt, k, k0, k1, y, ldy, acc);                            \
     }                                                                                                \
     static void NAME##_tile_kc(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs,           \

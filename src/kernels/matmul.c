@@ -116,8 +116,7 @@ static void mm_chunk(const mm_job *j, int64_t c) {
          * ones (plan_chunks bounds their count): past twice that, which
          * may not stay in a 1 MiB L2, every tile keeps the prefetch. */
         const int warm = t0 > 0 && mm->tile_warm && (size_t)nr * j->w_stride <= 2 * SP_MM_CHUNK_BYTES;
-        void (*tile)(const uint8_t *, size_t, int64_t, const uint8_t *, size_t, int, int64_t, int64_t, int64_t,
-                     float *, int64_t, int) = warm ? mm->tile_warm : mm->tile;
+        __typeof__(mm->tile) tile = warm ? mm->tile_warm : mm->tile;
         for (int64_t k0 = 0; k0 < j->k; k0 += j->kc) {
             const int64_t k1 = SP_MIN(j->k, k0 + j->kc);
             tile(w, j->w_stride, nr, j->xs + (size_t)t0 * j->xs_stride, j->xs_stride, nt, j->k, k0,
