@@ -266,28 +266,37 @@ typedef struct {
     int32_t layer;
     const int32_t *runs;
     int32_t n_runs;
-    _Atomic int64_t next; /* work items (run x head) handed out so far */
+    int32_t n_chunks;     /* chunks of the heads of each KV head */
+    _Atomic int64_t next; /* work items (run x KV head x chunk) handed out so far */
 } attn_task;
 
-/* Items come from a shared counter, last run first: a run's cost grows with
- * its positions, and a batch's later tokens (a prefill chunk's tail) are
- * the expensive ones, so the threads finish close together. */
+/* A work item is one run's queries on one KV head: the tokens of the run
+ * times the heads of that KV head's group (GQA), or a chunk of those heads
+ * when there would be fewer items than threads. The queries of an item
+ * share each K and V row the variant loads: one head at a time, a decode
+ * step of a model with 8 heads per KV head read every row 8 times (from L3
+ * past a few hundred positions). Items come from a shared counter, last run
+ * first: a run's cost grows with its positions, and a batch's later tokens
+ * (a prefill chunk's tail) are the expensive ones, so the threads finish
+ * close together. */
 static void attn_worker(void *arg, int ith, int nth) {
     (void)nth;
     attn_task *t = arg;
     sp_context *c = t->c;
     const sp_model_info *h = &c->m->info;
-    const int32_t H = h->n_head, D = h->head_dim, G = h->n_head / h->n_head_kv;
+    const int32_t H = h->n_head, Hk = h->n_head_kv, D = h->head_dim, G = H / Hk, NC = t->n_chunks;
     const float scale = 1.0f / sqrtf((float)D);
     float *scores = c->scores + (size_t)ith * SP_ATTN_MAX_Q * c->p.n_ctx;
     uint16_t *q16 = c->q16 + (size_t)ith * D;
-    const int64_t n_items = (int64_t)t->n_runs * H;
+    const int64_t per_run = (int64_t)Hk * NC, n_items = (int64_t)t->n_runs * per_run;
     for (int64_t it; (it = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed)) < n_items;) {
-        const int32_t r = t->n_runs - 1 - (int32_t)(it / H), hd = (int32_t)(it % H);
+        const int32_t r = t->n_runs - 1 - (int32_t)(it / per_run), g = (int32_t)(it % per_run / NC),
+                      ch = (int32_t)(it % NC);
         const int32_t i = t->runs[2 * r], nq = t->runs[2 * r + 1];
-        sp_attn_run(c->ops, c->q + ((size_t)i * H + hd) * D, (size_t)H * D, nq, c->kv, t->layer,
-                    t->b->seq[i], hd / G, D, t->b->pos[i] + 1, scale, scores, c->p.n_ctx, q16,
-                    c->att + ((size_t)i * H + hd) * D, (size_t)H * D);
+        const int32_t h0 = g * G + ch * G / NC, h1 = g * G + (ch + 1) * G / NC; /* heads [h0, h1) */
+        sp_attn_run(c->ops, c->q + ((size_t)i * H + h0) * D, (size_t)H * D, nq, h1 - h0, c->kv, t->layer,
+                    t->b->seq[i], g, D, t->b->pos[i] + 1, scale, scores, c->p.n_ctx, q16,
+                    c->att + ((size_t)i * H + h0) * D, (size_t)H * D);
     }
 }
 
@@ -418,7 +427,12 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
         /* the last layer attends only for the rows that give logits (a
          * prefill chunk wants one of many); every row's K/V is stored above */
         const bool cut = l == h->n_layer - 1 && n_out < B;
-        attn_task at = {c, b, l, cut ? runs_out : c->runs, cut ? n_runs_out : n_runs, 0};
+        attn_task at = {c, b, l, cut ? runs_out : c->runs, cut ? n_runs_out : n_runs, 1, 0};
+        {   /* at least as many items as threads, where the heads allow */
+            const int32_t G = h->n_head / h->n_head_kv, items = at.n_runs * h->n_head_kv;
+            const int32_t nth = sp_pool_size(c->pool);
+            if (items > 0 && items < nth) at.n_chunks = SP_MIN(G, (nth + items - 1) / items);
+        }
         if (at.n_runs) sp_pool_run(c->pool, attn_worker, &at);
         if (l == h->n_layer - 1 && n_out < B) {
             /* the last layer's K/V are stored; past this point only the rows

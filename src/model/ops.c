@@ -104,17 +104,19 @@ static void ref_swiglu(int64_t n, const float *g, const float *u, float *y) {
     for (int64_t i = 0; i < n; i++) y[i] = g[i] / (1.0f + sp_exp_ggml(0.0f - g[i])) * u[i];
 }
 
-void sp_attn_run(const sp_fwd_ops *o, const float *q, size_t q_stride, int32_t nq, sp_kv *kv,
+void sp_attn_run(const sp_fwd_ops *o, const float *q, size_t q_stride, int32_t nq, int32_t nh, sp_kv *kv,
                  int32_t layer, int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
                  float *scores, size_t sc_stride, uint16_t *q16, float *out, size_t out_stride) {
     if (o->attn_run) {
-        o->attn_run(q, q_stride, nq, kv, layer, seq, g, D, n_pos0, scale, scores, sc_stride, q16, out,
+        o->attn_run(q, q_stride, nq, nh, kv, layer, seq, g, D, n_pos0, scale, scores, sc_stride, q16, out,
                     out_stride);
         return;
     }
+    (void)sc_stride;
     for (int32_t t = 0; t < nq; t++)
-        o->attn_head(q + (size_t)t * q_stride, kv, layer, seq, g, D, n_pos0 + t, scale,
-                     scores + (size_t)t * sc_stride, q16, out + (size_t)t * out_stride);
+        for (int32_t j = 0; j < nh; j++)
+            o->attn_head(q + (size_t)t * q_stride + (size_t)j * D, kv, layer, seq, g, D, n_pos0 + t, scale,
+                         scores, q16, out + (size_t)t * out_stride + (size_t)j * D);
 }
 
 static const sp_fwd_ops REF = {ref_attn_head, NULL, ref_swiglu};

@@ -26,16 +26,19 @@ typedef struct {
     void (*attn_head)(const float *q, sp_kv *kv, int32_t layer, int32_t seq, int32_t g,
                       int32_t D, int32_t n_pos, float scale, float *scores, uint16_t *q16,
                       float *out);
-    /* The same for nq queries of one sequence at consecutive positions:
-     * query t (at q + t * q_stride) attends to positions [0, n_pos0 + t)
-     * and writes out + t * out_stride. scores holds nq rows of sc_stride
-     * (>= n_pos0 + nq - 1) floats. Each query's result is bit-identical to
-     * attn_head's for it alone: a run only lets a variant share the loading
-     * (and f16 conversion) of each K and V row among its queries, which is
-     * what makes verifying k proposals, or a prefill chunk, cheaper than k
-     * tokens one at a time, without changing any token's logits. NULL in a
-     * variant that has nothing to share (sp_attn_run loops attn_head). */
-    void (*attn_run)(const float *q, size_t q_stride, int32_t nq, sp_kv *kv, int32_t layer,
+    /* The same for the nq x nh queries of one sequence that share KV head g:
+     * nq consecutive positions times nh heads. Query (t, j) (t < nq, j < nh)
+     * is at q + t * q_stride + j * D, attends to positions [0, n_pos0 + t)
+     * and writes out + t * out_stride + j * D. scores holds SP_ATTN_MAX_Q
+     * rows of sc_stride (>= n_pos0 + nq - 1) floats (scratch). Each query's
+     * result is bit-identical to attn_head's for it alone: a run only lets a
+     * variant share the loading (and f16 conversion) of each K and V row
+     * among its queries, which is what makes verifying k proposals, or a
+     * prefill chunk, cheaper than k tokens one at a time, and the heads of a
+     * GQA group cheaper than one head at a time, without changing any
+     * token's logits. NULL in a variant that has nothing to share
+     * (sp_attn_run loops attn_head). */
+    void (*attn_run)(const float *q, size_t q_stride, int32_t nq, int32_t nh, sp_kv *kv, int32_t layer,
                      int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
                      float *scores, size_t sc_stride, uint16_t *q16, float *out,
                      size_t out_stride);
@@ -43,7 +46,8 @@ typedef struct {
     void (*swiglu)(int64_t n, const float *g, const float *u, float *y);
 } sp_fwd_ops;
 
-/* Queries per attention run (the forward pass cuts longer runs). */
+/* Tokens per attention run (the forward pass cuts longer runs), and rows
+ * of scores an attn_run is given. */
 #define SP_ATTN_MAX_Q 16
 
 /* The variant of the kernel level in use (sp_kernels_init: the best the CPU
@@ -54,7 +58,7 @@ const sp_fwd_ops *sp_fwd_ops_avx2(void);
 const sp_fwd_ops *sp_fwd_ops_avx512(void);
 
 /* o's attn_run, or attn_head per query when o has none. */
-void sp_attn_run(const sp_fwd_ops *o, const float *q, size_t q_stride, int32_t nq, sp_kv *kv,
+void sp_attn_run(const sp_fwd_ops *o, const float *q, size_t q_stride, int32_t nq, int32_t nh, sp_kv *kv,
                  int32_t layer, int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
                  float *scores, size_t sc_stride, uint16_t *q16, float *out, size_t out_stride);
 

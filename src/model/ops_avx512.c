@@ -64,60 +64,182 @@ static float softmax_exp512(float *s, int32_t n, float max) {
     return (float)(1.0 / sum);
 }
 
-/* Queries t < qn (<= QG) at positions n_pos0 - 1 + t attend [0, n_pos0 + t). */
-AI void attn_group(const float *q, size_t q_stride, const int QG, const int DC, int qn, sp_kv *kv,
-                   int32_t layer, int32_t seq, int32_t g, int32_t n_pos0, float scale, float *scores,
-                   size_t sc_stride, float *out, size_t out_stride) {
+/* 16 positions' 16-lane partial dot products v[p] -> lane p = the sum of
+ * v[p] in sp_reduce16's order (h[l] = v[l+8] + v[l], q[l] = h[l+4] + h[l],
+ * (q0 + q2) + (q1 + q3)), every add vertical: 15 adds and 31 shuffles for
+ * 16 scores, where a horizontal sum per score took ~8 dependent ops. */
+AI __m512 reduce16x16(const float (*v)[16]) {
+    __m512 h[8], q[4], r[2];
+    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+        const __m512 a = _mm512_load_ps(v[2 * i]), b = _mm512_load_ps(v[2 * i + 1]);
+        /* [a lanes 0-7 | b lanes 0-7] + [a lanes 8-15 | b lanes 8-15] */
+        h[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    }
+    /* h[i]: 128-bit lanes = h[0:4], h[4:8] of position 2i, then of 2i + 1 */
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+        q[i] = _mm512_add_ps(_mm512_shuffle_f32x4(h[2 * i], h[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(h[2 * i], h[2 * i + 1], 0xDD));
+    /* q[i]: 128-bit lane k = q[0..3] of position 4i + k */
+    _Pragma("GCC unroll 2") for (int i = 0; i < 2; i++)
+        r[i] = _mm512_add_ps(_mm512_shuffle_ps(q[2 * i], q[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(q[2 * i], q[2 * i + 1], 0xEE));
+    /* r[i]: lane k = [q0+q2, q1+q3] of position 8i + k, then of 8i + 4 + k */
+    const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], 0x88), _mm512_shuffle_ps(r[0], r[1], 0xDD));
+    /* s lane 4k + e = position k + 4e */
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), s);
+}
+
+/* rows[i] = position p0 + i's K (v = 0) or V (v = 1) row from element off
+ * on, for p0 + i < p1 (p1 - p0 <= 64), each prefetched: the rows of a KV
+ * head are a strided walk (its slice of every kv_dim-wide row) that the
+ * hardware prefetchers did not follow, and past a few hundred positions
+ * every layer's K and V no longer stay in cache beside the weights. A
+ * block's rows are gathered (and prefetched) while the block before it is
+ * worked on, ~64 rows ahead. */
+AI void kv_rows(sp_kv *kv, int32_t layer, int32_t seq, int32_t p0, int32_t p1, int32_t off, int32_t D, size_t esz,
+                int v, const char **rows) {
+    const size_t rs = (size_t)kv->kv_dim * esz;
+    for (int32_t p = p0; p < p1;) {
+        const void *kb, *vb;
+        const int32_t n = kv->ops->span(kv, layer, seq, p, p1, &kb, &vb);
+        for (int32_t j = 0; j < n; j++) {
+            const char *r = (const char *)(v ? vb : kb) + j * rs + (size_t)off * esz;
+            rows[p - p0 + j] = r;
+            for (size_t o = 0; o < (size_t)D * esz; o += 64) _mm_prefetch(r + o, _MM_HINT_T0);
+        }
+        p += n;
+    }
+}
+
+/* One query of a group: its head's q, where it writes, and the positions
+ * [0, n) it attends to. */
+typedef struct {
+    const float *q;
+    float *out;
+    int32_t n;
+} attn_query;
+
+/* The qn (<= QG) queries aq[] of KV head g of one sequence; query t keeps
+ * its scores in scores + t * sc_stride. */
+AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, sp_kv *kv, int32_t layer,
+                   int32_t seq, int32_t g, float scale, float *scores, size_t sc_stride) {
     const bool f16 = kv->type == SP_TYPE_F16;
-    const int32_t D = 16 * DC, kv_dim = kv->kv_dim, n_end = n_pos0 + qn - 1;
+    const int32_t D = 16 * DC, kv_dim = kv->kv_dim;
     const size_t esz = f16 ? 2 : 4;
     __m512 Q[4][8] = {{_mm512_setzero_ps()}}; /* rows t >= qn stay unused */
-    float mx[4] = {0}, inv[4] = {0};
+    int32_t lim[4] = {0}, n_end = 0; /* lim[t] = 0 for t >= qn: nothing to do */
     _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
-        mx[t] = -INFINITY;
         if (t >= qn) continue;
+        lim[t] = aq[t].n;
+        n_end = SP_MAX(n_end, lim[t]);
         _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) {
-            __m512 v = _mm512_loadu_ps(q + (size_t)t * q_stride + 16 * c);
+            __m512 v = _mm512_loadu_ps(aq[t].q + 16 * c);
             /* an f16 store: q rounded to f16 as llama.cpp does */
             if (f16) v = _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
             Q[t][c] = v;
         }
     }
-    for (int32_t p = 0; p < n_end;) {
-        const void *kb, *vb;
-        const int32_t n = kv->ops->span(kv, layer, seq, p, n_end, &kb, &vb);
-        for (int32_t j = 0; j < n; j++) {
-            const int32_t P = p + j;
-            const char *kr = (const char *)kb + ((size_t)j * kv_dim + (size_t)g * D) * esz;
+    /* scores 16 positions at a time: each position's 16-lane partial dot
+     * product goes to acc[t][P % 16], and every 16 positions (or at the
+     * end) reduce16x16 sums them all at once. Lanes of positions a query
+     * does not attend to are masked off. */
+    float acc[4][16][16] __attribute__((aligned(64)));
+    __m512 mx[4];
+    _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
+        mx[t] = _mm512_set1_ps(-INFINITY);
+        if (t >= qn) continue;
+        for (int r = 0; r < 16; r++) _mm512_store_ps(acc[t][r], _mm512_setzero_ps());
+    }
+    enum { VB = 64 };
+    const char *krow[2][VB]; /* K rows (this KV head's slice) of this block and the next */
+    const int32_t n_kb = (n_end + VB - 1) / VB;
+    if (n_kb) kv_rows(kv, layer, seq, 0, SP_MIN(VB, n_end), g * D, D, esz, 0, krow[0]);
+    for (int32_t bk = 0; bk < n_kb; bk++) {
+        const char **kr = (const char **)krow[bk & 1];
+        const int32_t b0 = bk * VB, b1 = SP_MIN(b0 + VB, n_end);
+        if (bk + 1 < n_kb) kv_rows(kv, layer, seq, b1, SP_MIN(b1 + VB, n_end), g * D, D, esz, 0, krow[(bk + 1) & 1]);
+        for (int32_t P = b0; P < b1; P++) {
             __m512 K[8];
-            _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) K[c] = load_row(kr, c, f16);
+            _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) K[c] = load_row(kr[P - b0], c, f16);
             _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
-                if (t >= qn || P >= n_pos0 + t) continue;
-                __m512 acc = _mm512_mul_ps(Q[t][0], K[0]);
-                _Pragma("GCC unroll 8") for (int c = 1; c < DC; c++) acc = _mm512_fmadd_ps(Q[t][c], K[c], acc);
-                const float s = _mm512_reduce_add_ps(acc) * scale;
-                scores[(size_t)t * sc_stride + P] = s;
-                if (s > mx[t]) mx[t] = s;
+                if (P >= lim[t]) continue;
+                __m512 a = _mm512_mul_ps(Q[t][0], K[0]);
+                _Pragma("GCC unroll 8") for (int c = 1; c < DC; c++) a = _mm512_fmadd_ps(Q[t][c], K[c], a);
+                _mm512_store_ps(acc[t][P & 15], a);
+            }
+            if ((P & 15) == 15 || P == n_end - 1) {
+                const int32_t base = P & ~15;
+                _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
+                    if (base >= lim[t]) continue;
+                    const int32_t m = SP_MIN(lim[t], P + 1) - base; /* lanes [0, m) */
+                    const __mmask16 k = m >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << m) - 1);
+                    const __m512 s = _mm512_mul_ps(reduce16x16((const float(*)[16])acc[t]), _mm512_set1_ps(scale));
+                    _mm512_mask_storeu_ps(scores + (size_t)t * sc_stride + base, k, s);
+                    /* max(s, mx): a NaN score is skipped, as `s > mx` skips it */
+                    mx[t] = _mm512_mask_max_ps(mx[t], k, s, mx[t]);
+                }
             }
         }
-        p += n;
     }
-    _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++)
-        if (t < qn) inv[t] = softmax_exp512(scores + (size_t)t * sc_stride, n_pos0 + t, mx[t]);
+    /* scores -> probabilities in place: exp(s - max) * (1 / sum), rounded
+     * to f16 with an f16 store (as llama.cpp does), 16 at a time (the
+     * roundings of one at a time) */
+    int32_t lo = n_end; /* positions every query of the group attends to */
+    _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
+        if (t >= qn) continue;
+        float *st = scores + (size_t)t * sc_stride;
+        const __m512 iv = _mm512_set1_ps(softmax_exp512(st, lim[t], _mm512_reduce_max_ps(mx[t])));
+        for (int32_t i = 0; i < lim[t]; i += 16) {
+            const __mmask16 k = lim[t] - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (lim[t] - i)) - 1);
+            __m512 pr = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, st + i), iv);
+            if (f16) pr = _mm512_cvtph_ps(_mm512_cvtps_ph(pr, _MM_FROUND_TO_NEAREST_INT));
+            _mm512_mask_storeu_ps(st + i, k, pr);
+        }
+        lo = SP_MIN(lo, lim[t]);
+    }
     /* out = 16 partial sums over the positions of each residue mod 16,
-     * reduced as sp_reduce16 (ops.h). One pass over V: position P adds into
-     * part[t][P % 16], kept in L1 (at most 4 x 16 x 128 floats). Each
-     * partial sum still accumulates its positions in increasing order, so
-     * the sums are those of 16 separate passes; the 16 passes this replaced
-     * re-walked the KV spans 16 times with a stride of 16 rows and cost
-     * ~15% of a decode step on the bundled 11M model. */
+     * reduced as sp_reduce16 (ops.h); each partial sum accumulates its
+     * positions in increasing order (FMA), so the sums are those of 16
+     * separate passes. part[t][r] holds residue r's sums between blocks.
+     * Positions every query attends to go in blocks of 64: per residue, its
+     * 4 positions of the block with the sums in registers (one load and
+     * store of part per 4 FMAs instead of per FMA); the rest, where the
+     * queries' ranges differ (a few rows), one position at a time. */
     float part[4][16][128] __attribute__((aligned(64)));
     _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
         if (t >= qn) continue;
         for (int r = 0; r < 16; r++)
             _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) _mm512_store_ps(&part[t][r][16 * c], _mm512_setzero_ps());
     }
-    for (int32_t p = 0; p < n_end;) {
+    const char *vrow[2][VB]; /* V rows (this KV head's slice) of this block and the next */
+    const int32_t n_blk = lo / VB;
+    if (n_blk) kv_rows(kv, layer, seq, 0, VB, g * D, D, esz, 1, vrow[0]);
+    for (int32_t bk = 0; bk < n_blk; bk++) {
+        const char **vr = (const char **)vrow[bk & 1];
+        if (bk + 1 < n_blk) kv_rows(kv, layer, seq, (bk + 1) * VB, (bk + 2) * VB, g * D, D, esz, 1, vrow[(bk + 1) & 1]);
+        const int32_t base = bk * VB;
+        for (int r = 0; r < 16; r++) {
+            __m512 A[4][8];
+            _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++)
+                _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++)
+                    A[t][c] = t < qn ? _mm512_load_ps(&part[t][r][16 * c]) : _mm512_setzero_ps();
+            _Pragma("GCC unroll 4") for (int i = 0; i < VB / 16; i++) {
+                const int32_t P = base + 16 * i + r;
+                __m512 V[8];
+                _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) V[c] = load_row(vr[16 * i + r], c, f16);
+                _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
+                    if (t >= qn) continue;
+                    const __m512 pv = _mm512_set1_ps(scores[(size_t)t * sc_stride + P]);
+                    _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) A[t][c] = _mm512_fmadd_ps(pv, V[c], A[t][c]);
+                }
+            }
+            _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
+                if (t >= qn) continue;
+                _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) _mm512_store_ps(&part[t][r][16 * c], A[t][c]);
+            }
+        }
+    }
+    for (int32_t p = n_blk * VB; p < n_end;) {
         const void *kb, *vb;
         const int32_t n = kv->ops->span(kv, layer, seq, p, n_end, &kb, &vb);
         for (int32_t j = 0; j < n; j++) {
@@ -126,10 +248,8 @@ AI void attn_group(const float *q, size_t q_stride, const int QG, const int DC, 
             __m512 V[8];
             _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) V[c] = load_row(vr, c, f16);
             _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
-                if (t >= qn || P >= n_pos0 + t) continue;
-                float pj = scores[(size_t)t * sc_stride + P] * inv[t];
-                if (f16) pj = _cvtsh_ss(_cvtss_sh(pj, _MM_FROUND_TO_NEAREST_INT));
-                const __m512 pv = _mm512_set1_ps(pj);
+                if (P >= lim[t]) continue;
+                const __m512 pv = _mm512_set1_ps(scores[(size_t)t * sc_stride + P]);
                 float *a = part[t][P & 15];
                 _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++)
                     _mm512_store_ps(a + 16 * c, _mm512_fmadd_ps(pv, V[c], _mm512_load_ps(a + 16 * c)));
@@ -145,37 +265,45 @@ AI void attn_group(const float *q, size_t q_stride, const int QG, const int DC, 
             for (int l = 0; l < 8; l++)
                 h[l] = _mm512_add_ps(_mm512_load_ps(&pr[l + 8][16 * c]), _mm512_load_ps(&pr[l][16 * c]));
             for (int l = 0; l < 4; l++) q[l] = _mm512_add_ps(h[l + 4], h[l]);
-            _mm512_storeu_ps(out + (size_t)t * out_stride + 16 * c,
-                             _mm512_add_ps(_mm512_add_ps(q[0], q[2]), _mm512_add_ps(q[1], q[3])));
+            _mm512_storeu_ps(aq[t].out + 16 * c, _mm512_add_ps(_mm512_add_ps(q[0], q[2]), _mm512_add_ps(q[1], q[3])));
         }
     }
 }
 
 /* Queries in groups of QG = min(4, 16 / DC): the group's queries (or
- * accumulators) plus one K/V row fit the 32 zmm registers. */
-AI void run_dc(const int DC, const float *q, size_t q_stride, int32_t nq, sp_kv *kv, int32_t layer,
+ * accumulators) plus one K/V row fit the 32 zmm registers. The nq x nh
+ * queries are taken token by token (the heads of a token attend to the same
+ * positions), QG at a time. */
+AI void run_dc(const int DC, const float *q, size_t q_stride, int32_t nq, int32_t nh, sp_kv *kv, int32_t layer,
                int32_t seq, int32_t g, int32_t n_pos0, float scale, float *scores, size_t sc_stride,
                float *out, size_t out_stride) {
     const int QG = 16 / DC > 4 ? 4 : 16 / DC;
-    for (int32_t t0 = 0; t0 < nq; t0 += QG)
-        attn_group(q + (size_t)t0 * q_stride, q_stride, QG, DC, SP_MIN(QG, nq - t0), kv, layer, seq, g,
-                   n_pos0 + t0, scale, scores + (size_t)t0 * sc_stride, sc_stride,
-                   out + (size_t)t0 * out_stride, out_stride);
+    const int32_t D = 16 * DC, nall = nq * nh;
+    for (int32_t i0 = 0; i0 < nall; i0 += QG) {
+        attn_query aq[4];
+        const int qn = (int)SP_MIN((int32_t)QG, nall - i0);
+        for (int i = 0; i < qn; i++) {
+            const int32_t t = (i0 + i) / nh, j = (i0 + i) % nh;
+            aq[i] = (attn_query){q + (size_t)t * q_stride + (size_t)j * D, out + (size_t)t * out_stride + (size_t)j * D,
+                                 n_pos0 + t};
+        }
+        attn_group(aq, QG, DC, qn, kv, layer, seq, g, scale, scores, sc_stride);
+    }
 }
 
-static void avx512_attn_run(const float *q, size_t q_stride, int32_t nq, sp_kv *kv, int32_t layer,
+static void avx512_attn_run(const float *q, size_t q_stride, int32_t nq, int32_t nh, sp_kv *kv, int32_t layer,
                             int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
                             float *scores, size_t sc_stride, uint16_t *q16, float *out,
                             size_t out_stride) {
     switch (D % 16 ? 0 : D / 16) {
 #define DC_CASE(N)                                                                                   \
     case N:                                                                                          \
-        run_dc(N, q, q_stride, nq, kv, layer, seq, g, n_pos0, scale, scores, sc_stride, out, out_stride); \
+        run_dc(N, q, q_stride, nq, nh, kv, layer, seq, g, n_pos0, scale, scores, sc_stride, out, out_stride); \
         return;
         DC_CASE(1) DC_CASE(2) DC_CASE(3) DC_CASE(4) DC_CASE(5) DC_CASE(6) DC_CASE(7) DC_CASE(8)
 #undef DC_CASE
     default: /* other head sizes: AVX2, one query at a time */
-        sp_attn_run(sp_fwd_ops_avx2(), q, q_stride, nq, kv, layer, seq, g, D, n_pos0, scale, scores,
+        sp_attn_run(sp_fwd_ops_avx2(), q, q_stride, nq, nh, kv, layer, seq, g, D, n_pos0, scale, scores,
                     sc_stride, q16, out, out_stride);
     }
 }
@@ -183,7 +311,7 @@ static void avx512_attn_run(const float *q, size_t q_stride, int32_t nq, sp_kv *
 static void avx512_attn_head(const float *q, sp_kv *kv, int32_t layer, int32_t seq, int32_t g,
                              int32_t D, int32_t n_pos, float scale, float *scores, uint16_t *q16,
                              float *out) {
-    avx512_attn_run(q, (size_t)D, 1, kv, layer, seq, g, D, n_pos, scale, scores, (size_t)n_pos, q16, out,
+    avx512_attn_run(q, (size_t)D, 1, 1, kv, layer, seq, g, D, n_pos, scale, scores, (size_t)n_pos, q16, out,
                     (size_t)D);
 }
 

@@ -126,11 +126,13 @@ static void attn_case(const job *j) {
     kv->ops->destroy(kv);
 }
 
-/* A run of nq queries (one sequence, consecutive positions) gives each
- * query exactly what attn_head gives it alone, bit for bit, for every run
- * length and starting position, in every variant: the engine relies on it
- * for speculative output to equal plain decoding. Queries, outputs and
- * score rows sit at strides, as in the forward pass. */
+/* A run of nq x nh queries (one sequence, nq consecutive positions, nh
+ * heads of one KV head) gives each query exactly what attn_head gives it
+ * alone, bit for bit, for every run length, head count and starting
+ * position, in every variant: the engine relies on it for speculative
+ * output to equal plain decoding. Queries, outputs and score rows sit at
+ * strides, as in the forward pass (nine heads per token, the run's from
+ * the second on); the heads outside the run are left as they were. */
 static void run_case(const job *j) {
     const attn_row *r = j->row;
     const sp_fwd_ops *ops[1] = {get_variant(j->variant).ops};
@@ -143,7 +145,8 @@ static void run_case(const job *j) {
     const int n_ctx = r->n_pos + SP_ATTN_MAX_Q;
     sp_kv *kv = random_kv(r, 1, 0, n_ctx);
     if (!kv) return;
-    const int QS = r->D * 3; /* query/output stride: three heads per token */
+    enum { HEADS = 9 };
+    const int QS = r->D * HEADS; /* query/output stride */
     float *q = malloc((size_t)SP_ATTN_MAX_Q * QS * sizeof(float));
     float *o1 = malloc((size_t)SP_ATTN_MAX_Q * QS * sizeof(float));
     float *o2 = malloc((size_t)r->D * sizeof(float));
@@ -151,20 +154,32 @@ static void run_case(const job *j) {
     uint16_t *q16 = malloc((size_t)r->D * sizeof(uint16_t));
     for (int i = 0; i < SP_ATTN_MAX_Q * QS; i++) q[i] = rnd() * 2;
     const float scale = 1.0f / sqrtf((float)r->D);
-    static const int nqs[] = {1, 2, 3, 5, 9, SP_ATTN_MAX_Q};
+    static const int nqs[] = {1, 2, 3, 5, 9, SP_ATTN_MAX_Q}, nhs[] = {1, 3, 8};
     for (int o = 0; o < n_ops; o++)
         for (size_t a = 0; a < sizeof nqs / sizeof nqs[0]; a++)
-            for (int n0 = 1; n0 <= r->n_pos; n0 += (r->n_pos + 2) / 3) {
-                const int nq = nqs[a], g = r->Hk - 1;
-                sp_attn_run(ops[o], q, QS, nq, kv, 0, 0, g, r->D, n0, scale, sc, n_ctx, q16, o1, QS);
-                int bad = 0;
-                for (int t = 0; t < nq; t++) {
-                    ops[o]->attn_head(q + t * QS, kv, 0, 0, g, r->D, n0 + t, scale, sc, q16, o2);
-                    bad += memcmp(o1 + t * QS, o2, (size_t)r->D * sizeof(float)) != 0;
+            for (size_t b = 0; b < sizeof nhs / sizeof nhs[0]; b++)
+                for (int n0 = 1; n0 <= r->n_pos; n0 += (r->n_pos + 2) / 3) {
+                    const int nq = nqs[a], nh = nhs[b], g = r->Hk - 1;
+                    for (int i = 0; i < SP_ATTN_MAX_Q * QS; i++) o1[i] = -7.0f;
+                    sp_attn_run(ops[o], q + r->D, QS, nq, nh, kv, 0, 0, g, r->D, n0, scale, sc, n_ctx, q16,
+                                o1 + r->D, QS);
+                    int bad = 0, outside = 0;
+                    for (int t = 0; t < SP_ATTN_MAX_Q; t++)
+                        for (int hd = 0; hd < HEADS; hd++) {
+                            const float *ot = o1 + t * QS + hd * r->D;
+                            if (t < nq && hd >= 1 && hd <= nh) {
+                                ops[o]->attn_head(q + t * QS + hd * r->D, kv, 0, 0, g, r->D, n0 + t, scale, sc,
+                                                  q16, o2);
+                                bad += memcmp(ot, o2, (size_t)r->D * sizeof(float)) != 0;
+                            } else {
+                                for (int d = 0; d < r->D; d++) outside += ot[d] != -7.0f;
+                            }
+                        }
+                    CHECK(!bad, "%s nq %d nh %d n_pos0 %d: %d queries differ from attn_head alone", names[o],
+                          nq, nh, n0, bad);
+                    CHECK(!outside, "%s nq %d nh %d n_pos0 %d: %d values written outside the run", names[o], nq,
+                          nh, n0, outside);
                 }
-                CHECK(!bad, "%s nq %d n_pos0 %d: %d queries differ from attn_head alone", names[o], nq,
-                      n0, bad);
-            }
     free(q);
     free(o1);
     free(o2);
