@@ -1,8 +1,11 @@
 /* bench.c: `make bench`: engine-core throughput on a model file, against the
  * machine's memory-bandwidth roofline measured in the same run.
  *
- * usage: bin/bench MODEL [threads] [prompt_tokens] [decode_tokens] [--pp-tg]
+ * usage: bin/bench MODEL [threads] [prompt_tokens] [decode_tokens] [--depth N] [--pp-tg]
  * Prints one Markdown table row per metric and a JSON line for tooling.
+ * --depth N: decode and the verification passes start after N positions
+ * of context (filled in prompt-sized chunks) instead of after the prompt:
+ * attention's share of a step grows with the context.
  * Reported numbers are the best of several repetitions (the machine is
  * shared; the best run is the least disturbed one).
  *
@@ -100,20 +103,26 @@ static void pp_tg(sp_context *c, const char *path, const char *level, int thread
 }
 
 int main(int argc, char **argv) {
-    int pp_tg_mode = 0;
-    if (argc > 1 && strcmp(argv[argc - 1], "--pp-tg") == 0) {
-        pp_tg_mode = 1;
-        argc--;
+    int pp_tg_mode = 0, depth = 0;
+    {   /* the options, wherever they are; the positional arguments keep their order */
+        int n = 1;
+        for (int i = 1; i < argc; i++) {
+            if (!strcmp(argv[i], "--pp-tg")) pp_tg_mode = 1;
+            else if (!strcmp(argv[i], "--depth") && i + 1 < argc) depth = atoi(argv[++i]);
+            else argv[n++] = argv[i];
+        }
+        argc = n;
     }
     if (argc < 2) {
-        fprintf(stderr, "usage: bench MODEL [threads] [prompt_tokens] [decode_tokens] [--pp-tg]\n");
+        fprintf(stderr, "usage: bench MODEL [threads] [prompt_tokens] [decode_tokens] [--depth N] [--pp-tg]\n");
         return 2;
     }
     const char *path = argv[1];
     int threads = argc > 2 ? atoi(argv[2]) : 2;
     int n_prompt = argc > 3 ? atoi(argv[3]) : 128;
     int n_decode = argc > 4 ? atoi(argv[4]) : 32;
-    if (threads < 1 || n_prompt < 1 || n_prompt > 512 || n_decode < 2) {
+    if (threads < 1 || n_prompt < 1 || n_prompt > 512 || n_decode < 2 || depth < 0 || depth > 65536 ||
+        (depth && pp_tg_mode)) {
         fprintf(stderr, "bench: bad arguments\n");
         return 2;
     }
@@ -129,7 +138,8 @@ int main(int argc, char **argv) {
     const sp_model_info *h = sp_model_get_info(m);
     sp_context_params cp = sp_context_default_params();
     cp.n_threads = threads;
-    cp.n_ctx = n_prompt + n_decode + 16;
+    const int base = depth ? depth : n_prompt; /* where decode and verification start */
+    cp.n_ctx = SP_MAX(n_prompt, base) + n_decode + 16;
     cp.n_batch = n_prompt;
     sp_context *c = sp_context_create(m, cp, err, sizeof(err));
     if (!c) {
@@ -169,6 +179,11 @@ int main(int argc, char **argv) {
         double dt = decode_once(c, toks, n_prompt, 0, 0);
         if (dt < best_prefill) best_prefill = dt;
     }
+    /* --depth: the context decode and verification start after */
+    if (depth) {
+        sp_seq_clear(c, 0);
+        for (int p = 0; p < depth; p += n_prompt) decode_once(c, toks, SP_MIN(n_prompt, depth - p), p, 0);
+    }
     /* decode: single-token steps after the prompt. This machine's bandwidth
      * varies by 2x over minutes, so each round measures the bandwidth right
      * before and right after its n_decode steps and the roofline fraction is
@@ -179,9 +194,9 @@ int main(int argc, char **argv) {
     double bw = 0, best_decode = 1e30;
     for (int r = 0; r < ROUNDS; r++) {
         double b0 = measure_bandwidth(pool, bw_buf);
-        sp_seq_truncate(c, 0, n_prompt);
+        sp_seq_truncate(c, 0, base);
         double tot = 0;
-        for (int i = 0; i < n_decode; i++) tot += decode_once(c, &toks[i % 16], 1, n_prompt + i, 1);
+        for (int i = 0; i < n_decode; i++) tot += decode_once(c, &toks[i % 16], 1, base + i, 1);
         double b1 = measure_bandwidth(pool, bw_buf);
         bw_r[r] = 0.5 * (b0 + b1);
         dec_tps[r] = n_decode / tot;
@@ -209,8 +224,8 @@ int main(int argc, char **argv) {
     double tk[5] = {1e30, 1e30, 1e30, 1e30, 1e30};
     for (int r = 0; r < 12; r++)
         for (int j = 0; j < 5; j++) {
-            sp_seq_truncate(c, 0, n_prompt);
-            double dt = decode_once(c, toks, ks[j], n_prompt, 1);
+            sp_seq_truncate(c, 0, base);
+            double dt = decode_once(c, toks, ks[j], base, 1);
             if (dt < tk[j]) tk[j] = dt;
         }
     const double decode_tps = 1.0 / best_decode;
@@ -220,7 +235,9 @@ int main(int argc, char **argv) {
     printf("| load | %.0f ms |\n", load_s * 1e3);
     printf("| memory read bandwidth (best) | %.1f GB/s |\n", bw);
     printf("| prefill (%d-token prompt) | %.1f tokens/s |\n", n_prompt, n_prompt / best_prefill);
-    printf("| decode (best) | %.2f tokens/s (%.1f ms/token) |\n", decode_tps, best_decode * 1e3);
+    printf("| decode (best)%s | %.2f tokens/s (%.1f ms/token) |\n", depth ? ", after --depth positions" : "", decode_tps,
+           best_decode * 1e3);
+    if (depth) printf("| depth (positions before decode and verification) | %d |\n", depth);
     printf("| decode / roofline, median of %d rounds | %.1f%% (%.2f tokens/s at %.1f GB/s) |\n",
            ROUNDS, 100.0 * frac[med], dec_tps[med], bw_r[med]);
     printf("| decode / roofline, best round | %.1f%% |\n", 100.0 * best_frac);
@@ -230,9 +247,9 @@ int main(int argc, char **argv) {
     printf("{\"model\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"bandwidth_gbs\": %.2f, "
            "\"prefill_tps\": %.2f, \"decode_tps\": %.3f, \"roofline_frac_median\": %.4f, "
            "\"roofline_frac_best\": %.4f, \"verify_ratio\": {\"2\": %.3f, \"4\": %.3f, \"5\": %.3f, "
-           "\"8\": %.3f}}\n",
+           "\"8\": %.3f}, \"depth\": %d, \"verify_1_ms\": %.3f}\n",
            path, threads, level, bw, n_prompt / best_prefill, decode_tps, frac[med], best_frac,
-           tk[1] / tk[0], tk[2] / tk[0], tk[3] / tk[0], tk[4] / tk[0]);
+           tk[1] / tk[0], tk[2] / tk[0], tk[3] / tk[0], tk[4] / tk[0], base, tk[0] * 1e3);
     free(toks);
     sp_context_free(c);
     sp_model_free(m);
