@@ -16,6 +16,17 @@
  * plain decoding exactly. Against AVX2 (8 lanes, one query at a time) it
  * halves the instructions per score and per weighted V row, and a group of
  * 4 pays one conversion of each row instead of 4.
+ *
+ * A group's queries are any of a run's tokens x the heads of one KV head
+ * (GQA: TinyLlama's 8 heads per KV head read each row twice instead of 8
+ * times). Scores are reduced 16 positions at a time (reduce16x16), V is
+ * weighted in blocks of 64 positions with the partial sums in registers,
+ * and a block's K/V rows are gathered and prefetched while the block
+ * before it is worked on. One thread, TinyLlama's 22 layers x 32 heads,
+ * f16 K/V, against one head at a time with a horizontal sum per score and
+ * the partial sums in memory (2026-12-03, Zen 5): 256 positions 1.08 ->
+ * 0.59 ms per token, 1,900 positions 12.1 -> 6.9 ms; 5 tokens at 1,900
+ * positions 38.6 -> 25.4 ms.
  */
 #include <immintrin.h>
 #include <math.h>
