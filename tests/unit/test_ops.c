@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "kv/kv_paged.h"
 #include "model/ops.h"
 #include "test.h"
 
@@ -188,6 +189,72 @@ static void run_case(const job *j) {
     kv->ops->destroy(kv);
 }
 
+/* The same runs over a paged store (blocks of 5 and of 16 positions, the
+ * sequence's blocks interleaved with another's, so every span is short and
+ * none follows the one before it in memory) give what they give over the
+ * contiguous store holding the same rows, bit for bit: the variants gather
+ * K/V rows through spans. */
+static void paged_case(const job *j) {
+    const attn_row *r = j->row;
+    const sp_fwd_ops *o = get_variant(j->variant).ops;
+    if (!o) {
+        SKIP("this CPU cannot run the %s operations", j->variant);
+        return;
+    }
+    const int n_ctx = r->n_pos + SP_ATTN_MAX_Q, kv_dim = r->D * r->Hk;
+    const size_t esz = r->type == SP_TYPE_F16 ? 2 : 4;
+    sp_kv *kv = random_kv(r, 1, 0, n_ctx);
+    if (!kv) return;
+    enum { HEADS = 8 };
+    const int QS = r->D * HEADS;
+    float *q = malloc((size_t)SP_ATTN_MAX_Q * QS * sizeof(float));
+    float *o1 = malloc((size_t)SP_ATTN_MAX_Q * QS * sizeof(float));
+    float *o2 = malloc((size_t)SP_ATTN_MAX_Q * QS * sizeof(float));
+    float *sc = malloc((size_t)SP_ATTN_MAX_Q * n_ctx * sizeof(float));
+    uint16_t *q16 = malloc((size_t)r->D * sizeof(uint16_t));
+    for (int i = 0; i < SP_ATTN_MAX_Q * QS; i++) q[i] = rnd() * 2;
+    const float scale = 1.0f / sqrtf((float)r->D);
+    static const int bss[] = {5, 16};
+    for (size_t bi = 0; bi < sizeof bss / sizeof bss[0]; bi++) {
+        const int bs = bss[bi], nbps = (n_ctx + bs - 1) / bs;
+        char err[128];
+        sp_kv_paged_params pp = {r->type, 1, kv_dim, bs, 2 * nbps, 2, nbps, false};
+        sp_kv *kp = sp_kv_paged_create(pp, err, sizeof err);
+        CHECK(kp != NULL, "paged store: %s", err);
+        if (!kp) continue;
+        for (int p0 = 0; p0 < n_ctx; p0 += bs) /* sequence 1 (the one read) and 0, block by block */
+            for (int sq = 1; sq >= 0; sq--) {
+                const int n = SP_MIN(bs, n_ctx - p0);
+                CHECK(kp->ops->reserve(kp, sq, n) == 0, "reserve");
+                kp->ops->set_len(kp, sq, p0 + n);
+            }
+        for (int p = 0; p < n_ctx; p++) {
+            memcpy(kp->ops->k_row(kp, 0, 1, p), kv->ops->k_row(kv, 0, 0, p), (size_t)kv_dim * esz);
+            memcpy(kp->ops->v_row(kp, 0, 1, p), kv->ops->v_row(kv, 0, 0, p), (size_t)kv_dim * esz);
+        }
+        static const int nqs[] = {1, 5, SP_ATTN_MAX_Q}, nhs[] = {1, 8};
+        for (size_t a = 0; a < sizeof nqs / sizeof nqs[0]; a++)
+            for (size_t b = 0; b < sizeof nhs / sizeof nhs[0]; b++)
+                for (int n0 = 1; n0 <= r->n_pos; n0 += (r->n_pos + 2) / 3) {
+                    const int nq = nqs[a], nh = nhs[b], g = r->Hk - 1;
+                    sp_attn_run(o, q, QS, nq, nh, kv, 0, 0, g, r->D, n0, scale, sc, n_ctx, q16, o1, QS);
+                    sp_attn_run(o, q, QS, nq, nh, kp, 0, 1, g, r->D, n0, scale, sc, n_ctx, q16, o2, QS);
+                    int bad = 0;
+                    for (int t = 0; t < nq; t++)
+                        bad += memcmp(o1 + t * QS, o2 + t * QS, (size_t)nh * r->D * sizeof(float)) != 0;
+                    CHECK(!bad, "%s blocks of %d, nq %d nh %d n_pos0 %d: %d tokens differ from the contiguous store",
+                          j->variant, bs, nq, nh, n0, bad);
+                }
+        kp->ops->destroy(kp);
+    }
+    free(q);
+    free(o1);
+    free(o2);
+    free(sc);
+    free(q16);
+    kv->ops->destroy(kv);
+}
+
 static void swiglu_case(const char *variant) {
     const sp_fwd_ops *simd = get_variant(variant).ops, *ref = sp_fwd_ops_ref();
     if (!simd) {
@@ -233,6 +300,9 @@ int main(void) {
             snprintf(name, sizeof(name), "run %s %s D=%d Hk=%d n=%d", all[v], ty, rows[i].D, rows[i].Hk,
                      rows[i].n_pos);
             RUN_NAMED(run_case, &j, name);
+            snprintf(name, sizeof(name), "paged %s %s D=%d Hk=%d n=%d", all[v], ty, rows[i].D, rows[i].Hk,
+                     rows[i].n_pos);
+            RUN_NAMED(paged_case, &j, name);
         }
     }
     /* the AVX-512 SwiGLU is the AVX2 one */
