@@ -127,6 +127,34 @@ static void attn_case(const job *j) {
     kv->ops->destroy(kv);
 }
 
+/* The buffers of a run: queries and outputs of SP_ATTN_MAX_Q tokens of
+ * `heads` heads (o2: the same again), score rows of n_ctx. */
+typedef struct {
+    float *q, *o1, *o2, *sc;
+    uint16_t *q16;
+} run_bufs;
+
+static bool run_bufs_alloc(run_bufs *b, int D, int heads, int n_ctx) {
+    const size_t n = (size_t)SP_ATTN_MAX_Q * heads * D;
+    b->q = malloc(n * sizeof(float));
+    b->o1 = malloc(n * sizeof(float));
+    b->o2 = malloc(n * sizeof(float));
+    b->sc = malloc((size_t)SP_ATTN_MAX_Q * n_ctx * sizeof(float));
+    b->q16 = malloc((size_t)D * sizeof(uint16_t));
+    CHECK(b->q && b->o1 && b->o2 && b->sc && b->q16, "out of memory");
+    if (!(b->q && b->o1 && b->o2 && b->sc && b->q16)) return false;
+    for (size_t i = 0; i < n; i++) b->q[i] = rnd() * 2;
+    return true;
+}
+
+static void run_bufs_free(run_bufs *b) {
+    free(b->q);
+    free(b->o1);
+    free(b->o2);
+    free(b->sc);
+    free(b->q16);
+}
+
 /* A run of nq x nh queries (one sequence, nq consecutive positions, nh
  * heads of one KV head) gives each query exactly what attn_head gives it
  * alone, bit for bit, for every run length, head count and starting
@@ -148,12 +176,14 @@ static void run_case(const job *j) {
     if (!kv) return;
     enum { HEADS = 9 };
     const int QS = r->D * HEADS; /* query/output stride */
-    float *q = malloc((size_t)SP_ATTN_MAX_Q * QS * sizeof(float));
-    float *o1 = malloc((size_t)SP_ATTN_MAX_Q * QS * sizeof(float));
-    float *o2 = malloc((size_t)r->D * sizeof(float));
-    float *sc = malloc((size_t)SP_ATTN_MAX_Q * n_ctx * sizeof(float));
-    uint16_t *q16 = malloc((size_t)r->D * sizeof(uint16_t));
-    for (int i = 0; i < SP_ATTN_MAX_Q * QS; i++) q[i] = rnd() * 2;
+    run_bufs rb;
+    if (!run_bufs_alloc(&rb, r->D, HEADS, n_ctx)) {
+        run_bufs_free(&rb);
+        kv->ops->destroy(kv);
+        return;
+    }
+    float *q = rb.q, *o1 = rb.o1, *o2 = rb.o2, *sc = rb.sc;
+    uint16_t *q16 = rb.q16;
     const float scale = 1.0f / sqrtf((float)r->D);
     static const int nqs[] = {1, 2, 3, 5, 9, SP_ATTN_MAX_Q}, nhs[] = {1, 3, 8};
     for (int o = 0; o < n_ops; o++)
@@ -181,11 +211,7 @@ static void run_case(const job *j) {
                     CHECK(!outside, "%s nq %d nh %d n_pos0 %d: %d values written outside the run", names[o], nq,
                           nh, n0, outside);
                 }
-    free(q);
-    free(o1);
-    free(o2);
-    free(sc);
-    free(q16);
+    run_bufs_free(&rb);
     kv->ops->destroy(kv);
 }
 
@@ -207,12 +233,14 @@ static void paged_case(const job *j) {
     if (!kv) return;
     enum { HEADS = 8 };
     const int QS = r->D * HEADS;
-    float *q = malloc((size_t)SP_ATTN_MAX_Q * QS * sizeof(float));
-    float *o1 = malloc((size_t)SP_ATTN_MAX_Q * QS * sizeof(float));
-    float *o2 = malloc((size_t)SP_ATTN_MAX_Q * QS * sizeof(float));
-    float *sc = malloc((size_t)SP_ATTN_MAX_Q * n_ctx * sizeof(float));
-    uint16_t *q16 = malloc((size_t)r->D * sizeof(uint16_t));
-    for (int i = 0; i < SP_ATTN_MAX_Q * QS; i++) q[i] = rnd() * 2;
+    run_bufs rb;
+    if (!run_bufs_alloc(&rb, r->D, HEADS, n_ctx)) {
+        run_bufs_free(&rb);
+        kv->ops->destroy(kv);
+        return;
+    }
+    float *q = rb.q, *o1 = rb.o1, *o2 = rb.o2, *sc = rb.sc;
+    uint16_t *q16 = rb.q16;
     const float scale = 1.0f / sqrtf((float)r->D);
     static const int bss[] = {5, 16};
     for (size_t bi = 0; bi < sizeof bss / sizeof bss[0]; bi++) {
@@ -247,11 +275,7 @@ static void paged_case(const job *j) {
                 }
         kp->ops->destroy(kp);
     }
-    free(q);
-    free(o1);
-    free(o2);
-    free(sc);
-    free(q16);
+    run_bufs_free(&rb);
     kv->ops->destroy(kv);
 }
 
