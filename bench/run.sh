@@ -28,6 +28,15 @@ for t in q8_0 q4_k; do
     bin/bench "$out/tinyllama-shape-$t.gguf" "$threads" 128 32 | tee "$out/bench-$t.txt" | grep '^|'
     tail -n 1 "$out/bench-$t.txt" > "$out/bench-$t.json"
 done
+# attention grows with the context: decode and the verification passes again
+# after 1,900 positions (the prefill row stays the 128-token prompt's)
+echo
+echo "## tinyllama-shape-q4_k at depth 1900, $threads threads"
+echo
+echo "| metric | value |"
+echo "|---|---|"
+bin/bench "$out/tinyllama-shape-q4_k.gguf" "$threads" 128 16 --depth 1900 | tee "$out/bench-q4_k-depth.txt" | grep '^|'
+tail -n 1 "$out/bench-q4_k-depth.txt" > "$out/bench-q4_k-depth.json"
 
 # The serving engine (issue 4). Each run writes bench/out/engine-NAME.txt (the
 # tables) and engine-NAME.json (its last line). --cold-runs bounds how many
