@@ -119,6 +119,21 @@ void sp_attn_run(const sp_fwd_ops *o, const float *q, size_t q_stride, int32_t n
                          scores, q16, out + (size_t)t * out_stride + (size_t)j * D);
 }
 
+void sp_attn_rows(sp_kv *kv, int32_t layer, int32_t seq, int32_t p0, int32_t p1, int32_t off, int32_t D, size_t esz,
+                  int v, const char **rows) {
+    const size_t rs = (size_t)kv->kv_dim * esz;
+    for (int32_t p = p0; p < p1;) {
+        const void *kb, *vb;
+        const int32_t n = kv->ops->span(kv, layer, seq, p, p1, &kb, &vb);
+        for (int32_t j = 0; j < n; j++) {
+            const char *r = (const char *)(v ? vb : kb) + j * rs + (size_t)off * esz;
+            rows[p - p0 + j] = r;
+            for (size_t o = 0; o < (size_t)D * esz; o += 64) __builtin_prefetch(r + o, 0, 3);
+        }
+        p += n;
+    }
+}
+
 static const sp_fwd_ops REF = {ref_attn_head, NULL, ref_swiglu};
 
 const sp_fwd_ops *sp_fwd_ops_ref(void) { return &REF; }

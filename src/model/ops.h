@@ -79,6 +79,18 @@ float sp_exp_ggml(float x);
  * quarters, then (q0 + q2) + (q1 + q3). */
 float sp_reduce16(const float v[16]);
 
+/* rows[i] = position p0 + i's K (v = 0) or V (v = 1) row of seq in layer,
+ * from element off on, for p0 + i < p1 (p1 - p0 <= SP_ATTN_ROWS), each
+ * prefetched (D elements of esz bytes). The attention variants walk a KV
+ * head's slice of every kv_dim-wide row: a strided walk the hardware
+ * prefetchers did not follow, and past a few hundred positions every
+ * layer's K and V no longer stay in cache beside the weights; a block's
+ * rows are gathered (and prefetched) while the block before it is worked
+ * on, ~64 rows ahead. */
+#define SP_ATTN_ROWS 64
+void sp_attn_rows(sp_kv *kv, int32_t layer, int32_t seq, int32_t p0, int32_t p1, int32_t off, int32_t D, size_t esz,
+                  int v, const char **rows);
+
 /* Largest head size the attention variants take. */
 #define SP_HEAD_DIM_MAX 1024
 

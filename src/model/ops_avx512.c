@@ -100,28 +100,6 @@ AI __m512 reduce16x16(const float (*v)[16]) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), s);
 }
 
-/* rows[i] = position p0 + i's K (v = 0) or V (v = 1) row from element off
- * on, for p0 + i < p1 (p1 - p0 <= 64), each prefetched: the rows of a KV
- * head are a strided walk (its slice of every kv_dim-wide row) that the
- * hardware prefetchers did not follow, and past a few hundred positions
- * every layer's K and V no longer stay in cache beside the weights. A
- * block's rows are gathered (and prefetched) while the block before it is
- * worked on, ~64 rows ahead. */
-AI void kv_rows(sp_kv *kv, int32_t layer, int32_t seq, int32_t p0, int32_t p1, int32_t off, int32_t D, size_t esz,
-                int v, const char **rows) {
-    const size_t rs = (size_t)kv->kv_dim * esz;
-    for (int32_t p = p0; p < p1;) {
-        const void *kb, *vb;
-        const int32_t n = kv->ops->span(kv, layer, seq, p, p1, &kb, &vb);
-        for (int32_t j = 0; j < n; j++) {
-            const char *r = (const char *)(v ? vb : kb) + j * rs + (size_t)off * esz;
-            rows[p - p0 + j] = r;
-            for (size_t o = 0; o < (size_t)D * esz; o += 64) _mm_prefetch(r + o, _MM_HINT_T0);
-        }
-        p += n;
-    }
-}
-
 /* One query of a group: its head's q, where it writes, and the positions
  * [0, n) it attends to. */
 typedef struct {
@@ -161,14 +139,14 @@ AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, sp_
         if (t >= qn) continue;
         for (int r = 0; r < 16; r++) _mm512_store_ps(acc[t][r], _mm512_setzero_ps());
     }
-    enum { VB = 64 };
+    enum { VB = SP_ATTN_ROWS };
     const char *krow[2][VB]; /* K rows (this KV head's slice) of this block and the next */
     const int32_t n_kb = (n_end + VB - 1) / VB;
-    if (n_kb) kv_rows(kv, layer, seq, 0, SP_MIN(VB, n_end), g * D, D, esz, 0, krow[0]);
+    if (n_kb) sp_attn_rows(kv, layer, seq, 0, SP_MIN(VB, n_end), g * D, D, esz, 0, krow[0]);
     for (int32_t bk = 0; bk < n_kb; bk++) {
         const char **kr = (const char **)krow[bk & 1];
         const int32_t b0 = bk * VB, b1 = SP_MIN(b0 + VB, n_end);
-        if (bk + 1 < n_kb) kv_rows(kv, layer, seq, b1, SP_MIN(b1 + VB, n_end), g * D, D, esz, 0, krow[(bk + 1) & 1]);
+        if (bk + 1 < n_kb) sp_attn_rows(kv, layer, seq, b1, SP_MIN(b1 + VB, n_end), g * D, D, esz, 0, krow[(bk + 1) & 1]);
         for (int32_t P = b0; P < b1; P++) {
             __m512 K[8];
             _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) K[c] = load_row(kr[P - b0], c, f16);
@@ -224,10 +202,10 @@ AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, sp_
     }
     const char *vrow[2][VB]; /* V rows (this KV head's slice) of this block and the next */
     const int32_t n_blk = lo / VB;
-    if (n_blk) kv_rows(kv, layer, seq, 0, VB, g * D, D, esz, 1, vrow[0]);
+    if (n_blk) sp_attn_rows(kv, layer, seq, 0, VB, g * D, D, esz, 1, vrow[0]);
     for (int32_t bk = 0; bk < n_blk; bk++) {
         const char **vr = (const char **)vrow[bk & 1];
-        if (bk + 1 < n_blk) kv_rows(kv, layer, seq, (bk + 1) * VB, (bk + 2) * VB, g * D, D, esz, 1, vrow[(bk + 1) & 1]);
+        if (bk + 1 < n_blk) sp_attn_rows(kv, layer, seq, (bk + 1) * VB, (bk + 2) * VB, g * D, D, esz, 1, vrow[(bk + 1) & 1]);
         const int32_t base = bk * VB;
         for (int r = 0; r < 16; r++) {
             __m512 A[4][8];
