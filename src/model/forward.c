@@ -266,7 +266,6 @@ typedef struct {
     int32_t layer;
     const int32_t *runs;
     int32_t n_runs;
-    int32_t n_chunks;     /* chunks of the heads of each KV head */
     _Atomic int64_t next; /* work items (run x KV head x chunk) handed out so far */
 } attn_task;
 
@@ -280,11 +279,13 @@ typedef struct {
  * (a prefill chunk's tail) are the expensive ones, so the threads finish
  * close together. */
 static void attn_worker(void *arg, int ith, int nth) {
-    (void)nth;
     attn_task *t = arg;
     sp_context *c = t->c;
     const sp_model_info *h = &c->m->info;
-    const int32_t H = h->n_head, Hk = h->n_head_kv, D = h->head_dim, G = H / Hk, NC = t->n_chunks;
+    const int32_t H = h->n_head, Hk = h->n_head_kv, D = h->head_dim, G = H / Hk;
+    /* chunks per KV head: at least as many items as threads, where the
+     * heads allow (every slot derives the same count) */
+    const int32_t items = t->n_runs * Hk, NC = items < nth ? SP_MIN(G, (nth + items - 1) / items) : 1;
     const float scale = 1.0f / sqrtf((float)D);
     float *scores = c->scores + (size_t)ith * SP_ATTN_MAX_Q * c->p.n_ctx;
     uint16_t *q16 = c->q16 + (size_t)ith * D;
@@ -427,12 +428,7 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
         /* the last layer attends only for the rows that give logits (a
          * prefill chunk wants one of many); every row's K/V is stored above */
         const bool cut = l == h->n_layer - 1 && n_out < B;
-        attn_task at = {c, b, l, cut ? runs_out : c->runs, cut ? n_runs_out : n_runs, 1, 0};
-        {   /* at least as many items as threads, where the heads allow */
-            const int32_t G = h->n_head / h->n_head_kv, items = at.n_runs * h->n_head_kv;
-            const int32_t nth = sp_pool_size(c->pool);
-            if (items > 0 && items < nth) at.n_chunks = SP_MIN(G, (nth + items - 1) / items);
-        }
+        attn_task at = {c, b, l, cut ? runs_out : c->runs, cut ? n_runs_out : n_runs, 0};
         if (at.n_runs) sp_pool_run(c->pool, attn_worker, &at);
         if (l == h->n_layer - 1 && n_out < B) {
             /* the last layer's K/V are stored; past this point only the rows

@@ -144,7 +144,7 @@ AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, sp_
     const int32_t n_kb = (n_end + VB - 1) / VB;
     if (n_kb) sp_attn_rows(kv, layer, seq, 0, SP_MIN(VB, n_end), g * D, D, esz, 0, krow[0]);
     for (int32_t bk = 0; bk < n_kb; bk++) {
-        const char **kr = (const char **)krow[bk & 1];
+        const char **kr = krow[bk & 1];
         const int32_t b0 = bk * VB, b1 = SP_MIN(b0 + VB, n_end);
         if (bk + 1 < n_kb) sp_attn_rows(kv, layer, seq, b1, SP_MIN(b1 + VB, n_end), g * D, D, esz, 0, krow[(bk + 1) & 1]);
         for (int32_t P = b0; P < b1; P++) {
@@ -204,7 +204,7 @@ AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, sp_
     const int32_t n_blk = lo / VB;
     if (n_blk) sp_attn_rows(kv, layer, seq, 0, VB, g * D, D, esz, 1, vrow[0]);
     for (int32_t bk = 0; bk < n_blk; bk++) {
-        const char **vr = (const char **)vrow[bk & 1];
+        const char **vr = vrow[bk & 1];
         if (bk + 1 < n_blk) sp_attn_rows(kv, layer, seq, (bk + 1) * VB, (bk + 2) * VB, g * D, D, esz, 1, vrow[(bk + 1) & 1]);
         const int32_t base = bk * VB;
         for (int r = 0; r < 16; r++) {

@@ -134,6 +134,15 @@ typedef struct {
     uint16_t *q16;
 } run_bufs;
 
+static void run_bufs_free(run_bufs *b) {
+    free(b->q);
+    free(b->o1);
+    free(b->o2);
+    free(b->sc);
+    free(b->q16);
+}
+
+/* false (buffers freed, a failed check) when out of memory */
 static bool run_bufs_alloc(run_bufs *b, int D, int heads, int n_ctx) {
     const size_t n = (size_t)SP_ATTN_MAX_Q * heads * D;
     b->q = malloc(n * sizeof(float));
@@ -142,18 +151,14 @@ static bool run_bufs_alloc(run_bufs *b, int D, int heads, int n_ctx) {
     b->sc = malloc((size_t)SP_ATTN_MAX_Q * n_ctx * sizeof(float));
     b->q16 = malloc((size_t)D * sizeof(uint16_t));
     CHECK(b->q && b->o1 && b->o2 && b->sc && b->q16, "out of memory");
-    if (!(b->q && b->o1 && b->o2 && b->sc && b->q16)) return false;
+    if (!(b->q && b->o1 && b->o2 && b->sc && b->q16)) {
+        run_bufs_free(b);
+        return false;
+    }
     for (size_t i = 0; i < n; i++) b->q[i] = rnd() * 2;
     return true;
 }
 
-static void run_bufs_free(run_bufs *b) {
-    free(b->q);
-    free(b->o1);
-    free(b->o2);
-    free(b->sc);
-    free(b->q16);
-}
 
 /* A run of nq x nh queries (one sequence, nq consecutive positions, nh
  * heads of one KV head) gives each query exactly what attn_head gives it
@@ -178,7 +183,6 @@ static void run_case(const job *j) {
     const int QS = r->D * HEADS; /* query/output stride */
     run_bufs rb;
     if (!run_bufs_alloc(&rb, r->D, HEADS, n_ctx)) {
-        run_bufs_free(&rb);
         kv->ops->destroy(kv);
         return;
     }
@@ -235,7 +239,6 @@ static void paged_case(const job *j) {
     const int QS = r->D * HEADS;
     run_bufs rb;
     if (!run_bufs_alloc(&rb, r->D, HEADS, n_ctx)) {
-        run_bufs_free(&rb);
         kv->ops->destroy(kv);
         return;
     }
