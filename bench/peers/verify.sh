@@ -44,10 +44,12 @@ print(sys.argv[1], sys.argv[2], "specula", "%.2f %.2f %.3f" % (t * q, t, q))' "$
 done
 python3 - "$log" <<'EOF'
 import statistics, sys
+sys.path.insert(0, "bench/peers")
+from peers import spread  # "median x (min-max)", as make bench-peers prints ratios
 rows = [l.split() for l in open(sys.argv[1])]
 by = {}
 for r, m, e, p, t, q in rows:
-    by.setdefault((m, e), []).append((float(p), float(t), float(q)))
+    by.setdefault((m, e), []).append((float(p), float(q)))
 print("\n| model | engine | 5-token pass, ms (median, range) | pass / token (median, range) |")
 print("|---|---|---|---|")
 models = sorted({m for _, m, *_ in rows})
@@ -56,9 +58,9 @@ for m in models:
         v = by.get((m, e))
         if not v:
             continue
-        ps, qs = [x[0] for x in v], [x[2] for x in v]
-        print("| %s | %s | %.1f (%.1f-%.1f) | %.2fx (%.2f-%.2f) |" % (
-            m, e, statistics.median(ps), min(ps), max(ps), statistics.median(qs), min(qs), max(qs)))
+        ps, qs = [x[0] for x in v], [x[1] for x in v]
+        print("| %s | %s | %.1f (%.1f-%.1f) | %s |" % (
+            m, e, statistics.median(ps), min(ps), max(ps), spread(qs)))
 print("\n| model | Specula's pass / ik's faster pass, per round | median |")
 print("|---|---|---|")
 for m in models:
