@@ -134,6 +134,23 @@ AI void prefetch_group(const void *p, const int bytes, size_t pf_ws) {
 #define GROUP_BYTES_Q8 640 /* Q8_0, Q4_0, Q4_K scratch group */
 #define GROUP_BYTES_Q6 384
 
+/* for (g = G0; g < G1; g++) { body } in a tile of NT tokens, unrolled by 2
+ * when NT > 1: a group's dpbusd chains are long enough that the next
+ * group's unpacking is worth starting beside them (bin/tilebench, one
+ * thread, 512 x 2048: Q6_K at 5 tokens 35.2 -> 28.7 us with the
+ * step-major order of q6_K_row). A single token's loop stays as it was:
+ * decode is bound by memory, and measured a little slower unrolled. */
+#define GROUP_LOOP(g, G0, G1, ...)                                         \
+    do {                                                                   \
+        if (NT == 1) {                                                     \
+            for (int64_t g = (G0); g < (G1); g++) { __VA_ARGS__ }          \
+        } else {                                                           \
+            _Pragma("GCC unroll 2") for (int64_t g = (G0); g < (G1); g++) { \
+                __VA_ARGS__                                                \
+            }                                                              \
+        }                                                                  \
+    } while (0)
+
 /* ---- transposes --------------------------------------------------------- */
 
 /* 4x4 dword transpose inside each 128-bit lane: Z[a] lane L dword s ->
@@ -518,12 +535,37 @@ AI void rows16_store(float (*fb)[8][16][16], int nq, const int NT, float *y, int
  * activation scale from scratch). */
 AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss, const int NT, int64_t g,
                     __m512 F[8]) {
+    if (NT > 5) { /* enough chains already, and 2 NT would not fit in registers */
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;
+            const __m512i I = dot8(W, xg, _mm512_load_si512(xg + 512));
+            F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 576)), F[t]);
+        }
+        return;
+    }
+    /* 2-5 tokens: step-major, as q4_K_row (why there); the same integer
+     * sums and float steps as the loop above, so the same bits. Q8_0 at 3
+     * tokens: 26.7 -> 19.0 us (bin/tilebench q8_0 3), Q4_0 at 5: 24.4 -> 22.3 */
+    const uint8_t *xg = xs + g * GROUP_BYTES_Q8;
+    __m512i A[8], B[8];
     _Pragma("GCC unroll 16")
     for (int t = 0; t < NT; t++) {
-        const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;
-        const __m512i I = dot8(W, xg, _mm512_load_si512(xg + 512));
-        F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 576)), F[t]);
+        A[t] = _mm512_dpbusd_epi32(_mm512_load_si512(xg + t * xss + 512), W[0], _mm512_load_si512(xg + t * xss));
+        B[t] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), W[1], _mm512_load_si512(xg + t * xss + 64));
     }
+    _Pragma("GCC unroll 4")
+    for (int s = 2; s < 8; s += 2) {
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < NT; t++) {
+            A[t] = _mm512_dpbusd_epi32(A[t], W[s], _mm512_load_si512(xg + t * xss + 64 * s));
+            B[t] = _mm512_dpbusd_epi32(B[t], W[s + 1], _mm512_load_si512(xg + t * xss + 64 * (s + 1)));
+        }
+    }
+    _Pragma("GCC unroll 16")
+    for (int t = 0; t < NT; t++)
+        F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(A[t], B[t])),
+                               _mm512_mul_ps(S, _mm512_load_ps(xg + t * xss + 576)), F[t]);
 }
 
 /* Group loop for the types whose lane init comes from scratch (Q8_0, Q4_0),
@@ -538,12 +580,8 @@ AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss,
                        size_t xss, const int NT, size_t pf_ws, __m512 F[8]) {                         \
         _Pragma("GCC unroll 16")                                                                      \
         for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();                                      \
-        for (int64_t g = g0; g < g1; g++) {                                                           \
-            __m512i W[8];                                                                             \
-            __m512 S;                                                                                 \
-            GROUP(wr, nb, g, W, &S, pf_ws);                                                           \
-            qdot_tokens(W, S, xs, xss, NT, g, F);                                                     \
-        }                                                                                             \
+        GROUP_LOOP(g, g0, g1, __m512i W[8]; __m512 S; GROUP(wr, nb, g, W, &S, pf_ws);                 \
+                   qdot_tokens(W, S, xs, xss, NT, g, F););                                            \
     }                                                                                                 \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,         \
                       const int NT, int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y,          \
@@ -714,6 +752,12 @@ static void pack_rows(sp_type t, const void *src, void *dst, int64_t n_rows, int
  * and a shift per P instead of a transpose and two permutes. */
 #define PACKED_GB_Q4_K 288
 
+/* S, M of a packed group (odd lanes' S x16: their nibbles are plain 0..15) */
+AI void scales_q4_Kp(const uint8_t *p, __m512 *S, __m512 *M) {
+    scales_q4_K(p, p + 16, S, M);
+    *S = _mm512_mul_ps(*S, _mm512_setr_ps(1, 16, 1, 16, 1, 16, 1, 16, 1, 16, 1, 16, 1, 16, 1, 16));
+}
+
 AI void load_q4_Kp(const uint8_t *p, __m512i W[8], __m512 *S, __m512 *M) {
     const __m512i m4 = _mm512_set1_epi8(0xF);
     _Pragma("GCC unroll 4")
@@ -722,8 +766,7 @@ AI void load_q4_Kp(const uint8_t *p, __m512i W[8], __m512 *S, __m512 *M) {
         W[s] = _mm512_and_si512(v, m4);
         W[4 + s] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
     }
-    scales_q4_K(p, p + 16, S, M);
-    *S = _mm512_mul_ps(*S, _mm512_setr_ps(1, 16, 1, 16, 1, 16, 1, 16, 1, 16, 1, 16, 1, 16, 1, 16));
+    scales_q4_Kp(p, S, M);
 }
 
 /* NAME_nt (the file's blocks) and NAMEp_nt (packed rows) from NAME_any_nt */
@@ -740,39 +783,76 @@ AI void load_q4_Kp(const uint8_t *p, __m512i W[8], __m512 *S, __m512 *M) {
     }
 
 /* One row's groups [g0, g1) of Q4_K (packed or the file's) for the NT
- * tokens of a tile -> F[t]; pf_ws: prefetch_group's. */
+ * tokens of a tile -> F[t]; pf_ws: prefetch_group's.
+ *
+ * Per token and group: 8 dpbusd, F = fmadd(cvt(I), S * dx, F), and the min
+ * term G = fnmadd(M, xsum, G) in an accumulator of its own (added to F once
+ * per row), the same float steps for every path and batch.
+ * A dpbusd takes 4 cycles and 2 can start per cycle, on the two pipes
+ * that also do every float multiply: at 5 tokens, 55 such ops a group,
+ * ~28 cycles at best. Token by token (one chain of 8 each) the core kept
+ * only a few chains going (~49 cycles a group at 5 tokens, k = 2048, in
+ * L1). With 2-5 tokens on packed weights the order is therefore
+ * step-major: two chains per token (vectors 0-3 and 4-7), every token's
+ * step s before any step s + 1, so 2 NT chains are in flight; the weights
+ * are unpacked a step at a time (2 registers, not 8), which is what leaves
+ * room for the 2 NT chains beside F and G. */
 AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0, int64_t g1, const uint8_t *xs,
                  size_t xss, const int NT, const int PACKED, size_t pf_ws, __m512 F[8]) {
     const sp_block_q4_K *wr = (const sp_block_q4_K *)(w + r * ws);
-    /* G: the min terms, in their own accumulators (added to F once per
-     * row): they do not wait for the dpbusd chains, so they no longer sit
-     * in the scheduler behind them (5 tokens: 27.8-27.9 -> 27.2 us,
-     * `bin/tilebench q4_K 5`; removing the min term altogether gave 25.8) */
     __m512 G[8];
     _Pragma("GCC unroll 16")
     for (int t = 0; t < NT; t++) F[t] = G[t] = _mm512_setzero_ps();
-    for (int64_t g = g0; g < g1; g++) {
-        __m512i W[8];
-        __m512 S, M;
-        if (PACKED) {
-            const uint8_t *gp = w + r * ws + g * PACKED_GB_Q4_K;
+    if (PACKED && NT > 1 && NT <= 5) {
+        const __m512i m4 = _mm512_set1_epi8(0xF);
+        GROUP_LOOP(g, g0, g1,
+            const uint8_t *gp = w + r * ws + g * PACKED_GB_Q4_K, *xg = xs + g * GROUP_BYTES_Q8;
             prefetch_group(gp, PACKED_GB_Q4_K, pf_ws);
-            load_q4_Kp(gp, W, &S, &M);
-        } else if (2 * g + 2 <= nsb) {
-            prefetch_group(wr + 2 * g, 2 * sizeof(sp_block_q4_K), pf_ws);
-            repack_q4_K(wr + 2 * g, W, &S, &M);
-        } else { /* odd number of super-blocks: pad with a zero one */
-            sp_block_q4_K tmp[2];
-            memset(&tmp[1], 0, sizeof tmp[1]);
-            tmp[0] = wr[2 * g];
-            repack_q4_K(tmp, W, &S, &M);
-        }
-        _Pragma("GCC unroll 16")
-        for (int t = 0; t < NT; t++) {
-            const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;
-            const __m512i I = NT >= 3 ? dot8_1(W, xg) : dot8(W, xg, _mm512_setzero_si512());
-            F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 512)), F[t]);
-            G[t] = _mm512_fnmadd_ps(M, _mm512_load_ps(xg + 576), G[t]);
+            __m512i A[5], B[5];
+            _Pragma("GCC unroll 4")
+            for (int s = 0; s < 4; s++) {
+                const __m512i v = _mm512_loadu_si512(gp + 32 + 64 * s);
+                const __m512i wl = _mm512_and_si512(v, m4), wh = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+                _Pragma("GCC unroll 8")
+                for (int t = 0; t < NT; t++) {
+                    const __m512i a = s ? A[t] : _mm512_setzero_si512(), b = s ? B[t] : _mm512_setzero_si512();
+                    A[t] = _mm512_dpbusd_epi32(a, wl, _mm512_load_si512(xg + t * xss + 64 * s));
+                    B[t] = _mm512_dpbusd_epi32(b, wh, _mm512_load_si512(xg + t * xss + 256 + 64 * s));
+                }
+            }
+            __m512 S, M;
+            scales_q4_Kp(gp, &S, &M);
+            _Pragma("GCC unroll 8")
+            for (int t = 0; t < NT; t++) {
+                const uint8_t *xt = xg + t * xss;
+                F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(A[t], B[t])),
+                                       _mm512_mul_ps(S, _mm512_load_ps(xt + 512)), F[t]);
+                G[t] = _mm512_fnmadd_ps(M, _mm512_load_ps(xt + 576), G[t]);
+            });
+    } else {
+        for (int64_t g = g0; g < g1; g++) {
+            __m512i W[8];
+            __m512 S, M;
+            if (PACKED) {
+                const uint8_t *gp = w + r * ws + g * PACKED_GB_Q4_K;
+                prefetch_group(gp, PACKED_GB_Q4_K, pf_ws);
+                load_q4_Kp(gp, W, &S, &M);
+            } else if (2 * g + 2 <= nsb) {
+                prefetch_group(wr + 2 * g, 2 * sizeof(sp_block_q4_K), pf_ws);
+                repack_q4_K(wr + 2 * g, W, &S, &M);
+            } else { /* odd number of super-blocks: pad with a zero one */
+                sp_block_q4_K tmp[2];
+                memset(&tmp[1], 0, sizeof tmp[1]);
+                tmp[0] = wr[2 * g];
+                repack_q4_K(tmp, W, &S, &M);
+            }
+            _Pragma("GCC unroll 16")
+            for (int t = 0; t < NT; t++) {
+                const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;
+                const __m512i I = NT >= 3 ? dot8_1(W, xg) : dot8(W, xg, _mm512_setzero_si512());
+                F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 512)), F[t]);
+                G[t] = _mm512_fnmadd_ps(M, _mm512_load_ps(xg + 576), G[t]);
+            }
         }
     }
     _Pragma("GCC unroll 16")
@@ -831,7 +911,7 @@ AI void q6_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t g0, int64_t g1,
     __m512 F[8];
     _Pragma("GCC unroll 16")
     for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();
-    for (int64_t g = g0; g < g1; g++) {
+    GROUP_LOOP(g, g0, g1,
         __m512i W[4];
         __m512 S;
         if (PACKED) {
@@ -842,17 +922,24 @@ AI void q6_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t g0, int64_t g1,
             prefetch_group(wr + g, sizeof(sp_block_q6_K), pf_ws);
             repack_q6_K(wr + g, W, &S);
         }
+        /* step-major (see q4_K_row): both chains of every token, then their
+         * second steps; the sums and float steps are the ones of before */
+        const uint8_t *xg = xs + g * GROUP_BYTES_Q6;
+        __m512i A[8], B[8];
         _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) {
-            const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q6;
-            const __m512i I = _mm512_add_epi32(
-                _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_load_si512(xg + 256), W[0], _mm512_load_si512(xg)),
-                                    W[1], _mm512_load_si512(xg + 64)),
-                _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), W[2], _mm512_load_si512(xg + 128)),
-                                    W[3], _mm512_load_si512(xg + 192)));
-            F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 320)), F[t]);
+            A[t] = _mm512_dpbusd_epi32(_mm512_load_si512(xg + t * xss + 256), W[0], _mm512_load_si512(xg + t * xss));
+            B[t] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), W[2], _mm512_load_si512(xg + t * xss + 128));
         }
-    }
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *xt = xg + t * xss;
+            A[t] = _mm512_dpbusd_epi32(A[t], W[1], _mm512_load_si512(xt + 64));
+            B[t] = _mm512_dpbusd_epi32(B[t], W[3], _mm512_load_si512(xt + 192));
+            F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(A[t], B[t])),
+                                   _mm512_mul_ps(S, _mm512_load_ps(xt + 320)), F[t]);
+        }
+        );
     store_row(y, ldy, r, NT, F, acc);
 }
 
