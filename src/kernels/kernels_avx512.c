@@ -535,37 +535,12 @@ AI void rows16_store(float (*fb)[8][16][16], int nq, const int NT, float *y, int
  * activation scale from scratch). */
 AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss, const int NT, int64_t g,
                     __m512 F[8]) {
-    if (NT > 5) { /* enough chains already, and 2 NT would not fit in registers */
-        _Pragma("GCC unroll 16")
-        for (int t = 0; t < NT; t++) {
-            const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;
-            const __m512i I = dot8(W, xg, _mm512_load_si512(xg + 512));
-            F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 576)), F[t]);
-        }
-        return;
-    }
-    /* 2-5 tokens: step-major, as q4_K_row (why there); the same integer
-     * sums and float steps as the loop above, so the same bits. Q8_0 at 3
-     * tokens: 26.7 -> 19.0 us (bin/tilebench q8_0 3), Q4_0 at 5: 24.4 -> 22.3 */
-    const uint8_t *xg = xs + g * GROUP_BYTES_Q8;
-    __m512i A[8], B[8];
     _Pragma("GCC unroll 16")
     for (int t = 0; t < NT; t++) {
-        A[t] = _mm512_dpbusd_epi32(_mm512_load_si512(xg + t * xss + 512), W[0], _mm512_load_si512(xg + t * xss));
-        B[t] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), W[1], _mm512_load_si512(xg + t * xss + 64));
+        const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;
+        const __m512i I = dot8(W, xg, _mm512_load_si512(xg + 512));
+        F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 576)), F[t]);
     }
-    _Pragma("GCC unroll 4")
-    for (int s = 2; s < 8; s += 2) {
-        _Pragma("GCC unroll 16")
-        for (int t = 0; t < NT; t++) {
-            A[t] = _mm512_dpbusd_epi32(A[t], W[s], _mm512_load_si512(xg + t * xss + 64 * s));
-            B[t] = _mm512_dpbusd_epi32(B[t], W[s + 1], _mm512_load_si512(xg + t * xss + 64 * (s + 1)));
-        }
-    }
-    _Pragma("GCC unroll 16")
-    for (int t = 0; t < NT; t++)
-        F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(A[t], B[t])),
-                               _mm512_mul_ps(S, _mm512_load_ps(xg + t * xss + 576)), F[t]);
 }
 
 /* Group loop for the types whose lane init comes from scratch (Q8_0, Q4_0),
@@ -580,8 +555,12 @@ AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss,
                        size_t xss, const int NT, size_t pf_ws, __m512 F[8]) {                         \
         _Pragma("GCC unroll 16")                                                                      \
         for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();                                      \
-        GROUP_LOOP(g, g0, g1, __m512i W[8]; __m512 S; GROUP(wr, nb, g, W, &S, pf_ws);                 \
-                   qdot_tokens(W, S, xs, xss, NT, g, F););                                            \
+        for (int64_t g = g0; g < g1; g++) {                                                           \
+            __m512i W[8];                                                                             \
+            __m512 S;                                                                                 \
+            GROUP(wr, nb, g, W, &S, pf_ws);                                                           \
+            qdot_tokens(W, S, xs, xss, NT, g, F);                                                     \
+        }                                                                                             \
     }                                                                                                 \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,         \
                       const int NT, int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y,          \
