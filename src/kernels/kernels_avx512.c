@@ -139,7 +139,8 @@ AI void prefetch_group(const void *p, const int bytes, size_t pf_ws) {
  * group's unpacking is worth starting beside them (bin/tilebench, one
  * thread, 512 x 2048: Q6_K at 5 tokens 35.2 -> 28.7 us with the
  * step-major order of q6_K_row). A single token's loop stays as it was:
- * decode is bound by memory, and measured a little slower unrolled. */
+ * decode is bound by memory, its in-cache tiles did not move unrolled, and
+ * the first build that unrolled it as well decoded slower. */
 #define GROUP_LOOP(g, G0, G1, ...)                                         \
     do {                                                                   \
         if (NT == 1) {                                                     \
