@@ -462,7 +462,7 @@ static size_t xrow_unused(int64_t k) { (void)k; return 0; }
 /* ---- quantized tiles ---------------------------------------------------- */
 
 /* init + sum_s dpbusd(W[s], x[s]) for the 8 vectors of a group, as two
- * chains of 4 joined by one add: dpbusd has a latency of 5 cycles and 2 can
+ * chains of 4 joined by one add: dpbusd has a latency of 4-5 cycles and 2 can
  * start per cycle, so a single chain per token left the core at ~1 dpbusd
  * per cycle with 5 tokens (5 chains in flight); two chains cost one add and
  * made 5 tokens ~25% faster. */
@@ -762,6 +762,13 @@ AI void load_q4_Kp(const uint8_t *p, __m512i W[8], __m512 *S, __m512 *M) {
         NAME##_any_nt(w, ws, nr, xs, xss, NT, k, k0, k1, kc, y, ldy, acc, 1, ROW_PF);                \
     }
 
+/* A group's float steps for one row and token, the same on every path:
+ * F += cvt(I) * (S * dx), G -= M * xsum (xt: the token's scratch group). */
+AI void q4_K_acc(__m512 *F, __m512 *G, __m512i I, __m512 S, __m512 M, const uint8_t *xt) {
+    *F = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xt + 512)), *F);
+    *G = _mm512_fnmadd_ps(M, _mm512_load_ps(xt + 576), *G);
+}
+
 /* One row's groups [g0, g1) of Q4_K (packed or the file's) for the NT
  * tokens of a tile -> F[t]; pf_ws: prefetch_group's.
  *
@@ -804,10 +811,7 @@ AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0
             scales_q4_Kp(gp, &S, &M);
             _Pragma("GCC unroll 8")
             for (int t = 0; t < NT; t++) {
-                const uint8_t *xt = xg + t * xss;
-                F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(A[t], B[t])),
-                                       _mm512_mul_ps(S, _mm512_load_ps(xt + 512)), F[t]);
-                G[t] = _mm512_fnmadd_ps(M, _mm512_load_ps(xt + 576), G[t]);
+                q4_K_acc(&F[t], &G[t], _mm512_add_epi32(A[t], B[t]), S, M, xg + t * xss);
             });
     } else {
         for (int64_t g = g0; g < g1; g++) {
@@ -829,9 +833,7 @@ AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0
             _Pragma("GCC unroll 16")
             for (int t = 0; t < NT; t++) {
                 const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;
-                const __m512i I = NT >= 3 ? dot8_1(W, xg) : dot8(W, xg, _mm512_setzero_si512());
-                F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 512)), F[t]);
-                G[t] = _mm512_fnmadd_ps(M, _mm512_load_ps(xg + 576), G[t]);
+                q4_K_acc(&F[t], &G[t], NT >= 3 ? dot8_1(W, xg) : dot8(W, xg, _mm512_setzero_si512()), S, M, xg);
             }
         }
     }
