@@ -9,6 +9,8 @@ import subprocess
 import threading
 import time
 
+# waits are as much longer under a sanitizer as tests/run.sh's limits are
+SCALE = float(os.environ.get("SPECULA_TIMEOUT_SCALE") or 1)
 SAN_RE = re.compile(r"ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error:|WARNING: ThreadSanitizer")
 
 
@@ -61,7 +63,7 @@ class Server:
         self.p = subprocess.Popen([binary, "serve", "--port", "0", "-t", str(threads)] + args,
                                   stdout=self.f, stderr=subprocess.STDOUT)
         self.port, self.headers = None, {}
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 60 * SCALE
         while time.monotonic() < deadline and self.port is None:
             m = re.search(rb"http://127\.0\.0\.1:(\d+)", open(self.log, "rb").read())
             if m:
@@ -132,7 +134,7 @@ def metrics(port, headers=None):
 
 
 def wait_idle(port, headers=None, limit=30):
-    deadline = time.monotonic() + limit
+    deadline = time.monotonic() + limit * SCALE
     while time.monotonic() < deadline:
         st, m = metrics(port, headers)
         if st == 200 and m.get("specula_requests_active") == 0:

@@ -26,6 +26,9 @@
 #                  and a RESULT line itself (the Python tests), passes them
 #                  on and exits with its outcome; no RESULT line is one
 #                  failure. TIMEOUT_S 0: no time limit.
+#   polls N        N times SPECULA_TIMEOUT_SCALE (an integer; 1 when unset):
+#                  the number of rounds of a wait loop, so that a wait is as
+#                  much longer under a sanitizer as tests/run.sh's limits are
 # A test that must clean up more at exit defines test_cleanup before it exits.
 set -u
 bin=${SPECULA_BIN:-bin/specula}
@@ -43,6 +46,7 @@ finish() {
 
 SAN_RE='ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error:|WARNING: ThreadSanitizer'
 sanitizer() { grep -qE "$SAN_RE" "$@" 2>/dev/null; }
+polls() { echo $(($1 * ${SPECULA_TIMEOUT_SCALE:-1})); }
 
 tmp=$(mktemp -d)
 pids=()
@@ -60,7 +64,7 @@ start_server() {
     PID=$!; pids+=("$PID")
     URL=""
     START_ERR=""; START_WHAT=""
-    for _ in $(seq 1 200); do
+    for _ in $(seq 1 "$(polls 200)"); do
         URL=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/$name.log" | head -n 1)
         [ -n "$URL" ] && break
         sleep 0.05
@@ -69,7 +73,7 @@ start_server() {
         START_WHAT=starts; START_ERR="did not start: $(cat "$tmp/$name.log")"
         return 1
     fi
-    for _ in $(seq 1 400); do
+    for _ in $(seq 1 "$(polls 400)"); do
         [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] && return 0
         sleep 0.05
     done

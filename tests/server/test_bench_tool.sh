@@ -210,7 +210,7 @@ PY
 for mode in error garbage close; do
     python3 "$tmp/fake.py" $mode >"$tmp/fake.port" 2>/dev/null &
     pids+=("$!")
-    for _ in $(seq 1 100); do [ -s "$tmp/fake.port" ] && break; sleep 0.05; done
+    for _ in $(seq 1 "$(polls 100)"); do [ -s "$tmp/fake.port" ] && break; sleep 0.05; done
     port=$(head -n 1 "$tmp/fake.port")
     "$bin" bench --base-url "http://127.0.0.1:$port" --workload code-complete --num-requests 3 \
         --concurrency 2 --warmup 1 --timeout 10 --json "$tmp/fk.json" >"$tmp/out" 2>"$tmp/err"

@@ -34,13 +34,13 @@ start_server() {
     "$bin" serve --port 0 -t 2 -m "$models/specula-code-target-f16.gguf" "$@" >"$tmp/$name.log" 2>&1 &
     PID=$!; pids+=("$PID")
     URL=""
-    for _ in $(seq 1 400); do
+    for _ in $(seq 1 $((400 * ${SPECULA_TIMEOUT_SCALE:-1}))); do
         URL=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/$name.log" | head -n 1)
         [ -n "$URL" ] && break
         sleep 0.05
     done
     [ -n "$URL" ] || { fail "server $name starts" "$(cat "$tmp/$name.log")"; return 1; }
-    for _ in $(seq 1 600); do
+    for _ in $(seq 1 $((600 * ${SPECULA_TIMEOUT_SCALE:-1}))); do
         [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] && return 0
         sleep 0.05
     done

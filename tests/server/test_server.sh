@@ -47,7 +47,7 @@ PY
 mkfifo "$tmp/slow.gguf"
 "$bin" serve --port 0 -t 1 -m "$tmp/slow.gguf" >"$tmp/slow.log" 2>&1 &
 slow=$!; pids+=("$slow")
-for _ in $(seq 1 200); do
+for _ in $(seq 1 "$(polls 200)"); do
     URL=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/slow.log" | head -n 1); [ -n "$URL" ] && break; sleep 0.05
 done
 h=$(curl -s -o "$tmp/out" -w '%{http_code}' "$URL/health")
@@ -407,7 +407,7 @@ PY
 curl -sN -H 'Authorization: Bearer key-one' "$URL/v1/completions" \
     -d '{"prompt": "Count:", "max_tokens": 1500, "temperature": 0, "stream": true}' >/dev/null &
 bg=$!
-for _ in $(seq 1 250); do
+for _ in $(seq 1 "$(polls 250)"); do
     curl -s "${MK[@]}" "$URL/metrics" | grep -q '^specula_requests_active 1' && break; sleep 0.02
 done
 code=$(curl -s -D "$tmp/hdr" -o "$tmp/out" -w '%{http_code}' -H 'Authorization: Bearer key-two' \
@@ -418,7 +418,7 @@ if [ "$code" = 429 ] && grep -qi '^retry-after:' "$tmp/hdr" && is_error rate_lim
 else
     fail "429" "HTTP $code: $(cat "$tmp/out")"
 fi
-for _ in $(seq 1 100); do
+for _ in $(seq 1 "$(polls 100)"); do
     curl -s "${MK[@]}" "$URL/metrics" | grep -q '^specula_requests_active 0' && break; sleep 0.05
 done
 curl -s "${MK[@]}" "$URL/metrics" >"$tmp/m"

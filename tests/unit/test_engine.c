@@ -401,7 +401,9 @@ static void cancellation(void) {
     __atomic_store_n(&cb_events, 0, __ATOMIC_SEQ_CST);
     int64_t d = sp_engine_submit(e, &rc, err, sizeof(err));
     sp_engine_cancel(e, d);
-    for (int i = 0; i < 1000 && !__atomic_load_n(&cb_events, __ATOMIC_SEQ_CST); i++) usleep(1000);
+    /* up to 20 s: the engine may be in the middle of a step, which a
+     * sanitizer build on a loaded machine can stretch past a second */
+    for (int i = 0; i < 20000 && !__atomic_load_n(&cb_events, __ATOMIC_SEQ_CST); i++) usleep(1000);
     /* the engine thread may still be counting: read atomically (TSan) */
     CHECK(__atomic_load_n(&cb_events, __ATOMIC_SEQ_CST) >= 1,
           "no final event for a cancelled callback request");
