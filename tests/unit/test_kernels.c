@@ -308,6 +308,30 @@ static void test_q8_K_hand(void) {
               "%s: block 0 spot values", LEVELS[l]);
         CHECK(y[1].qs[12] == -2, "%s: -2.5 rounds to even", LEVELS[l]);
     }
+    /* random blocks, bit for bit against the reference: gaussian values
+     * at several scales, ties (x.5 after scaling by 1), repeated maxima of
+     * either sign, a zero block */
+    enum { NB = 24 };
+    float *r = rand_vec(NB * 256, 1.0f);
+    for (int b = 0; b < NB; b++) {
+        const float sc = (float)(1 << (b % 8)) / 8.f;
+        for (int j = 0; j < 256; j++) r[256 * b + j] *= sc;
+    }
+    for (int j = 0; j < 256; j++) r[256 * 3 + j] = (float)((j % 255) - 127) * 0.5f; /* ties; max -127 first */
+    r[256 * 4 + 40] = -9.f, r[256 * 4 + 7] = 9.f;   /* +9 before -9 */
+    r[256 * 5 + 200] = 9.f, r[256 * 5 + 201] = -9.f;
+    memset(r + 256 * 6, 0, 256 * sizeof(float));
+    sp_block_q8_K want[NB], got[NB];
+    sp_ref_quantize_q8_K(r, want, NB * 256);
+    for (int l = 0; l < N_LEVELS; l++) {
+        if (sp_kernels_force(LEVELS[l])) continue;
+        memset(got, 0x55, sizeof got);
+        sp_quantize_row(SP_TYPE_Q8_K, r, got, NB * 256);
+        for (int b = 0; b < NB; b++)
+            CHECK(!memcmp(&got[b], &want[b], sizeof got[b]), "%s: random block %d differs from the reference",
+                  LEVELS[l], b);
+    }
+    free(r);
 }
 
 /* ---- quantize -> dequantize error -------------------------------------- */
