@@ -110,8 +110,9 @@ static void quantize_q8_K_avx2(const float *x, void *vy, int64_t k) {
             memset(&y[i], 0, sizeof y[i]);
             continue;
         }
-        int idx = 0; /* the first element of largest magnitude, as the reference */
-        while (!(__builtin_fabsf(x[idx]) == am)) idx++;
+        int idx = 0; /* the first element of largest magnitude, as the reference; */
+        /* bounded: a NaN in the block can make am NaN, equal to nothing */
+        while (idx < SP_QK_K - 1 && !(__builtin_fabsf(x[idx]) == am)) idx++;
         const float iscale = -127.f / x[idx];
         const __m256 is = _mm256_set1_ps(iscale);
         const __m256i lim = _mm256_set1_epi32(127);
