@@ -1,7 +1,7 @@
 /* tilebench.c: one quantized matmul tile shape, compute-bound (`make
  * tilebench`; not run by `make bench`).
  *
- *   bin/tilebench TYPE N_TOK [rows=512] [k=2048] [reps=400]
+ *   bin/tilebench TYPE N_TOK [rows=512] [k=2048] [reps=400] [threads=1]
  *   TYPE: q8_0 | q4_0 | q4_K | q6_K
  *
  * One thread, one rows x k matrix of random well-formed blocks (1-2 MB, in
@@ -11,6 +11,10 @@
  * 256 weights and token. The best of many short runs is what survives a
  * shared machine; compare two builds by running them alternately, several
  * times each (the README's AVX2 figures were taken that way).
+ * With threads > 1 the calls run on a pool of that many threads, as the
+ * engine runs them: a matrix far past the caches then times the tile
+ * streamed from memory by every core at once (N_TOK 5 against 1 is a
+ * verification pass against a decode step, without the rest of the model).
  * SPECULA_KERNELS=ref|avx2|avx512 selects the level. The matrix is packed
  * as the engine packs it at load where the level has a layout for the type
  * (what decode and verification run on); SPECULA_REPACK=0 keeps the file's
@@ -42,15 +46,16 @@ static int parse_type(const char *s, sp_type *t) {
 int main(int argc, char **argv) {
     sp_type t;
     if (argc < 3 || parse_type(argv[1], &t) || atoi(argv[2]) < 1 || atoi(argv[2]) > 64) {
-        fprintf(stderr, "usage: %s q8_0|q4_0|q4_K|q6_K N_TOK(1..64) [rows=512] [k=2048] [reps=400]\n", argv[0]);
+        fprintf(stderr, "usage: %s q8_0|q4_0|q4_K|q6_K N_TOK(1..64) [rows=512] [k=2048] [reps=400] [threads=1]\n",
+                argv[0]);
         return 2;
     }
     const int n_tok = atoi(argv[2]);
     const int64_t rows = argc > 3 ? atoll(argv[3]) : 512, k = argc > 4 ? atoll(argv[4]) : 2048;
-    const int reps = argc > 5 ? atoi(argv[5]) : 400;
+    const int reps = argc > 5 ? atoi(argv[5]) : 400, nth = argc > 6 ? atoi(argv[6]) : 1;
     const sp_type_traits *ti = sp_type_info(t);
-    if (rows < 16 || rows % 16 || k < 256 || k % 256 || reps < 1) {
-        fprintf(stderr, "tilebench: rows must be a multiple of 16, k of 256, reps >= 1\n");
+    if (rows < 16 || rows % 16 || k < 256 || k % 256 || reps < 1 || nth < 1 || nth > 64) {
+        fprintf(stderr, "tilebench: rows must be a multiple of 16, k of 256, reps >= 1, threads 1..64\n");
         return 2;
     }
     const char *level = sp_kernels_init();
@@ -73,18 +78,25 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (wp) sp_matmul_pack(t, w, rows, k, wp);
+    sp_pool *pool = nth > 1 ? sp_pool_create(nth) : NULL;
+    if (nth > 1 && !pool) {
+        fprintf(stderr, "tilebench: cannot start %d threads\n", nth);
+        return 1;
+    }
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         const double t0 = sp_time_s();
         for (int i = 0; i < 10; i++) {
-            if (wp) sp_matmul_packed(NULL, wp, t, rows, k, x, n_tok, y, rows, scratch);
-            else sp_matmul(NULL, w, t, rows, k, x, n_tok, y, rows, scratch);
+            if (wp) sp_matmul_packed(pool, wp, t, rows, k, x, n_tok, y, rows, scratch);
+            else sp_matmul(pool, w, t, rows, k, x, n_tok, y, rows, scratch);
         }
         const double d = (sp_time_s() - t0) / 10;
         if (d < best) best = d;
     }
-    printf("%s%s %s %lld x %lld, %d token(s): %.1f us per matmul, %.2f ns per 256 weights and token\n", level,
-           wp ? " packed" : "", argv[1], (long long)rows, (long long)k, n_tok, best * 1e6, best * 1e9 / (double)(rows * k / 256) / n_tok);
+    printf("%s%s %s %lld x %lld, %d token(s), %d thread(s): %.1f us per matmul, %.2f ns per 256 weights and token\n",
+           level, wp ? " packed" : "", argv[1], (long long)rows, (long long)k, n_tok, nth, best * 1e6,
+           best * 1e9 / (double)(rows * k / 256) / n_tok);
+    sp_pool_free(pool);
     free(w);
     free(wp);
     free(x);

@@ -438,9 +438,10 @@ static void matmul_case(sp_type t) {
     /* K values: group tails for every layout (512-value groups for Q8_0/Q4_0/Q4_K,
      * 256 for Q6_K, 16 for floats) */
     int64_t kA, kB, kC, kD, kE; /* kD: long enough to be cut into K ranges when n_tok > 8 */
-    if (blck == 1) { kA = 16; kB = 77; kC = 1600; kD = 3001; kE = 5; }
-    else if (blck == 32) { kA = 512; kB = 800; kC = 2048; kD = 4640; kE = 96; }
-    else { kA = 256; kB = 768; kC = 1536; kD = 4608; kE = 256; }
+    int64_t kF; /* 5 tokens of it pass the avx512 level's 36 KiB limit (a walk by range) */
+    if (blck == 1) { kA = 16; kB = 77; kC = 1600; kD = 3001; kE = 5; kF = 2500; }
+    else if (blck == 32) { kA = 512; kB = 800; kC = 2048; kD = 4640; kE = 96; kF = 6144; }
+    else { kA = 256; kB = 768; kC = 1536; kD = 4608; kE = 256; kF = 5888; }
     const struct { int64_t n_rows, k, n_tok, ldy_extra; } shapes[] = {
         {1, kA, 1, 0}, {13, kB, 2, 3}, {71, kC, 3, 0}, {33, kB, 5, 1}, {16, kC, 8, 0},
         {37, kA, 17, 0}, {130, kB, 64, 2}, {260, kC, 1, 0}, {24, kD, 12, 0}, {9, kD, 6, 0}, {5, kE, 3, 0}, {3, kE, 9, 1},
@@ -448,6 +449,10 @@ static void matmul_case(sp_type t) {
          * rows at a time (their converted activations pass its 36 KiB limit),
          * here in blocks of 16 and a partial one, in two regions with 2 threads */
         {88, kD, 8, 1},
+        /* 5 tokens walked by range: the avx512 level's packed Q4_K and Q6_K
+         * tiles take rows two at a time there too, and 35 rows end in a
+         * block of 3 (a pair and a row alone) */
+        {35, kF, 5, 0},
     };
     sp_pool *pools[3] = {NULL, sp_pool_create(2), sp_pool_create(3)};
     CHECK(pools[1] && pools[2], "pool create");
