@@ -49,10 +49,8 @@
  * tile ~47 at 5 tokens (`bin/tilebench q4_K 5`: 27 us for 512 x 2048), and
  * one core streams ~39 GB/s (README, "Issue 20, fourth round"). dpbusd
  * shares its two pipes with every float multiply and FMA (not with cvt):
- * 16 dpbusd take 8 cycles, with 8 FMAs beside them 12. Taking packed rows
- * two at a time at 2-5 tokens (q4_Kp_row2, q6_Kp_row2) halves the
- * activation loads: Q4_K 5 tokens ~38 cycles a row-group (23.5 us), Q6_K
- * 25.8 us (README, "Issue 20, tenth round").
+ * 16 dpbusd take 8 cycles, with 8 FMAs beside them 12 (README, "Issue
+ * 20, tenth round").
  *
  * Load-time repacking (sp_matmul_pack; model.c repack_weights): Q8_0, Q4_0,
  * Q4_K and Q6_K rows are packed once into what the transposes above make of
@@ -831,7 +829,9 @@ AI void load_q4_Kp(const uint8_t *p, __m512i W[8], __m512 *S, __m512 *M) {
 /* A group's float steps for one row and token, the same on every path:
  * F += cvt(I) * (S * dx), then F -= M * xsum (xt: the token's scratch
  * group). The min term goes into F itself: an accumulator of its own per
- * row and token would leave no registers for the two-row tile below. */
+ * token (added to F once per row) took 8 of the 32 registers at 8 tokens,
+ * and without it prefill's 8-token tile is 4-5% faster in cache
+ * (`bin/tilebench q4_K 8`: 41.6-42.3 -> 39.7-40.2 us, 3 alternating runs). */
 AI void q4_K_acc(__m512 *F, __m512i I, __m512 S, __m512 M, const uint8_t *xt) {
     *F = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xt + 512)), *F);
     *F = _mm512_fnmadd_ps(M, _mm512_load_ps(xt + 576), *F);
@@ -850,8 +850,14 @@ AI void q4_K_acc(__m512 *F, __m512i I, __m512 S, __m512 M, const uint8_t *xt) {
  * step-major: two chains per token (vectors 0-3 and 4-7), every token's
  * step s before any step s + 1, so 2 NT chains are in flight; the weights
  * are unpacked a step at a time (2 registers, not 8), which is what leaves
- * room for the 2 NT chains beside F. (The packed tile at 2-5 tokens takes
- * two rows at a time, q4_Kp_row2, and comes here only for an odd last row.) */
+ * room for the 2 NT chains beside F.
+ * Tried: two rows at a time at 2-5 tokens, each activation vector loaded
+ * once for both rows' dpbusd. In cache it was ~10% faster (Q4_K 5 tokens
+ * 25.6-26.5 -> 23.4-23.7 us, Q6_K 28.6-29.1 -> 25.6-27.4), but streamed
+ * from memory by one core (`bin/tilebench q4_K 5 65536 2048 5`, what a
+ * verification does) it was 20-30% slower (4.8-5.2 -> 6.0-6.9 ms, 3
+ * alternating runs; Q6_K level): a pair's body is twice as long, so the
+ * core runs fewer groups ahead of a weight load that misses. */
 AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0, int64_t g1, const uint8_t *xs,
                  size_t xss, const int NT, const int PACKED, size_t pf_ws, __m512 F[8]) {
     const sp_block_q4_K *wr = (const sp_block_q4_K *)(w + r * ws);
@@ -906,56 +912,6 @@ AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0
     }
 }
 
-/* Rows r and r + 1 of packed Q4_K, groups [g0, g1), for 2-5 tokens ->
- * F0[t], F1[t], the same sums as q4_K_row gives each row (integer sums are
- * exact; the float steps are q4_K_acc's, in the same order).
- * One row at a time, every activation vector is loaded for one dpbusd:
- * at 5 tokens ~56 loads and 55 multiply-pipe ops a group, both at the
- * ~28-cycle bound of two per cycle, and the row took ~42. Two rows load
- * each activation vector once for two dpbusd, so the loads fall to ~32 a
- * row-group and the multiply pipes are left as the one bound. One chain
- * of 8 per row and token (2 NT chains in flight, as q4_K_row's step-major
- * order): 2 NT accumulators, 2 NT sums and the two rows' weights fill the
- * 32 registers. */
-AI void q4_Kp_row2(const uint8_t *w, size_t ws, int64_t r, int64_t g0, int64_t g1, const uint8_t *xs, size_t xss,
-                   const int NT, size_t pf_ws, __m512 F0[8], __m512 F1[8]) {
-    const __m512i m4 = _mm512_set1_epi8(0xF);
-    _Pragma("GCC unroll 16")
-    for (int t = 0; t < NT; t++) F0[t] = F1[t] = _mm512_setzero_ps();
-    GROUP_LOOP(g, g0, g1,
-        const uint8_t *gp0 = w + r * ws + g * PACKED_GB_Q4_K, *gp1 = gp0 + ws, *xg = xs + g * GROUP_BYTES_Q8;
-        prefetch_group(gp0, PACKED_GB_Q4_K, pf_ws);
-        prefetch_group(gp1, PACKED_GB_Q4_K, pf_ws);
-        __m512i A0[5], A1[5];
-        _Pragma("GCC unroll 4")
-        for (int s = 0; s < 4; s++) {
-            const __m512i v0 = _mm512_loadu_si512(gp0 + 32 + 64 * s), v1 = _mm512_loadu_si512(gp1 + 32 + 64 * s);
-            const __m512i l0 = _mm512_and_si512(v0, m4), l1 = _mm512_and_si512(v1, m4);
-            _Pragma("GCC unroll 8")
-            for (int t = 0; t < NT; t++) {
-                const __m512i x = _mm512_load_si512(xg + t * xss + 64 * s);
-                A0[t] = _mm512_dpbusd_epi32(s ? A0[t] : _mm512_setzero_si512(), l0, x);
-                A1[t] = _mm512_dpbusd_epi32(s ? A1[t] : _mm512_setzero_si512(), l1, x);
-            }
-            const __m512i h0 = _mm512_and_si512(_mm512_srli_epi32(v0, 4), m4);
-            const __m512i h1 = _mm512_and_si512(_mm512_srli_epi32(v1, 4), m4);
-            _Pragma("GCC unroll 8")
-            for (int t = 0; t < NT; t++) {
-                const __m512i x = _mm512_load_si512(xg + t * xss + 256 + 64 * s);
-                A0[t] = _mm512_dpbusd_epi32(A0[t], h0, x);
-                A1[t] = _mm512_dpbusd_epi32(A1[t], h1, x);
-            }
-        }
-        __m512 S0, M0, S1, M1;
-        scales_q4_Kp(gp0, &S0, &M0);
-        scales_q4_Kp(gp1, &S1, &M1);
-        _Pragma("GCC unroll 8")
-        for (int t = 0; t < NT; t++) {
-            q4_K_acc(&F0[t], A0[t], S0, M0, xg + t * xss);
-            q4_K_acc(&F1[t], A1[t], S1, M1, xg + t * xss);
-        });
-}
-
 AI void q4_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
                     int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc, const int PACKED,
                     const size_t ROW_PF) {
@@ -967,42 +923,34 @@ AI void q4_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, 
     float fb[SP_MM_KC_RANGES][8][16][16] __attribute__((aligned(64)));
 #define Q4K_RANGE(q) \
     const int64_t ka = k0 + (q) * kc, g0 = ka / 512, g1 = (SP_MIN(k1, ka + kc) + 511) / 512
-    /* packed rows at 2-5 tokens go two at a time (q4_Kp_row2); a pair
-     * starts at an even row, so it never straddles a block of 16 */
-    const int PAIRS = PACKED && NT > 1 && NT <= 5;
-    /* rows rb + rr (and rb + rr + 1 when two) of range q -> fb */
-#define Q4K_ROWS(q, rb, rr, two, pf)                                                          \
-    do {                                                                                      \
-        Q4K_RANGE(q);                                                                         \
-        __m512 F[8], F1[8];                                                                   \
-        if (two) q4_Kp_row2(w, ws, (rb) + (rr), g0, g1, xs, xss, NT, pf, F, F1);              \
-        else q4_K_row(w, ws, (rb) + (rr), nsb, g0, g1, xs, xss, NT, PACKED, pf, F);           \
-        _Pragma("GCC unroll 16") for (int t = 0; t < NT; t++) {                               \
-            _mm512_store_ps(fb[q][t][rr], F[t]);                                              \
-            if (two) _mm512_store_ps(fb[q][t][(rr) + 1], F1[t]);                              \
-        }                                                                                     \
-    } while (0)
     if (walk_by_range(nq, NT, xss)) {
         for (int64_t rb = 0; rb < nr; rb += 16) {
             const int n = (int)SP_MIN((int64_t)16, nr - rb);
-            for (int q = 0; q < nq; q++)
-                for (int rr = 0; rr < n;) {
-                    const int two = PAIRS && rr + 1 < n;
-                    Q4K_ROWS(q, rb, rr, two, ws);
-                    rr += 1 + two;
+            for (int q = 0; q < nq; q++) {
+                Q4K_RANGE(q);
+                for (int rr = 0; rr < n; rr++) {
+                    __m512 F[8];
+                    q4_K_row(w, ws, rb + rr, nsb, g0, g1, xs, xss, NT, PACKED, ws, F);
+                    _Pragma("GCC unroll 16")
+                    for (int t = 0; t < NT; t++) _mm512_store_ps(fb[q][t][rr], F[t]);
                 }
+            }
             rows16_store(fb, nq, NT, y, ldy, rb, acc, n);
         }
         return;
     }
-    for (int64_t r = 0; r < nr;) {
-        const int rr = (int)(r & 15), two = PAIRS && r + 1 < nr;
-        for (int q = 0; q < nq; q++) Q4K_ROWS(q, r - rr, rr, two, ROW_PF);
-        r += 1 + two;
-        if (!(r & 15)) rows16_store(fb, nq, NT, y, ldy, r - 16, acc, 16);
+    for (int64_t r = 0; r < nr; r++) {
+        const int rr = (int)(r & 15);
+        for (int q = 0; q < nq; q++) {
+            Q4K_RANGE(q);
+            __m512 F[8];
+            q4_K_row(w, ws, r, nsb, g0, g1, xs, xss, NT, PACKED, ROW_PF, F);
+            _Pragma("GCC unroll 16")
+            for (int t = 0; t < NT; t++) _mm512_store_ps(fb[q][t][rr], F[t]);
+        }
+        if (rr == 15) rows16_store(fb, nq, NT, y, ldy, r - 15, acc, 16);
     }
     if (nr & 15) rows16_store(fb, nq, NT, y, ldy, nr - (nr & 15), acc, (int)(nr & 15));
-#undef Q4K_ROWS
 #undef Q4K_RANGE
 }
 
@@ -1048,71 +996,22 @@ AI void q6_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t g0, int64_t g1,
     store_row(y, ldy, r, NT, F, acc);
 }
 
-/* Rows r and r + 1 of packed Q6_K, super-blocks [g0, g1), for 2-5 tokens,
- * summed into y as q6_K_row sums each row (exact integer sums, the same
- * float steps): every activation vector loaded once for both rows' dpbusd,
- * as q4_Kp_row2. One chain of 4 per row and token. */
-AI void q6_Kp_row2(const uint8_t *w, size_t ws, int64_t r, int64_t g0, int64_t g1, const uint8_t *xs, size_t xss,
-                   const int NT, size_t pf_ws, float *y, int64_t ldy, int acc) {
-    __m512 F0[8], F1[8];
-    _Pragma("GCC unroll 16")
-    for (int t = 0; t < NT; t++) F0[t] = F1[t] = _mm512_setzero_ps();
-    GROUP_LOOP(g, g0, g1,
-        const uint8_t *gp0 = w + r * ws + g * PACKED_GB_Q6_K, *gp1 = gp0 + ws, *xg = xs + g * GROUP_BYTES_Q6;
-        prefetch_group(gp0, PACKED_GB_Q6_K, pf_ws);
-        prefetch_group(gp1, PACKED_GB_Q6_K, pf_ws);
-        __m512i W0[4], W1[4];
-        __m512 S0, S1;
-        load_q6_Kp(gp0, W0, &S0);
-        load_q6_Kp(gp1, W1, &S1);
-        __m512i A0[5], A1[5];
-        _Pragma("GCC unroll 8")
-        for (int t = 0; t < NT; t++) {
-            const __m512i init = _mm512_load_si512(xg + t * xss + 256), x = _mm512_load_si512(xg + t * xss);
-            A0[t] = _mm512_dpbusd_epi32(init, W0[0], x);
-            A1[t] = _mm512_dpbusd_epi32(init, W1[0], x);
-        }
-        _Pragma("GCC unroll 4")
-        for (int s = 1; s < 4; s++) {
-            _Pragma("GCC unroll 8")
-            for (int t = 0; t < NT; t++) {
-                const __m512i x = _mm512_load_si512(xg + t * xss + 64 * s);
-                A0[t] = _mm512_dpbusd_epi32(A0[t], W0[s], x);
-                A1[t] = _mm512_dpbusd_epi32(A1[t], W1[s], x);
-            }
-        }
-        _Pragma("GCC unroll 8")
-        for (int t = 0; t < NT; t++) {
-            const __m512 dx = _mm512_load_ps(xg + t * xss + 320);
-            F0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A0[t]), _mm512_mul_ps(S0, dx), F0[t]);
-            F1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A1[t]), _mm512_mul_ps(S1, dx), F1[t]);
-        });
-    store_row(y, ldy, r, NT, F0, acc);
-    store_row(y, ldy, r + 1, NT, F1, acc);
-}
-
 AI void q6_K_any_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
                     int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y, int64_t ldy, int acc, const int PACKED,
                     const size_t ROW_PF) {
     (void)k;
-    /* packed rows at 2-5 tokens two at a time (q6_Kp_row2) */
-    const int PAIRS = PACKED && NT > 1 && NT <= 5;
-#define Q6K_ROWS(r, rend, ka, pf)                                                                       \
-    do {                                                                                                \
-        const int64_t ga = (ka) / SP_QK_K, gb = SP_MIN(k1, (ka) + kc) / SP_QK_K;                       \
-        if (PAIRS && (r) + 1 < (rend)) q6_Kp_row2(w, ws, r, ga, gb, xs, xss, NT, pf, y, ldy, acc || (ka) > k0); \
-        else q6_K_row(w, ws, r, ga, gb, xs, xss, NT, PACKED, pf, y, ldy, acc || (ka) > k0);            \
-    } while (0)
-    const int step = PAIRS ? 2 : 1;
     if (walk_by_range((int)((k1 - k0 + kc - 1) / kc), NT, xss)) {
         for (int64_t rb = 0; rb < nr; rb += 16)
             for (int64_t ka = k0; ka < k1; ka += kc)
-                for (int64_t r = rb; r < SP_MIN(nr, rb + 16); r += step) Q6K_ROWS(r, SP_MIN(nr, rb + 16), ka, ws);
+                for (int64_t r = rb; r < SP_MIN(nr, rb + 16); r++)
+                    q6_K_row(w, ws, r, ka / SP_QK_K, SP_MIN(k1, ka + kc) / SP_QK_K, xs, xss, NT, PACKED, ws, y, ldy,
+                             acc || ka > k0);
         return;
     }
-    for (int64_t r = 0; r < nr; r += step)
-        for (int64_t ka = k0; ka < k1; ka += kc) Q6K_ROWS(r, nr, ka, ROW_PF);
-#undef Q6K_ROWS
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t ka = k0; ka < k1; ka += kc)
+            q6_K_row(w, ws, r, ka / SP_QK_K, SP_MIN(k1, ka + kc) / SP_QK_K, xs, xss, NT, PACKED, ROW_PF, y,
+                     ldy, acc || ka > k0);
 }
 
 ANY_NT_WRAPPERS(q6_K)

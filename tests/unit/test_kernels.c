@@ -449,9 +449,8 @@ static void matmul_case(sp_type t) {
          * rows at a time (their converted activations pass its 36 KiB limit),
          * here in blocks of 16 and a partial one, in two regions with 2 threads */
         {88, kD, 8, 1},
-        /* 5 tokens walked by range: the avx512 level's packed Q4_K and Q6_K
-         * tiles take rows two at a time there too, and 35 rows end in a
-         * block of 3 (a pair and a row alone) */
+        /* 5 tokens walked by range (the avx512 level's step-major Q4_K
+         * tile, and its 16-row blocks ending in a block of 3) */
         {35, kF, 5, 0},
     };
     sp_pool *pools[3] = {NULL, sp_pool_create(2), sp_pool_create(3)};
