@@ -855,9 +855,9 @@ AI void q4_K_acc(__m512 *F, __m512i I, __m512 S, __m512 M, const uint8_t *xt) {
  * once for both rows' dpbusd. In cache it was ~10% faster (Q4_K 5 tokens
  * 25.6-26.5 -> 23.4-23.7 us, Q6_K 28.6-29.1 -> 25.6-27.4), but streamed
  * from memory by one core (`bin/tilebench q4_K 5 65536 2048 5`, what a
- * verification does) it was 20-30% slower (4.8-5.2 -> 6.0-6.9 ms, 3
+ * verification does) it was ~25% slower (4.7-5.7 -> 6.0-6.9 ms, 6
  * alternating runs; Q6_K level): a pair's body is twice as long, so the
- * core runs fewer groups ahead of a weight load that misses. */
+ * core runs fewer groups ahead of a weight load that misses (b6186bc). */
 AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0, int64_t g1, const uint8_t *xs,
                  size_t xss, const int NT, const int PACKED, size_t pf_ws, __m512 F[8]) {
     const sp_block_q4_K *wr = (const sp_block_q4_K *)(w + r * ws);
