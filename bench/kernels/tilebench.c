@@ -1,12 +1,12 @@
-/* tilebench.c: one quantized matmul tile shape, compute-bound (`make
- * tilebench`; not run by `make bench`).
+/* tilebench.c: one quantized matmul tile shape, compute-bound by default
+ * (`make tilebench`; not run by `make bench`).
  *
  *   bin/tilebench TYPE N_TOK [rows=512] [k=2048] [reps=400] [threads=1]
  *   TYPE: q8_0 | q4_0 | q4_K | q6_K
  *
- * One thread, one rows x k matrix of random well-formed blocks (1-2 MB, in
- * L2/L3, so memory is out of the picture; blocks from bench_fill.h, as
- * kbench) times N_TOK tokens; prints the
+ * By default one thread and one rows x k matrix of random well-formed
+ * blocks (1-2 MB, in L2/L3, so memory is out of the picture; blocks from
+ * bench_fill.h, as kbench) times N_TOK tokens; prints the
  * best of reps timings of 10 back-to-back sp_matmul calls, per call and per
  * 256 weights and token. The best of many short runs is what survives a
  * shared machine; compare two builds by running them alternately, several
