@@ -254,6 +254,25 @@ AI void q4_0_row(const sp_block_q4_0 *w, const uint8_t *xs, size_t xss, const in
     }
 }
 
+/* pshufb masks: u16 element j of a 128-bit lane in all 8 of its u16 slots
+ * (Q4_K: scale j of the super-block, held in both 128-bit lanes) */
+static const uint8_t Q4K_BCAST16[8][32] __attribute__((aligned(32))) = {
+#define B1(j) {2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, \
+               2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, \
+               2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1}
+    B1(0), B1(1), B1(2), B1(3), B1(4), B1(5), B1(6), B1(7)
+#undef B1
+};
+
+/* Per token and super-block: 8 maddubs, 8 madd (the scale of each 32
+ * values folded in, as ggml), 8 adds, then the two FMAs; the unpacking
+ * (nibbles, scales) is shared by the tile's tokens. Written so that only
+ * the tokens' int32 accumulators and the current chunk stay live: with
+ * every product of a chunk computed first (what gcc made of the earlier
+ * version) the 16 ymm registers overflowed and a 5-token tile spent ~15
+ * of its ~68 instructions per token and super-block on spills. The scales
+ * are broadcast by pshufb from one vector (1 op each, was 3: movzx, movd,
+ * vpbroadcastw). */
 AI void q4_K_row(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
                  int64_t b1, __m256 *F, __m128 *M) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
@@ -261,38 +280,40 @@ AI void q4_K_row(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const in
         prefetch_ahead(&w[b], sizeof(sp_block_q4_K));
         uint8_t sm[16];
         sp_q4_K_unpack_scales(w[b].scales, sm);
-        const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sm + 8))); /* m0..m7 */
+        const __m128i s16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm)); /* sc0..sc7 */
+        const __m256i scv = _mm256_broadcastsi128_si256(s16);
         __m256i acc[8];
-        _Pragma("GCC unroll 16")
-        for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
         _Pragma("GCC unroll 16")
         for (int j = 0; j < 4; j++) {
             const __m256i raw = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * j));
             const __m256i lo = _mm256_and_si256(raw, m4);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-            /* scalar scales and broadcasts: on Zen 1 the vector unpack
-             * (pshufb per sub-block) was 10% slower than this, whose work
-             * runs on the integer units beside the vector ones */
-            const __m256i sc_lo = _mm256_set1_epi16(sm[2 * j]), sc_hi = _mm256_set1_epi16(sm[2 * j + 1]);
+            const __m256i sc_lo = _mm256_shuffle_epi8(scv, _mm256_load_si256((const __m256i *)Q4K_BCAST16[2 * j]));
+            const __m256i sc_hi = _mm256_shuffle_epi8(scv, _mm256_load_si256((const __m256i *)Q4K_BCAST16[2 * j + 1]));
             _Pragma("GCC unroll 16")
             for (int t = 0; t < NT; t++) {
                 const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
                 const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * j));
                 const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * j + 32));
-                const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), sc_lo);
-                const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), sc_hi);
-                acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(p0, p1));
+                const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), sc_lo),
+                                                   _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), sc_hi));
+                acc[t] = j ? _mm256_add_epi32(acc[t], p) : p;
+                /* keeps gcc from summing all products at the end (it
+                 * reassociates the integer adds and spills the products) */
+                __asm__("" : "+x"(acc[t]));
             }
         }
+        const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sm + 8))); /* m0..m7 */
         const float d = f16f(w[b].d), dmin = f16f(w[b].dmin);
         _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) {
             const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
             /* the min term in 4 lanes of its own, as ggml: lane l holds
-             * m_{2l} s_{2l} + m_{2l+1} s_{2l+1}, s_j the sum of sub-block j */
+             * m_{2l} s_{2l} + m_{2l+1} s_{2l+1}, s_j the sum of sub-block j
+             * (fnmadd(a, b, c) rounds -(a b) + c as fma(-a, b, c) does) */
             const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
             const __m128i s8 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-            M[t] = _mm_fmadd_ps(_mm_set1_ps(-(xb->d * dmin)), _mm_cvtepi32_ps(_mm_madd_epi16(mins, s8)), M[t]);
+            M[t] = _mm_fnmadd_ps(_mm_set1_ps(xb->d * dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, s8)), M[t]);
             F[t] = _mm256_fmadd_ps(_mm256_set1_ps(xb->d * d), _mm256_cvtepi32_ps(acc[t]), F[t]);
         }
     }
@@ -347,6 +368,7 @@ AI void q6_K_row(const sp_block_q6_K *w, const uint8_t *xs, size_t xss, const in
                      * hold the same integers as its, so the f32 sums agree */
                     const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[qd], xv), _mm256_maddubs_epi16(m32, xv));
                     acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p, sc));
+                    __asm__("" : "+x"(acc[t])); /* no reassociation: see q4_K_row */
                 }
             }
         }
