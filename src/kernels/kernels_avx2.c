@@ -254,6 +254,16 @@ AI void q4_0_row(const sp_block_q4_0 *w, const uint8_t *xs, size_t xss, const in
     }
 }
 
+/* The Q4_K tile's activations (conv_q8_Ka), per super-block of a token:
+ * the 256 quants at a 64-byte boundary (so no 32-byte load of them
+ * crosses a cache line: in a Q8_K block they start 4 bytes in, and every
+ * other load did), d, and the 8 sums of 32 (bsums paired, as the tile's
+ * min term takes them; it had paired them with an hadd per token and
+ * super-block). Same integers and the same d: the sums do not change. */
+#define Q8KA_BYTES 320
+#define Q8KA_D 256
+#define Q8KA_S8 272
+
 /* pshufb masks: u16 element j of a 128-bit lane in all 8 of its u16 slots
  * (Q4_K: scale j of the super-block, held in both 128-bit lanes) */
 static const uint8_t Q4K_BCAST16[8][32] __attribute__((aligned(32))) = {
@@ -273,8 +283,8 @@ static const uint8_t Q4K_BCAST16[8][32] __attribute__((aligned(32))) = {
  * of its ~68 instructions per token and super-block on spills. The scales
  * are broadcast by pshufb from one vector (1 op each, was 3: movzx, movd,
  * vpbroadcastw). */
-AI void q4_K_row(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
-                 int64_t b1, __m256 *F, __m128 *M) {
+AI void q4_K_row_x(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+                   int64_t b1, __m256 *F, __m128 *M, const int XA) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     for (int64_t b = b0; b < b1; b++) {
         prefetch_ahead(&w[b], sizeof(sp_block_q4_K));
@@ -292,9 +302,10 @@ AI void q4_K_row(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const in
             const __m256i sc_hi = _mm256_shuffle_epi8(scv, _mm256_load_si256((const __m256i *)Q4K_BCAST16[2 * j + 1]));
             _Pragma("GCC unroll 16")
             for (int t = 0; t < NT; t++) {
-                const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
-                const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * j));
-                const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * j + 32));
+                const int8_t *xq = XA ? (const int8_t *)(xs + t * xss + b * Q8KA_BYTES)
+                                      : ((const sp_block_q8_K *)(xs + t * xss) + b)->qs;
+                const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + 64 * j));
+                const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 64 * j + 32));
                 const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), sc_lo),
                                                    _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), sc_hi));
                 acc[t] = j ? _mm256_add_epi32(acc[t], p) : p;
@@ -307,16 +318,35 @@ AI void q4_K_row(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const in
         const float d = f16f(w[b].d), dmin = f16f(w[b].dmin);
         _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) {
-            const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
             /* the min term in 4 lanes of its own, as ggml: lane l holds
              * m_{2l} s_{2l} + m_{2l+1} s_{2l+1}, s_j the sum of sub-block j
              * (fnmadd(a, b, c) rounds -(a b) + c as fma(-a, b, c) does) */
-            const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
-            const __m128i s8 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-            M[t] = _mm_fnmadd_ps(_mm_set1_ps(xb->d * dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, s8)), M[t]);
-            F[t] = _mm256_fmadd_ps(_mm256_set1_ps(xb->d * d), _mm256_cvtepi32_ps(acc[t]), F[t]);
+            __m128i s8;
+            float dx;
+            if (XA) {
+                const uint8_t *xa = xs + t * xss + b * Q8KA_BYTES;
+                s8 = _mm_load_si128((const __m128i *)(xa + Q8KA_S8));
+                memcpy(&dx, xa + Q8KA_D, 4);
+            } else {
+                const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
+                const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+                s8 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+                dx = xb->d;
+            }
+            M[t] = _mm_fnmadd_ps(_mm_set1_ps(dx * dmin), _mm_cvtepi32_ps(_mm_madd_epi16(mins, s8)), M[t]);
+            F[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(acc[t]), F[t]);
         }
     }
+}
+
+/* q4_K_row on Q8_K blocks (vec_dot) and on the tile's aligned scratch */
+AI void q4_K_row(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0, int64_t b1,
+                 __m256 *F, __m128 *M) {
+    q4_K_row_x(w, xs, xss, NT, b0, b1, F, M, 0);
+}
+AI void q4_K_rowa(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0, int64_t b1,
+                  __m256 *F, __m128 *M) {
+    q4_K_row_x(w, xs, xss, NT, b0, b1, F, M, 1);
 }
 
 /* pshufb masks: u16 element 2qd of a 128-bit lane in the low lane, 2qd + 1
@@ -651,7 +681,10 @@ AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v
  * streaming path of sp_matmul) rather than 4 + the rest over each chunk.
  * Measured on Zen 1 (compute-bound there), 5 and 8 tokens cost the same per
  * token either way. */
-#define QTILE(NAME, BT, QK, ROWFN, HASM)                                                      \
+#define QTILE(NAME, BT, QK, ROWFN, HASM) QTILE2(NAME, BT, QK, ROWFN, ROWFN, HASM)
+/* ROWFN for the tiles (on their scratch layout), DOTROW for NAME_dot (on
+ * the vec_dot_type's blocks) */
+#define QTILE2(NAME, BT, QK, ROWFN, DOTROW, HASM)                                                     \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,        \
                       const int NT, int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {        \
         for (int64_t r = 0; r < nr; r++) {                                                           \
@@ -680,13 +713,13 @@ AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v
     static void NAME##_dot(int64_t k, float *s, const void *w, const void *x) {                      \
         __m256 F[1] = {_mm256_setzero_ps()};                                                         \
         __m128 M[1] = {_mm_setzero_ps()};                                                            \
-        ROWFN((const BT *)w, (const uint8_t *)x, 0, 1, 0, k / QK, F, M);                             \
+        DOTROW((const BT *)w, (const uint8_t *)x, 0, 1, 0, k / QK, F, M);                            \
         *s = HASM ? hsum8(F[0]) + hsum4(M[0]) : hsum8(F[0]);                                         \
     }
 
 QTILE(q8_0, sp_block_q8_0, 32, q8_0_row, 0)
 QTILE(q4_0, sp_block_q4_0, 32, q4_0_row, 0)
-QTILE(q4_K, sp_block_q4_K, 256, q4_K_row, 1)
+QTILE2(q4_K, sp_block_q4_K, 256, q4_K_rowa, q4_K_row, 1)
 QTILE(q6_K, sp_block_q6_K, 256, q6_K_row, 0)
 
 #define FTILE(NAME, WT)                                                                              \
@@ -721,6 +754,18 @@ static void conv_bf16(const float *x, int64_t k, void *vxs) {
 
 static void conv_q8_0(const float *x, int64_t k, void *xs) { quantize_q8_0_avx2(x, xs, k); }
 static void conv_q8_K(const float *x, int64_t k, void *xs) { quantize_q8_K_avx2(x, xs, k); }
+static void conv_q8_Ka(const float *x, int64_t k, void *vxs) {
+    uint8_t *xs = vxs;
+    for (int64_t b = 0; b < k / SP_QK_K; b++, xs += Q8KA_BYTES) {
+        sp_block_q8_K q;
+        quantize_q8_K_avx2(x + b * SP_QK_K, &q, SP_QK_K);
+        memcpy(xs, q.qs, sizeof q.qs);
+        memcpy(xs + Q8KA_D, &q.d, 4);
+        const __m256i bs = _mm256_loadu_si256((const __m256i *)q.bsums);
+        _mm_store_si128((__m128i *)(xs + Q8KA_S8),
+                        _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
+    }
+}
 
 static const sp_mm_kernel mm_f32 = {8, 32, NULL, 4, conv_f32, f32_tile, 1, NULL, NULL};
 static const sp_mm_kernel mm_f16 = {8, 32, NULL, 4, conv_f16, f16_tile, 1, NULL, NULL};
@@ -729,7 +774,7 @@ static const sp_mm_kernel mm_q8_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8
 static const sp_mm_kernel mm_q4_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q4_0_tile, 1, NULL, NULL};
 static const sp_mm_kernel mm_q4_0r8 = {32, sizeof(sp_block_q8_0), NULL, 4, conv_q8_0, q4_0r8_tile, 1, NULL, NULL};
 static const sp_mm_kernel mm_q4_0p8 = {32, Q4_0R8_XBLOCK, NULL, 4, conv_q4_0p8, q4_0p8_tile, 1, NULL, NULL};
-static const sp_mm_kernel mm_q4_K = {256, sizeof(sp_block_q8_K), NULL, 8, conv_q8_K, q4_K_tile, 1, NULL, NULL};
+static const sp_mm_kernel mm_q4_K = {256, Q8KA_BYTES, NULL, 8, conv_q8_Ka, q4_K_tile, 1, NULL, NULL};
 static const sp_mm_kernel mm_q6_K = {256, sizeof(sp_block_q8_K), NULL, 8, conv_q8_K, q6_K_tile, 1, NULL, NULL};
 
 /* exported for the avx512 level, which reuses them */
