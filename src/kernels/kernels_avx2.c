@@ -709,7 +709,8 @@ AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v
 
 /* Q8_0/Q4_0 tiles take up to 8 tokens (8 accumulators + 3 live vectors fit
  * the 16 ymm registers). The K-quant tiles keep an int32 accumulator per
- * token as well, so at 5-8 tokens some spill to L1; they still take 8, so
+ * token as well (in registers; the float ones, touched once per
+ * super-block, spill to L1 from 5-8 tokens); they still take 8, so
  * that a verification of up to 8 tokens is one tile (the per-thread
  * streaming path of sp_matmul) rather than 4 + the rest over each chunk.
  * Measured on Zen 1 (compute-bound there), 5 and 8 tokens cost the same per
