@@ -339,15 +339,18 @@ AI void q4_K_row_x(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const 
     }
 }
 
-/* q4_K_row on Q8_K blocks (vec_dot) and on the tile's aligned scratch */
-AI void q4_K_row(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0, int64_t b1,
-                 __m256 *F, __m128 *M) {
-    q4_K_row_x(w, xs, xss, NT, b0, b1, F, M, 0);
-}
-AI void q4_K_rowa(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0, int64_t b1,
-                  __m256 *F, __m128 *M) {
-    q4_K_row_x(w, xs, xss, NT, b0, b1, F, M, 1);
-}
+/* NAME_row (on Q8_K blocks: vec_dot) and NAME_rowa (on the tile's aligned
+ * scratch) from NAME_row_x */
+#define ROW_VARIANTS(NAME, BT)                                                                       \
+    AI void NAME##_row(const BT *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,        \
+                       int64_t b1, __m256 *F, __m128 *M) {                                           \
+        NAME##_row_x(w, xs, xss, NT, b0, b1, F, M, 0);                                               \
+    }                                                                                                \
+    AI void NAME##_rowa(const BT *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,       \
+                        int64_t b1, __m256 *F, __m128 *M) {                                          \
+        NAME##_row_x(w, xs, xss, NT, b0, b1, F, M, 1);                                               \
+    }
+ROW_VARIANTS(q4_K, sp_block_q4_K)
 
 /* The Q6_K tile's activations (conv_q8_Kb), per super-block of a token:
  * the 256 quants (64-byte aligned), then maddubs(32, x) of each 32 of them
@@ -435,14 +438,7 @@ AI void q6_K_row_x(const sp_block_q6_K *w, const uint8_t *xs, size_t xss, const 
     }
 }
 
-AI void q6_K_row(const sp_block_q6_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0, int64_t b1,
-                 __m256 *F, __m128 *M) {
-    q6_K_row_x(w, xs, xss, NT, b0, b1, F, M, 0);
-}
-AI void q6_K_rowa(const sp_block_q6_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0, int64_t b1,
-                  __m256 *F, __m128 *M) {
-    q6_K_row_x(w, xs, xss, NT, b0, b1, F, M, 1);
-}
+ROW_VARIANTS(q6_K, sp_block_q6_K)
 
 /* Float tiles: weights converted to f32 once per 8 elements, activations in
  * scratch as f32 already rounded to the vec_dot_type (f16/bf16), so the
