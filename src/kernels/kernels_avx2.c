@@ -215,30 +215,80 @@ static void vec_dot_bf16_avx2(int64_t k, float *s, const void *vw, const void *v
 /* ---- quantized tiles: one row x NT tokens over blocks [b0, b1) ---------- */
 /* The single-row dots below are these tiles with NT = 1. */
 
-/* One weight block of 32 signed values q (scale dw) against block b of
- * every token's Q8_0 activations: F[t] += dw * d_t * (q . x_t). The sign
- * trick makes maddubs (u8 x s8) compute the signed product exactly. */
-AI void q8_block_tokens(const __m256i q, const float dw, const uint8_t *xs, size_t xss, const int NT,
-                        int64_t b, __m256 *F) {
+/* NAME_row (on the vec_dot_type's blocks: vec_dot) and NAME_rowa (on the
+ * tile's aligned scratch) from NAME_row_x */
+#define ROW_VARIANTS(NAME, BT)                                                                       \
+    AI void NAME##_row(const BT *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,        \
+                       int64_t b1, __m256 *F, __m128 *M) {                                           \
+        NAME##_row_x(w, xs, xss, NT, b0, b1, F, M, 0);                                               \
+    }                                                                                                \
+    AI void NAME##_rowa(const BT *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,       \
+                        int64_t b1, __m256 *F, __m128 *M) {                                          \
+        NAME##_row_x(w, xs, xss, NT, b0, b1, F, M, 1);                                               \
+    }
+
+/* The Q8_0 tile's activations (conv_q8_0a), per 8 blocks of a token: the
+ * 8 x 32 quants (32-byte aligned: in Q8_0 blocks of 34 bytes about half of
+ * the 32-byte loads crossed a cache line), then the 8 d as f32 (converted
+ * once per token, not per row and token). The same values, so the same
+ * sums. */
+#define Q8A_BYTES 288
+#define Q8A_D 256
+
+/* One weight block against every token's Q8_0 activations, F[t] += dw *
+ * d_t * (q . x_t); the sign trick makes maddubs (u8 x s8) compute the
+ * signed product exactly. XA: x_t at xq + t * xss and d_t (f32) at xd +
+ * t * xss (the tile's scratch); else block b of Q8_0 blocks. */
+AI void q8_block_tokens_x(const __m256i q, const float dw, const uint8_t *xs, size_t xss, const int NT,
+                          int64_t b, const uint8_t *xq, const uint8_t *xd, __m256 *F, const int XA) {
     const __m256i ones = _mm256_set1_epi16(1), aq = _mm256_sign_epi8(q, q);
+    const __m256 vdw = _mm256_set1_ps(dw);
     _Pragma("GCC unroll 16")
     for (int t = 0; t < NT; t++) {
-        const sp_block_q8_0 *xb = (const sp_block_q8_0 *)(xs + t * xss) + b;
-        const __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb->qs), q);
-        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, sx), ones);
-        F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * f16f(xb->d)), F[t]);
+        __m256i x;
+        __m256 d; /* dw * d_x, as ggml rounds it */
+        if (XA) {
+            x = _mm256_load_si256((const __m256i *)(xq + t * xss));
+            d = _mm256_mul_ps(vdw, _mm256_broadcast_ss((const float *)(xd + t * xss)));
+        } else {
+            const sp_block_q8_0 *xb = (const sp_block_q8_0 *)(xs + t * xss) + b;
+            x = _mm256_loadu_si256((const __m256i *)xb->qs);
+            d = _mm256_set1_ps(dw * f16f(xb->d));
+        }
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(x, q)), ones);
+        F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, F[t]);
     }
 }
 
-AI void q8_0_row(const sp_block_q8_0 *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
-                 int64_t b1, __m256 *F, __m128 *M) {
+AI void q8_block_tokens(const __m256i q, const float dw, const uint8_t *xs, size_t xss, const int NT,
+                        int64_t b, __m256 *F) {
+    q8_block_tokens_x(q, dw, xs, xss, NT, b, NULL, NULL, F, 0);
+}
+
+/* XA: the scratch's groups of 8 blocks (b0 a multiple of 8: the tiles take
+ * the whole of K) */
+AI void q8_0_row_x(const sp_block_q8_0 *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+                   int64_t b1, __m256 *F, __m128 *M, const int XA) {
     (void)M;
-    for (int64_t b = b0; b < b1; b++) {
-        if (!(b & 1)) prefetch_ahead(&w[b], 64);
-        const __m256i q = _mm256_loadu_si256((const __m256i *)w[b].qs);
-        q8_block_tokens(q, f16f(w[b].d), xs, xss, NT, b, F);
+    if (!XA) {
+        for (int64_t b = b0; b < b1; b++) {
+            if (!(b & 1)) prefetch_ahead(&w[b], 64);
+            const __m256i q = _mm256_loadu_si256((const __m256i *)w[b].qs);
+            q8_block_tokens(q, f16f(w[b].d), xs, xss, NT, b, F);
+        }
+        return;
+    }
+    for (int64_t b = b0; b < b1; b += 8) {
+        const uint8_t *xq = xs + (b >> 3) * Q8A_BYTES, *xd = xq + Q8A_D;
+        const int64_t e = SP_MIN(b1, b + 8);
+        for (int64_t i = b; i < e; i++, xq += 32, xd += 4) {
+            if (!(i & 1)) prefetch_ahead(&w[i], 64);
+            q8_block_tokens_x(_mm256_loadu_si256((const __m256i *)w[i].qs), f16f(w[i].d), xs, xss, NT, 0, xq, xd,
+                              F, 1);
+        }
     }
 }
+ROW_VARIANTS(q8_0, sp_block_q8_0)
 
 AI void q4_0_row(const sp_block_q4_0 *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
                  int64_t b1, __m256 *F, __m128 *M) {
@@ -339,17 +389,6 @@ AI void q4_K_row_x(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const 
     }
 }
 
-/* NAME_row (on Q8_K blocks: vec_dot) and NAME_rowa (on the tile's aligned
- * scratch) from NAME_row_x */
-#define ROW_VARIANTS(NAME, BT)                                                                       \
-    AI void NAME##_row(const BT *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,        \
-                       int64_t b1, __m256 *F, __m128 *M) {                                           \
-        NAME##_row_x(w, xs, xss, NT, b0, b1, F, M, 0);                                               \
-    }                                                                                                \
-    AI void NAME##_rowa(const BT *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,       \
-                        int64_t b1, __m256 *F, __m128 *M) {                                          \
-        NAME##_row_x(w, xs, xss, NT, b0, b1, F, M, 1);                                               \
-    }
 ROW_VARIANTS(q4_K, sp_block_q4_K)
 
 /* The Q6_K tile's activations (conv_q8_Kb), per super-block of a token:
@@ -747,7 +786,7 @@ AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v
         *s = HASM ? hsum8(F[0]) + hsum4(M[0]) : hsum8(F[0]);                                         \
     }
 
-QTILE(q8_0, sp_block_q8_0, 32, q8_0_row, 0)
+QTILE2(q8_0, sp_block_q8_0, 32, q8_0_rowa, q8_0_row, 0)
 QTILE(q4_0, sp_block_q4_0, 32, q4_0_row, 0)
 QTILE2(q4_K, sp_block_q4_K, 256, q4_K_rowa, q4_K_row, 1)
 QTILE2(q6_K, sp_block_q6_K, 256, q6_K_rowa, q6_K_row, 0)
@@ -783,6 +822,19 @@ static void conv_bf16(const float *x, int64_t k, void *vxs) {
 }
 
 static void conv_q8_0(const float *x, int64_t k, void *xs) { quantize_q8_0_avx2(x, xs, k); }
+static void conv_q8_0a(const float *x, int64_t k, void *vxs) {
+    uint8_t *xs = vxs;
+    for (int64_t b0 = 0; b0 < k / 32; b0 += 8, xs += Q8A_BYTES) {
+        sp_block_q8_0 q[8];
+        const int n = (int)SP_MIN((int64_t)8, k / 32 - b0);
+        quantize_q8_0_avx2(x + 32 * b0, q, 32 * n);
+        for (int i = 0; i < n; i++) {
+            memcpy(xs + 32 * i, q[i].qs, 32);
+            const float d = f16f(q[i].d);
+            memcpy(xs + Q8A_D + 4 * i, &d, 4);
+        }
+    }
+}
 static void conv_q8_Kb(const float *x, int64_t k, void *vxs) {
     uint8_t *xs = vxs;
     const __m256i m32 = _mm256_set1_epi8(32);
@@ -813,7 +865,8 @@ static void conv_q8_Ka(const float *x, int64_t k, void *vxs) {
 static const sp_mm_kernel mm_f32 = {8, 32, NULL, 4, conv_f32, f32_tile, 1, NULL, NULL};
 static const sp_mm_kernel mm_f16 = {8, 32, NULL, 4, conv_f16, f16_tile, 1, NULL, NULL};
 static const sp_mm_kernel mm_bf16 = {8, 32, NULL, 4, conv_bf16, bf16_tile, 1, NULL, NULL};
-static const sp_mm_kernel mm_q8_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q8_0_tile, 1, NULL, NULL};
+/* kgroup 256: the scratch row is whole groups of 8 blocks (Q8A_BYTES) */
+static const sp_mm_kernel mm_q8_0 = {256, Q8A_BYTES, NULL, 8, conv_q8_0a, q8_0_tile, 1, NULL, NULL};
 static const sp_mm_kernel mm_q4_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q4_0_tile, 1, NULL, NULL};
 static const sp_mm_kernel mm_q4_0r8 = {32, sizeof(sp_block_q8_0), NULL, 4, conv_q8_0, q4_0r8_tile, 1, NULL, NULL};
 static const sp_mm_kernel mm_q4_0p8 = {32, Q4_0R8_XBLOCK, NULL, 4, conv_q4_0p8, q4_0p8_tile, 1, NULL, NULL};
