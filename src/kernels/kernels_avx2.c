@@ -1,9 +1,12 @@
 /* kernels_avx2.c: AVX2 + FMA + F16C level (built with -mavx2 -mfma -mf16c).
  *
- * Quantized products use the natural GGUF layouts on both sides (activations
- * in their vec_dot_type blocks, as sp_quantize_row writes them) and
- * _mm256_maddubs_epi16, which multiplies u8 by s8 and adds pairs into s16
- * with saturation; every use below stays inside s16:
+ * Quantized products use the natural GGUF layouts for the weights (Q4_0
+ * matrices of 8-row multiples aside: packed at load) and, for the
+ * activations, their vec_dot_type blocks in vec_dot, and in the matmul
+ * tiles of Q8_0, Q4_K and Q6_K the same values converted once per matmul
+ * into an aligned scratch of the tile's own (Q8A_*, Q8KA_*, Q8KB_* below);
+ * _mm256_maddubs_epi16 multiplies u8 by s8 and adds pairs into s16 with
+ * saturation; every use below stays inside s16:
  *   Q8_0 x Q8_0: |w| * sign(x, w)       <= 2 * 127 * 127 = 32258
  *   Q4_0 x Q8_0: |q-8| * sign(x, q-8)   <= 2 * 8 * 127
  *   Q4_K x Q8_K: q (0..15) * x          <= 2 * 15 * 127
