@@ -240,32 +240,26 @@ static void vec_dot_bf16_avx2(int64_t k, float *s, const void *vw, const void *v
 
 /* One weight block against every token's Q8_0 activations, F[t] += dw *
  * d_t * (q . x_t); the sign trick makes maddubs (u8 x s8) compute the
- * signed product exactly. XA: x_t at xq + t * xss and d_t (f32) at xd +
- * t * xss (the tile's scratch); else block b of Q8_0 blocks. */
-AI void q8_block_tokens_x(const __m256i q, const float dw, const uint8_t *xs, size_t xss, const int NT,
-                          int64_t b, const uint8_t *xq, const uint8_t *xd, __m256 *F, const int XA) {
+ * signed product exactly. Token t's 32 quants are at xq + t * xss and its
+ * d at xd + t * xss: f32 on the tile's scratch (XA), else the block's f16. */
+AI void q8_block_tokens(const __m256i q, const float dw, const uint8_t *xq, const uint8_t *xd, size_t xss,
+                        const int NT, __m256 *F, const int XA) {
     const __m256i ones = _mm256_set1_epi16(1), aq = _mm256_sign_epi8(q, q);
     const __m256 vdw = _mm256_set1_ps(dw);
     _Pragma("GCC unroll 16")
     for (int t = 0; t < NT; t++) {
-        __m256i x;
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + t * xss));
         __m256 d; /* dw * d_x, as ggml rounds it */
         if (XA) {
-            x = _mm256_load_si256((const __m256i *)(xq + t * xss));
             d = _mm256_mul_ps(vdw, _mm256_broadcast_ss((const float *)(xd + t * xss)));
         } else {
-            const sp_block_q8_0 *xb = (const sp_block_q8_0 *)(xs + t * xss) + b;
-            x = _mm256_loadu_si256((const __m256i *)xb->qs);
-            d = _mm256_set1_ps(dw * f16f(xb->d));
+            sp_f16 h;
+            memcpy(&h, xd + t * xss, sizeof h);
+            d = _mm256_set1_ps(dw * f16f(h));
         }
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(x, q)), ones);
         F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, F[t]);
     }
-}
-
-AI void q8_block_tokens(const __m256i q, const float dw, const uint8_t *xs, size_t xss, const int NT,
-                        int64_t b, __m256 *F) {
-    q8_block_tokens_x(q, dw, xs, xss, NT, b, NULL, NULL, F, 0);
 }
 
 /* XA: the scratch's groups of 8 blocks (b0 a multiple of 8: the tiles take
@@ -276,8 +270,9 @@ AI void q8_0_row_x(const sp_block_q8_0 *w, const uint8_t *xs, size_t xss, const 
     if (!XA) {
         for (int64_t b = b0; b < b1; b++) {
             if (!(b & 1)) prefetch_ahead(&w[b], 64);
-            const __m256i q = _mm256_loadu_si256((const __m256i *)w[b].qs);
-            q8_block_tokens(q, f16f(w[b].d), xs, xss, NT, b, F);
+            const sp_block_q8_0 *xb = (const sp_block_q8_0 *)xs + b;
+            q8_block_tokens(_mm256_loadu_si256((const __m256i *)w[b].qs), f16f(w[b].d), (const uint8_t *)xb->qs,
+                            (const uint8_t *)&xb->d, xss, NT, F, 0);
         }
         return;
     }
@@ -286,8 +281,7 @@ AI void q8_0_row_x(const sp_block_q8_0 *w, const uint8_t *xs, size_t xss, const 
         const int64_t e = SP_MIN(b1, b + 8);
         for (int64_t i = b; i < e; i++, xq += 32, xd += 4) {
             if (!(i & 1)) prefetch_ahead(&w[i], 64);
-            q8_block_tokens_x(_mm256_loadu_si256((const __m256i *)w[i].qs), f16f(w[i].d), xs, xss, NT, 0, xq, xd,
-                              F, 1);
+            q8_block_tokens(_mm256_loadu_si256((const __m256i *)w[i].qs), f16f(w[i].d), xq, xd, xss, NT, F, 1);
         }
     }
 }
@@ -303,7 +297,8 @@ AI void q4_0_row(const sp_block_q4_0 *w, const uint8_t *xs, size_t xss, const in
         /* low nibbles = elements 0..15, high nibbles = 16..31 */
         const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
         const __m256i q = _mm256_sub_epi8(nib, eight);
-        q8_block_tokens(q, f16f(w[b].d), xs, xss, NT, b, F);
+        const sp_block_q8_0 *xb = (const sp_block_q8_0 *)xs + b;
+        q8_block_tokens(q, f16f(w[b].d), (const uint8_t *)xb->qs, (const uint8_t *)&xb->d, xss, NT, F, 0);
     }
 }
 
