@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 
 #include "kernels_internal.h"
+#include "tsan.h"
 
 static _Atomic(const sp_kernel_ops *) g_ops;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -86,12 +87,16 @@ int sp_kernels_force(const char *level) {
 void sp_dequantize_row(sp_type t, const void *src, float *dst, int64_t n) {
     const sp_type_traits *tt = sp_type_info(t);
     SP_ASSERT(tt && (tt->supported || t == SP_TYPE_Q8_K) && n % tt->blck == 0);
+    SP_TSAN_READ(src, sp_row_size(t, n)); /* the kernels are not instrumented under TSan: tsan.h */
+    SP_TSAN_WRITE(dst, (size_t)n * sizeof(float));
     sp_ref_dequantize(t, src, dst, n);
 }
 
 void sp_quantize_row(sp_type t, const float *src, void *dst, int64_t n) {
     const sp_type_traits *tt = sp_type_info(t);
     SP_ASSERT(tt && (tt->supported || t == SP_TYPE_Q8_K) && n % tt->blck == 0);
+    SP_TSAN_READ(src, (size_t)n * sizeof(float));
+    SP_TSAN_WRITE(dst, sp_row_size(t, n));
     const sp_quant_fn q = sp_kernel_ops_get()->quantize[t];
     if (q) {
         q(src, dst, n);
@@ -111,5 +116,8 @@ void sp_vec_dot(sp_type t, int64_t k, float *s, const void *w_row, const void *x
     SP_ASSERT((unsigned)t < SP_TYPE_COUNT);
     const sp_vec_dot_fn f = sp_kernel_ops_get()->vec_dot[t];
     SP_ASSERT(f);
+    SP_TSAN_READ(w_row, sp_row_size(t, k));
+    SP_TSAN_READ(x_row, sp_row_size(sp_type_info(t)->vec_dot_type, k));
+    SP_TSAN_WRITE(s, sizeof(float));
     f(k, s, w_row, x_row);
 }

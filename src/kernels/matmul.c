@@ -37,6 +37,7 @@
 #include <stdatomic.h>
 
 #include "kernels_internal.h"
+#include "tsan.h"
 
 /* Bytes of converted activations one tile call works on (max_nt tokens x
  * a K range): 24 KiB, so that they stay in L1 (48 KiB) next to the weight
@@ -97,6 +98,24 @@ typedef struct {
     _Atomic int64_t converted; /* tokens converted */
 } mm_job;
 
+/* Token t's row of x -> its scratch row (tsan.h: the kernel is not
+ * instrumented under TSan, so its reads and writes are declared here). */
+static void convert_token(const mm_job *j, int64_t t) {
+    SP_TSAN_READ(j->x + t * j->k, (size_t)j->k * sizeof(float));
+    SP_TSAN_WRITE(j->xs + (size_t)t * j->xs_stride, j->xs_stride);
+    j->mm->convert(j->x + t * j->k, j->k, j->xs + (size_t)t * j->xs_stride);
+}
+
+/* What the tile calls of tokens [t0, t0 + nt) over rows [r0, r0 + nr)
+ * read and write (kernels_internal.h), declared to TSan (tsan.h). Not the
+ * weights: nothing writes them once the model is loaded, and declaring a
+ * chunk's rows on every call made TSan's range check most of
+ * test_spec_engine's time (the F16 pair: >7 minutes against 85 s). */
+static void tsan_tiles(const mm_job *j, int64_t r0, int64_t nr, int64_t t0, int64_t nt) {
+    SP_TSAN_READ(j->xs + (size_t)t0 * j->xs_stride, (size_t)nt * j->xs_stride);
+    for (int64_t t = t0; t < t0 + nt; t++) SP_TSAN_WRITE(j->y + t * j->ldy + r0, (size_t)nr * sizeof(float));
+}
+
 static void mm_chunk(const mm_job *j, int64_t c) {
     const sp_mm_kernel *mm = j->mm;
     const int64_t r0 = j->chunk_row[c];
@@ -104,11 +123,13 @@ static void mm_chunk(const mm_job *j, int64_t c) {
     const uint8_t *w = j->w + (size_t)r0 * j->w_stride;
     if (mm->tile_kc && j->n_tok <= mm->max_nt && j->kc < j->k && (j->k + j->kc - 1) / j->kc <= SP_MM_KC_RANGES) {
         /* decode / verification: the same ranges, every row in one piece */
+        tsan_tiles(j, r0, nr, 0, j->n_tok);
         mm->tile_kc(w, j->w_stride, nr, j->xs, j->xs_stride, (int)j->n_tok, j->k, j->kc, j->y + r0, j->ldy);
         return;
     }
     for (int64_t t0 = 0; t0 < j->n_tok; t0 += mm->max_nt) {
         const int nt = (int)SP_MIN((int64_t)mm->max_nt, j->n_tok - t0);
+        tsan_tiles(j, r0, nr, t0, nt);
         /* the first token tile streams the chunk in; the others find it in
          * L2, where the prefetch ahead of the stream is only work
          * (tilebench, Q8_0 8 tokens in cache: 5%). Chunks are planned at
@@ -133,7 +154,7 @@ static void mm_worker(void *arg, int ith, int nth) {
          * pool may run this run's slots one after another on one thread,
          * so a slot waits only for conversions another slot has started */
         for (int64_t t; (t = atomic_fetch_add_explicit(&j->conv_next, 1, memory_order_relaxed)) < j->n_tok;) {
-            j->mm->convert(j->x + t * j->k, j->k, j->xs + (size_t)t * j->xs_stride);
+            convert_token(j, t);
             atomic_fetch_add_explicit(&j->converted, 1, memory_order_release);
         }
         for (unsigned i = 0; atomic_load_explicit(&j->converted, memory_order_acquire) < j->n_tok; i++) {
@@ -207,6 +228,8 @@ size_t sp_matmul_packed_size(sp_type wt, int64_t n_rows, int64_t k) {
 const char *sp_matmul_pack(sp_type wt, const void *w, int64_t n_rows, int64_t k, void *dst) {
     const sp_kernel_ops *o = sp_kernel_ops_get();
     SP_ASSERT(sp_matmul_packed_size(wt, n_rows, k) > 0);
+    SP_TSAN_READ(w, sp_row_size(wt, k) * (size_t)n_rows);
+    SP_TSAN_WRITE(dst, sp_matmul_packed_size(wt, n_rows, k));
     o->pack_rows(wt, w, dst, n_rows, k);
     return o->name;
 }
@@ -285,7 +308,7 @@ static void matmul_run(sp_pool *pool, const sp_mm_kernel *mm, const void *w, siz
     }
 
     if (nth == 1 || n_tok == 1) {
-        for (int64_t t = 0; t < n_tok; t++) mm->convert(x + t * k, k, j.xs + (size_t)t * j.xs_stride);
+        for (int64_t t = 0; t < n_tok; t++) convert_token(&j, t);
         j.convert_in_run = 0;
     } else {
         j.convert_in_run = 1;
