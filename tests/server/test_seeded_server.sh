@@ -6,47 +6,14 @@
 # the suffix store holds the earlier answers by the second time) gives the
 # text of `serve --spec off`, every time; the speculating servers drafted.
 # Without a seed, two requests get different texts (a random seed each).
-# Uses the bundled pair (models/); prints "RESULT <passed> <failed>".
-set -u
-bin=${SPECULA_BIN:-bin/specula}
+# Uses the bundled pair (models/); tests/lib/lib.sh counts the checks.
+. "${SPECULA_TESTS_LIB:-tests/lib}/lib.sh"
 models=${SPECULA_MODELS_DIR:-models}
-passed=0; failed=0
-ok()   { echo "ok   $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
 
 if [ ! -r "$models/specula-code-target-f16.gguf" ] || [ ! -r "$models/specula-code-draft-f16.gguf" ]; then
-    echo "SKIP test_seeded_server: the bundled pair is not in $models"
-    echo "RESULT 0 0 1"
-    exit 0
+    skip test_seeded_server "the bundled pair is not in $models"
+    finish
 fi
-
-# start_server NAME ARGS...: sets URL and PID once /health answers 200.
-start_server() {
-    local name=$1; shift
-    "$bin" serve --port 0 -t 2 -m "$models/specula-code-target-f16.gguf" "$@" >"$tmp/$name.log" 2>&1 &
-    PID=$!; pids+=("$PID")
-    URL=""
-    for _ in $(seq 1 $((400 * ${SPECULA_TIMEOUT_SCALE:-1}))); do
-        URL=$(grep -o 'http://127.0.0.1:[0-9]*' "$tmp/$name.log" | head -n 1)
-        [ -n "$URL" ] && break
-        sleep 0.05
-    done
-    [ -n "$URL" ] || { fail "server $name starts" "$(cat "$tmp/$name.log")"; return 1; }
-    for _ in $(seq 1 $((600 * ${SPECULA_TIMEOUT_SCALE:-1}))); do
-        [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] && return 0
-        sleep 0.05
-    done
-    fail "server $name becomes healthy" "$(cat "$tmp/$name.log")"
-    return 1
-}
 
 stop_server() { kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null; }
 
@@ -76,7 +43,7 @@ PY
 }
 
 for mode in off draft suffix; do
-    if start_server "$mode" --spec "$mode" --spec-k 4 --spec-fixed-k; then
+    if serve "$mode" -t 2 -m "$models/specula-code-target-f16.gguf" --spec "$mode" --spec-k 4 --spec-fixed-k; then
         ask "$mode" || fail "requests to --spec $mode" "$(tail -c 300 "$tmp/$mode.log")"
         stop_server
     fi
@@ -112,4 +79,4 @@ import json, sys
 t = [json.loads(l)["text"] for l in open(sys.argv[1]) if json.loads(l)["req"] == "noseed"]
 sys.exit(0 if len(t) == 2 and t[0] != t[1] else 1)
 PY
-echo "RESULT $passed $failed"
+finish
