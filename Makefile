@@ -116,7 +116,7 @@ asan:
 # and the tiles, or on a KV row is still caught, at every level.
 # Instrumented, the scalar loops were 225 of test_forward's 260 s, and the
 # SIMD ones (each 32-byte load a range check) took test_spec_engine past
-# 2,400 s on a Zen 3; 85 s without.
+# 2,400 s on a Zen 3; 161-196 s now.
 # The same variables build build-tsan/ wherever it is built (soak-tsan).
 TSAN_TESTS = test_kernels test_forward test_engine test_kv test_spec_engine
 TSAN_VARS = BUILD=build-tsan BIN=build-tsan/bin OPT=-O2 SAN="-fsanitize=thread" KERNELS_SAN=-fno-sanitize=thread

@@ -110,7 +110,8 @@ static void convert_token(const mm_job *j, int64_t t) {
  * read and write (kernels_internal.h), declared to TSan (tsan.h). Not the
  * weights: nothing writes them once the model is loaded, and declaring a
  * chunk's rows on every call made TSan's range check most of
- * test_spec_engine's time (the F16 pair: >7 minutes against 85 s). */
+ * test_spec_engine's time (the F16 pair: past 7 minutes against 161-196 s
+ * without them). */
 static void tsan_tiles(const mm_job *j, int64_t r0, int64_t nr, int64_t t0, int64_t nt) {
     SP_TSAN_READ(j->xs + (size_t)t0 * j->xs_stride, (size_t)nt * j->xs_stride);
     for (int64_t t = t0; t < t0 + nt; t++) SP_TSAN_WRITE(j->y + t * j->ldy + r0, (size_t)nr * sizeof(float));

@@ -5,7 +5,7 @@
  * kernels_avx512.c) without TSan's instrumentation. Instrumented, every
  * load is checked one by one, and gcc checks a 32-byte vector load through
  * the slow range path: the bundled pair's F16 matmul spent 85% of its time
- * there, and test_spec_engine ran past 2,400 s under TSan on a Zen 3 (170 s
+ * there, and test_spec_engine ran past 2,400 s under TSan on a Zen 3 (161-196 s
  * with the kernels uninstrumented and their calls declared as below).
  *
  * A kernel is a pure function of its arguments. kernels_internal.h says

@@ -42,6 +42,7 @@ for i in range(2):  # no seed
 PY
 }
 
+# lib.sh's serve passes -t 1 first; the -t 2 after it is the one that counts
 for mode in off draft suffix; do
     if serve "$mode" -t 2 -m "$models/specula-code-target-f16.gguf" --spec "$mode" --spec-k 4 --spec-fixed-k; then
         ask "$mode" || fail "requests to --spec $mode" "$(tail -c 300 "$tmp/$mode.log")"
