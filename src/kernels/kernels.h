@@ -155,8 +155,15 @@ void sp_matmul_packed(sp_pool *pool, const void *wp, sp_type wt, int64_t n_rows,
 /* The active level's name (the string sp_kernels_init returned). */
 const char *sp_kernels_level(void);
 
-/* Same product, single-threaded, plain C, for tests (converts x itself). */
+/* Same product, single-threaded, plain C, for tests (converts x itself):
+ * the ref level's sums, which are llama.cpp's (February 2025). */
 void sp_matmul_ref(const void *w, sp_type wt, int64_t n_rows, int64_t k,
                    const float *x, int64_t n_tok, float *y, int64_t ldy);
+/* The plain-C computation of what `level`'s sp_matmul gives bit for bit:
+ * sp_matmul_ref, except where that level sums in an order of its own (avx2:
+ * Q4_K matrices of 8-row multiples). 0, or -1 for a level whose sums have no
+ * plain-C twin (avx512: its f32 order is checked within a tolerance). */
+int sp_matmul_ref_level(const char *level, const void *w, sp_type wt, int64_t n_rows, int64_t k,
+                        const float *x, int64_t n_tok, float *y, int64_t ldy);
 
 #endif

@@ -1,7 +1,7 @@
 /* kernels_avx2.c: AVX2 + FMA + F16C level (built with -mavx2 -mfma -mf16c).
  *
  * Quantized products use the natural GGUF layouts for the weights (Q4_0
- * matrices of 8-row multiples aside: packed at load) and, for the
+ * and Q4_K matrices of 8-row multiples aside: packed at load) and, for the
  * activations, their vec_dot_type blocks in vec_dot, and in the matmul
  * tiles of Q8_0, Q4_K and Q6_K the same values converted once per matmul
  * into an aligned scratch of the tile's own (Q8A_*, Q8KA_*, Q8KB_* below);
@@ -9,7 +9,8 @@
  * saturation; every use below stays inside s16:
  *   Q8_0 x Q8_0: |w| * sign(x, w)       <= 2 * 127 * 127 = 32258
  *   Q4_0 x Q8_0: |q-8| * sign(x, q-8)   <= 2 * 8 * 127
- *   Q4_K x Q8_K: q (0..15) * x          <= 2 * 15 * 127
+ *   Q4_K x Q8_K: q (0..15) * x          <= 2 * 15 * 128 (8 such pairs
+ *                                          summed in the packed Q4_K tile)
  *   Q6_K x Q8_K: q (0..63) * x          <= 2 * 63 * 127 = 16002
  * Per block (or super-block) the integer sums are exact, then scaled in f32.
  *
@@ -26,10 +27,16 @@
  * the same FMAs and lanes are added in the same order, and K is never cut
  * into ranges (whole_k), so on the random-weight reference models, where a
  * single rounding can flip an activation's quantization, its tokens are
- * llama.cpp's (tests/reference/test_reference.c). The avx512 level keeps a
- * faster order of its own (kernels_avx512.c).
+ * llama.cpp's (tests/reference/test_reference.c). One exception: Q4_K
+ * matrices of 8-row multiples (all of a model's, in practice) sum each
+ * super-block's integers whole and then apply its two scales ("the
+ * row-sum order" below), which makes a verification of 5 tokens 1.6-1.8x a
+ * single token instead of 2.4-2.7x, and prefill 1.4x faster; its plain-C
+ * twin is sp_matmul_ref_level("avx2"). The avx512 level keeps a faster
+ * order of its own for every type (kernels_avx512.c).
  */
 #include <immintrin.h>
+#include <math.h>
 
 #include "kernels_internal.h"
 
@@ -331,37 +338,44 @@ static const uint8_t Q4K_BCAST16[8][32] __attribute__((aligned(32))) = {
  * of its ~68 instructions per token and super-block on spills. The scales
  * are broadcast by pshufb from one vector (1 op each, was 3: movzx, movd,
  * vpbroadcastw). */
+/* The integer part of a super-block b for NT tokens: acc[t] = per lane,
+ * sum over sub-blocks j of sc_j * (its quants . x's), 8 int32 lanes. */
+AI void q4_K_sb_ints(const sp_block_q4_K *wb, const uint8_t *sm, const uint8_t *xs, size_t xss, const int NT,
+                     int64_t b, __m256i *acc, const int XA) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m128i s16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm)); /* sc0..sc7 */
+    const __m256i scv = _mm256_broadcastsi128_si256(s16);
+    _Pragma("GCC unroll 16")
+    for (int j = 0; j < 4; j++) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * j));
+        const __m256i lo = _mm256_and_si256(raw, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        const __m256i sc_lo = _mm256_shuffle_epi8(scv, _mm256_load_si256((const __m256i *)Q4K_BCAST16[2 * j]));
+        const __m256i sc_hi = _mm256_shuffle_epi8(scv, _mm256_load_si256((const __m256i *)Q4K_BCAST16[2 * j + 1]));
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < NT; t++) {
+            const int8_t *xq = XA ? (const int8_t *)(xs + t * xss + b * Q8KA_BYTES)
+                                  : ((const sp_block_q8_K *)(xs + t * xss) + b)->qs;
+            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + 64 * j));
+            const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 64 * j + 32));
+            const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), sc_lo),
+                                               _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), sc_hi));
+            acc[t] = j ? _mm256_add_epi32(acc[t], p) : p;
+            /* keeps gcc from summing all products at the end (it
+             * reassociates the integer adds and spills the products) */
+            __asm__("" : "+x"(acc[t]));
+        }
+    }
+}
+
 AI void q4_K_row_x(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
                    int64_t b1, __m256 *F, __m128 *M, const int XA) {
-    const __m256i m4 = _mm256_set1_epi8(0xF);
     for (int64_t b = b0; b < b1; b++) {
         prefetch_ahead(&w[b], sizeof(sp_block_q4_K));
         uint8_t sm[16];
         sp_q4_K_unpack_scales(w[b].scales, sm);
-        const __m128i s16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm)); /* sc0..sc7 */
-        const __m256i scv = _mm256_broadcastsi128_si256(s16);
         __m256i acc[8];
-        _Pragma("GCC unroll 16")
-        for (int j = 0; j < 4; j++) {
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)(w[b].qs + 32 * j));
-            const __m256i lo = _mm256_and_si256(raw, m4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-            const __m256i sc_lo = _mm256_shuffle_epi8(scv, _mm256_load_si256((const __m256i *)Q4K_BCAST16[2 * j]));
-            const __m256i sc_hi = _mm256_shuffle_epi8(scv, _mm256_load_si256((const __m256i *)Q4K_BCAST16[2 * j + 1]));
-            _Pragma("GCC unroll 16")
-            for (int t = 0; t < NT; t++) {
-                const int8_t *xq = XA ? (const int8_t *)(xs + t * xss + b * Q8KA_BYTES)
-                                      : ((const sp_block_q8_K *)(xs + t * xss) + b)->qs;
-                const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + 64 * j));
-                const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 64 * j + 32));
-                const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), sc_lo),
-                                                   _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), sc_hi));
-                acc[t] = j ? _mm256_add_epi32(acc[t], p) : p;
-                /* keeps gcc from summing all products at the end (it
-                 * reassociates the integer adds and spills the products) */
-                __asm__("" : "+x"(acc[t]));
-            }
-        }
+        q4_K_sb_ints(&w[b], sm, xs, xss, NT, b, acc, XA);
         const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sm + 8))); /* m0..m7 */
         const float d = f16f(w[b].d), dmin = f16f(w[b].dmin);
         _Pragma("GCC unroll 16")
@@ -706,16 +720,244 @@ static void conv_q4_0p8(const float *x, int64_t k, void *vxs) {
     }
 }
 
+/* ---- Q4_K, 8-row multiples: the row-sum order, packed at load ---------- */
+
+/* ggml's Q4_K order (q4_K_row_x) keeps 8 int32 lanes per row and token, so
+ * every 32 weights cost a maddubs and a madd (the scale) per token: 16 ops
+ * per super-block and token on the two pipes that take them, ~8 cycles, and
+ * a verification of 5 tokens was compute-bound at ~2.5x a single token
+ * (Zen 3, TinyLlama's shape). Matrices of 8-row multiples (every matrix of
+ * the models this runs) sum in an order of their own instead (as the
+ * avx512 level's types do; llama.cpp's CPU backend has since repacked Q4_K
+ * for AVX2 as well):
+ *
+ *   per (row, token, super-block): the exact integers
+ *     isum = sum_j sc_j * (q_j . x_j),  msum = sum_j m_j * s_j
+ *   (j the 8 sub-blocks, s_j the sum of x_j), then
+ *     acc = fma((float)isum, d * dx, acc);  acc = fma(-(float)msum, dmin * dx, acc)
+ *   over the super-blocks in order; y = acc.
+ *
+ * Packed at load (sp_matmul_pack), 8 rows share each vector, one row per
+ * 32-bit lane, so a sub-block of 8 rows is 8 maddubs summed in int16 and ONE
+ * madd with the 8 rows' scales: 9 ops on those pipes per 32 weights of 8
+ * rows and token instead of 16. The same integers, and the same two FMAs, as
+ * kernels_ref.c's vec_dot_q4_K_rows8_ref, so the packed kernel, the kernel on
+ * the file's rows (q4_K_rs, no_repack) and the reference agree bit for bit.
+ * The reference and the other shapes keep llama.cpp's February 2025 order
+ * (README "Correctness"). */
+
+/* On the file's rows: ggml's integer loop, then each lane sum reduced
+ * exactly (hadd of int32) and the two scalar FMAs. */
+AI int32_t hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+AI void q4_K_rs_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
+                   int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
+    for (int64_t r = 0; r < nr; r++) {
+        const sp_block_q4_K *wr = (const sp_block_q4_K *)(w + r * ws);
+        float S[8] = {0};
+        for (int64_t b = k0 / 256; b < k1 / 256; b++) {
+            prefetch_ahead(&wr[b], sizeof(sp_block_q4_K));
+            uint8_t sm[16];
+            sp_q4_K_unpack_scales(wr[b].scales, sm);
+            __m256i ia[8];
+            q4_K_sb_ints(&wr[b], sm, xs, xss, NT, b, ia, 1);
+            const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sm + 8)));
+            const float d = f16f(wr[b].d), dmin = f16f(wr[b].dmin);
+            _Pragma("GCC unroll 16")
+            for (int t = 0; t < NT; t++) {
+                const uint8_t *xa = xs + t * xss + b * Q8KA_BYTES;
+                float dx;
+                memcpy(&dx, xa + Q8KA_D, 4);
+                const __m128i ms = _mm_madd_epi16(mins, _mm_load_si128((const __m128i *)(xa + Q8KA_S8)));
+                __m128i m2 = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 0x4E));
+                m2 = _mm_add_epi32(m2, _mm_shuffle_epi32(m2, 0xB1));
+                S[t] = fmaf((float)hsum_epi32(ia[t]), d * dx, S[t]);
+                S[t] = fmaf(-(float)_mm_cvtsi128_si32(m2), dmin * dx, S[t]);
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++) y[t * ldy + r] = acc ? y[t * ldy + r] + S[t] : S[t];
+    }
+}
+
+#define Q4KP8_SC 1024   /* after the quants */
+#define Q4KP8_MN 1088
+#define Q4KP8_D 1152
+#define Q4KP8_DMIN 1168
+#define Q4KP8_BLOCK 1184
+ /* one super-block of 8 rows: 148 bytes a row (file: 144) */
+
+/* Packed 8-row group, per super-block (Q4KP8_BLOCK bytes):
+ *   qs  [4 pairs p][8 groups g][8 rows r][4 B]: row r's qs[32p + 4g .. +3];
+ *       low nibbles are sub-block 2p's elements 4g..4g+3, high 2p+1's;
+ *   sc  [8 sub-blocks j][8 rows] u8 (6-bit scales, unpacked);
+ *   mn  [4 pairs p][8 rows][2] u8: the mins of sub-blocks 2p, 2p+1;
+ *   d, dmin [8 rows] f16.
+ * 4 bytes a row more than the file (the scales unpacked: 2.8% more to
+ * stream in decode, against ~20 ops per super-block and 8 rows to unpack
+ * them from 6 bits).
+ * Activations: conv_q8_Ka's layout (quants, d, sums of 32 as int16). */
+AI void q4_Kp8_sub(const uint8_t *qp, const int HI, const uint8_t *sc, const uint8_t *xa, size_t xss,
+                   const int NT, __m256i *isum, const int first, const char *pf) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    /* this sub-block's share of the super-block's prefetch (see q4_Kp8_sb) */
+    _mm_prefetch(pf + SP_PF_L1, _MM_HINT_T0);
+    _mm_prefetch(pf + SP_PF_L1 + 64, _MM_HINT_T0);
+    _mm_prefetch(pf + SP_PF_L1 + 128, _MM_HINT_T0);
+    const __m128i s8 = _mm_loadl_epi64((const __m128i *)sc);
+    const __m256i scv = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s8, s8)); /* (sc_r, sc_r) per lane */
+    __m256i a[5];
+    _Pragma("GCC unroll 8")
+    for (int g = 0; g < 8; g++) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(qp + 32 * g));
+        const __m256i q = HI ? _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4) : _mm256_and_si256(raw, m4);
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++) {
+            /* |pair| <= 2 * 15 * 128: 8 of them fit int16 */
+            const __m256i pr = _mm256_maddubs_epi16(q, _mm256_set1_epi32(load_i32(xa + t * xss + 4 * g)));
+            a[t] = g ? _mm256_add_epi16(a[t], pr) : pr;
+            __asm__("" : "+x"(a[t])); /* as in q4_K_sb_ints: no products computed ahead and spilled */
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < NT; t++) {
+        const __m256i v = _mm256_madd_epi16(a[t], scv);
+        isum[t] = first ? v : _mm256_add_epi32(isum[t], v);
+    }
+}
+
+/* One super-block of 8 rows for NT <= 5 tokens: isum[t] (a loop over the
+ * 4 pairs of sub-blocks, not unrolled: unrolled, the ~1,100 instructions
+ * of a super-block did not stay in the op cache) */
+AI void q4_Kp8_sb(const uint8_t *p, const uint8_t *xa, size_t xss, const int NT, __m256i *isum) {
+    /* the prefetch of the stream ahead, 3 lines per sub-block (19 lines a
+     * super-block, 24 prefetched: the last 5 again by the next one), into
+     * L1 SP_PF_L1 bytes ahead only. All 19 at the start of a super-block
+     * stalled on the miss buffers (decode -12% against ggml's order, whole
+     * model); the L2 prefetch SP_PF_L2 ahead that the other kernels add cost
+     * this one more than it gave (bin/tilebench q4_K 1 65536 5632 10 2, 3
+     * runs: 4.8 ns per 256 weights with it, 3.9 without, ggml's order 4.2-4.3;
+     * K = 2048: 3.6-4.1 with, 3.3-3.4 without, 4.1-4.2). 1.5 and 3 KiB
+     * ahead gave the same decode within this VM's noise. */
+    const char *pf = (const char *)p;
+    q4_Kp8_sub(p, 0, p + Q4KP8_SC, xa, xss, NT, isum, 1, pf);
+    q4_Kp8_sub(p, 1, p + Q4KP8_SC + 8, xa + 32, xss, NT, isum, 0, pf + 192);
+    _Pragma("GCC unroll 1")
+    for (int pp = 1; pp < 4; pp++) {
+        q4_Kp8_sub(p + 256 * pp, 0, p + Q4KP8_SC + 16 * pp, xa + 64 * pp, xss, NT, isum, 0, pf + 384 * pp);
+        q4_Kp8_sub(p + 256 * pp, 1, p + Q4KP8_SC + 16 * pp + 8, xa + 64 * pp + 32, xss, NT, isum, 0,
+                   pf + 384 * pp + 192);
+    }
+}
+
+AI void q4_Kp8_group(const uint8_t *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0, int64_t b1,
+                     __m256 *F) {
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *p = w + b * Q4KP8_BLOCK;
+        const uint8_t *xa = xs + b * Q8KA_BYTES;
+        __m256i isum[8];
+        /* 5 tokens' int16 and int32 sums fit the 16 registers beside the
+         * quants; 6-8 go in two passes over the super-block (in L1) */
+        if (NT <= 5) q4_Kp8_sb(p, xa, xss, NT, isum);
+        else {
+            q4_Kp8_sb(p, xa, xss, 4, isum);
+            q4_Kp8_sb(p, xa + 4 * xss, xss, NT - 4, isum + 4);
+        }
+        __m256i mv[4];
+        _Pragma("GCC unroll 4")
+        for (int i = 0; i < 4; i++) mv[i] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(p + Q4KP8_MN + 16 * i)));
+        const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + Q4KP8_D)));
+        const __m256 dm8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + Q4KP8_DMIN)));
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *xt = xa + t * xss;
+            __m256i ms = _mm256_madd_epi16(mv[0], _mm256_set1_epi32(load_i32(xt + Q8KA_S8)));
+            _Pragma("GCC unroll 3")
+            for (int i = 1; i < 4; i++)
+                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mv[i], _mm256_set1_epi32(load_i32(xt + Q8KA_S8 + 4 * i))));
+            float dx;
+            memcpy(&dx, xt + Q8KA_D, 4);
+            const __m256 vdx = _mm256_set1_ps(dx);
+            F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d8, vdx), F[t]);
+            F[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dm8, vdx), F[t]);
+        }
+    }
+}
+
+AI void q4_Kp8_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
+                  int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
+    SP_ASSERT(nr % 8 == 0);
+    for (int64_t r = 0; r < nr; r += 8) {
+        __m256 F[8];
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++) F[t] = _mm256_setzero_ps();
+        q4_Kp8_group(w + r * ws, xs, xss, NT, k0 / 256, k1 / 256, F);
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++) {
+            float *o = y + t * ldy + r;
+            _mm256_storeu_ps(o, acc ? _mm256_add_ps(_mm256_loadu_ps(o), F[t]) : F[t]);
+        }
+    }
+}
+
+/* NAME_tile over NAME_nt for 1..8 tokens */
+#define TILE8(NAME)                                                                                  \
+    TILE_SIGNATURE(NAME) {                                                                           \
+        (void)k;                                                                                     \
+        switch (nt) {                                                                                \
+        NT_CASES3(NAME)                                                                              \
+        case 4: NAME##_nt(w, ws, nr, xs, xss, 4, k0, k1, y, ldy, acc); return;                       \
+        case 5: NAME##_nt(w, ws, nr, xs, xss, 5, k0, k1, y, ldy, acc); return;                       \
+        case 6: NAME##_nt(w, ws, nr, xs, xss, 6, k0, k1, y, ldy, acc); return;                       \
+        case 7: NAME##_nt(w, ws, nr, xs, xss, 7, k0, k1, y, ldy, acc); return;                       \
+        default: NAME##_nt(w, ws, nr, xs, xss, 8, k0, k1, y, ldy, acc); return;                      \
+        }                                                                                            \
+    }
+TILE8(q4_K_rs)
+TILE8(q4_Kp8)
+
+static void pack_rows_q4_K(const void *src, void *dst, int64_t n_rows, int64_t k) {
+    const int64_t nb = k / 256;
+    const size_t rs = (size_t)nb * sizeof(sp_block_q4_K);
+    for (int64_t r = 0; r < n_rows; r += 8) {
+        const uint8_t *g = (const uint8_t *)src + r * rs;
+        uint8_t *o = (uint8_t *)dst + r * (size_t)nb * (Q4KP8_BLOCK / 8);
+        for (int64_t b = 0; b < nb; b++, o += Q4KP8_BLOCK)
+            for (int i = 0; i < 8; i++) {
+                const sp_block_q4_K *blk = (const sp_block_q4_K *)(g + i * rs) + b;
+                for (int pq = 0; pq < 4; pq++)
+                    for (int gq = 0; gq < 8; gq++) memcpy(o + 256 * pq + 32 * gq + 4 * i, blk->qs + 32 * pq + 4 * gq, 4);
+                uint8_t sm[16];
+                sp_q4_K_unpack_scales(blk->scales, sm);
+                for (int j = 0; j < 8; j++) {
+                    o[Q4KP8_SC + 8 * j + i] = sm[j];
+                    o[Q4KP8_MN + 16 * (j >> 1) + 2 * i + (j & 1)] = sm[8 + j];
+                }
+                memcpy(o + Q4KP8_D + 2 * i, &blk->d, 2);
+                memcpy(o + Q4KP8_DMIN + 2 * i, &blk->dmin, 2);
+            }
+    }
+}
+
 /* Load-time repacking at this level: Q4_0 matrices of 8-row multiples
  * (sp_kernel_ops.packed_rows_multiple), into the layout above; a row's
  * share is as many bytes as the file's row. */
 static size_t packed_row_size_avx2(sp_type t, int64_t k) {
-    SP_ASSERT(t == SP_TYPE_Q4_0);
-    return (size_t)(k / 32) * sizeof(sp_block_q4_0);
+    SP_ASSERT(t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K);
+    return t == SP_TYPE_Q4_K ? (size_t)(k / 256) * (Q4KP8_BLOCK / 8) : (size_t)(k / 32) * sizeof(sp_block_q4_0);
 }
 
 static void pack_rows_avx2(sp_type t, const void *src, void *dst, int64_t n_rows, int64_t k) {
-    SP_ASSERT(t == SP_TYPE_Q4_0 && n_rows % 8 == 0);
+    SP_ASSERT((t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K) && n_rows % 8 == 0);
+    if (t == SP_TYPE_Q4_K) {
+        pack_rows_q4_K(src, dst, n_rows, k);
+        return;
+    }
     const int64_t nb = k / 32;
     const size_t rs = (size_t)nb * sizeof(sp_block_q4_0);
     for (int64_t r = 0; r < n_rows; r += 8) {
@@ -870,6 +1112,8 @@ static const sp_mm_kernel mm_q4_0r8 = {32, sizeof(sp_block_q8_0), NULL, 4, conv_
 static const sp_mm_kernel mm_q4_0p8 = {32, Q4_0R8_XBLOCK, NULL, 4, conv_q4_0p8, q4_0p8_tile, 1, NULL, NULL};
 static const sp_mm_kernel mm_q4_K = {256, Q8KA_BYTES, NULL, 8, conv_q8_Ka, q4_K_tile, 1, NULL, NULL};
 static const sp_mm_kernel mm_q6_K = {256, Q8KB_BYTES, NULL, 8, conv_q8_Kb, q6_K_tile, 1, NULL, NULL};
+static const sp_mm_kernel mm_q4_Krs = {256, Q8KA_BYTES, NULL, 8, conv_q8_Ka, q4_K_rs_tile, 1, NULL, NULL};
+static const sp_mm_kernel mm_q4_Kp8 = {256, Q8KA_BYTES, NULL, 8, conv_q8_Ka, q4_Kp8_tile, 1, NULL, NULL};
 
 /* exported for the avx512 level, which reuses them */
 void sp_avx2_quantize_q8_0(const float *x, void *y, int64_t k) { quantize_q8_0_avx2(x, y, k); }
@@ -908,9 +1152,11 @@ const sp_kernel_ops sp_ops_avx2 = {
     },
     .mm_rows8 = {
         [SP_TYPE_Q4_0] = &mm_q4_0r8,
+        [SP_TYPE_Q4_K] = &mm_q4_Krs,
     },
     .mm_packed = {
         [SP_TYPE_Q4_0] = &mm_q4_0p8,
+        [SP_TYPE_Q4_K] = &mm_q4_Kp8,
     },
     .packed_row_size = packed_row_size_avx2,
     .pack_rows = pack_rows_avx2,

@@ -66,9 +66,11 @@ typedef struct {
     sp_quant_fn quantize[SP_TYPE_COUNT];
     const sp_mm_kernel *mm[SP_TYPE_COUNT];
     /* For a matrix whose row count is a multiple of 8, where set: the
-     * summation order llama.cpp uses for such a matrix (it repacks Q4_0
-     * ones into 8-row interleaved blocks at load and sums them in another
-     * order than other Q4_0 matrices). NULL: mm[] serves every shape. */
+     * summation order the level uses for such a matrix: llama.cpp's for
+     * Q4_0 (it repacks those into 8-row interleaved blocks at load and sums
+     * them in another order than other Q4_0 matrices), the avx2 level's own
+     * for Q4_K (kernels_avx2.c, the row-sum order). NULL: mm[] serves every
+     * shape. */
     const sp_mm_kernel *mm_rows8[SP_TYPE_COUNT];
     /* Load-time repacking (sp_matmul_pack), where set: the kernel for rows
      * in the level's own layout, their size, and the packing itself

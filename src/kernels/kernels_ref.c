@@ -413,6 +413,30 @@ static void vec_dot_q4_K_ref(int64_t k, float *s, const void *vw, const void *vx
     *s = hsum8(F) + ((M[0] + M[2]) + (M[1] + M[3]));
 }
 
+/* Q4_K in the avx2 level's order for matrices of 8-row multiples
+ * (kernels_avx2.c, "the row-sum order"): per super-block the exact integer
+ * sums of the scaled quants and of the scaled mins, then two FMAs. */
+static void vec_dot_q4_K_rows8_ref(int64_t k, float *s, const void *vw, const void *vx) {
+    const sp_block_q4_K *w = vw;
+    const sp_block_q8_K *x = vx;
+    float acc = 0;
+    for (int64_t i = 0; i < k / SP_QK_K; i++) {
+        uint8_t sm[16];
+        sp_q4_K_unpack_scales(w[i].scales, sm);
+        int32_t isum = 0, msum = 0;
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *q4 = w[i].qs + 32 * (j / 2);
+            int32_t dot = 0;
+            for (int e = 0; e < 32; e++) dot += ((q4[e] >> (4 * (j & 1))) & 0xF) * x[i].qs[32 * j + e];
+            isum += sm[j] * dot;
+            msum += sm[8 + j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+        }
+        acc = fmaf((float)isum, sp_f16_to_f32(w[i].d) * x[i].d, acc);
+        acc = fmaf(-(float)msum, sp_f16_to_f32(w[i].dmin) * x[i].d, acc);
+    }
+    *s = acc;
+}
+
 /* Q6_K: lane l holds, for each 32-value chunk, sc * sum of (q - 32) x over
  * its elements 4l..4l+3 (sc: the chunk's first 16 values' scale for lanes
  * 0-3, the next one's for 4-7). */
@@ -461,6 +485,7 @@ static void vec_dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *vx
 #define vec_dot_q4_0_dot vec_dot_q4_0_ref
 #define vec_dot_q4_0r8_dot vec_dot_q4_0r8_ref
 #define vec_dot_q4_K_dot vec_dot_q4_K_ref
+#define vec_dot_q4_K_rows8_dot vec_dot_q4_K_rows8_ref
 #define vec_dot_q6_K_dot vec_dot_q6_K_ref
 REF_MM(vec_dot_f32, SP_TYPE_F32, SP_TYPE_F32, sp_ref_quantize_f32)
 REF_MM(vec_dot_f16, SP_TYPE_F16, SP_TYPE_F16, sp_ref_quantize_f16)
@@ -470,6 +495,7 @@ REF_MM(vec_dot_q4_0, SP_TYPE_Q4_0, SP_TYPE_Q8_0, sp_ref_quantize_q8_0)
 REF_MM(vec_dot_q4_0r8, SP_TYPE_Q4_0, SP_TYPE_Q8_0, sp_ref_quantize_q8_0)
 REF_MM(vec_dot_q4_K, SP_TYPE_Q4_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
 REF_MM(vec_dot_q6_K, SP_TYPE_Q6_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
+REF_MM(vec_dot_q4_K_rows8, SP_TYPE_Q4_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
 
 const sp_kernel_ops sp_ops_ref = {
     .name = "ref",
@@ -505,18 +531,35 @@ const sp_kernel_ops sp_ops_ref = {
 
 /* ---- sp_matmul_ref ------------------------------------------------------ */
 
-void sp_matmul_ref(const void *w, sp_type wt, int64_t n_rows, int64_t k, const float *x,
-                   int64_t n_tok, float *y, int64_t ldy) {
+static void matmul_ref_with(const sp_mm_kernel *mm, const void *w, sp_type wt, int64_t n_rows, int64_t k,
+                            const float *x, int64_t n_tok, float *y, int64_t ldy) {
     const sp_type_traits *tt = sp_type_info(wt);
     SP_ASSERT(tt && tt->supported && k % tt->blck == 0);
     const sp_type vdt = tt->vec_dot_type;
     const size_t w_row = sp_row_size(wt, k), x_row = sp_row_size(vdt, k);
     void *xq = malloc(x_row ? x_row : 1); /* test-only path: allocation is fine here */
     SP_ASSERT(xq);
-    const sp_mm_kernel *mm = sp_mm_for(&sp_ops_ref, wt, n_rows);
     for (int64_t t = 0; t < n_tok; t++) {
         mm->convert(x + t * k, k, xq);
         mm->tile((const uint8_t *)w, w_row, n_rows, xq, x_row, 1, k, 0, k, y + t * ldy, ldy, 0);
     }
     free(xq);
+}
+
+void sp_matmul_ref(const void *w, sp_type wt, int64_t n_rows, int64_t k, const float *x,
+                   int64_t n_tok, float *y, int64_t ldy) {
+    matmul_ref_with(sp_mm_for(&sp_ops_ref, wt, n_rows), w, wt, n_rows, k, x, n_tok, y, ldy);
+}
+
+int sp_matmul_ref_level(const char *level, const void *w, sp_type wt, int64_t n_rows, int64_t k,
+                        const float *x, int64_t n_tok, float *y, int64_t ldy) {
+    const sp_mm_kernel *mm = sp_mm_for(&sp_ops_ref, wt, n_rows);
+    if (!strcmp(level, "avx2")) {
+        /* the avx2 level's own order (kernels_avx2.c, mm_rows8) */
+        if (wt == SP_TYPE_Q4_K && n_rows % 8 == 0) mm = &vec_dot_q4_K_rows8_mm;
+    } else if (strcmp(level, "ref")) {
+        return -1;
+    }
+    matmul_ref_with(mm, w, wt, n_rows, k, x, n_tok, y, ldy);
+    return 0;
 }

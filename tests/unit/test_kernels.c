@@ -468,10 +468,22 @@ static void matmul_case(sp_type t) {
         float *alone = malloc((size_t)nr * sizeof *alone);
         double *tol = malloc((size_t)(nt * nr) * sizeof *tol);
         sp_matmul_ref(w, t, nr, k, x, nt, want, ldy);
+        /* the avx2 level's own bits (llama.cpp's order, but for Q4_K
+         * matrices of 8-row multiples: kernels_avx2.c, the row-sum order) */
+        float *want2 = malloc((size_t)(nt * ldy) * sizeof *want2);
+        CHECK(sp_matmul_ref_level("avx2", w, t, nr, k, x, nt, want2, ldy) == 0, "avx2 has a plain-C twin");
+        CHECK(sp_matmul_ref_level("avx512", w, t, nr, k, x, nt, want2, ldy) == -1, "avx512 has none");
         const size_t rb = sp_row_size(t, k);
         for (int64_t tt = 0; tt < nt; tt++)
             for (int64_t r = 0; r < nr; r++)
                 tol[tt * nr + r] = 1e-5 * abs_dot(t, (const uint8_t *)w + r * rb, x + tt * k, k) + 1e-6;
+        /* an order of its own is still the same product */
+        for (int64_t tt = 0, nbad = 0; tt < nt; tt++)
+            for (int64_t r = 0; r < nr; r++)
+                if (!(fabs((double)want2[tt * ldy + r] - want[tt * ldy + r]) <= tol[tt * nr + r]) && nbad++ < 3)
+                    CHECK(0, "avx2 twin %s rows %lld k %lld: y[%lld][%lld] = %.9g, ref %.9g", sp_type_info(t)->name,
+                          (long long)nr, (long long)k, (long long)tt, (long long)r, want2[tt * ldy + r],
+                          want[tt * ldy + r]);
         const size_t ss = sp_matmul_scratch_size(t, k, nt);
         uint8_t *scratch = malloc(ss + 8);
         for (int l = 0; l < N_LEVELS; l++) {
@@ -482,16 +494,16 @@ static void matmul_case(sp_type t) {
                 int bad = 0;
                 for (int64_t tt = 0; tt < nt; tt++) {
                     for (int64_t r = 0; r < nr; r++) {
-                        const double e = fabs((double)got[tt * ldy + r] - want[tt * ldy + r]);
                         /* F32 at every level, and every type at the avx2
-                         * level (llama.cpp's order, as the reference): the
-                         * same bits */
-                        const double lim = t == SP_TYPE_F32 || !strcmp(LEVELS[l], "avx2") ? 0 : tol[tt * nr + r];
+                         * level (its plain-C twin): the same bits */
+                        const int avx2 = !strcmp(LEVELS[l], "avx2");
+                        const float wv = (avx2 ? want2 : want)[tt * ldy + r];
+                        const double e = fabs((double)got[tt * ldy + r] - wv);
+                        const double lim = t == SP_TYPE_F32 || avx2 ? 0 : tol[tt * nr + r];
                         if (!(e <= lim) && bad++ < 3)
                             CHECK(0, "%s %s rows %lld k %lld tok %lld pool %d: y[%lld][%lld] = %.9g, ref %.9g",
                                   LEVELS[l], sp_type_info(t)->name, (long long)nr, (long long)k, (long long)nt,
-                                  sp_pool_size(pools[p]), (long long)tt, (long long)r, got[tt * ldy + r],
-                                  want[tt * ldy + r]);
+                                  sp_pool_size(pools[p]), (long long)tt, (long long)r, got[tt * ldy + r], wv);
                     }
                     for (int64_t r = nr; r < ldy; r++)
                         CHECK(got[tt * ldy + r] == -12345.0f, "%s: wrote past n_rows", LEVELS[l]);
@@ -535,12 +547,12 @@ static void matmul_case(sp_type t) {
                 free(packed);
             }
         }
-        free(w); free(x); free(want); free(got); free(first); free(alone); free(tol); free(scratch);
+        free(w); free(x); free(want); free(want2); free(got); free(first); free(alone); free(tol); free(scratch);
     }
     for (int p = 1; p < 3; p++) sp_pool_free(pools[p]);
-    /* the avx512 level packs Q8_0, Q4_0, Q4_K and Q6_K, the avx2 level Q4_0 matrices
-     * of 8-row multiples: a check that compared nothing there would pass
-     * silently */
+    /* the avx512 level packs Q8_0, Q4_0, Q4_K and Q6_K, the avx2 level Q4_0 and
+     * Q4_K matrices of 8-row multiples: a check that compared nothing there
+     * would pass silently */
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) n_rows8 += shapes[si].n_rows % 8 == 0;
     CHECK(n_rows8 >= 2, "the shapes have %d matrices of 8-row multiples", n_rows8);
     for (int l = 0; l < N_LEVELS; l++) {
@@ -548,7 +560,7 @@ static void matmul_case(sp_type t) {
         if (!strcmp(LEVELS[l], "avx512") &&
             (t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K))
             want = (int)(sizeof shapes / sizeof shapes[0]);
-        if (!strcmp(LEVELS[l], "avx2") && t == SP_TYPE_Q4_0) want = n_rows8;
+        if (!strcmp(LEVELS[l], "avx2") && (t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K)) want = n_rows8;
         if (sp_kernels_available(LEVELS[l]))
             CHECK(n_packed[l] == want, "%s %s: %d shapes checked packed, %d expected", LEVELS[l],
                   sp_type_info(t)->name, n_packed[l], want);
