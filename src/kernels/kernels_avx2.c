@@ -1008,17 +1008,7 @@ AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v
             store_out(y, ldy, r, NT, v, acc);                                                        \
         }                                                                                            \
     }                                                                                                \
-    TILE_SIGNATURE(NAME) {                                                                           \
-        (void)k;                                                                                     \
-        switch (nt) {                                                                                \
-        NT_CASES3(NAME)                                                                              \
-        case 4: NAME##_nt(w, ws, nr, xs, xss, 4, k0, k1, y, ldy, acc); return;                       \
-        case 5: NAME##_nt(w, ws, nr, xs, xss, 5, k0, k1, y, ldy, acc); return;                       \
-        case 6: NAME##_nt(w, ws, nr, xs, xss, 6, k0, k1, y, ldy, acc); return;                       \
-        case 7: NAME##_nt(w, ws, nr, xs, xss, 7, k0, k1, y, ldy, acc); return;                       \
-        default: NAME##_nt(w, ws, nr, xs, xss, 8, k0, k1, y, ldy, acc); return;                      \
-        }                                                                                            \
-    }                                                                                                \
+    TILE8(NAME)                                                                                      \
     static void NAME##_dot(int64_t k, float *s, const void *w, const void *x) {                      \
         __m256 F[1] = {_mm256_setzero_ps()};                                                         \
         __m128 M[1] = {_mm_setzero_ps()};                                                            \
