@@ -789,8 +789,7 @@ AI void q4_K_rs_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, s
 #define Q4KP8_MN 1088
 #define Q4KP8_D 1152
 #define Q4KP8_DMIN 1168
-#define Q4KP8_BLOCK 1184
- /* one super-block of 8 rows: 148 bytes a row (file: 144) */
+#define Q4KP8_BLOCK 1184 /* one super-block of 8 rows: 148 bytes a row (file: 144) */
 
 /* Packed 8-row group, per super-block (Q4KP8_BLOCK bytes):
  *   qs  [4 pairs p][8 groups g][8 rows r][4 B]: row r's qs[32p + 4g .. +3];
