@@ -749,11 +749,13 @@ static void conv_q4_0p8(const float *x, int64_t k, void *vxs) {
 
 /* On the file's rows: ggml's integer loop, then each lane sum reduced
  * exactly (hadd of int32) and the two scalar FMAs. */
-AI int32_t hsum_epi32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+AI int32_t hsum4_epi32(__m128i s) {
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
     return _mm_cvtsi128_si32(s);
+}
+AI int32_t hsum_epi32(__m256i v) {
+    return hsum4_epi32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
 }
 
 AI void q4_K_rs_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
@@ -775,10 +777,8 @@ AI void q4_K_rs_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, s
                 float dx;
                 memcpy(&dx, xa + Q8KA_D, 4);
                 const __m128i ms = _mm_madd_epi16(mins, _mm_load_si128((const __m128i *)(xa + Q8KA_S8)));
-                __m128i m2 = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 0x4E));
-                m2 = _mm_add_epi32(m2, _mm_shuffle_epi32(m2, 0xB1));
                 S[t] = fmaf((float)hsum_epi32(ia[t]), d * dx, S[t]);
-                S[t] = fmaf(-(float)_mm_cvtsi128_si32(m2), dmin * dx, S[t]);
+                S[t] = fmaf(-(float)hsum4_epi32(ms), dmin * dx, S[t]);
             }
         }
         _Pragma("GCC unroll 8")
@@ -1151,4 +1151,7 @@ const sp_kernel_ops sp_ops_avx2 = {
     .packed_row_size = packed_row_size_avx2,
     .pack_rows = pack_rows_avx2,
     .packed_rows_multiple = 8,
+    .twin_rows8 = {
+        [SP_TYPE_Q4_K] = &sp_ref_mm_q4_K_rows8,
+    },
 };

@@ -1313,4 +1313,5 @@ const sp_kernel_ops sp_ops_avx512 = {
     },
     .packed_row_size = packed_row_size,
     .pack_rows = pack_rows,
+    .no_twin = 1,
 };

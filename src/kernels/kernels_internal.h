@@ -82,6 +82,12 @@ typedef struct {
     /* > 1: only matrices whose row count is a multiple of it are packed
      * (the avx2 level interleaves 8 rows); the others keep the file's rows */
     int packed_rows_multiple;
+    /* The plain-C twins of this level's sums (sp_matmul_ref_level):
+     * twin_rows8[t], where set, for mm_rows8[t] when its order is the
+     * level's own (not the ref level's); no_twin: the level's f32 order has
+     * none (checked within a tolerance instead). */
+    const sp_mm_kernel *twin_rows8[SP_TYPE_COUNT];
+    int no_twin;
 } sp_kernel_ops;
 
 /* The kernel for a matrix of n_rows rows of type wt at level o. */
@@ -92,6 +98,8 @@ static inline const sp_mm_kernel *sp_mm_for(const sp_kernel_ops *o, sp_type wt, 
 extern const sp_kernel_ops sp_ops_ref;
 extern const sp_kernel_ops sp_ops_avx2;
 extern const sp_kernel_ops sp_ops_avx512;
+/* kernels_ref.c: the twin of the avx2 level's Q4_K row-sum order */
+extern const sp_mm_kernel sp_ref_mm_q4_K_rows8;
 
 /* The level chosen by sp_kernels_init() (initialising on first use). */
 const sp_kernel_ops *sp_kernel_ops_get(void);

@@ -476,7 +476,7 @@ static void vec_dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *vx
                 NAME##_dot(k, &y[t * ldy + r], w + r * w_stride, xs + t * xs_stride);            \
     }                                                                                            \
     static void NAME##_conv(const float *x, int64_t k, void *xs) { QUANT(x, xs, k); }             \
-    static const sp_mm_kernel NAME##_mm = {0, 0, NAME##_xrow, 8, NAME##_conv, NAME##_tile, 0, NULL, NULL};
+    static const sp_mm_kernel NAME##_mm __attribute__((unused)) = {0, 0, NAME##_xrow, 8, NAME##_conv, NAME##_tile, 0, NULL, NULL};
 
 #define vec_dot_f32_dot vec_dot_f32_ref
 #define vec_dot_f16_dot vec_dot_f16_ref
@@ -496,6 +496,9 @@ REF_MM(vec_dot_q4_0r8, SP_TYPE_Q4_0, SP_TYPE_Q8_0, sp_ref_quantize_q8_0)
 REF_MM(vec_dot_q4_K, SP_TYPE_Q4_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
 REF_MM(vec_dot_q6_K, SP_TYPE_Q6_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
 REF_MM(vec_dot_q4_K_rows8, SP_TYPE_Q4_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
+/* no ref-level table names it: the avx2 level's twin_rows8 does */
+const sp_mm_kernel sp_ref_mm_q4_K_rows8 = {0, 0, vec_dot_q4_K_rows8_xrow, 8, vec_dot_q4_K_rows8_conv,
+                                          vec_dot_q4_K_rows8_tile, 0, NULL, NULL};
 
 const sp_kernel_ops sp_ops_ref = {
     .name = "ref",
@@ -553,13 +556,11 @@ void sp_matmul_ref(const void *w, sp_type wt, int64_t n_rows, int64_t k, const f
 
 int sp_matmul_ref_level(const char *level, const void *w, sp_type wt, int64_t n_rows, int64_t k,
                         const float *x, int64_t n_tok, float *y, int64_t ldy) {
-    const sp_mm_kernel *mm = sp_mm_for(&sp_ops_ref, wt, n_rows);
-    if (!strcmp(level, "avx2")) {
-        /* the avx2 level's own order (kernels_avx2.c, mm_rows8) */
-        if (wt == SP_TYPE_Q4_K && n_rows % 8 == 0) mm = &vec_dot_q4_K_rows8_mm;
-    } else if (strcmp(level, "ref")) {
-        return -1;
-    }
+    const sp_kernel_ops *levels[] = {&sp_ops_ref, &sp_ops_avx2, &sp_ops_avx512}, *o = NULL;
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
+        if (!strcmp(level, levels[i]->name)) o = levels[i];
+    if (!o || o->no_twin) return -1;
+    const sp_mm_kernel *mm = n_rows % 8 == 0 && o->twin_rows8[wt] ? o->twin_rows8[wt] : sp_mm_for(&sp_ops_ref, wt, n_rows);
     matmul_ref_with(mm, w, wt, n_rows, k, x, n_tok, y, ldy);
     return 0;
 }
