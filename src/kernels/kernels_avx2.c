@@ -427,58 +427,65 @@ static const uint8_t Q6K_BCAST16[4][32] __attribute__((aligned(32))) = {
 #undef B2
 };
 
+/* The integer part of a super-block b for NT tokens: acc[t] = per lane,
+ * sum over 32-value chunks of sc * ((q - 32) . x) over 4 of its values */
+AI void q6_K_sb_ints(const sp_block_q6_K *wb, const uint8_t *xs, size_t xss, const int NT, int64_t b,
+                     __m256i *acc, const int XA) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    /* the 16 scales as s16, each half of the block's in both 128-bit lanes */
+    const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales));
+    const __m256i sh[2] = {_mm256_permute2x128_si256(s16, s16, 0x00), _mm256_permute2x128_si256(s16, s16, 0x11)};
+    _Pragma("GCC unroll 16")
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
+    _Pragma("GCC unroll 16")
+    for (int n = 0; n < 2; n++) {
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(wb->ql + 64 * n));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(wb->ql + 64 * n + 32));
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(wb->qh + 32 * n));
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+        q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+        _Pragma("GCC unroll 16")
+        for (int qd = 0; qd < 4; qd++) {
+            /* elements l = 0..15 use scale 8n + 2qd, l = 16..31 the next one */
+            const __m256i sc = _mm256_shuffle_epi8(sh[n], _mm256_load_si256((const __m256i *)Q6K_BCAST16[qd]));
+            _Pragma("GCC unroll 16")
+            for (int t = 0; t < NT; t++) {
+                /* (q - 32) x within each pair, as ggml: the lanes then
+                 * hold the same integers as its, so the f32 sums agree;
+                 * on the tile's scratch the 32 x pairs come converted */
+                __m256i p;
+                if (XA) {
+                    const uint8_t *xa = xs + t * xss + b * Q8KB_BYTES;
+                    const __m256i xv = _mm256_load_si256((const __m256i *)(xa + 128 * n + 32 * qd));
+                    p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[qd], xv),
+                                         NT <= 5 ? _mm256_load_si256((const __m256i *)(xa + Q8KB_X32 + 128 * n + 32 * qd))
+                                                 : _mm256_maddubs_epi16(m32, xv));
+                } else {
+                    const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
+                    const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 128 * n + 32 * qd));
+                    p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[qd], xv), _mm256_maddubs_epi16(m32, xv));
+                }
+                acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p, sc));
+                __asm__("" : "+x"(acc[t])); /* no reassociation: see q4_K_row */
+            }
+        }
+    }
+}
+
 AI void q6_K_row_x(const sp_block_q6_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
                    int64_t b1, __m256 *F, __m128 *M, const int XA) {
     (void)M;
-    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
     for (int64_t b = b0; b < b1; b++) {
         const sp_block_q6_K *wb = &w[b];
         prefetch_ahead(wb, sizeof(sp_block_q6_K));
-        /* the 16 scales as s16, each half of the block's in both 128-bit lanes */
-        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)wb->scales));
-        const __m256i sh[2] = {_mm256_permute2x128_si256(s16, s16, 0x00), _mm256_permute2x128_si256(s16, s16, 0x11)};
         __m256i acc[8];
-        _Pragma("GCC unroll 16")
-        for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
-        _Pragma("GCC unroll 16")
-        for (int n = 0; n < 2; n++) {
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(wb->ql + 64 * n));
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(wb->ql + 64 * n + 32));
-            const __m256i h = _mm256_loadu_si256((const __m256i *)(wb->qh + 32 * n));
-            __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
-            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
-            _Pragma("GCC unroll 16")
-            for (int qd = 0; qd < 4; qd++) {
-                /* elements l = 0..15 use scale 8n + 2qd, l = 16..31 the next one */
-                const __m256i sc = _mm256_shuffle_epi8(sh[n], _mm256_load_si256((const __m256i *)Q6K_BCAST16[qd]));
-                _Pragma("GCC unroll 16")
-                for (int t = 0; t < NT; t++) {
-                    /* (q - 32) x within each pair, as ggml: the lanes then
-                     * hold the same integers as its, so the f32 sums agree;
-                     * on the tile's scratch the 32 x pairs come converted */
-                    __m256i p;
-                    if (XA) {
-                        const uint8_t *xa = xs + t * xss + b * Q8KB_BYTES;
-                        const __m256i xv = _mm256_load_si256((const __m256i *)(xa + 128 * n + 32 * qd));
-                        p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[qd], xv),
-                                             NT <= 5 ? _mm256_load_si256((const __m256i *)(xa + Q8KB_X32 + 128 * n + 32 * qd))
-                                                     : _mm256_maddubs_epi16(m32, xv));
-                    } else {
-                        const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
-                        const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 128 * n + 32 * qd));
-                        p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[qd], xv), _mm256_maddubs_epi16(m32, xv));
-                    }
-                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p, sc));
-                    __asm__("" : "+x"(acc[t])); /* no reassociation: see q4_K_row */
-                }
-            }
-        }
+        q6_K_sb_ints(wb, xs, xss, NT, b, acc, XA);
         const float d = f16f(wb->d);
         _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) {
@@ -944,18 +951,207 @@ static void pack_rows_q4_K(const void *src, void *dst, int64_t n_rows, int64_t k
     }
 }
 
+/* ---- Q6_K, 8-row multiples: the row-sum order, packed at load ---------- */
+
+/* ggml's Q6_K order (q6_K_row_x) takes, per 32 weights of a row and token,
+ * a maddubs, the subtraction of the 32 x pairs and a madd (the scale), and
+ * unpacks the 6-bit quants per row: 5.0 ns per 256 weights and token at 5
+ * tokens (Zen 3, 512 x 2048, in L1), twice the packed Q4_K tile. Matrices of
+ * 8-row multiples sum as Q4_K's do:
+ *
+ *   per (row, token, super-block): isum = sum_j sc_j * ((q_j - 32) . x_j)
+ *   (j the 16 sub-blocks of 16), exact; acc = fma((float)isum, d * dx, acc)
+ *
+ * (kernels_ref.c's vec_dot_q6_K_rows8_ref). Packed, 8 rows share each
+ * vector, one row per 32-bit lane (4 weights): a sub-block of 8 rows is 4
+ * maddubs of q (0..63) by x, summed in int16 with wrap-around, minus the
+ * token's 32 x sums for those lanes (conv_q8_Kc), then ONE madd with the 8
+ * rows' scales. Wrap-around is exact because the true lane sum fits int16:
+ * 8 values of |(q - 32) x| <= 32 * 127 (Q8_K's quants are -127..127), 32512.
+ * Per 32 weights of 8 rows and token: 8 maddubs + 2 madd (was 8 + 8 + the
+ * 8 subtractions), plus the unpacking, shared by the tile's tokens. */
+
+/* Activations (conv_q8_Kc), per super-block of a token: the 256 quants,
+ * then per sub-block j the int16 pair 32 * (sum of x[16j + 4g] + x[16j + 4g
+ * + 1] over g, sum of x[16j + 4g + 2] + x[16j + 4g + 3]): what the lanes of
+ * its 4 maddubs take for q - 32; then d. */
+#define Q8KC_X32 256
+#define Q8KC_D 320
+#define Q8KC_BYTES 384
+
+/* Packed 8-row group, per super-block (Q6KP8_BLOCK bytes):
+ *   per pair p of sub-blocks (2p: "a", 2p + 1: "b"), 192 bytes:
+ *     ql [4 groups g][8 rows r][4 B]: low nibbles a's elements 4g..4g+3,
+ *        high nibbles b's;
+ *     qh [a, b][8 rows][4 B]: byte i, bits 2g..2g+1: the high 2 bits of
+ *        element 4g + i;
+ *   sc [16 sub-blocks][8 rows] s8;  d [8 rows] f16.
+ * 210 bytes a row, as the file's. */
+#define Q6KP8_PAIR 192
+#define Q6KP8_SC 1536
+#define Q6KP8_D 1664
+#define Q6KP8_BLOCK 1680
+
+/* One sub-block j of 8 rows (HI: the pair's b) for NT tokens: isum[t] +=
+ * sc_j * lanes. xq: the tokens' quants of sub-block j (16 j bytes into a
+ * super-block's activations), xs32: its pair of 32-sums. */
+AI void q6_Kp8_sub(const uint8_t *pp, const int HI, const uint8_t *sc, const uint8_t *xq, const uint8_t *xs32,
+                   size_t xss, const int NT, __m256i *isum) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
+    const __m128i s8 = _mm_loadl_epi64((const __m128i *)sc);
+    const __m256i scv = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s8, s8)); /* (sc_r, sc_r) per lane */
+    const __m256i h = _mm256_loadu_si256((const __m256i *)(pp + 128 + 32 * HI));
+    __m256i a[5];
+    _Pragma("GCC unroll 4")
+    for (int g = 0; g < 4; g++) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(pp + 32 * g));
+        const __m256i lo = HI ? _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4) : _mm256_and_si256(raw, m4);
+        /* group g's 2 high bits to bits 4-5 (16-bit shifts: what crosses
+         * into the neighbouring byte lands outside 0x30) */
+        const __m256i hs = g == 0 ? _mm256_slli_epi16(h, 4) : g == 1 ? _mm256_slli_epi16(h, 2)
+                         : g == 2 ? h : _mm256_srli_epi16(h, 2);
+        const __m256i q = _mm256_or_si256(lo, _mm256_and_si256(hs, m30));
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++) {
+            /* |pair| <= 2 * 63 * 127; the 4 summed wrap, exact after the
+             * subtraction below (see above) */
+            const __m256i pr = _mm256_maddubs_epi16(q, _mm256_set1_epi32(load_i32(xq + t * xss + 4 * g)));
+            a[t] = g ? _mm256_add_epi16(a[t], pr) : pr;
+            __asm__("" : "+x"(a[t])); /* as in q4_K_sb_ints */
+        }
+    }
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < NT; t++) {
+        const __m256i u = _mm256_sub_epi16(a[t], _mm256_set1_epi32(load_i32(xs32 + t * xss)));
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(u, scv));
+    }
+}
+
+/* One super-block of 8 rows for NT <= 5 tokens (the loop over the 8 pairs
+ * not unrolled, as q4_Kp8_sb's) */
+AI void q6_Kp8_sb(const uint8_t *p, const uint8_t *xa, size_t xss, const int NT, __m256i *isum) {
+    _Pragma("GCC unroll 8")
+    for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
+    _Pragma("GCC unroll 1")
+    for (int pp = 0; pp < 8; pp++) {
+        const uint8_t *q = p + Q6KP8_PAIR * pp;
+        /* 3 lines per pair into L1 SP_PF_L1 ahead (q4_Kp8_sb: only L1, a
+         * few at a time) */
+        _mm_prefetch((const char *)q + SP_PF_L1, _MM_HINT_T0);
+        _mm_prefetch((const char *)q + SP_PF_L1 + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)q + SP_PF_L1 + 128, _MM_HINT_T0);
+        q6_Kp8_sub(q, 0, p + Q6KP8_SC + 16 * pp, xa + 32 * pp, xa + Q8KC_X32 + 8 * pp, xss, NT, isum);
+        q6_Kp8_sub(q, 1, p + Q6KP8_SC + 16 * pp + 8, xa + 32 * pp + 16, xa + Q8KC_X32 + 8 * pp + 4, xss, NT, isum);
+    }
+    /* and the 2.25 lines of scales and d after the pairs */
+    _mm_prefetch((const char *)p + Q6KP8_SC + SP_PF_L1, _MM_HINT_T0);
+    _mm_prefetch((const char *)p + Q6KP8_SC + 64 + SP_PF_L1, _MM_HINT_T0);
+    _mm_prefetch((const char *)p + Q6KP8_BLOCK - 1 + SP_PF_L1, _MM_HINT_T0);
+}
+
+AI void q6_Kp8_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
+                  int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
+    SP_ASSERT(nr % 8 == 0);
+    for (int64_t r = 0; r < nr; r += 8) {
+        __m256 F[8];
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++) F[t] = _mm256_setzero_ps();
+        for (int64_t b = k0 / 256; b < k1 / 256; b++) {
+            const uint8_t *p = w + r * ws + b * Q6KP8_BLOCK;
+            const uint8_t *xa = xs + b * Q8KC_BYTES;
+            __m256i isum[8];
+            /* as q4_Kp8_group: 6-8 tokens in two passes over the super-block */
+            if (NT <= 5) q6_Kp8_sb(p, xa, xss, NT, isum);
+            else {
+                q6_Kp8_sb(p, xa, xss, 4, isum);
+                q6_Kp8_sb(p, xa + 4 * xss, xss, NT - 4, isum + 4);
+            }
+            const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + Q6KP8_D)));
+            _Pragma("GCC unroll 8")
+            for (int t = 0; t < NT; t++) {
+                float dx;
+                memcpy(&dx, xa + t * xss + Q8KC_D, 4);
+                F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d8, _mm256_set1_ps(dx)), F[t]);
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++) {
+            float *o = y + t * ldy + r;
+            _mm256_storeu_ps(o, acc ? _mm256_add_ps(_mm256_loadu_ps(o), F[t]) : F[t]);
+        }
+    }
+}
+
+/* On the file's rows (no_repack): ggml's integer loop, each lane sum
+ * reduced exactly, one scalar FMA per super-block: the same bits. */
+AI void q6_K_rs_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
+                   int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
+    for (int64_t r = 0; r < nr; r++) {
+        const sp_block_q6_K *wr = (const sp_block_q6_K *)(w + r * ws);
+        float S[8] = {0};
+        for (int64_t b = k0 / 256; b < k1 / 256; b++) {
+            prefetch_ahead(&wr[b], sizeof(sp_block_q6_K));
+            __m256i ia[8];
+            q6_K_sb_ints(&wr[b], xs, xss, NT, b, ia, 1);
+            const float d = f16f(wr[b].d);
+            _Pragma("GCC unroll 16")
+            for (int t = 0; t < NT; t++) {
+                float dx;
+                memcpy(&dx, xs + t * xss + b * Q8KB_BYTES + Q8KB_D, 4);
+                S[t] = fmaf((float)hsum_epi32(ia[t]), d * dx, S[t]);
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++) y[t * ldy + r] = acc ? y[t * ldy + r] + S[t] : S[t];
+    }
+}
+TILE8(q6_K_rs)
+TILE8(q6_Kp8)
+
+static void pack_rows_q6_K(const void *src, void *dst, int64_t n_rows, int64_t k) {
+    const int64_t nb = k / 256;
+    const size_t rs = (size_t)nb * sizeof(sp_block_q6_K);
+    for (int64_t r = 0; r < n_rows; r += 8) {
+        const uint8_t *g = (const uint8_t *)src + r * rs;
+        uint8_t *o = (uint8_t *)dst + r * rs;
+        for (int64_t b = 0; b < nb; b++, o += Q6KP8_BLOCK) {
+            memset(o, 0, Q6KP8_SC);
+            for (int i = 0; i < 8; i++) {
+                const sp_block_q6_K *blk = (const sp_block_q6_K *)(g + i * rs) + b;
+                for (int e = 0; e < 256; e++) {
+                    /* the file's element e (as kernels_ref.c reads it) */
+                    const int c = e / 32, nn = c / 4, qd = c % 4, l = e % 32;
+                    const int lo = (blk->ql[nn * 64 + (qd & 1) * 32 + l] >> (4 * (qd >> 1))) & 0xF;
+                    const int hi = (blk->qh[nn * 32 + l] >> (2 * qd)) & 3;
+                    const int pr = e / 32, hb = (e / 16) & 1, m = e % 16, gq = m / 4, byte = m % 4;
+                    uint8_t *pq = o + Q6KP8_PAIR * pr;
+                    pq[32 * gq + 4 * i + byte] |= (uint8_t)(lo << (4 * hb));
+                    pq[128 + 32 * hb + 4 * i + byte] |= (uint8_t)(hi << (2 * gq));
+                }
+                for (int j = 0; j < 16; j++) o[Q6KP8_SC + 8 * j + i] = (uint8_t)blk->scales[j];
+                memcpy(o + Q6KP8_D + 2 * i, &blk->d, 2);
+            }
+        }
+    }
+}
+
 /* Load-time repacking at this level: Q4_0 matrices of 8-row multiples
  * (sp_kernel_ops.packed_rows_multiple), into the layout above; a row's
  * share is as many bytes as the file's row. */
 static size_t packed_row_size_avx2(sp_type t, int64_t k) {
-    SP_ASSERT(t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K);
+    SP_ASSERT(t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K);
+    if (t == SP_TYPE_Q6_K) return (size_t)(k / 256) * (Q6KP8_BLOCK / 8);
     return t == SP_TYPE_Q4_K ? (size_t)(k / 256) * (Q4KP8_BLOCK / 8) : (size_t)(k / 32) * sizeof(sp_block_q4_0);
 }
 
 static void pack_rows_avx2(sp_type t, const void *src, void *dst, int64_t n_rows, int64_t k) {
-    SP_ASSERT((t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K) && n_rows % 8 == 0);
+    SP_ASSERT((t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K) && n_rows % 8 == 0);
     if (t == SP_TYPE_Q4_K) {
         pack_rows_q4_K(src, dst, n_rows, k);
+        return;
+    }
+    if (t == SP_TYPE_Q6_K) {
+        pack_rows_q6_K(src, dst, n_rows, k);
         return;
     }
     const int64_t nb = k / 32;
@@ -1079,6 +1275,25 @@ static void conv_q8_Kb(const float *x, int64_t k, void *vxs) {
     }
 }
 
+static void conv_q8_Kc(const float *x, int64_t k, void *vxs) {
+    uint8_t *xs = vxs;
+    for (int64_t b = 0; b < k / SP_QK_K; b++, xs += Q8KC_BYTES) {
+        sp_block_q8_K q;
+        quantize_q8_K_avx2(x + b * SP_QK_K, &q, SP_QK_K);
+        memcpy(xs, q.qs, sizeof q.qs);
+        for (int j = 0; j < 16; j++) {
+            int16_t s2[2] = {0, 0};
+            for (int g = 0; g < 4; g++) {
+                const int8_t *e = q.qs + 16 * j + 4 * g;
+                s2[0] = (int16_t)(s2[0] + 32 * (e[0] + e[1]));
+                s2[1] = (int16_t)(s2[1] + 32 * (e[2] + e[3]));
+            }
+            memcpy(xs + Q8KC_X32 + 4 * j, s2, 4);
+        }
+        memcpy(xs + Q8KC_D, &q.d, 4);
+    }
+}
+
 static void conv_q8_Ka(const float *x, int64_t k, void *vxs) {
     uint8_t *xs = vxs;
     for (int64_t b = 0; b < k / SP_QK_K; b++, xs += Q8KA_BYTES) {
@@ -1104,6 +1319,8 @@ static const sp_mm_kernel mm_q4_K = {256, Q8KA_BYTES, NULL, 8, conv_q8_Ka, q4_K_
 static const sp_mm_kernel mm_q6_K = {256, Q8KB_BYTES, NULL, 8, conv_q8_Kb, q6_K_tile, 1, NULL, NULL};
 static const sp_mm_kernel mm_q4_Krs = {256, Q8KA_BYTES, NULL, 8, conv_q8_Ka, q4_K_rs_tile, 1, NULL, NULL};
 static const sp_mm_kernel mm_q4_Kp8 = {256, Q8KA_BYTES, NULL, 8, conv_q8_Ka, q4_Kp8_tile, 1, NULL, NULL};
+static const sp_mm_kernel mm_q6_Krs = {256, Q8KB_BYTES, NULL, 8, conv_q8_Kb, q6_K_rs_tile, 1, NULL, NULL};
+static const sp_mm_kernel mm_q6_Kp8 = {256, Q8KC_BYTES, NULL, 8, conv_q8_Kc, q6_Kp8_tile, 1, NULL, NULL};
 
 /* exported for the avx512 level, which reuses them */
 void sp_avx2_quantize_q8_0(const float *x, void *y, int64_t k) { quantize_q8_0_avx2(x, y, k); }
@@ -1143,15 +1360,18 @@ const sp_kernel_ops sp_ops_avx2 = {
     .mm_rows8 = {
         [SP_TYPE_Q4_0] = &mm_q4_0r8,
         [SP_TYPE_Q4_K] = &mm_q4_Krs,
+        [SP_TYPE_Q6_K] = &mm_q6_Krs,
     },
     .mm_packed = {
         [SP_TYPE_Q4_0] = &mm_q4_0p8,
         [SP_TYPE_Q4_K] = &mm_q4_Kp8,
+        [SP_TYPE_Q6_K] = &mm_q6_Kp8,
     },
     .packed_row_size = packed_row_size_avx2,
     .pack_rows = pack_rows_avx2,
     .packed_rows_multiple = 8,
     .twin_rows8 = {
         [SP_TYPE_Q4_K] = &sp_ref_mm_q4_K_rows8,
+        [SP_TYPE_Q6_K] = &sp_ref_mm_q6_K_rows8,
     },
 };

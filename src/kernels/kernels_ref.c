@@ -463,6 +463,30 @@ static void vec_dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *vx
     *s = hsum8(F);
 }
 
+/* Q6_K in the avx2 level's order for matrices of 8-row multiples (the
+ * row-sum order, as Q4_K above): per super-block the exact integer
+ * sum_j sc_j * sum over sub-block j of (q - 32) x, then one FMA. */
+static void vec_dot_q6_K_rows8_ref(int64_t k, float *s, const void *vw, const void *vx) {
+    const sp_block_q6_K *w = vw;
+    const sp_block_q8_K *x = vx;
+    float acc = 0;
+    for (int64_t i = 0; i < k / SP_QK_K; i++) {
+        int32_t isum = 0;
+        for (int j = 0; j < 16; j++) {
+            int32_t dot = 0;
+            for (int e = 16 * j; e < 16 * j + 16; e++) {
+                const int c = e / 32, b = e % 32, nn = c / 4, qd = c % 4;
+                const int lo = (w[i].ql[nn * 64 + (qd & 1) * 32 + b] >> (4 * (qd >> 1))) & 0xF;
+                const int hi = (w[i].qh[nn * 32 + b] >> (2 * qd)) & 3;
+                dot += ((lo | (hi << 4)) - 32) * x[i].qs[e];
+            }
+            isum += w[i].scales[j] * dot;
+        }
+        acc = fmaf((float)isum, sp_f16_to_f32(w[i].d) * x[i].d, acc);
+    }
+    *s = acc;
+}
+
 /* ---- matmul tiles: one dot per (row, token) over the whole row ---------- */
 
 #define REF_MM(NAME, WT, VDT, QUANT)                                                             \
@@ -487,6 +511,7 @@ static void vec_dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *vx
 #define vec_dot_q4_K_dot vec_dot_q4_K_ref
 #define vec_dot_q4_K_rows8_dot vec_dot_q4_K_rows8_ref
 #define vec_dot_q6_K_dot vec_dot_q6_K_ref
+#define vec_dot_q6_K_rows8_dot vec_dot_q6_K_rows8_ref
 REF_MM(vec_dot_f32, SP_TYPE_F32, SP_TYPE_F32, sp_ref_quantize_f32)
 REF_MM(vec_dot_f16, SP_TYPE_F16, SP_TYPE_F16, sp_ref_quantize_f16)
 REF_MM(vec_dot_bf16, SP_TYPE_BF16, SP_TYPE_BF16, sp_ref_quantize_bf16)
@@ -496,9 +521,12 @@ REF_MM(vec_dot_q4_0r8, SP_TYPE_Q4_0, SP_TYPE_Q8_0, sp_ref_quantize_q8_0)
 REF_MM(vec_dot_q4_K, SP_TYPE_Q4_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
 REF_MM(vec_dot_q6_K, SP_TYPE_Q6_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
 REF_MM(vec_dot_q4_K_rows8, SP_TYPE_Q4_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
-/* no ref-level table names it: the avx2 level's twin_rows8 does */
+REF_MM(vec_dot_q6_K_rows8, SP_TYPE_Q6_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
+/* no ref-level table names them: the avx2 level's twin_rows8 does */
 const sp_mm_kernel sp_ref_mm_q4_K_rows8 = {0, 0, vec_dot_q4_K_rows8_xrow, 8, vec_dot_q4_K_rows8_conv,
                                           vec_dot_q4_K_rows8_tile, 0, NULL, NULL};
+const sp_mm_kernel sp_ref_mm_q6_K_rows8 = {0, 0, vec_dot_q6_K_rows8_xrow, 8, vec_dot_q6_K_rows8_conv,
+                                          vec_dot_q6_K_rows8_tile, 0, NULL, NULL};
 
 const sp_kernel_ops sp_ops_ref = {
     .name = "ref",

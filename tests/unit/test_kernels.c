@@ -550,8 +550,8 @@ static void matmul_case(sp_type t) {
         free(w); free(x); free(want); free(want2); free(got); free(first); free(alone); free(tol); free(scratch);
     }
     for (int p = 1; p < 3; p++) sp_pool_free(pools[p]);
-    /* the avx512 level packs Q8_0, Q4_0, Q4_K and Q6_K, the avx2 level Q4_0 and
-     * Q4_K matrices of 8-row multiples: a check that compared nothing there
+    /* the avx512 level packs Q8_0, Q4_0, Q4_K and Q6_K, the avx2 level Q4_0,
+     * Q4_K and Q6_K matrices of 8-row multiples: a check that compared nothing there
      * would pass silently */
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) n_rows8 += shapes[si].n_rows % 8 == 0;
     CHECK(n_rows8 >= 2, "the shapes have %d matrices of 8-row multiples", n_rows8);
@@ -560,11 +560,103 @@ static void matmul_case(sp_type t) {
         if (!strcmp(LEVELS[l], "avx512") &&
             (t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K))
             want = (int)(sizeof shapes / sizeof shapes[0]);
-        if (!strcmp(LEVELS[l], "avx2") && (t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K)) want = n_rows8;
+        if (!strcmp(LEVELS[l], "avx2") && (t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K))
+            want = n_rows8;
         if (sp_kernels_available(LEVELS[l]))
             CHECK(n_packed[l] == want, "%s %s: %d shapes checked packed, %d expected", LEVELS[l],
                   sp_type_info(t)->name, n_packed[l], want);
     }
+}
+
+/* Q6_K at the extremes of its integer ranges: quants 0 and 63 against
+ * activations of +-127 and scales of 127 and -128. The avx2 level's packed
+ * tile sums 4 maddubs of q (0..63) by x in int16 and relies on wrap-around
+ * to be exact once the 32 x sums are subtracted (the true lane sum, 8 values
+ * of (q - 32) x, is at most 8 * 32 * 127 = 32512): here every lane reaches
+ * that bound. Each level against the exact product (integers, then one
+ * rounding to f32 per super-block: within 1e-6), and the avx2 level against
+ * its plain-C twin bit for bit, on the file's rows and packed. */
+static void set_q6(sp_block_q6_K *b, int e, int q) { /* element e of the block := q (0..63) */
+    const int c = e / 32, l = e % 32, nn = c / 4, qd = c % 4;
+    uint8_t *lo = &b->ql[nn * 64 + (qd & 1) * 32 + l], *hi = &b->qh[nn * 32 + l];
+    const int ls = 4 * (qd >> 1), hs = 2 * qd;
+    *lo = (uint8_t)((*lo & ~(0xF << ls)) | ((q & 0xF) << ls));
+    *hi = (uint8_t)((*hi & ~(3 << hs)) | ((q >> 4) << hs));
+}
+
+static void test_q6_K_extremes(void) {
+    enum { NR = 16, K = 512, NT = 5 };
+    sp_block_q6_K *w = calloc(NR * K / 256, sizeof *w);
+    int q[NR][K], sc[NR][K / 16];
+    for (int r = 0; r < NR; r++)
+        for (int b = 0; b < K / 256; b++) {
+            sp_block_q6_K *blk = &w[r * (K / 256) + b];
+            blk->d = sp_f32_to_f16(r < 8 ? 1.0f : 0.5f);
+            for (int j = 0; j < 16; j++) {
+                const int s = r % 4 == 1 || r % 4 == 2 ? -128 : r % 4 == 3 ? (int)(rnd_u32() % 256) - 128 : 127;
+                sc[r][16 * b + j] = s;
+                blk->scales[j] = (int8_t)s;
+            }
+            for (int e = 0; e < 256; e++) {
+                const int i = 256 * b + e;
+                q[r][i] = r % 8 < 2 ? 0 : r % 8 < 4 ? 63 : r % 8 < 6 ? (i % 2 ? 63 : 0) : (int)(rnd_u32() % 64);
+                set_q6(blk, e, q[r][i]);
+            }
+        }
+    /* tokens: all -1 (x = -127), all +1 (127), +-1 against the alternating
+     * rows' quants (every product at its largest), half zeros, random */
+    float *x = malloc(sizeof(float) * NT * K);
+    for (int i = 0; i < K; i++) {
+        x[i] = -1.0f;
+        x[K + i] = 1.0f;
+        x[2 * K + i] = i % 2 ? 1.0f : -1.0f;
+        x[3 * K + i] = i % 32 < 16 ? 0.0f : -1.0f;
+        x[4 * K + i] = rnd_gauss();
+    }
+    float want[NT * NR], twin[NT * NR], got[NT * NR];
+    double mag[NT * NR]; /* sum over super-blocks of |its term|: the scale of one rounding each */
+    for (int t = 0; t < NT; t++) {
+        sp_block_q8_K xq[K / 256];
+        sp_quantize_row(SP_TYPE_Q8_K, x + t * K, xq, K);
+        for (int r = 0; r < NR; r++) {
+            double s = 0, m = 0;
+            for (int b = 0; b < K / 256; b++) {
+                int64_t isum = 0;
+                for (int i = 256 * b; i < 256 * b + 256; i++)
+                    isum += (int64_t)sc[r][i / 16] * (q[r][i] - 32) * xq[b].qs[i % 256];
+                const double term = (double)isum * xq[b].d * sp_f16_to_f32(w[r * (K / 256) + b].d);
+                s += term;
+                m += fabs(term);
+            }
+            want[t * NR + r] = (float)s;
+            mag[t * NR + r] = m;
+        }
+    }
+    CHECK(fabsf(want[0] - 4064.0f * K) < 1e-3f * 4064 * K, "row 0, token 0: %g, want about %g", want[0], 4064.0 * K);
+    CHECK(sp_matmul_ref_level("avx2", w, SP_TYPE_Q6_K, NR, K, x, NT, twin, NR) == 0, "avx2 twin");
+    const size_t ss = sp_matmul_scratch_size(SP_TYPE_Q6_K, K, NT);
+    uint8_t *scratch = malloc(ss);
+    for (int l = 0; l < N_LEVELS; l++) {
+        if (sp_kernels_force(LEVELS[l])) continue;
+        const int avx2 = !strcmp(LEVELS[l], "avx2");
+        for (int packed = 0; packed < 2; packed++) {
+            const size_t psz = sp_matmul_packed_size(SP_TYPE_Q6_K, NR, K);
+            if (packed && !psz) continue;
+            uint8_t *wp = packed ? malloc(psz) : NULL;
+            if (packed) {
+                sp_matmul_pack(SP_TYPE_Q6_K, w, NR, K, wp);
+                sp_matmul_packed(NULL, wp, SP_TYPE_Q6_K, NR, K, x, NT, got, NR, scratch);
+            } else sp_matmul(NULL, w, SP_TYPE_Q6_K, NR, K, x, NT, got, NR, scratch);
+            for (int i = 0, bad = 0; i < NT * NR; i++) {
+                const int ok = fabs((double)got[i] - want[i]) <= 1e-6 * mag[i] + 1e-3 && (!avx2 || got[i] == twin[i]);
+                if (!ok && bad++ < 3)
+                    CHECK(0, "%s%s: token %d row %d: %.9g, exact %.9g, twin %.9g", LEVELS[l], packed ? " packed" : "",
+                          i / NR, i % NR, got[i], want[i], twin[i]);
+            }
+            free(wp);
+        }
+    }
+    free(w); free(x); free(scratch);
 }
 
 /* ---- pool --------------------------------------------------------------- */
@@ -744,6 +836,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof rt / sizeof rt[0]; i++) RUN_NAMED(quant_roundtrip, rt[i], sp_type_info(rt[i])->name);
     for (int i = 0; i < N_TYPES; i++) RUN_NAMED(vec_dot_case, TYPES[i], sp_type_info(TYPES[i])->name);
     for (int i = 0; i < N_TYPES; i++) RUN_NAMED(matmul_case, TYPES[i], sp_type_info(TYPES[i])->name);
+    RUN(test_q6_K_extremes);
     RUN(test_pool);
     sp_kernels_force(chosen);
     TEST_END();
