@@ -1114,24 +1114,32 @@ static void pack_rows_q6_K(const void *src, void *dst, int64_t n_rows, int64_t k
     for (int64_t r = 0; r < n_rows; r += 8) {
         const uint8_t *g = (const uint8_t *)src + r * rs;
         uint8_t *o = (uint8_t *)dst + r * rs;
-        for (int64_t b = 0; b < nb; b++, o += Q6KP8_BLOCK) {
-            memset(o, 0, Q6KP8_SC);
+        for (int64_t b = 0; b < nb; b++, o += Q6KP8_BLOCK)
             for (int i = 0; i < 8; i++) {
                 const sp_block_q6_K *blk = (const sp_block_q6_K *)(g + i * rs) + b;
-                for (int e = 0; e < 256; e++) {
-                    /* the file's element e (as kernels_ref.c reads it) */
-                    const int c = e / 32, nn = c / 4, qd = c % 4, l = e % 32;
-                    const int lo = (blk->ql[nn * 64 + (qd & 1) * 32 + l] >> (4 * (qd >> 1))) & 0xF;
-                    const int hi = (blk->qh[nn * 32 + l] >> (2 * qd)) & 3;
-                    const int pr = e / 32, hb = (e / 16) & 1, m = e % 16, gq = m / 4, byte = m % 4;
+                uint8_t q[256]; /* the file's elements in order (kernels_ref.c's reading of them) */
+                for (int nn = 0; nn < 2; nn++)
+                    for (int l = 0; l < 32; l++) {
+                        const uint8_t l0 = blk->ql[64 * nn + l], l1 = blk->ql[64 * nn + 32 + l], h = blk->qh[32 * nn + l];
+                        q[128 * nn + l] = (uint8_t)((l0 & 0xF) | (h & 3) << 4);
+                        q[128 * nn + 32 + l] = (uint8_t)((l1 & 0xF) | (h >> 2 & 3) << 4);
+                        q[128 * nn + 64 + l] = (uint8_t)(l0 >> 4 | (h >> 4 & 3) << 4);
+                        q[128 * nn + 96 + l] = (uint8_t)(l1 >> 4 | (h >> 6) << 4);
+                    }
+                for (int pr = 0; pr < 8; pr++) {
+                    const uint8_t *qa = q + 32 * pr, *qb = qa + 16;
                     uint8_t *pq = o + Q6KP8_PAIR * pr;
-                    pq[32 * gq + 4 * i + byte] |= (uint8_t)(lo << (4 * hb));
-                    pq[128 + 32 * hb + 4 * i + byte] |= (uint8_t)(hi << (2 * gq));
+                    for (int m = 0; m < 16; m++) pq[32 * (m / 4) + 4 * i + m % 4] = (uint8_t)((qa[m] & 0xF) | qb[m] << 4);
+                    for (int hb = 0; hb < 2; hb++)
+                        for (int by = 0; by < 4; by++) {
+                            const uint8_t *qs = hb ? qb : qa;
+                            pq[128 + 32 * hb + 4 * i + by] = (uint8_t)(qs[by] >> 4 | (qs[4 + by] >> 4) << 2 |
+                                                                       (qs[8 + by] >> 4) << 4 | (qs[12 + by] >> 4) << 6);
+                        }
                 }
                 for (int j = 0; j < 16; j++) o[Q6KP8_SC + 8 * j + i] = (uint8_t)blk->scales[j];
                 memcpy(o + Q6KP8_D + 2 * i, &blk->d, 2);
             }
-        }
     }
 }
 
