@@ -160,9 +160,10 @@ const char *sp_kernels_level(void);
 void sp_matmul_ref(const void *w, sp_type wt, int64_t n_rows, int64_t k,
                    const float *x, int64_t n_tok, float *y, int64_t ldy);
 /* The plain-C computation of what `level`'s sp_matmul gives bit for bit:
- * sp_matmul_ref, except where that level sums in an order of its own (avx2:
- * Q4_K matrices of 8-row multiples). 0, or -1 for a level whose sums have no
- * plain-C twin (avx512: its f32 order is checked within a tolerance). */
+ * sp_matmul_ref, except where that level sums in an order of its own
+ * (avx2: Q8_0, Q4_K and Q6_K matrices of 8-row multiples). 0, or -1 for a
+ * level whose sums have no plain-C twin (avx512: its f32 order is checked
+ * within a tolerance). */
 int sp_matmul_ref_level(const char *level, const void *w, sp_type wt, int64_t n_rows, int64_t k,
                         const float *x, int64_t n_tok, float *y, int64_t ldy);
 

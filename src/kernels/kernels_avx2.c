@@ -1,7 +1,7 @@
 /* kernels_avx2.c: AVX2 + FMA + F16C level (built with -mavx2 -mfma -mf16c).
  *
- * Quantized products use the natural GGUF layouts for the weights (Q4_0
- * and Q4_K matrices of 8-row multiples aside: packed at load) and, for the
+ * Quantized products use the natural GGUF layouts for the weights (matrices
+ * of 8-row multiples aside: packed at load, 8 rows to a vector) and, for the
  * activations, their vec_dot_type blocks in vec_dot, and in the matmul
  * tiles of Q8_0, Q4_K and Q6_K the same values converted once per matmul
  * into an aligned scratch of the tile's own (Q8A_*, Q8KA_*, Q8KB_* below);
@@ -11,7 +11,9 @@
  *   Q4_0 x Q8_0: |q-8| * sign(x, q-8)   <= 2 * 8 * 127
  *   Q4_K x Q8_K: q (0..15) * x          <= 2 * 15 * 128 (8 such pairs
  *                                          summed in the packed Q4_K tile)
- *   Q6_K x Q8_K: q (0..63) * x          <= 2 * 63 * 127 = 16002
+ *   Q6_K x Q8_K: q (0..63) * x          <= 2 * 63 * 127 = 16002 (4 such
+ *                                          pairs summed with wrap-around in
+ *                                          the packed Q6_K tile: see there)
  * Per block (or super-block) the integer sums are exact, then scaled in f32.
  *
  * Matmul tiles: one weight row at a time against up to 8 tokens (4 for the
@@ -27,14 +29,17 @@
  * the same FMAs and lanes are added in the same order, and K is never cut
  * into ranges (whole_k), so on the random-weight reference models, where a
  * single rounding can flip an activation's quantization, its tokens are
- * llama.cpp's (tests/reference/test_reference.c). One exception: Q4_K
- * matrices of 8-row multiples (all of a model's, in practice) sum each
- * super-block's integers whole and then apply its two scales ("the
- * row-sum order" below), which makes a verification of 5 tokens 1.55-1.7x
- * a single token instead of 2.4-2.5x on TinyLlama's Q4_K_M shape, and its
- * prefill 1.37x faster (bin/bench, Zen 3); its plain-C
- * twin is sp_matmul_ref_level("avx2"). The avx512 level keeps a faster
- * order of its own for every type (kernels_avx512.c).
+ * llama.cpp's (tests/reference/test_reference.c). The exception: Q8_0,
+ * Q4_K and Q6_K matrices of 8-row multiples (all of a model's, in
+ * practice) sum each block's or super-block's integers whole and then
+ * apply its scales, one FMA per row ("the row-sum order" below), packed at
+ * load: on TinyLlama's shape (bin/bench, Zen 3) Q8_0 prefill went from 70
+ * to 115 tokens/s and its 5-token verification from 81-83 to 49-50 ms;
+ * Q4_K_M prefill from 114 to 186-192 and its verification from 50 to 32
+ * ms. Their plain-C twin is sp_matmul_ref_level("avx2"); on the random
+ * Q8_0 reference model 3 records flip at llama.cpp margins of 0.01-0.27
+ * nats (tests/known_failures). The avx512 level keeps a faster order of
+ * its own for every type (kernels_avx512.c).
  */
 #include <immintrin.h>
 #include <math.h>
@@ -554,28 +559,35 @@ AI void float_row(const uint8_t *w, const uint8_t *xs, size_t xss, const int NT,
  * rows by an hadd tree (exact), then one FMA. Costs ~30 ops per block per
  * 8 rows and token against ~4 x 8 for the 8-lane order; Q4_0 is a legacy
  * format, and the point is summing as the reference engine does. */
-AI void q4_0r8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
-                     int64_t b1, __m256 *F) {
+AI void r8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, const int NT, int64_t b0, int64_t b1,
+                 __m256 *F, const int Q8) {
     const __m256i m4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
     for (int64_t b = b0; b < b1; b++) {
         /* Each of the 8 rows is a short stream (a row of 2,048 weights is 18
          * cache lines), too short for the hardware prefetchers to ramp up on,
          * and the next 8 rows follow them in memory: prefetch those, 144
-         * bytes (their share) per block, to L2. */
+         * bytes (their share) per block, to L2 (Q8_0: 272). */
         if (!(b & 3)) {
-            const char *nx = (const char *)w + 8 * ws + b * Q4_0R8_WBLOCK;
-            _Pragma("GCC unroll 10")
-            for (int l = 0; l < 10; l++) _mm_prefetch(nx + 64 * l, _MM_HINT_T1);
+            const char *nx = (const char *)w + 8 * ws + b * (Q8 ? 8 * sizeof(sp_block_q8_0) : Q4_0R8_WBLOCK);
+            _Pragma("GCC unroll 17")
+            for (int l = 0; l < 17; l++)
+                if (Q8 || l < 10) _mm_prefetch(nx + 64 * l, _MM_HINT_T1);
         }
         __m256i q[8], aq[8];
         float dw[8];
         _Pragma("GCC unroll 8")
         for (int r = 0; r < 8; r++) {
-            const sp_block_q4_0 *wb = (const sp_block_q4_0 *)(w + r * ws) + b;
-            const __m128i raw = _mm_loadu_si128((const __m128i *)wb->qs);
-            q[r] = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4), eight);
+            if (Q8) {
+                const sp_block_q8_0 *wb = (const sp_block_q8_0 *)(w + r * ws) + b;
+                q[r] = _mm256_loadu_si256((const __m256i *)wb->qs);
+                dw[r] = f16f(wb->d);
+            } else {
+                const sp_block_q4_0 *wb = (const sp_block_q4_0 *)(w + r * ws) + b;
+                const __m128i raw = _mm_loadu_si128((const __m128i *)wb->qs);
+                q[r] = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4), eight);
+                dw[r] = f16f(wb->d);
+            }
             aq[r] = _mm256_sign_epi8(q[r], q[r]);
-            dw[r] = f16f(wb->d);
         }
         const __m256 vdw = _mm256_loadu_ps(dw);
         _Pragma("GCC unroll 4")
@@ -635,7 +647,18 @@ AI void q4_0r8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss,
     }                                                                                                \
     TILE4(NAME)
 
+AI void q4_0r8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+                     int64_t b1, __m256 *F) {
+    r8_group(w, ws, xs, xss, NT, b0, b1, F, 0);
+}
+/* the same for Q8_0 on the file's rows: the order of its packed tile
+ * (q8_0p8 below) */
+AI void q8_0r8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+                     int64_t b1, __m256 *F) {
+    r8_group(w, ws, xs, xss, NT, b0, b1, F, 1);
+}
 R8TILE(q4_0r8, q4_0r8_group)
+R8TILE(q8_0r8, q8_0r8_group)
 
 /* ---- Q4_0, 8-row multiples, packed at load: one row per lane ----------- */
 
@@ -951,6 +974,91 @@ static void pack_rows_q4_K(const void *src, void *dst, int64_t n_rows, int64_t k
     }
 }
 
+/* ---- Q8_0, 8-row multiples: packed at load, one row per lane ---------- */
+
+/* ggml's Q8_0 order (q8_0_row_x) keeps 8 f32 lanes per row and token, so
+ * each block of 32 weights costs, per row and token, a maddubs and a madd,
+ * and then a convert, a multiply and an FMA on the f32 lanes: on Zen 3 the
+ * integer multiplies and the FMAs share two pipes, and a tile took 6.8-7.0
+ * ns per 256 weights and token (512 x 2048, 5-8 tokens, in L1; ik_llama.cpp's
+ * prefill was 1.5x Specula's). Matrices of 8-row multiples are packed at
+ * load, 8 rows to a vector, one row (4 weights) per 32-bit lane, and sum in
+ * llama.cpp's order for repacked Q4_0 (kernels_ref.c's
+ * vec_dot_q8_0_rows8_ref):
+ *
+ *   per (row, token, block): acc = fma((float)(q . x), dw * dx, acc)
+ *
+ * The block's exact integer dot comes lane by lane from the sign trick, a
+ * maddubs and a madd by 1 per 8 rows and 4 weights (|pair| <= 2 * 128 * 127
+ * fits int16; two pairs do not, hence a madd each), then one convert,
+ * multiply and FMA per 8 rows: per 32 weights of a row and token, 2.25 ops
+ * on those pipes instead of 5.
+ *
+ *   packed 8-row group, per block (272 bytes, as 8 GGUF blocks):
+ *     qs [8 groups g][8 rows][4 B]: row r's qs[4g..4g+3];  d [8 rows] f16.
+ *   activations: conv_q8_0a's (Q8A_BYTES per 8 blocks). */
+#define Q8P8_BLOCK 272
+
+AI void q8_0p8_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
+                  int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
+    SP_ASSERT(nr % 8 == 0);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t r = 0; r < nr; r += 8) {
+        __m256 F[8];
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++) F[t] = _mm256_setzero_ps();
+        _Pragma("GCC unroll 1")
+        for (int64_t b = k0 / 32; b < k1 / 32; b++) {
+            const uint8_t *p = w + r * ws + b * Q8P8_BLOCK;
+            const uint8_t *xq = xs + (b >> 3) * Q8A_BYTES + 32 * (b & 7), *xd = xs + (b >> 3) * Q8A_BYTES + Q8A_D + 4 * (b & 7);
+            /* the stream SP_PF_L1 ahead into L1 only, as the packed K-quant
+             * tiles (4.25 lines a block: 5, the last again by the next) */
+            _Pragma("GCC unroll 5")
+            for (int l = 0; l < 5; l++) _mm_prefetch((const char *)p + SP_PF_L1 + 64 * l, _MM_HINT_T0);
+            __m256i isum[8];
+            _Pragma("GCC unroll 8")
+            for (int g = 0; g < 8; g++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 32 * g));
+                const __m256i aq = _mm256_sign_epi8(q, q);
+                _Pragma("GCC unroll 8")
+                for (int t = 0; t < NT; t++) {
+                    const __m256i xv = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(xq + t * xss + 4 * g)), q);
+                    const __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, xv), ones);
+                    isum[t] = g ? _mm256_add_epi32(isum[t], v) : v;
+                    __asm__("" : "+x"(isum[t])); /* as in q4_K_sb_ints */
+                }
+            }
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 256)));
+            _Pragma("GCC unroll 8")
+            for (int t = 0; t < NT; t++)
+                F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
+                                       _mm256_mul_ps(dw, _mm256_broadcast_ss((const float *)(xd + t * xss))), F[t]);
+        }
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < NT; t++) {
+            float *o = y + t * ldy + r;
+            _mm256_storeu_ps(o, acc ? _mm256_add_ps(_mm256_loadu_ps(o), F[t]) : F[t]);
+        }
+    }
+}
+
+TILE8(q8_0p8)
+
+static void pack_rows_q8_0(const void *src, void *dst, int64_t n_rows, int64_t k) {
+    const int64_t nb = k / 32;
+    const size_t rs = (size_t)nb * sizeof(sp_block_q8_0);
+    for (int64_t r = 0; r < n_rows; r += 8) {
+        const uint8_t *g = (const uint8_t *)src + r * rs;
+        uint8_t *o = (uint8_t *)dst + r * rs;
+        for (int64_t b = 0; b < nb; b++, o += Q8P8_BLOCK)
+            for (int i = 0; i < 8; i++) {
+                const sp_block_q8_0 *blk = (const sp_block_q8_0 *)(g + i * rs) + b;
+                for (int m = 0; m < 8; m++) memcpy(o + 32 * m + 4 * i, blk->qs + 4 * m, 4);
+                memcpy(o + 256 + 2 * i, &blk->d, 2);
+            }
+    }
+}
+
 /* ---- Q6_K, 8-row multiples: the row-sum order, packed at load ---------- */
 
 /* ggml's Q6_K order (q6_K_row_x) takes, per 32 weights of a row and token,
@@ -1144,13 +1252,18 @@ static void pack_rows_q6_K(const void *src, void *dst, int64_t n_rows, int64_t k
  * (sp_kernel_ops.packed_rows_multiple), into the layout above; a row's
  * share is as many bytes as the file's row. */
 static size_t packed_row_size_avx2(sp_type t, int64_t k) {
-    SP_ASSERT(t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K);
+    SP_ASSERT(t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K);
+    if (t == SP_TYPE_Q8_0) return (size_t)(k / 32) * (Q8P8_BLOCK / 8);
     if (t == SP_TYPE_Q6_K) return (size_t)(k / 256) * (Q6KP8_BLOCK / 8);
     return t == SP_TYPE_Q4_K ? (size_t)(k / 256) * (Q4KP8_BLOCK / 8) : (size_t)(k / 32) * sizeof(sp_block_q4_0);
 }
 
 static void pack_rows_avx2(sp_type t, const void *src, void *dst, int64_t n_rows, int64_t k) {
-    SP_ASSERT((t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K) && n_rows % 8 == 0);
+    SP_ASSERT((t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K) && n_rows % 8 == 0);
+    if (t == SP_TYPE_Q8_0) {
+        pack_rows_q8_0(src, dst, n_rows, k);
+        return;
+    }
     if (t == SP_TYPE_Q4_K) {
         pack_rows_q4_K(src, dst, n_rows, k);
         return;
@@ -1324,6 +1437,8 @@ static const sp_mm_kernel mm_q4_K = {256, Q8KA_BYTES, NULL, 8, conv_q8_Ka, q4_K_
 static const sp_mm_kernel mm_q6_K = {256, Q8KB_BYTES, NULL, 8, conv_q8_Kb, q6_K_tile, 1, NULL, NULL};
 static const sp_mm_kernel mm_q4_Krs = {256, Q8KA_BYTES, NULL, 8, conv_q8_Ka, q4_K_rs_tile, 1, NULL, NULL};
 static const sp_mm_kernel mm_q4_Kp8 = {256, Q8KA_BYTES, NULL, 8, conv_q8_Ka, q4_Kp8_tile, 1, NULL, NULL};
+static const sp_mm_kernel mm_q8_0r8 = {32, sizeof(sp_block_q8_0), NULL, 4, conv_q8_0, q8_0r8_tile, 1, NULL, NULL};
+static const sp_mm_kernel mm_q8_0p8 = {256, Q8A_BYTES, NULL, 8, conv_q8_0a, q8_0p8_tile, 1, NULL, NULL};
 static const sp_mm_kernel mm_q6_Krs = {256, Q8KB_BYTES, NULL, 8, conv_q8_Kb, q6_K_rs_tile, 1, NULL, NULL};
 static const sp_mm_kernel mm_q6_Kp8 = {256, Q8KC_BYTES, NULL, 8, conv_q8_Kc, q6_Kp8_tile, 1, NULL, NULL};
 
@@ -1363,11 +1478,13 @@ const sp_kernel_ops sp_ops_avx2 = {
         [SP_TYPE_Q6_K] = &mm_q6_K,
     },
     .mm_rows8 = {
+        [SP_TYPE_Q8_0] = &mm_q8_0r8,
         [SP_TYPE_Q4_0] = &mm_q4_0r8,
         [SP_TYPE_Q4_K] = &mm_q4_Krs,
         [SP_TYPE_Q6_K] = &mm_q6_Krs,
     },
     .mm_packed = {
+        [SP_TYPE_Q8_0] = &mm_q8_0p8,
         [SP_TYPE_Q4_0] = &mm_q4_0p8,
         [SP_TYPE_Q4_K] = &mm_q4_Kp8,
         [SP_TYPE_Q6_K] = &mm_q6_Kp8,
@@ -1376,6 +1493,7 @@ const sp_kernel_ops sp_ops_avx2 = {
     .pack_rows = pack_rows_avx2,
     .packed_rows_multiple = 8,
     .twin_rows8 = {
+        [SP_TYPE_Q8_0] = &sp_ref_mm_q8_0_rows8,
         [SP_TYPE_Q4_K] = &sp_ref_mm_q4_K_rows8,
         [SP_TYPE_Q6_K] = &sp_ref_mm_q6_K_rows8,
     },

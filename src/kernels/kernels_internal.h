@@ -69,7 +69,7 @@ typedef struct {
      * summation order the level uses for such a matrix: llama.cpp's for
      * Q4_0 (it repacks those into 8-row interleaved blocks at load and sums
      * them in another order than other Q4_0 matrices), the avx2 level's own
-     * for Q4_K and Q6_K (kernels_avx2.c, the row-sum order). NULL: mm[] serves every
+     * for Q8_0, Q4_K and Q6_K (kernels_avx2.c). NULL: mm[] serves every
      * shape. */
     const sp_mm_kernel *mm_rows8[SP_TYPE_COUNT];
     /* Load-time repacking (sp_matmul_pack), where set: the kernel for rows
@@ -98,7 +98,9 @@ static inline const sp_mm_kernel *sp_mm_for(const sp_kernel_ops *o, sp_type wt, 
 extern const sp_kernel_ops sp_ops_ref;
 extern const sp_kernel_ops sp_ops_avx2;
 extern const sp_kernel_ops sp_ops_avx512;
-/* kernels_ref.c: the twins of the avx2 level's Q4_K and Q6_K row-sum order */
+/* kernels_ref.c: the twins of the avx2 level's own orders for matrices of
+ * 8-row multiples (Q8_0, Q4_K, Q6_K) */
+extern const sp_mm_kernel sp_ref_mm_q8_0_rows8;
 extern const sp_mm_kernel sp_ref_mm_q4_K_rows8;
 extern const sp_mm_kernel sp_ref_mm_q6_K_rows8;
 

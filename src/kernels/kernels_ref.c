@@ -380,6 +380,20 @@ static void vec_dot_q4_0r8_ref(int64_t k, float *s, const void *vw, const void *
     *s = acc;
 }
 
+/* Q8_0 in the avx2 level's order for matrices of 8-row multiples
+ * (kernels_avx2.c, packed at load): llama.cpp's order for repacked Q4_0,
+ * acc = fma(block's integer dot, dw * dx, acc) block after block. */
+static void vec_dot_q8_0_rows8_ref(int64_t k, float *s, const void *vw, const void *vx) {
+    const sp_block_q8_0 *w = vw, *x = vx;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < k / SP_QK8_0; i++) {
+        int p = 0;
+        for (int j = 0; j < 32; j++) p += w[i].qs[j] * x[i].qs[j];
+        acc = fmaf((float)p, sp_f16_to_f32(w[i].d) * sp_f16_to_f32(x[i].d), acc);
+    }
+    *s = acc;
+}
+
 /* Q4_K: the scale term in 8 lanes as above (lane l: elements 4l..4l+3 of
  * each 32-value sub-block, times its scale); the min term in 4 lanes of its
  * own, lane l = m_{2l} S_{2l} + m_{2l+1} S_{2l+1} (S_j the sum of
@@ -512,6 +526,7 @@ static void vec_dot_q6_K_rows8_ref(int64_t k, float *s, const void *vw, const vo
 #define vec_dot_q4_K_rows8_dot vec_dot_q4_K_rows8_ref
 #define vec_dot_q6_K_dot vec_dot_q6_K_ref
 #define vec_dot_q6_K_rows8_dot vec_dot_q6_K_rows8_ref
+#define vec_dot_q8_0_rows8_dot vec_dot_q8_0_rows8_ref
 REF_MM(vec_dot_f32, SP_TYPE_F32, SP_TYPE_F32, sp_ref_quantize_f32)
 REF_MM(vec_dot_f16, SP_TYPE_F16, SP_TYPE_F16, sp_ref_quantize_f16)
 REF_MM(vec_dot_bf16, SP_TYPE_BF16, SP_TYPE_BF16, sp_ref_quantize_bf16)
@@ -522,11 +537,14 @@ REF_MM(vec_dot_q4_K, SP_TYPE_Q4_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
 REF_MM(vec_dot_q6_K, SP_TYPE_Q6_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
 REF_MM(vec_dot_q4_K_rows8, SP_TYPE_Q4_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
 REF_MM(vec_dot_q6_K_rows8, SP_TYPE_Q6_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
+REF_MM(vec_dot_q8_0_rows8, SP_TYPE_Q8_0, SP_TYPE_Q8_0, sp_ref_quantize_q8_0)
 /* no ref-level table names them: the avx2 level's twin_rows8 does */
 const sp_mm_kernel sp_ref_mm_q4_K_rows8 = {0, 0, vec_dot_q4_K_rows8_xrow, 8, vec_dot_q4_K_rows8_conv,
                                           vec_dot_q4_K_rows8_tile, 0, NULL, NULL};
 const sp_mm_kernel sp_ref_mm_q6_K_rows8 = {0, 0, vec_dot_q6_K_rows8_xrow, 8, vec_dot_q6_K_rows8_conv,
                                           vec_dot_q6_K_rows8_tile, 0, NULL, NULL};
+const sp_mm_kernel sp_ref_mm_q8_0_rows8 = {0, 0, vec_dot_q8_0_rows8_xrow, 8, vec_dot_q8_0_rows8_conv,
+                                          vec_dot_q8_0_rows8_tile, 0, NULL, NULL};
 
 const sp_kernel_ops sp_ops_ref = {
     .name = "ref",

@@ -468,8 +468,9 @@ static void matmul_case(sp_type t) {
         float *alone = malloc((size_t)nr * sizeof *alone);
         double *tol = malloc((size_t)(nt * nr) * sizeof *tol);
         sp_matmul_ref(w, t, nr, k, x, nt, want, ldy);
-        /* the avx2 level's own bits (llama.cpp's order, but for Q4_K
-         * matrices of 8-row multiples: kernels_avx2.c, the row-sum order) */
+        /* the avx2 level's own bits (llama.cpp's order, but for Q8_0, Q4_K
+         * and Q6_K matrices of 8-row multiples: kernels_avx2.c, the row-sum
+         * order) */
         float *want2 = malloc((size_t)(nt * ldy) * sizeof *want2);
         CHECK(sp_matmul_ref_level("avx2", w, t, nr, k, x, nt, want2, ldy) == 0, "avx2 has a plain-C twin");
         CHECK(sp_matmul_ref_level("avx512", w, t, nr, k, x, nt, want2, ldy) == -1, "avx512 has none");
@@ -550,8 +551,8 @@ static void matmul_case(sp_type t) {
         free(w); free(x); free(want); free(want2); free(got); free(first); free(alone); free(tol); free(scratch);
     }
     for (int p = 1; p < 3; p++) sp_pool_free(pools[p]);
-    /* the avx512 level packs Q8_0, Q4_0, Q4_K and Q6_K, the avx2 level Q4_0,
-     * Q4_K and Q6_K matrices of 8-row multiples: a check that compared nothing there
+    /* the avx512 level packs Q8_0, Q4_0, Q4_K and Q6_K, the avx2 level the
+     * same types' matrices of 8-row multiples: a check that compared nothing there
      * would pass silently */
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) n_rows8 += shapes[si].n_rows % 8 == 0;
     CHECK(n_rows8 >= 2, "the shapes have %d matrices of 8-row multiples", n_rows8);
@@ -560,7 +561,8 @@ static void matmul_case(sp_type t) {
         if (!strcmp(LEVELS[l], "avx512") &&
             (t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K))
             want = (int)(sizeof shapes / sizeof shapes[0]);
-        if (!strcmp(LEVELS[l], "avx2") && (t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K))
+        if (!strcmp(LEVELS[l], "avx2") &&
+            (t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K))
             want = n_rows8;
         if (sp_kernels_available(LEVELS[l]))
             CHECK(n_packed[l] == want, "%s %s: %d shapes checked packed, %d expected", LEVELS[l],
