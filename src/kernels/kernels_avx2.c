@@ -627,25 +627,27 @@ AI void r8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, con
         }                                                                                            \
     }
 
-/* The 8-row loop of both Q4_0 8-row kernels: GROUP sums blocks [b0, b1) of
- * 8 rows (one per lane of F[t]); a row's result is its lane, stored as is. */
-#define R8TILE(NAME, GROUP)                                                                          \
+/* The 8-row loop of the 8-row kernels (Q4_0 on the file's rows or packed,
+ * and the packed Q8_0, Q4_K and Q6_K): GROUP sums blocks [b0, b1) (QK
+ * weights each) of 8 rows, one per lane of F[t], for up to MAXNT tokens; a
+ * row's result is its lane, stored as is. */
+#define R8NT(NAME, GROUP, QK, MAXNT)                                                                 \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,        \
                       const int NT, int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {        \
         SP_ASSERT(nr % 8 == 0);                                                                      \
         for (int64_t r = 0; r < nr; r += 8) {                                                        \
-            __m256 F[4];                                                                             \
-            _Pragma("GCC unroll 4")                                                                  \
+            __m256 F[MAXNT];                                                                         \
+            _Pragma("GCC unroll 8")                                                                  \
             for (int t = 0; t < NT; t++) F[t] = _mm256_setzero_ps();                                 \
-            GROUP(w + r * ws, ws, xs, xss, NT, k0 / 32, k1 / 32, F);                                 \
-            _Pragma("GCC unroll 4")                                                                  \
+            GROUP(w + r * ws, ws, xs, xss, NT, k0 / QK, k1 / QK, F);                                 \
+            _Pragma("GCC unroll 8")                                                                  \
             for (int t = 0; t < NT; t++) {                                                           \
                 float *o = y + t * ldy + r;                                                          \
                 _mm256_storeu_ps(o, acc ? _mm256_add_ps(_mm256_loadu_ps(o), F[t]) : F[t]);           \
             }                                                                                        \
         }                                                                                            \
-    }                                                                                                \
-    TILE4(NAME)
+    }
+#define R8TILE(NAME, GROUP) R8NT(NAME, GROUP, 32, 4) TILE4(NAME)
 
 AI void q4_0r8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
                      int64_t b1, __m256 *F) {
@@ -788,33 +790,41 @@ AI int32_t hsum_epi32(__m256i v) {
     return hsum4_epi32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
 }
 
-AI void q4_K_rs_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
-                   int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
-    for (int64_t r = 0; r < nr; r++) {
-        const sp_block_q4_K *wr = (const sp_block_q4_K *)(w + r * ws);
-        float S[8] = {0};
-        for (int64_t b = k0 / 256; b < k1 / 256; b++) {
-            prefetch_ahead(&wr[b], sizeof(sp_block_q4_K));
-            uint8_t sm[16];
-            sp_q4_K_unpack_scales(wr[b].scales, sm);
-            __m256i ia[8];
-            q4_K_sb_ints(&wr[b], sm, xs, xss, NT, b, ia, 1);
-            const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sm + 8)));
-            const float d = f16f(wr[b].d), dmin = f16f(wr[b].dmin);
-            _Pragma("GCC unroll 16")
-            for (int t = 0; t < NT; t++) {
-                const uint8_t *xa = xs + t * xss + b * Q8KA_BYTES;
-                float dx;
-                memcpy(&dx, xa + Q8KA_D, 4);
-                const __m128i ms = _mm_madd_epi16(mins, _mm_load_si128((const __m128i *)(xa + Q8KA_S8)));
-                S[t] = fmaf((float)hsum_epi32(ia[t]), d * dx, S[t]);
-                S[t] = fmaf(-(float)hsum4_epi32(ms), dmin * dx, S[t]);
-            }
-        }
-        _Pragma("GCC unroll 8")
-        for (int t = 0; t < NT; t++) y[t * ldy + r] = acc ? y[t * ldy + r] + S[t] : S[t];
+/* The row loop of the kernels on the file's rows in the row-sum order:
+ * SB adds super-block b's terms for NT tokens to S[t], in order. */
+#define RSNT(NAME, BT, SB)                                                                           \
+    AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,        \
+                      const int NT, int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {        \
+        for (int64_t r = 0; r < nr; r++) {                                                           \
+            const BT *wr = (const BT *)(w + r * ws);                                                 \
+            float S[8] = {0};                                                                        \
+            for (int64_t b = k0 / 256; b < k1 / 256; b++) {                                          \
+                prefetch_ahead(&wr[b], sizeof(BT));                                                  \
+                SB(&wr[b], xs, xss, NT, b, S);                                                       \
+            }                                                                                        \
+            _Pragma("GCC unroll 8")                                                                  \
+            for (int t = 0; t < NT; t++) y[t * ldy + r] = acc ? y[t * ldy + r] + S[t] : S[t];        \
+        }                                                                                            \
+    }
+
+AI void q4_K_rs_sb(const sp_block_q4_K *wb, const uint8_t *xs, size_t xss, const int NT, int64_t b, float *S) {
+    uint8_t sm[16];
+    sp_q4_K_unpack_scales(wb->scales, sm);
+    __m256i ia[8];
+    q4_K_sb_ints(wb, sm, xs, xss, NT, b, ia, 1);
+    const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sm + 8)));
+    const float d = f16f(wb->d), dmin = f16f(wb->dmin);
+    _Pragma("GCC unroll 16")
+    for (int t = 0; t < NT; t++) {
+        const uint8_t *xa = xs + t * xss + b * Q8KA_BYTES;
+        float dx;
+        memcpy(&dx, xa + Q8KA_D, 4);
+        const __m128i ms = _mm_madd_epi16(mins, _mm_load_si128((const __m128i *)(xa + Q8KA_S8)));
+        S[t] = fmaf((float)hsum_epi32(ia[t]), d * dx, S[t]);
+        S[t] = fmaf(-(float)hsum4_epi32(ms), dmin * dx, S[t]);
     }
 }
+RSNT(q4_K_rs, sp_block_q4_K, q4_K_rs_sb)
 
 #define Q4KP8_SC 1024   /* after the quants */
 #define Q4KP8_MN 1088
@@ -885,8 +895,9 @@ AI void q4_Kp8_sb(const uint8_t *p, const uint8_t *xa, size_t xss, const int NT,
     }
 }
 
-AI void q4_Kp8_group(const uint8_t *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0, int64_t b1,
-                     __m256 *F) {
+AI void q4_Kp8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+                     int64_t b1, __m256 *F) {
+    (void)ws; /* the 8 rows are interleaved: one stream */
     for (int64_t b = b0; b < b1; b++) {
         const uint8_t *p = w + b * Q4KP8_BLOCK;
         const uint8_t *xa = xs + b * Q8KA_BYTES;
@@ -919,21 +930,7 @@ AI void q4_Kp8_group(const uint8_t *w, const uint8_t *xs, size_t xss, const int 
     }
 }
 
-AI void q4_Kp8_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
-                  int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
-    SP_ASSERT(nr % 8 == 0);
-    for (int64_t r = 0; r < nr; r += 8) {
-        __m256 F[8];
-        _Pragma("GCC unroll 8")
-        for (int t = 0; t < NT; t++) F[t] = _mm256_setzero_ps();
-        q4_Kp8_group(w + r * ws, xs, xss, NT, k0 / 256, k1 / 256, F);
-        _Pragma("GCC unroll 8")
-        for (int t = 0; t < NT; t++) {
-            float *o = y + t * ldy + r;
-            _mm256_storeu_ps(o, acc ? _mm256_add_ps(_mm256_loadu_ps(o), F[t]) : F[t]);
-        }
-    }
-}
+R8NT(q4_Kp8, q4_Kp8_group, 256, 8)
 
 /* NAME_tile over NAME_nt for 1..8 tokens */
 #define TILE8(NAME)                                                                                  \
@@ -951,27 +948,19 @@ AI void q4_Kp8_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, si
 TILE8(q4_K_rs)
 TILE8(q4_Kp8)
 
-static void pack_rows_q4_K(const void *src, void *dst, int64_t n_rows, int64_t k) {
-    const int64_t nb = k / 256;
-    const size_t rs = (size_t)nb * sizeof(sp_block_q4_K);
-    for (int64_t r = 0; r < n_rows; r += 8) {
-        const uint8_t *g = (const uint8_t *)src + r * rs;
-        uint8_t *o = (uint8_t *)dst + r * (size_t)nb * (Q4KP8_BLOCK / 8);
-        for (int64_t b = 0; b < nb; b++, o += Q4KP8_BLOCK)
-            for (int i = 0; i < 8; i++) {
-                const sp_block_q4_K *blk = (const sp_block_q4_K *)(g + i * rs) + b;
-                for (int pq = 0; pq < 4; pq++)
-                    for (int gq = 0; gq < 8; gq++) memcpy(o + 256 * pq + 32 * gq + 4 * i, blk->qs + 32 * pq + 4 * gq, 4);
-                uint8_t sm[16];
-                sp_q4_K_unpack_scales(blk->scales, sm);
-                for (int j = 0; j < 8; j++) {
-                    o[Q4KP8_SC + 8 * j + i] = sm[j];
-                    o[Q4KP8_MN + 16 * (j >> 1) + 2 * i + (j & 1)] = sm[8 + j];
-                }
-                memcpy(o + Q4KP8_D + 2 * i, &blk->d, 2);
-                memcpy(o + Q4KP8_DMIN + 2 * i, &blk->dmin, 2);
-            }
+/* row i's super-block into its 8-row group's packed one (pack_rows_avx2) */
+static void put_q4_K(const void *vb, uint8_t *o, int i) {
+    const sp_block_q4_K *blk = vb;
+    for (int pq = 0; pq < 4; pq++)
+        for (int gq = 0; gq < 8; gq++) memcpy(o + 256 * pq + 32 * gq + 4 * i, blk->qs + 32 * pq + 4 * gq, 4);
+    uint8_t sm[16];
+    sp_q4_K_unpack_scales(blk->scales, sm);
+    for (int j = 0; j < 8; j++) {
+        o[Q4KP8_SC + 8 * j + i] = sm[j];
+        o[Q4KP8_MN + 16 * (j >> 1) + 2 * i + (j & 1)] = sm[8 + j];
     }
+    memcpy(o + Q4KP8_D + 2 * i, &blk->d, 2);
+    memcpy(o + Q4KP8_DMIN + 2 * i, &blk->dmin, 2);
 }
 
 /* ---- Q8_0, 8-row multiples: packed at load, one row per lane ---------- */
@@ -999,64 +988,45 @@ static void pack_rows_q4_K(const void *src, void *dst, int64_t n_rows, int64_t k
  *   activations: conv_q8_0a's (Q8A_BYTES per 8 blocks). */
 #define Q8P8_BLOCK 272
 
-AI void q8_0p8_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
-                  int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
-    SP_ASSERT(nr % 8 == 0);
+AI void q8_0p8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+                     int64_t b1, __m256 *F) {
+    (void)ws; /* the 8 rows are interleaved: one stream */
     const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t r = 0; r < nr; r += 8) {
-        __m256 F[8];
+    _Pragma("GCC unroll 1")
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *p = w + b * Q8P8_BLOCK;
+        const uint8_t *xq = xs + (b >> 3) * Q8A_BYTES + 32 * (b & 7), *xd = xs + (b >> 3) * Q8A_BYTES + Q8A_D + 4 * (b & 7);
+        /* the stream SP_PF_L1 ahead into L1 only, as the packed K-quant
+         * tiles (4.25 lines a block: 5, the last again by the next) */
+        _Pragma("GCC unroll 5")
+        for (int l = 0; l < 5; l++) _mm_prefetch((const char *)p + SP_PF_L1 + 64 * l, _MM_HINT_T0);
+        __m256i isum[8];
         _Pragma("GCC unroll 8")
-        for (int t = 0; t < NT; t++) F[t] = _mm256_setzero_ps();
-        _Pragma("GCC unroll 1")
-        for (int64_t b = k0 / 32; b < k1 / 32; b++) {
-            const uint8_t *p = w + r * ws + b * Q8P8_BLOCK;
-            const uint8_t *xq = xs + (b >> 3) * Q8A_BYTES + 32 * (b & 7), *xd = xs + (b >> 3) * Q8A_BYTES + Q8A_D + 4 * (b & 7);
-            /* the stream SP_PF_L1 ahead into L1 only, as the packed K-quant
-             * tiles (4.25 lines a block: 5, the last again by the next) */
-            _Pragma("GCC unroll 5")
-            for (int l = 0; l < 5; l++) _mm_prefetch((const char *)p + SP_PF_L1 + 64 * l, _MM_HINT_T0);
-            __m256i isum[8];
+        for (int g = 0; g < 8; g++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 32 * g));
+            const __m256i aq = _mm256_sign_epi8(q, q);
             _Pragma("GCC unroll 8")
-            for (int g = 0; g < 8; g++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(p + 32 * g));
-                const __m256i aq = _mm256_sign_epi8(q, q);
-                _Pragma("GCC unroll 8")
-                for (int t = 0; t < NT; t++) {
-                    const __m256i xv = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(xq + t * xss + 4 * g)), q);
-                    const __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, xv), ones);
-                    isum[t] = g ? _mm256_add_epi32(isum[t], v) : v;
-                    __asm__("" : "+x"(isum[t])); /* as in q4_K_sb_ints */
-                }
+            for (int t = 0; t < NT; t++) {
+                const __m256i xv = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(xq + t * xss + 4 * g)), q);
+                const __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, xv), ones);
+                isum[t] = g ? _mm256_add_epi32(isum[t], v) : v;
+                __asm__("" : "+x"(isum[t])); /* as in q4_K_sb_ints */
             }
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 256)));
-            _Pragma("GCC unroll 8")
-            for (int t = 0; t < NT; t++)
-                F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
-                                       _mm256_mul_ps(dw, _mm256_broadcast_ss((const float *)(xd + t * xss))), F[t]);
         }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 256)));
         _Pragma("GCC unroll 8")
-        for (int t = 0; t < NT; t++) {
-            float *o = y + t * ldy + r;
-            _mm256_storeu_ps(o, acc ? _mm256_add_ps(_mm256_loadu_ps(o), F[t]) : F[t]);
-        }
+        for (int t = 0; t < NT; t++)
+            F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
+                                   _mm256_mul_ps(dw, _mm256_broadcast_ss((const float *)(xd + t * xss))), F[t]);
     }
 }
-
+R8NT(q8_0p8, q8_0p8_group, 32, 8)
 TILE8(q8_0p8)
 
-static void pack_rows_q8_0(const void *src, void *dst, int64_t n_rows, int64_t k) {
-    const int64_t nb = k / 32;
-    const size_t rs = (size_t)nb * sizeof(sp_block_q8_0);
-    for (int64_t r = 0; r < n_rows; r += 8) {
-        const uint8_t *g = (const uint8_t *)src + r * rs;
-        uint8_t *o = (uint8_t *)dst + r * rs;
-        for (int64_t b = 0; b < nb; b++, o += Q8P8_BLOCK)
-            for (int i = 0; i < 8; i++) {
-                const sp_block_q8_0 *blk = (const sp_block_q8_0 *)(g + i * rs) + b;
-                for (int m = 0; m < 8; m++) memcpy(o + 32 * m + 4 * i, blk->qs + 4 * m, 4);
-                memcpy(o + 256 + 2 * i, &blk->d, 2);
-            }
-    }
+static void put_q8_0(const void *vb, uint8_t *o, int i) {
+    const sp_block_q8_0 *blk = vb;
+    for (int m = 0; m < 8; m++) memcpy(o + 32 * m + 4 * i, blk->qs + 4 * m, 4);
+    memcpy(o + 256 + 2 * i, &blk->d, 2);
 }
 
 /* ---- Q6_K, 8-row multiples: the row-sum order, packed at load ---------- */
@@ -1157,132 +1127,106 @@ AI void q6_Kp8_sb(const uint8_t *p, const uint8_t *xa, size_t xss, const int NT,
     _mm_prefetch((const char *)p + Q6KP8_BLOCK - 1 + SP_PF_L1, _MM_HINT_T0);
 }
 
-AI void q6_Kp8_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
-                  int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
-    SP_ASSERT(nr % 8 == 0);
-    for (int64_t r = 0; r < nr; r += 8) {
-        __m256 F[8];
-        _Pragma("GCC unroll 8")
-        for (int t = 0; t < NT; t++) F[t] = _mm256_setzero_ps();
-        for (int64_t b = k0 / 256; b < k1 / 256; b++) {
-            const uint8_t *p = w + r * ws + b * Q6KP8_BLOCK;
-            const uint8_t *xa = xs + b * Q8KC_BYTES;
-            __m256i isum[8];
-            /* one pass, as q4_Kp8_group (8 tokens: 3.30-3.34 ns per 256
-             * weights and token, 3.62 in two passes) */
-            q6_Kp8_sb(p, xa, xss, NT, isum);
-            const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + Q6KP8_D)));
-            _Pragma("GCC unroll 8")
-            for (int t = 0; t < NT; t++) {
-                float dx;
-                memcpy(&dx, xa + t * xss + Q8KC_D, 4);
-                F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d8, _mm256_set1_ps(dx)), F[t]);
-            }
-        }
+AI void q6_Kp8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+                     int64_t b1, __m256 *F) {
+    (void)ws; /* the 8 rows are interleaved: one stream */
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *p = w + b * Q6KP8_BLOCK;
+        const uint8_t *xa = xs + b * Q8KC_BYTES;
+        __m256i isum[8];
+        /* one pass, as q4_Kp8_group (8 tokens: 3.30-3.34 ns per 256
+         * weights and token, 3.62 in two passes) */
+        q6_Kp8_sb(p, xa, xss, NT, isum);
+        const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + Q6KP8_D)));
         _Pragma("GCC unroll 8")
         for (int t = 0; t < NT; t++) {
-            float *o = y + t * ldy + r;
-            _mm256_storeu_ps(o, acc ? _mm256_add_ps(_mm256_loadu_ps(o), F[t]) : F[t]);
+            float dx;
+            memcpy(&dx, xa + t * xss + Q8KC_D, 4);
+            F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d8, _mm256_set1_ps(dx)), F[t]);
         }
     }
 }
+R8NT(q6_Kp8, q6_Kp8_group, 256, 8)
 
 /* On the file's rows (no_repack): ggml's integer loop, each lane sum
  * reduced exactly, one scalar FMA per super-block: the same bits. */
-AI void q6_K_rs_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss, const int NT,
-                   int64_t k0, int64_t k1, float *y, int64_t ldy, int acc) {
-    for (int64_t r = 0; r < nr; r++) {
-        const sp_block_q6_K *wr = (const sp_block_q6_K *)(w + r * ws);
-        float S[8] = {0};
-        for (int64_t b = k0 / 256; b < k1 / 256; b++) {
-            prefetch_ahead(&wr[b], sizeof(sp_block_q6_K));
-            __m256i ia[8];
-            q6_K_sb_ints(&wr[b], xs, xss, NT, b, ia, 1);
-            const float d = f16f(wr[b].d);
-            _Pragma("GCC unroll 16")
-            for (int t = 0; t < NT; t++) {
-                float dx;
-                memcpy(&dx, xs + t * xss + b * Q8KB_BYTES + Q8KB_D, 4);
-                S[t] = fmaf((float)hsum_epi32(ia[t]), d * dx, S[t]);
-            }
-        }
-        _Pragma("GCC unroll 8")
-        for (int t = 0; t < NT; t++) y[t * ldy + r] = acc ? y[t * ldy + r] + S[t] : S[t];
+AI void q6_K_rs_sb(const sp_block_q6_K *wb, const uint8_t *xs, size_t xss, const int NT, int64_t b, float *S) {
+    __m256i ia[8];
+    q6_K_sb_ints(wb, xs, xss, NT, b, ia, 1);
+    const float d = f16f(wb->d);
+    _Pragma("GCC unroll 16")
+    for (int t = 0; t < NT; t++) {
+        float dx;
+        memcpy(&dx, xs + t * xss + b * Q8KB_BYTES + Q8KB_D, 4);
+        S[t] = fmaf((float)hsum_epi32(ia[t]), d * dx, S[t]);
     }
 }
+RSNT(q6_K_rs, sp_block_q6_K, q6_K_rs_sb)
 TILE8(q6_K_rs)
 TILE8(q6_Kp8)
 
-static void pack_rows_q6_K(const void *src, void *dst, int64_t n_rows, int64_t k) {
-    const int64_t nb = k / 256;
-    const size_t rs = (size_t)nb * sizeof(sp_block_q6_K);
-    for (int64_t r = 0; r < n_rows; r += 8) {
-        const uint8_t *g = (const uint8_t *)src + r * rs;
-        uint8_t *o = (uint8_t *)dst + r * rs;
-        for (int64_t b = 0; b < nb; b++, o += Q6KP8_BLOCK)
-            for (int i = 0; i < 8; i++) {
-                const sp_block_q6_K *blk = (const sp_block_q6_K *)(g + i * rs) + b;
-                uint8_t q[256]; /* the file's elements in order (kernels_ref.c's reading of them) */
-                for (int nn = 0; nn < 2; nn++)
-                    for (int l = 0; l < 32; l++) {
-                        const uint8_t l0 = blk->ql[64 * nn + l], l1 = blk->ql[64 * nn + 32 + l], h = blk->qh[32 * nn + l];
-                        q[128 * nn + l] = (uint8_t)((l0 & 0xF) | (h & 3) << 4);
-                        q[128 * nn + 32 + l] = (uint8_t)((l1 & 0xF) | (h >> 2 & 3) << 4);
-                        q[128 * nn + 64 + l] = (uint8_t)(l0 >> 4 | (h >> 4 & 3) << 4);
-                        q[128 * nn + 96 + l] = (uint8_t)(l1 >> 4 | (h >> 6) << 4);
-                    }
-                for (int pr = 0; pr < 8; pr++) {
-                    const uint8_t *qa = q + 32 * pr, *qb = qa + 16;
-                    uint8_t *pq = o + Q6KP8_PAIR * pr;
-                    for (int m = 0; m < 16; m++) pq[32 * (m / 4) + 4 * i + m % 4] = (uint8_t)((qa[m] & 0xF) | qb[m] << 4);
-                    for (int hb = 0; hb < 2; hb++)
-                        for (int by = 0; by < 4; by++) {
-                            const uint8_t *qs = hb ? qb : qa;
-                            pq[128 + 32 * hb + 4 * i + by] = (uint8_t)(qs[by] >> 4 | (qs[4 + by] >> 4) << 2 |
-                                                                       (qs[8 + by] >> 4) << 4 | (qs[12 + by] >> 4) << 6);
-                        }
-                }
-                for (int j = 0; j < 16; j++) o[Q6KP8_SC + 8 * j + i] = (uint8_t)blk->scales[j];
-                memcpy(o + Q6KP8_D + 2 * i, &blk->d, 2);
+static void put_q6_K(const void *vb, uint8_t *o, int i) {
+    const sp_block_q6_K *blk = vb;
+    uint8_t q[256]; /* the file's elements in order (kernels_ref.c's reading of them) */
+    for (int nn = 0; nn < 2; nn++)
+        for (int l = 0; l < 32; l++) {
+            const uint8_t l0 = blk->ql[64 * nn + l], l1 = blk->ql[64 * nn + 32 + l], h = blk->qh[32 * nn + l];
+            q[128 * nn + l] = (uint8_t)((l0 & 0xF) | (h & 3) << 4);
+            q[128 * nn + 32 + l] = (uint8_t)((l1 & 0xF) | (h >> 2 & 3) << 4);
+            q[128 * nn + 64 + l] = (uint8_t)(l0 >> 4 | (h >> 4 & 3) << 4);
+            q[128 * nn + 96 + l] = (uint8_t)(l1 >> 4 | (h >> 6) << 4);
+        }
+    for (int pr = 0; pr < 8; pr++) {
+        const uint8_t *qa = q + 32 * pr, *qb = qa + 16;
+        uint8_t *pq = o + Q6KP8_PAIR * pr;
+        for (int m = 0; m < 16; m++) pq[32 * (m / 4) + 4 * i + m % 4] = (uint8_t)((qa[m] & 0xF) | qb[m] << 4);
+        for (int hb = 0; hb < 2; hb++)
+            for (int by = 0; by < 4; by++) {
+                const uint8_t *qs = hb ? qb : qa;
+                pq[128 + 32 * hb + 4 * i + by] = (uint8_t)(qs[by] >> 4 | (qs[4 + by] >> 4) << 2 |
+                                                           (qs[8 + by] >> 4) << 4 | (qs[12 + by] >> 4) << 6);
             }
     }
+    for (int j = 0; j < 16; j++) o[Q6KP8_SC + 8 * j + i] = (uint8_t)blk->scales[j];
+    memcpy(o + Q6KP8_D + 2 * i, &blk->d, 2);
 }
 
-/* Load-time repacking at this level: Q4_0 matrices of 8-row multiples
- * (sp_kernel_ops.packed_rows_multiple), into the layout above; a row's
- * share is as many bytes as the file's row. */
+/* q4_0p8's layout */
+static void put_q4_0(const void *vb, uint8_t *o, int i) {
+    const sp_block_q4_0 *blk = vb;
+    for (int m = 0; m < 4; m++) memcpy(o + 32 * m + 4 * i, blk->qs + 4 * m, 4);
+    memcpy(o + 128 + 2 * i, &blk->d, 2);
+}
+
+/* Load-time repacking at this level: Q8_0, Q4_0, Q4_K and Q6_K matrices of
+ * 8-row multiples (sp_kernel_ops.packed_rows_multiple), each block of 8
+ * rows into one packed block of the layouts above (put: row i's share). */
+static const struct {
+    int64_t qk;    /* weights per block */
+    size_t bytes;  /* a file block */
+    size_t packed; /* a packed block of 8 rows */
+    void (*put)(const void *blk, uint8_t *o, int i);
+} PACK8[SP_TYPE_COUNT] = {
+    [SP_TYPE_Q8_0] = {32, sizeof(sp_block_q8_0), Q8P8_BLOCK, put_q8_0},
+    [SP_TYPE_Q4_0] = {32, sizeof(sp_block_q4_0), Q4_0R8_WBLOCK, put_q4_0},
+    [SP_TYPE_Q4_K] = {256, sizeof(sp_block_q4_K), Q4KP8_BLOCK, put_q4_K},
+    [SP_TYPE_Q6_K] = {256, sizeof(sp_block_q6_K), Q6KP8_BLOCK, put_q6_K},
+};
+
 static size_t packed_row_size_avx2(sp_type t, int64_t k) {
-    SP_ASSERT(t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K);
-    if (t == SP_TYPE_Q8_0) return (size_t)(k / 32) * (Q8P8_BLOCK / 8);
-    if (t == SP_TYPE_Q6_K) return (size_t)(k / 256) * (Q6KP8_BLOCK / 8);
-    return t == SP_TYPE_Q4_K ? (size_t)(k / 256) * (Q4KP8_BLOCK / 8) : (size_t)(k / 32) * sizeof(sp_block_q4_0);
+    SP_ASSERT(PACK8[t].put);
+    return (size_t)(k / PACK8[t].qk) * (PACK8[t].packed / 8);
 }
 
 static void pack_rows_avx2(sp_type t, const void *src, void *dst, int64_t n_rows, int64_t k) {
-    SP_ASSERT((t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K) && n_rows % 8 == 0);
-    if (t == SP_TYPE_Q8_0) {
-        pack_rows_q8_0(src, dst, n_rows, k);
-        return;
-    }
-    if (t == SP_TYPE_Q4_K) {
-        pack_rows_q4_K(src, dst, n_rows, k);
-        return;
-    }
-    if (t == SP_TYPE_Q6_K) {
-        pack_rows_q6_K(src, dst, n_rows, k);
-        return;
-    }
-    const int64_t nb = k / 32;
-    const size_t rs = (size_t)nb * sizeof(sp_block_q4_0);
+    SP_ASSERT(PACK8[t].put && n_rows % 8 == 0);
+    const int64_t nb = k / PACK8[t].qk;
+    const size_t rs = (size_t)nb * PACK8[t].bytes;
     for (int64_t r = 0; r < n_rows; r += 8) {
         const uint8_t *g = (const uint8_t *)src + r * rs;
-        uint8_t *o = (uint8_t *)dst + r * rs;
-        for (int64_t b = 0; b < nb; b++, o += Q4_0R8_WBLOCK)
-            for (int i = 0; i < 8; i++) {
-                const sp_block_q4_0 *blk = (const sp_block_q4_0 *)(g + i * rs) + b;
-                for (int m = 0; m < 4; m++) memcpy(o + 32 * m + 4 * i, blk->qs + 4 * m, 4);
-                memcpy(o + 128 + 2 * i, &blk->d, 2);
-            }
+        uint8_t *o = (uint8_t *)dst + r * packed_row_size_avx2(t, k);
+        for (int64_t b = 0; b < nb; b++, o += PACK8[t].packed)
+            for (int i = 0; i < 8; i++) PACK8[t].put(g + i * rs + b * PACK8[t].bytes, o, i);
     }
 }
 
