@@ -4,7 +4,7 @@
  * of 8-row multiples aside: packed at load, 8 rows to a vector) and, for the
  * activations, their vec_dot_type blocks in vec_dot, and in the matmul
  * tiles of Q8_0, Q4_K and Q6_K the same values converted once per matmul
- * into an aligned scratch of the tile's own (Q8A_*, Q8KA_*, Q8KB_* below);
+ * into an aligned scratch of the tile's own (Q8A_*, Q8KA_*, Q8KB_*, Q8KC_*);
  * _mm256_maddubs_epi16 multiplies u8 by s8 and adds pairs into s16 with
  * saturation; every use below stays inside s16:
  *   Q8_0 x Q8_0: |w| * sign(x, w)       <= 2 * 127 * 127 = 32258
@@ -558,7 +558,9 @@ AI void float_row(const uint8_t *w, const uint8_t *xs, size_t xss, const int NT,
  * accumulator: each row's block dot in 8 int32 lanes, reduced across the 8
  * rows by an hadd tree (exact), then one FMA. Costs ~30 ops per block per
  * 8 rows and token against ~4 x 8 for the 8-lane order; Q4_0 is a legacy
- * format, and the point is summing as the reference engine does. */
+ * format, and the point is summing as the reference engine does. Q8_0
+ * matrices of 8-row multiples left on the file's rows (SPECULA_REPACK=0)
+ * take the same loop (Q8): the order of the packed Q8_0 tile below. */
 AI void r8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, const int NT, int64_t b0, int64_t b1,
                  __m256 *F, const int Q8) {
     const __m256i m4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
