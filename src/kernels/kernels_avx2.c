@@ -1169,15 +1169,8 @@ TILE8(q6_Kp8)
 
 static void put_q6_K(const void *vb, uint8_t *o, int i) {
     const sp_block_q6_K *blk = vb;
-    uint8_t q[256]; /* the file's elements in order (kernels_ref.c's reading of them) */
-    for (int nn = 0; nn < 2; nn++)
-        for (int l = 0; l < 32; l++) {
-            const uint8_t l0 = blk->ql[64 * nn + l], l1 = blk->ql[64 * nn + 32 + l], h = blk->qh[32 * nn + l];
-            q[128 * nn + l] = (uint8_t)((l0 & 0xF) | (h & 3) << 4);
-            q[128 * nn + 32 + l] = (uint8_t)((l1 & 0xF) | (h >> 2 & 3) << 4);
-            q[128 * nn + 64 + l] = (uint8_t)(l0 >> 4 | (h >> 4 & 3) << 4);
-            q[128 * nn + 96 + l] = (uint8_t)(l1 >> 4 | (h >> 6) << 4);
-        }
+    uint8_t q[256];
+    sp_q6_K_unpack(blk, q);
     for (int pr = 0; pr < 8; pr++) {
         const uint8_t *qa = q + 32 * pr, *qb = qa + 16;
         uint8_t *pq = o + Q6KP8_PAIR * pr;

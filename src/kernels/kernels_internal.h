@@ -154,6 +154,20 @@ static inline void sp_q4_K_unpack_scales(const uint8_t *q, uint8_t out[16]) {
     memcpy(out + 12, &m_hi, 4);
 }
 
+/* The 256 6-bit quants (0..63) of a Q6_K super-block in element order:
+ * element 128 n + 32 c + l has its low 4 bits in ql[64 n + 32 (c & 1) + l]
+ * (high nibble for c >= 2) and its high 2 in bits 2c of qh[32 n + l]. */
+static inline void sp_q6_K_unpack(const sp_block_q6_K *b, uint8_t q[256]) {
+    for (int n = 0; n < 2; n++)
+        for (int l = 0; l < 32; l++) {
+            const uint8_t l0 = b->ql[64 * n + l], l1 = b->ql[64 * n + 32 + l], h = b->qh[32 * n + l];
+            q[128 * n + l] = (uint8_t)((l0 & 0xF) | (h & 3) << 4);
+            q[128 * n + 32 + l] = (uint8_t)((l1 & 0xF) | (h >> 2 & 3) << 4);
+            q[128 * n + 64 + l] = (uint8_t)(l0 >> 4 | (h >> 4 & 3) << 4);
+            q[128 * n + 96 + l] = (uint8_t)(l1 >> 4 | (h >> 6) << 4);
+        }
+}
+
 /* F32 weights: the summation order of ggml's vec_dot_f32 in llama.cpp's
  * AVX-512 build, the order its CPU backend uses for single-token steps, at
  * every level of Specula and in any batch:

@@ -258,12 +258,9 @@ void sp_ref_dequantize(sp_type t, const void *src, float *dst, int64_t n) {
         const sp_block_q6_K *b = src;
         for (int64_t i = 0; i < n / SP_QK_K; i++) {
             const float d = sp_f16_to_f32(b[i].d);
-            for (int e = 0; e < SP_QK_K; e++) {
-                const int nn = e / 128, r = e % 128, qd = r / 32, l = r % 32;
-                const int lo = (b[i].ql[nn * 64 + (qd & 1) * 32 + l] >> (4 * (qd >> 1))) & 0xF;
-                const int hi = (b[i].qh[nn * 32 + l] >> (2 * qd)) & 3;
-                *dst++ = d * b[i].scales[e / 16] * ((lo | (hi << 4)) - 32);
-            }
+            uint8_t q[256];
+            sp_q6_K_unpack(&b[i], q);
+            for (int e = 0; e < SP_QK_K; e++) *dst++ = d * b[i].scales[e / 16] * (q[e] - 32);
         }
         return;
     }
@@ -364,8 +361,15 @@ static void vec_dot_q4_0_ref(int64_t k, float *s, const void *vw, const void *vx
     *s = hsum8(F);
 }
 
+/* One block of the row-sum order: acc = fma(q . x's quants, dw * dx, acc) */
+static float block_fma(const int8_t *q, sp_f16 dw, const sp_block_q8_0 *x, float acc) {
+    int p = 0;
+    for (int j = 0; j < 32; j++) p += q[j] * x->qs[j];
+    return fmaf((float)p, sp_f16_to_f32(dw) * sp_f16_to_f32(x->d), acc);
+}
+
 /* Q4_0 in a matrix of 8-row multiples: llama.cpp repacks those and sums
- * acc = fma(block's integer dot, dw * dx, acc) block after block. */
+ * block_fma block after block. */
 static void vec_dot_q4_0r8_ref(int64_t k, float *s, const void *vw, const void *vx) {
     const sp_block_q4_0 *w = vw;
     const sp_block_q8_0 *x = vx;
@@ -373,24 +377,17 @@ static void vec_dot_q4_0r8_ref(int64_t k, float *s, const void *vw, const void *
     for (int64_t i = 0; i < k / SP_QK4_0; i++) {
         int8_t q[32];
         q4_0_unpack(&w[i], q);
-        int p = 0;
-        for (int j = 0; j < 32; j++) p += q[j] * x[i].qs[j];
-        acc = fmaf((float)p, sp_f16_to_f32(w[i].d) * sp_f16_to_f32(x[i].d), acc);
+        acc = block_fma(q, w[i].d, &x[i], acc);
     }
     *s = acc;
 }
 
 /* Q8_0 in the avx2 level's order for matrices of 8-row multiples
- * (kernels_avx2.c, packed at load): llama.cpp's order for repacked Q4_0,
- * acc = fma(block's integer dot, dw * dx, acc) block after block. */
+ * (kernels_avx2.c, packed at load): the same as llama.cpp's repacked Q4_0. */
 static void vec_dot_q8_0_rows8_ref(int64_t k, float *s, const void *vw, const void *vx) {
     const sp_block_q8_0 *w = vw, *x = vx;
     float acc = 0.0f;
-    for (int64_t i = 0; i < k / SP_QK8_0; i++) {
-        int p = 0;
-        for (int j = 0; j < 32; j++) p += w[i].qs[j] * x[i].qs[j];
-        acc = fmaf((float)p, sp_f16_to_f32(w[i].d) * sp_f16_to_f32(x[i].d), acc);
-    }
+    for (int64_t i = 0; i < k / SP_QK8_0; i++) acc = block_fma(w[i].qs, w[i].d, &x[i], acc);
     *s = acc;
 }
 
@@ -460,15 +457,12 @@ static void vec_dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *vx
     float F[8] = {0};
     for (int64_t i = 0; i < k / SP_QK_K; i++) {
         int acc[8] = {0};
+        uint8_t q[256];
+        sp_q6_K_unpack(&w[i], q);
         for (int c = 0; c < 8; c++) { /* chunk c: elements 32c .. 32c + 31 */
-            const int nn = c / 4, qd = c % 4;
             for (int l = 0; l < 8; l++) {
                 int p = 0;
-                for (int b = 4 * l; b < 4 * l + 4; b++) {
-                    const int lo = (w[i].ql[nn * 64 + (qd & 1) * 32 + b] >> (4 * (qd >> 1))) & 0xF;
-                    const int hi = (w[i].qh[nn * 32 + b] >> (2 * qd)) & 3;
-                    p += ((lo | (hi << 4)) - 32) * x[i].qs[32 * c + b];
-                }
+                for (int b = 32 * c + 4 * l; b < 32 * c + 4 * l + 4; b++) p += (q[b] - 32) * x[i].qs[b];
                 acc[l] += w[i].scales[2 * c + (l >= 4)] * p;
             }
         }
@@ -486,14 +480,11 @@ static void vec_dot_q6_K_rows8_ref(int64_t k, float *s, const void *vw, const vo
     float acc = 0;
     for (int64_t i = 0; i < k / SP_QK_K; i++) {
         int32_t isum = 0;
+        uint8_t q[256];
+        sp_q6_K_unpack(&w[i], q);
         for (int j = 0; j < 16; j++) {
             int32_t dot = 0;
-            for (int e = 16 * j; e < 16 * j + 16; e++) {
-                const int c = e / 32, b = e % 32, nn = c / 4, qd = c % 4;
-                const int lo = (w[i].ql[nn * 64 + (qd & 1) * 32 + b] >> (4 * (qd >> 1))) & 0xF;
-                const int hi = (w[i].qh[nn * 32 + b] >> (2 * qd)) & 3;
-                dot += ((lo | (hi << 4)) - 32) * x[i].qs[e];
-            }
+            for (int e = 16 * j; e < 16 * j + 16; e++) dot += (q[e] - 32) * x[i].qs[e];
             isum += w[i].scales[j] * dot;
         }
         acc = fmaf((float)isum, sp_f16_to_f32(w[i].d) * x[i].d, acc);
