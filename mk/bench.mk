@@ -6,6 +6,9 @@
 #   make bench-server  bench/server/run.sh alone
 #   make kbench        bin/kbench, the kernels' microbenchmark (bench/kernels/)
 #   make tilebench     bin/tilebench, one tile shape in cache (bench/kernels/)
+#   make floorbench    bin/floorbench, the AVX2 Q4_K tile against the floor
+#                      of its instruction stream, and what that leaves of a
+#                      5-token pass over a 1-token step (bench/kernels/)
 #   make bench-peers   bench/peers/run.sh: Specula beside ik_llama.cpp and
 #                      llama.cpp (IK_BENCH, LLAMA_BENCH: their llama-bench)
 # `specula bench`, the load generator for OpenAI-compatible servers, is
@@ -38,6 +41,11 @@ $(BIN)/tilebench: $(BUILD)/bench/kernels/tilebench.o $(LIB)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
 tilebench: $(BIN)/tilebench
+# the instruction floor (floor_avx2.c gets the AVX2 flags by its name)
+$(BIN)/floorbench: $(BUILD)/bench/kernels/floorbench.o $(BUILD)/bench/kernels/floor_avx2.o $(LIB)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS)
+floorbench: $(BIN)/floorbench
 
 # ---- bench/server: wrk against /v1/completions at 1, 8 and 32 connections,
 # and the server's delivery overhead measured by bin/bench_server_stream
@@ -77,4 +85,4 @@ $(BUILD)/tests/test_bench_tool: TEST_CFLAGS = -Ibench/loadgen
 $(BUILD)/tests/test_bench_tool: TEST_OBJ = $(BENCH_TOOL_TEST_OBJ)
 $(BUILD)/tests/test_bench_tool: TEST_LDLIBS = -lcurl
 
-.PHONY: bench bench-server kbench tilebench bench-peers
+.PHONY: bench bench-server kbench tilebench floorbench bench-peers
