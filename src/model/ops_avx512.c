@@ -13,9 +13,9 @@
  * (verification, prefill): grouping only shares the load and f16
  * conversion of each K/V row, so a token's logits do not depend on the
  * batch it is in, which greedy speculative decoding needs to reproduce
- * plain decoding exactly. Against AVX2 (8 lanes, one query at a time) it
- * halves the instructions per score and per weighted V row, and a group of
- * 4 pays one conversion of each row instead of 4.
+ * plain decoding exactly. Against AVX2 (8 lanes, a horizontal sum per
+ * score; its groups of 4 queries also share each row's conversion) it
+ * halves the instructions per score and per weighted V row.
  *
  * A group's queries are any of a run's tokens x the heads of one KV head
  * (GQA: TinyLlama's 8 heads per KV head read each row twice instead of 8
@@ -291,7 +291,7 @@ static void avx512_attn_run(const float *q, size_t q_stride, int32_t nq, int32_t
         return;
         DC_CASE(1) DC_CASE(2) DC_CASE(3) DC_CASE(4) DC_CASE(5) DC_CASE(6) DC_CASE(7) DC_CASE(8)
 #undef DC_CASE
-    default: /* other head sizes: AVX2, one query at a time */
+    default: /* other head sizes: AVX2's runs */
         sp_attn_run(sp_fwd_ops_avx2(), q, q_stride, nq, nh, kv, layer, seq, g, D, n_pos0, scale, scores,
                     sc_stride, q16, out, out_stride);
     }
