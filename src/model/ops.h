@@ -57,6 +57,26 @@ const sp_fwd_ops *sp_fwd_ops_ref(void);
 const sp_fwd_ops *sp_fwd_ops_avx2(void);
 const sp_fwd_ops *sp_fwd_ops_avx512(void);
 
+/* One query of an attention run: its head's q, where it writes, and the
+ * positions [0, n) it attends to. */
+typedef struct {
+    const float *q;
+    float *out;
+    int32_t n;
+} sp_attn_query;
+
+/* aq[0 .. qn) = queries i0 .. i0 + qn - 1 of an attn_run's nq x nh, taken
+ * token by token (a token's heads attend to the same positions): the
+ * variants' attn_run cut a run into groups this way. */
+static inline void sp_attn_queries(const float *q, size_t q_stride, int32_t nh, int32_t D, int32_t n_pos0,
+                                   float *out, size_t out_stride, int32_t i0, int qn, sp_attn_query *aq) {
+    for (int i = 0; i < qn; i++) {
+        const int32_t t = (i0 + i) / nh, j = (i0 + i) % nh;
+        aq[i] = (sp_attn_query){q + (size_t)t * q_stride + (size_t)j * D, out + (size_t)t * out_stride + (size_t)j * D,
+                                n_pos0 + t};
+    }
+}
+
 /* o's attn_run, or attn_head per query when o has none. */
 void sp_attn_run(const sp_fwd_ops *o, const float *q, size_t q_stride, int32_t nq, int32_t nh, sp_kv *kv,
                  int32_t layer, int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,

@@ -139,7 +139,11 @@ static void avx2_attn_head(const float *q, sp_kv *kv, int32_t layer, int32_t seq
 /* Up to QG queries of one KV head sharing each K/V row's load and f16
  * conversion (verification, prefill, the heads of a GQA group): every
  * query's arithmetic is avx2_attn_head's, operation for operation, so each
- * gets what it gets alone (test_ops: run_case, paged_case).
+ * gets what it gets alone (test_ops: run_case, paged_case). avx2_attn_head
+ * stays a separate loop on purpose: it is the one-query oracle those cases
+ * compare every group with bit for bit (attn_case holds the heads to the
+ * reference only within a tolerance), and a group of one in its place let
+ * an unrounded probability through every case.
  *
  * Dimension legend: D head_dim (a multiple of 16, <= 256), QG queries per
  * group, VB positions per block of gathered K/V rows.
@@ -153,17 +157,11 @@ static void avx2_attn_head(const float *q, sp_kv *kv, int32_t layer, int32_t seq
  * order), one load and store of part per 4 FMAs instead of per FMA. */
 enum { QG2 = 4, VB2 = SP_ATTN_ROWS };
 
-typedef struct {
-    const float *q;
-    float *out;
-    int32_t n; /* positions [0, n) */
-} attn_q2;
-
 /* qn: a constant in each copy (avx2_attn_run's switch), so that the
  * queries' chains and sums stay in registers (with a variable count they
  * went through the stack: 1024 positions, 5 tokens, 15% slower than one
  * query at a time) */
-static inline __attribute__((always_inline)) void avx2_attn_group(const attn_q2 *aq, const int qn, sp_kv *kv,
+static inline __attribute__((always_inline)) void avx2_attn_group(const sp_attn_query *aq, const int qn, sp_kv *kv,
                                                                   int32_t layer, int32_t seq, int32_t g, int32_t D,
                                                                   float scale, float *scores, size_t sc_stride) {
     const bool f16 = kv->type == SP_TYPE_F16;
@@ -266,13 +264,9 @@ static void avx2_attn_run(const float *q, size_t q_stride, int32_t nq, int32_t n
     }
     const int32_t nall = nq * nh, qg = D > 128 ? 2 : QG2;
     for (int32_t i0 = 0; i0 < nall; i0 += qg) {
-        attn_q2 aq[QG2];
+        sp_attn_query aq[QG2];
         const int qn = (int)SP_MIN(qg, nall - i0);
-        for (int i = 0; i < qn; i++) {
-            const int32_t t = (i0 + i) / nh, j = (i0 + i) % nh;
-            aq[i] = (attn_q2){q + (size_t)t * q_stride + (size_t)j * D, out + (size_t)t * out_stride + (size_t)j * D,
-                              n_pos0 + t};
-        }
+        sp_attn_queries(q, q_stride, nh, D, n_pos0, out, out_stride, i0, qn, aq);
         switch (qn) {
         case 1: avx2_attn_group(aq, 1, kv, layer, seq, g, D, scale, scores, sc_stride); break;
         case 2: avx2_attn_group(aq, 2, kv, layer, seq, g, D, scale, scores, sc_stride); break;

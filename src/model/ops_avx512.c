@@ -100,17 +100,9 @@ AI __m512 reduce16x16(const float (*v)[16]) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), s);
 }
 
-/* One query of a group: its head's q, where it writes, and the positions
- * [0, n) it attends to. */
-typedef struct {
-    const float *q;
-    float *out;
-    int32_t n;
-} attn_query;
-
 /* The qn (<= QG) queries aq[] of KV head g of one sequence; query t keeps
  * its scores in scores + t * sc_stride. */
-AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, sp_kv *kv, int32_t layer,
+AI void attn_group(const sp_attn_query *aq, const int QG, const int DC, int qn, sp_kv *kv, int32_t layer,
                    int32_t seq, int32_t g, float scale, float *scores, size_t sc_stride) {
     const bool f16 = kv->type == SP_TYPE_F16;
     const int32_t D = 16 * DC, kv_dim = kv->kv_dim;
@@ -269,13 +261,9 @@ AI void run_dc(const int DC, const float *q, size_t q_stride, int32_t nq, int32_
     const int QG = 16 / DC > 4 ? 4 : 16 / DC;
     const int32_t D = 16 * DC, nall = nq * nh;
     for (int32_t i0 = 0; i0 < nall; i0 += QG) {
-        attn_query aq[4];
+        sp_attn_query aq[4];
         const int qn = (int)SP_MIN((int32_t)QG, nall - i0);
-        for (int i = 0; i < qn; i++) {
-            const int32_t t = (i0 + i) / nh, j = (i0 + i) % nh;
-            aq[i] = (attn_query){q + (size_t)t * q_stride + (size_t)j * D, out + (size_t)t * out_stride + (size_t)j * D,
-                                 n_pos0 + t};
-        }
+        sp_attn_queries(q, q_stride, nh, D, n_pos0, out, out_stride, i0, qn, aq);
         attn_group(aq, QG, DC, qn, kv, layer, seq, g, scale, scores, sc_stride);
     }
 }
