@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#define FLOOR_NT 5
+#include "floor.h"
 
 static double now_s(void) {
     struct timespec ts;
