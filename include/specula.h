@@ -463,10 +463,20 @@ void sp_token_trie_free(sp_token_trie *t);
  * by state, so a state met again (inside a JSON string, between array
  * items) costs a lookup. Memory grows with the distinct states met. */
 typedef struct sp_matcher sp_matcher;
-/* NULL + err when out of memory. t may be NULL (bytes only: no masks). */
+/* NULL + err when out of memory, or when the grammar's start alone is
+ * over a budget (below). t may be NULL (bytes only: no masks). */
 sp_matcher *sp_matcher_create(const sp_grammar *g, const sp_token_trie *t, char *err,
                               size_t errlen);
 void sp_matcher_free(sp_matcher *m);
+/* Budgets: each call below (a mask, a token, a lookahead) may spend a
+ * bounded amount of work, and a matcher a bounded amount of memory
+ * (64 MiB), whatever the grammar. A call that would spend more fails, and
+ * so does every later one: masks are empty, tokens and bytes refused.
+ * SP_OK while within them; SP_ERR_INVALID and a message naming the budget
+ * once one was exceeded. */
+int sp_matcher_error(const sp_matcher *m, char *err, size_t errlen);
+/* The bytes the matcher holds now. */
+size_t sp_matcher_bytes(const sp_matcher *m);
 /* Back to the start of the grammar. */
 void sp_matcher_reset(sp_matcher *m);
 /* Advances over bytes s[n]: true, or false (state unchanged) when some
@@ -585,6 +595,11 @@ typedef struct {
                                  treat it as secret (SECURITY.md) */
     size_t kv_disk_size;      /* the disk tier's cap in bytes (default 0: 4 GiB); its
                                  least recently used blocks are evicted to stay under */
+    size_t grammar_mem;       /* bytes the requests with a grammar may hold together
+                                 (default 0: 1 GiB): each holds its compiled grammar's
+                                 size from submission (SP_ERR_BUSY when it does not fit)
+                                 and its matcher's budget (64 MiB) from admission (it
+                                 waits in the queue until that fits), until it ends */
     bool debug_check;         /* run the pool's invariant checker after every step
                                  (tests; O(blocks) per step); see sp_engine_check */
     /* speculative decoding */

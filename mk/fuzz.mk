@@ -20,7 +20,7 @@ FUZZ_CC       ?= clang-14
 FUZZ_BUILD    ?= build-fuzz
 FUZZ_TIME     ?= 60
 FUZZ_CI_TIME  ?= 10
-FUZZ_TARGETS  := gguf tokenizer request chat sse grammar kvstore
+FUZZ_TARGETS  := gguf tokenizer request chat sse grammar grammar_cost kvstore
 FUZZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 # Largest input per target: GGUF seeds are up to 64 KB; text inputs beyond
 # a few KB only make each run slower.
@@ -30,6 +30,8 @@ FUZZ_MAX_LEN_request   = 8192
 FUZZ_MAX_LEN_chat      = 4096
 FUZZ_MAX_LEN_sse       = 4096
 FUZZ_MAX_LEN_grammar   = 4096
+# hostile grammars and patterns are a few KB (the cost target hunts them)
+FUZZ_MAX_LEN_grammar_cost = 8192
 FUZZ_MAX_LEN_kvstore   = 16384
 FUZZ_FLAGS    ?= -timeout=20 -rss_limit_mb=2048 -print_final_stats=1
 FUZZ_ENV      := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -17,9 +17,14 @@
  * forces are proposed after any proposer's (gr_forced), for requests that
  * do not speculate too (speculate.c: jump-forward).
  *
- * The engine keeps the compiled grammars by their text (SP_GCACHE, least
- * recently used out) and one token trie for its vocabulary, both under
- * gmu, built by the submitting thread. */
+ * A request's grammar is compiled and checked when it is submitted, by
+ * the submitting thread (the server's are not its HTTP threads); its
+ * matcher is made when it is first admitted. The engine keeps the
+ * compiled grammars by tenant and text (SP_GCACHE, least recently used
+ * out) and one token trie for its vocabulary, under gmu, which is never
+ * held while compiling or matching. Grammar memory has one engine-wide cap
+ * (grammar_mem): a request holds its compiled grammar's size from
+ * submission and its matcher's budget from admission, until it ends. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,35 +32,124 @@
 #include "engine/internal.h"
 #include "grammar/grammar.h"
 
-/* The compiled grammar of text (a reference the caller releases), from the
- * cache or compiled now. Under gmu. */
-static sp_grammar *grammar_for(sp_engine *e, const char *text, char *err, size_t errlen) {
-    struct gcache_entry *old = &e->gcache[0];
+/* ---- the compiled grammars, by tenant ---- */
+
+static bool same(const char *a, const char *b) { return (!a && !b) || (a && b && !strcmp(a, b)); }
+
+/* The cached grammar of (salt, text) with a reference for the caller, or
+ * NULL. Under gmu. */
+static sp_grammar *cache_find(sp_engine *e, const char *salt, const char *text) {
     for (int i = 0; i < SP_GCACHE; i++) {
         struct gcache_entry *c = &e->gcache[i];
-        if (c->text && !strcmp(c->text, text)) {
+        if (c->text && same(c->salt, salt) && !strcmp(c->text, text)) {
             c->used = ++e->gcache_clock;
             gr_retain(c->g);
             return c->g;
         }
-        if (c->used < old->used) old = c;
     }
-    sp_grammar *g = sp_grammar_compile(text, 0, err, errlen);
-    if (!g) return NULL;
-    char *t = strdup(text);
-    if (t) {
-        free(old->text);
-        sp_grammar_free(old->g);
-        old->text = t;
-        old->g = g;
-        old->used = ++e->gcache_clock;
-        gr_retain(g);
+    return NULL;
+}
+
+/* Keeps g for (salt, text) in place of the least recently used entry
+ * (nothing when out of memory: it is only a cache). Under gmu. */
+static void cache_put(sp_engine *e, const char *salt, const char *text, sp_grammar *g) {
+    struct gcache_entry *old = &e->gcache[0];
+    for (int i = 1; i < SP_GCACHE; i++)
+        if (e->gcache[i].used < old->used) old = &e->gcache[i];
+    char *t = strdup(text), *sl = salt ? strdup(salt) : NULL;
+    if (!t || (salt && !sl)) {
+        free(t), free(sl);
+        return;
     }
+    free(old->text), free(old->salt);
+    sp_grammar_free(old->g);
+    *old = (struct gcache_entry){sl, t, g, ++e->gcache_clock};
+    gr_retain(g);
+}
+
+/* The compiled grammar of text for the tenant of salt (a reference the
+ * caller releases). A tenant's grammars, and the masks their matchers
+ * share, are its own: what another tenant compiled is never found, so its
+ * cost cannot tell anyone what others asked for. Compiling (linear in the
+ * text) runs outside gmu: other requests never wait for it. */
+static sp_grammar *grammar_for(sp_engine *e, const char *salt, const char *text, char *err,
+                               size_t errlen) {
+    pthread_mutex_lock(&e->gmu);
+    sp_grammar *g = cache_find(e, salt, text);
+    pthread_mutex_unlock(&e->gmu);
+    if (g) return g;
+    if (!(g = sp_grammar_compile(text, 0, err, errlen))) return NULL;
+    pthread_mutex_lock(&e->gmu);
+    sp_grammar *had = cache_find(e, salt, text); /* compiled meanwhile by another request */
+    if (had) {
+        sp_grammar_free(g);
+        g = had;
+    } else {
+        cache_put(e, salt, text, g);
+    }
+    pthread_mutex_unlock(&e->gmu);
     return g;
 }
 
+/* ---- grammar memory: one engine-wide cap ---- */
+
+/* Counts bytes against the engine's grammar memory; false (nothing
+ * counted) when they do not fit. */
+static bool gmem_take(sp_engine *e, size_t bytes) {
+    size_t have = __atomic_load_n(&e->gmem_used, __ATOMIC_RELAXED);
+    do {
+        if (have + bytes > e->p.grammar_mem) return false;
+    } while (!__atomic_compare_exchange_n(&e->gmem_used, &have, have + bytes, true,
+                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return true;
+}
+
+void gr_release(sp_engine *e, request *r) {
+    __atomic_sub_fetch(&e->gmem_used, r->gmem, __ATOMIC_RELAXED);
+    r->gmem = 0;
+}
+
+/* A matcher for r, set up as the request asked (jump-forward, a trigger). */
+static sp_matcher *matcher_of(sp_engine *e, const request *r, char *err, size_t errlen, int *rc) {
+    sp_matcher *m = sp_matcher_create(r->gram, e->trie, err, errlen);
+    *rc = m ? SP_OK : strstr(err, "budget") ? SP_ERR_INVALID : SP_ERR_NOMEM;
+    if (!m) return NULL;
+    sp_matcher_set_jump_forward(m, true);
+    if (r->gtrigger && (*rc = sp_matcher_set_trigger(m, r->gtrigger, strlen(r->gtrigger),
+                                                     r->gat_start, err, errlen))) {
+        sp_matcher_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* The checks a grammar must pass before its request is queued, on a
+ * matcher of its own dropped after (a queued request holds none): its
+ * start and first mask within the budgets, and some token allowed. The
+ * first mask stays in the grammar's shared masks, so the matcher made at
+ * admission finds it. */
+static int check_start(sp_engine *e, request *r, char *err, size_t errlen) {
+    int rc;
+    sp_matcher *m = matcher_of(e, r, err, errlen, &rc);
+    if (!m || r->gtrigger) { /* lazy: free until the trigger, so no first-position check */
+        sp_matcher_free(m);
+        return rc;
+    }
+    if (!sp_matcher_mask(m, r->gmask)) {
+        rc = sp_matcher_error(m, err, errlen);
+        if (!rc) {
+            sp_seterr(err, errlen, "the grammar allows no token of the vocabulary at the first "
+                      "position (no token's text begins a string of the grammar)");
+            rc = SP_ERR_INVALID;
+        }
+    }
+    sp_matcher_free(m);
+    return rc;
+}
+
 int gr_take(sp_engine *e, request *r, const sp_request_params *rp, char *err, size_t errlen) {
-    if (!rp->grammar && rp->grammar_trigger && rp->grammar_trigger[0]) {
+    const char *trig = rp->grammar_trigger;
+    if (!rp->grammar && trig && trig[0]) {
         sp_seterr(err, errlen, "grammar_trigger needs a grammar");
         return SP_ERR_INVALID;
     }
@@ -66,37 +160,52 @@ int gr_take(sp_engine *e, request *r, const sp_request_params *rp, char *err, si
     if (!rc && !e->mrows &&
         !(e->mrows = malloc((size_t)(SP_SPEC_K_MAX + 1) * e->n_vocab * sizeof(float))))
         rc = SP_ERR_NOMEM;
-    sp_grammar *g = rc ? NULL : grammar_for(e, rp->grammar, err, errlen);
-    if (!rc && !g) rc = SP_ERR_INVALID;
     pthread_mutex_unlock(&e->gmu);
     if (rc) return rc;
-    r->gm = sp_matcher_create(g, e->trie, err, errlen);
-    sp_grammar_free(g); /* the matcher holds its own reference */
+    if (!(r->gram = grammar_for(e, r->salt, rp->grammar, err, errlen))) return SP_ERR_INVALID;
+    if (!gmem_take(e, gr_bytes(r->gram))) {
+        sp_seterr(err, errlen, "the engine's grammar memory (%zu MiB) is held by other requests' "
+                  "grammars; retry later", e->p.grammar_mem >> 20);
+        return SP_ERR_BUSY;
+    }
+    r->gmem = gr_bytes(r->gram);
     r->gmask = malloc((size_t)(e->n_vocab + 31) / 32 * sizeof(uint32_t));
-    if (!r->gm || !r->gmask) return SP_ERR_NOMEM;
-    sp_matcher_set_jump_forward(r->gm, true);
-    const char *trig = rp->grammar_trigger;
-    if (trig && trig[0]) { /* lazy: free until the trigger, so no first-position check */
-        rc = sp_matcher_set_trigger(r->gm, trig, strlen(trig), rp->grammar_at_start, err, errlen);
-        r->gtrig_tok = rc ? -1 : sp_matcher_trigger_token(r->gm);
-        if (!rc && r->gtrig_tok >= 0 && !(r->gtrig = strdup(trig))) rc = SP_ERR_NOMEM;
-        return rc;
+    if (!r->gmask || (trig && trig[0] && !(r->gtrigger = strdup(trig)))) return SP_ERR_NOMEM;
+    r->gat_start = rp->grammar_at_start;
+    return check_start(e, r, err, errlen);
+}
+
+int gr_admit(sp_engine *e, request *r) {
+    if (!r->gram || r->gm) return 1;
+    if (!gmem_take(e, GR_MATCHER_MAX_BYTES)) return 0; /* waits for others' matchers to end */
+    r->gmem += GR_MATCHER_MAX_BYTES;
+    int rc;
+    if (!(r->gm = matcher_of(e, r, r->err, sizeof(r->err), &rc))) return -1;
+    r->gtrig_tok = sp_matcher_trigger_token(r->gm);
+    if (r->gtrig_tok >= 0 && !(r->gtrig = strdup(r->gtrigger))) {
+        snprintf(r->err, sizeof(r->err), "out of memory");
+        return -1;
     }
-    if (!sp_matcher_mask(r->gm, r->gmask)) {
-        sp_seterr(err, errlen, "the grammar allows no token of the vocabulary at the first "
-                  "position (no token's text begins a string of the grammar)");
-        return SP_ERR_INVALID;
-    }
-    return SP_OK;
+    return 1;
 }
 
 void gr_engine_free(sp_engine *e) {
     for (int i = 0; i < SP_GCACHE; i++) {
         free(e->gcache[i].text);
+        free(e->gcache[i].salt);
         sp_grammar_free(e->gcache[i].g);
     }
     sp_token_trie_free(e->trie);
     free(e->mrows);
+}
+
+void gr_dead_end(request *r) {
+    if (!r->gm || !sp_matcher_error(r->gm, r->err, sizeof(r->err)))
+        snprintf(r->err, sizeof(r->err), "no token of the vocabulary can continue the output here");
+    /* the prefix says where the message comes from */
+    char msg[sizeof(r->err)];
+    snprintf(msg, sizeof(msg), "grammar: %.*s", (int)sizeof(msg) - 10, r->err);
+    memcpy(r->err, msg, sizeof(msg));
 }
 
 /* The tokens allowed at lookahead state i into r->gmask; their count

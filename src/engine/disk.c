@@ -30,6 +30,13 @@
 #define EMA_KEEP 0.8
 #define PREFILL_MIN_TOKENS 8
 
+static int hash_model(void *ctx, uint8_t out[32]) { return sp_model_file_hash(ctx, out); }
+
+/* The tier keys rows on the engine's fingerprint mixed with the SHA-256 of
+ * the whole model file (cached in DIR by the file's identity): the sampled
+ * fingerprint alone let a model differing in the middle of a matrix restore
+ * another's K/V. The block hashes then use the same key, set here before
+ * any request is hashed. */
 int eng_disk_open(sp_engine *e, char *err, size_t errlen) {
     if (!e->p.kv_disk_dir) return SP_OK;
     if (!e->p.prefix_cache) {
@@ -41,12 +48,17 @@ int eng_disk_open(sp_engine *e, char *err, size_t errlen) {
     dp.dir = e->p.kv_disk_dir;
     dp.max_bytes = e->p.kv_disk_size ? e->p.kv_disk_size : SP_DISK_DEFAULT_SIZE;
     memcpy(dp.fp, e->model_key, sizeof(dp.fp));
+    const sp_gguf_file_id id = sp_gguf_file_identity(e->m->gguf);
+    dp.file_id = (sp_disk_file_id){id.dev, id.ino, id.size, id.mtime_ns, id.ctime_ns};
+    dp.hash_file = hash_model;
+    dp.hash_ctx = (void *)e->m;
     dp.kv_type = e->p.kv_type == SP_KV_F16 ? SP_TYPE_F16 : SP_TYPE_F32;
     dp.block_size = e->p.kv_block_size;
     dp.n_layer = h->n_layer;
     dp.kv_dim = h->n_head_kv * h->head_dim;
     e->disk = sp_disk_tier_open(&dp, err, errlen);
     if (!e->disk) return SP_ERR_INVALID;
+    sp_disk_tier_fp(e->disk, e->model_key);
     e->disk_buf = malloc(sp_disk_tier_block_bytes(e->disk));
     if (!e->disk_buf) {
         sp_seterr(err, errlen, "out of memory for the disk tier");

@@ -65,6 +65,7 @@ sp_engine_params sp_engine_default_params(void) {
     p.ngram_max = 4;
     p.suffix_store_tokens = 1 << 16;
     p.spec_partitions = 256;
+    p.grammar_mem = SP_GRAMMAR_MEM_DEFAULT;
     return p;
 }
 
@@ -261,6 +262,7 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
     e->vocab = sp_model_get_vocab(m);
     e->n_vocab = h->n_vocab;
     e->p = p;
+    if (!e->p.grammar_mem) e->p.grammar_mem = SP_GRAMMAR_MEM_DEFAULT;
     pthread_mutex_init(&e->mu, NULL);
     pthread_mutex_init(&e->gmu, NULL);
     pthread_cond_init(&e->work, NULL);

@@ -27,6 +27,8 @@ void rq_free(request *r) {
     sp_suffix_seq_free(r->sfx);
     sp_sampler_free(r->dsmp);
     sp_matcher_free(r->gm);
+    sp_grammar_free(r->gram);
+    free(r->gtrigger);
     free(r->gmask);
     free(r->gtrig);
     free(r);
@@ -290,6 +292,7 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
     if (rc == SP_OK) rc = enqueue(e, r);
     if (rc > 0) return rc;
     if (rc == SP_ERR_NOMEM) sp_seterr(err, errlen, "out of memory queueing the request");
+    if (r) gr_release(e, r);
     rq_free(r);
     return rc;
 }

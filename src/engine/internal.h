@@ -17,8 +17,10 @@
 #include "spec/planner.h"
 #include "spec/spec.h"
 
-/* Compiled grammars kept by their text. */
+/* Compiled grammars kept by tenant and text. */
 #define SP_GCACHE 32
+/* The requests' grammar memory when the parameters give none. */
+#define SP_GRAMMAR_MEM_DEFAULT ((size_t)1 << 30)
 
 typedef enum { RQ_WAITING, RQ_RUNNING, RQ_DONE } rq_state;
 
@@ -107,7 +109,11 @@ struct request {
     int32_t sfx_len;           /* tokens of toks indexed in sfx */
     sp_sampler *dsmp;          /* the draft's sampler (sampling requests) */
     /* structured output (constrain.c): NULL without a grammar */
-    sp_matcher *gm;            /* where in the grammar the output is */
+    sp_grammar *gram;          /* compiled (a reference), from submission */
+    char *gtrigger;            /* a lazy grammar's trigger, or NULL */
+    bool gat_start;            /* ... counted only at the start of the output */
+    size_t gmem;               /* bytes of the engine's grammar memory it holds */
+    sp_matcher *gm;            /* where in the grammar the output is; from admission */
     uint32_t *gmask;           /* [(n_vocab + 31) / 32] scratch: allowed tokens */
     int32_t n_forced;          /* of this step's proposals, the last n_forced are the
                                   grammar's (jump-forward) */
@@ -209,7 +215,9 @@ struct sp_engine {
     pthread_mutex_t gmu;
     sp_token_trie *trie;
     float *mrows;              /* [SP_SPEC_K_MAX + 1][V] masked logits rows */
+    size_t gmem_used;          /* grammar memory held by requests (atomic; cap grammar_mem) */
     struct gcache_entry {
+        char *salt;            /* the tenant's, NULL none */
         char *text;
         sp_grammar *g;
         uint64_t used;
@@ -256,6 +264,15 @@ void eng_make_event(sp_engine *e, request *r);
 /* constrain.c */
 int gr_take(sp_engine *e, request *r, const sp_request_params *rp, char *err, size_t errlen);
 void gr_engine_free(sp_engine *e);
+/* At admission: r's matcher, made within the engine's grammar memory. 1:
+ * ready (or no grammar); 0: wait, the memory is held by others; -1: failed
+ * (r->err says why). */
+int gr_admit(sp_engine *e, request *r);
+/* Gives back the grammar memory r holds (idempotent). */
+void gr_release(sp_engine *e, request *r);
+/* r->err for a grammar that stopped the output: a budget exceeded, or a
+ * dead end. */
+void gr_dead_end(request *r);
 const float *gr_mask_rows(sp_engine *e, request *r, const float *rows, int32_t *n);
 void gr_cut(sp_engine *e, request *r);
 void gr_forced(sp_engine *e, request *r, int32_t cap);

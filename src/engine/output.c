@@ -98,8 +98,8 @@ void eng_emit_token(sp_engine *e, request *r, sp_token t, const float *logits) {
         r->text_len += (size_t)np;
         r->text[r->text_len] = 0;
     }
-    if (!gr_commit(e, r, t)) { /* cannot happen: the row was masked */
-        snprintf(r->err, sizeof(r->err), "grammar: token %d does not fit the grammar", t);
+    if (!gr_commit(e, r, t)) { /* the row was masked: only a budget can refuse it */
+        gr_dead_end(r);
         eng_finish(e, r, SP_FINISH_ERROR);
     } else if (check_stop_strings(r, old) || (r->gm && sp_matcher_done(r->gm))) {
         eng_finish(e, r, SP_FINISH_STOP); /* a stop string, or the grammar's output is complete */

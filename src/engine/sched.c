@@ -70,6 +70,7 @@ void eng_finish(sp_engine *e, request *r, sp_finish_reason why) {
         if (!r->part) sp_spec_parts_release(e->parts, pt);
     }
     release_slot(e, r);
+    gr_release(e, r);
     r->state = RQ_DONE;
     r->st.finish = why;
     r->text_released = r->text_len;
@@ -234,7 +235,12 @@ int32_t eng_schedule(sp_engine *e, step *s) {
      * waits for blocks rather than letting later requests overtake it */
     while (budget > 0 && e->n_waiting > 0 && e->n_running < e->p.max_seqs) {
         request *r = e->waiting[0];
-        if (!admit(e, r, reserved)) break;
+        const int g = gr_admit(e, r); /* its grammar's matcher, first */
+        if (g < 0) {
+            eng_finish(e, r, SP_FINISH_ERROR);
+            continue;
+        }
+        if (!g || !admit(e, r, reserved)) break;
         wait_remove(e, r);
         r->state = RQ_RUNNING;
         int32_t n = SP_MIN(r->n_all - kv_len(e, r), budget);

@@ -269,8 +269,7 @@ void spec_commit(sp_engine *e, step *s, const step_entry *en) {
      * dead end; the rows beyond are dropped with the KV below */
     const float *rows = gr_mask_rows(e, r, sp_get_logits(e->ctx, en->row), &n);
     if (!rows) {
-        snprintf(r->err, sizeof(r->err), "grammar: no token of the vocabulary can continue the "
-                 "output here");
+        gr_dead_end(r);
         sp_seq_truncate(e->ctx, r->slot, kv_before + 1);
         if (e->drafter) sp_drafter_truncate(e->drafter, r->slot, kv_before + 1);
         r->n_draft = 0;

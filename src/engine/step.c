@@ -114,8 +114,7 @@ static void commit_plain(sp_engine *e, const step_entry *en) {
     int32_t none = 0;
     const float *logits = gr_mask_rows(e, r, sp_get_logits(e->ctx, en->row), &none);
     if (!logits) {
-        snprintf(r->err, sizeof(r->err), "grammar: no token of the vocabulary can continue the "
-                 "output here");
+        gr_dead_end(r);
         eng_finish(e, r, SP_FINISH_ERROR);
         return;
     }

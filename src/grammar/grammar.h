@@ -41,6 +41,19 @@ static inline void gr_set_add(gr_set *s, unsigned b) { s->w[b >> 5] |= 1u << (b 
 #define GR_MAX_RULES (1 << 16)
 #define GR_MAX_REPEAT 1000
 
+/* A matcher's budgets (match.c). Work: units (an element visited while
+ * expanding, a stack sorted or hashed, a trie node walked) one call may
+ * spend on top of one walk of the vocabulary's trie: 2-30 ms of one core
+ * (the most where a grammar of a million elements misses the caches at
+ * every unit), while the masks of the test suite's JSON schemas and
+ * grammars take under 20,000 beyond the walk; the matcher's calls together may
+ * spend GR_TOTAL_BUDGET beyond their trie walks, plus GR_BYTE_BUDGET per
+ * byte they ran. Memory: bytes one matcher may hold. */
+#define GR_WORK_BUDGET (1 << 18)
+#define GR_TOTAL_BUDGET ((int64_t)16 << 20) /* a matcher's calls together, trie walks aside */
+#define GR_BYTE_BUDGET 256 /* ... and this much more per byte run */
+#define GR_MATCHER_MAX_BYTES ((size_t)64 << 20)
+
 struct sp_grammar {
     int refs;              /* atomic reference count */
     gr_elem *el;           /* [n_el] */
@@ -62,6 +75,11 @@ struct sp_grammar {
 #define GR_SHARED_BYTES ((size_t)32 << 20)
 
 void gr_retain(const sp_grammar *g);
+/* The bytes a compiled grammar holds (its shared masks aside). */
+static inline size_t gr_bytes(const sp_grammar *g) {
+    return sizeof(*g) + (size_t)g->n_el * sizeof(gr_elem) + (size_t)g->n_sets * sizeof(gr_set) +
+           ((size_t)g->alt_off[g->n_rules] + (size_t)g->n_rules + 1) * sizeof(int32_t);
+}
 /* The shared mask of a state's content key into bits (its count), or -1. */
 int32_t gr_shared_get(const sp_grammar *g, const uint64_t key[2], uint32_t *bits, int32_t words);
 void gr_shared_put(const sp_grammar *g, const uint64_t key[2], const uint32_t *bits, int32_t words,

@@ -20,9 +20,24 @@
  * transition memoized, so inside a string, where almost every byte leads
  * back to the same state, each trie node costs one lookup.
  *
- * Working memory (node pool, hash, the scratch of states) grows with the
- * distinct states met and is kept; a step allocates only when it meets
- * more than ever before.
+ * Budgets. The grammar is the request's, so everything a matcher does is
+ * bounded by what it may spend, not by what the grammar asks for:
+ * - work: each public call (a mask, a token, a lookahead) may spend
+ *   GR_WORK_BUDGET units (an element visited while expanding, a stack
+ *   sorted or hashed, a trie node walked) on top of one walk of the
+ *   vocabulary's trie. Expansion is iterative (an explicit stack), so
+ *   nested nullable rules cost units, never C stack.
+ *   A matcher's calls together may spend GR_TOTAL_BUDGET units beyond
+ *   their trie walks, plus GR_BYTE_BUDGET per byte run: what one request
+ *   can take from the others is a fixed amount plus a small one per byte
+ *   of output, however its calls are spread.
+ * - memory: a matcher holds at most GR_MATCHER_MAX_BYTES. Nodes of states
+ *   left behind are dropped (compact) once they outgrow the live ones, and
+ *   the transition memo starts over past MEMO_MAX_BYTES.
+ * A call that would spend more fails, and the matcher stays failed
+ * (sp_matcher_error says which budget): masks are then empty and tokens
+ * refused, so a caller that does not look still never emits text outside
+ * the grammar.
  *
  * A lazy grammar (sp_matcher_set_trigger) leaves the output free until a
  * trigger string appears in it: each state carries a phase, the count of
@@ -34,6 +49,7 @@
  * walk over the token's bytes and its mask a list. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,8 +58,10 @@
 
 #define MASK_CACHE 32
 #define MAX_STACKS 8192          /* stacks in one state */
-#define MAX_EXPAND 200000        /* expansions in one step */
-#define MAX_NODES (1 << 24)
+/* Node storage past which stacks no live state uses are dropped. */
+#define NODE_COMPACT_BYTES ((size_t)16 << 20)
+/* Transition memo past which it starts over. */
+#define MEMO_MAX_BYTES ((size_t)16 << 20)
 
 typedef struct {
     uint32_t pos;
@@ -64,19 +82,26 @@ typedef struct {
     bool used;
 } centry;
 
+enum { MF_NONE, MF_WORK, MF_TOTAL, MF_MEM };
+
 struct sp_matcher {
     const sp_grammar *g;
     const sp_token_trie *t;
     gnode *node;
     int32_t n_node, cap_node;
+    int32_t n_live;              /* nodes kept by the last compaction */
     int32_t *ht;                 /* [ht_cap] node ids, -1 empty */
     uint32_t ht_cap;
     ivec cur;                    /* the state */
     ivec ahead[SP_SPEC_K_MAX + 1]; /* lookahead states ([0] unused: cur) */
     int32_t n_ahead;
     ivec sc;                     /* scratch: states as a stack of regions */
-    int64_t n_expand;
-    bool overflow;               /* a limit was hit: the state is cut, masks may be too */
+    ivec wk;                     /* expand's pending (pos, parent) pairs */
+    int64_t work, budget;        /* units spent in this call, and its allowance */
+    int64_t total;               /* units spent since creation, but trie walks */
+    int64_t n_bytes;             /* bytes run since creation (each adds to the allowance) */
+    int fail;                    /* MF_*: a budget was exceeded; sticky */
+    size_t bytes;                /* held in the buffers above and below */
     centry cache[MASK_CACHE];
     int32_t cache_next;
     int32_t words;               /* (n_vocab + 31) / 32 */
@@ -113,37 +138,96 @@ struct sp_matcher {
 #define PH_ACTIVE (-1)           /* the grammar constrains the output (always when not lazy) */
 #define PH_FREE (-2)             /* an anchored trigger did not come first: free to the end */
 
-static bool ivec_reserve(ivec *v, int32_t n) {
+/* ---- budgets ---- */
+
+/* Spends n work units; false (and the matcher failed) past the call's
+ * allowance or the matcher's whole allowance. */
+static bool charge(sp_matcher *m, int64_t n) {
+    if (m->fail) return false;
+    m->work += n;
+    m->total += n;
+    if (m->work <= m->budget && m->total <= GR_TOTAL_BUDGET + GR_BYTE_BUDGET * m->n_bytes) return true;
+    m->fail = m->work > m->budget ? MF_WORK : MF_TOTAL;
+    return false;
+}
+
+/* A trie node walked: counted per call only (one walk of the vocabulary
+ * is in every call's allowance, and its size is the model's, not the
+ * grammar's). */
+static bool charge_walk(sp_matcher *m) {
+    if (++m->work <= m->budget) return true;
+    m->fail = MF_WORK;
+    return false;
+}
+
+/* realloc of a matcher buffer from old to new bytes, counted against
+ * GR_MATCHER_MAX_BYTES; NULL (p untouched, the matcher failed) past it or
+ * out of memory. */
+static void *mrealloc(sp_matcher *m, void *p, size_t old, size_t new) {
+    if (m->fail) return NULL;
+    if (m->bytes - old + new > GR_MATCHER_MAX_BYTES) {
+        m->fail = MF_MEM;
+        return NULL;
+    }
+    void *q = realloc(p, new);
+    if (!q) {
+        m->fail = MF_MEM;
+        return NULL;
+    }
+    m->bytes = m->bytes - old + new;
+    return q;
+}
+
+static void mfree(sp_matcher *m, void *p, size_t bytes) {
+    free(p);
+    m->bytes -= bytes;
+}
+
+static bool ivec_reserve(sp_matcher *m, ivec *v, int32_t n) {
     if (n <= v->cap) return true;
     int32_t cap = v->cap ? v->cap : 64;
     while (cap < n) cap *= 2;
-    int32_t *p = realloc(v->v, (size_t)cap * sizeof(int32_t));
+    int32_t *p = mrealloc(m, v->v, (size_t)v->cap * sizeof(int32_t), (size_t)cap * sizeof(int32_t));
     if (!p) return false;
     v->v = p, v->cap = cap;
     return true;
 }
 
-static bool ivec_push(ivec *v, int32_t x) {
-    if (v->n == v->cap && !ivec_reserve(v, v->n + 1)) return false;
+static bool ivec_push(sp_matcher *m, ivec *v, int32_t x) {
+    if (v->n == v->cap && !ivec_reserve(m, v, v->n + 1)) return false;
     v->v[v->n++] = x;
     return true;
 }
 
-static bool ivec_copy(ivec *d, const int32_t *s, int32_t n) {
-    if (!ivec_reserve(d, n)) return false;
-    memcpy(d->v, s, (size_t)n * sizeof(int32_t));
+static bool ivec_copy(sp_matcher *m, ivec *d, const int32_t *s, int32_t n) {
+    if (!ivec_reserve(m, d, n)) return false;
+    memmove(d->v, s, (size_t)n * sizeof(int32_t));
     d->n = n;
     return true;
 }
 
+static void ivec_drop(sp_matcher *m, ivec *v) {
+    mfree(m, v->v, (size_t)v->cap * sizeof(int32_t));
+    *v = (ivec){0};
+}
+
+/* ---- stacks ---- */
+
+/* A full mix of both halves: positions and parents come in runs, and a
+ * hash whose low bits follow theirs makes long probe chains. */
 static uint32_t hash2(uint32_t pos, int32_t parent) {
-    uint64_t x = (uint64_t)pos * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uint32_t)parent * 0xC2B2AE3D27D4EB4Full;
-    return (uint32_t)(x ^ x >> 29);
+    uint64_t x = (uint64_t)pos << 32 | (uint32_t)parent;
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDull;
+    x ^= x >> 33;
+    x *= 0xC4CEB9FE1A85EC53ull;
+    return (uint32_t)(x ^ x >> 33);
 }
 
 static bool ht_grow(sp_matcher *m) {
     uint32_t cap = m->ht_cap ? m->ht_cap * 2 : 4096;
-    int32_t *ht = malloc((size_t)cap * sizeof(int32_t));
+    while ((uint32_t)m->n_node * 2 >= cap) cap *= 2;
+    int32_t *ht = mrealloc(m, NULL, 0, (size_t)cap * sizeof(int32_t));
     if (!ht) return false;
     memset(ht, 0xFF, (size_t)cap * sizeof(int32_t));
     for (int32_t i = 0; i < m->n_node; i++) {
@@ -151,12 +235,12 @@ static bool ht_grow(sp_matcher *m) {
         while (ht[h] >= 0) h = (h + 1) & (cap - 1);
         ht[h] = i;
     }
-    free(m->ht);
+    mfree(m, m->ht, (size_t)m->ht_cap * sizeof(int32_t));
     m->ht = ht, m->ht_cap = cap;
     return true;
 }
 
-/* The node (pos, parent), made if new; -2 when out of memory or nodes. */
+/* The node (pos, parent), made if new; -2 when a budget is exceeded. */
 static int32_t intern(sp_matcher *m, uint32_t pos, int32_t parent) {
     if ((uint32_t)m->n_node * 2 >= m->ht_cap && !ht_grow(m)) return -2;
     uint32_t h = hash2(pos, parent) & (m->ht_cap - 1);
@@ -165,10 +249,9 @@ static int32_t intern(sp_matcher *m, uint32_t pos, int32_t parent) {
         if (id < 0) break;
         if (m->node[id].pos == pos && m->node[id].parent == parent) return id;
     }
-    if (m->n_node >= MAX_NODES) return -2;
     if (m->n_node == m->cap_node) {
         int32_t cap = m->cap_node ? m->cap_node * 2 : 1024;
-        gnode *n = realloc(m->node, (size_t)cap * sizeof(gnode));
+        gnode *n = mrealloc(m, m->node, (size_t)m->cap_node * sizeof(gnode), (size_t)cap * sizeof(gnode));
         if (!n) return -2;
         m->node = n, m->cap_node = cap;
     }
@@ -178,41 +261,43 @@ static int32_t intern(sp_matcher *m, uint32_t pos, int32_t parent) {
     return m->n_node++;
 }
 
-/* Appends to sc every stack that (pos, parent) expands to. */
+/* Appends to sc every stack that (pos, parent) expands to. Iterative, over
+ * the pairs pending in wk: nested nullable rules chain expansions as deep
+ * as the work budget allows, which the C stack could not survive. */
 static void expand(sp_matcher *m, uint32_t pos, int32_t parent) {
-    if (++m->n_expand > MAX_EXPAND) {
-        m->overflow = true;
-        return;
-    }
     const sp_grammar *g = m->g;
-    for (;;) {
-        gr_elem x = g->el[pos];
-        if (x.type == E_END) {
-            if (parent < 0) {
-                if (!ivec_push(&m->sc, -1)) m->overflow = true;
-                return;
+    const int32_t base = m->wk.n;
+    if (!ivec_push(m, &m->wk, (int32_t)pos) || !ivec_push(m, &m->wk, parent)) return;
+    while (m->wk.n > base) {
+        m->wk.n -= 2;
+        pos = (uint32_t)m->wk.v[m->wk.n];
+        parent = m->wk.v[m->wk.n + 1];
+        for (;;) {
+            if (!charge(m, 1)) goto out;
+            gr_elem x = g->el[pos];
+            if (x.type == E_END) {
+                if (parent < 0) {
+                    if (!ivec_push(m, &m->sc, -1)) goto out;
+                    break;
+                }
+                pos = m->node[parent].pos;
+                parent = m->node[parent].parent;
+                continue;
             }
-            pos = m->node[parent].pos;
-            parent = m->node[parent].parent;
-            continue;
-        }
-        if (x.type == E_BYTES) {
-            int32_t id = intern(m, pos, parent);
-            if (id < 0 || !ivec_push(&m->sc, id)) m->overflow = true;
-            return;
-        }
-        int32_t cont = parent;
-        if (g->el[pos + 1].type != E_END) {
-            cont = intern(m, pos + 1, parent);
-            if (cont < 0) {
-                m->overflow = true;
-                return;
+            if (x.type == E_BYTES) {
+                int32_t id = intern(m, pos, parent);
+                if (id < 0 || !ivec_push(m, &m->sc, id)) goto out;
+                break;
             }
+            int32_t cont = parent;
+            if (g->el[pos + 1].type != E_END && (cont = intern(m, pos + 1, parent)) < 0) goto out;
+            for (int32_t a = g->alt_off[x.arg + 1] - 1; a >= g->alt_off[x.arg]; a--)
+                if (!ivec_push(m, &m->wk, g->alt[a]) || !ivec_push(m, &m->wk, cont)) goto out;
+            break;
         }
-        for (int32_t a = g->alt_off[x.arg]; a < g->alt_off[x.arg + 1]; a++)
-            expand(m, (uint32_t)g->alt[a], cont);
-        return;
     }
+out:
+    m->wk.n = base;
 }
 
 static int cmp_i32(const void *a, const void *b) {
@@ -220,13 +305,16 @@ static int cmp_i32(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Sorts and dedups sc[from..), keeping at most MAX_STACKS; its count. */
+/* Sorts and dedups sc[from..); its count, or -1 (the matcher failed) past
+ * MAX_STACKS or the work budget. */
 static int32_t finish_set(sp_matcher *m, int32_t from) {
     int32_t *v = m->sc.v + from, n = m->sc.n - from;
+    if (m->fail) return -1;
     if (n > 1) {
         bool sorted = true;
         for (int32_t i = 1; i < n && sorted; i++) sorted = v[i - 1] < v[i];
         if (!sorted) {
+            if (!charge(m, (int64_t)n * (32 - __builtin_clz((uint32_t)n)))) return -1;
             qsort(v, (size_t)n, sizeof(int32_t), cmp_i32);
             int32_t k = 1;
             for (int32_t i = 1; i < n; i++)
@@ -234,20 +322,19 @@ static int32_t finish_set(sp_matcher *m, int32_t from) {
             n = k;
         }
     }
-    if (n > MAX_STACKS) {
-        n = MAX_STACKS;
-        m->overflow = true;
+    if (n > MAX_STACKS) { /* a state this ambiguous costs too much at every byte */
+        m->fail = MF_WORK;
+        return -1;
     }
     m->sc.n = from + n;
     return n;
 }
 
 /* The state after byte b from the state sc[in, in + n_in), appended to sc;
- * its count. */
+ * its count (-1: the matcher failed). */
 static int32_t advance(sp_matcher *m, int32_t in, int32_t n_in, unsigned b) {
     const int32_t from = m->sc.n;
-    m->n_expand = 0;
-    for (int32_t i = 0; i < n_in; i++) {
+    for (int32_t i = 0; i < n_in && !m->fail; i++) {
         int32_t s = m->sc.v[in + i];
         if (s < 0) continue;
         gnode nd = m->node[s];
@@ -258,25 +345,88 @@ static int32_t advance(sp_matcher *m, int32_t in, int32_t n_in, unsigned b) {
 }
 
 /* Runs bytes over the state src[n] into dst; false (dst untouched) when
- * the bytes leave no stack. */
+ * the bytes leave no stack or the matcher failed. */
 static bool run_bytes(sp_matcher *m, const int32_t *src, int32_t n, const unsigned char *b,
                       size_t nb, ivec *dst) {
     m->sc.n = 0;
-    if (!ivec_copy(&m->sc, src, n)) return false;
+    if (!ivec_copy(m, &m->sc, src, n)) return false;
     int32_t in = 0;
+    m->n_bytes += (int64_t)nb;
     for (size_t i = 0; i < nb && n > 0; i++) {
         int32_t out = m->sc.n;
         n = advance(m, in, n, b[i]);
+        if (n < 0) return false;
         /* slide the new state down to keep the scratch small */
         memmove(m->sc.v, m->sc.v + out, (size_t)n * sizeof(int32_t));
         m->sc.n = n;
         in = 0;
     }
     if (n <= 0) return false;
-    return ivec_copy(dst, m->sc.v, n);
+    return ivec_copy(m, dst, m->sc.v, n);
 }
 
 static bool can_end_set(const ivec *s) { return s->n > 0 && s->v[0] == -1; }
+
+/* ---- compaction: nodes no live state uses are dropped ---- */
+
+static void memo_clear(sp_matcher *m);
+
+/* The id in the new pool of old node id (copied with its parents). */
+static int32_t copy_chain(sp_matcher *m, const gnode *old, int32_t *map, ivec *path, int32_t id) {
+    path->n = 0;
+    while (id >= 0 && map[id] < 0) {
+        if (!ivec_push(m, path, id)) return -2;
+        id = old[id].parent;
+    }
+    int32_t parent = id < 0 ? -1 : map[id];
+    for (int32_t j = path->n - 1; j >= 0; j--) {
+        const int32_t o = path->v[j];
+        if ((parent = map[o] = intern(m, old[o].pos, parent)) < 0) return -2;
+    }
+    return parent;
+}
+
+static bool remap(sp_matcher *m, const gnode *old, int32_t *map, ivec *path, ivec *v) {
+    for (int32_t i = 0; i < v->n; i++)
+        if (v->v[i] >= 0 && (v->v[i] = copy_chain(m, old, map, path, v->v[i])) < 0) return false;
+    return true;
+}
+
+/* Rebuilds the node pool from the stacks live states use (the current
+ * state, the lookahead states, a lazy grammar's start) and forgets the
+ * memo and the mask cache, whose ids are of the old pool. Content hashes
+ * are unchanged, so the grammar's shared masks stay valid. */
+static void compact(sp_matcher *m) {
+    gnode *old = m->node;
+    const int32_t n_old = m->n_node, cap_old = m->cap_node;
+    int32_t *map = mrealloc(m, NULL, 0, (size_t)n_old * sizeof(int32_t));
+    if (!map) return;
+    memset(map, 0xFF, (size_t)n_old * sizeof(int32_t));
+    mfree(m, m->ht, (size_t)m->ht_cap * sizeof(int32_t));
+    m->node = NULL, m->n_node = m->cap_node = 0, m->ht = NULL, m->ht_cap = 0;
+    ivec path = {0};
+    bool ok = ht_grow(m) && remap(m, old, map, &path, &m->cur) && remap(m, old, map, &path, &m->tr.start);
+    for (int32_t i = 1; ok && i <= m->n_ahead; i++) ok = remap(m, old, map, &path, &m->ahead[i]);
+    ivec_drop(m, &path);
+    mfree(m, map, (size_t)n_old * sizeof(int32_t));
+    mfree(m, old, (size_t)cap_old * sizeof(gnode));
+    memo_clear(m);
+    for (int i = 0; i < MASK_CACHE; i++) m->cache[i].used = false;
+    m->n_live = m->n_node;
+    if (!ok && !m->fail) m->fail = MF_MEM;
+}
+
+/* Starts a public call: a fresh work allowance (units on top of one walk
+ * of the trie), and a compaction when dead nodes dominate. False when the
+ * matcher has failed. */
+static bool op_begin(sp_matcher *m, int64_t units) {
+    m->work = 0;
+    m->budget = units + (m->t ? m->t->n_node : 0);
+    if (!m->fail && (size_t)m->cap_node * sizeof(gnode) > NODE_COMPACT_BYTES &&
+        m->n_node > 2 * m->n_live)
+        compact(m);
+    return !m->fail;
+}
 
 sp_matcher *sp_matcher_create(const sp_grammar *g, const sp_token_trie *t, char *err,
                               size_t errlen) {
@@ -288,13 +438,39 @@ sp_matcher *sp_matcher_create(const sp_grammar *g, const sp_token_trie *t, char 
     m->words = t ? (t->n_vocab + 31) / 32 : 0;
     if (!ht_grow(m)) goto oom;
     sp_matcher_reset(m);
-    if (m->overflow) goto oom;
+    if (m->fail) {
+        sp_matcher_error(m, err, errlen);
+        sp_matcher_free(m);
+        return NULL;
+    }
     return m;
 oom:
     sp_seterr(err, errlen, "grammar matcher: out of memory");
     sp_matcher_free(m);
     return NULL;
 }
+
+int sp_matcher_error(const sp_matcher *m, char *err, size_t errlen) {
+    if (m->fail == MF_WORK) {
+        sp_seterr(err, errlen, "the grammar exceeds its work budget per token (%d units: "
+                  "too ambiguous, e.g. nested optional repetitions)", GR_WORK_BUDGET);
+        return SP_ERR_INVALID;
+    }
+    if (m->fail == MF_TOTAL) {
+        sp_seterr(err, errlen, "the grammar exceeds its work budget per request (%lld units "
+                  "and %d per byte: too ambiguous to decode with)", (long long)GR_TOTAL_BUDGET,
+                  GR_BYTE_BUDGET);
+        return SP_ERR_INVALID;
+    }
+    if (m->fail == MF_MEM) {
+        sp_seterr(err, errlen, "the grammar exceeds its matcher's memory budget (%zu MiB)",
+                  GR_MATCHER_MAX_BYTES >> 20);
+        return SP_ERR_INVALID;
+    }
+    return SP_OK;
+}
+
+size_t sp_matcher_bytes(const sp_matcher *m) { return sizeof(*m) + m->bytes; }
 
 void sp_matcher_free(sp_matcher *m) {
     if (!m) return;
@@ -304,6 +480,7 @@ void sp_matcher_free(sp_matcher *m) {
     free(m->cur.v);
     for (int i = 0; i <= SP_SPEC_K_MAX; i++) free(m->ahead[i].v);
     free(m->sc.v);
+    free(m->wk.v);
     free(m->spool.v);
     free(m->sets);
     free(m->sht);
@@ -321,13 +498,13 @@ void sp_matcher_free(sp_matcher *m) {
 }
 
 void sp_matcher_reset(sp_matcher *m) {
+    if (!op_begin(m, GR_WORK_BUDGET)) return;
     m->sc.n = 0;
-    m->n_expand = 0;
     const sp_grammar *g = m->g;
-    for (int32_t a = g->alt_off[g->root]; a < g->alt_off[g->root + 1]; a++)
+    for (int32_t a = g->alt_off[g->root]; a < g->alt_off[g->root + 1] && !m->fail; a++)
         expand(m, (uint32_t)g->alt[a], -1);
     int32_t n = finish_set(m, 0);
-    if (!ivec_copy(&m->cur, m->sc.v, n)) m->overflow = true;
+    if (n >= 0) ivec_copy(m, &m->cur, m->sc.v, n);
     m->n_ahead = 0;
     m->ph = m->tr.s ? 0 : PH_ACTIVE;
 }
@@ -362,7 +539,7 @@ static bool free_step(sp_matcher *m, int32_t k, const unsigned char *b, size_t n
         return true;
     }
     const ivec *st = &m->tr.start;
-    if (!(used == nb ? ivec_copy(dst, st->v, st->n) : run_bytes(m, st->v, st->n, b + used, nb - used, dst)))
+    if (!(used == nb ? ivec_copy(m, dst, st->v, st->n) : run_bytes(m, st->v, st->n, b + used, nb - used, dst)))
         return false;
     *k_out = PH_ACTIVE;
     return true;
@@ -370,6 +547,7 @@ static bool free_step(sp_matcher *m, int32_t k, const unsigned char *b, size_t n
 
 bool sp_matcher_accept_bytes(sp_matcher *m, const char *s, size_t n) {
     m->n_ahead = 0;
+    if (!op_begin(m, (int64_t)GR_WORK_BUDGET * (int64_t)SP_MIN(n, (size_t)1 << 20))) return false;
     if (!n) return true;
     if (m->ph == PH_ACTIVE) return run_bytes(m, m->cur.v, m->cur.n, (const unsigned char *)s, n, &m->cur);
     return free_step(m, m->ph, (const unsigned char *)s, n, false, &m->ph, &m->cur);
@@ -388,7 +566,7 @@ static bool token_step(sp_matcher *m, const ivec *src, sp_token tok, ivec *dst) 
     uint32_t off = t->piece_off[tok], len = t->piece_off[tok + 1] - off;
     if (!len) {
         if (!is_eog(t, tok) || !can_end_set(src)) return false;
-        return src == dst || ivec_copy(dst, src->v, src->n);
+        return src == dst || ivec_copy(m, dst, src->v, src->n);
     }
     return run_bytes(m, src->v, src->n, (const unsigned char *)t->piece + off, len, dst);
 }
@@ -409,6 +587,7 @@ static bool phase_step(sp_matcher *m, int32_t k, const ivec *src, sp_token tok, 
 
 bool sp_matcher_accept_token(sp_matcher *m, sp_token tok) {
     m->n_ahead = 0;
+    if (!op_begin(m, GR_WORK_BUDGET)) return false;
     return phase_step(m, m->ph, &m->cur, tok, &m->ph, &m->cur);
 }
 
@@ -428,9 +607,6 @@ bool sp_matcher_done(const sp_matcher *m) {
 
 /* ---- masks ---- */
 
-#define MEMO_MAX_SETS (1 << 16)  /* then the memo starts over (bounds a request's memory) */
-#define MEMO_MAX_STACKS (1 << 21) /* int32s in the set pool and in the transition rows */
-
 static uint64_t hash_ids(const int32_t *v, int32_t n) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (int32_t i = 0; i < n; i++) h = (h ^ (uint32_t)v[i]) * 0x100000001b3ull;
@@ -447,7 +623,7 @@ static void memo_clear(sp_matcher *m) {
 
 static bool sht_grow(sp_matcher *m) {
     uint32_t cap = m->sht_cap ? m->sht_cap * 2 : 1024;
-    int32_t *t = malloc((size_t)cap * sizeof(int32_t));
+    int32_t *t = mrealloc(m, NULL, 0, (size_t)cap * sizeof(int32_t));
     if (!t) return false;
     memset(t, 0xFF, (size_t)cap * sizeof(int32_t));
     for (int32_t i = 0; i < m->n_sets; i++) {
@@ -455,13 +631,15 @@ static bool sht_grow(sp_matcher *m) {
         while (t[h] >= 0) h = (h + 1) & (cap - 1);
         t[h] = i;
     }
-    free(m->sht);
+    mfree(m, m->sht, (size_t)m->sht_cap * sizeof(int32_t));
     m->sht = t, m->sht_cap = cap;
     return true;
 }
 
-/* The id of the state v[n] (interned if new), or -1 out of memory. */
+/* The id of the state v[n] (interned if new), or -1 when the matcher
+ * failed. */
 static int32_t set_id(sp_matcher *m, const int32_t *v, int32_t n) {
+    if (!charge(m, n)) return -1;
     const uint64_t h = hash_ids(v, n);
     if ((uint32_t)m->n_sets * 2 >= m->sht_cap && !sht_grow(m)) return -1;
     uint32_t i = (uint32_t)h & (m->sht_cap - 1);
@@ -474,12 +652,12 @@ static int32_t set_id(sp_matcher *m, const int32_t *v, int32_t n) {
     }
     if (m->n_sets == m->cap_sets) {
         int32_t cap = m->cap_sets ? m->cap_sets * 2 : 256;
-        struct sinfo *ns = realloc(m->sets, (size_t)cap * sizeof(*ns));
+        struct sinfo *ns = mrealloc(m, m->sets, (size_t)m->cap_sets * sizeof(*ns), (size_t)cap * sizeof(*ns));
         if (!ns) return -1;
         m->sets = ns, m->cap_sets = cap;
     }
     const int32_t off = m->spool.n;
-    if (!ivec_reserve(&m->spool, off + n)) return -1;
+    if (!ivec_reserve(m, &m->spool, off + n)) return -1;
     memcpy(m->spool.v + off, v, (size_t)n * sizeof(int32_t)); /* v may be in sc, not spool */
     m->spool.n = off + n;
     struct sinfo *s = &m->sets[m->n_sets];
@@ -494,13 +672,13 @@ static int32_t set_id(sp_matcher *m, const int32_t *v, int32_t n) {
     return m->n_sets++;
 }
 
-/* The set after byte b from set sid: -2 when no stack takes it, -1 out of
- * memory. Memoized in a row of 256 per set (-3: not computed yet). */
+/* The set after byte b from set sid: -2 when no stack takes it, -1 when
+ * the matcher failed. Memoized in a row of 256 per set (-3: not computed yet). */
 static int32_t trans(sp_matcher *m, int32_t sid, unsigned b) {
     int32_t row = m->sets[sid].row;
     if (row < 0) {
         row = m->trow.n;
-        if (!ivec_reserve(&m->trow, row + 256)) return -1;
+        if (!ivec_reserve(m, &m->trow, row + 256)) return -1;
         for (int i = 0; i < 256; i++) m->trow.v[row + i] = -3;
         m->trow.n = row + 256;
         m->sets[sid].row = row;
@@ -509,26 +687,25 @@ static int32_t trans(sp_matcher *m, int32_t sid, unsigned b) {
     if (r != -3) return r;
     m->sc.n = 0;
     const struct sinfo s = m->sets[sid];
-    if (!ivec_copy(&m->sc, m->spool.v + s.off, s.n)) return -1;
+    if (!ivec_copy(m, &m->sc, m->spool.v + s.off, s.n)) return -1;
     const int32_t n = advance(m, 0, s.n, b);
+    if (n < 0) return -1;
     r = n > 0 ? set_id(m, m->sc.v + s.n, n) : -2;
     if (r == -1) return -1;
     m->trow.v[row + b] = r;
     return r;
 }
 
-/* Marks every token under trie node tn that state sid allows. */
+/* Marks every token under trie node tn that state sid allows (recursive
+ * to the depth of the longest token, which the vocabulary fixes). */
 static void walk(sp_matcher *m, const gr_tnode *tn, int32_t sid, uint32_t *bits, int32_t *count) {
     const sp_token_trie *t = m->t;
     const gr_set u = m->sets[sid].u;
     for (uint32_t c = tn->child; c < tn->child + tn->n_child; c++) {
         const gr_tnode *cn = &t->node[c];
         if (!gr_set_has(&u, cn->byte)) continue;
-        const int32_t nid = trans(m, sid, cn->byte);
-        if (nid == -1) {
-            m->overflow = true;
-            return;
-        }
+        const int32_t nid = charge_walk(m) ? trans(m, sid, cn->byte) : -1;
+        if (nid == -1) return; /* failed */
         if (nid < 0) continue;
         for (uint32_t k = 0; k < cn->n_tok; k++) {
             sp_token tok = t->toks[cn->tok + k];
@@ -620,7 +797,8 @@ static int32_t mask_of(sp_matcher *m, const ivec *st, uint32_t *bits) {
             bits[tok >> 5] |= 1u << (tok & 31);
             count++;
         }
-    if (m->n_sets > MEMO_MAX_SETS || m->spool.n > MEMO_MAX_STACKS || m->trow.n > MEMO_MAX_STACKS)
+    if ((size_t)(m->spool.n + m->trow.n) * sizeof(int32_t) + (size_t)m->n_sets * sizeof(struct sinfo) >
+        MEMO_MAX_BYTES)
         memo_clear(m);
     const int32_t sid = st->n ? set_id(m, st->v, st->n) : -1;
     const sp_token ft = m->jump && sid >= 0 ? forced_token(m, sid) : -1;
@@ -630,11 +808,15 @@ static int32_t mask_of(sp_matcher *m, const ivec *st, uint32_t *bits) {
     } else if (sid >= 0) {
         walk(m, &m->t->node[0], sid, bits, &count);
     }
-    if (!m->overflow) gr_shared_put(m->g, key, bits, m->words, count);
+    if (m->fail) { /* an empty mask: nothing is emitted past a budget */
+        memset(bits, 0, (size_t)m->words * sizeof(uint32_t));
+        return 0;
+    }
+    gr_shared_put(m->g, key, bits, m->words, count);
 keep:;
     centry *c = &m->cache[m->cache_next];
-    if (!c->bits) c->bits = malloc((size_t)m->words * sizeof(uint32_t));
-    if (c->bits && ivec_copy(&c->set, st->v, st->n)) {
+    if (!c->bits) c->bits = mrealloc(m, NULL, 0, (size_t)m->words * sizeof(uint32_t));
+    if (c->bits && ivec_copy(m, &c->set, st->v, st->n)) {
         memcpy(c->bits, bits, (size_t)m->words * sizeof(uint32_t));
         c->h = h;
         c->count = count;
@@ -658,12 +840,20 @@ static int32_t free_mask(const sp_matcher *m, int32_t k, uint32_t *bits) {
     return n;
 }
 
+/* An empty mask (the matcher failed). */
+static int32_t no_mask(const sp_matcher *m, uint32_t *bits) {
+    memset(bits, 0, (size_t)m->words * sizeof(uint32_t));
+    return 0;
+}
+
 int32_t sp_matcher_mask(sp_matcher *m, uint32_t *bits) {
+    if (!op_begin(m, GR_WORK_BUDGET)) return no_mask(m, bits);
     return m->ph == PH_ACTIVE ? mask_of(m, &m->cur, bits) : free_mask(m, m->ph, bits);
 }
 
 int32_t sp_matcher_lookahead(sp_matcher *m, const sp_token *toks, int32_t n) {
     m->n_ahead = 0;
+    if (!op_begin(m, (int64_t)GR_WORK_BUDGET * SP_MAX(n, 1))) return 0;
     const ivec *prev = &m->cur;
     int32_t k = m->ph;
     for (int32_t i = 0; i < n && i < SP_SPEC_K_MAX; i++) {
@@ -679,6 +869,7 @@ int32_t sp_matcher_lookahead(sp_matcher *m, const sp_token *toks, int32_t n) {
 }
 
 int32_t sp_matcher_mask_ahead(sp_matcher *m, int32_t i, uint32_t *bits) {
+    if (!op_begin(m, GR_WORK_BUDGET)) return no_mask(m, bits);
     const int32_t k = phase_at(m, i);
     if (k != PH_ACTIVE) return free_mask(m, k, bits);
     return mask_of(m, i <= 0 || i > m->n_ahead ? &m->cur : &m->ahead[i], bits);
@@ -706,7 +897,7 @@ static bool refuse_list(sp_matcher *m, const ivec *cand, int32_t k, ivec *tmp) {
         int32_t k2;
         if (!free_step(m, k, (const unsigned char *)t->piece + off, t->piece_off[tok + 1] - off, false,
                        &k2, tmp) &&
-            !ivec_push(&m->tr.refused, tok))
+            !ivec_push(m, &m->tr.refused, tok))
             return false;
     }
     return true;
@@ -734,10 +925,13 @@ int sp_matcher_set_trigger(sp_matcher *m, const char *trigger, size_t len, bool 
         m->tr.fail[i] = k;
     }
     sp_matcher_reset(m);
-    if (!run_bytes(m, m->cur.v, m->cur.n, m->tr.s, len, &m->tr.start)) {
+    /* the trigger's refusal lists walk the grammar once per candidate token */
+    if (op_begin(m, (int64_t)GR_WORK_BUDGET * 4) &&
+        !run_bytes(m, m->cur.v, m->cur.n, m->tr.s, len, &m->tr.start) && !m->fail) {
         sp_seterr(err, errlen, "the grammar does not begin with its trigger '%.64s'", trigger);
         return SP_ERR_INVALID;
     }
+    if (m->fail) return sp_matcher_error(m, err, errlen);
     const sp_token_trie *t = m->t;
     m->tr.tok = -1;
     for (int32_t k = 0; k <= n; k++) m->tr.off[k] = 0;
@@ -746,17 +940,19 @@ int sp_matcher_set_trigger(sp_matcher *m, const char *trigger, size_t len, bool 
     if (tok >= 0 && tok < t->n_vocab && t->piece_off[tok] == t->piece_off[tok + 1]) m->tr.tok = tok;
     for (sp_token c = 0; c < t->n_vocab; c++)
         if (memchr(t->piece + t->piece_off[c], m->tr.s[n - 1], t->piece_off[c + 1] - t->piece_off[c]) &&
-            !ivec_push(&cand, c))
+            !ivec_push(m, &cand, c))
             goto oom;
     for (int32_t k = 0; k < n; k++) {
         m->tr.off[k] = m->tr.refused.n;
         if (!refuse_list(m, &cand, k, &tmp)) goto oom;
     }
     m->tr.off[n] = m->tr.refused.n;
-    free(cand.v), free(tmp.v);
+    ivec_drop(m, &cand), ivec_drop(m, &tmp);
+    if (m->fail) return sp_matcher_error(m, err, errlen);
     return SP_OK;
 oom:
-    free(cand.v), free(tmp.v);
+    ivec_drop(m, &cand), ivec_drop(m, &tmp);
+    if (m->fail) return sp_matcher_error(m, err, errlen);
     sp_seterr(err, errlen, "grammar matcher: out of memory");
     return SP_ERR_NOMEM;
 }
@@ -769,83 +965,4 @@ void sp_mask_apply(const uint32_t *bits, float *logits, int32_t n_vocab) {
         for (int32_t j = 0; j < end; j++)
             if (!(b >> j & 1)) logits[w * 32 + j] = -INFINITY;
     }
-}
-
-/* ---- the grammar's shared masks ----
- * Masks by state content, for every matcher of a grammar (each request gets
- * its own matcher; requests with the same schema meet the same states), up
- * to GR_SHARED_BYTES of masks; then no more are added. Under the grammar's
- * mutex: a compiled grammar may be used from any thread. */
-
-struct gr_shared {
-    pthread_mutex_t mu;
-    uint64_t (*key)[2];          /* [cap] 0,0: empty */
-    int32_t *count;              /* [cap] */
-    uint32_t *bits;              /* [cap][words] */
-    int32_t cap, n, words;
-};
-
-static struct gr_shared *shared_of(const sp_grammar *g, int32_t words, bool make) {
-    sp_grammar *gm = (sp_grammar *)g;
-    struct gr_shared *s = __atomic_load_n(&gm->shared, __ATOMIC_ACQUIRE);
-    if (s || !make) return s;
-    pthread_mutex_lock(&gm->shared_mu);
-    s = gm->shared;
-    if (!s && (s = calloc(1, sizeof(*s)))) {
-        s->words = words;
-        s->cap = 1;
-        while ((size_t)s->cap * 2 * (size_t)words * 4 <= GR_SHARED_BYTES && s->cap < (1 << 16)) s->cap *= 2;
-        s->key = calloc((size_t)s->cap, sizeof(*s->key));
-        s->count = calloc((size_t)s->cap, sizeof(int32_t));
-        s->bits = malloc((size_t)s->cap * (size_t)words * 4);
-        pthread_mutex_init(&s->mu, NULL);
-        if (!s->key || !s->count || !s->bits) {
-            free(s->key), free(s->count), free(s->bits), free(s);
-            s = NULL;
-        } else {
-            __atomic_store_n(&gm->shared, s, __ATOMIC_RELEASE);
-        }
-    }
-    pthread_mutex_unlock(&gm->shared_mu);
-    return s;
-}
-
-int32_t gr_shared_get(const sp_grammar *g, const uint64_t key[2], uint32_t *bits, int32_t words) {
-    struct gr_shared *s = shared_of(g, words, false);
-    if (!s || s->words != words) return -1;
-    int32_t r = -1;
-    pthread_mutex_lock(&s->mu);
-    for (uint32_t i = (uint32_t)key[0] & (uint32_t)(s->cap - 1);; i = (i + 1) & (uint32_t)(s->cap - 1)) {
-        if (!s->key[i][0] && !s->key[i][1]) break;
-        if (s->key[i][0] == key[0] && s->key[i][1] == key[1]) {
-            memcpy(bits, s->bits + (size_t)i * words, (size_t)words * 4);
-            r = s->count[i];
-            break;
-        }
-    }
-    pthread_mutex_unlock(&s->mu);
-    return r;
-}
-
-void gr_shared_put(const sp_grammar *g, const uint64_t key[2], const uint32_t *bits, int32_t words,
-                   int32_t count) {
-    struct gr_shared *s = shared_of(g, words, true);
-    if (!s || s->words != words || (!key[0] && !key[1])) return;
-    pthread_mutex_lock(&s->mu);
-    if (s->n * 4 < s->cap * 3) { /* 3/4 full at most: then the table keeps what it has */
-        uint32_t i = (uint32_t)key[0] & (uint32_t)(s->cap - 1);
-        while ((s->key[i][0] || s->key[i][1]) && !(s->key[i][0] == key[0] && s->key[i][1] == key[1]))
-            i = (i + 1) & (uint32_t)(s->cap - 1);
-        if (!s->key[i][0] && !s->key[i][1]) s->n++;
-        s->key[i][0] = key[0], s->key[i][1] = key[1];
-        s->count[i] = count;
-        memcpy(s->bits + (size_t)i * words, bits, (size_t)words * 4);
-    }
-    pthread_mutex_unlock(&s->mu);
-}
-
-void gr_shared_free(struct gr_shared *s) {
-    if (!s) return;
-    pthread_mutex_destroy(&s->mu);
-    free(s->key), free(s->count), free(s->bits), free(s);
 }

@@ -443,11 +443,21 @@ static void make_id(sp_server *s, const char *prefix, char *out, size_t len) {
              (unsigned long long)(n * SP_GOLDEN64 ^ (uint64_t)ts.tv_nsec));
 }
 
-/* Step 3: the request record, registered on the connection, and the
- * engine's request. NULL + e when the engine refuses (the admission place
- * is given back then). */
-static sreq *gen_submit(sp_server *s, struct MHD_Connection *c, conn *cx, const oai_req *q,
-                        gen_plan *p, double t_arrive, oai_error *e) {
+/* Registers r on the connection: its answer is the connection's, and
+ * sp_server_stop's sweeps find it through the peer. */
+static void attach(sp_server *s, conn *cx, sreq *r) {
+    cx->r = r;
+    pthread_mutex_lock(&s->reg_mu);
+    if (cx->p) cx->p->r = r;
+    pthread_mutex_unlock(&s->reg_mu);
+}
+
+/* Step 3: the request record, registered on the connection (cx; NULL when
+ * the preparation thread submits it, and the connection attaches it
+ * later), and the engine's request. NULL + e when the engine refuses (the
+ * admission place is given back then). */
+static sreq *gen_submit(sp_server *s, struct MHD_Connection *c, conn *cx, const char *tenant,
+                        const oai_req *q, gen_plan *p, double t_arrive, oai_error *e) {
     sreq *r = calloc(1, sizeof(*r));
     if (!r) {
         gen_release(s);
@@ -467,18 +477,17 @@ static sreq *gen_submit(sp_server *s, struct MHD_Connection *c, conn *cx, const 
     }
     r->logprobs = q->logprobs;
     r->t_arrive = t_arrive;
-    snprintf(r->tenant, sizeof(r->tenant), "%.12s", cx->tenant ? cx->tenant : "-");
+    snprintf(r->tenant, sizeof(r->tenant), "%.12s", tenant ? tenant : "-");
     r->created = (long)time(NULL);
     r->c = c;
     make_id(s, q->chat ? "chatcmpl-" : "cmpl-", r->rid, sizeof(r->rid));
     p->rp.on_event = on_event;
     p->rp.user = r;
     /* the record is the connection's before the engine can call back */
-    cx->r = r;
-    s->open_resps++;
-    pthread_mutex_lock(&s->reg_mu);
-    if (cx->p) cx->p->r = r;
-    pthread_mutex_unlock(&s->reg_mu);
+    if (cx) {
+        attach(s, cx, r);
+        s->open_resps++;
+    }
     char err[512];
     int64_t id = sp_engine_submit(s->e, &p->rp, err, sizeof(err));
     if (id < 0) {
@@ -490,6 +499,7 @@ static sreq *gen_submit(sp_server *s, struct MHD_Connection *c, conn *cx, const 
         oai_submit_error(e, (int)id, err);
         if (q->grammar && id == SP_ERR_INVALID && strstr(err, "grammar"))
             e->param = q->grammar_param; /* static strings: outlive the request */
+        if (!cx) sreq_unref(r); /* no connection holds it */
         return NULL;
     }
     pthread_mutex_lock(&r->mu);
@@ -530,18 +540,54 @@ static enum MHD_Result gen_respond(sp_server *s, struct MHD_Connection *c, const
     return ret;
 }
 
+/* ---- on the preparation thread (prep.c) ---------------------------------- */
+
+void gen_prepare(sp_server *s, gen_prep *g) {
+    gen_plan p = {0};
+    if (gen_build(s, &g->q, g->tenant, &p, &g->e)) gen_release(s);
+    else g->r = gen_submit(s, g->c, NULL, g->tenant, &g->q, &p, g->t_arrive, &g->e);
+    free(p.toks);
+}
+
+void gen_prepare_refuse(sp_server *s, gen_prep *g, const char *why) {
+    gen_release(s);
+    oai_seterr(&g->e, 503, "service_unavailable", NULL, "shutting_down", "%s", why);
+}
+
+enum MHD_Result gen_fail(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx,
+                         const oai_error *e) {
+    char tenant[13];
+    snprintf(tenant, sizeof(tenant), "%.12s", cx->tenant ? cx->tenant : "-");
+    log_request(s, "-", tenant, e->status, NULL, cx->t_arrive, now_ms());
+    oai_error copy = *e;
+    return srv_send_error(s, c, url, &copy);
+}
+
+enum MHD_Result gen_attach(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx,
+                           sreq *r) {
+    attach(s, cx, r);
+    return gen_respond(s, c, url, r);
+}
+
+/* ---- the final call of a request ----------------------------------------- */
+
 enum MHD_Result gen_handle(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx,
                            bool chat) {
     const double t_arrive = now_ms();
     oai_req q;
     oai_error e;
     gen_plan p = {0};
+    cx->t_arrive = t_arrive;
     if (gen_parse(s, cx, chat, &q, &e) || gen_admit(s, &e)) goto fail;
+    if (q.grammar) { /* compiled and checked off this event loop */
+        gen_prep g = {.q = q, .tenant = cx->tenant, .c = c, .t_arrive = t_arrive};
+        if (!prep_start(s, c, cx, &g)) return MHD_YES; /* MHD calls again: prep_answer */
+    }
     if (gen_build(s, &q, cx->tenant, &p, &e)) {
         gen_release(s);
         goto fail;
     }
-    sreq *r = gen_submit(s, c, cx, &q, &p, t_arrive, &e);
+    sreq *r = gen_submit(s, c, cx, cx->tenant, &q, &p, t_arrive, &e);
     if (!r) goto fail;
     free(p.toks);
     oai_req_free(&q);
@@ -549,10 +595,5 @@ enum MHD_Result gen_handle(sp_server *s, struct MHD_Connection *c, const char *u
 fail:
     free(p.toks);
     oai_req_free(&q);
-    {
-        char tenant[13];
-        snprintf(tenant, sizeof(tenant), "%.12s", cx->tenant ? cx->tenant : "-");
-        log_request(s, "-", tenant, e.status, NULL, t_arrive, now_ms());
-    }
-    return srv_send_error(s, c, url, &e);
+    return gen_fail(s, c, url, cx, &e);
 }

@@ -76,6 +76,13 @@ struct sp_server {
     bool watcher_started;
     _Atomic int watcher_quit;
     _Atomic uint64_t n_cut;        /* connections cut for taking too long to send a request */
+    /* the preparation thread (prep.c) and its queue of jobs */
+    pthread_mutex_t prep_mu;
+    pthread_cond_t prep_cv;
+    struct prep_job *prep_head;
+    pthread_t prep_thread;
+    bool prep_started;
+    _Atomic int prep_quit;
     /* the request log's window since the last summary (mu) */
     struct {
         double t0;
@@ -136,6 +143,8 @@ typedef struct {
     const char *tenant;            /* the key's salt (authenticated on the head) */
     peer *p;
     sreq *r;
+    struct prep_job *job;          /* being prepared off the event loop (prep.c), or NULL */
+    double t_arrive;               /* the generation request's, for its log line */
 } conn;
 
 static inline double now_ms(void) {
@@ -174,12 +183,46 @@ enum MHD_Result gen_handle(sp_server *s, struct MHD_Connection *c, const char *u
  * once the engine finished it, else the connection suspends again. */
 enum MHD_Result gen_answer(sp_server *s, struct MHD_Connection *c, const char *url, sreq *r);
 void sreq_unref(sreq *r);
+/* A generation request prepared off the event loop: what the connection
+ * parsed, and what the preparation gave (a submitted request, or the
+ * error to answer with). */
+typedef struct {
+    oai_req q;                     /* owned */
+    const char *tenant;
+    struct MHD_Connection *c;
+    double t_arrive;
+    sreq *r;                       /* submitted: the connection's reference */
+    oai_error e;                   /* when r is NULL */
+} gen_prep;
+/* On the preparation thread: build and submit g's request. */
+void gen_prepare(sp_server *s, gen_prep *g);
+/* ... or refuse it with a 503 (the server closes). */
+void gen_prepare_refuse(sp_server *s, gen_prep *g, const char *why);
+/* On the connection again: the answer to a prepared request. */
+enum MHD_Result gen_attach(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx,
+                           sreq *r);
+enum MHD_Result gen_fail(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx,
+                         const oai_error *e);
 /* Cancels r's engine request (disconnect: counted as a client gone). */
 void sreq_cancel(sreq *r, bool disconnect);
 /* The server stops: cancel r (its final event still reaches the client). */
 void sreq_stop(sreq *r);
 /* The server closes: end r's response now, waking its connection. */
 void sreq_abort(sreq *r);
+
+/* ---- prep.c: the preparation thread ---- */
+typedef struct prep_job prep_job;
+int prep_init(sp_server *s);
+/* Ends the jobs still queued (503) and joins the thread. */
+void prep_stop(sp_server *s);
+void prep_destroy(sp_server *s);
+/* Hands g to the thread (cx->job; -1 when it cannot: the caller goes on
+ * itself). The connection must return MHD_YES without an answer; MHD calls
+ * again, and prep_answer suspends it until the job is done. */
+int prep_start(sp_server *s, struct MHD_Connection *c, conn *cx, const gen_prep *g);
+enum MHD_Result prep_answer(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx);
+/* The connection completed (a client gone): the job runs on for nobody. */
+void prep_detach(sp_server *s, conn *cx);
 
 /* ---- endpoints.c ---- */
 enum MHD_Result ep_health(sp_server *s, struct MHD_Connection *c, const char *url);

@@ -383,6 +383,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         sb_add(&cx->body, upload, n);
         return MHD_YES;
     }
+    if (cx->job) /* being prepared off the event loop */
+        return prep_answer(s, c, url, cx);
     if (cx->r) /* a plain generation request, woken by the engine */
         return cx->r->stream ? MHD_YES : gen_answer(s, c, url, cx->r);
     if (cx->answered) return MHD_YES;
@@ -423,6 +425,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         cx->p->t_wait = now_ms();
         pthread_mutex_unlock(&s->reg_mu);
     }
+    prep_detach(s, cx);
     if (cx->r) {
         sreq *r = cx->r;
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) sreq_cancel(r, true);
@@ -562,6 +565,8 @@ sp_server *sp_server_start(const sp_server_opts *o, char *err, size_t errlen) {
         return NULL;
     }
     s->o = *o;
+    pthread_mutex_init(&s->prep_mu, NULL);
+    pthread_cond_init(&s->prep_cv, NULL);
     if (!s->o.host) s->o.host = "127.0.0.1";
     if (s->o.max_queue <= 0) s->o.max_queue = 256;
     if (!s->o.max_body) s->o.max_body = 8u << 20;
@@ -659,6 +664,11 @@ sp_server *sp_server_start(const sp_server_opts *o, char *err, size_t errlen) {
         return NULL;
     }
     s->watcher_started = true;
+    if (prep_init(s)) {
+        snprintf(err, errlen, "cannot start a thread");
+        sp_server_free(s);
+        return NULL;
+    }
     return s;
 }
 
@@ -749,6 +759,7 @@ void sp_server_stop(sp_server *s) {
      * to end its response. A request registers on its peer before it can
      * suspend, so the sweep sees every suspended one */
     s->closing = 1;
+    prep_stop(s); /* its jobs are answered and their connections resumed */
     for_each_request(s, sreq_abort);
     s->watcher_quit = 1;
     if (s->watcher_started) pthread_join(s->watcher, NULL);
@@ -765,6 +776,7 @@ void sp_server_free(sp_server *s) {
         pthread_join(s->watcher, NULL);
     }
     metrics_destroy(&s->met);
+    prep_destroy(s);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->reg_mu);
     free(s->key_hash);

@@ -11,7 +11,8 @@
  * first mask agrees with sp_matcher_accept_token for the first tokens it
  * allows and the first ones it does not; running bytes never breaks the
  * matcher (a refused run leaves the state as it was: its mask is the
- * same). */
+ * same). A matcher over one of its budgets says so (sp_matcher_error) and
+ * the comparisons stop there: its masks are empty and it refuses all. */
 #include "fuzz_common.h"
 #include "specula.h"
 
@@ -25,28 +26,45 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-static void fzg_run(sp_grammar *g, const uint8_t *bytes, size_t nb) {
+/* A matcher, or NULL when the grammar's start is over a budget (then the
+ * message names it). */
+static sp_matcher *fzg_matcher(sp_grammar *g) {
     char err[256];
     sp_matcher *m = sp_matcher_create(g, fzg_trie, err, sizeof(err));
-    FZ_ASSERT(m);
+    if (!m) FZ_ASSERT(strstr(err, "budget"));
+    return m;
+}
+
+/* Whether m went over a budget (the message names it). */
+static bool fzg_over(const sp_matcher *m) {
+    char err[256];
+    if (!sp_matcher_error(m, err, sizeof(err))) return false;
+    FZ_ASSERT(strstr(err, "budget"));
+    return true;
+}
+
+static void fzg_run(sp_grammar *g, const uint8_t *bytes, size_t nb) {
+    sp_matcher *m = fzg_matcher(g);
+    if (!m) return;
     if (fzg_trie) {
         const int32_t V = fzg_trie ? sp_vocab_n_tokens(fz_vocabs[0]) : 0;
         uint32_t *bits = calloc((size_t)(V + 31) / 32, 4), *again = calloc((size_t)(V + 31) / 32, 4);
         FZ_ASSERT(bits && again);
         int32_t n = sp_matcher_mask(m, bits);
         FZ_ASSERT(n >= 0 && n <= V);
-        sp_matcher *c = sp_matcher_create(g, fzg_trie, err, sizeof(err));
-        FZ_ASSERT(c);
+        sp_matcher *c = fzg_over(m) ? NULL : fzg_matcher(g);
         int yes = 0, no = 0;
-        for (sp_token t = 0; t < V && (yes < 8 || no < 8); t++) {
+        for (sp_token t = 0; c && t < V && (yes < 8 || no < 8); t++) {
             bool in = bits[t >> 5] >> (t & 31) & 1;
             if (in ? yes++ >= 8 : no++ >= 8) continue;
             sp_matcher_reset(c);
-            FZ_ASSERT(sp_matcher_accept_token(c, t) == in);
+            const bool took = sp_matcher_accept_token(c, t);
+            if (fzg_over(c)) break;
+            FZ_ASSERT(took == in);
         }
         sp_matcher_free(c);
         /* a refused run leaves the state unchanged */
-        if (!sp_matcher_accept_bytes(m, (const char *)bytes, nb)) {
+        if (!sp_matcher_accept_bytes(m, (const char *)bytes, nb) && !fzg_over(m)) {
             FZ_ASSERT(sp_matcher_mask(m, again) == n);
             FZ_ASSERT(!memcmp(bits, again, (size_t)(V + 31) / 32 * 4));
         } else {
@@ -68,12 +86,12 @@ static void fzg_run(sp_grammar *g, const uint8_t *bytes, size_t nb) {
  * running bytes through the trigger never breaks the matcher. */
 static void fzg_lazy(sp_grammar *g, const uint8_t *bytes, size_t nb) {
     char err[256];
-    sp_matcher *m = sp_matcher_create(g, fzg_trie, err, sizeof(err));
-    FZ_ASSERT(m);
+    sp_matcher *m = fzg_matcher(g);
+    if (!m) return;
     size_t tl = nb < 8 ? nb : 8;
-    while (tl && !sp_matcher_accept_bytes(m, (const char *)bytes, tl)) tl--;
+    while (tl && !sp_matcher_accept_bytes(m, (const char *)bytes, tl) && !fzg_over(m)) tl--;
     sp_matcher_reset(m);
-    if (!tl || memchr(bytes, 0, tl) || sp_matcher_set_trigger(m, (const char *)bytes, tl, bytes[0] & 1, err, sizeof(err))) {
+    if (!tl || fzg_over(m) || memchr(bytes, 0, tl) || sp_matcher_set_trigger(m, (const char *)bytes, tl, bytes[0] & 1, err, sizeof(err))) {
         sp_matcher_free(m);
         return;
     }
@@ -83,7 +101,7 @@ static void fzg_lazy(sp_grammar *g, const uint8_t *bytes, size_t nb) {
     const sp_token *ref;
     const int32_t n_ref = sp_matcher_free_at(m, 0, &ref);
     FZ_ASSERT(n_ref >= 0 && sp_matcher_mask(m, bits) == V - n_ref && sp_matcher_can_end(m));
-    sp_matcher *c = sp_matcher_create(g, fzg_trie, err, sizeof(err));
+    sp_matcher *c = fzg_matcher(g);
     FZ_ASSERT(c && sp_matcher_set_trigger(c, (const char *)bytes, tl, bytes[0] & 1, err, sizeof(err)) == SP_OK);
     for (int32_t i = 0; i < n_ref && i < 8; i++) {
         sp_matcher_reset(c);

@@ -37,6 +37,11 @@
 #include "fuzz_grammar.c"
 #undef LLVMFuzzerInitialize
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerInitialize fz_grammar_cost_init
+#define LLVMFuzzerTestOneInput fz_grammar_cost_one
+#include "fuzz_grammar_cost.c"
+#undef LLVMFuzzerInitialize
+#undef LLVMFuzzerTestOneInput
 #define LLVMFuzzerInitialize fz_sse_init
 #define LLVMFuzzerTestOneInput fz_sse_one
 #include "fuzz_sse.c"
@@ -65,6 +70,7 @@ static const target targets[] = {
     {"chat", fz_chat_init, fz_chat_one},
     {"sse", fz_sse_init, fz_sse_one},
     {"grammar", fz_grammar_init, fz_grammar_one},
+    {"grammar_cost", fz_grammar_cost_init, fz_grammar_cost_one},
     {"kvstore", fz_kvstore_init, fz_kvstore_one},
 };
 
