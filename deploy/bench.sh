@@ -3,7 +3,9 @@
 # multi-tenant workload against 1, 2 and 4 replicas behind HAProxy, prefix
 # affinity and round robin, one fresh cluster per row; prints a Markdown
 # table (H_tokens and prefill positions from the replicas' /metrics summed,
-# TTFT p50/p99, throughput, imbalance) and keeps each report in OUT_DIR.
+# TTFT p50/p99, throughput, imbalance) and keeps each report in --out DIR
+# (default: a fresh ${TMPDIR:-/tmp}/specula-scaleout.XXXXXXXXXX, named on
+# stderr).
 #
 #   deploy/bench.sh [--replicas "1 2 4"] [--policies "prefix roundrobin"]
 #                   [--balance-factor F] [--out DIR] [-- BENCH ARGS...]
@@ -15,7 +17,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 bin=${SPECULA_BIN:-$root/bin/specula}
 export SPECULA_BIN=$bin
-replicas="1 2 4"; policies="prefix roundrobin"; factor=125; out=${TMPDIR:-/tmp}/specula-scaleout
+replicas="1 2 4"; policies="prefix roundrobin"; factor=125; out=""
 work=(--workload multi-tenant --num-requests 96 --tenants 4 --documents 8 --zipf 0.5
       --concurrency 4 --warmup 0 --no-isolation --metrics-period 0)
 while [ $# -gt 0 ]; do
@@ -29,6 +31,11 @@ while [ $# -gt 0 ]; do
     esac
 done
 read -r -a serve <<<"${SERVE_ARGS:--t 1 --kv-mem 20M}"
+# not a fixed name in a shared /tmp: another user could have put links there
+if [ -z "$out" ]; then
+    out=$(mktemp -d "${TMPDIR:-/tmp}/specula-scaleout.XXXXXXXXXX") || exit 1
+    echo "bench.sh: reports in $out" >&2
+fi
 mkdir -p "$out"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 trap '"$here/cluster.sh" stop --port "$port" --state-dir "$out/state" >/dev/null 2>&1' EXIT

@@ -1,5 +1,5 @@
 -- specula_route.lua: HAProxy Lua action that derives a prefix-affinity
--- routing key for a Specula request (issue 18).
+-- routing key for a Specula request.
 --
 --   http-request lua.specula_route_key N     (N: bytes of prompt in the key)
 --

@@ -463,8 +463,9 @@ void sp_token_trie_free(sp_token_trie *t);
  * by state, so a state met again (inside a JSON string, between array
  * items) costs a lookup. Memory grows with the distinct states met. */
 typedef struct sp_matcher sp_matcher;
-/* NULL + err when out of memory, or when the grammar's start alone is
- * over a budget (below). t may be NULL (bytes only: no masks). */
+/* NULL + err when out of memory. A grammar whose start alone is over a
+ * budget (below) gives a matcher that has failed: check sp_matcher_error.
+ * t may be NULL (bytes only: no masks). */
 sp_matcher *sp_matcher_create(const sp_grammar *g, const sp_token_trie *t, char *err,
                               size_t errlen);
 void sp_matcher_free(sp_matcher *m);

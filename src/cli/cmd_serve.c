@@ -4,11 +4,15 @@
  * no new requests (503; /health says "draining"), those in flight get --drain-timeout
  * seconds to finish (a second signal cuts that short), the rest are
  * cancelled with a clean final event, and it exits 0. */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 #include <limits.h>
@@ -27,6 +31,8 @@ static void serve_usage(FILE *f) {
             "  --port P               TCP port (default 8080; 0: any free port, printed)\n"
             "  --api-key KEY          require 'Authorization: Bearer KEY'; repeat for several\n"
             "                         tenants (each key gets its own prefix-cache salt)\n"
+            "  --api-key-file FILE    the API keys in FILE, one a line, kept out of the process\n"
+            "                         list (FILE must not be readable by group or others)\n"
             "  --served-model-name N  the model name of the API (default: the file's base name)\n"
             "  --chat-template NAME   chatml, llama3, llama2, mistral, phi3, gemma (default:\n"
             "                         recognized from the model's tokenizer.chat_template)\n"
@@ -155,6 +161,57 @@ static void wait_and_drain(sp_server *s, const sigset_t *sigs, long drain_s) {
     if (n) fprintf(stderr, "specula serve: cancelling %lld request(s)\n", (long long)n);
 }
 
+/* --api-key-file's text: its keys point into it for the server's lifetime */
+static char key_file_text[16384];
+static bool key_file_read;
+
+/* Adds the keys of --api-key-file FILE (one a line; blank lines and a
+ * trailing CR skipped) to keys. FILE must be private to its owner: a key
+ * file that others can read is a key they have. False after saying why. */
+static bool read_key_file(const char *path, const char **keys, sp_server_opts *o) {
+    if (key_file_read) {
+        fprintf(stderr, "specula serve: --api-key-file is given twice\n");
+        return false;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        fprintf(stderr, "specula serve: cannot open --api-key-file %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    struct stat st;
+    const char *why = NULL;
+    if (fstat(fd, &st)) why = strerror(errno);
+    else if (!S_ISREG(st.st_mode)) why = "not a regular file";
+    else if (st.st_mode & (S_IRWXG | S_IRWXO)) why = "readable or writable by group or others (chmod 600 it)";
+    else if (st.st_size >= (off_t)sizeof(key_file_text)) why = "larger than 16 KiB";
+    ssize_t n = 0;
+    if (!why && (n = read(fd, key_file_text, sizeof(key_file_text) - 1)) < 0) why = strerror(errno);
+    close(fd);
+    if (why) {
+        fprintf(stderr, "specula serve: --api-key-file %s: %s\n", path, why);
+        return false;
+    }
+    key_file_text[n] = 0;
+    key_file_read = true;
+    int before = o->n_api_keys;
+    char *save = NULL;
+    for (char *line = strtok_r(key_file_text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        size_t len = strlen(line);
+        if (len && line[len - 1] == '\r') line[--len] = 0;
+        if (!len) continue;
+        if (o->n_api_keys >= MAX_KEYS) {
+            fprintf(stderr, "specula serve: more than %d API keys\n", MAX_KEYS);
+            return false;
+        }
+        keys[o->n_api_keys++] = line;
+    }
+    if (o->n_api_keys == before) {
+        fprintf(stderr, "specula serve: --api-key-file %s holds no key\n", path);
+        return false;
+    }
+    return true;
+}
+
 /* Reads the command line into *model, keys (o->api_keys points there), o,
  * ce and *drain_s, and checks it. -1 to go on; otherwise the exit code (0
  * after --help, 2 for a bad command line, said on stderr). */
@@ -187,7 +244,8 @@ static int parse_serve(int argc, char **argv, const char **model, const char **k
             continue;
         }
         bool takes = !strcmp(a, "-m") || !strcmp(a, "--host") || !strcmp(a, "--port") ||
-                     !strcmp(a, "--api-key") || !strcmp(a, "--served-model-name") ||
+                     !strcmp(a, "--api-key") || !strcmp(a, "--api-key-file") ||
+                     !strcmp(a, "--served-model-name") ||
                      !strcmp(a, "--chat-template") || !strcmp(a, "--max-queue") ||
                      !strcmp(a, "--max-body") || !strcmp(a, "--drain-timeout") ||
                      !strcmp(a, "--max-body-total") || !strcmp(a, "--max-conns") ||
@@ -214,6 +272,8 @@ static int parse_serve(int argc, char **argv, const char **model, const char **k
         else if (!strcmp(a, "--api-key")) {
             ok = *v && o->n_api_keys < MAX_KEYS;
             if (ok) keys[o->n_api_keys++] = v;
+        } else if (!strcmp(a, "--api-key-file")) {
+            if (!read_key_file(v, keys, o)) return 2;
         } else if (!strcmp(a, "--served-model-name")) ok = *v, o->served_name = v;
         else if (!strcmp(a, "--chat-template")) o->chat_template = v;
         else if (!strcmp(a, "--max-queue")) ok = cli_int(v, 1, 1 << 20, &l), o->max_queue = (int)l;

@@ -112,8 +112,11 @@ void gr_release(sp_engine *e, request *r) {
 /* A matcher for r, set up as the request asked (jump-forward, a trigger). */
 static sp_matcher *matcher_of(sp_engine *e, const request *r, char *err, size_t errlen, int *rc) {
     sp_matcher *m = sp_matcher_create(r->gram, e->trie, err, errlen);
-    *rc = m ? SP_OK : strstr(err, "budget") ? SP_ERR_INVALID : SP_ERR_NOMEM;
-    if (!m) return NULL;
+    *rc = m ? sp_matcher_error(m, err, errlen) : SP_ERR_NOMEM;
+    if (*rc) {
+        sp_matcher_free(m);
+        return NULL;
+    }
     sp_matcher_set_jump_forward(m, true);
     if (r->gtrigger && (*rc = sp_matcher_set_trigger(m, r->gtrigger, strlen(r->gtrigger),
                                                      r->gat_start, err, errlen))) {

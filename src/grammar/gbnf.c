@@ -11,9 +11,18 @@
  *           alternative per UTF-8 byte-range sequence (utf8_ranges)
  * Then it checks that every rule is defined and that none is left
  * recursive (which would make the matcher expand forever), and lays the
- * rules out flat. */
+ * rules out flat.
+ *
+ * Cost: linear in the text and in the elements made, which the limits of
+ * grammar.h bound (a {m,n} costs at most about 4 * GR_MAX_REPEAT elements,
+ * nested or not: what it repeats is always one element). Rule names are
+ * found through a hash table, nullable rules through a worklist, left
+ * recursion through a depth-first walk on an explicit stack: no step is
+ * quadratic, and no C recursion is deeper than GR_MAX_NEST groups. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include "common.h"
 #include "grammar/grammar.h"
@@ -25,9 +34,14 @@ typedef struct {
 
 typedef struct {
     char *name;             /* NULL for generated rules */
+    size_t name_len;
     evec body;
     bool defined;
 } prule;
+
+/* Groups nested deeper are refused: parse_alternates and parse_sequence
+ * recurse once per level, a few hundred bytes of stack each. */
+#define GR_MAX_NEST 256
 
 typedef struct {
     const char *src, *p, *end;
@@ -36,6 +50,10 @@ typedef struct {
     gr_set *sets;
     int32_t n_sets, cap_sets;
     int32_t single[256];    /* set index of each one-byte set, -1 when none yet */
+    int32_t *names;         /* hash table of the named rules' indices, -1: empty */
+    uint32_t names_cap;     /* a power of two, twice the named rules at least */
+    int32_t n_names;
+    uint64_t key[2];        /* the table's hash key, random per compile */
     int64_t n_elems;
     int depth;
     char *err;
@@ -43,7 +61,8 @@ typedef struct {
     bool failed;
 } parser;
 
-static void perr(parser *ps, const char *fmt, const char *arg) {
+/* The first error, with its place (a scan of the text: once per compile). */
+static void perr_in(parser *ps, const char *head, const char *msg) {
     if (ps->failed) return;
     ps->failed = true;
     int line = 1, col = 1;
@@ -51,16 +70,25 @@ static void perr(parser *ps, const char *fmt, const char *arg) {
         if (*q == '\n') line++, col = 1;
         else col++;
     }
+    sp_seterr(ps->err, ps->errlen, "%s %s at line %d, column %d", head, msg, line, col);
+}
+
+static void perr(parser *ps, const char *fmt, const char *arg) {
     char msg[160];
     snprintf(msg, sizeof(msg), fmt, arg ? arg : "");
-    sp_seterr(ps->err, ps->errlen, "grammar: %s at line %d, column %d", msg, line, col);
+    perr_in(ps, "grammar:", msg);
+}
+
+/* A limit of grammar.h exceeded: the message names it. */
+static bool too_large(parser *ps, long limit, const char *what) {
+    char msg[160];
+    snprintf(msg, sizeof(msg), "more than %ld %s", limit, what);
+    perr_in(ps, "grammar too large:", msg);
+    return false;
 }
 
 static bool push(parser *ps, evec *v, int type, uint32_t arg) {
-    if (++ps->n_elems > GR_MAX_ELEMS) {
-        perr(ps, "more than %s elements", "1048576");
-        return false;
-    }
+    if (++ps->n_elems > GR_MAX_ELEMS) return too_large(ps, GR_MAX_ELEMS, "elements");
     if (v->n == v->cap) {
         int32_t cap = v->cap ? v->cap * 2 : 8;
         gr_elem *e = realloc(v->e, (size_t)cap * sizeof(gr_elem));
@@ -75,10 +103,7 @@ static bool push(parser *ps, evec *v, int type, uint32_t arg) {
 }
 
 static int32_t new_rule(parser *ps, const char *name, size_t len) {
-    if (ps->n_rules >= GR_MAX_RULES) {
-        perr(ps, "more than %s rules", "65536");
-        return -1;
-    }
+    if (ps->n_rules >= GR_MAX_RULES) return too_large(ps, GR_MAX_RULES, "rules"), -1;
     if (ps->n_rules == ps->cap_rules) {
         int32_t cap = ps->cap_rules ? ps->cap_rules * 2 : 16;
         prule **r = realloc(ps->rules, (size_t)cap * sizeof(prule *));
@@ -89,6 +114,7 @@ static int32_t new_rule(parser *ps, const char *name, size_t len) {
     if (!r) goto oom;
     if (name) {
         r->name = strndup(name, len);
+        r->name_len = len;
         if (!r->name) {
             free(r);
             goto oom;
@@ -101,18 +127,94 @@ oom:
     return -1;
 }
 
-static int32_t rule_by_name(parser *ps, const char *name, size_t len) {
-    for (int32_t i = 0; i < ps->n_rules; i++) {
-        const char *n = ps->rules[i]->name;
-        if (n && strlen(n) == len && !memcmp(n, name, len)) return i;
+/* ---- rule names: a hash table ----
+ * Open addressing, at most half full: a lookup costs O(1 + name length)
+ * expected. The key is random per compile (SipHash-1-3), so that a grammar
+ * cannot be written to make every name collide and the lookups quadratic. */
+
+#define ROTL64(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+
+static void sip_round(uint64_t v[4]) {
+    v[0] += v[1], v[1] = ROTL64(v[1], 13), v[1] ^= v[0], v[0] = ROTL64(v[0], 32);
+    v[2] += v[3], v[3] = ROTL64(v[3], 16), v[3] ^= v[2];
+    v[0] += v[3], v[3] = ROTL64(v[3], 21), v[3] ^= v[0];
+    v[2] += v[1], v[1] = ROTL64(v[1], 17), v[1] ^= v[2], v[2] = ROTL64(v[2], 32);
+}
+
+static uint64_t name_hash(const uint64_t k[2], const char *s, size_t n) {
+    uint64_t v[4] = {k[0] ^ 0x736f6d6570736575ull, k[1] ^ 0x646f72616e646f6dull,
+                     k[0] ^ 0x6c7967656e657261ull, k[1] ^ 0x7465646279746573ull};
+    uint64_t last = (uint64_t)n << 56, w;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, s + i, 8);
+        v[3] ^= w, sip_round(v), v[0] ^= w;
     }
-    return new_rule(ps, name, len);
+    for (size_t j = 0; i + j < n; j++) last |= (uint64_t)(unsigned char)s[i + j] << (8 * j);
+    v[3] ^= last, sip_round(v), v[0] ^= last;
+    v[2] ^= 0xff;
+    sip_round(v), sip_round(v), sip_round(v);
+    return v[0] ^ v[1] ^ v[2] ^ v[3];
+}
+
+/* A random key (getrandom; the clock and an address where it fails: the
+ * key only spreads the names, any value gives the same grammar). */
+static void names_key(parser *ps) {
+    if (getrandom(ps->key, sizeof(ps->key), GRND_NONBLOCK) == (ssize_t)sizeof(ps->key)) return;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    ps->key[0] = (uint64_t)t.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)ps;
+    ps->key[1] = (uint64_t)t.tv_sec ^ (uint64_t)(uintptr_t)&t;
+}
+
+/* The slot of name: the one holding its rule, or the empty one where it goes. */
+static uint32_t name_slot(const parser *ps, const char *name, size_t len) {
+    const uint32_t mask = ps->names_cap - 1;
+    uint32_t i = (uint32_t)name_hash(ps->key, name, len) & mask;
+    for (;; i = (i + 1) & mask) {
+        const int32_t r = ps->names[i];
+        if (r < 0) return i;
+        const prule *p = ps->rules[r];
+        if (p->name_len == len && !memcmp(p->name, name, len)) return i;
+    }
+}
+
+/* Doubles the table (or makes it) when half full: amortized O(1) a name. */
+static bool names_grow(parser *ps) {
+    if ((uint32_t)ps->n_names * 2 < ps->names_cap) return true;
+    const uint32_t old_cap = ps->names_cap;
+    int32_t *old = ps->names;
+    ps->names_cap = old_cap ? old_cap * 2 : 64;
+    ps->names = malloc(ps->names_cap * sizeof(int32_t));
+    if (!ps->names) {
+        ps->names = old, ps->names_cap = old_cap;
+        perr(ps, "out of memory%s", NULL);
+        return false;
+    }
+    memset(ps->names, 0xff, ps->names_cap * sizeof(int32_t));
+    for (uint32_t i = 0; i < old_cap; i++)
+        if (old[i] >= 0) {
+            const prule *p = ps->rules[old[i]];
+            ps->names[name_slot(ps, p->name, p->name_len)] = old[i];
+        }
+    free(old);
+    return true;
+}
+
+/* The rule named name[len], made (undefined) at its first mention. */
+static int32_t rule_by_name(parser *ps, const char *name, size_t len) {
+    if (!names_grow(ps)) return -1;
+    const uint32_t i = name_slot(ps, name, len);
+    if (ps->names[i] >= 0) return ps->names[i];
+    const int32_t r = new_rule(ps, name, len);
+    if (r >= 0) ps->names[i] = r, ps->n_names++;
+    return r;
 }
 
 static int32_t add_set(parser *ps, const gr_set *s) {
     int32_t n1 = 0, b1 = 0;
-    for (int b = 0; b < 256; b++)
-        if (gr_set_has(s, (unsigned)b)) n1++, b1 = b;
+    for (int w = 0; w < 8; w++)
+        if (s->w[w]) n1 += __builtin_popcount(s->w[w]), b1 = w * 32 + __builtin_ctz(s->w[w]);
     if (n1 == 1 && ps->single[b1] >= 0) return ps->single[b1];
     if (ps->n_sets == ps->cap_sets) {
         int32_t cap = ps->cap_sets ? ps->cap_sets * 2 : 64;
@@ -129,6 +231,7 @@ static int32_t add_set(parser *ps, const gr_set *s) {
 }
 
 static bool push_byte(parser *ps, evec *v, unsigned b) {
+    if (ps->single[b] >= 0) return push(ps, v, E_BYTES, (uint32_t)ps->single[b]);
     gr_set s = {{0}};
     gr_set_add(&s, b);
     int32_t id = add_set(ps, &s);
@@ -548,7 +651,7 @@ static bool parse_sequence(parser *ps, int32_t rid) {
             cprange any = {0, 0x10FFFF};
             ok = push_class(ps, v, &any, 1, false);
         } else if (c == '(') {
-            if (++ps->depth > 256) return perr(ps, "groups nested too deep%s", NULL), false;
+            if (++ps->depth > GR_MAX_NEST) return too_large(ps, GR_MAX_NEST, "nested groups");
             ps->p++;
             int32_t g = new_rule(ps, NULL, 0);
             ok = g >= 0 && parse_alternates(ps, g);
@@ -590,31 +693,124 @@ static bool parse_alternates(parser *ps, int32_t rid) {
 
 /* ---- checks ---- */
 
-/* Left recursion: a rule reaching itself through references in first
- * position (after nullable ones). state: 0 unvisited, 1 on the path, 2 done. */
-static int32_t left_cycle(parser *ps, int32_t r, const bool *nullable, uint8_t *state, int depth) {
-    if (state[r] == 1) return r;
-    if (state[r] == 2) return -1;
-    if (depth > 100000) return r;
-    state[r] = 1;
-    const evec *b = &ps->rules[r]->body;
-    bool at_start = true;
-    for (int32_t i = 0; i < b->n; i++) {
-        gr_elem x = b->e[i];
-        if (x.type == E_END) {
-            at_start = true;
-            continue;
+/* Where each rule is mentioned, for the nullable worklist: alternative a
+ * (of rule owner[a]) has need[a] elements not yet known nullable; the
+ * mentions of rule t are the alternatives by[off[t] .. off[t+1]) (one
+ * entry per mention: an alternative mentioning t twice needs it twice). */
+typedef struct {
+    int32_t *need, *owner, *off, *by;
+} mentions;
+
+static void mentions_free(mentions *m) { free(m->need), free(m->owner), free(m->off), free(m->by); }
+
+/* Counting sort of the references by the rule they name: O(elements). */
+static bool mentions_make(parser *ps, mentions *m) {
+    int32_t n_alt = 0, n_ref = 0;
+    for (int32_t r = 0; r < ps->n_rules; r++)
+        for (int32_t i = 0; i < ps->rules[r]->body.n; i++) {
+            n_alt += ps->rules[r]->body.e[i].type == E_END;
+            n_ref += ps->rules[r]->body.e[i].type == E_REF;
         }
-        if (!at_start) continue;
-        if (x.type == E_BYTES) {
-            at_start = false;
-        } else {
-            int32_t c = left_cycle(ps, (int32_t)x.arg, nullable, state, depth + 1);
-            if (c >= 0) return c;
-            at_start = nullable[x.arg];
+    m->need = malloc((size_t)SP_MAX(n_alt, 1) * sizeof(int32_t));
+    m->owner = malloc((size_t)SP_MAX(n_alt, 1) * sizeof(int32_t));
+    m->off = calloc((size_t)ps->n_rules + 2, sizeof(int32_t));
+    m->by = malloc((size_t)SP_MAX(n_ref, 1) * sizeof(int32_t));
+    if (!m->need || !m->owner || !m->off || !m->by) return false;
+    for (int32_t r = 0; r < ps->n_rules; r++) /* off[t + 2]: t's mentions, then their start */
+        for (int32_t i = 0; i < ps->rules[r]->body.n; i++)
+            if (ps->rules[r]->body.e[i].type == E_REF) m->off[ps->rules[r]->body.e[i].arg + 2]++;
+    for (int32_t r = 0; r < ps->n_rules; r++) m->off[r + 2] += m->off[r + 1];
+    int32_t a = 0, n = 0;
+    for (int32_t r = 0; r < ps->n_rules; r++) /* placing t's mentions moves off[t + 1] to their end */
+        for (int32_t i = 0; i < ps->rules[r]->body.n; i++) {
+            const gr_elem x = ps->rules[r]->body.e[i];
+            if (x.type == E_REF) m->by[m->off[x.arg + 1]++] = a;
+            if (x.type != E_END) {
+                n++;
+                continue;
+            }
+            m->owner[a] = r, m->need[a++] = n, n = 0;
+        }
+    return true;
+}
+
+/* Nullable rules (those that can match the empty string), by the linear
+ * worklist algorithm: a rule found nullable decrements the need of every
+ * alternative that mentions it, and a need reaching 0 makes that
+ * alternative's rule nullable (a byte set is never nullable: its count
+ * stays). Each mention is visited once: O(elements), where passes over all
+ * rules until nothing changed were O(rules * elements). False when out of
+ * memory. */
+static bool find_nullable(parser *ps, bool *nullable) {
+    mentions m = {0};
+    int32_t *queue = malloc((size_t)ps->n_rules * sizeof(int32_t));
+    const bool ok = queue && mentions_make(ps, &m);
+    int32_t n_queue = 0;
+    for (int32_t a = 0, r = 0; ok && r < ps->n_rules; r++) /* the rules with an empty alternative */
+        for (int32_t i = 0; i < ps->rules[r]->body.n; i++)
+            if (ps->rules[r]->body.e[i].type == E_END && !m.need[a++] && !nullable[r])
+                nullable[r] = true, queue[n_queue++] = r;
+    for (int32_t q = 0; ok && q < n_queue; q++) {
+        const int32_t t = queue[q];
+        for (int32_t k = m.off[t]; k < m.off[t + 1]; k++) {
+            const int32_t a = m.by[k], r = m.owner[a];
+            if (--m.need[a] == 0 && !nullable[r]) nullable[r] = true, queue[n_queue++] = r;
         }
     }
-    state[r] = 2;
+    mentions_free(&m);
+    free(queue);
+    return ok;
+}
+
+/* A depth-first walk's place in one rule: the next element to look at,
+ * and whether everything before it in its alternative is nullable. */
+typedef struct {
+    int32_t r, i;
+    bool at_start;
+} walk;
+
+/* The next rule that r's elements in first position (after nullable ones)
+ * refer to and the walk has not met yet, from f's place on; -1: none left.
+ * *cycle: a rule met that is still on the walk's path (left recursion). */
+static int32_t next_first(parser *ps, walk *f, const bool *nullable, const uint8_t *state,
+                          int32_t *cycle) {
+    const evec *b = &ps->rules[f->r]->body;
+    while (f->i < b->n) {
+        const gr_elem x = b->e[f->i++];
+        if (x.type == E_END) {
+            f->at_start = true;
+        } else if (f->at_start && x.type == E_BYTES) {
+            f->at_start = false;
+        } else if (f->at_start) {
+            f->at_start = nullable[x.arg];
+            if (state[x.arg] == 1) return *cycle = (int32_t)x.arg, -1;
+            if (state[x.arg] == 0) return (int32_t)x.arg;
+        }
+    }
+    return -1;
+}
+
+/* Left recursion: a rule reaching itself through references in first
+ * position (after nullable ones); the rule, or -1. state: 0 unvisited, 1 on
+ * the path, 2 done. The path lives in stack[] (n_rules places: a rule is
+ * on it once), not in C frames: a chain of 60000 rules is 60000 deep. Each
+ * element is looked at once over all the walks: O(elements). */
+static int32_t left_cycle(parser *ps, int32_t root, const bool *nullable, uint8_t *state,
+                          walk *stack) {
+    if (state[root]) return -1;
+    int32_t top = 0, cycle = -1;
+    stack[0] = (walk){root, 0, true};
+    state[root] = 1;
+    while (top >= 0) {
+        const int32_t next = next_first(ps, &stack[top], nullable, state, &cycle);
+        if (cycle >= 0) return cycle;
+        if (next < 0) {
+            state[stack[top--].r] = 2;
+            continue;
+        }
+        state[next] = 1;
+        stack[++top] = (walk){next, 0, true};
+    }
     return -1;
 }
 
@@ -627,33 +823,15 @@ static bool check(parser *ps) {
         }
     bool *nullable = calloc((size_t)ps->n_rules, sizeof(bool));
     uint8_t *state = calloc((size_t)ps->n_rules, 1);
-    if (!nullable || !state) {
-        free(nullable), free(state);
+    walk *stack = malloc((size_t)ps->n_rules * sizeof(walk));
+    if (!nullable || !state || !stack || !find_nullable(ps, nullable)) {
+        free(nullable), free(state), free(stack);
         perr(ps, "out of memory%s", NULL);
         return false;
     }
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int32_t r = 0; r < ps->n_rules; r++) {
-            if (nullable[r]) continue;
-            const evec *b = &ps->rules[r]->body;
-            bool ok = true, any = false; /* some alternative has only nullable elements */
-            for (int32_t i = 0; i < b->n && !any; i++) {
-                gr_elem x = b->e[i];
-                if (x.type == E_END) {
-                    any = ok;
-                    ok = true;
-                } else if (x.type == E_BYTES || !nullable[x.arg]) {
-                    ok = false;
-                }
-            }
-            if (any) nullable[r] = changed = true;
-        }
-    }
     int32_t bad = -1;
-    for (int32_t r = 0; r < ps->n_rules && bad < 0; r++) bad = left_cycle(ps, r, nullable, state, 0);
-    free(nullable);
-    free(state);
+    for (int32_t r = 0; r < ps->n_rules && bad < 0; r++) bad = left_cycle(ps, r, nullable, state, stack);
+    free(nullable), free(state), free(stack);
     if (bad >= 0) {
         ps->p = ps->end;
         /* name the nearest named rule: generated ones are anonymous */
@@ -710,6 +888,7 @@ sp_grammar *sp_grammar_compile(const char *text, size_t len, char *err, size_t e
     if (!len) len = strlen(text);
     parser ps = {.src = text, .p = text, .end = text + len, .err = err, .errlen = errlen};
     for (int i = 0; i < 256; i++) ps.single[i] = -1;
+    names_key(&ps);
     sp_grammar *g = NULL;
     skip_ws(&ps);
     while (!ps.failed && ps.p < ps.end) {
@@ -740,8 +919,7 @@ sp_grammar *sp_grammar_compile(const char *text, size_t len, char *err, size_t e
         }
     }
     int32_t root = -1;
-    for (int32_t i = 0; !ps.failed && i < ps.n_rules; i++)
-        if (ps.rules[i]->name && !strcmp(ps.rules[i]->name, "root")) root = i;
+    if (!ps.failed && ps.names) root = ps.names[name_slot(&ps, "root", 4)];
     if (!ps.failed && root < 0) {
         ps.p = ps.end;
         perr(&ps, "no rule named 'root'%s", NULL);
@@ -757,6 +935,7 @@ sp_grammar *sp_grammar_compile(const char *text, size_t len, char *err, size_t e
     }
     free(ps.rules);
     free(ps.sets);
+    free(ps.names);
     return g;
 }
 

@@ -437,12 +437,7 @@ sp_matcher *sp_matcher_create(const sp_grammar *g, const sp_token_trie *t, char 
     m->t = t;
     m->words = t ? (t->n_vocab + 31) / 32 : 0;
     if (!ht_grow(m)) goto oom;
-    sp_matcher_reset(m);
-    if (m->fail) {
-        sp_matcher_error(m, err, errlen);
-        sp_matcher_free(m);
-        return NULL;
-    }
+    sp_matcher_reset(m); /* over a budget: the caller learns it from sp_matcher_error */
     return m;
 oom:
     sp_seterr(err, errlen, "grammar matcher: out of memory");

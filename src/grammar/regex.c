@@ -24,7 +24,12 @@
  * The parse also bounds the length of the strings matched (in characters),
  * so that schema.c can tell whether minLength / maxLength hold by
  * themselves. The work is linear in the pattern; the grammar's size is
- * that of the pattern with its repetitions expanded by the compiler. */
+ * that of the pattern with its repetitions expanded by the compiler. A
+ * character or class of the pattern may take some hundred bytes of GBNF
+ * (its JSON escapes as alternatives), so the text written is counted and
+ * refused past RX_MAX_OUT, before a large pattern makes a huge one. Groups
+ * nest at most RX_MAX_DEPTH deep (parse_alt recurses once per group, some
+ * 5 KB of stack each). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +40,10 @@
 
 #define RX_MAX_RANGES 256
 #define RX_MAX_DEPTH 64
+/* The GBNF of a pattern at most, bytes: as large as a whole grammar may be. */
+#define RX_MAX_OUT 1048576
+#define RX_STR(x) RX_STR_(x)
+#define RX_STR_(x) #x
 #define RX_INF (1e18)
 
 typedef struct {
@@ -49,6 +58,7 @@ typedef struct {
 typedef struct {
     const char *p, *end;
     sbuf *out;
+    size_t out_start;   /* out's length before the pattern */
     char *err;
     size_t errlen;
     bool failed;
@@ -346,6 +356,8 @@ static span parse_seq(rx *x, bool top, bool *end_anchor) {
             *end_anchor = true;
             break;
         }
+        if (x->out->len - x->out_start > RX_MAX_OUT)
+            return rx_fail(x, "the pattern's grammar is larger than %s bytes", RX_STR(RX_MAX_OUT)), s;
         if (any) sb_str(x->out, " ");
         const span a = parse_quant(x, parse_atom(x));
         s.lo += a.lo, s.hi = s.hi == RX_INF || a.hi == RX_INF ? RX_INF : s.hi + a.hi;
@@ -379,7 +391,8 @@ static span parse_alt(rx *x, bool top) {
 }
 
 int gr_pattern_gbnf(const char *re, sbuf *out, double *min_len, double *max_len, char *err, size_t errlen) {
-    rx x = {.p = re, .end = re + strlen(re), .out = out, .err = err, .errlen = errlen};
+    rx x = {.p = re, .end = re + strlen(re), .out = out, .out_start = out->len, .err = err,
+            .errlen = errlen};
     sb_str(out, "(");
     const span s = parse_alt(&x, true);
     sb_str(out, ")");

@@ -5,7 +5,17 @@
  * the schema's order, required ones first, then each optional one as an
  * optional ", key: value" (with no required property, the first present
  * one has no comma: one alternative per choice of first). A $ref is one
- * rule per target, made once, so recursive schemas are recursive rules. */
+ * rule per target, made once, so recursive schemas are recursive rules.
+ *
+ * Cost: each subschema is converted once (a $ref target once more at
+ * most, whatever the number of references; the types of a "type" array are
+ * distinct), so the work is linear in the schema (a "required" list is
+ * matched against at most 256 properties), except where a keyword asks for
+ * more text than it takes (an integer range: up to MAX_ENUM_INT
+ * alternatives). The
+ * text made is counted as it is made, and the conversion stops with an
+ * error naming MAX_OUT once it would pass it; the compiler's own limits
+ * (grammar.h) then bound what the repetitions ({m,n}) expand to. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,7 +29,8 @@
 #include "specula.h"
 
 #define MAX_DEPTH 64
-#define MAX_OUT (4u << 20)
+/* The grammar's text at most: as large as a grammar a request may give. */
+#define MAX_OUT (1u << 20)
 #define MAX_ENUM_INT 1000
 
 /* the JSON value grammar every schema's rules build on (and json_object mode) */
@@ -40,15 +51,20 @@ static const char PRIMITIVES[] = JSON_PRIMITIVES;
 typedef struct {
     char *s;
     size_t n, cap;
-    bool oom;
+    bool oom;   /* out of memory: what was appended since is lost */
+    bool over;  /* MAX_OUT reached: the same */
 } buf;
 
 static void bput(buf *b, const char *s, size_t n) {
-    if (b->oom) return;
+    if (b->oom || b->over) return;
+    if (b->n + n > MAX_OUT) {
+        b->over = true;
+        return;
+    }
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 1024;
         while (b->n + n + 1 > cap) cap *= 2;
-        char *p = cap > MAX_OUT ? NULL : realloc(b->s, cap);
+        char *p = realloc(b->s, cap);
         if (!p) {
             b->oom = true;
             return;
@@ -129,11 +145,21 @@ static bool num_of(const cJSON *s, const char *k, double *v) {
 /* A new rule number; the caller writes "rN ::= ...\n" into a body buffer. */
 static int new_rule(conv *c) { return c->n_rules++; }
 
+/* A limit met while writing out: the conversion stops (a schema could
+ * otherwise ask for more work than its size, as an enum of integer ranges). */
+static void check_out(conv *c, const buf *b) {
+    if (b->over)
+        fail(c, "the schema's grammar is larger than %u bytes (the limit of a grammar)", MAX_OUT);
+    else if (b->oom)
+        fail(c, "out of memory");
+}
+
 static void emit(conv *c, int id, buf *body) {
     bprintf(&c->out, "r%d ::= ", id);
     bput(&c->out, body->s ? body->s : "", body->n);
     bput(&c->out, "\n", 1);
-    c->out.oom |= body->oom;
+    check_out(c, body);
+    check_out(c, &c->out);
     free(body->s);
 }
 
@@ -143,6 +169,28 @@ static const char *prim_name(int code);
 static void rule_name(char out[32], int id) {
     if (id >= 0) snprintf(out, 32, "r%d", id);
     else snprintf(out, 32, "%s", prim_name(id));
+}
+
+/* Properties all optional, kept in order: the first present one has no
+ * comma. tail[i] ::= ("," space kv[i])? tail[i+1] holds what may follow
+ * the first, so the choice of first is one alternative each: n rules of
+ * constant size, where writing each alternative's optional rest out was
+ * n^2 / 2 groups (and 256 properties passed GR_MAX_RULES). */
+static void optional_props(conv *c, const int *kv, int n, buf *b) {
+    int tail[256];
+    for (int i = n - 1; i >= 1; i--) {
+        buf t = {0};
+        bprintf(&t, "(\",\" space r%d)?", kv[i]);
+        if (i + 1 < n) bprintf(&t, " r%d", tail[i + 1]);
+        tail[i] = new_rule(c);
+        emit(c, tail[i], &t);
+    }
+    bprintf(b, "(");
+    for (int i = 0; i < n; i++) {
+        bprintf(b, i ? " | r%d" : "r%d", kv[i]);
+        if (i + 1 < n) bprintf(b, " r%d", tail[i + 1]);
+    }
+    bprintf(b, ")? ");
 }
 
 static int gen_object(conv *c, const cJSON *s, const char *path, int depth) {
@@ -220,12 +268,7 @@ static int gen_object(conv *c, const cJSON *s, const char *path, int depth) {
         for (i = 0; i < n; i++)
             if (!isreq[i]) bprintf(&b, "(\",\" space r%d)? ", kv[i]);
     } else {
-        bprintf(&b, "(");
-        for (i = 0; i < n; i++) {
-            bprintf(&b, i ? " | r%d" : "r%d", kv[i]);
-            for (int j = i + 1; j < n; j++) bprintf(&b, " (\",\" space r%d)?", kv[j]);
-        }
-        bprintf(&b, ")? ");
+        optional_props(c, kv, n, &b);
     }
     bprintf(&b, "\"}\" space");
     int id = new_rule(c);
@@ -435,6 +478,22 @@ static int gen_alts(conv *c, const cJSON *list, const char *kw, const char *path
     return id;
 }
 
+/* A "type" array: at most 8 names, distinct (as JSON Schema says: a type
+ * named twice would convert the subschemas under it twice, and twice again
+ * at every level below). Checked before any is converted. */
+static bool types_distinct(conv *c, const cJSON *type, const char *path) {
+    const cJSON *t, *u;
+    int n = 0;
+    cJSON_ArrayForEach(t, type) {
+        if (!cJSON_IsString(t) || n++ == 8) return fail(c, "'type' at %s must name types", path), false;
+        for (u = type->child; u != t; u = u->next)
+            if (!strcmp(u->valuestring, t->valuestring))
+                return fail(c, "'type' at %s names '%.40s' twice", path[0] ? path : "/", t->valuestring),
+                       false;
+    }
+    return true;
+}
+
 static int gen(conv *c, const cJSON *s, const char *path, int depth) {
     if (c->failed) return -1;
     if (depth > MAX_DEPTH) return fail(c, "schema nested deeper than %d at %s", MAX_DEPTH, path);
@@ -485,9 +544,9 @@ static int gen(conv *c, const cJSON *s, const char *path, int depth) {
     if (cJSON_IsString(type)) return gen_type(c, s, type->valuestring, path, depth);
     if (cJSON_IsArray(type)) {
         int ids[8], n = 0;
+        if (!types_distinct(c, type, path)) return -1;
         const cJSON *t;
         cJSON_ArrayForEach(t, type) {
-            if (!cJSON_IsString(t) || n == 8) return fail(c, "'type' at %s must name types", path);
             ids[n++] = gen_type(c, s, t->valuestring, path, depth);
             if (c->failed) return -1;
         }
@@ -531,8 +590,8 @@ char *sp_json_schema_to_gbnf(const char *text, size_t len, char *err, size_t err
         bprintf(&b, "\n");
         bput(&b, c.out.s ? c.out.s : "", c.out.n);
         bput(&b, PRIMITIVES, sizeof(PRIMITIVES) - 1);
-        if (b.oom || c.out.oom) {
-            sp_seterr(err, errlen, "the schema's grammar is too large");
+        check_out(&c, &b);
+        if (c.failed) {
             free(b.s);
         } else {
             /* a $ref cycle that consumes nothing ({"$ref": "#"}, a -> b -> a)

@@ -381,27 +381,77 @@ static int f_speculative(const cJSON *v, pctx *c, oai_error *e) {
     return 0;
 }
 
-/* {"token id": bias}: ids of this vocabulary, biases in [-100, 100] */
+/* A logit_bias key's token id: 1 to 10 decimal digits; -1 otherwise. */
+static long long bias_key_id(const char *k) {
+    const size_t len = strlen(k);
+    bool digits = len >= 1 && len <= 10;
+    for (size_t i = 0; digits && i < len; i++) digits = k[i] >= '0' && k[i] <= '9';
+    return digits ? strtoll(k, NULL, 10) : -1;
+}
+
+/* A key's text as (id, digits) and where it came: two keys are the same
+ * text exactly when both numbers are equal (the digits count the leading
+ * zeros: "7" and "07" are two keys). */
+typedef struct {
+    long long id;
+    int digits, at;
+} bias_key;
+
+static int cmp_bias_key(const void *a, const void *b) {
+    const bias_key *x = a, *y = b;
+    if (x->id != y->id) return x->id < y->id ? -1 : 1;
+    if (x->digits != y->digits) return x->digits < y->digits ? -1 : 1;
+    return (x->at > y->at) - (x->at < y->at);
+}
+
+/* Drops r->bias[i] whose key is the same text as an earlier key's (cJSON
+ * keeps both; the first counts, as cJSON's lookups do). Sorting costs
+ * O(n log n) where looking each key up in the object cost O(n) a key. */
+static bool drop_duplicate_keys(oai_req *r, bias_key *k) {
+    const int n = r->n_bias;
+    bool *dup = calloc((size_t)(n ? n : 1), sizeof(bool));
+    if (!dup) return false;
+    qsort(k, (size_t)n, sizeof(bias_key), cmp_bias_key);
+    for (int i = 1; i < n; i++)
+        dup[k[i].at] = k[i].id == k[i - 1].id && k[i].digits == k[i - 1].digits;
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (!dup[i]) r->bias[m++] = r->bias[i];
+    r->n_bias = m;
+    free(dup);
+    return true;
+}
+
+/* {"token id": bias}: ids of this vocabulary, biases in [-100, 100]; every
+ * entry is checked, in order, the duplicates too */
 static int f_logit_bias(const cJSON *v, pctx *c, oai_error *e) {
     oai_req *r = c->r;
     const int n = cJSON_GetArraySize(v);
     r->bias = malloc((size_t)(n ? n : 1) * sizeof(sp_logit_bias));
-    if (!r->bias) return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+    bias_key *keys = malloc((size_t)(n ? n : 1) * sizeof(bias_key));
+    if (!r->bias || !keys) {
+        free(keys);
+        return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+    }
     const cJSON *x;
     cJSON_ArrayForEach(x, v) {
         const char *k = x->string;
-        size_t len = strlen(k);
-        bool digits = len >= 1 && len <= 10;
-        for (size_t i = 0; digits && i < len; i++) digits = k[i] >= '0' && k[i] <= '9';
-        const long long id = digits ? strtoll(k, NULL, 10) : -1;
-        if (!digits || id >= c->n_vocab)
+        const long long id = bias_key_id(k);
+        if (id < 0 || id >= c->n_vocab) {
+            free(keys);
             return BAD("logit_bias", "logit_bias key '%.64s' is not a token id of this model "
                        "(0..%d)", k, c->n_vocab - 1);
-        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || fabs(x->valuedouble) > 100)
+        }
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || fabs(x->valuedouble) > 100) {
+            free(keys);
             return BAD("logit_bias", "logit_bias['%s'] must be a number in [-100, 100]", k);
-        if (cJSON_GetObjectItemCaseSensitive(v, k) != x) continue; /* a duplicate: the first */
+        }
+        keys[r->n_bias] = (bias_key){id, (int)strlen(k), r->n_bias};
         r->bias[r->n_bias++] = (sp_logit_bias){(sp_token)id, (float)x->valuedouble};
     }
+    const bool ok = drop_duplicate_keys(r, keys);
+    free(keys);
+    if (!ok) return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
     r->sampling.logit_bias = r->bias;
     r->sampling.n_logit_bias = r->n_bias;
     return 0;

@@ -146,15 +146,18 @@ enum MHD_Result prep_answer(sp_server *s, struct MHD_Connection *c, const char *
         pthread_mutex_unlock(&j->mu);
         return MHD_YES;
     }
-    const bool done = j->done;
-    sreq *r = j->g.r;
-    j->g.r = NULL;
-    if (!done) j->c = NULL; /* closing before the job ran: the thread orphans its request */
-    pthread_mutex_unlock(&j->mu);
-    oai_error e = j->g.e;
-    if (!done)
+    oai_error e;
+    sreq *r = NULL;
+    if (j->done) { /* the thread is through with j->g */
+        r = j->g.r;
+        j->g.r = NULL;
+        e = j->g.e;
+    } else { /* closing before the job ran: the thread orphans its request */
+        j->c = NULL;
         oai_seterr(&e, 503, "service_unavailable", NULL, "shutting_down",
                    "the server is shutting down");
+    }
+    pthread_mutex_unlock(&j->mu);
     cx->job = NULL;
     job_unref(j);
     if (!r) {

@@ -26,21 +26,22 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-/* A matcher, or NULL when the grammar's start is over a budget (then the
- * message names it). */
-static sp_matcher *fzg_matcher(sp_grammar *g) {
-    char err[256];
-    sp_matcher *m = sp_matcher_create(g, fzg_trie, err, sizeof(err));
-    if (!m) FZ_ASSERT(strstr(err, "budget"));
-    return m;
-}
-
 /* Whether m went over a budget (the message names it). */
 static bool fzg_over(const sp_matcher *m) {
     char err[256];
     if (!sp_matcher_error(m, err, sizeof(err))) return false;
     FZ_ASSERT(strstr(err, "budget"));
     return true;
+}
+
+/* A matcher, or NULL when the grammar's start is over a budget. */
+static sp_matcher *fzg_matcher(sp_grammar *g) {
+    char err[256];
+    sp_matcher *m = sp_matcher_create(g, fzg_trie, err, sizeof(err));
+    FZ_ASSERT(m);
+    if (!fzg_over(m)) return m;
+    sp_matcher_free(m);
+    return NULL;
 }
 
 static void fzg_run(sp_grammar *g, const uint8_t *bytes, size_t nb) {
