@@ -101,6 +101,20 @@ def gen_body(spec):
         return json.dumps(dict(CHECK_BODY, stop=["z" * n])).encode()
     if name == "long_model":
         return json.dumps(dict(CHECK_BODY, model="m" * n)).encode()
+    if name == "many_bias":  # distinct keys: every token id, then leading zeros (the same ids again)
+        keys, w = [], 1
+        while len(keys) < n:
+            keys += ["%0*d" % (w, i) for i in range(4000) if len("%d" % i) <= w]
+            w += 1
+        return json.dumps(dict(CHECK_BODY, logit_bias={k: 0 for k in keys[:n]})).encode()
+    if name == "big_grammar":  # a chain of rules each referring to the next, n bytes or so
+        rules, i, size = ["root ::= r0"], 0, 12
+        while size < n:
+            rules.append('r%d ::= r%d "b"' % (i, i + 1))
+            size += len(rules[-1]) + 1
+            i += 1
+        rules.append('r%d ::= "a"' % i)
+        return json.dumps(dict(CHECK_BODY, grammar="\n".join(rules))).encode()
     if name == "utf16_json":
         return json.dumps(CHECK_BODY).encode("utf-16")
     raise ValueError("unknown body generator " + spec)
