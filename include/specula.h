@@ -471,7 +471,7 @@ sp_matcher *sp_matcher_create(const sp_grammar *g, const sp_token_trie *t, char 
 void sp_matcher_free(sp_matcher *m);
 /* Budgets: each call below (a mask, a token, a lookahead) may spend a
  * bounded amount of work, and a matcher a bounded amount of memory
- * (64 MiB), whatever the grammar. A call that would spend more fails, and
+ * (32 MiB), whatever the grammar. A call that would spend more fails, and
  * so does every later one: masks are empty, tokens and bytes refused.
  * SP_OK while within them; SP_ERR_INVALID and a message naming the budget
  * once one was exceeded. */
@@ -597,10 +597,12 @@ typedef struct {
     size_t kv_disk_size;      /* the disk tier's cap in bytes (default 0: 4 GiB); its
                                  least recently used blocks are evicted to stay under */
     size_t grammar_mem;       /* bytes the requests with a grammar may hold together
-                                 (default 0: 1 GiB): each holds its compiled grammar's
-                                 size from submission (SP_ERR_BUSY when it does not fit)
-                                 and its matcher's budget (64 MiB) from admission (it
-                                 waits in the queue until that fits), until it ends */
+                                 (default 0: 1 GiB; at least 64 MiB), half for compiled
+                                 grammars and half for matchers: each holds its compiled
+                                 grammar's size from submission (SP_ERR_BUSY when it does
+                                 not fit) and its matcher's budget (32 MiB) from
+                                 admission (it waits in the queue until that fits),
+                                 until it ends */
     bool debug_check;         /* run the pool's invariant checker after every step
                                  (tests; O(blocks) per step); see sp_engine_check */
     /* speculative decoding */
@@ -804,6 +806,11 @@ typedef struct {
     size_t kv_bytes_total;
     size_t kv_bytes_cached;      /* K/V kept only for reuse (blocks_cached) */
     int32_t running, waiting;
+    /* structured output */
+    uint64_t grammar_compiles;   /* grammars compiled (a tenant's repeat finds its own) */
+    size_t grammar_mem_used;     /* of grammar_mem: held by compiled grammars and matchers */
+    uint64_t grammar_waits;      /* admissions put off: the matchers' half of grammar_mem
+                                    was held by running requests */
     /* the disk tier (kv_disk_dir; all 0 without one) */
     bool disk_on;                /* a disk tier is open (and not turned off by damage) */
     uint64_t disk_blocks, disk_bytes, disk_cap_bytes; /* rows (all models) and their bytes */

@@ -23,8 +23,9 @@
  * compiled grammars by tenant and text (SP_GCACHE, least recently used
  * out) and one token trie for its vocabulary, under gmu, which is never
  * held while compiling or matching. Grammar memory has one engine-wide cap
- * (grammar_mem): a request holds its compiled grammar's size from
- * submission and its matcher's budget from admission, until it ends. */
+ * (grammar_mem), half for compiled grammars and half for matchers: a
+ * request holds its compiled grammar's size from submission and its
+ * matcher's budget from admission, until it ends. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,7 @@ static sp_grammar *grammar_for(sp_engine *e, const char *salt, const char *text,
     pthread_mutex_unlock(&e->gmu);
     if (g) return g;
     if (!(g = sp_grammar_compile(text, 0, err, errlen))) return NULL;
+    __atomic_add_fetch(&e->g_compiles, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&e->gmu);
     sp_grammar *had = cache_find(e, salt, text); /* compiled meanwhile by another request */
     if (had) {
@@ -93,20 +95,24 @@ static sp_grammar *grammar_for(sp_engine *e, const char *salt, const char *text,
 
 /* ---- grammar memory: one engine-wide cap ---- */
 
-/* Counts bytes against the engine's grammar memory; false (nothing
- * counted) when they do not fit. */
-static bool gmem_take(sp_engine *e, size_t bytes) {
-    size_t have = __atomic_load_n(&e->gmem_used, __ATOMIC_RELAXED);
+/* Counts bytes against one half of the engine's grammar memory (used);
+ * false (nothing counted) when they do not fit. Compiled grammars and
+ * matchers have a half each, so queued requests' grammars can never keep
+ * the running ones from getting matchers. */
+static bool gmem_take(sp_engine *e, size_t *used, size_t bytes) {
+    const size_t cap = e->p.grammar_mem / 2;
+    size_t have = __atomic_load_n(used, __ATOMIC_RELAXED);
     do {
-        if (have + bytes > e->p.grammar_mem) return false;
-    } while (!__atomic_compare_exchange_n(&e->gmem_used, &have, have + bytes, true,
-                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+        if (have + bytes > cap) return false;
+    } while (!__atomic_compare_exchange_n(used, &have, have + bytes, true, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
     return true;
 }
 
 void gr_release(sp_engine *e, request *r) {
-    __atomic_sub_fetch(&e->gmem_used, r->gmem, __ATOMIC_RELAXED);
-    r->gmem = 0;
+    __atomic_sub_fetch(&e->gmem_gram, r->gmem_gram, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&e->gmem_match, r->gmem_match, __ATOMIC_RELAXED);
+    r->gmem_gram = r->gmem_match = 0;
 }
 
 /* A matcher for r, set up as the request asked (jump-forward, a trigger). */
@@ -166,12 +172,12 @@ int gr_take(sp_engine *e, request *r, const sp_request_params *rp, char *err, si
     pthread_mutex_unlock(&e->gmu);
     if (rc) return rc;
     if (!(r->gram = grammar_for(e, r->salt, rp->grammar, err, errlen))) return SP_ERR_INVALID;
-    if (!gmem_take(e, gr_bytes(r->gram))) {
-        sp_seterr(err, errlen, "the engine's grammar memory (%zu MiB) is held by other requests' "
-                  "grammars; retry later", e->p.grammar_mem >> 20);
+    if (!gmem_take(e, &e->gmem_gram, gr_bytes(r->gram))) {
+        sp_seterr(err, errlen, "the engine's memory for compiled grammars (%zu MiB) is held by "
+                  "other requests' grammars; retry later", e->p.grammar_mem / 2 >> 20);
         return SP_ERR_BUSY;
     }
-    r->gmem = gr_bytes(r->gram);
+    r->gmem_gram = gr_bytes(r->gram);
     r->gmask = malloc((size_t)(e->n_vocab + 31) / 32 * sizeof(uint32_t));
     if (!r->gmask || (trig && trig[0] && !(r->gtrigger = strdup(trig)))) return SP_ERR_NOMEM;
     r->gat_start = rp->grammar_at_start;
@@ -180,8 +186,11 @@ int gr_take(sp_engine *e, request *r, const sp_request_params *rp, char *err, si
 
 int gr_admit(sp_engine *e, request *r) {
     if (!r->gram || r->gm) return 1;
-    if (!gmem_take(e, GR_MATCHER_MAX_BYTES)) return 0; /* waits for others' matchers to end */
-    r->gmem += GR_MATCHER_MAX_BYTES;
+    if (!gmem_take(e, &e->gmem_match, GR_MATCHER_MAX_BYTES)) { /* waits for others' to end */
+        e->st.grammar_waits++;
+        return 0;
+    }
+    r->gmem_match = GR_MATCHER_MAX_BYTES;
     int rc;
     if (!(r->gm = matcher_of(e, r, r->err, sizeof(r->err), &rc))) return -1;
     r->gtrig_tok = sp_matcher_trigger_token(r->gm);

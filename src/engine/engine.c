@@ -46,6 +46,7 @@
 #include <string.h>
 
 #include "engine/internal.h"
+#include "grammar/grammar.h"
 
 sp_engine_params sp_engine_default_params(void) {
     sp_engine_params p;
@@ -191,6 +192,11 @@ static int check_params(const sp_engine_params *p, char *err, size_t errlen) {
         p->ngram_max > SP_ENGINE_MAX_NGRAM) {
         sp_seterr(err, errlen, "invalid speculation parameters (mode %d, k %d, n-gram %d..%d; k "
                   "must be 1..%d)", p->spec, p->spec_k, p->ngram_min, p->ngram_max, SP_SPEC_K_MAX);
+        return SP_ERR_INVALID;
+    }
+    if (p->grammar_mem && p->grammar_mem < 2 * GR_MATCHER_MAX_BYTES) {
+        sp_seterr(err, errlen, "grammar_mem must be at least %zu MiB (two matchers' budgets)",
+                  2 * GR_MATCHER_MAX_BYTES >> 20);
         return SP_ERR_INVALID;
     }
     if (p->spec == SP_SPEC_DRAFT && !p->draft) {
@@ -357,6 +363,9 @@ void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st) {
     st->kv_bytes_cached = ks.cached_bytes;
     st->running = e->n_running;
     st->waiting = e->n_waiting;
+    st->grammar_compiles = __atomic_load_n(&e->g_compiles, __ATOMIC_RELAXED);
+    st->grammar_mem_used = __atomic_load_n(&e->gmem_gram, __ATOMIC_RELAXED) +
+                           __atomic_load_n(&e->gmem_match, __ATOMIC_RELAXED);
     eng_disk_stats(e, st);
     pthread_mutex_unlock(&e->mu);
 }

@@ -112,7 +112,7 @@ struct request {
     sp_grammar *gram;          /* compiled (a reference), from submission */
     char *gtrigger;            /* a lazy grammar's trigger, or NULL */
     bool gat_start;            /* ... counted only at the start of the output */
-    size_t gmem;               /* bytes of the engine's grammar memory it holds */
+    size_t gmem_gram, gmem_match; /* bytes of the engine's grammar memory it holds */
     sp_matcher *gm;            /* where in the grammar the output is; from admission */
     uint32_t *gmask;           /* [(n_vocab + 31) / 32] scratch: allowed tokens */
     int32_t n_forced;          /* of this step's proposals, the last n_forced are the
@@ -215,7 +215,9 @@ struct sp_engine {
     pthread_mutex_t gmu;
     sp_token_trie *trie;
     float *mrows;              /* [SP_SPEC_K_MAX + 1][V] masked logits rows */
-    size_t gmem_used;          /* grammar memory held by requests (atomic; cap grammar_mem) */
+    size_t gmem_gram, gmem_match; /* grammar memory held by requests' compiled grammars and
+                                     matchers (atomic; each at most grammar_mem / 2) */
+    uint64_t g_compiles;       /* grammars compiled (atomic) */
     struct gcache_entry {
         char *salt;            /* the tenant's, NULL none */
         char *text;

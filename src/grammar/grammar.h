@@ -52,7 +52,7 @@ static inline void gr_set_add(gr_set *s, unsigned b) { s->w[b >> 5] |= 1u << (b 
 #define GR_WORK_BUDGET (1 << 18)
 #define GR_TOTAL_BUDGET ((int64_t)16 << 20) /* a matcher's calls together, trie walks aside */
 #define GR_BYTE_BUDGET 256 /* ... and this much more per byte run */
-#define GR_MATCHER_MAX_BYTES ((size_t)64 << 20)
+#define GR_MATCHER_MAX_BYTES ((size_t)32 << 20)
 
 struct sp_grammar {
     int refs;              /* atomic reference count */

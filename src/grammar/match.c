@@ -59,9 +59,9 @@
 #define MASK_CACHE 32
 #define MAX_STACKS 8192          /* stacks in one state */
 /* Node storage past which stacks no live state uses are dropped. */
-#define NODE_COMPACT_BYTES ((size_t)16 << 20)
+#define NODE_COMPACT_BYTES ((size_t)8 << 20)
 /* Transition memo past which it starts over. */
-#define MEMO_MAX_BYTES ((size_t)16 << 20)
+#define MEMO_MAX_BYTES ((size_t)8 << 20)
 
 typedef struct {
     uint32_t pos;
