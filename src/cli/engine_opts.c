@@ -16,6 +16,8 @@ const char *cli_engine_usage =
     "  --kv-disk DIR        a second prefix-cache tier on disk in DIR (0700; kept across\n"
     "                       restarts; holds every tenant's K/V: keep DIR secret)\n"
     "  --kv-disk-size SIZE  the disk tier's cap, e.g. 512M or 20G (default 4G)\n"
+    "  --grammar-mem SIZE   memory for structured output (grammars, schemas, tools): half for\n"
+    "                       compiled grammars, half for 32M per running request (default 1G)\n"
     "  --spec MODE          speculative decoding: off, ngram, suffix, draft (default off)\n"
     "  --spec-k K           most tokens proposed per step, 1..16 (default 4)\n"
     "  --spec-fixed-k       always propose K (no cost-based choice of k)\n"
@@ -69,6 +71,7 @@ int cli_engine_opt(const char *cmd, const char *a, const char *v, cli_engine *ce
     bool takes = !strcmp(a, "-t") || !strcmp(a, "-c") || !strcmp(a, "--kv") ||
                  !strcmp(a, "--kv-mem") || !strcmp(a, "--block-size") ||
                  !strcmp(a, "--kv-disk") || !strcmp(a, "--kv-disk-size") ||
+                 !strcmp(a, "--grammar-mem") ||
                  !strcmp(a, "--max-seqs") || !strcmp(a, "--max-batch-tokens") ||
                  !strcmp(a, "--spec") || !strcmp(a, "--spec-k") || !strcmp(a, "--draft");
     if (!strcmp(a, "--no-prefix-cache")) {
@@ -94,6 +97,7 @@ int cli_engine_opt(const char *cmd, const char *a, const char *v, cli_engine *ce
     } else if (!strcmp(a, "--kv-mem")) ok = parse_size(v, &p->kv_mem);
     else if (!strcmp(a, "--kv-disk")) ok = v[0] != 0, p->kv_disk_dir = v;
     else if (!strcmp(a, "--kv-disk-size")) ok = parse_size(v, &p->kv_disk_size);
+    else if (!strcmp(a, "--grammar-mem")) ok = parse_size(v, &p->grammar_mem) && p->grammar_mem;
     else if (!strcmp(a, "--block-size")) ok = cli_int(v, 1, 4096, &l), p->kv_block_size = (int32_t)l;
     else if (!strcmp(a, "--max-seqs")) ok = cli_int(v, 1, 1024, &l), p->max_seqs = (int32_t)l;
     else if (!strcmp(a, "--max-batch-tokens"))

@@ -70,9 +70,11 @@ struct sp_grammar {
     pthread_mutex_t shared_mu;
 };
 
-/* Address space for a grammar's shared masks (8192 masks of a 32K vocabulary;
- * pages are touched only as masks are added). */
-#define GR_SHARED_BYTES ((size_t)32 << 20)
+/* Address space for a grammar's shared masks (2048 masks of a 32K
+ * vocabulary, 400 of a 150K one; pages are touched only as masks are
+ * added). The engine keeps 32 grammars, so this bounds their masks to
+ * 256 MiB. */
+#define GR_SHARED_BYTES ((size_t)8 << 20)
 
 void gr_retain(const sp_grammar *g);
 /* The bytes a compiled grammar holds (its shared masks aside). */
