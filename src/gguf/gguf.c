@@ -62,6 +62,7 @@ struct sp_gguf {
     char *path;
     const uint8_t *base;
     size_t size;
+    sp_gguf_file_id id;     /* fstat of the descriptor that was mapped */
     uint32_t version;
     size_t alignment;
     uint64_t data_off;
@@ -532,6 +533,9 @@ sp_gguf *sp_gguf_open(const char *path, char *err, size_t errlen) {
         goto fail;
     }
     g->size = (size_t)st.st_size;
+    g->id = (sp_gguf_file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint64_t)st.st_size,
+                              (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+                              (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec};
     if (g->size > 0) {
         void *m = mmap(NULL, g->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
@@ -630,6 +634,8 @@ fail:
 uint32_t sp_gguf_version(const sp_gguf *g) { return g->version; }
 size_t sp_gguf_alignment(const sp_gguf *g) { return g->alignment; }
 size_t sp_gguf_file_size(const sp_gguf *g) { return g->size; }
+const void *sp_gguf_file_bytes(const sp_gguf *g) { return g->base; }
+sp_gguf_file_id sp_gguf_file_identity(const sp_gguf *g) { return g->id; }
 int64_t sp_gguf_n_kv(const sp_gguf *g) { return g->n_kv; }
 
 int64_t sp_gguf_find_key(const sp_gguf *g, const char *key) {

@@ -68,6 +68,18 @@ void sp_gguf_close(sp_gguf *g);
 uint32_t sp_gguf_version(const sp_gguf *g);
 size_t sp_gguf_alignment(const sp_gguf *g);
 size_t sp_gguf_file_size(const sp_gguf *g);
+/* The whole mapped file (sp_gguf_file_size bytes; NULL for an empty one). */
+const void *sp_gguf_file_bytes(const sp_gguf *g);
+
+/* The file's identity when it was opened (fstat of the descriptor that was
+ * mapped): any write to the file, or its replacement, changes ctime, inode
+ * or size, so an unchanged identity means unchanged bytes (see
+ * sp_model_file_hash for what caches on it). */
+typedef struct {
+    uint64_t dev, ino, size;
+    int64_t mtime_ns, ctime_ns;
+} sp_gguf_file_id;
+sp_gguf_file_id sp_gguf_file_identity(const sp_gguf *g);
 
 /* ---- metadata ---- */
 int64_t sp_gguf_n_kv(const sp_gguf *g);

@@ -3,7 +3,9 @@
  * Layout of this file: the checksum; a row's checks (shared by get and the
  * fuzz scanner); opening (DIR, lock, the store, its validation and setting a
  * damaged store aside); the writer thread; the engine-thread calls; stats
- * and the checker.
+ * and the checker. Beside it: disk_fs.c (DIR and its files, owned and
+ * checked before SQLite sees them) and disk_hash.c (the model fingerprint
+ * rows are keyed on, with its cache).
  */
 #include "kv/disk_tier.h"
 
@@ -22,6 +24,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "kv/disk_internal.h"
 
 #define ROW_OVERHEAD 160 /* bytes a row costs beside tokens and K/V: keys, ints, index entries */
 #define TOUCH_CAP 1024
@@ -106,9 +109,9 @@ typedef struct {
 
 struct sp_disk_tier {
     sp_disk_tier_params p;
-    char dir[PATH_CAP], path[PATH_CAP];
+    char dir[PATH_CAP], path[PATH_CAP]; /* DIR as given; the store's canonical path */
     size_t block_bytes, tok_bytes, row_bytes;
-    int lock_fd;
+    int dir_fd, lock_fd;
     sqlite3 *rdb, *wdb;         /* engine thread's (reads), the writer's */
     sqlite3_stmt *q_get, *q_has;
     sqlite3_stmt *w_ins, *w_ins_lru, *w_touch, *w_del, *w_del_lru, *w_lru;
@@ -256,7 +259,8 @@ static void finalize_writer(sp_disk_tier *t);
  * damaged, foreign or of another format (an empty file becomes a store). */
 static sqlite3 *open_store(sp_disk_tier *t, const char **why) {
     *why = "cannot be opened";
-    sqlite3 *db = open_db(t->path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    sqlite3 *db =
+        open_db(t->path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW);
     if (!db) return NULL;
     int64_t n_tables = 0, fmt = -1, wal = 0;
     *why = "is not an SQLite database, or its header is damaged";
@@ -338,84 +342,68 @@ static void close_dbs(sp_disk_tier *t) {
     t->rdb = t->wdb = NULL;
 }
 
-/* Renames the store (and its -wal, -shm) to kv.sqlite.bad-<seconds>. */
+/* Renames the store (and its -wal, -shm) to kv.sqlite.bad-<seconds>, in
+ * the directory held open. */
 static void set_aside(sp_disk_tier *t, const char *why) {
-    char to[PATH_CAP + 64], from[PATH_CAP + 8];
+    char to[64], from[32], to2[80];
     const long long now = (long long)time(NULL);
-    snprintf(to, sizeof(to), "%s.bad-%lld", t->path, now);
-    const int moved = rename(t->path, to);
+    snprintf(to, sizeof(to), "kv.sqlite.bad-%lld", now);
+    const int moved = renameat(t->dir_fd, "kv.sqlite", t->dir_fd, to);
     for (int i = 0; i < 2; i++) {
         const char *sfx = i ? "-shm" : "-wal";
-        snprintf(from, sizeof(from), "%s%s", t->path, sfx);
-        char to2[sizeof(to) + 8];
+        snprintf(from, sizeof(from), "kv.sqlite%s", sfx);
         snprintf(to2, sizeof(to2), "%s%s", to, sfx);
-        if (rename(from, to2) && errno != ENOENT) unlink(from);
+        if (renameat(t->dir_fd, from, t->dir_fd, to2) && errno != ENOENT)
+            unlinkat(t->dir_fd, from, 0);
     }
     if (!t->warned) {
         char msg[PATH_CAP + 256];
-        snprintf(msg, sizeof(msg), "the store %s; %s; starting an empty store", why,
-                 moved ? "it could not be renamed and was left in place" : to);
+        snprintf(msg, sizeof(msg), "the store %s; %s%s%s; starting an empty store", why,
+                 moved ? "it could not be renamed and was left in place" : t->dir,
+                 moved ? "" : "/", moved ? "" : to);
         warn(t, "%s", msg);
     }
     t->warned = true;
     t->st.set_aside++;
 }
 
-/* Creates the store file 0600 when missing (SQLite gives -wal and -shm the
- * same mode), or makes an existing one 0600. */
-static int make_file(const char *path) {
-    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) return -1;
-    int rc = fchmod(fd, 0600);
-    close(fd);
-    return rc;
+static const char *const STORE_FILES[] = {"kv.sqlite-wal", "kv.sqlite-shm", "kv.sqlite-journal"};
+
+/* Before SQLite opens the store: kv.sqlite opened (created 0600 when
+ * missing) and checked, its -wal, -shm and -journal checked when present
+ * (SQLite creates them with the store's mode, in a DIR no one else can
+ * write). Returns the store's descriptor, to compare with what SQLite
+ * opened, or -1 + err. */
+static int check_store_files(sp_disk_tier *t, char *err, size_t errlen) {
+    int fd = sp_disk_fs_open(t->dir_fd, t->dir, "kv.sqlite", err, errlen);
+    for (size_t i = 0; fd >= 0 && i < sizeof STORE_FILES / sizeof *STORE_FILES; i++)
+        if (sp_disk_fs_check(t->dir_fd, t->dir, STORE_FILES[i], err, errlen)) {
+            close(fd);
+            fd = -1;
+        }
+    return fd;
+}
+
+/* After: the store's path still reaches the file checked (fd), and the
+ * files SQLite made beside it are as they must be. */
+static int recheck_store_files(sp_disk_tier *t, int fd, char *err, size_t errlen) {
+    if (sp_disk_fs_same(fd, t->path)) {
+        sp_seterr(err, errlen, "--kv-disk %s: %s changed while it was being opened", t->dir,
+                  t->path);
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof STORE_FILES / sizeof *STORE_FILES; i++)
+        if (sp_disk_fs_check(t->dir_fd, t->dir, STORE_FILES[i], err, errlen)) return -1;
+    return 0;
 }
 
 static int open_dir_and_lock(sp_disk_tier *t, char *err, size_t errlen) {
-    if (mkdir(t->dir, 0700) && errno != EEXIST) {
-        sp_seterr(err, errlen, "--kv-disk %s: cannot create the directory: %s", t->dir,
-                  strerror(errno));
-        return -1;
-    }
-    struct stat sb;
-    if (lstat(t->dir, &sb) || !S_ISDIR(sb.st_mode)) {
-        sp_seterr(err, errlen, "--kv-disk %s: not a directory", t->dir);
-        return -1;
-    }
-    if (sb.st_uid != geteuid()) {
-        sp_seterr(err, errlen, "--kv-disk %s: owned by another user (uid %u); the tier holds "
-                  "other tenants' K/V and must be private", t->dir, (unsigned)sb.st_uid);
-        return -1;
-    }
-    if ((sb.st_mode & 077) && chmod(t->dir, 0700)) {
-        sp_seterr(err, errlen, "--kv-disk %s: cannot make it private (chmod 0700): %s", t->dir,
-                  strerror(errno));
-        return -1;
-    }
-    char lp[PATH_CAP + 8];
-    snprintf(lp, sizeof(lp), "%s/lock", t->dir);
-    t->lock_fd = open(lp, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (t->lock_fd < 0) {
-        sp_seterr(err, errlen, "--kv-disk %s: cannot open %s: %s", t->dir, lp, strerror(errno));
-        return -1;
-    }
-    fchmod(t->lock_fd, 0600);
-    if (flock(t->lock_fd, LOCK_EX | LOCK_NB)) {
-        char pid[32] = "";
-        ssize_t n = pread(t->lock_fd, pid, sizeof(pid) - 1, 0);
-        pid[n > 0 ? n : 0] = 0;
-        pid[strcspn(pid, "\n")] = 0;
-        sp_seterr(err, errlen, "--kv-disk %s is in use by another process%s%s%s (its lock file is "
-                  "held); each server needs its own directory", t->dir, pid[0] ? " (pid " : "",
-                  pid, pid[0] ? ")" : "");
-        return -1;
-    }
-    char pid[32];
-    int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
-    if (ftruncate(t->lock_fd, 0) == 0 && pwrite(t->lock_fd, pid, (size_t)n, 0) < 0) {
-        /* the pid is only a hint for the message above */
-    }
-    return 0;
+    char canon[PATH_CAP - 16];
+    t->dir_fd = sp_disk_fs_open_dir(t->dir, canon, sizeof(canon), err, errlen);
+    if (t->dir_fd < 0) return -1;
+    snprintf(t->path, sizeof(t->path), "%s/kv.sqlite", canon);
+    t->lock_fd = sp_disk_fs_lock(t->dir_fd, t->dir, err, errlen);
+    return t->lock_fd < 0 ? -1 : 0;
 }
 
 /* Counts rows and bytes, and the LRU clock's next value. */
@@ -431,6 +419,35 @@ static int load_counts(sp_disk_tier *t) {
     }
     sqlite3_finalize(q);
     return rc;
+}
+
+/* Opens the store (a damaged one set aside once and replaced by an empty
+ * one), its files checked before and after SQLite opens them. */
+static int open_stores(sp_disk_tier *t, char *err, size_t errlen) {
+    const char *why = NULL;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        const int fd = check_store_files(t, err, errlen);
+        if (fd < 0) return -1;
+        if ((t->wdb = open_store(t, &why))) {
+            /* quick_check passes stores whose rows are still unreadable
+             * (it does not read every overflow page): counting them is the
+             * last check, and a failure sets the store aside like a bad
+             * header does. */
+            t->rdb = open_db(t->path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW);
+            if (t->rdb && !prepare_reader(t) && !load_counts(t)) {
+                const int rc = recheck_store_files(t, fd, err, errlen);
+                close(fd);
+                if (rc) close_dbs(t);
+                return rc;
+            }
+            why = t->rdb ? "cannot be read (damaged rows)" : "cannot be opened for reading";
+            close_dbs(t);
+        }
+        close(fd);
+        set_aside(t, why);
+    }
+    sp_seterr(err, errlen, "--kv-disk %s: the store %s, even after setting it aside", t->dir, why);
+    return -1;
 }
 
 static void *writer_main(void *arg);
@@ -450,11 +467,10 @@ sp_disk_tier *sp_disk_tier_open(const sp_disk_tier_params *p, char *err, size_t 
         sp_seterr(err, errlen, "out of memory opening the disk tier");
         return NULL;
     }
-    t->lock_fd = -1;
+    t->dir_fd = t->lock_fd = -1;
     t->p = *p;
     if (!t->p.max_bytes) t->p.max_bytes = SP_DISK_DEFAULT_SIZE;
     snprintf(t->dir, sizeof(t->dir), "%s", p->dir);
-    snprintf(t->path, sizeof(t->path), "%s/kv.sqlite", p->dir);
     t->block_bytes = sp_kv_paged_block_bytes((sp_type)p->kv_type, p->n_layer, p->kv_dim,
                                              p->block_size);
     t->tok_bytes = (size_t)p->block_size * 4;
@@ -463,31 +479,10 @@ sp_disk_tier *sp_disk_tier_open(const sp_disk_tier_params *p, char *err, size_t 
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->work, NULL);
     pthread_cond_init(&t->done, NULL);
-    if (open_dir_and_lock(t, err, errlen)) goto fail;
-    const char *why = NULL;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (make_file(t->path)) {
-            sp_seterr(err, errlen, "--kv-disk %s: cannot create %s: %s", t->dir, t->path,
-                      strerror(errno));
-            goto fail;
-        }
-        if ((t->wdb = open_store(t, &why))) {
-            /* quick_check passes stores whose rows are still unreadable
-             * (it does not read every overflow page): counting them is the
-             * last check, and a failure sets the store aside like a bad
-             * header does. */
-            t->rdb = open_db(t->path, SQLITE_OPEN_READWRITE);
-            if (t->rdb && !prepare_reader(t) && !load_counts(t)) break;
-            why = t->rdb ? "cannot be read (damaged rows)" : "cannot be opened for reading";
-            close_dbs(t);
-        }
-        set_aside(t, why);
-    }
-    if (!t->wdb) {
-        sp_seterr(err, errlen, "--kv-disk %s: the store %s, even after setting it aside", t->dir,
-                  why);
-        goto fail;
-    }
+    if (open_dir_and_lock(t, err, errlen) || open_stores(t, err, errlen)) goto fail;
+    const double t0 = sp_time_ms();
+    if (sp_disk_model_fp(t->wdb, p, t->p.fp, &t->st.hash_cached, err, errlen)) goto fail;
+    if (p->hash_file) t->st.hash_ms = sp_time_ms() - t0;
     int32_t ns = p->queue_blocks;
     if (ns <= 0) ns = (int32_t)SP_MAX(2, SP_MIN(256, ((size_t)64 << 20) / t->block_bytes));
     t->n_slots = SP_MAX(ns, 2);
@@ -533,6 +528,7 @@ void sp_disk_tier_close(sp_disk_tier *t) {
     free(t->slots);
     free(t->tokbuf);
     if (t->lock_fd >= 0) close(t->lock_fd); /* releases the flock */
+    if (t->dir_fd >= 0) close(t->dir_fd);
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->work);
     pthread_cond_destroy(&t->done);
@@ -540,6 +536,7 @@ void sp_disk_tier_close(sp_disk_tier *t) {
 }
 
 size_t sp_disk_tier_block_bytes(const sp_disk_tier *t) { return t->block_bytes; }
+void sp_disk_tier_fp(const sp_disk_tier *t, uint8_t out[32]) { memcpy(out, t->p.fp, 32); }
 
 /* ---- the writer thread --------------------------------------------------------- */
 

@@ -12,6 +12,10 @@
  *   kv.sqlite     the store (+ kv.sqlite-wal, kv.sqlite-shm)
  *   kv.sqlite.bad-<time>  a store that was corrupt, truncated, foreign or of
  *                 an older format, set aside (renamed) with one warning
+ * The tier owns DIR: it refuses to start on a DIR that is not the server's
+ * own and private, below a directory others may write, or holding a lock or
+ * store file that is a symlink, not a regular file, another user's, hard
+ * linked or readable by others (disk_fs.c says why and what it costs).
  *
  * Schema (format version SP_DISK_FORMAT in table meta):
  *   blocks(id INTEGER PRIMARY KEY, hash BLOB(32), fp BLOB(32), kv_type,
@@ -22,6 +26,9 @@
  *   unique index on (hash, fp, kv_type, block_size, n_layer, kv_dim): a
  *   row is found only by an engine of the same model fingerprint, KV type
  *   and layout; other models' rows coexist and are never read.
+ *   model_hash(dev, ino, size, mtime_ns, ctime_ns, sha, used): the model
+ *   files' SHA-256 by file identity (disk_hash.c), so a restart need not
+ *   read the whole model again to compute the fingerprint.
  * sum is a 64-bit checksum (sp_disk_sum, 4-lane multiply-rotate, ours, not
  * SQLite's) over version, fp, kv_type, layout, hash, tokens and kv: a row
  * whose fields, tokens or checksum do not match is never restored (it is
@@ -54,10 +61,26 @@
 
 typedef struct sp_disk_tier sp_disk_tier;
 
+/* A file's identity (as sp_gguf_file_id): device, inode, size, mtime and
+ * ctime in nanoseconds. */
+typedef struct {
+    uint64_t dev, ino, size;
+    int64_t mtime_ns, ctime_ns;
+} sp_disk_file_id;
+
+/* Writes the SHA-256 of every byte of the model file; 0, or -1. */
+typedef int (*sp_disk_hash_fn)(void *ctx, uint8_t out[32]);
+
 typedef struct {
     const char *dir;
     uint64_t max_bytes;   /* cap on the rows' bytes (tokens + K/V + a fixed overhead) */
-    uint8_t fp[32];       /* the model fingerprint (the block hash's extra) */
+    uint8_t fp[32];       /* the model fingerprint (without hash_file: the one rows are keyed on) */
+    /* optional: the model file's hash, mixed into fp at open (the result is
+     * sp_disk_tier_fp): looked up in the store by file_id, and computed by
+     * hash_file(hash_ctx) (then stored) only when missing */
+    sp_disk_hash_fn hash_file;
+    void *hash_ctx;
+    sp_disk_file_id file_id;
     int32_t kv_type;      /* sp_type: SP_TYPE_F16 or SP_TYPE_F32 */
     int32_t block_size, n_layer, kv_dim;
     int32_t queue_blocks; /* write queue slots (0: min(256, 64 MiB of blocks), >= 2) */
@@ -76,13 +99,19 @@ typedef struct {
     uint64_t set_aside;           /* stores renamed away at open (0 or 1) */
     uint64_t touches_dropped;     /* LRU touches lost to a full ring */
     bool broken;                  /* turned off after damage at run time */
+    bool hash_cached;             /* the model file's hash came from the store's cache */
+    double hash_ms;               /* time spent at open getting it (hash or lookup) */
 } sp_disk_tier_stats;
 
 /* Opens (creating DIR 0700 and the store 0600 when missing) and starts the
- * writer. NULL + err when DIR cannot be made or used, when another process
- * holds its lock, or when SQLite cannot open a store even after setting a
+ * writer. NULL + err when DIR cannot be made or used or is not trusted
+ * (see above), when another process holds its lock, when the model file
+ * cannot be hashed, or when SQLite cannot open a store even after setting a
  * damaged one aside. */
 sp_disk_tier *sp_disk_tier_open(const sp_disk_tier_params *p, char *err, size_t errlen);
+/* The fingerprint rows are keyed on (p.fp, mixed with the model file's
+ * hash when p.hash_file was given): the engine's block hashes use it too. */
+void sp_disk_tier_fp(const sp_disk_tier *t, uint8_t out[32]);
 /* Writes what is queued, stops the writer, closes the store. */
 void sp_disk_tier_close(sp_disk_tier *t);
 

@@ -5,8 +5,6 @@
  * owned f32 arrays, so the forward pass never branches on their type. */
 #include "model.h"
 
-#include <openssl/evp.h>
-
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -501,40 +499,6 @@ void sp_model_print_info(const sp_model *m, int n_ctx, void *file) {
         fprintf(f, "repacked:      %.1f MiB of them for the %s kernels in %.2f s (a copy; the file's pages are "
                    "released; SPECULA_REPACK=0 keeps the file's layout)\n",
                 h->repacked_bytes / 1048576.0, sp_kernels_level(), h->repack_s);
-}
-
-/* Hashing every byte of a multi-GiB model would cost seconds at engine start;
- * the head and tail of each tensor plus the shape tell different weights
- * apart in practice (fine-tunes change every tensor). */
-static void fp_weight(EVP_MD_CTX *h, const sp_weight *w) {
-    size_t n = sp_row_size(w->type, w->n_in) * (size_t)w->n_out, part = n < 8192 ? n : 4096;
-    EVP_DigestUpdate(h, &w->type, sizeof(w->type));
-    EVP_DigestUpdate(h, &n, sizeof(n));
-    EVP_DigestUpdate(h, w->data, part);
-    if (n > part) EVP_DigestUpdate(h, (const char *)w->data + n - part, part);
-}
-
-void sp_model_fingerprint(const sp_model *m, uint8_t out[32]) {
-    const sp_model_info *i = &m->info;
-    EVP_MD_CTX *h = EVP_MD_CTX_new();
-    SP_ASSERT(h && EVP_DigestInit_ex(h, EVP_sha256(), NULL) == 1);
-    EVP_DigestUpdate(h, i->arch, strlen(i->arch));
-    int32_t dims[] = {i->n_vocab, i->n_embd, i->n_layer, i->n_head, i->n_head_kv, i->head_dim,
-                      i->n_ff};
-    EVP_DigestUpdate(h, dims, sizeof(dims));
-    float fl[] = {i->rope_base, i->rope_freq_scale, i->norm_eps};
-    EVP_DigestUpdate(h, fl, sizeof(fl));
-    fp_weight(h, &m->tok_embd);
-    fp_weight(h, &m->output);
-    for (int32_t l = 0; m->layers && l < i->n_layer; l++) {
-        const sp_layer *y = &m->layers[l];
-        const sp_weight *ws[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
-        for (int k = 0; k < 7; k++) fp_weight(h, ws[k]);
-        EVP_DigestUpdate(h, y->attn_norm, (size_t)i->n_embd * sizeof(float));
-    }
-    unsigned int len = 32;
-    EVP_DigestFinal_ex(h, out, &len);
-    EVP_MD_CTX_free(h);
 }
 
 int sp_model_meta_str(const sp_model *m, const char *key, char *buf, size_t len) {

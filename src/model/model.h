@@ -85,9 +85,13 @@ struct sp_kv;
 sp_context *sp_context_create_with_kv(const sp_model *m, sp_context_params p, struct sp_kv *kv,
                                       const sp_context *share_threads, char *err, size_t errlen);
 
-/* 32 bytes that identify the weights (SHA-256 over the hyperparameters and
- * the head and tail of every tensor): the prefix cache mixes them into
- * every block hash so two models never share K/V. */
+/* 32 bytes that tell models apart cheaply (SHA-256 over the hyperparameters
+ * and the head and tail of every matrix): the RAM prefix cache mixes them
+ * into every block hash. Sampled: not enough where K/V outlives the process
+ * (src/model/fingerprint.c). */
 void sp_model_fingerprint(const sp_model *m, uint8_t out[32]);
+/* SHA-256 of every byte of the model file, read through the mapping (the
+ * disk tier keys its rows on it). 0, or -1 when libcrypto fails. */
+int sp_model_file_hash(const sp_model *m, uint8_t out[32]);
 
 #endif

@@ -50,6 +50,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!f) return 0;
     fwrite(data, 1, size, f);
     fclose(f);
+    /* the server's own private file: one others can read is refused before
+     * its contents are looked at */
+    if (chmod(path, 0600)) return 0;
     const int32_t bs = 4;
     const size_t bb = 2 * 1 * 4 * 4 * 2; /* K+V, 1 layer, bs 4, kv_dim 4, f16 */
     int64_t rows = sp_disk_tier_scan_file(path, bs, bb);

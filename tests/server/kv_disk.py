@@ -14,6 +14,12 @@ different tails:
              on that DIR opens the store without setting it aside, serves
              the same outputs and restores from it
   tiny cap   --kv-disk-size 1K: every write is skipped, outputs unchanged
+  changed    a copy of the model with one byte changed in the middle of
+             blk.0.attn_k (where a sampled fingerprint does not look) on
+             the restarted DIR: none of the other model's blocks is used
+  untrusted  a DIR others can reach is refused, named and left as it was
+             (never chmod'ed); a planted kv.sqlite-wal others can read, held
+             open by its planter, is refused
 Prints "ok"/"FAIL" lines and "RESULT <passed> <failed>". Standard library only.
 """
 import json
@@ -21,6 +27,7 @@ import os
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -76,6 +83,58 @@ def complete(srv, prompt, max_tokens=16):
             d["specula"].get("cached_tokens_disk"))
 
 
+def tensor_span(path, name):
+    """File offset and size (up to the next tensor) of tensor name's data."""
+    b = open(path, "rb").read()
+    _, n_t, n_kv = struct.unpack_from("<IQQ", b, 4)
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+    def string(o):
+        n = struct.unpack_from("<Q", b, o)[0]
+        return b[o + 8:o + 8 + n].decode(), o + 8 + n
+
+    def value(t, o):
+        if t in sizes:
+            return o + sizes[t]
+        if t == 8:
+            return string(o)[1]
+        et, n = struct.unpack_from("<IQ", b, o)
+        o += 12
+        if et in sizes:
+            return o + n * sizes[et]
+        for _ in range(n):
+            o = value(et, o)
+        return o
+    off, align, infos = 24, 32, {}
+    for _ in range(n_kv):
+        key, off = string(off)
+        t = struct.unpack_from("<I", b, off)[0]
+        if key == "general.alignment":
+            align = struct.unpack_from("<I", b, off + 4)[0]
+        off = value(t, off + 4)
+    for _ in range(n_t):
+        nm, off = string(off)
+        nd = struct.unpack_from("<I", b, off)[0]
+        off += 4 + 8 * nd
+        infos[nm] = struct.unpack_from("<Q", b, off + 4)[0]
+        off += 12
+    data = (off + align - 1) // align * align
+    ends = sorted(infos.values()) + [len(b) - data]
+    start = infos[name]
+    return data + start, min(e for e in ends if e > start) - start
+
+
+def refused(binary, args, tmp):
+    """Exit status and output of a server that should refuse to start (one
+    still running after 60 s is stopped: status 0, "it started")."""
+    try:
+        p = subprocess.run([binary, "serve", "--port", "0", "-t", "1"] + args,
+                           capture_output=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return 0, "it started"
+    return p.returncode, (p.stdout + p.stderr).decode("utf-8", "replace")
+
+
 def wait_writes(srv, want, limit=60):
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
@@ -93,7 +152,8 @@ def main():
     report = tally.report
     tmp = tempfile.mkdtemp(prefix="specula-kvdisk-")
     dir1, dir2 = os.path.join(tmp, "tier1"), os.path.join(tmp, "tier2")
-    common = ["-c", "512", "--max-seqs", "4"] + (["-m", model] if model else [])
+    base = ["-c", "512", "--max-seqs", "4"]
+    common = base + (["-m", model] if model else [])
     servers = []
 
     def start(name, extra):
@@ -152,6 +212,43 @@ def main():
                None if not missing and m[need[0]] == first[2] and m[need[2]] >= first[2] // 16
                and m[need[3]] > 0 else "missing %r; %r" % (missing, {k: m.get(k) for k in need}))
         again.stop()
+
+        # a model one byte apart, in the middle of blk.0.attn_k, on that DIR
+        changed = os.path.join(tmp, "changed.gguf")
+        shutil.copyfile(model or "models/specula-code-target-f16.gguf", changed)
+        at, size = tensor_span(changed, "blk.0.attn_k.weight")
+        with open(changed, "r+b") as f:
+            f.seek(at + size // 2)
+            c = f.read(1)
+            f.seek(at + size // 2)
+            f.write(bytes([c[0] ^ 1]))
+        other = start("changed", base + ["-m", changed, "--kv-disk", dir1])
+        got = complete(other, prompts[0])
+        report("a model one byte apart (mid blk.0.attn_k) reuses none of the other's blocks (cached %d, from disk %s)"
+               % got[1:], None if got[1] == 0 and not got[2] else "usage %r" % (got[1:],))
+        other.stop()
+
+        # DIR and its files must be the server's own
+        loose = os.path.join(tmp, "loose")
+        os.mkdir(loose, 0o700)
+        os.chmod(loose, 0o755)
+        rc, msg = refused(binary, common + ["--kv-disk", loose], tmp)
+        report("a DIR others can reach (0755) is refused, named, and left as it was",
+               None if rc != 0 and loose in msg and "chmod 700" in msg
+               and stat.S_IMODE(os.stat(loose).st_mode) == 0o755
+               else "exit %d, mode %o: %s" % (rc, stat.S_IMODE(os.stat(loose).st_mode), msg[-300:]))
+        planted = os.path.join(tmp, "planted")
+        os.mkdir(planted, 0o700)
+        wal = os.path.join(planted, "kv.sqlite-wal")
+        fd = os.open(wal, os.O_CREAT | os.O_RDWR, 0o644)
+        os.fchmod(fd, 0o644)
+        try:  # the planter keeps it open
+            rc, msg = refused(binary, common + ["--kv-disk", planted], tmp)
+        finally:
+            os.close(fd)
+        report("a planted kv.sqlite-wal others can read is refused, named",
+               None if rc != 0 and wal in msg and "group or others" in msg
+               else "exit %d: %s" % (rc, msg[-300:]))
 
         # kill -9 in the middle of heavy writing
         w = start("writer", ["--kv-disk", dir2])

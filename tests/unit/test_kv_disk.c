@@ -6,12 +6,20 @@
  * an older format) is set aside or its bad rows rejected, never a crash and
  * never wrong K/V; a second opener of the same directory is refused; a tiny
  * cap keeps working; a long random sequence of operations keeps the tier's
- * invariants. Then the engine: restored K/V equals computed K/V, and
+ * invariants. DIR must be the server's own: one others can reach, a
+ * symlink, one below a directory others can write, and any lock or store
+ * file that is planted (readable by others, a symlink, hard linked, a FIFO,
+ * another user's) are refused with the path and the reason, and left as
+ * they were. The model file's hash is computed once per file identity and
+ * keys the rows. Then the engine: restored K/V equals computed K/V, and
  * greedy output is the same with the tier, across an engine restart, and
- * without it; salts and models never cross through the disk.
+ * without it; salts and models never cross through the disk, not even a
+ * model one byte apart in the middle of a matrix, or the same file
+ * rewritten in place with its mtime set back.
  */
 #include <fcntl.h>
 #include <stdint.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -291,6 +299,9 @@ static void truncated_foreign_older(void) {
                      "c.execute('create table foo(x)'); c.commit()\"", path);
             CHECK(system(cmd) == 0, "python3 sqlite3");
         }
+        /* the server's own file (a file others could read is refused
+         * before its contents are looked at: untrusted_files) */
+        CHECK(chmod(path, 0600) == 0, "chmod %s", path);
         set_aside = 0;
         open_damaged("foreign", &p, 1, &set_aside, &wrong, &restored);
         CHECK(set_aside == 1, "foreign file %d not set aside", f);
@@ -454,6 +465,219 @@ static void restore_rule(void) {
     CHECK(!eng_disk_restore_pays(2.0, 0.125, 16), "equal: compute");
 }
 
+/* ---- DIR and its files belong to the server ----------------------------------------- */
+
+/* Opening p is refused with a message naming want1 (and want2 when given). */
+static bool refused(const sp_disk_tier_params *p, const char *want1, const char *want2, char *err,
+                    size_t cap) {
+    err[0] = 0;
+    sp_disk_tier *t = sp_disk_tier_open(p, err, cap);
+    if (t) {
+        sp_disk_tier_close(t);
+        snprintf(err, cap, "it opened");
+        return false;
+    }
+    return strstr(err, want1) && (!want2 || strstr(err, want2));
+}
+
+/* A DIR others can reach, a symlink, or one below a directory others can
+ * write is refused, named, and left as it was (never chmod'ed). */
+static void untrusted_dir(void) {
+    char dir[400], real[300], parent[300], err[1024];
+    const mode_t modes[] = {0755, 0770, 0701};
+    for (int i = 0; i < 3; i++) {
+        new_dir(dir, sizeof(dir));
+        const bool made = mkdir(dir, 0700) == 0 && chmod(dir, modes[i]) == 0;
+        REQUIRE(made, "mkdir %s", dir);
+        sp_disk_tier_params p = tparams(dir);
+        CHECK(refused(&p, dir, "chmod 700", err, sizeof(err)), "DIR mode %o: %s",
+              (unsigned)modes[i], err);
+        CHECK(mode_of(dir) == modes[i], "DIR mode %o became %o", (unsigned)modes[i],
+              (unsigned)mode_of(dir));
+    }
+    new_dir(dir, sizeof(dir));
+    new_dir(real, sizeof(real));
+    bool made = mkdir(real, 0700) == 0 && symlink(real, dir) == 0;
+    REQUIRE(made, "symlink %s", dir);
+    sp_disk_tier_params p = tparams(dir);
+    CHECK(refused(&p, dir, "symbolic link", err, sizeof(err)), "DIR a symlink: %s", err);
+    /* below a directory anyone can write (not sticky): another user could
+     * swap DIR; a sticky one (like /tmp) is fine */
+    new_dir(parent, sizeof(parent));
+    made = mkdir(parent, 0700) == 0 && chmod(parent, 0777) == 0;
+    REQUIRE(made, "mkdir %s", parent);
+    snprintf(dir, sizeof(dir), "%s/kv", parent);
+    p = tparams(dir);
+    CHECK(refused(&p, parent, "above it", err, sizeof(err)), "below a 0777 directory: %s", err);
+    made = chmod(parent, 01777) == 0;
+    REQUIRE(made, "chmod");
+    sp_disk_tier *t = sp_disk_tier_open(&p, err, sizeof(err));
+    CHECK(t != NULL, "below a sticky 1777 directory: %s", err);
+    sp_disk_tier_close(t);
+}
+
+/* Plants DIR/name as kind: 0 a regular file others can read, holding
+ * "planted"; 1 a symlink to a private file; 2 a hard link to one; 3 a FIFO. */
+static int plant(const char *dir, const char *name, int kind) {
+    char path[400], other[400];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    snprintf(other, sizeof(other), "%s.elsewhere-%s", dir, name);
+    if (kind == 0) {
+        int fd = open(path, O_CREAT | O_WRONLY | O_EXCL, 0644);
+        if (fd < 0) return -1;
+        const bool ok = fchmod(fd, 0644) == 0 && write(fd, "planted", 7) == 7;
+        close(fd);
+        return ok ? 0 : -1;
+    }
+    if (kind == 3) return mkfifo(path, 0600);
+    int fd = open(other, O_CREAT | O_WRONLY, 0600);
+    if (fd < 0) return -1;
+    close(fd);
+    return kind == 1 ? symlink(other, path) : link(other, path);
+}
+
+/* Any lock or store file that is not the server's own private regular file
+ * is refused with its path and why; a planted one is left untouched. */
+static void untrusted_files(void) {
+    const char *names[] = {"lock", "kv.sqlite", "kv.sqlite-wal", "kv.sqlite-shm",
+                           "kv.sqlite-journal"};
+    const char *why[] = {"group or others", "symbolic link", "2 links", "not a regular file"};
+    char dir[300], path[400], err[1024];
+    for (int n = 0; n < 5; n++)
+        for (int kind = 0; kind < 4; kind++) {
+            new_dir(dir, sizeof(dir));
+            const bool planted = mkdir(dir, 0700) == 0 && plant(dir, names[n], kind) == 0;
+            REQUIRE(planted, "planting %s", names[n]);
+            snprintf(path, sizeof(path), "%s/%s", dir, names[n]);
+            sp_disk_tier_params p = tparams(dir);
+            CHECK(refused(&p, path, why[kind], err, sizeof(err)), "%s (kind %d): %s", names[n],
+                  kind, err);
+            if (kind == 0) {
+                char buf[16] = "";
+                int fd = open(path, O_RDONLY);
+                const ssize_t got = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+                if (fd >= 0) close(fd);
+                CHECK(mode_of(path) == 0644 && got == 7 && !memcmp(buf, "planted", 7),
+                      "%s was changed (mode %o)", names[n], (unsigned)mode_of(path));
+            }
+            /* the fix the message gives works: without the file, DIR opens */
+            unlink(path);
+            sp_disk_tier *t = sp_disk_tier_open(&p, err, sizeof(err));
+            CHECK(t != NULL, "%s removed, the open still fails: %s", names[n], err);
+            sp_disk_tier_close(t);
+        }
+}
+
+/* Files and directories another user owns (made with chown: root only). A
+ * lock file of another user's is untrusted, even while held, never "in
+ * use". */
+static void foreign_owner(void) {
+    if (geteuid() != 0) {
+        SKIP("needs root to make files another user owns");
+        return;
+    }
+    const uid_t other = 65534;
+    char dir[400], path[500], err[1024];
+    new_dir(dir, sizeof(dir));
+    bool made = mkdir(dir, 0700) == 0 && chown(dir, other, other) == 0;
+    REQUIRE(made, "chown %s", dir);
+    sp_disk_tier_params p = tparams(dir);
+    CHECK(refused(&p, dir, "owned by uid 65534", err, sizeof(err)), "DIR: %s", err);
+    const char *names[] = {"lock", "kv.sqlite", "kv.sqlite-wal", "kv.sqlite-shm"};
+    for (int n = 0; n < 4; n++) {
+        new_dir(dir, sizeof(dir));
+        made = mkdir(dir, 0700) == 0;
+        REQUIRE(made, "mkdir");
+        snprintf(path, sizeof(path), "%s/%s", dir, names[n]);
+        int fd = open(path, O_CREAT | O_RDWR, 0600);
+        made = fd >= 0 && fchown(fd, other, other) == 0;
+        if (!made && fd >= 0) close(fd);
+        REQUIRE(made, "chown %s", path);
+        const bool held = n == 0 && flock(fd, LOCK_EX | LOCK_NB) == 0; /* its owner holds it */
+        p = tparams(dir);
+        CHECK(refused(&p, path, "owned by uid 65534", err, sizeof(err)) &&
+                  !strstr(err, "in use"),
+              "%s%s: %s", names[n], held ? " (held)" : "", err);
+        close(fd);
+    }
+    char parent[300];
+    new_dir(parent, sizeof(parent));
+    made = mkdir(parent, 0755) == 0 && chown(parent, other, other) == 0;
+    REQUIRE(made, "chown %s", parent);
+    snprintf(dir, sizeof(dir), "%s/kv", parent);
+    p = tparams(dir);
+    CHECK(refused(&p, parent, "above it", err, sizeof(err)), "below another user's directory: %s",
+          err);
+}
+
+/* ---- the model file's hash, cached by its identity ----------------------------------- */
+
+typedef struct {
+    int calls;
+    bool fail;
+    uint8_t sha[32];
+} fake_model;
+
+static int fake_hash(void *ctx, uint8_t out[32]) {
+    fake_model *f = ctx;
+    f->calls++;
+    memcpy(out, f->sha, 32);
+    return f->fail ? -1 : 0;
+}
+
+/* The file's hash is computed once per identity and mixed into the
+ * fingerprint rows are keyed on; any change of identity hashes again. */
+static void model_hash_cache(void) {
+    char dir[300], err[512];
+    new_dir(dir, sizeof(dir));
+    sp_disk_tier_params p = tparams(dir);
+    fake_model f = {0};
+    memset(f.sha, 0x5A, 32);
+    p.hash_file = fake_hash;
+    p.hash_ctx = &f;
+    p.file_id = (sp_disk_file_id){11, 22, 33, 44, 55};
+    sp_disk_tier *t = sp_disk_tier_open(&p, err, sizeof(err));
+    REQUIRE(t, "open: %s", err);
+    uint8_t fp1[32], fp2[32];
+    sp_disk_tier_fp(t, fp1);
+    sp_disk_tier_stats st;
+    sp_disk_tier_get_stats(t, &st);
+    CHECK(f.calls == 1 && !st.hash_cached && memcmp(fp1, p.fp, 32),
+          "cold: %d hashes, cached %d, fingerprint %s", f.calls, st.hash_cached,
+          memcmp(fp1, p.fp, 32) ? "mixed" : "unmixed");
+    put_n(t, &p, 0, 4);
+    sp_disk_tier_close(t);
+    t = sp_disk_tier_open(&p, err, sizeof(err));
+    REQUIRE(t, "reopen: %s", err);
+    sp_disk_tier_fp(t, fp2);
+    sp_disk_tier_get_stats(t, &st);
+    CHECK(f.calls == 1 && st.hash_cached && !memcmp(fp1, fp2, 32) && get_i(t, &p, 0) == 0,
+          "reopened: %d hashes, cached %d", f.calls, st.hash_cached);
+    sp_disk_tier_close(t);
+    /* the same file rewritten (each identity field in turn): hashed again,
+     * and its new bytes key other rows */
+    for (int k = 0; k < 5; k++) {
+        sp_disk_tier_params q = p;
+        uint64_t *u[] = {&q.file_id.dev, &q.file_id.ino, &q.file_id.size};
+        if (k < 3) (*u[k])++;
+        else if (k == 3) q.file_id.mtime_ns++;
+        else q.file_id.ctime_ns++;
+        f.sha[0] = (uint8_t)(0x10 + k);
+        const int before = f.calls;
+        t = sp_disk_tier_open(&q, err, sizeof(err));
+        REQUIRE(t, "open variant %d: %s", k, err);
+        sp_disk_tier_fp(t, fp2);
+        CHECK(f.calls == before + 1 && memcmp(fp1, fp2, 32) && get_i(t, &q, 0) == 1,
+              "identity field %d changed: %d hashes, the old rows %s", k, f.calls - before,
+              get_i(t, &q, 0) == 1 ? "unseen" : "SEEN");
+        sp_disk_tier_close(t);
+    }
+    f.fail = true;
+    sp_disk_tier_params q = p;
+    q.file_id.ctime_ns += 100;
+    CHECK(refused(&q, dir, "cannot hash the model", err, sizeof(err)), "a failed hash: %s", err);
+}
+
 /* ---- the engine ---------------------------------------------------------------- */
 
 static sp_model *model, *model2;
@@ -567,6 +791,101 @@ static void engine_restart_warm(void) {
     sp_engine_free(e2);
 }
 
+/* Copies a file (0600); 0 or -1. */
+static int copy_file(const char *from, const char *to) {
+    size_t n = 0;
+    char *buf = t_read_file(from, &n);
+    int fd = buf ? open(to, O_CREAT | O_TRUNC | O_WRONLY, 0600) : -1;
+    const bool ok = fd >= 0 && write(fd, buf, n) == (ssize_t)n;
+    if (fd >= 0) close(fd);
+    free(buf);
+    return ok ? 0 : -1;
+}
+
+/* Flips bits mask of the byte of path at off, in place; keep_times: mtime
+ * and atime set back afterwards (only ctime then tells). */
+static int flip_byte(const char *path, long off, uint8_t mask, bool keep_times) {
+    struct stat sb;
+    int fd = open(path, O_RDWR);
+    uint8_t c;
+    bool ok = fd >= 0 && fstat(fd, &sb) == 0 && pread(fd, &c, 1, off) == 1;
+    c ^= mask;
+    ok = ok && pwrite(fd, &c, 1, off) == 1;
+    if (ok && keep_times) {
+        const struct timespec ts[2] = {sb.st_atim, sb.st_mtim};
+        ok = futimens(fd, ts) == 0;
+    }
+    if (fd >= 0) close(fd);
+    return ok ? 0 : -1;
+}
+
+/* A model whose blk.0.attn_k differs in one byte in the middle (where the
+ * sampled fingerprint does not look) never restores the other's blocks,
+ * whether it is another file or the same file rewritten in place with its
+ * mtime set back; the unchanged model still does. */
+static void engine_model_changed(void) {
+    char m1[300], m2[300], dir[300], err[512];
+    snprintf(m1, sizeof(m1), "%s/model-a.gguf", root);
+    snprintf(m2, sizeof(m2), "%s/model-b.gguf", root);
+    snprintf(err, sizeof(err), "%s/models/ref-llama-spm-q8_0.gguf", t_ref_dir());
+    const sp_gguf_tensor *k = sp_gguf_find_tensor(model->gguf, "blk.0.attn_k.weight");
+    REQUIRE(k, "no blk.0.attn_k.weight");
+    const long off = (long)((const uint8_t *)k->data -
+                            (const uint8_t *)sp_gguf_file_bytes(model->gguf)) + (long)k->nbytes / 2;
+    /* (REQUIRE evaluates its condition twice: side effects go before it) */
+    bool made = copy_file(err, m1) == 0 && copy_file(err, m2) == 0 &&
+                flip_byte(m2, off, 0x01, false) == 0;
+    REQUIRE(made, "copying the model");
+    sp_model *a = sp_model_load(m1, sp_model_default_params(), err, sizeof(err));
+    sp_model *b = a ? sp_model_load(m2, sp_model_default_params(), err, sizeof(err)) : NULL;
+    uint8_t ha[32], hb[32], ha2[32], fa[32], fb[32];
+    if (!a || !b) {
+        CHECK(0, "loading the copies: %s", err);
+        goto out;
+    }
+    CHECK(sp_model_file_hash(a, ha) == 0 && sp_model_file_hash(b, hb) == 0 &&
+              sp_model_file_hash(a, ha2) == 0 && memcmp(ha, hb, 32) && !memcmp(ha, ha2, 32),
+          "the file hash misses a byte in the middle of blk.0.attn_k, or is unstable");
+    sp_model_fingerprint(a, fa);
+    sp_model_fingerprint(b, fb);
+    printf("# the sampled fingerprint %s that byte\n", memcmp(fa, fb, 32) ? "sees" : "misses");
+    new_dir(dir, sizeof(dir));
+    sp_token x[64];
+    int c0, d0, c1, d1, c2, d2, c3, d3;
+    sp_engine *e = engine(a, dir, SP_KV_F16, 16);
+    REQUIRE(e, "engine");
+    int n0 = gen(e, "Question one:", NULL, x, &c0, &d0);
+    sp_engine_free(e);
+    e = engine(b, dir, SP_KV_F16, 16);
+    REQUIRE(e, "engine on the changed copy");
+    int n1 = gen(e, "Question one:", NULL, x, &c1, &d1);
+    sp_engine_free(e);
+    CHECK(n0 > 0 && n1 > 0 && c1 == 0 && d1 == 0,
+          "the changed copy reused %d cached tokens (%d from disk) of the other", c1, d1);
+    e = engine(a, dir, SP_KV_F16, 16);
+    REQUIRE(e, "engine");
+    int n2 = gen(e, "Question one:", NULL, x, &c2, &d2);
+    sp_engine_free(e);
+    CHECK(n2 > 0 && d2 >= 48, "the unchanged model restored %d tokens", d2);
+    /* rewritten in place, mtime and size kept (another bit than b's: b
+     * wrote rows too): the cached hash is not used */
+    sp_model_free(a);
+    a = NULL;
+    made = flip_byte(m1, off, 0x80, true) == 0;
+    REQUIRE(made, "rewriting %s", m1);
+    a = sp_model_load(m1, sp_model_default_params(), err, sizeof(err));
+    REQUIRE(a, "reloading: %s", err);
+    e = engine(a, dir, SP_KV_F16, 16);
+    REQUIRE(e, "engine");
+    int n3 = gen(e, "Question one:", NULL, x, &c3, &d3);
+    sp_engine_free(e);
+    CHECK(n3 > 0 && c3 == 0 && d3 == 0,
+          "rewritten in place (mtime kept): %d cached tokens, %d from disk", c3, d3);
+out:
+    sp_model_free(a);
+    sp_model_free(b);
+}
+
 /* Restored K/V is bit-identical to computed K/V, and the next token's
  * logits computed on top of restored blocks equal those on computed ones. */
 static void restored_kv_equals_computed(void) {
@@ -657,12 +976,17 @@ int main(void) {
     RUN(queue_full_skips);
     RUN(stress);
     RUN(restore_rule);
+    RUN(untrusted_dir);
+    RUN(untrusted_files);
+    RUN(foreign_owner);
+    RUN(model_hash_cache);
     if (model && model2) {
         RUN(restored_kv_equals_computed);
         RUN(engine_restart_warm);
+        RUN(engine_model_changed);
     } else {
         printf("FAIL engine cases: cannot load the reference models: %s\n", err);
-        t_cases_failed += 2;
+        t_cases_failed += 3;
     }
     sp_model_free(model);
     sp_model_free(model2);
