@@ -688,6 +688,9 @@ struct sp_event {
     bool finished;             /* last event of the request; stats are final */
     const sp_request_stats *stats;
     const char *error;         /* message when finish == SP_FINISH_ERROR, else NULL */
+    int error_status;          /* ... and its sp_status: SP_ERR_INVALID when the request
+                                  itself is at fault (its grammar went over a budget),
+                                  SP_ERR_INTERNAL otherwise */
 };
 /* Called on the engine thread, with no engine lock held; the pointers in
  * ev live until it returns. It may call sp_engine_cancel or submit, and

@@ -192,7 +192,10 @@ int gr_admit(sp_engine *e, request *r) {
     }
     r->gmem_match = GR_MATCHER_MAX_BYTES;
     int rc;
-    if (!(r->gm = matcher_of(e, r, r->err, sizeof(r->err), &rc))) return -1;
+    if (!(r->gm = matcher_of(e, r, r->err, sizeof(r->err), &rc))) {
+        r->err_status = rc;
+        return -1;
+    }
     r->gtrig_tok = sp_matcher_trigger_token(r->gm);
     if (r->gtrig_tok >= 0 && !(r->gtrig = strdup(r->gtrigger))) {
         snprintf(r->err, sizeof(r->err), "out of memory");
@@ -212,7 +215,9 @@ void gr_engine_free(sp_engine *e) {
 }
 
 void gr_dead_end(request *r) {
-    if (!r->gm || !sp_matcher_error(r->gm, r->err, sizeof(r->err)))
+    if (r->gm && sp_matcher_error(r->gm, r->err, sizeof(r->err)))
+        r->err_status = SP_ERR_INVALID; /* the request's grammar: its fault, a 400 */
+    else
         snprintf(r->err, sizeof(r->err), "no token of the vocabulary can continue the output here");
     /* the prefix says where the message comes from */
     char msg[sizeof(r->err)];

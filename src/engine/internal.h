@@ -120,6 +120,7 @@ struct request {
     sp_token gtrig_tok;        /* lazy grammar: a control token standing for the trigger,
                                   whose text (gtrig) the output gets; -1 none */
     char *gtrig;
+    int err_status;            /* with an error finish: its sp_status (0: SP_ERR_INTERNAL) */
     bool cancel_req, released;
     bool final_sent;           /* the finished event went out (callback requests) */
     sp_request_stats st;

@@ -133,6 +133,7 @@ void eng_make_event(sp_engine *e, request *r) {
     r->st.completion_tokens = n_tok;
     ev->stats = &r->st;
     ev->error = r->st.finish == SP_FINISH_ERROR ? r->err : NULL;
+    ev->error_status = !ev->error ? SP_OK : r->err_status ? r->err_status : SP_ERR_INTERNAL;
     r->ev_tokens = n_tok;
     r->ev_text = r->text_released;
     s->ev_req[s->n_ev++] = r;

@@ -137,6 +137,7 @@ static void take_finish(sreq *r, const sp_event *ev, double t) {
     r->st = *ev->stats;
     if (ev->error) {
         snprintf(r->error, sizeof(r->error), "%s", ev->error);
+        r->err_status = ev->error_status;
     } else if (r->oom) {
         /* an answer with tokens or text missing must not look whole */
         snprintf(r->error, sizeof(r->error), "out of memory");
@@ -148,7 +149,8 @@ static void take_finish(sreq *r, const sp_event *ev, double t) {
      * that reads /metrics after its response finds it there */
     double ttft_s = r->n_tok ? (r->t_first - r->t_arrive) / 1e3 : -1;
     metrics_finished(&s->met, &r->st, ttft_s, tpot, (t - r->t_arrive) / 1e3);
-    log_request(s, r->rid, r->tenant, r->st.finish == SP_FINISH_ERROR ? 500 : 200, r, r->t_arrive, t);
+    log_request(s, r->rid, r->tenant, r->st.finish != SP_FINISH_ERROR ? 200 : r->err_status == SP_ERR_INVALID ? 400 : 500, r,
+                r->t_arrive, t);
     pthread_mutex_lock(&s->mu);
     s->active--;
     pthread_mutex_unlock(&s->mu);
@@ -206,6 +208,15 @@ void sreq_abort(sreq *r) {
     pthread_mutex_unlock(&r->mu);
 }
 
+/* The error a request that ended with one answers with: a 400 naming the
+ * field when it was its own fault (its grammar over a budget), else a 500
+ * (r->mu held). */
+static void finish_error(const sreq *r, oai_error *e) {
+    const bool own = r->err_status == SP_ERR_INVALID;
+    oai_status_error(e, own ? SP_ERR_INVALID : SP_ERR_INTERNAL, own ? r->err_param : NULL, "%s",
+                     r->error[0] ? r->error : "error");
+}
+
 /* ---- streaming ------------------------------------------------------------ */
 
 /* A stream with tools: what the calls' reader finds in the new text, as
@@ -258,7 +269,7 @@ static void stream_build(sreq *r) {
     if (!r->finished) return;
     if (r->st.finish == SP_FINISH_ERROR) {
         oai_error e;
-        oai_status_error(&e, SP_ERR_INTERNAL, NULL, "%s", r->error[0] ? r->error : "error");
+        finish_error(r, &e);
         oai_reply_error_event(&r->out, &e);
     } else {
         const bool called = r->tools && r->calls.done && r->st.finish == SP_FINISH_STOP;
@@ -319,7 +330,7 @@ enum MHD_Result gen_answer(sp_server *s, struct MHD_Connection *c, const char *u
     if (r->st.finish == SP_FINISH_ERROR || r->st.finish == SP_FINISH_CANCELLED) {
         oai_error e;
         if (r->st.finish == SP_FINISH_ERROR)
-            oai_status_error(&e, SP_ERR_INTERNAL, NULL, "%s", r->error[0] ? r->error : "error");
+            finish_error(r, &e);
         else
             oai_status_error(&e, SP_ERR_CANCELLED, NULL, "%s",
                              r->t_stop ? "the server is shutting down; the request was cancelled"
@@ -476,6 +487,7 @@ static sreq *gen_submit(sp_server *s, struct MHD_Connection *c, conn *cx, const 
         oai_calls_init(&r->calls, r->tools, r->calls_required);
     }
     r->logprobs = q->logprobs;
+    r->err_param = q->grammar_param;
     r->t_arrive = t_arrive;
     snprintf(r->tenant, sizeof(r->tenant), "%.12s", tenant ? tenant : "-");
     r->created = (long)time(NULL);
