@@ -478,6 +478,8 @@ void sp_matcher_free(sp_matcher *m);
 int sp_matcher_error(const sp_matcher *m, char *err, size_t errlen);
 /* The bytes the matcher holds now. */
 size_t sp_matcher_bytes(const sp_matcher *m);
+/* The work units its calls have spent so far (trie walks aside). */
+int64_t sp_matcher_work(const sp_matcher *m);
 /* Back to the start of the grammar. */
 void sp_matcher_reset(sp_matcher *m);
 /* Advances over bytes s[n]: true, or false (state unchanged) when some
@@ -814,6 +816,8 @@ typedef struct {
     size_t grammar_mem_used;     /* of grammar_mem: held by compiled grammars and matchers */
     uint64_t grammar_waits;      /* admissions put off: the matchers' half of grammar_mem
                                     was held by running requests */
+    uint64_t grammar_throttled;  /* steps a running request sat out to repay the work its
+                                    grammar's masks took beyond a step's allowance */
     /* the disk tier (kv_disk_dir; all 0 without one) */
     bool disk_on;                /* a disk tier is open (and not turned off by damage) */
     uint64_t disk_blocks, disk_bytes, disk_cap_bytes; /* rows (all models) and their bytes */

@@ -204,6 +204,24 @@ int gr_admit(sp_engine *e, request *r) {
     return 1;
 }
 
+/* Fairness: grammar work is the engine thread's, so every request waits
+ * while another's masks are computed. A request whose grammar spends more
+ * than GR_STEP_ALLOWANCE units a step (ordinary schemas: a few hundred,
+ * after their first masks) sits out steps until the excess is repaid, so
+ * an expensive grammar slows its own request, not the others. */
+#define GR_STEP_ALLOWANCE (1 << 14)
+
+bool gr_throttled(request *r) {
+    if (!r->gm) return false;
+    const int64_t w = sp_matcher_work(r->gm);
+    r->gdebt += w - r->gwork_seen - GR_STEP_ALLOWANCE;
+    r->gwork_seen = w;
+    /* repaid within 16 steps at most: what it spent long ago is not held
+     * against it forever */
+    r->gdebt = SP_MIN(SP_MAX(r->gdebt, 0), 16 * (int64_t)GR_STEP_ALLOWANCE);
+    return r->gdebt > 0;
+}
+
 void gr_engine_free(sp_engine *e) {
     for (int i = 0; i < SP_GCACHE; i++) {
         free(e->gcache[i].text);

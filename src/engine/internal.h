@@ -114,6 +114,9 @@ struct request {
     bool gat_start;            /* ... counted only at the start of the output */
     size_t gmem_gram, gmem_match; /* bytes of the engine's grammar memory it holds */
     sp_matcher *gm;            /* where in the grammar the output is; from admission */
+    int64_t gwork_seen;        /* sp_matcher_work at the last schedule */
+    int64_t gdebt;             /* grammar work beyond its steps' allowance (sched.c) */
+    bool throttled;            /* sits this step out to repay gdebt */
     uint32_t *gmask;           /* [(n_vocab + 31) / 32] scratch: allowed tokens */
     int32_t n_forced;          /* of this step's proposals, the last n_forced are the
                                   grammar's (jump-forward) */
@@ -271,6 +274,8 @@ void gr_engine_free(sp_engine *e);
  * ready (or no grammar); 0: wait, the memory is held by others; -1: failed
  * (r->err says why). */
 int gr_admit(sp_engine *e, request *r);
+/* Whether r waits this step to repay grammar work (sched.c's fairness). */
+bool gr_throttled(request *r);
 /* Gives back the grammar memory r holds (idempotent). */
 void gr_release(sp_engine *e, request *r);
 /* r->err for a grammar that stopped the output: a budget exceeded, or a

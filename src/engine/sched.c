@@ -202,16 +202,37 @@ static request *oldest_running(sp_engine *e, const step *s, bool decoding) {
     request *pick = NULL;
     for (int32_t i = 0; i < e->p.max_seqs; i++) {
         request *r = e->slots[i];
-        if (!r || (r->n_all - kv_len(e, r) == 1) != decoding || in_batch(s, r)) continue;
+        if (!r || r->throttled || (r->n_all - kv_len(e, r) == 1) != decoding || in_batch(s, r))
+            continue;
         if (!pick || r->admit_no < pick->admit_no) pick = r;
     }
     return pick;
+}
+
+/* Marks the running requests that sit this step out to repay their
+ * grammar's work (constrain.c), unless all would: then none does (there
+ * is nobody to make room for). */
+static void mark_throttled(sp_engine *e) {
+    int32_t n_run = 0, n_thr = 0;
+    for (int32_t i = 0; i < e->p.max_seqs; i++) {
+        request *r = e->slots[i];
+        if (!r) continue;
+        n_run++;
+        n_thr += r->throttled = gr_throttled(r);
+    }
+    if (n_thr < n_run) {
+        e->st.grammar_throttled += (uint64_t)n_thr;
+        return;
+    }
+    for (int32_t i = 0; i < e->p.max_seqs; i++)
+        if (e->slots[i]) e->slots[i]->throttled = false;
 }
 
 /* Forms this step's batch entries in s->ent; returns their count. */
 int32_t eng_schedule(sp_engine *e, step *s) {
     int32_t budget = e->p.max_batch_tokens, reserved = 0; /* blocks the entries will take */
     s->n_ent = 0;
+    mark_throttled(e);
     /* passes 0 and 1: running requests, decoders first, oldest first */
     for (int pass = 0; pass < 2; pass++) {
         request *pick;

@@ -49,8 +49,8 @@ static inline void gr_set_add(gr_set *s, unsigned b) { s->w[b >> 5] |= 1u << (b 
  * grammars take under 20,000 beyond the walk; the matcher's calls together may
  * spend GR_TOTAL_BUDGET beyond their trie walks, plus GR_BYTE_BUDGET per
  * byte they ran. Memory: bytes one matcher may hold. */
-#define GR_WORK_BUDGET (1 << 18)
-#define GR_TOTAL_BUDGET ((int64_t)16 << 20) /* a matcher's calls together, trie walks aside */
+#define GR_WORK_BUDGET (1 << 17)
+#define GR_TOTAL_BUDGET ((int64_t)4 << 20) /* a matcher's calls together, trie walks aside */
 #define GR_BYTE_BUDGET 256 /* ... and this much more per byte run */
 #define GR_MATCHER_MAX_BYTES ((size_t)32 << 20)
 

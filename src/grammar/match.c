@@ -467,6 +467,8 @@ int sp_matcher_error(const sp_matcher *m, char *err, size_t errlen) {
 
 size_t sp_matcher_bytes(const sp_matcher *m) { return sizeof(*m) + m->bytes; }
 
+int64_t sp_matcher_work(const sp_matcher *m) { return m->total; }
+
 void sp_matcher_free(sp_matcher *m) {
     if (!m) return;
     sp_grammar_free((sp_grammar *)m->g);

@@ -8,6 +8,9 @@
  *     all finish with valid output, and everything is given back;
  *   - a grammar over its budget is refused at submission naming it, and
  *     holds nothing afterwards;
+ *   - fairness: a request whose masks cost more than a step's allowance
+ *     sits steps out while another runs, and both outputs are what each
+ *     gives alone;
  *   - too small a grammar_mem is refused at creation. */
 #include "grammar/grammar.h"
 #include "specula.h"
@@ -125,6 +128,39 @@ static void over_budget_refused(void) {
     sp_engine_free(small);
 }
 
+/* Two requests at once, a costly grammar and none: the grammar's request
+ * sits steps out, and each output equals the one it gives alone. */
+static void costly_grammar_throttled(void) {
+    sp_engine *e = new_engine(0);
+    REQUIRE(e, "engine");
+    const char *costly = "root ::= ([a-z] [a-z]? [a-z]?){0,30} \"!\"";
+    char alone_g[256] = "", alone_p[256] = "", both_g[256] = "", both_p[256] = "", err[256];
+    sp_request_params rg = req(costly, NULL, 24), rp = req(NULL, NULL, 24);
+    rp.ignore_eos = true;
+    run(e, rg, alone_g, sizeof(alone_g));
+    run(e, rp, alone_p, sizeof(alone_p));
+    sp_engine_free(e);
+    REQUIRE(e = new_engine(0), "engine"); /* fresh: nothing memoized or cached */
+    const int64_t a = sp_engine_submit(e, &rg, err, sizeof(err));
+    const int64_t b = sp_engine_submit(e, &rp, err, sizeof(err));
+    REQUIRE(a > 0 && b > 0, "%s", err);
+    sp_request_status st;
+    sp_engine_wait(e, a, 1 << 30, -1, &st);
+    sp_engine_wait(e, b, 1 << 30, -1, &st);
+    sp_engine_read(e, a, NULL, 0, both_g, sizeof(both_g));
+    sp_engine_read(e, b, NULL, 0, both_p, sizeof(both_p));
+    sp_engine_release(e, a);
+    sp_engine_release(e, b);
+    sp_engine_stats es;
+    sp_engine_get_stats(e, &es);
+    CHECK(es.grammar_throttled > 0, "the costly grammar never sat a step out");
+    CHECK(!strcmp(alone_g, both_g) && alone_g[0], "grammar output '%s' alone, '%s' together", alone_g,
+          both_g);
+    CHECK(!strcmp(alone_p, both_p) && alone_p[0], "plain output '%s' alone, '%s' together", alone_p,
+          both_p);
+    sp_engine_free(e);
+}
+
 int main(void) {
     char err[256];
     model = sp_model_load("models/specula-code-target-f16.gguf", sp_model_default_params(), err,
@@ -137,6 +173,7 @@ int main(void) {
     RUN(grammars_per_tenant);
     RUN(matcher_memory_capped);
     RUN(over_budget_refused);
+    RUN(costly_grammar_throttled);
     sp_model_free(model);
     TEST_END();
 }
