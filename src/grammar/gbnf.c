@@ -10,8 +10,8 @@
  *   [class] one byte set when every code point is ASCII, else a rule of one
  *           alternative per UTF-8 byte-range sequence (utf8_ranges)
  * Then it checks that every rule is defined and that none is left
- * recursive (which would make the matcher expand forever), and lays the
- * rules out flat.
+ * recursive (which would make the matcher expand forever; gbnf_check.c),
+ * and lays the rules out flat.
  *
  * Cost: linear in the text and in the elements made, which the limits of
  * grammar.h bound (a {m,n} costs at most about 4 * GR_MAX_REPEAT elements,
@@ -25,41 +25,11 @@
 #include <time.h>
 
 #include "common.h"
-#include "grammar/grammar.h"
-
-typedef struct {
-    gr_elem *e;
-    int32_t n, cap;
-} evec;
-
-typedef struct {
-    char *name;             /* NULL for generated rules */
-    size_t name_len;
-    evec body;
-    bool defined;
-} prule;
+#include "grammar/gbnf_internal.h"
 
 /* Groups nested deeper are refused: parse_alternates and parse_sequence
  * recurse once per level, a few hundred bytes of stack each. */
 #define GR_MAX_NEST 256
-
-typedef struct {
-    const char *src, *p, *end;
-    prule **rules;
-    int32_t n_rules, cap_rules;
-    gr_set *sets;
-    int32_t n_sets, cap_sets;
-    int32_t single[256];    /* set index of each one-byte set, -1 when none yet */
-    int32_t *names;         /* hash table of the named rules' indices, -1: empty */
-    uint32_t names_cap;     /* a power of two, twice the named rules at least */
-    int32_t n_names;
-    uint64_t key[2];        /* the table's hash key, random per compile */
-    int64_t n_elems;
-    int depth;
-    char *err;
-    size_t errlen;
-    bool failed;
-} parser;
 
 /* The first error, with its place (a scan of the text: once per compile). */
 static void perr_in(parser *ps, const char *head, const char *msg) {
@@ -73,7 +43,7 @@ static void perr_in(parser *ps, const char *head, const char *msg) {
     sp_seterr(ps->err, ps->errlen, "%s %s at line %d, column %d", head, msg, line, col);
 }
 
-static void perr(parser *ps, const char *fmt, const char *arg) {
+void gb_perr(parser *ps, const char *fmt, const char *arg) {
     char msg[160];
     snprintf(msg, sizeof(msg), fmt, arg ? arg : "");
     perr_in(ps, "grammar:", msg);
@@ -93,7 +63,7 @@ static bool push(parser *ps, evec *v, int type, uint32_t arg) {
         int32_t cap = v->cap ? v->cap * 2 : 8;
         gr_elem *e = realloc(v->e, (size_t)cap * sizeof(gr_elem));
         if (!e) {
-            perr(ps, "out of memory%s", NULL);
+            gb_perr(ps, "out of memory%s", NULL);
             return false;
         }
         v->e = e, v->cap = cap;
@@ -123,7 +93,7 @@ static int32_t new_rule(parser *ps, const char *name, size_t len) {
     ps->rules[ps->n_rules] = r;
     return ps->n_rules++;
 oom:
-    perr(ps, "out of memory%s", NULL);
+    gb_perr(ps, "out of memory%s", NULL);
     return -1;
 }
 
@@ -188,7 +158,7 @@ static bool names_grow(parser *ps) {
     ps->names = malloc(ps->names_cap * sizeof(int32_t));
     if (!ps->names) {
         ps->names = old, ps->names_cap = old_cap;
-        perr(ps, "out of memory%s", NULL);
+        gb_perr(ps, "out of memory%s", NULL);
         return false;
     }
     memset(ps->names, 0xff, ps->names_cap * sizeof(int32_t));
@@ -220,7 +190,7 @@ static int32_t add_set(parser *ps, const gr_set *s) {
         int32_t cap = ps->cap_sets ? ps->cap_sets * 2 : 64;
         gr_set *ns = realloc(ps->sets, (size_t)cap * sizeof(gr_set));
         if (!ns) {
-            perr(ps, "out of memory%s", NULL);
+            gb_perr(ps, "out of memory%s", NULL);
             return -1;
         }
         ps->sets = ns, ps->cap_sets = cap;
@@ -301,7 +271,7 @@ static uint32_t read_char(parser *ps) {
     if (*ps->p != '\\') return utf8_next(ps);
     ps->p++;
     if (ps->p >= ps->end) {
-        perr(ps, "unfinished escape%s", NULL);
+        gb_perr(ps, "unfinished escape%s", NULL);
         return 0;
     }
     char c = *ps->p++;
@@ -319,14 +289,14 @@ static uint32_t read_char(parser *ps) {
     for (int i = 0; i < digits; i++) {
         int h = ps->p < ps->end ? hexval(*ps->p) : -1;
         if (h < 0) {
-            perr(ps, "bad hex escape%s", NULL);
+            gb_perr(ps, "bad hex escape%s", NULL);
             return 0;
         }
         v = v << 4 | (uint32_t)h;
         ps->p++;
     }
     if (v > 0x10FFFF) {
-        perr(ps, "code point beyond U+10FFFF%s", NULL);
+        gb_perr(ps, "code point beyond U+10FFFF%s", NULL);
         return 0;
     }
     return v;
@@ -438,7 +408,7 @@ static bool push_class(parser *ps, evec *v, cprange *r, int n, bool negate) {
     }
     seqlist sl = {malloc(MAX_SEQS * sizeof(u8seq)), 0, false};
     if (!sl.s) {
-        perr(ps, "out of memory%s", NULL);
+        gb_perr(ps, "out of memory%s", NULL);
         return false;
     }
     for (int i = 0; i < nf; i++) { /* surrogates have no UTF-8 form */
@@ -463,7 +433,7 @@ static bool push_class(parser *ps, evec *v, cprange *r, int n, bool negate) {
         }
     }
     if (!ok) {
-        perr(ps, "character class too complex%s", NULL);
+        gb_perr(ps, "character class too complex%s", NULL);
     } else if (!n_multi) {
         int32_t id = add_set(ps, &one);
         ok = id >= 0 && push(ps, v, E_BYTES, (uint32_t)id);
@@ -506,18 +476,18 @@ static bool parse_class(parser *ps, evec *v) {
             hi = read_char(ps);
             if (ps->failed) return false;
             if (hi < lo) {
-                perr(ps, "character range out of order%s", NULL);
+                gb_perr(ps, "character range out of order%s", NULL);
                 return false;
             }
         }
         if (n == 512) {
-            perr(ps, "more than %s items in a character class", "512");
+            gb_perr(ps, "more than %s items in a character class", "512");
             return false;
         }
         r[n++] = (cprange){lo, hi};
     }
     if (ps->p >= ps->end) {
-        perr(ps, "unterminated character class%s", NULL);
+        gb_perr(ps, "unterminated character class%s", NULL);
         return false;
     }
     ps->p++; /* ] */
@@ -539,7 +509,7 @@ static bool parse_literal(parser *ps, evec *v) {
         }
     }
     if (ps->p >= ps->end) {
-        perr(ps, "unterminated string literal%s", NULL);
+        gb_perr(ps, "unterminated string literal%s", NULL);
         return false;
     }
     ps->p++;
@@ -568,7 +538,7 @@ static bool parse_int(parser *ps, long *out) {
     while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9') {
         v = v * 10 + (*ps->p++ - '0');
         if (v > GR_MAX_REPEAT) {
-            perr(ps, "repetition count above %s", "1000");
+            gb_perr(ps, "repetition count above %s", "1000");
             return false;
         }
     }
@@ -586,7 +556,7 @@ static bool postfix(parser *ps, evec *v, int32_t from) {
     else {
         ps->p++; /* { */
         skip_ws(ps);
-        if (!parse_int(ps, &m)) return perr(ps, "expected a count after '{'%s", NULL), false;
+        if (!parse_int(ps, &m)) return gb_perr(ps, "expected a count after '{'%s", NULL), false;
         skip_ws(ps);
         n = m;
         if (ps->p < ps->end && *ps->p == ',') {
@@ -594,14 +564,14 @@ static bool postfix(parser *ps, evec *v, int32_t from) {
             skip_ws(ps);
             n = -1;
             if (ps->p < ps->end && *ps->p != '}' && !parse_int(ps, &n))
-                return perr(ps, "expected a count or '}'%s", NULL), false;
+                return gb_perr(ps, "expected a count or '}'%s", NULL), false;
             skip_ws(ps);
         }
-        if (ps->p >= ps->end || *ps->p != '}') return perr(ps, "expected '}'%s", NULL), false;
-        if (n >= 0 && n < m) return perr(ps, "repetition {m,n} with n < m%s", NULL), false;
+        if (ps->p >= ps->end || *ps->p != '}') return gb_perr(ps, "expected '}'%s", NULL), false;
+        if (n >= 0 && n < m) return gb_perr(ps, "repetition {m,n} with n < m%s", NULL), false;
     }
     ps->p++;
-    if (from == v->n) return perr(ps, "a repetition needs something to repeat%s", NULL), false;
+    if (from == v->n) return gb_perr(ps, "a repetition needs something to repeat%s", NULL), false;
     if (v->n - from > 1) { /* wrap the atom into a rule */
         int32_t rid = new_rule(ps, NULL, 0);
         if (rid < 0) return false;
@@ -658,7 +628,7 @@ static bool parse_sequence(parser *ps, int32_t rid) {
             ps->depth--;
             if (!ok) return false;
             skip_ws(ps);
-            if (ps->p >= ps->end || *ps->p != ')') return perr(ps, "expected ')'%s", NULL), false;
+            if (ps->p >= ps->end || *ps->p != ')') return gb_perr(ps, "expected ')'%s", NULL), false;
             ps->p++;
             ps->rules[g]->defined = true;
             v = &ps->rules[rid]->body;
@@ -672,7 +642,7 @@ static bool parse_sequence(parser *ps, int32_t rid) {
         } else {
             char what[8];
             snprintf(what, sizeof(what), "%c", c);
-            perr(ps, "unexpected '%s'", (unsigned char)c >= 0x20 && c != 0x7F ? what : "?");
+            gb_perr(ps, "unexpected '%s'", (unsigned char)c >= 0x20 && c != 0x7F ? what : "?");
             return false;
         }
         if (!ok) return false;
@@ -691,156 +661,7 @@ static bool parse_alternates(parser *ps, int32_t rid) {
     return push(ps, &ps->rules[rid]->body, E_END, 0);
 }
 
-/* ---- checks ---- */
-
-/* Where each rule is mentioned, for the nullable worklist: alternative a
- * (of rule owner[a]) has need[a] elements not yet known nullable; the
- * mentions of rule t are the alternatives by[off[t] .. off[t+1]) (one
- * entry per mention: an alternative mentioning t twice needs it twice). */
-typedef struct {
-    int32_t *need, *owner, *off, *by;
-} mentions;
-
-static void mentions_free(mentions *m) { free(m->need), free(m->owner), free(m->off), free(m->by); }
-
-/* Counting sort of the references by the rule they name: O(elements). */
-static bool mentions_make(parser *ps, mentions *m) {
-    int32_t n_alt = 0, n_ref = 0;
-    for (int32_t r = 0; r < ps->n_rules; r++)
-        for (int32_t i = 0; i < ps->rules[r]->body.n; i++) {
-            n_alt += ps->rules[r]->body.e[i].type == E_END;
-            n_ref += ps->rules[r]->body.e[i].type == E_REF;
-        }
-    m->need = malloc((size_t)SP_MAX(n_alt, 1) * sizeof(int32_t));
-    m->owner = malloc((size_t)SP_MAX(n_alt, 1) * sizeof(int32_t));
-    m->off = calloc((size_t)ps->n_rules + 2, sizeof(int32_t));
-    m->by = malloc((size_t)SP_MAX(n_ref, 1) * sizeof(int32_t));
-    if (!m->need || !m->owner || !m->off || !m->by) return false;
-    for (int32_t r = 0; r < ps->n_rules; r++) /* off[t + 2]: t's mentions, then their start */
-        for (int32_t i = 0; i < ps->rules[r]->body.n; i++)
-            if (ps->rules[r]->body.e[i].type == E_REF) m->off[ps->rules[r]->body.e[i].arg + 2]++;
-    for (int32_t r = 0; r < ps->n_rules; r++) m->off[r + 2] += m->off[r + 1];
-    int32_t a = 0, n = 0;
-    for (int32_t r = 0; r < ps->n_rules; r++) /* placing t's mentions moves off[t + 1] to their end */
-        for (int32_t i = 0; i < ps->rules[r]->body.n; i++) {
-            const gr_elem x = ps->rules[r]->body.e[i];
-            if (x.type == E_REF) m->by[m->off[x.arg + 1]++] = a;
-            if (x.type != E_END) {
-                n++;
-                continue;
-            }
-            m->owner[a] = r, m->need[a++] = n, n = 0;
-        }
-    return true;
-}
-
-/* Nullable rules (those that can match the empty string), by the linear
- * worklist algorithm: a rule found nullable decrements the need of every
- * alternative that mentions it, and a need reaching 0 makes that
- * alternative's rule nullable (a byte set is never nullable: its count
- * stays). Each mention is visited once: O(elements), where passes over all
- * rules until nothing changed were O(rules * elements). False when out of
- * memory. */
-static bool find_nullable(parser *ps, bool *nullable) {
-    mentions m = {0};
-    int32_t *queue = malloc((size_t)ps->n_rules * sizeof(int32_t));
-    const bool ok = queue && mentions_make(ps, &m);
-    int32_t n_queue = 0;
-    for (int32_t a = 0, r = 0; ok && r < ps->n_rules; r++) /* the rules with an empty alternative */
-        for (int32_t i = 0; i < ps->rules[r]->body.n; i++)
-            if (ps->rules[r]->body.e[i].type == E_END && !m.need[a++] && !nullable[r])
-                nullable[r] = true, queue[n_queue++] = r;
-    for (int32_t q = 0; ok && q < n_queue; q++) {
-        const int32_t t = queue[q];
-        for (int32_t k = m.off[t]; k < m.off[t + 1]; k++) {
-            const int32_t a = m.by[k], r = m.owner[a];
-            if (--m.need[a] == 0 && !nullable[r]) nullable[r] = true, queue[n_queue++] = r;
-        }
-    }
-    mentions_free(&m);
-    free(queue);
-    return ok;
-}
-
-/* A depth-first walk's place in one rule: the next element to look at,
- * and whether everything before it in its alternative is nullable. */
-typedef struct {
-    int32_t r, i;
-    bool at_start;
-} walk;
-
-/* The next rule that r's elements in first position (after nullable ones)
- * refer to and the walk has not met yet, from f's place on; -1: none left.
- * *cycle: a rule met that is still on the walk's path (left recursion). */
-static int32_t next_first(parser *ps, walk *f, const bool *nullable, const uint8_t *state,
-                          int32_t *cycle) {
-    const evec *b = &ps->rules[f->r]->body;
-    while (f->i < b->n) {
-        const gr_elem x = b->e[f->i++];
-        if (x.type == E_END) {
-            f->at_start = true;
-        } else if (f->at_start && x.type == E_BYTES) {
-            f->at_start = false;
-        } else if (f->at_start) {
-            f->at_start = nullable[x.arg];
-            if (state[x.arg] == 1) return *cycle = (int32_t)x.arg, -1;
-            if (state[x.arg] == 0) return (int32_t)x.arg;
-        }
-    }
-    return -1;
-}
-
-/* Left recursion: a rule reaching itself through references in first
- * position (after nullable ones); the rule, or -1. state: 0 unvisited, 1 on
- * the path, 2 done. The path lives in stack[] (n_rules places: a rule is
- * on it once), not in C frames: a chain of 60000 rules is 60000 deep. Each
- * element is looked at once over all the walks: O(elements). */
-static int32_t left_cycle(parser *ps, int32_t root, const bool *nullable, uint8_t *state,
-                          walk *stack) {
-    if (state[root]) return -1;
-    int32_t top = 0, cycle = -1;
-    stack[0] = (walk){root, 0, true};
-    state[root] = 1;
-    while (top >= 0) {
-        const int32_t next = next_first(ps, &stack[top], nullable, state, &cycle);
-        if (cycle >= 0) return cycle;
-        if (next < 0) {
-            state[stack[top--].r] = 2;
-            continue;
-        }
-        state[next] = 1;
-        stack[++top] = (walk){next, 0, true};
-    }
-    return -1;
-}
-
-static bool check(parser *ps) {
-    for (int32_t i = 0; i < ps->n_rules; i++)
-        if (!ps->rules[i]->defined) {
-            ps->p = ps->end;
-            perr(ps, "undefined rule '%.60s'", ps->rules[i]->name);
-            return false;
-        }
-    bool *nullable = calloc((size_t)ps->n_rules, sizeof(bool));
-    uint8_t *state = calloc((size_t)ps->n_rules, 1);
-    walk *stack = malloc((size_t)ps->n_rules * sizeof(walk));
-    if (!nullable || !state || !stack || !find_nullable(ps, nullable)) {
-        free(nullable), free(state), free(stack);
-        perr(ps, "out of memory%s", NULL);
-        return false;
-    }
-    int32_t bad = -1;
-    for (int32_t r = 0; r < ps->n_rules && bad < 0; r++) bad = left_cycle(ps, r, nullable, state, stack);
-    free(nullable), free(state), free(stack);
-    if (bad >= 0) {
-        ps->p = ps->end;
-        /* name the nearest named rule: generated ones are anonymous */
-        perr(ps, "left recursion: rule '%.60s' can reach itself without consuming input",
-             ps->rules[bad]->name ? ps->rules[bad]->name : "(a group or repetition)");
-        return false;
-    }
-    return true;
-}
+/* ---- the flat layout ---- */
 
 static sp_grammar *flatten(parser *ps, int32_t root) {
     sp_grammar *g = calloc(1, sizeof(*g));
@@ -894,19 +715,19 @@ sp_grammar *sp_grammar_compile(const char *text, size_t len, char *err, size_t e
     while (!ps.failed && ps.p < ps.end) {
         size_t n = name_len(ps.p, ps.end);
         if (!n) {
-            perr(&ps, "expected a rule name%s", NULL);
+            gb_perr(&ps, "expected a rule name%s", NULL);
             break;
         }
         int32_t r = rule_by_name(&ps, ps.p, n);
         if (r < 0) break;
         if (ps.rules[r]->defined) {
-            perr(&ps, "rule '%.60s' defined twice", ps.rules[r]->name);
+            gb_perr(&ps, "rule '%.60s' defined twice", ps.rules[r]->name);
             break;
         }
         ps.p += n;
         while (ps.p < ps.end && (*ps.p == ' ' || *ps.p == '\t')) ps.p++;
         if (ps.end - ps.p < 3 || memcmp(ps.p, "::=", 3)) {
-            perr(&ps, "expected '::='%s", NULL);
+            gb_perr(&ps, "expected '::='%s", NULL);
             break;
         }
         ps.p += 3;
@@ -914,7 +735,7 @@ sp_grammar *sp_grammar_compile(const char *text, size_t len, char *err, size_t e
         ps.rules[r]->defined = true;
         skip_ws(&ps);
         if (ps.p < ps.end && !at_rule_start(ps.p, ps.end)) {
-            perr(&ps, "unexpected '%s'", *ps.p == ')' ? ")" : "text");
+            gb_perr(&ps, "unexpected '%s'", *ps.p == ')' ? ")" : "text");
             break;
         }
     }
@@ -922,9 +743,9 @@ sp_grammar *sp_grammar_compile(const char *text, size_t len, char *err, size_t e
     if (!ps.failed && ps.names) root = ps.names[name_slot(&ps, "root", 4)];
     if (!ps.failed && root < 0) {
         ps.p = ps.end;
-        perr(&ps, "no rule named 'root'%s", NULL);
+        gb_perr(&ps, "no rule named 'root'%s", NULL);
     }
-    if (!ps.failed && check(&ps)) {
+    if (!ps.failed && gb_check(&ps)) {
         g = flatten(&ps, root);
         if (!g) sp_seterr(err, errlen, "grammar: out of memory");
     }

@@ -1,5 +1,5 @@
 /* grammar.h: the compiled form of a grammar, shared by the GBNF compiler
- * (gbnf.c), the matcher (match.c) and the token trie (trie.c).
+ * (gbnf.c), the matcher (match.c, mask.c) and the token trie (trie.c).
  *
  * A compiled grammar is a byte-level pushdown automaton in llama.cpp's
  * layout: one flat array of elements, where each rule's alternatives are
@@ -64,7 +64,7 @@ struct sp_grammar {
     gr_set *sets;          /* [n_sets] */
     int32_t n_sets;
     int32_t root;
-    /* masks by state content shared by the grammar's matchers (match.c),
+    /* masks by state content shared by the grammar's matchers (mask.c),
      * made at the first mask */
     struct gr_shared *shared;
     pthread_mutex_t shared_mu;

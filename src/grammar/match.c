@@ -1,5 +1,5 @@
-/* match.c: the grammar's pushdown automaton run over bytes, and token
- * masks.
+/* match.c: the grammar's pushdown automaton run over bytes (token masks:
+ * mask.c).
  *
  * Stacks are interned: a node is (position, parent node), found again
  * through a hash table, so two equal stacks are one node id and a state
@@ -8,17 +8,6 @@
  * keeps the stacks whose top set holds it and expands each to its next
  * byte positions (expand: rule references push a continuation, except in
  * tail position; rule ends pop).
- *
- * A mask walks the token trie depth first: at each trie node the state is
- * advanced by the child's byte (only children some stack's top set
- * allows), a subtree is cut as soon as the state is empty, and every
- * token ending at a node reached is allowed. Masks are cached by state
- * (MASK_CACHE entries, round robin): inside a JSON string or between the
- * items of an array the state repeats, and its mask is a lookup.
- *
- * The walk runs on interned states (set ids) with every (state, byte)
- * transition memoized, so inside a string, where almost every byte leads
- * back to the same state, each trie node costs one lookup.
  *
  * Budgets. The grammar is the request's, so everything a matcher does is
  * bounded by what it may spend, not by what the grammar asks for:
@@ -47,7 +36,6 @@
  * complete the trigger and go on with bytes the grammar refuses; those are
  * listed per phase when the trigger is set, so a free step costs a KMP
  * walk over the token's bytes and its mask a list. */
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,115 +43,15 @@
 
 #include "common.h"
 #include "grammar/grammar.h"
+#include "grammar/matcher.h"
 
-#define MASK_CACHE 32
 #define MAX_STACKS 8192          /* stacks in one state */
 /* Node storage past which stacks no live state uses are dropped. */
 #define NODE_COMPACT_BYTES ((size_t)8 << 20)
-/* Transition memo past which it starts over. */
-#define MEMO_MAX_BYTES ((size_t)8 << 20)
-
-typedef struct {
-    uint32_t pos;
-    int32_t parent;
-    uint64_t h;                  /* hash of the stack's content (positions to the bottom) */
-} gnode;
-
-typedef struct {
-    int32_t *v;
-    int32_t n, cap;
-} ivec;
-
-typedef struct {
-    uint64_t h;
-    ivec set;
-    uint32_t *bits;
-    int32_t count;
-    bool used;
-} centry;
-
-enum { MF_NONE, MF_WORK, MF_TOTAL, MF_MEM };
-
-struct sp_matcher {
-    const sp_grammar *g;
-    const sp_token_trie *t;
-    gnode *node;
-    int32_t n_node, cap_node;
-    int32_t n_live;              /* nodes kept by the last compaction */
-    int32_t *ht;                 /* [ht_cap] node ids, -1 empty */
-    uint32_t ht_cap;
-    ivec cur;                    /* the state */
-    ivec ahead[SP_SPEC_K_MAX + 1]; /* lookahead states ([0] unused: cur) */
-    int32_t n_ahead;
-    ivec sc;                     /* scratch: states as a stack of regions */
-    ivec wk;                     /* expand's pending (pos, parent) pairs */
-    int64_t work, budget;        /* units spent in this call, and its allowance */
-    int64_t total;               /* units spent since creation, but trie walks */
-    int64_t n_bytes;             /* bytes run since creation (each adds to the allowance) */
-    int fail;                    /* MF_*: a budget was exceeded; sticky */
-    size_t bytes;                /* held in the buffers above and below */
-    centry cache[MASK_CACHE];
-    int32_t cache_next;
-    int32_t words;               /* (n_vocab + 31) / 32 */
-    /* the mask walk's memo: states interned as set ids, and the state
-     * after each (set, byte) met; the top-byte union of each set */
-    ivec spool;                  /* the sets' stacks, concatenated */
-    struct sinfo {
-        int32_t off, n;
-        uint64_t h;
-        gr_set u;                /* bytes some stack's top takes */
-        int32_t row;             /* its transitions in trow, -1 none yet */
-    } *sets;
-    int32_t n_sets, cap_sets;
-    int32_t *sht;                /* [sht_cap] set ids by hash, -1 empty */
-    uint32_t sht_cap;
-    ivec trow;                   /* rows of 256 transitions (sinfo.row) */
-    bool jump;                   /* jump-forward: forced bytes allow one token */
-    /* lazy grammars: the phase of cur and of each lookahead state */
-    int32_t ph;
-    int32_t ph_ahead[SP_SPEC_K_MAX + 1];
-    struct {
-        unsigned char *s;        /* the trigger; NULL: not lazy */
-        int32_t len;
-        bool at_start;
-        sp_token tok;            /* a control token that stands for it, or -1 */
-        int32_t *fail;           /* [len] KMP failure function */
-        ivec start;              /* the grammar's state after the trigger */
-        ivec refused;            /* per phase k: refused.v[off[k] .. off[k + 1]) */
-        int32_t *off;            /* [len + 1] */
-    } tr;
-};
-
-/* Phases (lazy grammars; 0..len-1: free, that many trigger bytes matched). */
-#define PH_ACTIVE (-1)           /* the grammar constrains the output (always when not lazy) */
-#define PH_FREE (-2)             /* an anchored trigger did not come first: free to the end */
 
 /* ---- budgets ---- */
 
-/* Spends n work units; false (and the matcher failed) past the call's
- * allowance or the matcher's whole allowance. */
-static bool charge(sp_matcher *m, int64_t n) {
-    if (m->fail) return false;
-    m->work += n;
-    m->total += n;
-    if (m->work <= m->budget && m->total <= GR_TOTAL_BUDGET + GR_BYTE_BUDGET * m->n_bytes) return true;
-    m->fail = m->work > m->budget ? MF_WORK : MF_TOTAL;
-    return false;
-}
-
-/* A trie node walked: counted per call only (one walk of the vocabulary
- * is in every call's allowance, and its size is the model's, not the
- * grammar's). */
-static bool charge_walk(sp_matcher *m) {
-    if (++m->work <= m->budget) return true;
-    m->fail = MF_WORK;
-    return false;
-}
-
-/* realloc of a matcher buffer from old to new bytes, counted against
- * GR_MATCHER_MAX_BYTES; NULL (p untouched, the matcher failed) past it or
- * out of memory. */
-static void *mrealloc(sp_matcher *m, void *p, size_t old, size_t new) {
+void *mt_realloc(sp_matcher *m, void *p, size_t old, size_t new) {
     if (m->fail) return NULL;
     if (m->bytes - old + new > GR_MATCHER_MAX_BYTES) {
         m->fail = MF_MEM;
@@ -178,29 +66,24 @@ static void *mrealloc(sp_matcher *m, void *p, size_t old, size_t new) {
     return q;
 }
 
-static void mfree(sp_matcher *m, void *p, size_t bytes) {
-    free(p);
-    m->bytes -= bytes;
-}
-
-static bool ivec_reserve(sp_matcher *m, ivec *v, int32_t n) {
+bool mt_ivec_reserve(sp_matcher *m, ivec *v, int32_t n) {
     if (n <= v->cap) return true;
     int32_t cap = v->cap ? v->cap : 64;
     while (cap < n) cap *= 2;
-    int32_t *p = mrealloc(m, v->v, (size_t)v->cap * sizeof(int32_t), (size_t)cap * sizeof(int32_t));
+    int32_t *p = mt_realloc(m, v->v, (size_t)v->cap * sizeof(int32_t), (size_t)cap * sizeof(int32_t));
     if (!p) return false;
     v->v = p, v->cap = cap;
     return true;
 }
 
 static bool ivec_push(sp_matcher *m, ivec *v, int32_t x) {
-    if (v->n == v->cap && !ivec_reserve(m, v, v->n + 1)) return false;
+    if (v->n == v->cap && !mt_ivec_reserve(m, v, v->n + 1)) return false;
     v->v[v->n++] = x;
     return true;
 }
 
-static bool ivec_copy(sp_matcher *m, ivec *d, const int32_t *s, int32_t n) {
-    if (!ivec_reserve(m, d, n)) return false;
+bool mt_ivec_copy(sp_matcher *m, ivec *d, const int32_t *s, int32_t n) {
+    if (!mt_ivec_reserve(m, d, n)) return false;
     memmove(d->v, s, (size_t)n * sizeof(int32_t));
     d->n = n;
     return true;
@@ -227,7 +110,7 @@ static uint32_t hash2(uint32_t pos, int32_t parent) {
 static bool ht_grow(sp_matcher *m) {
     uint32_t cap = m->ht_cap ? m->ht_cap * 2 : 4096;
     while ((uint32_t)m->n_node * 2 >= cap) cap *= 2;
-    int32_t *ht = mrealloc(m, NULL, 0, (size_t)cap * sizeof(int32_t));
+    int32_t *ht = mt_realloc(m, NULL, 0, (size_t)cap * sizeof(int32_t));
     if (!ht) return false;
     memset(ht, 0xFF, (size_t)cap * sizeof(int32_t));
     for (int32_t i = 0; i < m->n_node; i++) {
@@ -251,7 +134,7 @@ static int32_t intern(sp_matcher *m, uint32_t pos, int32_t parent) {
     }
     if (m->n_node == m->cap_node) {
         int32_t cap = m->cap_node ? m->cap_node * 2 : 1024;
-        gnode *n = mrealloc(m, m->node, (size_t)m->cap_node * sizeof(gnode), (size_t)cap * sizeof(gnode));
+        gnode *n = mt_realloc(m, m->node, (size_t)m->cap_node * sizeof(gnode), (size_t)cap * sizeof(gnode));
         if (!n) return -2;
         m->node = n, m->cap_node = cap;
     }
@@ -330,9 +213,7 @@ static int32_t finish_set(sp_matcher *m, int32_t from) {
     return n;
 }
 
-/* The state after byte b from the state sc[in, in + n_in), appended to sc;
- * its count (-1: the matcher failed). */
-static int32_t advance(sp_matcher *m, int32_t in, int32_t n_in, unsigned b) {
+int32_t mt_advance(sp_matcher *m, int32_t in, int32_t n_in, unsigned b) {
     const int32_t from = m->sc.n;
     for (int32_t i = 0; i < n_in && !m->fail; i++) {
         int32_t s = m->sc.v[in + i];
@@ -349,12 +230,12 @@ static int32_t advance(sp_matcher *m, int32_t in, int32_t n_in, unsigned b) {
 static bool run_bytes(sp_matcher *m, const int32_t *src, int32_t n, const unsigned char *b,
                       size_t nb, ivec *dst) {
     m->sc.n = 0;
-    if (!ivec_copy(m, &m->sc, src, n)) return false;
+    if (!mt_ivec_copy(m, &m->sc, src, n)) return false;
     int32_t in = 0;
     m->n_bytes += (int64_t)nb;
     for (size_t i = 0; i < nb && n > 0; i++) {
         int32_t out = m->sc.n;
-        n = advance(m, in, n, b[i]);
+        n = mt_advance(m, in, n, b[i]);
         if (n < 0) return false;
         /* slide the new state down to keep the scratch small */
         memmove(m->sc.v, m->sc.v + out, (size_t)n * sizeof(int32_t));
@@ -362,14 +243,10 @@ static bool run_bytes(sp_matcher *m, const int32_t *src, int32_t n, const unsign
         in = 0;
     }
     if (n <= 0) return false;
-    return ivec_copy(m, dst, m->sc.v, n);
+    return mt_ivec_copy(m, dst, m->sc.v, n);
 }
 
-static bool can_end_set(const ivec *s) { return s->n > 0 && s->v[0] == -1; }
-
 /* ---- compaction: nodes no live state uses are dropped ---- */
-
-static void memo_clear(sp_matcher *m);
 
 /* The id in the new pool of old node id (copied with its parents). */
 static int32_t copy_chain(sp_matcher *m, const gnode *old, int32_t *map, ivec *path, int32_t id) {
@@ -399,7 +276,7 @@ static bool remap(sp_matcher *m, const gnode *old, int32_t *map, ivec *path, ive
 static void compact(sp_matcher *m) {
     gnode *old = m->node;
     const int32_t n_old = m->n_node, cap_old = m->cap_node;
-    int32_t *map = mrealloc(m, NULL, 0, (size_t)n_old * sizeof(int32_t));
+    int32_t *map = mt_realloc(m, NULL, 0, (size_t)n_old * sizeof(int32_t));
     if (!map) return;
     memset(map, 0xFF, (size_t)n_old * sizeof(int32_t));
     mfree(m, m->ht, (size_t)m->ht_cap * sizeof(int32_t));
@@ -410,16 +287,13 @@ static void compact(sp_matcher *m) {
     ivec_drop(m, &path);
     mfree(m, map, (size_t)n_old * sizeof(int32_t));
     mfree(m, old, (size_t)cap_old * sizeof(gnode));
-    memo_clear(m);
+    mt_memo_clear(m);
     for (int i = 0; i < MASK_CACHE; i++) m->cache[i].used = false;
     m->n_live = m->n_node;
     if (!ok && !m->fail) m->fail = MF_MEM;
 }
 
-/* Starts a public call: a fresh work allowance (units on top of one walk
- * of the trie), and a compaction when dead nodes dominate. False when the
- * matcher has failed. */
-static bool op_begin(sp_matcher *m, int64_t units) {
+bool mt_op_begin(sp_matcher *m, int64_t units) {
     m->work = 0;
     m->budget = units + (m->t ? m->t->n_node : 0);
     if (!m->fail && (size_t)m->cap_node * sizeof(gnode) > NODE_COMPACT_BYTES &&
@@ -495,13 +369,13 @@ void sp_matcher_free(sp_matcher *m) {
 }
 
 void sp_matcher_reset(sp_matcher *m) {
-    if (!op_begin(m, GR_WORK_BUDGET)) return;
+    if (!mt_op_begin(m, GR_WORK_BUDGET)) return;
     m->sc.n = 0;
     const sp_grammar *g = m->g;
     for (int32_t a = g->alt_off[g->root]; a < g->alt_off[g->root + 1] && !m->fail; a++)
         expand(m, (uint32_t)g->alt[a], -1);
     int32_t n = finish_set(m, 0);
-    if (n >= 0) ivec_copy(m, &m->cur, m->sc.v, n);
+    if (n >= 0) mt_ivec_copy(m, &m->cur, m->sc.v, n);
     m->n_ahead = 0;
     m->ph = m->tr.s ? 0 : PH_ACTIVE;
 }
@@ -536,7 +410,8 @@ static bool free_step(sp_matcher *m, int32_t k, const unsigned char *b, size_t n
         return true;
     }
     const ivec *st = &m->tr.start;
-    if (!(used == nb ? ivec_copy(m, dst, st->v, st->n) : run_bytes(m, st->v, st->n, b + used, nb - used, dst)))
+    if (!(used == nb ? mt_ivec_copy(m, dst, st->v, st->n)
+                     : run_bytes(m, st->v, st->n, b + used, nb - used, dst)))
         return false;
     *k_out = PH_ACTIVE;
     return true;
@@ -544,7 +419,7 @@ static bool free_step(sp_matcher *m, int32_t k, const unsigned char *b, size_t n
 
 bool sp_matcher_accept_bytes(sp_matcher *m, const char *s, size_t n) {
     m->n_ahead = 0;
-    if (!op_begin(m, (int64_t)GR_WORK_BUDGET * (int64_t)SP_MIN(n, (size_t)1 << 20))) return false;
+    if (!mt_op_begin(m, (int64_t)GR_WORK_BUDGET * (int64_t)SP_MIN(n, (size_t)1 << 20))) return false;
     if (!n) return true;
     if (m->ph == PH_ACTIVE) return run_bytes(m, m->cur.v, m->cur.n, (const unsigned char *)s, n, &m->cur);
     return free_step(m, m->ph, (const unsigned char *)s, n, false, &m->ph, &m->cur);
@@ -563,7 +438,7 @@ static bool token_step(sp_matcher *m, const ivec *src, sp_token tok, ivec *dst) 
     uint32_t off = t->piece_off[tok], len = t->piece_off[tok + 1] - off;
     if (!len) {
         if (!is_eog(t, tok) || !can_end_set(src)) return false;
-        return src == dst || ivec_copy(m, dst, src->v, src->n);
+        return src == dst || mt_ivec_copy(m, dst, src->v, src->n);
     }
     return run_bytes(m, src->v, src->n, (const unsigned char *)t->piece + off, len, dst);
 }
@@ -584,12 +459,8 @@ static bool phase_step(sp_matcher *m, int32_t k, const ivec *src, sp_token tok, 
 
 bool sp_matcher_accept_token(sp_matcher *m, sp_token tok) {
     m->n_ahead = 0;
-    if (!op_begin(m, GR_WORK_BUDGET)) return false;
+    if (!mt_op_begin(m, GR_WORK_BUDGET)) return false;
     return phase_step(m, m->ph, &m->cur, tok, &m->ph, &m->cur);
-}
-
-static int32_t phase_at(const sp_matcher *m, int32_t i) {
-    return i <= 0 || i > m->n_ahead ? m->ph : m->ph_ahead[i];
 }
 
 bool sp_matcher_can_end(const sp_matcher *m) { return m->ph != PH_ACTIVE || can_end_set(&m->cur); }
@@ -602,255 +473,11 @@ bool sp_matcher_done(const sp_matcher *m) {
     return m->ph == PH_ACTIVE && m->cur.n == 1 && m->cur.v[0] == -1;
 }
 
-/* ---- masks ---- */
-
-static uint64_t hash_ids(const int32_t *v, int32_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int32_t i = 0; i < n; i++) h = (h ^ (uint32_t)v[i]) * 0x100000001b3ull;
-    return h ^ (uint64_t)n;
-}
-
-/* Forgets every interned set and transition (the memo got too big). */
-static void memo_clear(sp_matcher *m) {
-    m->spool.n = 0;
-    m->n_sets = 0;
-    if (m->sht) memset(m->sht, 0xFF, (size_t)m->sht_cap * sizeof(int32_t));
-    m->trow.n = 0;
-}
-
-static bool sht_grow(sp_matcher *m) {
-    uint32_t cap = m->sht_cap ? m->sht_cap * 2 : 1024;
-    int32_t *t = mrealloc(m, NULL, 0, (size_t)cap * sizeof(int32_t));
-    if (!t) return false;
-    memset(t, 0xFF, (size_t)cap * sizeof(int32_t));
-    for (int32_t i = 0; i < m->n_sets; i++) {
-        uint32_t h = (uint32_t)m->sets[i].h & (cap - 1);
-        while (t[h] >= 0) h = (h + 1) & (cap - 1);
-        t[h] = i;
-    }
-    mfree(m, m->sht, (size_t)m->sht_cap * sizeof(int32_t));
-    m->sht = t, m->sht_cap = cap;
-    return true;
-}
-
-/* The id of the state v[n] (interned if new), or -1 when the matcher
- * failed. */
-static int32_t set_id(sp_matcher *m, const int32_t *v, int32_t n) {
-    if (!charge(m, n)) return -1;
-    const uint64_t h = hash_ids(v, n);
-    if ((uint32_t)m->n_sets * 2 >= m->sht_cap && !sht_grow(m)) return -1;
-    uint32_t i = (uint32_t)h & (m->sht_cap - 1);
-    for (;; i = (i + 1) & (m->sht_cap - 1)) {
-        int32_t id = m->sht[i];
-        if (id < 0) break;
-        const struct sinfo *s = &m->sets[id];
-        if (s->h == h && s->n == n && !memcmp(m->spool.v + s->off, v, (size_t)n * sizeof(int32_t)))
-            return id;
-    }
-    if (m->n_sets == m->cap_sets) {
-        int32_t cap = m->cap_sets ? m->cap_sets * 2 : 256;
-        struct sinfo *ns = mrealloc(m, m->sets, (size_t)m->cap_sets * sizeof(*ns), (size_t)cap * sizeof(*ns));
-        if (!ns) return -1;
-        m->sets = ns, m->cap_sets = cap;
-    }
-    const int32_t off = m->spool.n;
-    if (!ivec_reserve(m, &m->spool, off + n)) return -1;
-    memcpy(m->spool.v + off, v, (size_t)n * sizeof(int32_t)); /* v may be in sc, not spool */
-    m->spool.n = off + n;
-    struct sinfo *s = &m->sets[m->n_sets];
-    s->off = off, s->n = n, s->h = h, s->row = -1;
-    memset(&s->u, 0, sizeof(s->u));
-    for (int32_t k = 0; k < n; k++) {
-        if (v[k] < 0) continue;
-        const gr_set *x = &m->g->sets[m->g->el[m->node[v[k]].pos].arg];
-        for (int w = 0; w < 8; w++) s->u.w[w] |= x->w[w];
-    }
-    m->sht[i] = m->n_sets;
-    return m->n_sets++;
-}
-
-/* The set after byte b from set sid: -2 when no stack takes it, -1 when
- * the matcher failed. Memoized in a row of 256 per set (-3: not computed yet). */
-static int32_t trans(sp_matcher *m, int32_t sid, unsigned b) {
-    int32_t row = m->sets[sid].row;
-    if (row < 0) {
-        row = m->trow.n;
-        if (!ivec_reserve(m, &m->trow, row + 256)) return -1;
-        for (int i = 0; i < 256; i++) m->trow.v[row + i] = -3;
-        m->trow.n = row + 256;
-        m->sets[sid].row = row;
-    }
-    int32_t r = m->trow.v[row + b];
-    if (r != -3) return r;
-    m->sc.n = 0;
-    const struct sinfo s = m->sets[sid];
-    if (!ivec_copy(m, &m->sc, m->spool.v + s.off, s.n)) return -1;
-    const int32_t n = advance(m, 0, s.n, b);
-    if (n < 0) return -1;
-    r = n > 0 ? set_id(m, m->sc.v + s.n, n) : -2;
-    if (r == -1) return -1;
-    m->trow.v[row + b] = r;
-    return r;
-}
-
-/* Marks every token under trie node tn that state sid allows (recursive
- * to the depth of the longest token, which the vocabulary fixes). */
-static void walk(sp_matcher *m, const gr_tnode *tn, int32_t sid, uint32_t *bits, int32_t *count) {
-    const sp_token_trie *t = m->t;
-    const gr_set u = m->sets[sid].u;
-    for (uint32_t c = tn->child; c < tn->child + tn->n_child; c++) {
-        const gr_tnode *cn = &t->node[c];
-        if (!gr_set_has(&u, cn->byte)) continue;
-        const int32_t nid = charge_walk(m) ? trans(m, sid, cn->byte) : -1;
-        if (nid == -1) return; /* failed */
-        if (nid < 0) continue;
-        for (uint32_t k = 0; k < cn->n_tok; k++) {
-            sp_token tok = t->toks[cn->tok + k];
-            bits[tok >> 5] |= 1u << (tok & 31);
-        }
-        *count += cn->n_tok;
-        if (cn->n_child) walk(m, cn, nid, bits, count);
-    }
-}
-
-static uint64_t set_hash(const ivec *s) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int32_t i = 0; i < s->n; i++) h = (h ^ (uint32_t)s->v[i]) * 0x100000001b3ull;
-    return h;
-}
-
-/* The state's content key (order-free over its stacks, so equal in every
- * matcher of the grammar), two independent 64-bit halves. */
-static void content_key(const sp_matcher *m, const ivec *st, uint64_t k[2]) {
-    k[0] = (uint64_t)(uintptr_t)m->t * 0xD6E8FEB86659FD93ull;
-    k[1] = (uint64_t)m->t->n_vocab;
-    for (int32_t i = 0; i < st->n; i++) {
-        uint64_t x = st->v[i] < 0 ? 0xE7037ED1A0B428DBull : m->node[st->v[i]].h;
-        x ^= x >> 33;
-        x *= 0xFF51AFD7ED558CCDull;
-        x ^= x >> 33;
-        k[0] += x;
-        k[1] += (x * 0xC4CEB9FE1A85EC53ull) ^ (x >> 29);
-    }
-}
-
-/* Jump-forward: where the state forces bytes (one byte possible, and the
- * output may not end), the longest token spelling a prefix of them (a
- * non-byte token where a byte token spells the same), or -1. */
-static sp_token forced_token(sp_matcher *m, int32_t sid) {
-    const sp_token_trie *t = m->t;
-    const gr_tnode *node = &t->node[0];
-    sp_token best = -1;
-    for (int depth = 0; depth < 1024 && sid >= 0; depth++) {
-        const struct sinfo *si = &m->sets[sid];
-        if (si->n && m->spool.v[si->off] == -1) break; /* may end here */
-        int nb = 0, b = -1;
-        for (int w = 0; w < 8; w++) {
-            nb += __builtin_popcount(si->u.w[w]);
-            if (si->u.w[w] && b < 0) b = w * 32 + __builtin_ctz(si->u.w[w]);
-        }
-        if (nb != 1) break;
-        const gr_tnode *c = NULL;
-        for (uint32_t k = node->child; k < node->child + node->n_child && !c; k++)
-            if (t->node[k].byte == (uint8_t)b) c = &t->node[k];
-        if (!c) break;
-        for (uint32_t k = 0; k < c->n_tok; k++) {
-            const sp_token tok = t->toks[c->tok + k];
-            if (k == 0 || sp_vocab_token_type(t->v, tok) != SP_TOKEN_BYTE) best = tok;
-            if (sp_vocab_token_type(t->v, tok) != SP_TOKEN_BYTE) break;
-        }
-        node = c;
-        sid = trans(m, sid, (unsigned)b);
-    }
-    return best;
-}
-
-void sp_matcher_set_jump_forward(sp_matcher *m, bool on) {
-    m->jump = on;
-    for (int i = 0; i < MASK_CACHE; i++) m->cache[i].used = false;
-}
-
-static int32_t mask_of(sp_matcher *m, const ivec *st, uint32_t *bits) {
-    if (!m->t) return 0;
-    const uint64_t h = set_hash(st);
-    for (int i = 0; i < MASK_CACHE; i++) {
-        centry *c = &m->cache[i];
-        if (c->used && c->h == h && c->set.n == st->n &&
-            !memcmp(c->set.v, st->v, (size_t)st->n * sizeof(int32_t))) {
-            memcpy(bits, c->bits, (size_t)m->words * sizeof(uint32_t));
-            return c->count;
-        }
-    }
-    uint64_t key[2];
-    content_key(m, st, key);
-    if (m->jump) key[1] ^= 0x6A09E667F3BCC909ull;
-    int32_t count = gr_shared_get(m->g, key, bits, m->words);
-    if (count >= 0) goto keep; /* another matcher of this grammar met this state */
-    memset(bits, 0, (size_t)m->words * sizeof(uint32_t));
-    count = 0;
-    if (can_end_set(st))
-        for (int32_t i = 0; i < m->t->n_eog; i++) {
-            sp_token tok = m->t->eog[i];
-            bits[tok >> 5] |= 1u << (tok & 31);
-            count++;
-        }
-    if ((size_t)(m->spool.n + m->trow.n) * sizeof(int32_t) + (size_t)m->n_sets * sizeof(struct sinfo) >
-        MEMO_MAX_BYTES)
-        memo_clear(m);
-    const int32_t sid = st->n ? set_id(m, st->v, st->n) : -1;
-    const sp_token ft = m->jump && sid >= 0 ? forced_token(m, sid) : -1;
-    if (ft >= 0) {
-        bits[ft >> 5] |= 1u << (ft & 31);
-        count = 1;
-    } else if (sid >= 0) {
-        walk(m, &m->t->node[0], sid, bits, &count);
-    }
-    if (m->fail) { /* an empty mask: nothing is emitted past a budget */
-        memset(bits, 0, (size_t)m->words * sizeof(uint32_t));
-        return 0;
-    }
-    gr_shared_put(m->g, key, bits, m->words, count);
-keep:;
-    centry *c = &m->cache[m->cache_next];
-    if (!c->bits) c->bits = mrealloc(m, NULL, 0, (size_t)m->words * sizeof(uint32_t));
-    if (c->bits && ivec_copy(m, &c->set, st->v, st->n)) {
-        memcpy(c->bits, bits, (size_t)m->words * sizeof(uint32_t));
-        c->h = h;
-        c->count = count;
-        c->used = true;
-        m->cache_next = (m->cache_next + 1) % MASK_CACHE;
-    } else {
-        c->used = false;
-    }
-    return count;
-}
-
-/* A free phase's mask: every token but those it refuses (its list). */
-static int32_t free_mask(const sp_matcher *m, int32_t k, uint32_t *bits) {
-    if (!m->t) return 0;
-    const int32_t V = m->t->n_vocab;
-    memset(bits, 0xFF, (size_t)m->words * sizeof(uint32_t));
-    if (V % 32) bits[m->words - 1] = (1u << (V % 32)) - 1;
-    int32_t n = V;
-    for (int32_t j = k >= 0 ? m->tr.off[k] : 0; k >= 0 && j < m->tr.off[k + 1]; j++, n--)
-        bits[m->tr.refused.v[j] >> 5] &= ~(1u << (m->tr.refused.v[j] & 31));
-    return n;
-}
-
-/* An empty mask (the matcher failed). */
-static int32_t no_mask(const sp_matcher *m, uint32_t *bits) {
-    memset(bits, 0, (size_t)m->words * sizeof(uint32_t));
-    return 0;
-}
-
-int32_t sp_matcher_mask(sp_matcher *m, uint32_t *bits) {
-    if (!op_begin(m, GR_WORK_BUDGET)) return no_mask(m, bits);
-    return m->ph == PH_ACTIVE ? mask_of(m, &m->cur, bits) : free_mask(m, m->ph, bits);
-}
+/* ---- lookahead ---- */
 
 int32_t sp_matcher_lookahead(sp_matcher *m, const sp_token *toks, int32_t n) {
     m->n_ahead = 0;
-    if (!op_begin(m, (int64_t)GR_WORK_BUDGET * SP_MAX(n, 1))) return 0;
+    if (!mt_op_begin(m, (int64_t)GR_WORK_BUDGET * SP_MAX(n, 1))) return 0;
     const ivec *prev = &m->cur;
     int32_t k = m->ph;
     for (int32_t i = 0; i < n && i < SP_SPEC_K_MAX; i++) {
@@ -865,21 +492,7 @@ int32_t sp_matcher_lookahead(sp_matcher *m, const sp_token *toks, int32_t n) {
     return m->n_ahead;
 }
 
-int32_t sp_matcher_mask_ahead(sp_matcher *m, int32_t i, uint32_t *bits) {
-    if (!op_begin(m, GR_WORK_BUDGET)) return no_mask(m, bits);
-    const int32_t k = phase_at(m, i);
-    if (k != PH_ACTIVE) return free_mask(m, k, bits);
-    return mask_of(m, i <= 0 || i > m->n_ahead ? &m->cur : &m->ahead[i], bits);
-}
-
-int32_t sp_matcher_free_at(const sp_matcher *m, int32_t i, const sp_token **refused) {
-    const int32_t k = phase_at(m, i);
-    *refused = NULL;
-    if (k == PH_ACTIVE) return -1;
-    const int32_t n = k < 0 ? 0 : m->tr.off[k + 1] - m->tr.off[k];
-    if (n) *refused = m->tr.refused.v + m->tr.off[k];
-    return n;
-}
+/* ---- lazy grammars: setting the trigger ---- */
 
 sp_token sp_matcher_trigger_token(const sp_matcher *m) { return m->tr.s ? m->tr.tok : -1; }
 
@@ -923,7 +536,7 @@ int sp_matcher_set_trigger(sp_matcher *m, const char *trigger, size_t len, bool 
     }
     sp_matcher_reset(m);
     /* the trigger's refusal lists walk the grammar once per candidate token */
-    if (op_begin(m, (int64_t)GR_WORK_BUDGET * 4) &&
+    if (mt_op_begin(m, (int64_t)GR_WORK_BUDGET * 4) &&
         !run_bytes(m, m->cur.v, m->cur.n, m->tr.s, len, &m->tr.start) && !m->fail) {
         sp_seterr(err, errlen, "the grammar does not begin with its trigger '%.64s'", trigger);
         return SP_ERR_INVALID;
@@ -952,14 +565,4 @@ oom:
     if (m->fail) return sp_matcher_error(m, err, errlen);
     sp_seterr(err, errlen, "grammar matcher: out of memory");
     return SP_ERR_NOMEM;
-}
-
-void sp_mask_apply(const uint32_t *bits, float *logits, int32_t n_vocab) {
-    for (int32_t w = 0; w * 32 < n_vocab; w++) {
-        uint32_t b = bits[w];
-        if (b == 0xFFFFFFFFu) continue;
-        int32_t end = SP_MIN(32, n_vocab - w * 32);
-        for (int32_t j = 0; j < end; j++)
-            if (!(b >> j & 1)) logits[w * 32 + j] = -INFINITY;
-    }
 }
