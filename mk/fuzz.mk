@@ -46,7 +46,8 @@ FUZZ_LIB_SRC  := src/common.c src/gguf/gguf.c src/gguf/gguf_write.c src/kernels/
                  $(wildcard src/tokenizer/*.c) src/server/openai.c src/server/openai_reply.c \
                  src/server/openai_prompt.c src/server/openai_tools.c \
                  src/chat/chat.c src/chat/chat_tokenize.c src/sbuf.c src/sample/sampler.c src/spec/mode.c \
-                 $(wildcard src/grammar/*.c) src/kv/disk_tier.c src/kv/kv_paged.c
+                 $(wildcard src/grammar/*.c) src/kv/disk_tier.c src/kv/disk_fs.c src/kv/disk_hash.c \
+                 src/kv/kv_paged.c
 FUZZ_LIB_OBJ  := $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/%.o)
 FUZZ_CFLAGS   := -std=c11 -O1 -g -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE \
                  -fno-math-errno -Iinclude -Isrc $(FUZZ_SAN)
