@@ -13,6 +13,7 @@
 #include "common.h"
 #include "specula.h"
 #include "test.h"
+#include "ref_vocab.h"
 
 typedef struct {
     const char *gbnf;
@@ -104,16 +105,6 @@ static void test_gbnf_refused(void) {
 }
 
 /* ---- masks ---- */
-
-static sp_model *load_vocab(const char *name) {
-    char path[1024], err[256];
-    snprintf(path, sizeof(path), "%s/vocab/%s", t_ref_dir(), name);
-    sp_model_params p = sp_model_default_params();
-    p.vocab_only = true;
-    sp_model *m = sp_model_load(path, p, err, sizeof(err));
-    if (!m) fprintf(stderr, "  cannot load %s: %s\n", path, err);
-    return m;
-}
 
 static const char *const mask_grammars[][2] = {
     /* grammar, then the prefixes (separated by \x01) at which masks are checked */

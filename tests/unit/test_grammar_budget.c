@@ -14,21 +14,12 @@
 #include "grammar/grammar.h"
 #include "specula.h"
 #include "test.h"
+#include "ref_vocab.h"
 
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static sp_model *load_vocab(const char *name) {
-    char path[1024], err[256];
-    snprintf(path, sizeof(path), "%s/vocab/%s", t_ref_dir(), name);
-    sp_model_params p = sp_model_default_params();
-    p.vocab_only = true;
-    sp_model *m = sp_model_load(path, p, err, sizeof(err));
-    if (!m) fprintf(stderr, "  cannot load %s: %s\n", path, err);
-    return m;
 }
 
 /* A chain of n rules, each referring to the next before a byte: expanding
