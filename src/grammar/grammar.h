@@ -43,12 +43,13 @@ static inline void gr_set_add(gr_set *s, unsigned b) { s->w[b >> 5] |= 1u << (b 
 
 /* A matcher's budgets (match.c). Work: units (an element visited while
  * expanding, a stack sorted or hashed, a trie node walked) one call may
- * spend on top of one walk of the vocabulary's trie: 2-30 ms of one core
- * (the most where a grammar of a million elements misses the caches at
- * every unit), while the masks of the test suite's JSON schemas and
- * grammars take under 20,000 beyond the walk; the matcher's calls together may
- * spend GR_TOTAL_BUDGET beyond their trie walks, plus GR_BYTE_BUDGET per
- * byte they ran. Memory: bytes one matcher may hold. */
+ * spend on top of one walk of the vocabulary's trie: 0.4-9 ms of one Zen 4
+ * core at the hostile grammars of test_grammar_budget (the most where a
+ * grammar of a million elements misses the caches at every unit), while
+ * the masks of the test suite's JSON schemas and grammars take under
+ * 20,000 beyond the walk. The matcher's calls together may spend
+ * GR_TOTAL_BUDGET beyond their trie walks, plus GR_BYTE_BUDGET per byte
+ * they ran. Memory: bytes one matcher may hold. */
 #define GR_WORK_BUDGET (1 << 17)
 #define GR_TOTAL_BUDGET ((int64_t)4 << 20) /* a matcher's calls together, trie walks aside */
 #define GR_BYTE_BUDGET 256 /* ... and this much more per byte run */
