@@ -10,8 +10,6 @@
  * FZ_COST_MS (default 1000 ms, under the sanitizers' several-fold slowdown;
  * the budgets are tens of milliseconds in a release build) is a failure,
  * as is a call over a budget that does not say so. */
-#include <time.h>
-
 #include "fuzz_common.h"
 #include "specula.h"
 
@@ -28,15 +26,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-static double fzc_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 /* Fails when the call that began at t0 took too long. */
 static void fzc_check(double t0, const char *what) {
-    const double ms = fzc_now() - t0;
+    const double ms = sp_time_ms() - t0;
     if (ms <= fzc_limit_ms) return;
     fprintf(stderr, "fuzz cost: %s took %.0f ms (limit %.0f)\n", what, ms, fzc_limit_ms);
     abort();
@@ -49,7 +41,7 @@ static void fzc_over(const sp_matcher *m) {
 
 static void fzc_walk(const sp_grammar *g) {
     char err[256];
-    double t0 = fzc_now();
+    double t0 = sp_time_ms();
     sp_matcher *m = sp_matcher_create(g, fzc_trie, err, sizeof(err));
     fzc_check(t0, "the matcher's start");
     FZ_ASSERT(m);
@@ -57,7 +49,7 @@ static void fzc_walk(const sp_grammar *g) {
     const int32_t V = fzc_trie ? sp_vocab_n_tokens(fz_vocabs[0]) : 0;
     uint32_t *bits = V ? calloc((size_t)(V + 31) / 32, 4) : NULL;
     for (int step = 0; bits && step < 8; step++) {
-        t0 = fzc_now();
+        t0 = sp_time_ms();
         const int32_t n = sp_matcher_mask(m, bits);
         fzc_check(t0, "a mask");
         fzc_over(m);
@@ -65,7 +57,7 @@ static void fzc_walk(const sp_grammar *g) {
         for (int32_t w = 0; n > 0 && t < 0 && w < (V + 31) / 32; w++)
             if (bits[w]) t = w * 32 + __builtin_ctz(bits[w]);
         if (t < 0) break;
-        t0 = fzc_now();
+        t0 = sp_time_ms();
         const bool took = sp_matcher_accept_token(m, t);
         fzc_check(t0, "a token");
         fzc_over(m);
@@ -81,7 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const size_t len = size - 1;
     char err[256];
     char *gbnf = NULL;
-    double t0 = fzc_now();
+    double t0 = sp_time_ms();
     if (data[0] & 1) {
         gbnf = sp_json_schema_to_gbnf(text, len, err, sizeof(err));
     } else if (!memchr(text, 0, len) && (gbnf = malloc(len + 1))) {

@@ -8,19 +8,12 @@
  *     matcher far under its cap (dead nodes are dropped), and the cap holds
  *     on a grammar whose live state keeps growing. */
 #include <pthread.h>
-#include <time.h>
 
 #include "common.h"
 #include "grammar/grammar.h"
 #include "specula.h"
 #include "test.h"
 #include "ref_vocab.h"
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 /* A chain of n rules, each referring to the next before a byte: expanding
  * its start goes n rules deep, and its strings are "a" then n b's. */
@@ -70,9 +63,9 @@ static void *drive(void *arg) {
         snprintf(h->msg, sizeof(h->msg), "%s", err);
         return NULL;
     }
-    double t0 = now_ms();
+    double t0 = sp_time_ms();
     sp_matcher *m = sp_matcher_create(g, h->t, err, sizeof(err));
-    h->max_ms = now_ms() - t0;
+    h->max_ms = sp_time_ms() - t0;
     sp_grammar_free(g);
     if (!m) {
         h->n_other++;
@@ -82,12 +75,12 @@ static void *drive(void *arg) {
     const int32_t words = (h->t->n_vocab + 31) / 32;
     uint32_t *bits = calloc((size_t)words, 4);
     for (int step = 0; step < 8 && bits; step++) {
-        t0 = now_ms();
+        t0 = sp_time_ms();
         int32_t n = sp_matcher_mask(m, bits);
         bool took = false;
         for (int32_t w = 0; w < words && n > 0 && !took; w++)
             if (bits[w]) took = sp_matcher_accept_token(m, w * 32 + __builtin_ctz(bits[w]));
-        const double ms = now_ms() - t0;
+        const double ms = sp_time_ms() - t0;
         if (ms > h->max_ms) h->max_ms = ms;
         if (sp_matcher_error(m, err, sizeof(err))) {
             if (strstr(err, "budget")) h->n_budget++;
