@@ -3,7 +3,7 @@
 #ifndef SPECULA_BENCH_FLOOR_H
 #define SPECULA_BENCH_FLOOR_H
 
-/* tokens per pass: a 5-token verification, issue 20's measure */
+/* tokens per pass: a 5-token verification, the measure of the target */
 #define FLOOR_NT 5
 
 /* the core clock in GHz, from a chain of dependent vpaddd */

@@ -3,7 +3,7 @@
  *
  *   bin/floorbench [threads=2] [rows=65536]
  *
- * Issue 20 asks a 5-token pass to cost at most 1.2x a 1-token step. A
+ * The target: a 5-token pass costs at most 1.2x a 1-token step. A
  * step of 1 token streams the weights from memory; a pass of 5 does 5x the
  * multiply-adds on the same bytes, so once its compute exceeds the
  * stream's time the ratio is compute over bandwidth, a property of the

@@ -24,7 +24,7 @@ import sys
 
 PHASES = ("pp", "tg")
 PHASE_NAME = {"pp": "prefill", "tg": "decode"}
-# the issue's targets (issue 20): Specula / ik's best, per phase
+# the targets: Specula / ik's best, per phase
 TARGET = {"pp": 1.10, "tg": 1.05}
 ENGINES = ("specula", "specula-avx2", "specula2", "ik", "ik-rtr", "llama")
 LABEL = {"specula": "Specula", "specula-avx2": "Specula AVX2", "specula2": "Specula #2", "ik": "ik",

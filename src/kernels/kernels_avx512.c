@@ -47,10 +47,9 @@
  * 8 deep (40 of them in 21 cycles, hand-written loop); the same loop with
  * the Q4_K unpack and the per-token float steps takes 30, the packed Q4_K
  * tile ~47 at 5 tokens (`bin/tilebench q4_K 5`: 27 us for 512 x 2048), and
- * one core streams ~39 GB/s (README, "Issue 20, fourth round"). dpbusd
- * shares its two pipes with every float multiply and FMA (not with cvt):
- * 16 dpbusd take 8 cycles, with 8 FMAs beside them 12 (README, "Issue
- * 20, tenth round").
+ * one core streams ~39 GB/s (README, Performance). dpbusd shares its two
+ * pipes with every float multiply and FMA (not with cvt): 16 dpbusd take
+ * 8 cycles, with 8 FMAs beside them 12 (README, Performance).
  *
  * Load-time repacking (sp_matmul_pack; model.c repack_weights): Q8_0, Q4_0,
  * Q4_K and Q6_K rows are packed once into what the transposes above make of
@@ -851,11 +850,11 @@ AI void q4_K_acc(__m512 *F, __m512i I, __m512 S, __m512 M, const uint8_t *xt) {
  * step s before any step s + 1, so 2 NT chains are in flight; the weights
  * are unpacked a step at a time (2 registers, not 8), which is what leaves
  * room for the 2 NT chains beside F.
- * Tried: two rows at a time at 2-5 tokens, each activation vector loaded
- * once for both rows' dpbusd. In cache it was ~10% faster (Q4_K 5 tokens
- * 25.6-26.5 -> 23.4-23.7 us, Q6_K 28.6-29.1 -> 25.6-27.4), but streamed
- * from memory by one core (`bin/tilebench q4_K 5 65536 2048 5`, what a
- * verification does) it was ~25% slower (4.7-5.7 -> 6.0-6.9 ms, 6
+ * One row at a time, not two: two rows at 2-5 tokens, each activation
+ * vector loaded once for both rows' dpbusd, are ~10% faster in cache (Q4_K
+ * 5 tokens 25.6-26.5 -> 23.4-23.7 us, Q6_K 28.6-29.1 -> 25.6-27.4), but
+ * streamed from memory by one core (`bin/tilebench q4_K 5 65536 2048 5`,
+ * what a verification does) ~25% slower (4.7-5.7 -> 6.0-6.9 ms, 6
  * alternating runs; Q6_K level): a pair's body is twice as long, so the
  * core runs fewer groups ahead of a weight load that misses (b6186bc). */
 AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0, int64_t g1, const uint8_t *xs,
