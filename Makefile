@@ -22,8 +22,8 @@ SIMD_SAN ?=
 KERNELS_SAN ?=
 $(addprefix $(BUILD)/src/kernels/,kernels_ref.o kernels_avx2.o kernels_avx512.o): override CFLAGS += $(KERNELS_SAN)
 
-LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
-CLI_SRC  := $(wildcard src/cli/*.c bench/loadgen/*.c)
+LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/loadgen/*' | sort)
+CLI_SRC  := $(wildcard src/cli/*.c src/loadgen/*.c)
 # Tests live in tests/<kind>/ (tests/README.md); each builds to
 # $(BUILD)/tests/<name>, one flat folder that tests/run.sh runs. A test_*.c or
 # test_*.sh file in any tests/ subfolder (or tests/ itself) is found here.
@@ -54,6 +54,21 @@ $(LIB): $(LIB_OBJ)
 $(BIN)/specula: $(CLI_OBJ) $(LIB)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS) -lcjson -lmicrohttpd
+
+# src/loadgen/ (`specula bench`) speaks HTTP through libcurl, so bin/specula
+# links it; the commit the binary was built from goes into the
+# reproducibility contract.
+$(BIN)/specula: LDLIBS += -lcurl
+
+BENCH_GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+$(BUILD)/src/loadgen/contract.o: override CFLAGS += -DBENCH_GIT_COMMIT='"$(BENCH_GIT_COMMIT)"'
+
+# The load generator's unit tests (test_bench_tool) link the pieces that
+# need no network.
+BENCH_TOOL_TEST_OBJ := $(patsubst %,$(BUILD)/src/loadgen/%.o,sse stats workload result report plot loadgen cluster)
+$(BUILD)/tests/test_bench_tool: $(BENCH_TOOL_TEST_OBJ)
+$(BUILD)/tests/test_bench_tool: TEST_OBJ = $(BENCH_TOOL_TEST_OBJ)
+$(BUILD)/tests/test_bench_tool: TEST_LDLIBS = -lcurl
 
 $(BIN)/mkmodel: $(BUILD)/tools/mkmodel.o $(LIB)
 	@mkdir -p $(BIN)

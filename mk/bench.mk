@@ -11,8 +11,6 @@
 #                      5-token pass over a 1-token step (bench/kernels/)
 #   make bench-peers   bench/peers/run.sh: Specula beside ik_llama.cpp and
 #                      llama.cpp (IK_BENCH, LLAMA_BENCH: their llama-bench)
-# `specula bench`, the load generator for OpenAI-compatible servers, is
-# bench/loadgen/: its sources are part of bin/specula (CLI_SRC).
 
 # ---- bench/model, bench/engine: engine-core programs ----------------------
 $(BIN)/bench: $(BUILD)/bench/model/bench.o $(BUILD)/bench/model/membw_avx2.o $(LIB)
@@ -68,21 +66,5 @@ bench: $(BIN)/bench $(BIN)/bench_engine $(BIN)/bench_spec $(BIN)/bench_grammar $
 # tree, see bench/peers/README.md)
 bench-peers: $(BIN)/bench $(BIN)/mkmodel
 	bench/peers/run.sh
-
-# ---- bench/loadgen: `specula bench` ----------------------------------------
-# It speaks HTTP through libcurl, so bin/specula links it; the commit the
-# binary was built from goes into the reproducibility contract.
-$(BIN)/specula: LDLIBS += -lcurl
-
-BENCH_GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
-$(BUILD)/bench/loadgen/contract.o: override CFLAGS += -DBENCH_GIT_COMMIT='"$(BENCH_GIT_COMMIT)"'
-
-# The load generator's unit tests (test_bench_tool) link the pieces that
-# need no network.
-BENCH_TOOL_TEST_OBJ := $(patsubst %,$(BUILD)/bench/loadgen/%.o,sse stats workload result report plot loadgen cluster)
-$(BUILD)/tests/test_bench_tool: $(BENCH_TOOL_TEST_OBJ)
-$(BUILD)/tests/test_bench_tool: TEST_CFLAGS = -Ibench/loadgen
-$(BUILD)/tests/test_bench_tool: TEST_OBJ = $(BENCH_TOOL_TEST_OBJ)
-$(BUILD)/tests/test_bench_tool: TEST_LDLIBS = -lcurl
 
 .PHONY: bench bench-server kbench tilebench floorbench bench-peers

@@ -41,11 +41,11 @@ FUZZ_ENV      := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=prin
 # kernels do not build with clang 14 (dispatch.c asks __builtin_cpu_supports
 # about "f16c", matmul.c passes a non-constant locality to
 # __builtin_prefetch), and no target runs them. openai.c's one call outside
-# these (sp_spec_mode_parse) is in src/spec/mode.c.
+# these (sp_spec_mode_parse) is in src/speculate/mode.c.
 FUZZ_LIB_SRC  := src/common.c src/gguf/gguf.c src/gguf/gguf_write.c src/kernels/types.c \
                  $(wildcard src/tokenizer/*.c) src/server/openai.c src/server/openai_reply.c \
                  src/server/openai_prompt.c src/server/openai_tools.c \
-                 src/chat/chat.c src/chat/chat_tokenize.c src/sbuf.c src/sample/sampler.c src/spec/mode.c \
+                 src/chat/chat.c src/chat/chat_tokenize.c src/sbuf.c src/sample/sampler.c src/speculate/mode.c \
                  $(wildcard src/grammar/*.c) src/kv/disk_tier.c src/kv/disk_fs.c src/kv/disk_hash.c \
                  src/kv/kv_paged.c
 FUZZ_LIB_OBJ  := $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/%.o)

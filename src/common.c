@@ -1,5 +1,8 @@
 #include "common.h"
 
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
 #include <time.h>
 
 double sp_time_s(void) {
@@ -20,4 +23,24 @@ int sp_utf8_len(const unsigned char *s, size_t n) {
         cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
         return 0;
     return len;
+}
+
+bool sp_parse_long(const char *s, long lo, long hi, long *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+bool sp_parse_double(const char *s, double *out) {
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v)) return false;
+    *out = v;
+    return true;
 }

@@ -8,6 +8,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,5 +124,10 @@ static inline uint64_t sp_splitmix64(uint64_t *x) {
 /* Byte length (1..4) of the valid UTF-8 character at s[0..n) (n >= 1): 0 if it is
  * truncated, malformed, overlong, a surrogate or above U+10FFFF. */
 int sp_utf8_len(const unsigned char *s, size_t n);
+
+/* Parses a whole decimal integer in [lo, hi] / a finite decimal number (a
+ * command-line value); false on garbage, trailing text or out of range. */
+bool sp_parse_long(const char *s, long lo, long hi, long *out);
+bool sp_parse_double(const char *s, double *out);
 
 #endif

@@ -23,9 +23,6 @@ char *cli_read_file(const char *path, size_t *len);
 /* Writes s[n] as a JSON string literal (escaped; invalid UTF-8 bytes become
  * U+FFFD so the output is always valid JSON). */
 void cli_json_str(FILE *f, const char *s, size_t n);
-/* Parses an integer / float option value; false on garbage or out of range. */
-bool cli_int(const char *s, long lo, long hi, long *out);
-bool cli_float(const char *s, double *out);
 
 /* Engine options shared by run and batch (usage text in cli_engine_usage).
  * Returns how many arguments a/v consumed (1 or 2), 0 if a is not an
@@ -41,10 +38,8 @@ typedef struct {
 /* The canonical spelling of an option that other engines spell otherwise
  * (--model, --ctx-size, --max-model-len, --threads, -np, --max-num-seqs, -md,
  * --model-draft, --draft-max) for run, batch and serve; a itself when it
- * is not an alias. cli_bench_alias: the same for specula bench's vLLM
- * benchmark names (--num-prompts, --max-concurrency, --request-rate). */
+ * is not an alias. */
 const char *cli_alias(const char *a);
-const char *cli_bench_alias(const char *a);
 int cli_engine_opt(const char *cmd, const char *a, const char *v, cli_engine *ce);
 /* Loads the draft model when one is needed or given; -1 after a message. */
 int cli_engine_open(cli_engine *ce);
@@ -63,6 +58,5 @@ int cmd_batch(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
-int cmd_bench(int argc, char **argv);
 
 #endif

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "common.h"
 
 static void batch_usage(FILE *f) {
@@ -280,7 +280,7 @@ int cmd_batch(int argc, char **argv) {
             i++;
             if (!strcmp(a, "-m")) model = v, model_given = true;
             else if (!strcmp(a, "-f")) file = v;
-            else if (!cli_int(v, 1, 4096, &conc)) {
+            else if (!sp_parse_long(v, 1, 4096, &conc)) {
                 fprintf(stderr, "specula batch: invalid value '%s' for --concurrency\n", v);
                 return 2;
             }

@@ -4,7 +4,8 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
+#include "common.h"
 
 int cmd_info(int argc, char **argv) {
     const char *model = cli_default_model();
@@ -18,7 +19,7 @@ int cmd_info(int argc, char **argv) {
         } else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
             model = argv[++i];
         } else if (!strcmp(argv[i], "-c") && i + 1 < argc) {
-            if (!cli_int(argv[++i], 1, 1 << 24, &n_ctx)) {
+            if (!sp_parse_long(argv[++i], 1, 1 << 24, &n_ctx)) {
                 fprintf(stderr, "specula info: invalid context size '%s'\n", argv[i]);
                 return 2;
             }

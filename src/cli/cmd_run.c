@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "common.h"
 
 static void run_usage(FILE *f) {
@@ -90,20 +90,20 @@ static int parse(int argc, char **argv, run_opts *o) {
         } else if (!strcmp(a, "-m")) { NEEDV(); o->model = v; model_given = true; }
         else if (!strcmp(a, "-p")) { NEEDV(); o->prompt = v; }
         else if (!strcmp(a, "-f")) { NEEDV(); o->file = v; }
-        else if (!strcmp(a, "-n")) { NEEDV(); if (!cli_int(v, 1, 1 << 20, &o->n)) BAD(); }
-        else if (!strcmp(a, "--logprobs")) { NEEDV(); if (!cli_int(v, 0, 20, &o->logprobs)) BAD(); }
+        else if (!strcmp(a, "-n")) { NEEDV(); if (!sp_parse_long(v, 1, 1 << 20, &o->n)) BAD(); }
+        else if (!strcmp(a, "--logprobs")) { NEEDV(); if (!sp_parse_long(v, 0, 20, &o->logprobs)) BAD(); }
         else if (!strcmp(a, "--stop")) {
             NEEDV();
             if (o->n_stop == 16 || !*v) BAD();
             o->stop[o->n_stop++] = v;
         }
-        else if (!strcmp(a, "--temp")) { NEEDV(); if (!cli_float(v, &d)) BAD(); o->sp.temperature = (float)d; }
-        else if (!strcmp(a, "--top-k")) { NEEDV(); if (!cli_int(v, 0, 1 << 30, &l)) BAD(); o->sp.top_k = (int32_t)l; }
-        else if (!strcmp(a, "--top-p")) { NEEDV(); if (!cli_float(v, &d)) BAD(); o->sp.top_p = (float)d; }
-        else if (!strcmp(a, "--min-p")) { NEEDV(); if (!cli_float(v, &d)) BAD(); o->sp.min_p = (float)d; }
-        else if (!strcmp(a, "--repeat-penalty")) { NEEDV(); if (!cli_float(v, &d)) BAD(); o->sp.repeat_penalty = (float)d; }
-        else if (!strcmp(a, "--frequency-penalty")) { NEEDV(); if (!cli_float(v, &d)) BAD(); o->sp.frequency_penalty = (float)d; }
-        else if (!strcmp(a, "--presence-penalty")) { NEEDV(); if (!cli_float(v, &d)) BAD(); o->sp.presence_penalty = (float)d; }
+        else if (!strcmp(a, "--temp")) { NEEDV(); if (!sp_parse_double(v, &d)) BAD(); o->sp.temperature = (float)d; }
+        else if (!strcmp(a, "--top-k")) { NEEDV(); if (!sp_parse_long(v, 0, 1 << 30, &l)) BAD(); o->sp.top_k = (int32_t)l; }
+        else if (!strcmp(a, "--top-p")) { NEEDV(); if (!sp_parse_double(v, &d)) BAD(); o->sp.top_p = (float)d; }
+        else if (!strcmp(a, "--min-p")) { NEEDV(); if (!sp_parse_double(v, &d)) BAD(); o->sp.min_p = (float)d; }
+        else if (!strcmp(a, "--repeat-penalty")) { NEEDV(); if (!sp_parse_double(v, &d)) BAD(); o->sp.repeat_penalty = (float)d; }
+        else if (!strcmp(a, "--frequency-penalty")) { NEEDV(); if (!sp_parse_double(v, &d)) BAD(); o->sp.frequency_penalty = (float)d; }
+        else if (!strcmp(a, "--presence-penalty")) { NEEDV(); if (!sp_parse_double(v, &d)) BAD(); o->sp.presence_penalty = (float)d; }
         else if (!strcmp(a, "--seed")) { NEEDV(); char *e; o->sp.seed = strtoull(v, &e, 10); if (*e || !*v) BAD(); }
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else if (!strcmp(a, "--chat")) o->chat = true;

@@ -18,7 +18,8 @@
 #include <limits.h>
 #include <stdlib.h>
 
-#include "cli.h"
+#include "cli/cli.h"
+#include "common.h"
 #include "server/server.h"
 
 #define MAX_KEYS 64
@@ -268,7 +269,7 @@ static int parse_serve(int argc, char **argv, const char **model, const char **k
         bool ok = true;
         if (!strcmp(a, "-m")) *model = v, model_given = true;
         else if (!strcmp(a, "--host")) o->host = v;
-        else if (!strcmp(a, "--port")) ok = cli_int(v, 0, 65535, &l), o->port = (int)l;
+        else if (!strcmp(a, "--port")) ok = sp_parse_long(v, 0, 65535, &l), o->port = (int)l;
         else if (!strcmp(a, "--api-key")) {
             ok = *v && o->n_api_keys < MAX_KEYS;
             if (ok) keys[o->n_api_keys++] = v;
@@ -276,15 +277,15 @@ static int parse_serve(int argc, char **argv, const char **model, const char **k
             if (!read_key_file(v, keys, o)) return 2;
         } else if (!strcmp(a, "--served-model-name")) ok = *v, o->served_name = v;
         else if (!strcmp(a, "--chat-template")) o->chat_template = v;
-        else if (!strcmp(a, "--max-queue")) ok = cli_int(v, 1, 1 << 20, &l), o->max_queue = (int)l;
+        else if (!strcmp(a, "--max-queue")) ok = sp_parse_long(v, 1, 1 << 20, &l), o->max_queue = (int)l;
         else if (!strcmp(a, "--max-body")) ok = parse_bytes(v, &o->max_body);
-        else if (!strcmp(a, "--drain-timeout")) ok = cli_int(v, 0, 3600, drain_s);
+        else if (!strcmp(a, "--drain-timeout")) ok = sp_parse_long(v, 0, 3600, drain_s);
         else if (!strcmp(a, "--max-body-total")) ok = parse_bytes(v, &o->max_body_total);
-        else if (!strcmp(a, "--max-conns")) ok = cli_int(v, 1, 1 << 20, &l), o->max_conns = (int)l;
+        else if (!strcmp(a, "--max-conns")) ok = sp_parse_long(v, 1, 1 << 20, &l), o->max_conns = (int)l;
         else if (!strcmp(a, "--max-conns-per-ip"))
-            ok = cli_int(v, 1, 1 << 20, &l), o->max_conns_per_ip = (int)l;
-        else if (!strcmp(a, "--recv-timeout")) ok = cli_int(v, 1, 3600, &l), o->recv_timeout_s = (int)l;
-        else if (!strcmp(a, "--http-threads")) ok = cli_int(v, 1, 64, &l), o->http_threads = (int)l;
+            ok = sp_parse_long(v, 1, 1 << 20, &l), o->max_conns_per_ip = (int)l;
+        else if (!strcmp(a, "--recv-timeout")) ok = sp_parse_long(v, 1, 3600, &l), o->recv_timeout_s = (int)l;
+        else if (!strcmp(a, "--http-threads")) ok = sp_parse_long(v, 1, 64, &l), o->http_threads = (int)l;
         else if (!strcmp(a, "--metrics-key")) ok = *v, o->metrics_key = v;
         else if (!strcmp(a, "--cors-origin")) ok = *v, o->cors_origin = v;
         else if (!strcmp(a, "--log-format")) {

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 static void tok_usage(FILE *f) {
     fprintf(f, "usage: specula tokenize [-m MODEL] [--no-bos] [--no-parse-special] (-f FILE | TEXT)\n"

@@ -1,7 +1,8 @@
 /* engine_opts.c: the engine options `run` and `batch` share. */
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
+#include "common.h"
 
 const char *cli_engine_usage =
     "  -t N                 compute threads (default: all cores)\n"
@@ -30,25 +31,19 @@ const char *cli_engine_usage =
  * not aliased. */
 static const struct {
     const char *alias, *canonical;
-    bool bench; /* specula bench's (vLLM benchmark) names, else run/batch/serve's */
 } ALIASES[] = {
-    {"--model", "-m", false},           {"--ctx-size", "-c", false},
-    {"--max-model-len", "-c", false},   {"--threads", "-t", false},
-    {"-np", "--max-seqs", false},       {"--parallel", "--max-seqs", false},
-    {"--max-num-seqs", "--max-seqs", false}, {"-md", "--draft", false},
-    {"--model-draft", "--draft", false}, {"--draft-max", "--spec-k", false},
-    {"--num-prompts", "--num-requests", true}, {"--max-concurrency", "--concurrency", true},
-    {"--request-rate", "--rate", true},
+    {"--model", "-m"},           {"--ctx-size", "-c"},
+    {"--max-model-len", "-c"},   {"--threads", "-t"},
+    {"-np", "--max-seqs"},       {"--parallel", "--max-seqs"},
+    {"--max-num-seqs", "--max-seqs"}, {"-md", "--draft"},
+    {"--model-draft", "--draft"}, {"--draft-max", "--spec-k"},
 };
 
-static const char *alias_in(const char *a, bool bench) {
+const char *cli_alias(const char *a) {
     for (size_t i = 0; i < sizeof ALIASES / sizeof ALIASES[0]; i++)
-        if (ALIASES[i].bench == bench && !strcmp(a, ALIASES[i].alias)) return ALIASES[i].canonical;
+        if (!strcmp(a, ALIASES[i].alias)) return ALIASES[i].canonical;
     return a;
 }
-
-const char *cli_alias(const char *a) { return alias_in(a, false); }
-const char *cli_bench_alias(const char *a) { return alias_in(a, true); }
 
 static bool parse_size(const char *s, size_t *out) {
     char *end;
@@ -88,8 +83,8 @@ int cli_engine_opt(const char *cmd, const char *a, const char *v, cli_engine *ce
         return -1;
     }
     bool ok = true;
-    if (!strcmp(a, "-t")) ok = cli_int(v, 1, 256, &l), p->n_threads = (int32_t)l;
-    else if (!strcmp(a, "-c")) ok = cli_int(v, 1, 1 << 20, &l), p->n_ctx = (int32_t)l;
+    if (!strcmp(a, "-t")) ok = sp_parse_long(v, 1, 256, &l), p->n_threads = (int32_t)l;
+    else if (!strcmp(a, "-c")) ok = sp_parse_long(v, 1, 1 << 20, &l), p->n_ctx = (int32_t)l;
     else if (!strcmp(a, "--kv")) {
         if (!strcmp(v, "f32")) p->kv_type = SP_KV_F32;
         else if (!strcmp(v, "f16")) p->kv_type = SP_KV_F16;
@@ -98,11 +93,11 @@ int cli_engine_opt(const char *cmd, const char *a, const char *v, cli_engine *ce
     else if (!strcmp(a, "--kv-disk")) ok = v[0] != 0, p->kv_disk_dir = v;
     else if (!strcmp(a, "--kv-disk-size")) ok = parse_size(v, &p->kv_disk_size);
     else if (!strcmp(a, "--grammar-mem")) ok = parse_size(v, &p->grammar_mem) && p->grammar_mem;
-    else if (!strcmp(a, "--block-size")) ok = cli_int(v, 1, 4096, &l), p->kv_block_size = (int32_t)l;
-    else if (!strcmp(a, "--max-seqs")) ok = cli_int(v, 1, 1024, &l), p->max_seqs = (int32_t)l;
+    else if (!strcmp(a, "--block-size")) ok = sp_parse_long(v, 1, 4096, &l), p->kv_block_size = (int32_t)l;
+    else if (!strcmp(a, "--max-seqs")) ok = sp_parse_long(v, 1, 1024, &l), p->max_seqs = (int32_t)l;
     else if (!strcmp(a, "--max-batch-tokens"))
-        ok = cli_int(v, 1, 65536, &l), p->max_batch_tokens = (int32_t)l;
-    else if (!strcmp(a, "--spec-k")) ok = cli_int(v, 1, SP_SPEC_K_MAX, &l), p->spec_k = (int32_t)l;
+        ok = sp_parse_long(v, 1, 65536, &l), p->max_batch_tokens = (int32_t)l;
+    else if (!strcmp(a, "--spec-k")) ok = sp_parse_long(v, 1, SP_SPEC_K_MAX, &l), p->spec_k = (int32_t)l;
     else if (!strcmp(a, "--draft")) ce->draft_path = v;
     else if (!strcmp(a, "--spec")) {
         int m = sp_spec_mode_parse(v);

@@ -6,8 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "common.h"
+#include "loadgen/loadgen.h"
 
 /* The bundled pair is found beside the binary (bin/../models) or under the
  * working directory; SPECULA_MODEL overrides both. */
@@ -111,26 +112,6 @@ void cli_json_str(FILE *f, const char *s, size_t n) {
     fputc('"', f);
 }
 
-bool cli_int(const char *s, long lo, long hi, long *out) {
-    if (!s || !*s) return false;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
-bool cli_float(const char *s, double *out) {
-    if (!s || !*s) return false;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v)) return false;
-    *out = v;
-    return true;
-}
-
 static void usage(FILE *f) {
     fprintf(f,
             "usage: specula <command> [options]\n"
@@ -157,7 +138,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
-    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return bench_main(argc - 1, argv + 1, &(bench_defaults){cli_default_model(), cli_default_draft()});
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

@@ -23,7 +23,7 @@
  *                cached, restored at admission when that costs less than
  *                computing them
  *   internal.h   the records (request, step, sp_engine) the files share
- * and in src/spec/: draft.c (the draft proposer, its own KV and cost),
+ * and in src/speculate/: draft.c (the draft proposer, its own KV and cost),
  * planner.c (cost model, its measurement and the choice of k), guard.c
  * (speculation on or off per batch shape, by measured throughput), verify.c
  * (the acceptance rule), ngram.c / suffix.c (proposers), parts.c (what

@@ -13,9 +13,9 @@
 #include "kv/disk_tier.h"
 #include "kv/kv_paged.h"
 #include "model/model.h"
-#include "spec/draft.h"
-#include "spec/planner.h"
-#include "spec/spec.h"
+#include "speculate/draft.h"
+#include "speculate/planner.h"
+#include "speculate/spec.h"
 
 /* Compiled grammars kept by tenant and text. */
 #define SP_GCACHE 32

@@ -1,15 +1,15 @@
 /* speculate.c: speculative decoding inside the step. Before the pass,
  * spec_prepare gives each decoding request that speculates its proposals
  * (its own proposer, n-gram lookup, suffix match or the draft model), asks
- * the planner (src/spec/planner.c) how many of them to verify, fits that
+ * the planner (src/speculate/planner.c) how many of them to verify, fits that
  * into the token budget and the pool, and grows the request's batch entry
  * to 1 + k tokens. After the pass, spec_commit verifies them
- * (src/spec/verify.c), commits what passes, rolls the KV back, and updates
+ * (src/speculate/verify.c), commits what passes, rolls the KV back, and updates
  * the acceptance estimate (spec_observe, the only place that moves it).
  *
  * Isolation: what speculation learns from one request and uses for another
  * (the suffix store of earlier outputs, the acceptance prior per method)
- * lives in partitions keyed by the request's cache salt (src/spec/parts.c),
+ * lives in partitions keyed by the request's cache salt (src/speculate/parts.c),
  * the same key as the prefix cache: a request is bound to its salt's
  * partition while it holds a slot, proposes from and feeds only that one,
  * so its proposals, drafted and accepted counts and timing never depend on
@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "engine/internal.h"
-#include "spec/verify.h"
+#include "speculate/verify.h"
 
 /* A draft sequence the planner keeps at k = 0 drafts one token every this
  * many steps, if a better acceptance estimate could change the plan. */

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../kernels/kernels.h"
+#include "kernels/kernels.h"
 
 typedef enum {
     SP_GGUF_UINT8 = 0,

@@ -14,13 +14,13 @@
  * Setters cannot fail visibly (their signatures are void): the first bad
  * argument or allocation failure is remembered and reported by begin/write.
  */
-#include "gguf.h"
+#include "gguf/gguf.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <unistd.h>
 
-#include "../common.h"
+#include "common.h"
 
 typedef struct {
     char *key;

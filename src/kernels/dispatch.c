@@ -13,8 +13,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "kernels_internal.h"
-#include "tsan.h"
+#include "kernels/kernels_internal.h"
+#include "kernels/tsan.h"
 
 static _Atomic(const sp_kernel_ops *) g_ops;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;

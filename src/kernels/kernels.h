@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../common.h"
+#include "common.h"
 
 /* Type ids are GGML's, as stored in GGUF tensor infos. */
 typedef enum {

@@ -44,7 +44,7 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "kernels_internal.h"
+#include "kernels/kernels_internal.h"
 
 #define AI static inline __attribute__((always_inline))
 

@@ -65,7 +65,7 @@
  */
 #include <immintrin.h>
 
-#include "kernels_internal.h"
+#include "kernels/kernels_internal.h"
 
 #define AI static inline __attribute__((always_inline))
 

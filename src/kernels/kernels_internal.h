@@ -15,7 +15,7 @@
 #ifndef SP_KERNELS_INTERNAL_H
 #define SP_KERNELS_INTERNAL_H
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 typedef void (*sp_vec_dot_fn)(int64_t k, float *s, const void *w, const void *x);
 typedef void (*sp_quant_fn)(const float *src, void *dst, int64_t k);

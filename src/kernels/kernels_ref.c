@@ -17,7 +17,7 @@
  */
 #include <math.h>
 
-#include "kernels_internal.h"
+#include "kernels/kernels_internal.h"
 
 /* ---- quantizers --------------------------------------------------------- */
 

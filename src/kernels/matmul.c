@@ -36,8 +36,8 @@
 #include <stdint.h>
 #include <stdatomic.h>
 
-#include "kernels_internal.h"
-#include "tsan.h"
+#include "kernels/kernels_internal.h"
+#include "kernels/tsan.h"
 
 /* Bytes of converted activations one tile call works on (max_nt tokens x
  * a K range): 24 KiB, so that they stay in L1 (48 KiB) next to the weight

@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kernels_internal.h"
+#include "kernels/kernels_internal.h"
 
 #define SP_POOL_MAX_THREADS 256
 /* How long an idle worker (or a waiting caller) spins before sleeping. */

@@ -6,7 +6,7 @@
  * (4, 5: Q4_2/Q4_3; 31..33, 36..38: the interleaved Q4_0/IQ4_NL variants
  * replaced by run-time repacking) have no traits.
  */
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #define T_(id, nm, blk, bytes, sup, vdt) [id] = {nm, blk, bytes, sup, vdt}
 

@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kv.h"
+#include "kv/kv.h"
 
 /* A block's identity in the prefix cache: SHA-256 over the parent's hash,
  * the block's token ids and extra keys (see sp_block_hash_chain). */

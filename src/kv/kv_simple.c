@@ -3,7 +3,7 @@
  * Layout: k[seq][layer][pos][kv_dim] and the same for v, allocated once.
  * It costs n_seq * n_ctx rows whether used or not; the paged pool replaces
  * it where memory matters. */
-#include "kv.h"
+#include "kv/kv.h"
 
 #include <stdlib.h>
 

@@ -1,6 +1,6 @@
 /* arch.c: the architecture table. Adding a family whose block is the
  * llama block with a different RoPE layout or biases is one row here. */
-#include "model.h"
+#include "model/model.h"
 
 #include <string.h>
 

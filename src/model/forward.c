@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "kv/kv.h"
-#include "model.h"
-#include "ops.h"
+#include "model/model.h"
+#include "model/ops.h"
 
 struct sp_context {
     const sp_model *m;

@@ -3,7 +3,7 @@
  * Weights stay where the mapping has them, in their stored type; only the
  * small per-channel vectors (norms, biases, RoPE factors) are converted to
  * owned f32 arrays, so the forward pass never branches on their type. */
-#include "model.h"
+#include "model/model.h"
 
 #include <inttypes.h>
 #include <math.h>

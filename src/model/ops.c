@@ -1,5 +1,5 @@
 /* ops.c: reference (plain C) forward-pass operations and their dispatch. */
-#include "ops.h"
+#include "model/ops.h"
 
 #include <math.h>
 #include <stdlib.h>

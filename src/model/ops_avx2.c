@@ -9,7 +9,7 @@
 #include <math.h>
 
 #include "common.h"
-#include "ops.h"
+#include "model/ops.h"
 
 static inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

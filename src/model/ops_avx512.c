@@ -32,7 +32,7 @@
 #include <math.h>
 
 #include "common.h"
-#include "ops.h"
+#include "model/ops.h"
 
 #define AI static inline __attribute__((always_inline))
 

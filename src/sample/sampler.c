@@ -10,7 +10,7 @@
  * id) only (a counter-based generator, no stream state). So the token a
  * request gets at a position depends on its logits there and nothing else:
  * not on how many draws came before, nor on what a speculative proposer
- * guessed. Speculative verification (src/spec/verify.c) accepts a proposal
+ * guessed. Speculative verification (src/speculate/verify.c) accepts a proposal
  * exactly when it equals that token, and the draft model proposes with the
  * same noise (a coupling that keeps its acceptance high).
  *

@@ -2,8 +2,8 @@
  * linked list of symbols, and the binary heap of candidate merges. */
 #include <stdlib.h>
 
-#include "tok_internal.h"
-#include "unicode.h"
+#include "tokenizer/tok_internal.h"
+#include "tokenizer/unicode.h"
 
 static inline bool before(const sp_bigram *a, const sp_bigram *b) {
     return a->key < b->key || (a->key == b->key && a->left < b->left);

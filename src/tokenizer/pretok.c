@@ -23,9 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common.h"
-#include "tok_internal.h"
-#include "unicode.h"
+#include "common.h"
+#include "tokenizer/tok_internal.h"
+#include "tokenizer/unicode.h"
 
 /* ---------------------------------------------------------------- regexes */
 

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok_internal.h"
-#include "unicode.h"
+#include "tokenizer/tok_internal.h"
+#include "tokenizer/unicode.h"
 
 
 

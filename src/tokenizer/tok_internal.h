@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 /* Token attributes as a bit set, llama.cpp's llama_token_attr values: a
  * token type from the file maps to one of the first six; LSTRIP/RSTRIP are

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok_internal.h"
-#include "unicode.h"
+#include "tokenizer/tok_internal.h"
+#include "tokenizer/unicode.h"
 
 /* A piece of the input: a special token, or raw text [off, off + len). */
 typedef struct {

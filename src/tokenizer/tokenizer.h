@@ -12,7 +12,7 @@
 
 #include "specula.h"
 
-#include "../gguf/gguf.h"
+#include "gguf/gguf.h"
 
 /* Builds the vocabulary from g's tokenizer.* metadata (the architecture is
  * not consulted). The vocabulary copies what it needs: it does not

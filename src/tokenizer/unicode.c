@@ -1,6 +1,6 @@
 /* unicode.c: code point classes, llama.cpp-compatible UTF-8 decoding and
  * the GPT-2 byte <-> code point mapping. */
-#include "unicode.h"
+#include "tokenizer/unicode.h"
 
 uint16_t sp_tok_ucp_flags(uint32_t cp) {
     if (cp >= SP_UNICODE_MAX) return SP_UCP_UNDEF;

@@ -2,7 +2,7 @@
  * Code point class ranges: each entry starts a run that ends where the
  * next one starts. Bits: see SP_UCP_* in unicode.h. */
 
-#include "unicode.h"
+#include "tokenizer/unicode.h"
 
 const sp_tok_ucp_range sp_tok_ucp_ranges[] = {
 {0x00000,0x080}, {0x00009,0x180}, {0x0000E,0x080}, {0x00020,0x108},

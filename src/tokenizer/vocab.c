@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common.h"
-#include "tok_internal.h"
-#include "unicode.h"
+#include "common.h"
+#include "tokenizer/tok_internal.h"
+#include "tokenizer/unicode.h"
 
 uint64_t sp_tok_hash_bytes(uint64_t h, const void *p, size_t n) {
     const unsigned char *s = p;

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "loadgen.h"
+#include "loadgen/loadgen.h"
 #include "test.h"
 
 static bool near(double a, double b) { return fabs(a - b) <= 1e-9 * (1 + fabs(b)); }

@@ -9,7 +9,7 @@
 #include <math.h>
 
 #include "common.h"
-#include "spec/planner.h"
+#include "speculate/planner.h"
 #include "test.h"
 
 static sp_cost_model linear_curve(double fixed, double per_token) {

@@ -1,4 +1,4 @@
-/* test_spec.c: the model-free speculative proposers (src/spec/spec.h):
+/* test_spec.c: the model-free speculative proposers (src/speculate/spec.h):
  * n-gram prompt lookup and suffix matching (per-request index + store of
  * earlier outputs), and the partitions that keep what they learn apart
  * per cache salt (isolation, the token budget across partitions, LRU
@@ -13,7 +13,7 @@
 #include <math.h>
 
 #include "common.h"
-#include "spec/spec.h"
+#include "speculate/spec.h"
 #include "test.h"
 
 #define LEN(a) ((int32_t)(sizeof(a) / sizeof((a)[0])))

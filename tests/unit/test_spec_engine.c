@@ -28,7 +28,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "spec/verify.h"
+#include "speculate/verify.h"
 #include "specula.h"
 #include "test.h"
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loadgen.h"
+#include "loadgen/loadgen.h"
 
 #define SSE_DEFAULT_MAX (16u << 20)
 

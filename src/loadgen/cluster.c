@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loadgen.h"
+#include "loadgen/loadgen.h"
 #include "common.h"
 
 int bench_metrics_urls(char *s, const char **urls, int cap, char *err, size_t errlen) {

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "loadgen.h"
+#include "loadgen/loadgen.h"
 #include "common.h"
 
 static double now_s(void) {

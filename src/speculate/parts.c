@@ -16,7 +16,7 @@
  * chain walk; an add is the store's add plus, over the budget, one drop per
  * sequence evicted and possibly a rebuild of each trimmed store.
  */
-#include "spec/spec.h"
+#include "speculate/spec.h"
 
 #include "common.h"
 

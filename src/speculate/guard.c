@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "common.h"
-#include "planner.h"
+#include "speculate/planner.h"
 
 static int32_t bucket(int32_t n_dec) {
     int32_t b = 0;

@@ -20,7 +20,7 @@
  * (fewer where text repeats). A store of T tokens can thus hold up to
  * ~40*T*D bytes (D = 32: ~1.3 KB per stored token at worst).
  */
-#include "spec/spec.h"
+#include "speculate/spec.h"
 
 #include "common.h"
 

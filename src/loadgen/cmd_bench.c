@@ -17,8 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "loadgen.h"
-#include "cli/cli.h"
+#include "loadgen/loadgen.h"
 #include "common.h"
 
 #define MAX_CFG 2
@@ -268,7 +267,7 @@ static int parse_list(const char *s, int32_t *out, int cap) {
     snprintf(buf, sizeof(buf), "%s", s);
     for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
         long v;
-        if (n == cap || !cli_int(t, 1, 100000, &v)) return -1;
+        if (n == cap || !sp_parse_long(t, 1, 100000, &v)) return -1;
         out[n++] = (int32_t)v;
     }
     return n;
@@ -296,12 +295,25 @@ typedef struct {
     const char *murl[BENCH_MAX_REPLICAS]; /* --metrics-url: the replicas */
     int n_murl;
     char *murl_buf; /* what murl points into */
+    bench_defaults def; /* the models the CLI uses when none is given */
 } bench_cmd;
+
+/* vLLM's benchmark spellings of specula bench's options, so that a command
+ * line a user already has works. */
+static const char *bench_alias(const char *a) {
+    static const struct { const char *alias, *canonical; } A[] = {
+        {"--num-prompts", "--num-requests"}, {"--max-concurrency", "--concurrency"},
+        {"--request-rate", "--rate"},
+    };
+    for (size_t i = 0; i < sizeof A / sizeof A[0]; i++)
+        if (!strcmp(a, A[i].alias)) return A[i].canonical;
+    return a;
+}
 
 /* Fills b from the command line. -1 to go on; otherwise the exit code (0
  * after --help, 2 for a bad command line, said on stderr). */
-static int parse_args(int argc, char **argv, bench_cmd *b) {
-    *b = (bench_cmd){.lo = {.temperature = 0, .top_p = 1, .sample_seed = -1, .timeout_s = 600,
+static int parse_args(int argc, char **argv, const bench_defaults *def, bench_cmd *b) {
+    *b = (bench_cmd){.def = *def, .lo = {.temperature = 0, .top_p = 1, .sample_seed = -1, .timeout_s = 600,
                             .metrics_period_s = 0.5},
                      .isolate = true, .warmup = 2, .reps = 1};
     int n_labels = 0, progress = -1;
@@ -309,7 +321,7 @@ static int parse_args(int argc, char **argv, bench_cmd *b) {
     long seed = 0;
     char err[1024];
     for (int i = 1; i < argc; i++) {
-        const char *a = cli_bench_alias(argv[i]), *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = bench_alias(argv[i]), *v = i + 1 < argc ? argv[i + 1] : NULL;
         long l;
         double d;
         bool ok = true;
@@ -384,17 +396,17 @@ static int parse_args(int argc, char **argv, bench_cmd *b) {
         else if (!strcmp(a, "--workload")) {
             ok = bench_workload_known(v);
             b->wo.name = v;
-        } else if (!strcmp(a, "--num-requests")) ok = cli_int(v, 1, 1000000, &l), b->wo.n = (int32_t)l;
-        else if (!strcmp(a, "--seed")) ok = cli_int(v, 0, 0x7fffffffffffffffL, &seed);
-        else if (!strcmp(a, "--prefix-tokens")) ok = cli_int(v, 1, 1 << 20, &l), b->wo.prefix_tokens = (int32_t)l;
-        else if (!strcmp(a, "--prefixes")) ok = cli_int(v, 1, 100000, &l), b->wo.n_prefixes = (int32_t)l;
-        else if (!strcmp(a, "--prompt-tokens")) ok = cli_int(v, 1, 1 << 20, &l), b->wo.prompt_tokens = (int32_t)l;
-        else if (!strcmp(a, "--output-tokens")) ok = cli_int(v, 1, 1 << 20, &l), b->wo.output_tokens = (int32_t)l;
-        else if (!strcmp(a, "--turns")) ok = cli_int(v, 1, 1000, &l), b->wo.turns = (int32_t)l;
+        } else if (!strcmp(a, "--num-requests")) ok = sp_parse_long(v, 1, 1000000, &l), b->wo.n = (int32_t)l;
+        else if (!strcmp(a, "--seed")) ok = sp_parse_long(v, 0, 0x7fffffffffffffffL, &seed);
+        else if (!strcmp(a, "--prefix-tokens")) ok = sp_parse_long(v, 1, 1 << 20, &l), b->wo.prefix_tokens = (int32_t)l;
+        else if (!strcmp(a, "--prefixes")) ok = sp_parse_long(v, 1, 100000, &l), b->wo.n_prefixes = (int32_t)l;
+        else if (!strcmp(a, "--prompt-tokens")) ok = sp_parse_long(v, 1, 1 << 20, &l), b->wo.prompt_tokens = (int32_t)l;
+        else if (!strcmp(a, "--output-tokens")) ok = sp_parse_long(v, 1, 1 << 20, &l), b->wo.output_tokens = (int32_t)l;
+        else if (!strcmp(a, "--turns")) ok = sp_parse_long(v, 1, 1000, &l), b->wo.turns = (int32_t)l;
         else if (!strcmp(a, "--cache-salt")) b->wo.salt = v;
-        else if (!strcmp(a, "--tenants")) ok = cli_int(v, 1, 100000, &l), b->wo.tenants = (int32_t)l;
-        else if (!strcmp(a, "--documents")) ok = cli_int(v, 1, 100000, &l), b->wo.documents = (int32_t)l;
-        else if (!strcmp(a, "--zipf")) ok = cli_float(v, &d) && d >= 0 && d <= 10, b->wo.zipf = d > 0 ? d : -1;
+        else if (!strcmp(a, "--tenants")) ok = sp_parse_long(v, 1, 100000, &l), b->wo.tenants = (int32_t)l;
+        else if (!strcmp(a, "--documents")) ok = sp_parse_long(v, 1, 100000, &l), b->wo.documents = (int32_t)l;
+        else if (!strcmp(a, "--zipf")) ok = sp_parse_double(v, &d) && d >= 0 && d <= 10, b->wo.zipf = d > 0 ? d : -1;
         else if (!strcmp(a, "--metrics-url")) {
             char *copy = strdup(v);
             b->n_murl = copy ? bench_metrics_urls(copy, b->murl, BENCH_MAX_REPLICAS, err, sizeof(err)) : -1;
@@ -406,16 +418,16 @@ static int parse_args(int argc, char **argv, bench_cmd *b) {
             b->murl_buf = copy;
         }
         else if (!strcmp(a, "--corpus")) b->wo.corpus_path = v;
-        else if (!strcmp(a, "--concurrency")) ok = cli_int(v, 1, 100000, &b->conc), b->conc_given = true;
-        else if (!strcmp(a, "--rate")) ok = cli_float(v, &d) && d > 0, b->lo.rate = d;
+        else if (!strcmp(a, "--concurrency")) ok = sp_parse_long(v, 1, 100000, &b->conc), b->conc_given = true;
+        else if (!strcmp(a, "--rate")) ok = sp_parse_double(v, &d) && d > 0, b->lo.rate = d;
         else if (!strcmp(a, "--sweep-concurrency")) ok = (b->n_sweep = parse_list(v, b->sweep, MAX_SWEEP)) > 0;
-        else if (!strcmp(a, "--warmup")) ok = cli_int(v, 0, 100000, &b->warmup);
-        else if (!strcmp(a, "--repeat")) ok = cli_int(v, 1, BENCH_MAX_REPS, &b->reps);
-        else if (!strcmp(a, "--timeout")) ok = cli_float(v, &d) && d > 0, b->lo.timeout_s = d;
-        else if (!strcmp(a, "--temperature")) ok = cli_float(v, &d) && d >= 0 && d <= 2, b->lo.temperature = d;
-        else if (!strcmp(a, "--top-p")) ok = cli_float(v, &d) && d > 0 && d <= 1, b->lo.top_p = d;
-        else if (!strcmp(a, "--sample-seed")) ok = cli_int(v, 0, 0x7fffffffffffffffL, &l), b->lo.sample_seed = l;
-        else if (!strcmp(a, "--metrics-period")) ok = cli_float(v, &d) && d >= 0, b->lo.metrics_period_s = d;
+        else if (!strcmp(a, "--warmup")) ok = sp_parse_long(v, 0, 100000, &b->warmup);
+        else if (!strcmp(a, "--repeat")) ok = sp_parse_long(v, 1, BENCH_MAX_REPS, &b->reps);
+        else if (!strcmp(a, "--timeout")) ok = sp_parse_double(v, &d) && d > 0, b->lo.timeout_s = d;
+        else if (!strcmp(a, "--temperature")) ok = sp_parse_double(v, &d) && d >= 0 && d <= 2, b->lo.temperature = d;
+        else if (!strcmp(a, "--top-p")) ok = sp_parse_double(v, &d) && d > 0 && d <= 1, b->lo.top_p = d;
+        else if (!strcmp(a, "--sample-seed")) ok = sp_parse_long(v, 0, 0x7fffffffffffffffL, &l), b->lo.sample_seed = l;
+        else if (!strcmp(a, "--metrics-period")) ok = sp_parse_double(v, &d) && d >= 0, b->lo.metrics_period_s = d;
         else if (!strcmp(a, "--json")) b->json_path = v;
         else if (!strcmp(a, "--md")) b->md_path = v;
         else if (!strcmp(a, "--endpoint"))
@@ -475,7 +487,7 @@ static sp_model *load_tokenizer(bench_cmd *b, bench_report_info *ri) {
     const char *path = b->tok_path   ? b->tok_path
                        : b->model_file ? b->model_file
                        : serve_model   ? serve_model
-                                       : cli_default_model();
+                                       : b->def.model;
     if (path) {
         sp_model_params mp = sp_model_default_params();
         mp.vocab_only = true;
@@ -508,7 +520,7 @@ static int open_target(const bench_cmd *b, target *t, bench_contract *ct, bool *
         if (start_server(t, err, errlen)) return -1;
         char *copy = strdup(t->serve), *av[MAX_SERVE_ARGS];
         int n = copy ? split_args(copy, av, MAX_SERVE_ARGS) : 0;
-        bench_contract_from_serve_args(ct, n, av);
+        bench_contract_from_serve_args(ct, n, av, &b->def);
         free(copy);
     } else {
         snprintf(ct->model_file, sizeof(ct->model_file), "%s",
@@ -665,13 +677,13 @@ static void describe_load(const bench_cmd *b, const bench_result *res, bool salt
              : "server (a fresh `specula serve`, or for a URL a fresh cache_salt)");
 }
 
-int cmd_bench(int argc, char **argv) {
+int bench_main(int argc, char **argv, const bench_defaults *def) {
     bench_cmd *b = calloc(1, sizeof(bench_cmd));
     if (!b) {
         fprintf(stderr, "specula bench: out of memory\n");
         return 1;
     }
-    int rc = parse_args(argc, argv, b);
+    int rc = parse_args(argc, argv, def, b);
     if (rc >= 0) {
         free(b->murl_buf);
         free(b);

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "loadgen.h"
+#include "loadgen/loadgen.h"
 #include "common.h"
 
 const char *const bench_workload_names[] = {"shared-prefix", "long-output", "saturate",

@@ -1,6 +1,6 @@
 /* planner.c: the cost model of a forward pass (measured at startup,
  * refitted online) and the choice of k per speculating sequence. */
-#include "planner.h"
+#include "speculate/planner.h"
 
 #include <string.h>
 

@@ -8,7 +8,7 @@
  * reaches each new maximum, and stops early once n_max is reached.
  * Cost: O(n * n_max) comparisons at worst, no allocation.
  */
-#include "spec/spec.h"
+#include "speculate/spec.h"
 
 #include "common.h"
 

@@ -2,7 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "loadgen.h"
+#include "loadgen/loadgen.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "specula.h"
-#include "spec/planner.h"
+#include "speculate/planner.h"
 
 /* 0 when the draft's vocabulary can propose for the target: same tokenizer
  * kind, same BOS/EOS ids, and identical token texts and types over the

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loadgen.h"
+#include "loadgen/loadgen.h"
 #include "common.h"
 
 /* ---- the metric table: one row per number, shared by every output ----------------- */

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loadgen.h"
+#include "loadgen/loadgen.h"
 #include "common.h"
 
 const char *const bench_counter_names[BENCH_N_COUNTERS] = {

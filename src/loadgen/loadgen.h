@@ -1,5 +1,6 @@
 /* loadgen.h: `specula bench`, a serving benchmark for OpenAI-compatible
- * servers (the load generator; bin/specula links this folder beside src/cli/).
+ * servers (the load generator; the CLI calls bench_main, and nothing here calls
+ * back into the CLI).
  * The pieces, one file each:
  *   sse.c       incremental server-sent-events parser
  *   stats.c     percentiles and summaries
@@ -11,7 +12,7 @@
  *   plot.c      the Markdown report's SVG plots
  *   cmd_bench.c options, starting servers, repetitions, compare and sweeps
  * Library style: functions return a status and fill an error buffer; only
- * cmd_bench decides the exit code. */
+ * bench_main decides the exit code. */
 #ifndef SP_BENCH_LOADGEN_H
 #define SP_BENCH_LOADGEN_H
 
@@ -23,6 +24,19 @@
 #include <cjson/cJSON.h>
 
 #include "specula.h"
+
+/* ---- the command ---------------------------------------------------------- */
+
+/* The models `specula serve` uses when its command line names none (the
+ * CLI's defaults: $SPECULA_MODEL, the bundled pair); either may be NULL. */
+typedef struct {
+    const char *model, *draft;
+} bench_defaults;
+
+/* `specula bench ARGS` (argv[0] is "bench"): runs the benchmark and returns
+ * the process exit code (0 done, 1 failed or goals missed, 2 bad command
+ * line), with messages on stderr and the report on stdout. */
+int bench_main(int argc, char **argv, const bench_defaults *def);
 
 /* ---- SSE ----------------------------------------------------------------- */
 
@@ -250,8 +264,10 @@ void bench_contract_host(bench_contract *c);
 /* sha256 of a file as hex; 0 or -1 + err. */
 int bench_sha256_file(const char *path, char out[65], char *err, size_t errlen);
 /* Fills the server-side fields from the arguments a `specula serve` was (or
- * will be) started with (engine defaults for what is not given). */
-void bench_contract_from_serve_args(bench_contract *c, int argc, char **argv);
+ * will be) started with (engine defaults for what is not given, def's
+ * models for a missing -m or --draft). */
+void bench_contract_from_serve_args(bench_contract *c, int argc, char **argv,
+                                    const bench_defaults *def);
 /* Fills what a Specula server reports of itself in /v1/models ("specula":
  * model and draft files, speculation, KV type and block size, prefix
  * cache); fields it lacks are left as they are. */

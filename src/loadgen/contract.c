@@ -10,8 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "loadgen.h"
-#include "cli/cli.h"
+#include "loadgen/loadgen.h"
 #include "common.h"
 
 #ifndef BENCH_GIT_COMMIT
@@ -136,7 +135,8 @@ void bench_contract_host(bench_contract *c) {
     snprintf(c->engine, sizeof(c->engine), "%s", c->tool);
 }
 
-void bench_contract_from_serve_args(bench_contract *c, int argc, char **argv) {
+void bench_contract_from_serve_args(bench_contract *c, int argc, char **argv,
+                                    const bench_defaults *def) {
     const char *model = NULL, *draft = NULL, *spec = "off", *kv = "f16", *bs = "16", *k = "4";
     bool cache = true, fixed = false;
     int keys = 0;
@@ -162,9 +162,9 @@ void bench_contract_from_serve_args(bench_contract *c, int argc, char **argv) {
         else if (!strcmp(a, "--no-prefix-cache")) cache = false;
         else if (!strcmp(a, "--spec-fixed-k")) fixed = true;
     }
-    if (!model) model = cli_default_model();
+    if (!model) model = def->model;
     snprintf(c->model_file, sizeof(c->model_file), "%s", model ? model : "unknown");
-    if (!strcmp(spec, "draft") && !draft) draft = cli_default_draft();
+    if (!strcmp(spec, "draft") && !draft) draft = def->draft;
     snprintf(c->draft_file, sizeof(c->draft_file), "%s",
              !strcmp(spec, "draft") ? (draft ? draft : "unknown") : "none");
     snprintf(c->proposer, sizeof(c->proposer), "%s%s%s%s", spec,

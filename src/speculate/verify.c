@@ -5,7 +5,7 @@
  * accepted exactly when it equals that token. What is committed is then
  * token for token what plain decoding commits; the only thing speculation
  * changes is how many target passes that takes. */
-#include "verify.h"
+#include "speculate/verify.h"
 
 #include "common.h"
 

@@ -1,6 +1,6 @@
 /* draft.c: the draft-model proposer: its own paged KV and context, its
  * measured pass cost, and batched autoregressive drafting. */
-#include "draft.h"
+#include "speculate/draft.h"
 
 #include <stdlib.h>
 #include <string.h>
