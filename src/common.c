@@ -5,13 +5,13 @@
 #include <stdlib.h>
 #include <time.h>
 
-double sp_time_s(void) {
+double time_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int sp_utf8_len(const unsigned char *s, size_t n) {
+int utf8_len(const unsigned char *s, size_t n) {
     unsigned c = s[0];
     int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
     if (!len || (size_t)len > n) return 0;
@@ -25,7 +25,7 @@ int sp_utf8_len(const unsigned char *s, size_t n) {
     return len;
 }
 
-bool sp_parse_long(const char *s, long lo, long hi, long *out) {
+bool parse_long(const char *s, long lo, long hi, long *out) {
     if (!s || !*s) return false;
     char *end;
     errno = 0;
@@ -35,7 +35,7 @@ bool sp_parse_long(const char *s, long lo, long hi, long *out) {
     return true;
 }
 
-bool sp_parse_double(const char *s, double *out) {
+bool parse_double(const char *s, double *out) {
     if (!s || !*s) return false;
     char *end;
     errno = 0;

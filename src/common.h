@@ -30,9 +30,9 @@
 
 /* Writes a formatted message into err[errlen] (if err is non-NULL). Library
  * functions report failure this way and return NULL or a negative status. */
-static inline void sp_seterr(char *err, size_t errlen, const char *fmt, ...)
+static inline void seterr(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static inline void sp_seterr(char *err, size_t errlen, const char *fmt, ...) {
+static inline void seterr(char *err, size_t errlen, const char *fmt, ...) {
     if (!err || errlen == 0) return;
     va_list ap;
     va_start(ap, fmt);
@@ -40,10 +40,10 @@ static inline void sp_seterr(char *err, size_t errlen, const char *fmt, ...) {
     va_end(ap);
 }
 
-typedef uint16_t sp_f16;  /* IEEE binary16 bits */
-typedef uint16_t sp_bf16; /* bfloat16 bits */
+typedef uint16_t f16_t;  /* IEEE binary16 bits */
+typedef uint16_t bf16_t; /* bfloat16 bits */
 
-static inline float sp_f16_to_f32(sp_f16 h) {
+static inline float f16_to_f32(f16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     uint32_t exp = (h >> 10) & 0x1f;
     uint32_t man = h & 0x3ff;
@@ -66,17 +66,17 @@ static inline float sp_f16_to_f32(sp_f16 h) {
     return f;
 }
 
-static inline sp_f16 sp_f32_to_f16(float f) {
+static inline f16_t f32_to_f16(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
     uint32_t sign = (x >> 16) & 0x8000;
     uint32_t absx = x & 0x7fffffffu;
     if (absx >= 0x7f800000u) /* inf or nan */
-        return (sp_f16)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
+        return (f16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
     if (absx >= 0x477ff000u) /* rounds to >= 65520: overflow to inf */
-        return (sp_f16)(sign | 0x7c00);
+        return (f16_t)(sign | 0x7c00);
     if (absx < 0x38800000u) { /* result is subnormal or zero */
-        if (absx < 0x33000000u) return (sp_f16)sign; /* < 2^-25: rounds to 0 */
+        if (absx < 0x33000000u) return (f16_t)sign; /* < 2^-25: rounds to 0 */
         uint32_t e = absx >> 23;
         uint32_t m = (absx & 0x7fffff) | 0x800000;
         int shift = 126 - (int)e; /* 14..24 */
@@ -84,37 +84,37 @@ static inline sp_f16 sp_f32_to_f16(float f) {
         uint32_t rem = m & ((1u << shift) - 1);
         uint32_t half = 1u << (shift - 1);
         if (rem > half || (rem == half && (r & 1))) r++;
-        return (sp_f16)(sign | r);
+        return (f16_t)(sign | r);
     }
     uint32_t r = ((absx >> 13) - ((127 - 15) << 10));
     uint32_t rem = absx & 0x1fff;
     if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
-    return (sp_f16)(sign | r);
+    return (f16_t)(sign | r);
 }
 
-static inline float sp_bf16_to_f32(sp_bf16 h) {
+static inline float bf16_to_f32(bf16_t h) {
     uint32_t bits = (uint32_t)h << 16;
     float f;
     memcpy(&f, &bits, 4);
     return f;
 }
 
-static inline sp_bf16 sp_f32_to_bf16(float f) {
+static inline bf16_t f32_to_bf16(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
-    if ((x & 0x7fffffff) > 0x7f800000) return (sp_bf16)((x >> 16) | 64); /* quiet nan */
-    return (sp_bf16)((x + (0x7fff + ((x >> 16) & 1))) >> 16);
+    if ((x & 0x7fffffff) > 0x7f800000) return (bf16_t)((x >> 16) | 64); /* quiet nan */
+    return (bf16_t)((x + (0x7fff + ((x >> 16) & 1))) >> 16);
 }
 
 /* Monotonic clock in seconds. */
-double sp_time_s(void);
-static inline double sp_time_ms(void) { return sp_time_s() * 1e3; }
+double time_s(void);
+static inline double time_ms(void) { return time_s() * 1e3; }
 
 /* SplitMix64 (Steele, Lea, Flood 2014): advances *x by the golden-ratio
  * increment and returns the next output; seeds the samplers' xoshiro state,
  * the model builder's weights and the benchmarks' workloads. */
 #define SP_GOLDEN64 0x9E3779B97F4A7C15ull
-static inline uint64_t sp_splitmix64(uint64_t *x) {
+static inline uint64_t splitmix64(uint64_t *x) {
     uint64_t z = (*x += SP_GOLDEN64);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -123,11 +123,11 @@ static inline uint64_t sp_splitmix64(uint64_t *x) {
 
 /* Byte length (1..4) of the valid UTF-8 character at s[0..n) (n >= 1): 0 if it is
  * truncated, malformed, overlong, a surrogate or above U+10FFFF. */
-int sp_utf8_len(const unsigned char *s, size_t n);
+int utf8_len(const unsigned char *s, size_t n);
 
 /* Parses a whole decimal integer in [lo, hi] / a finite decimal number (a
  * command-line value); false on garbage, trailing text or out of range. */
-bool sp_parse_long(const char *s, long lo, long hi, long *out);
-bool sp_parse_double(const char *s, double *out);
+bool parse_long(const char *s, long lo, long hi, long *out);
+bool parse_double(const char *s, double *out);
 
 #endif

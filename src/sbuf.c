@@ -73,7 +73,7 @@ bool sb_json_str(sbuf *b, const char *s, size_t n) {
             snprintf(tmp, sizeof(tmp), "\\u%04x", c);
             esc = tmp;
         } else if (c >= 0x80) {
-            l = sp_utf8_len(u + i, n - i);
+            l = utf8_len(u + i, n - i);
             if (!l) {
                 esc = "\xef\xbf\xbd";
                 l = 1;
@@ -96,7 +96,7 @@ char *utf8_sanitize(const char *s, size_t n) {
     if (!out) return NULL;
     size_t o = 0;
     for (size_t i = 0; i < n;) {
-        int l = u[i] < 0x80 ? 1 : sp_utf8_len(u + i, n - i);
+        int l = u[i] < 0x80 ? 1 : utf8_len(u + i, n - i);
         if (!l) {
             memcpy(out + o, "\xef\xbf\xbd", 3);
             o += 3;

@@ -29,7 +29,7 @@ typedef enum { WT_F32, WT_F16, WT_BF16, WT_Q8_0, WT_Q4_0, WT_Q4_K, WT_Q6_K, WT_Q
 
 static const struct {
     const char *name;
-    sp_type type;      /* the type of the 2D weights (Q4_K_M: the base type) */
+    tensor_type type;      /* the type of the 2D weights (Q4_K_M: the base type) */
     uint32_t ftype;    /* llama.cpp's general.file_type (llama_ftype) */
 } wtypes[] = {
     [WT_F32] = {"f32", SP_TYPE_F32, 0},     [WT_F16] = {"f16", SP_TYPE_F16, 1},
@@ -188,7 +188,7 @@ typedef struct {
 } rng;
 
 static void rng_seed(rng *r, uint64_t seed) {
-    for (int i = 0; i < 4; i++) r->s[i] = sp_splitmix64(&seed);
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
 }
 
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
@@ -266,9 +266,9 @@ static uint64_t name_hash(const char *s) {
 /* The PRNG stream of one row of one tensor. */
 static void rng_for_row(rng *r, uint64_t seed, uint64_t tensor, int64_t row) {
     uint64_t s = seed ^ 0x5eed5eed5eed5eedull;
-    uint64_t a = sp_splitmix64(&s) ^ tensor;
-    uint64_t b = sp_splitmix64(&a) ^ (uint64_t)row;
-    rng_seed(r, sp_splitmix64(&b));
+    uint64_t a = splitmix64(&s) ^ tensor;
+    uint64_t b = splitmix64(&a) ^ (uint64_t)row;
+    rng_seed(r, splitmix64(&b));
 }
 
 /* ---- the tensor plan -------------------------------------------------- */
@@ -278,7 +278,7 @@ typedef enum { K_MATRIX, K_NORM, K_BIAS, K_ROPE_FREQS } kind;
 typedef struct {
     char name[64];
     kind k;
-    sp_type type;
+    tensor_type type;
     int n_dims;
     int64_t ne[2];
     float std; /* matrices and biases: N(0, std); norms: 1 + N(0, std) */
@@ -313,10 +313,10 @@ static bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n
 /* The type for a matrix whose rows have k elements: the wanted one, or a
  * fallback when k is not a multiple of its block size (as llama.cpp does,
  * minus the types we have no quantizer for): Q8_0 if k allows it, else F16. */
-static sp_type matrix_type(const char *name, sp_type want, int64_t k) {
-    const sp_type_traits *tr = sp_type_info(want);
+static tensor_type matrix_type(const char *name, tensor_type want, int64_t k) {
+    const type_traits *tr = type_info(want);
     if (k % tr->blck == 0) return want;
-    sp_type fb = k % SP_QK8_0 == 0 && tr->blck > SP_QK8_0 ? SP_TYPE_Q8_0 : SP_TYPE_F16;
+    tensor_type fb = k % SP_QK8_0 == 0 && tr->blck > SP_QK8_0 ? SP_TYPE_Q8_0 : SP_TYPE_F16;
     /* Say it once per tensor kind, not once per layer. */
     static char said[16][48];
     static int n_said;
@@ -326,7 +326,7 @@ static sp_type matrix_type(const char *name, sp_type want, int64_t k) {
         if (!strcmp(said[i], base)) return fb;
     if (n_said < 16) snprintf(said[n_said++], sizeof said[0], "%s", base);
     fprintf(stderr, "mkmodel: %s: row length %" PRId64 " is not a multiple of %" PRId64 " (%s); using %s\n",
-            base, k, tr->blck, tr->name, sp_type_info(fb)->name);
+            base, k, tr->blck, tr->name, type_info(fb)->name);
     return fb;
 }
 
@@ -334,7 +334,7 @@ static void make_plan(const opts *o, int64_t n_vocab, plan *p) {
     const int64_t E = o->n_embd, F = o->n_ff, hd = o->n_embd / o->n_head;
     const int64_t QD = o->n_head * hd, KD = o->n_head_kv * hd;
     const bool qwen2 = !strcmp(o->arch, "qwen2");
-    const sp_type base = wtypes[o->wt].type;
+    const tensor_type base = wtypes[o->wt].type;
     const bool mix = o->wt == WT_Q4_K_M;
     char nm[64];
     /* Embeddings larger than the other matrices: they are the only input
@@ -348,7 +348,7 @@ static void make_plan(const opts *o, int64_t n_vocab, plan *p) {
     }
     if (o->llama3) plan_add(p, K_ROPE_FREQS, "rope_freqs.weight", hd / 2, 0, 0);
     for (int64_t l = 0; l < o->n_layer; l++) {
-        sp_type v_type = mix && use_more_bits(l, o->n_layer) ? SP_TYPE_Q6_K : base;
+        tensor_type v_type = mix && use_more_bits(l, o->n_layer) ? SP_TYPE_Q6_K : base;
 #define ADD(k, suffix, ne0, ne1, std, ty)                                                  \
         do {                                                                                \
             snprintf(nm, sizeof nm, "blk.%" PRId64 ".%s", l, suffix);                       \
@@ -408,12 +408,12 @@ static void fill_row(const plan_t *t, uint64_t seed, int64_t row, float *x) {
     if (i < n) x[i] = add + std * norm_from_bits((uint32_t)(rng_next(&r) >> 32));
 }
 
-static void convert_row(sp_type type, const float *x, void *dst, int64_t n) {
+static void convert_row(tensor_type type, const float *x, void *dst, int64_t n) {
     switch (type) {
     case SP_TYPE_F32: memcpy(dst, x, (size_t)n * sizeof(float)); break;
-    case SP_TYPE_F16: for (int64_t i = 0; i < n; i++) ((sp_f16 *)dst)[i] = sp_f32_to_f16(x[i]); break;
-    case SP_TYPE_BF16: for (int64_t i = 0; i < n; i++) ((sp_bf16 *)dst)[i] = sp_f32_to_bf16(x[i]); break;
-    default: sp_quantize_row(type, x, dst, n); break;
+    case SP_TYPE_F16: for (int64_t i = 0; i < n; i++) ((f16_t *)dst)[i] = f32_to_f16(x[i]); break;
+    case SP_TYPE_BF16: for (int64_t i = 0; i < n; i++) ((bf16_t *)dst)[i] = f32_to_bf16(x[i]); break;
+    default: quantize_row(type, x, dst, n); break;
     }
 }
 
@@ -451,13 +451,13 @@ static void *worker(void *arg) {
 /* Generates every matrix and appends the data in file order. Chunk c is
  * generated by the worker threads while this thread writes chunk c-1 (two
  * buffers), so the write costs no wall time of its own. */
-static int stream_matrices(sp_gguf_writer *w, const plan *p, const opts *o, char *err, size_t errlen) {
+static int stream_matrices(gguf_writer *w, const plan *p, const opts *o, char *err, size_t errlen) {
     chunk *cs = NULL;
     size_t nc = 0, cap = 0, max_bytes = 0;
     for (int i = 0; i < p->n; i++) {
         const plan_t *t = &p->t[i];
         if (t->k != K_MATRIX) continue;
-        size_t rb = sp_row_size(t->type, t->ne[0]);
+        size_t rb = row_size(t->type, t->ne[0]);
         int64_t per = SP_MAX((int64_t)1, (int64_t)(CHUNK_BYTES / rb));
         for (int64_t r0 = 0; r0 < t->ne[1]; r0 += per) {
             if (nc == cap) {
@@ -487,7 +487,7 @@ static int stream_matrices(sp_gguf_writer *w, const plan *p, const opts *o, char
             }
         }
         if (c > 0)
-            rc = sp_gguf_writer_append(w, buf[(c - 1) & 1], (size_t)cs[c - 1].n_rows * cs[c - 1].row_bytes,
+            rc = gguf_writer_append(w, buf[(c - 1) & 1], (size_t)cs[c - 1].n_rows * cs[c - 1].row_bytes,
                                        err, errlen);
         for (int i = 0; i < used; i++) {
             if (started[i]) pthread_join(tid[i], NULL);
@@ -512,9 +512,9 @@ int main(int argc, char **argv) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         o.threads = (int)SP_MAX(1L, SP_MIN(n, 64L));
     }
-    sp_kernels_init();
+    kernels_init();
     norm_table_init();
-    double t0 = sp_time_s();
+    double t0 = time_s();
     char err[512];
 
     /* Writing onto the vocabulary file would truncate the mapping we read
@@ -524,27 +524,27 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mkmodel: -o %s is the --vocab-from file\n", o.out);
         return 1;
     }
-    sp_gguf *vocab = sp_gguf_open(o.vocab, err, sizeof err);
+    gguf_file *vocab = gguf_open(o.vocab, err, sizeof err);
     if (!vocab) {
         fprintf(stderr, "mkmodel: %s\n", err);
         return 1;
     }
-    sp_gguf_vtype et;
+    gguf_vtype et;
     uint64_t n_vocab = 0;
-    if (!sp_gguf_get_arr(vocab, "tokenizer.ggml.tokens", &et, &n_vocab, NULL) || et != SP_GGUF_STRING ||
+    if (!gguf_get_arr(vocab, "tokenizer.ggml.tokens", &et, &n_vocab, NULL) || et != SP_GGUF_STRING ||
         n_vocab == 0 || n_vocab > INT32_MAX) {
         fprintf(stderr, "mkmodel: %s has no tokenizer.ggml.tokens string array\n", o.vocab);
-        sp_gguf_close(vocab);
+        gguf_close(vocab);
         return 1;
     }
 
     plan p = {0};
     make_plan(&o, (int64_t)n_vocab, &p);
     for (int i = 0; i < p.n; i++) {
-        const sp_type_traits *tr = sp_type_info(p.t[i].type);
+        const type_traits *tr = type_info(p.t[i].type);
         if (!tr || !tr->supported) {
             fprintf(stderr, "mkmodel: this build cannot write %s tensors\n", tr ? tr->name : "unknown");
-            sp_gguf_close(vocab);
+            gguf_close(vocab);
             free(p.t);
             return 1;
         }
@@ -553,59 +553,59 @@ int main(int argc, char **argv) {
     const char *arch = o.arch;
     char key[128], name[128], desc[256];
 #define AK(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
-    sp_gguf_writer *w = sp_gguf_writer_create();
+    gguf_writer *w = gguf_writer_create();
     snprintf(name, sizeof name, "specula-random-%s", arch);
-    sp_gguf_set_str(w, "general.architecture", arch);
-    sp_gguf_set_str(w, "general.name", o.name ? o.name : name);
-    sp_gguf_set_u32(w, AK("context_length"), (uint32_t)o.ctx);
-    sp_gguf_set_u32(w, AK("embedding_length"), (uint32_t)o.n_embd);
-    sp_gguf_set_u32(w, AK("block_count"), (uint32_t)o.n_layer);
-    sp_gguf_set_u32(w, AK("feed_forward_length"), (uint32_t)o.n_ff);
-    sp_gguf_set_u32(w, AK("attention.head_count"), (uint32_t)o.n_head);
-    sp_gguf_set_u32(w, AK("attention.head_count_kv"), (uint32_t)o.n_head_kv);
-    sp_gguf_set_f32(w, AK("rope.freq_base"), o.rope_base);
-    sp_gguf_set_f32(w, AK("attention.layer_norm_rms_epsilon"), o.eps);
-    sp_gguf_set_u32(w, AK("rope.dimension_count"), (uint32_t)(o.n_embd / o.n_head));
-    sp_gguf_set_u32(w, AK("vocab_size"), (uint32_t)n_vocab);
-    sp_gguf_set_u32(w, "general.file_type", wtypes[o.wt].ftype);
-    sp_gguf_set_str(w, "general.license", "MIT");
+    gguf_set_str(w, "general.architecture", arch);
+    gguf_set_str(w, "general.name", o.name ? o.name : name);
+    gguf_set_u32(w, AK("context_length"), (uint32_t)o.ctx);
+    gguf_set_u32(w, AK("embedding_length"), (uint32_t)o.n_embd);
+    gguf_set_u32(w, AK("block_count"), (uint32_t)o.n_layer);
+    gguf_set_u32(w, AK("feed_forward_length"), (uint32_t)o.n_ff);
+    gguf_set_u32(w, AK("attention.head_count"), (uint32_t)o.n_head);
+    gguf_set_u32(w, AK("attention.head_count_kv"), (uint32_t)o.n_head_kv);
+    gguf_set_f32(w, AK("rope.freq_base"), o.rope_base);
+    gguf_set_f32(w, AK("attention.layer_norm_rms_epsilon"), o.eps);
+    gguf_set_u32(w, AK("rope.dimension_count"), (uint32_t)(o.n_embd / o.n_head));
+    gguf_set_u32(w, AK("vocab_size"), (uint32_t)n_vocab);
+    gguf_set_u32(w, "general.file_type", wtypes[o.wt].ftype);
+    gguf_set_str(w, "general.license", "MIT");
     snprintf(desc, sizeof desc,
              "Random weights (seed %" PRIu64 ") generated by Specula's mkmodel for testing; not a trained model.",
              o.seed);
-    sp_gguf_set_str(w, "general.description", desc);
-    if (o.wt != WT_F32 && o.wt != WT_F16 && o.wt != WT_BF16) sp_gguf_set_u32(w, "general.quantization_version", 2);
-    sp_gguf_copy_kv(w, vocab, "tokenizer.");
+    gguf_set_str(w, "general.description", desc);
+    if (o.wt != WT_F32 && o.wt != WT_F16 && o.wt != WT_BF16) gguf_set_u32(w, "general.quantization_version", 2);
+    gguf_copy_kv(w, vocab, "tokenizer.");
 #undef AK
 
     /* Small tensors carry their data; matrices are streamed. */
     uint64_t total = 0;
     for (int i = 0; i < p.n; i++) {
         const plan_t *t = &p.t[i];
-        total += sp_row_size(t->type, t->ne[0]) * (uint64_t)t->ne[1];
+        total += row_size(t->type, t->ne[0]) * (uint64_t)t->ne[1];
         if (t->k == K_MATRIX) {
-            sp_gguf_add_tensor_info(w, t->name, t->type, t->n_dims, t->ne);
+            gguf_add_tensor_info(w, t->name, t->type, t->n_dims, t->ne);
             continue;
         }
         float *x = malloc((size_t)t->ne[0] * sizeof(float));
         if (!x) { fprintf(stderr, "mkmodel: out of memory\n"); return 1; }
         if (t->k == K_ROPE_FREQS) llama3_factors(&o, x, t->ne[0]);
         else fill_row(t, o.seed, 0, x);
-        sp_gguf_add_tensor(w, t->name, SP_TYPE_F32, 1, t->ne, x, (size_t)t->ne[0] * sizeof(float));
+        gguf_add_tensor(w, t->name, SP_TYPE_F32, 1, t->ne, x, (size_t)t->ne[0] * sizeof(float));
         free(x);
     }
 
-    rc = sp_gguf_writer_begin(w, o.out, err, sizeof err);
+    rc = gguf_writer_begin(w, o.out, err, sizeof err);
     if (rc == 0) rc = stream_matrices(w, &p, &o, err, sizeof err);
-    if (rc == 0) rc = sp_gguf_writer_end(w, err, sizeof err);
-    sp_gguf_writer_free(w);
-    sp_gguf_close(vocab);
+    if (rc == 0) rc = gguf_writer_end(w, err, sizeof err);
+    gguf_writer_free(w);
+    gguf_close(vocab);
     if (rc != 0) {
         fprintf(stderr, "mkmodel: %s\n", err);
         free(p.t);
         return 1;
     }
     fprintf(stderr, "mkmodel: wrote %s: %s, %d tensors, %.1f MB of weights, vocab %" PRIu64 ", %.1f s\n", o.out,
-            wtypes[o.wt].name, p.n, (double)total / 1e6, n_vocab, sp_time_s() - t0);
+            wtypes[o.wt].name, p.n, (double)total / 1e6, n_vocab, time_s() - t0);
     free(p.t);
     return 0;
 }

@@ -128,16 +128,16 @@ int main(int argc, char **argv) {
     }
     const sp_vocab *v = sp_model_get_vocab(m);
     const int32_t V = sp_vocab_n_tokens(v);
-    double t0 = sp_time_ms();
+    double t0 = time_ms();
     sp_token_trie *trie = sp_token_trie_create(v, err, sizeof(err));
-    const double trie_ms = sp_time_ms() - t0;
+    const double trie_ms = time_ms() - t0;
     /* compile + first mask of a typical tool schema */
     uint32_t *bits = malloc((size_t)(V + 31) / 32 * 4);
     double comp[20], gbnf_ms[20];
     for (int i = 0; i < 20; i++) {
-        t0 = sp_time_ms();
+        t0 = time_ms();
         char *g = sp_json_schema_to_gbnf(TOOL_SCHEMA, 0, err, sizeof(err));
-        gbnf_ms[i] = sp_time_ms() - t0;
+        gbnf_ms[i] = time_ms() - t0;
         sp_grammar *gr = g ? sp_grammar_compile(g, 0, err, sizeof(err)) : NULL;
         sp_matcher *mt = gr ? sp_matcher_create(gr, trie, err, sizeof(err)) : NULL;
         if (!mt) {
@@ -145,7 +145,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         sp_matcher_mask(mt, bits);
-        comp[i] = sp_time_ms() - t0;
+        comp[i] = time_ms() - t0;
         sp_matcher_free(mt);
         sp_grammar_free(gr);
         free(g);
@@ -188,10 +188,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n_req; i++) {
         sp_matcher *mt = sp_matcher_create(gr, trie, err, sizeof(err));
         for (int32_t j = 0; j < cons.n_out[i]; j++) {
-            t0 = sp_time_ms();
+            t0 = time_ms();
             sp_matcher_mask(mt, bits);
             sp_matcher_accept_token(mt, cons.out[(size_t)i * max_tok + j]);
-            const double dt = sp_time_ms() - t0;
+            const double dt = time_ms() - t0;
             if (i == 0) first_ms += dt, first_n++;
             else mask_ms += dt, masked++;
         }

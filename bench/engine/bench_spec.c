@@ -1002,12 +1002,12 @@ int main(int argc, char **argv) {
         if (!f) die("cannot open the held-out corpus (run tools/train/corpus.py --out DIR)", hp);
         fclose(f);
     }
-    const char *level = sp_kernels_init();
+    const char *level = kernels_init();
     char err[512];
-    double t0 = sp_time_s();
+    double t0 = time_s();
     sp_model *m = sp_model_load(path, sp_model_default_params(), err, sizeof(err));
     if (!m) die("loading the model", err);
-    const double load_s = sp_time_s() - t0;
+    const double load_s = time_s() - t0;
     const sp_model_info *h = sp_model_get_info(m);
     if (h->n_vocab < 64) die("the model's vocabulary is too small", NULL);
     sp_model *draft = NULL;

@@ -29,7 +29,7 @@ void *xcalloc(size_t n, size_t sz) {
     return p;
 }
 
-uint64_t splitmix(uint64_t *s) { return sp_splitmix64(s); }
+uint64_t splitmix(uint64_t *s) { return splitmix64(s); }
 
 uint64_t rng_state = 0x5eed;
 
@@ -75,7 +75,7 @@ static void submit_one(run *r, int i);
 static void on_event(const sp_event *ev, void *user) {
     req *q = user;
     if (ev->n_tokens > 0) {
-        double now = sp_time_s();
+        double now = time_s();
         if (q->n_gen == 0) q->t_first = now;
         q->t_last = now;
         q->n_gen += ev->n_tokens;
@@ -115,7 +115,7 @@ static void submit_one(run *r, int i) {
     rp.on_event = on_event;
     rp.user = &r->q[i];
     char err[256];
-    r->q[i].t_submit = sp_time_s();
+    r->q[i].t_submit = time_s();
     if (sp_engine_submit(r->e, &rp, err, sizeof(err)) < 0) {
         pthread_mutex_lock(&r->mu);
         if (!r->failed) {
@@ -146,13 +146,13 @@ double run_requests(sp_engine *e, const prompt_t *prompts, int n, int conc,
     pthread_mutex_lock(&r.mu);
     r.next = conc;
     pthread_mutex_unlock(&r.mu);
-    double t0 = sp_time_s();
+    double t0 = time_s();
     for (int i = 0; i < conc; i++) submit_one(&r, i);
     pthread_mutex_lock(&r.mu);
     while (r.n_done < n && !r.failed) pthread_cond_wait(&r.cv, &r.mu);
     bool failed = r.failed;
     pthread_mutex_unlock(&r.mu);
-    double wall = sp_time_s() - t0;
+    double wall = time_s() - t0;
     if (failed) die("engine request failed", r.err);
     pthread_cond_destroy(&r.cv);
     pthread_mutex_destroy(&r.mu);

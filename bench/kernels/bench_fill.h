@@ -18,34 +18,34 @@ static inline uint64_t rnd(void) {
 }
 
 /* random but well-formed blocks (quantizing 1e9 values would take minutes) */
-static void fill_weights(sp_type t, uint8_t *w, size_t bytes) {
+static void fill_weights(tensor_type t, uint8_t *w, size_t bytes) {
     for (size_t i = 0; i + 8 <= bytes; i += 8) {
         uint64_t v = rnd();
         memcpy(w + i, &v, 8);
     }
-    const size_t bb = sp_type_info(t)->block_bytes;
+    const size_t bb = type_info(t)->block_bytes;
     for (size_t off = 0; off + bb <= bytes; off += bb) {
-        const sp_f16 d = sp_f32_to_f16(0.001f + (rnd() % 1000) * 1e-6f);
+        const f16_t d = f32_to_f16(0.001f + (rnd() % 1000) * 1e-6f);
         if (t == SP_TYPE_Q8_0) {
-            sp_block_q8_0 *b = (sp_block_q8_0 *)(w + off);
+            block_q8_0 *b = (block_q8_0 *)(w + off);
             b->d = d;
             for (int j = 0; j < 32; j++)
                 if (b->qs[j] == -128) b->qs[j] = -127;
         } else if (t == SP_TYPE_Q4_K) {
-            sp_block_q4_K *b = (sp_block_q4_K *)(w + off);
+            block_q4_K *b = (block_q4_K *)(w + off);
             b->d = d;
             b->dmin = d;
         } else if (t == SP_TYPE_Q6_K) {
-            ((sp_block_q6_K *)(w + off))->d = d;
+            ((block_q6_K *)(w + off))->d = d;
         } else if (t == SP_TYPE_Q4_0) {
-            ((sp_block_q4_0 *)(w + off))->d = d;
+            ((block_q4_0 *)(w + off))->d = d;
         }
     }
     if (t == SP_TYPE_F16 || t == SP_TYPE_BF16) {
         uint16_t *h = (uint16_t *)w;
         for (size_t i = 0; i < bytes / 2; i++)
-            h[i] = t == SP_TYPE_F16 ? sp_f32_to_f16((float)((int)(rnd() % 2001) - 1000) * 1e-5f)
-                                    : sp_f32_to_bf16((float)((int)(rnd() % 2001) - 1000) * 1e-5f);
+            h[i] = t == SP_TYPE_F16 ? f32_to_f16((float)((int)(rnd() % 2001) - 1000) * 1e-5f)
+                                    : f32_to_bf16((float)((int)(rnd() % 2001) - 1000) * 1e-5f);
     }
 }
 

@@ -14,7 +14,7 @@
  *   2. the floor of the tile's instruction stream (floor_avx2.c): its inner
  *      loop alone, in L1, in cycles per 8 rows x 32 weights x token, bare
  *      and with the nibble split the 4-bit format needs;
- *   3. the engine's tile (sp_matmul_packed, Q4_K, AVX2 level): 5 tokens on
+ *   3. the engine's tile (matmul_packed, Q4_K, AVX2 level): 5 tokens on
  *      a 512 x 2048 matrix in cache, one thread, in the same cycles; then 1
  *      token and 5 tokens on a rows x 2048 matrix streamed from memory by
  *      `threads` threads, as decode and verification run it;
@@ -38,14 +38,14 @@
 #define ALIGN64(n) (((n) + 63) / 64 * 64)
 #define K 2048
 
-/* best of reps: seconds per sp_matmul_packed of rows x K, n_tok tokens */
-static double time_tile(sp_pool *pool, const uint8_t *wp, int64_t rows, const float *x, int n_tok, float *y,
+/* best of reps: seconds per matmul_packed of rows x K, n_tok tokens */
+static double time_tile(thread_pool *pool, const uint8_t *wp, int64_t rows, const float *x, int n_tok, float *y,
                         void *scratch, int reps) {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        const double t0 = sp_time_s();
-        sp_matmul_packed(pool, wp, SP_TYPE_Q4_K, rows, K, x, n_tok, y, rows, scratch);
-        const double d = sp_time_s() - t0;
+        const double t0 = time_s();
+        matmul_packed(pool, wp, SP_TYPE_Q4_K, rows, K, x, n_tok, y, rows, scratch);
+        const double d = time_s() - t0;
         if (d < best) best = d;
     }
     return best;
@@ -53,9 +53,9 @@ static double time_tile(sp_pool *pool, const uint8_t *wp, int64_t rows, const fl
 
 /* the matrix packed as the engine packs it at load; NULL on failure */
 static uint8_t *packed_q4_K(int64_t rows) {
-    const sp_type_traits *ti = sp_type_info(SP_TYPE_Q4_K);
+    const type_traits *ti = type_info(SP_TYPE_Q4_K);
     const size_t bytes = (size_t)(rows * K / ti->blck) * ti->block_bytes;
-    const size_t pbytes = sp_matmul_packed_size(SP_TYPE_Q4_K, rows, K);
+    const size_t pbytes = matmul_packed_size(SP_TYPE_Q4_K, rows, K);
     uint8_t *w = aligned_alloc(64, ALIGN64(bytes));
     uint8_t *wp = pbytes ? aligned_alloc(64, ALIGN64(pbytes)) : NULL;
     if (!w || !wp) {
@@ -64,7 +64,7 @@ static uint8_t *packed_q4_K(int64_t rows) {
         return NULL;
     }
     fill_weights(SP_TYPE_Q4_K, w, bytes);
-    sp_matmul_pack(SP_TYPE_Q4_K, w, rows, K, wp);
+    matmul_pack(SP_TYPE_Q4_K, w, rows, K, wp);
     free(w);
     return wp;
 }
@@ -81,20 +81,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "floorbench: this CPU has no AVX2 and FMA: nothing to measure\n");
         return 1;
     }
-    sp_kernels_init();
-    if (sp_kernels_force("avx2")) {
+    kernels_init();
+    if (kernels_force("avx2")) {
         fprintf(stderr, "floorbench: the AVX2 level is not available\n");
         return 1;
     }
-    if (sp_matmul_packed_size(SP_TYPE_Q4_K, 512, K) == 0) {
+    if (matmul_packed_size(SP_TYPE_Q4_K, 512, K) == 0) {
         fprintf(stderr, "floorbench: the AVX2 level packs no Q4_K\n");
         return 1;
     }
     const int NT = FLOOR_NT;
     float *x = malloc(sizeof(float) * K * NT), *y = malloc(sizeof(float) * (size_t)rows * NT);
-    void *scratch = aligned_alloc(64, ALIGN64(sp_matmul_scratch_size(SP_TYPE_Q4_K, K, NT) + 64));
+    void *scratch = aligned_alloc(64, ALIGN64(matmul_scratch_size(SP_TYPE_Q4_K, K, NT) + 64));
     uint8_t *small = packed_q4_K(512), *big = packed_q4_K(rows);
-    sp_pool *pool = nth > 1 ? sp_pool_create(nth) : NULL;
+    thread_pool *pool = nth > 1 ? pool_create(nth) : NULL;
     if (!x || !y || !scratch || !small || !big || (nth > 1 && !pool)) {
         fprintf(stderr, "floorbench: out of memory\n");
         return 1;
@@ -108,7 +108,7 @@ int main(int argc, char **argv) {
     /* from memory, nth threads */
     const double t1 = time_tile(pool, big, rows, x, 1, y, scratch, 20);
     const double t5 = time_tile(pool, big, rows, x, NT, y, scratch, 20);
-    const double gb = (double)sp_matmul_packed_size(SP_TYPE_Q4_K, rows, K) / 1e9;
+    const double gb = (double)matmul_packed_size(SP_TYPE_Q4_K, rows, K) / 1e9;
 
     printf("| AVX2 level, packed Q4_K, %d tokens | cycles per 8 rows x 32 weights x token |\n|---|---|\n", NT);
     printf("| core clock (dependent vpaddd chain) | %.2f GHz |\n", ghz);
@@ -126,7 +126,7 @@ int main(int argc, char **argv) {
     printf("{\"ghz\": %.3f, \"floor_bare\": %.3f, \"floor_split\": %.3f, \"tile\": %.3f, \"t1_ms\": %.3f, "
            "\"t5_ms\": %.3f, \"ratio\": %.3f, \"threads\": %d, \"rows\": %lld}\n",
            ghz, bare, split, tile, t1 * 1e3, t5 * 1e3, t5 / t1, nth, (long long)rows);
-    sp_pool_free(pool);
+    pool_free(pool);
     free(small);
     free(big);
     free(x);

@@ -8,7 +8,7 @@
  * every figure is the best, or a median, of several runs):
  *   - memory read bandwidth: `threads` threads streaming 1 GiB with AVX-512
  *     loads (also re-measured between the decode passes);
- *   - pool dispatch: cost of an empty sp_pool_run;
+ *   - pool dispatch: cost of an empty pool_run;
  *   - decode matvec (n_tok = 1) over a TinyLlama-1.1B-shaped weight set
  *     (22 layers of wq, wk, wv, wo, gate, up, down + output; ~1.1 GB in Q8_0,
  *     0.58 GB in Q4_K): GB/s of weights and % of the best bandwidth;
@@ -68,10 +68,10 @@ __attribute__((target("avx2"))) static void bw_fn(void *arg, int ith, int nth) {
     atomic_fetch_add(&j->sink, v[0] + v[1] + v[2] + v[3]);
 }
 
-static double measure_bw(sp_pool *pool, bw_job *bj) {
-    const double t0 = sp_time_s();
-    sp_pool_run(pool, bw_fn, bj);
-    return (double)bj->bytes / (sp_time_s() - t0) / 1e9;
+static double measure_bw(thread_pool *pool, bw_job *bj) {
+    const double t0 = time_s();
+    pool_run(pool, bw_fn, bj);
+    return (double)bj->bytes / (time_s() - t0) / 1e9;
 }
 
 static void empty_fn(void *arg, int ith, int nth) { (void)arg; (void)ith; (void)nth; }
@@ -79,23 +79,23 @@ static void empty_fn(void *arg, int ith, int nth) { (void)arg; (void)ith; (void)
 /* ---- weight sets -------------------------------------------------------- */
 
 typedef struct {
-    sp_type t;
+    tensor_type t;
     uint8_t *w[N_LAYERS][N_MAT];
     uint8_t *out;
     size_t layer_bytes, out_bytes;
 } model;
 
-static void model_init(model *m, sp_type t) {
+static void model_init(model *m, tensor_type t) {
     m->t = t;
     m->layer_bytes = 0;
-    for (int i = 0; i < N_MAT; i++) m->layer_bytes += sp_row_size(t, LAYER[i].k) * (size_t)LAYER[i].n_rows;
+    for (int i = 0; i < N_MAT; i++) m->layer_bytes += row_size(t, LAYER[i].k) * (size_t)LAYER[i].n_rows;
     for (int l = 0; l < N_LAYERS; l++)
         for (int i = 0; i < N_MAT; i++) {
-            const size_t b = sp_row_size(t, LAYER[i].k) * (size_t)LAYER[i].n_rows;
+            const size_t b = row_size(t, LAYER[i].k) * (size_t)LAYER[i].n_rows;
             m->w[l][i] = aligned_alloc(64, SP_ALIGN_UP(b, 64));
             fill_weights(t, m->w[l][i], b);
         }
-    m->out_bytes = sp_row_size(t, N_EMBD) * (size_t)N_VOCAB;
+    m->out_bytes = row_size(t, N_EMBD) * (size_t)N_VOCAB;
     m->out = aligned_alloc(64, m->out_bytes);
     fill_weights(t, m->out, m->out_bytes);
 }
@@ -107,14 +107,14 @@ static void model_free(model *m) {
 }
 
 /* one pass over all layers for n_tok tokens (+ the output matrix for 1 token) */
-static double model_pass(model *m, sp_pool *pool, int64_t n_tok, int with_output, float *x, float *y,
+static double model_pass(model *m, thread_pool *pool, int64_t n_tok, int with_output, float *x, float *y,
                          void *scratch) {
-    const double t0 = sp_time_s();
+    const double t0 = time_s();
     for (int l = 0; l < N_LAYERS; l++)
         for (int i = 0; i < N_MAT; i++)
-            sp_matmul(pool, m->w[l][i], m->t, LAYER[i].n_rows, LAYER[i].k, x, n_tok, y, LAYER[i].n_rows, scratch);
-    if (with_output) sp_matmul(pool, m->out, m->t, N_VOCAB, N_EMBD, x, 1, y, N_VOCAB, scratch);
-    return sp_time_s() - t0;
+            matmul(pool, m->w[l][i], m->t, LAYER[i].n_rows, LAYER[i].k, x, n_tok, y, LAYER[i].n_rows, scratch);
+    if (with_output) matmul(pool, m->out, m->t, N_VOCAB, N_EMBD, x, 1, y, N_VOCAB, scratch);
+    return time_s() - t0;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -122,7 +122,7 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static double best_pass(model *m, sp_pool *pool, int64_t n_tok, int with_output, int reps, float *x, float *y,
+static double best_pass(model *m, thread_pool *pool, int64_t n_tok, int with_output, int reps, float *x, float *y,
                         void *scratch) {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
@@ -136,8 +136,8 @@ int main(int argc, char **argv) {
     const int nth = argc > 1 ? atoi(argv[1]) : 2;
     const int reps = argc > 2 ? atoi(argv[2]) : 5;
     const char *only = argc > 3 ? argv[3] : NULL; /* "q8_0", "q4_K", ... */
-    printf("kernels: %s, threads: %d, best of %d\n", sp_kernels_init(), nth, reps);
-    sp_pool *pool = sp_pool_create(nth);
+    printf("kernels: %s, threads: %d, best of %d\n", kernels_init(), nth, reps);
+    thread_pool *pool = pool_create(nth);
     if (!pool) return 1;
 
     /* bandwidth (measured again between the decode passes below: the host's
@@ -151,29 +151,29 @@ int main(int argc, char **argv) {
     printf("read bandwidth: %.2f GB/s\n", bw);
 
     /* dispatch latency */
-    for (int r = 0; r < 1000; r++) sp_pool_run(pool, empty_fn, NULL);
+    for (int r = 0; r < 1000; r++) pool_run(pool, empty_fn, NULL);
     double best_run = 1e30;
     for (int r = 0; r < 5; r++) {
-        const double t0 = sp_time_s();
-        for (int i = 0; i < 20000; i++) sp_pool_run(pool, empty_fn, NULL);
-        best_run = fmin(best_run, (sp_time_s() - t0) / 20000);
+        const double t0 = time_s();
+        for (int i = 0; i < 20000; i++) pool_run(pool, empty_fn, NULL);
+        best_run = fmin(best_run, (time_s() - t0) / 20000);
     }
-    printf("empty sp_pool_run: %.2f us\n", best_run * 1e6);
+    printf("empty pool_run: %.2f us\n", best_run * 1e6);
 
     const int64_t max_tok = 128;
     float *x = malloc(sizeof(float) * max_tok * N_FF);
     for (int64_t i = 0; i < max_tok * N_FF; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
     float *y = malloc(sizeof(float) * max_tok * N_VOCAB);
-    const sp_type types[] = {SP_TYPE_Q8_0, SP_TYPE_Q4_K, SP_TYPE_Q6_K, SP_TYPE_Q4_0, SP_TYPE_F16};
+    const tensor_type types[] = {SP_TYPE_Q8_0, SP_TYPE_Q4_K, SP_TYPE_Q6_K, SP_TYPE_Q4_0, SP_TYPE_F16};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        if (only ? strcmp(only, sp_type_info(types[ti])->name) != 0 : ti >= 2) continue;
+        if (only ? strcmp(only, type_info(types[ti])->name) != 0 : ti >= 2) continue;
         model m;
         model_init(&m, types[ti]);
         size_t ss = 0;
-        for (int i = 0; i < N_MAT; i++) ss = SP_MAX(ss, sp_matmul_scratch_size(m.t, LAYER[i].k, max_tok));
+        for (int i = 0; i < N_MAT; i++) ss = SP_MAX(ss, matmul_scratch_size(m.t, LAYER[i].k, max_tok));
         void *scratch = aligned_alloc(64, SP_ALIGN_UP(ss, 64));
         const double total = (double)(m.layer_bytes * N_LAYERS + m.out_bytes);
-        printf("\n== %s: %.3f GB of weights (%.3f GB layers + %.3f GB output)\n", sp_type_info(m.t)->name,
+        printf("\n== %s: %.3f GB of weights (%.3f GB layers + %.3f GB output)\n", type_info(m.t)->name,
                total / 1e9, m.layer_bytes * N_LAYERS / 1e9, m.out_bytes / 1e9);
         /* decode passes alternating with bandwidth runs */
         double t1 = 1e30, bw2 = 0, best_ratio = 0;
@@ -215,6 +215,6 @@ int main(int argc, char **argv) {
     free(x);
     free(y);
     free(buf);
-    sp_pool_free(pool);
+    pool_free(pool);
     return 0;
 }

@@ -26,7 +26,7 @@ static uint64_t rng(uint64_t *s) {
     return *s;
 }
 
-static void make_block(int i, size_t bb, int32_t bs, sp_block_hash *h, int32_t *tok, uint8_t *kv) {
+static void make_block(int i, size_t bb, int32_t bs, block_digest *h, int32_t *tok, uint8_t *kv) {
     uint64_t s = 99 + (uint64_t)i * 0x9E3779B97F4A7C15ull;
     for (int j = 0; j < 32; j++) h->b[j] = (uint8_t)rng(&s);
     for (int j = 0; j < bs; j++) tok[j] = (int32_t)(rng(&s) % 32000);
@@ -54,10 +54,10 @@ static int lmdb_run(const char *dir, size_t bb, int32_t bs, int n, double *w_ms,
     if (mdb_env_create(&env) || mdb_env_set_mapsize(env, (size_t)8 << 30) ||
         mdb_env_open(env, dir, 0, 0600))
         return -1;
-    sp_block_hash h;
+    block_digest h;
     int32_t tok[4096];
     uint8_t *kv = malloc(bb), *row = malloc(bb + 4 * (size_t)bs);
-    double t0 = sp_time_ms();
+    double t0 = time_ms();
     for (int i = 0; i < n; i++) {
         make_block(i, bb, bs, &h, tok, kv);
         memcpy(row, tok, 4 * (size_t)bs);
@@ -69,23 +69,23 @@ static int lmdb_run(const char *dir, size_t bb, int32_t bs, int n, double *w_ms,
         MDB_val k = {32, h.b}, v = {bb + 4 * (size_t)bs, row};
         if (mdb_put(txn, dbi, &k, &v, 0) || mdb_txn_commit(txn)) return -1;
     }
-    *w_ms = (sp_time_ms() - t0) / n;
+    *w_ms = (time_ms() - t0) / n;
     double *lat = malloc(sizeof(double) * (size_t)n);
     uint8_t *out = malloc(bb);
     for (int i = 0; i < n; i++) {
         make_block(i, bb, bs, &h, tok, kv);
-        double t = sp_time_ms();
+        double t = time_ms();
         mdb_txn_begin(env, NULL, MDB_RDONLY, &txn);
         MDB_val k = {32, h.b}, v;
         int rc = mdb_get(txn, dbi, &k, &v);
         /* the same checks the tier does: tokens, then a checksum pass */
         if (!rc && v.mv_size == bb + 4 * (size_t)bs && !memcmp(v.mv_data, tok, 4 * (size_t)bs)) {
-            volatile uint64_t sum = sp_disk_sum(1, (const uint8_t *)v.mv_data + 4 * bs, bb);
+            volatile uint64_t sum = disk_sum(1, (const uint8_t *)v.mv_data + 4 * bs, bb);
             (void)sum;
             memcpy(out, (const uint8_t *)v.mv_data + 4 * bs, bb);
         }
         mdb_txn_abort(txn);
-        lat[i] = sp_time_ms() - t;
+        lat[i] = time_ms() - t;
     }
     *r_ms = median(lat, n);
     mdb_env_close(env);
@@ -98,7 +98,7 @@ static int lmdb_run(const char *dir, size_t bb, int32_t bs, int n, double *w_ms,
 
 static int sqlite_run(const char *dir, int32_t nl, int32_t kvd, int32_t bs, int n, double *w_ms,
                       double *r_ms, double *open_ms) {
-    sp_disk_tier_params p = {0};
+    disk_tier_params p = {0};
     char err[512];
     p.dir = dir;
     p.max_bytes = (uint64_t)8 << 30;
@@ -107,36 +107,36 @@ static int sqlite_run(const char *dir, int32_t nl, int32_t kvd, int32_t bs, int 
     p.n_layer = nl;
     p.kv_dim = kvd;
     p.queue_blocks = 64;
-    sp_disk_tier *t = sp_disk_tier_open(&p, err, sizeof(err));
+    disk_tier *t = disk_tier_open(&p, err, sizeof(err));
     if (!t) {
         fprintf(stderr, "%s\n", err);
         return -1;
     }
-    size_t bb = sp_disk_tier_block_bytes(t);
-    sp_block_hash h;
+    size_t bb = disk_tier_block_bytes(t);
+    block_digest h;
     int32_t tok[4096];
     uint8_t *kv = malloc(bb);
-    double t0 = sp_time_ms();
+    double t0 = time_ms();
     for (int i = 0; i < n; i++) {
         make_block(i, bb, bs, &h, tok, kv);
-        while (sp_disk_tier_put(t, &h, tok, kv) == 2) usleep(100); /* queue full: wait here */
+        while (disk_tier_put(t, &h, tok, kv) == 2) usleep(100); /* queue full: wait here */
     }
-    sp_disk_tier_sync(t);
-    *w_ms = (sp_time_ms() - t0) / n;
-    sp_disk_tier_close(t);
-    t0 = sp_time_ms();
-    t = sp_disk_tier_open(&p, err, sizeof(err)); /* the open's quick_check is the cost */
-    *open_ms = sp_time_ms() - t0;
+    disk_tier_sync(t);
+    *w_ms = (time_ms() - t0) / n;
+    disk_tier_close(t);
+    t0 = time_ms();
+    t = disk_tier_open(&p, err, sizeof(err)); /* the open's quick_check is the cost */
+    *open_ms = time_ms() - t0;
     double *lat = malloc(sizeof(double) * (size_t)n);
     for (int i = 0; i < n; i++) {
         make_block(i, bb, bs, &h, tok, kv);
-        double t1 = sp_time_ms();
-        int rc = sp_disk_tier_get(t, &h, tok, kv);
-        lat[i] = sp_time_ms() - t1;
+        double t1 = time_ms();
+        int rc = disk_tier_get(t, &h, tok, kv);
+        lat[i] = time_ms() - t1;
         if (rc) fprintf(stderr, "sqlite: block %d: %d\n", i, rc);
     }
     *r_ms = median(lat, n);
-    sp_disk_tier_close(t);
+    disk_tier_close(t);
     free(kv);
     free(lat);
     return 0;
@@ -171,7 +171,7 @@ static void lmdb_damage(const char *file, const char *dir, size_t bb, int32_t bs
             if (mdb_env_create(&env) || mdb_env_set_mapsize(env, (size_t)8 << 30) ||
                 mdb_env_open(env, dir, MDB_RDONLY, 0600))
                 _exit(3);
-            sp_block_hash h;
+            block_digest h;
             int32_t tok[4096];
             uint8_t *kv = malloc(bb);
             int bad = 0;
@@ -207,7 +207,7 @@ int main(int argc, char **argv) {
     const char *dir = argv[1];
     int32_t nl = atoi(argv[2]), kvd = atoi(argv[3]), bs = atoi(argv[4]);
     int n = atoi(argv[5]);
-    size_t bb = sp_kv_paged_block_bytes(SP_TYPE_F16, nl, kvd, bs);
+    size_t bb = kv_paged_block_bytes(SP_TYPE_F16, nl, kvd, bs);
     char d1[1024], d2[1024], f[1100];
     snprintf(d1, sizeof(d1), "%s/sqlite", dir);
     snprintf(d2, sizeof(d2), "%s/lmdb", dir);
@@ -232,7 +232,7 @@ int main(int argc, char **argv) {
     memset(junk, 0x5A, sizeof(junk));
     if (fd < 0 || pwrite(fd, junk, sizeof(junk), 0) < 0) return 1;
     close(fd);
-    sp_disk_tier_params p = {0};
+    disk_tier_params p = {0};
     char err[512];
     p.dir = d1;
     p.kv_type = SP_TYPE_F16;
@@ -240,11 +240,11 @@ int main(int argc, char **argv) {
     p.n_layer = nl;
     p.kv_dim = kvd;
     p.quiet = true;
-    sp_disk_tier *t = sp_disk_tier_open(&p, err, sizeof(err));
-    sp_disk_tier_stats st = {0};
-    if (t) sp_disk_tier_get_stats(t, &st);
+    disk_tier *t = disk_tier_open(&p, err, sizeof(err));
+    disk_tier_stats st = {0};
+    if (t) disk_tier_get_stats(t, &st);
     printf(", \"sqlite_damaged\": \"%s\"}\n",
            !t ? "open failed" : st.set_aside ? "detected at open, set aside" : "opened");
-    sp_disk_tier_close(t);
+    disk_tier_close(t);
     return 0;
 }

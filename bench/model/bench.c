@@ -44,11 +44,11 @@ static void bw_worker(void *arg, int ith, int nth) {
 #define BW_BYTES (1ull << 30)
 
 /* GB/s (1e9 bytes) of one read of a 1 GiB buffer with every pool thread. */
-static double measure_bandwidth(sp_pool *pool, const float *buf) {
+static double measure_bandwidth(thread_pool *pool, const float *buf) {
     bw_task t = {buf, BW_BYTES / sizeof(float), {0}};
-    double t0 = sp_time_s();
-    sp_pool_run(pool, bw_worker, &t);
-    return BW_BYTES / (sp_time_s() - t0) / 1e9;
+    double t0 = time_s();
+    pool_run(pool, bw_worker, &t);
+    return BW_BYTES / (time_s() - t0) / 1e9;
 }
 
 /* CPU seconds of every thread of this process so far. */
@@ -67,12 +67,12 @@ static double decode_once(sp_context *c, const sp_token *toks, int n, int pos0, 
     }
     sp_batch b = {n, toks, pos, seq, want};
     char err[256];
-    double t0 = sp_time_s();
+    double t0 = time_s();
     if (sp_decode(c, &b, err, sizeof(err))) {
         fprintf(stderr, "bench: %s\n", err);
         exit(1);
     }
-    return sp_time_s() - t0;
+    return time_s() - t0;
 }
 
 /* --pp-tg: see the top of the file. tg starts at position 0 like
@@ -126,15 +126,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench: bad arguments\n");
         return 2;
     }
-    const char *level = sp_kernels_init();
+    const char *level = kernels_init();
     char err[512];
-    double t0 = sp_time_s();
+    double t0 = time_s();
     sp_model *m = sp_model_load(path, sp_model_default_params(), err, sizeof(err));
     if (!m) {
         fprintf(stderr, "bench: %s\n", err);
         return 1;
     }
-    double load_s = sp_time_s() - t0;
+    double load_s = time_s() - t0;
     const sp_model_info *h = sp_model_get_info(m);
     sp_context_params cp = sp_context_default_params();
     cp.n_threads = threads;
@@ -159,7 +159,7 @@ int main(int argc, char **argv) {
         sp_model_free(m);
         return 0;
     }
-    sp_pool *pool = sp_pool_create(threads);
+    thread_pool *pool = pool_create(threads);
     float *bw_buf = aligned_alloc(64, BW_BYTES);
     if (!pool || !bw_buf) {
         fprintf(stderr, "bench: out of memory\n");
@@ -216,7 +216,7 @@ int main(int argc, char **argv) {
     const int med = order[ROUNDS / 2];
     const double best_frac = frac[order[ROUNDS - 1]];
     free(bw_buf);
-    sp_pool_free(pool);
+    pool_free(pool);
     /* verification of k tokens in one pass vs one token, at the same place.
      * The k values take turns in each round, so a disturbance on the shared
      * machine hits them alike; the best of the rounds is reported. */

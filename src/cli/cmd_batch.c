@@ -280,7 +280,7 @@ int cmd_batch(int argc, char **argv) {
             i++;
             if (!strcmp(a, "-m")) model = v, model_given = true;
             else if (!strcmp(a, "-f")) file = v;
-            else if (!sp_parse_long(v, 1, 4096, &conc)) {
+            else if (!parse_long(v, 1, 4096, &conc)) {
                 fprintf(stderr, "specula batch: invalid value '%s' for --concurrency\n", v);
                 return 2;
             }
@@ -348,7 +348,7 @@ int cmd_batch(int argc, char **argv) {
     args = calloc((size_t)n + 1, sizeof(cb_arg));
     if (!args) goto done;
     int32_t next_submit = 0, next_print = 0;
-    const double t_start = sp_time_ms(), cpu_start = cpu_ms();
+    const double t_start = time_ms(), cpu_start = cpu_ms();
     pthread_mutex_lock(&sh.mu);
     while (next_print < n) {
         while (next_submit < n && sh.in_flight < conc) {
@@ -382,7 +382,7 @@ int cmd_batch(int argc, char **argv) {
             pthread_cond_wait(&sh.cv, &sh.mu);
     }
     pthread_mutex_unlock(&sh.mu);
-    if (stats) print_stats(e, sp_time_ms() - t_start, cpu_ms() - cpu_start);
+    if (stats) print_stats(e, time_ms() - t_start, cpu_ms() - cpu_start);
     rc = 0;
     for (int32_t i = 0; i < n; i++)
         if (jobs[i].st.finish == SP_FINISH_ERROR) rc = 1;

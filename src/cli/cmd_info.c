@@ -19,7 +19,7 @@ int cmd_info(int argc, char **argv) {
         } else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
             model = argv[++i];
         } else if (!strcmp(argv[i], "-c") && i + 1 < argc) {
-            if (!sp_parse_long(argv[++i], 1, 1 << 24, &n_ctx)) {
+            if (!parse_long(argv[++i], 1, 1 << 24, &n_ctx)) {
                 fprintf(stderr, "specula info: invalid context size '%s'\n", argv[i]);
                 return 2;
             }

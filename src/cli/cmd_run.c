@@ -90,20 +90,20 @@ static int parse(int argc, char **argv, run_opts *o) {
         } else if (!strcmp(a, "-m")) { NEEDV(); o->model = v; model_given = true; }
         else if (!strcmp(a, "-p")) { NEEDV(); o->prompt = v; }
         else if (!strcmp(a, "-f")) { NEEDV(); o->file = v; }
-        else if (!strcmp(a, "-n")) { NEEDV(); if (!sp_parse_long(v, 1, 1 << 20, &o->n)) BAD(); }
-        else if (!strcmp(a, "--logprobs")) { NEEDV(); if (!sp_parse_long(v, 0, 20, &o->logprobs)) BAD(); }
+        else if (!strcmp(a, "-n")) { NEEDV(); if (!parse_long(v, 1, 1 << 20, &o->n)) BAD(); }
+        else if (!strcmp(a, "--logprobs")) { NEEDV(); if (!parse_long(v, 0, 20, &o->logprobs)) BAD(); }
         else if (!strcmp(a, "--stop")) {
             NEEDV();
             if (o->n_stop == 16 || !*v) BAD();
             o->stop[o->n_stop++] = v;
         }
-        else if (!strcmp(a, "--temp")) { NEEDV(); if (!sp_parse_double(v, &d)) BAD(); o->sp.temperature = (float)d; }
-        else if (!strcmp(a, "--top-k")) { NEEDV(); if (!sp_parse_long(v, 0, 1 << 30, &l)) BAD(); o->sp.top_k = (int32_t)l; }
-        else if (!strcmp(a, "--top-p")) { NEEDV(); if (!sp_parse_double(v, &d)) BAD(); o->sp.top_p = (float)d; }
-        else if (!strcmp(a, "--min-p")) { NEEDV(); if (!sp_parse_double(v, &d)) BAD(); o->sp.min_p = (float)d; }
-        else if (!strcmp(a, "--repeat-penalty")) { NEEDV(); if (!sp_parse_double(v, &d)) BAD(); o->sp.repeat_penalty = (float)d; }
-        else if (!strcmp(a, "--frequency-penalty")) { NEEDV(); if (!sp_parse_double(v, &d)) BAD(); o->sp.frequency_penalty = (float)d; }
-        else if (!strcmp(a, "--presence-penalty")) { NEEDV(); if (!sp_parse_double(v, &d)) BAD(); o->sp.presence_penalty = (float)d; }
+        else if (!strcmp(a, "--temp")) { NEEDV(); if (!parse_double(v, &d)) BAD(); o->sp.temperature = (float)d; }
+        else if (!strcmp(a, "--top-k")) { NEEDV(); if (!parse_long(v, 0, 1 << 30, &l)) BAD(); o->sp.top_k = (int32_t)l; }
+        else if (!strcmp(a, "--top-p")) { NEEDV(); if (!parse_double(v, &d)) BAD(); o->sp.top_p = (float)d; }
+        else if (!strcmp(a, "--min-p")) { NEEDV(); if (!parse_double(v, &d)) BAD(); o->sp.min_p = (float)d; }
+        else if (!strcmp(a, "--repeat-penalty")) { NEEDV(); if (!parse_double(v, &d)) BAD(); o->sp.repeat_penalty = (float)d; }
+        else if (!strcmp(a, "--frequency-penalty")) { NEEDV(); if (!parse_double(v, &d)) BAD(); o->sp.frequency_penalty = (float)d; }
+        else if (!strcmp(a, "--presence-penalty")) { NEEDV(); if (!parse_double(v, &d)) BAD(); o->sp.presence_penalty = (float)d; }
         else if (!strcmp(a, "--seed")) { NEEDV(); char *e; o->sp.seed = strtoull(v, &e, 10); if (*e || !*v) BAD(); }
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else if (!strcmp(a, "--chat")) o->chat = true;
@@ -259,13 +259,13 @@ int cmd_run(int argc, char **argv) {
         memcpy(text, o.prompt, text_len + 1);
     }
 
-    double t0 = sp_time_s();
+    double t0 = time_s();
     m = sp_model_load(o.model, sp_model_default_params(), err, sizeof(err));
     if (!m) {
         fprintf(stderr, "specula: %s\n", err);
         goto done;
     }
-    const double load_ms = (sp_time_s() - t0) * 1e3;
+    const double load_ms = (time_s() - t0) * 1e3;
     const sp_vocab *vocab = sp_model_get_vocab(m);
 
     int n_prompt = sp_tokenize(vocab, text, text_len, NULL, 0, true, true);

@@ -142,23 +142,23 @@ static void serve_info(char *out, size_t cap, const char *model, const cli_engin
 
 /* Serves until SIGINT or SIGTERM (blocked in sigs), then refuses new
  * requests and lets those in flight finish for up to drain_s seconds (a
- * second signal ends the wait); the caller's sp_server_stop cancels the rest. */
-static void wait_and_drain(sp_server *s, const sigset_t *sigs, long drain_s) {
+ * second signal ends the wait); the caller's server_stop cancels the rest. */
+static void wait_and_drain(http_server *s, const sigset_t *sigs, long drain_s) {
     int sig = 0;
     sigwait(sigs, &sig);
-    sp_server_drain(s);
-    int64_t n = sp_server_in_flight(s);
+    server_drain(s);
+    int64_t n = server_in_flight(s);
     fprintf(stderr, "specula serve: signal %d, stopping (%lld request(s) in flight, up to %ld s "
             "to finish)\n", sig, (long long)n, drain_s);
     fflush(stderr);
     struct timespec t0, t1, slice = {0, 50 * 1000000L};
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (sp_server_in_flight(s) > 0) {
+    while (server_in_flight(s) > 0) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
         if ((t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9 >= (double)drain_s) break;
         if (sigtimedwait(sigs, NULL, &slice) > 0) break; /* a second signal: now */
     }
-    n = sp_server_in_flight(s);
+    n = server_in_flight(s);
     if (n) fprintf(stderr, "specula serve: cancelling %lld request(s)\n", (long long)n);
 }
 
@@ -169,7 +169,7 @@ static bool key_file_read;
 /* Adds the keys of --api-key-file FILE (one a line; blank lines and a
  * trailing CR skipped) to keys. FILE must be private to its owner: a key
  * file that others can read is a key they have. False after saying why. */
-static bool read_key_file(const char *path, const char **keys, sp_server_opts *o) {
+static bool read_key_file(const char *path, const char **keys, server_opts *o) {
     if (key_file_read) {
         fprintf(stderr, "specula serve: --api-key-file is given twice\n");
         return false;
@@ -217,7 +217,7 @@ static bool read_key_file(const char *path, const char **keys, sp_server_opts *o
  * ce and *drain_s, and checks it. -1 to go on; otherwise the exit code (0
  * after --help, 2 for a bad command line, said on stderr). */
 static int parse_serve(int argc, char **argv, const char **model, const char **keys,
-                       sp_server_opts *o, cli_engine *ce, long *drain_s) {
+                       server_opts *o, cli_engine *ce, long *drain_s) {
     long l;
     bool model_given = false;
     for (int i = 1; i < argc; i++) {
@@ -269,7 +269,7 @@ static int parse_serve(int argc, char **argv, const char **model, const char **k
         bool ok = true;
         if (!strcmp(a, "-m")) *model = v, model_given = true;
         else if (!strcmp(a, "--host")) o->host = v;
-        else if (!strcmp(a, "--port")) ok = sp_parse_long(v, 0, 65535, &l), o->port = (int)l;
+        else if (!strcmp(a, "--port")) ok = parse_long(v, 0, 65535, &l), o->port = (int)l;
         else if (!strcmp(a, "--api-key")) {
             ok = *v && o->n_api_keys < MAX_KEYS;
             if (ok) keys[o->n_api_keys++] = v;
@@ -277,15 +277,15 @@ static int parse_serve(int argc, char **argv, const char **model, const char **k
             if (!read_key_file(v, keys, o)) return 2;
         } else if (!strcmp(a, "--served-model-name")) ok = *v, o->served_name = v;
         else if (!strcmp(a, "--chat-template")) o->chat_template = v;
-        else if (!strcmp(a, "--max-queue")) ok = sp_parse_long(v, 1, 1 << 20, &l), o->max_queue = (int)l;
+        else if (!strcmp(a, "--max-queue")) ok = parse_long(v, 1, 1 << 20, &l), o->max_queue = (int)l;
         else if (!strcmp(a, "--max-body")) ok = parse_bytes(v, &o->max_body);
-        else if (!strcmp(a, "--drain-timeout")) ok = sp_parse_long(v, 0, 3600, drain_s);
+        else if (!strcmp(a, "--drain-timeout")) ok = parse_long(v, 0, 3600, drain_s);
         else if (!strcmp(a, "--max-body-total")) ok = parse_bytes(v, &o->max_body_total);
-        else if (!strcmp(a, "--max-conns")) ok = sp_parse_long(v, 1, 1 << 20, &l), o->max_conns = (int)l;
+        else if (!strcmp(a, "--max-conns")) ok = parse_long(v, 1, 1 << 20, &l), o->max_conns = (int)l;
         else if (!strcmp(a, "--max-conns-per-ip"))
-            ok = sp_parse_long(v, 1, 1 << 20, &l), o->max_conns_per_ip = (int)l;
-        else if (!strcmp(a, "--recv-timeout")) ok = sp_parse_long(v, 1, 3600, &l), o->recv_timeout_s = (int)l;
-        else if (!strcmp(a, "--http-threads")) ok = sp_parse_long(v, 1, 64, &l), o->http_threads = (int)l;
+            ok = parse_long(v, 1, 1 << 20, &l), o->max_conns_per_ip = (int)l;
+        else if (!strcmp(a, "--recv-timeout")) ok = parse_long(v, 1, 3600, &l), o->recv_timeout_s = (int)l;
+        else if (!strcmp(a, "--http-threads")) ok = parse_long(v, 1, 64, &l), o->http_threads = (int)l;
         else if (!strcmp(a, "--metrics-key")) ok = *v, o->metrics_key = v;
         else if (!strcmp(a, "--cors-origin")) ok = *v, o->cors_origin = v;
         else if (!strcmp(a, "--log-format")) {
@@ -325,7 +325,7 @@ static int parse_serve(int argc, char **argv, const char **model, const char **k
 int cmd_serve(int argc, char **argv) {
     const char *model = cli_default_model();
     const char *keys[MAX_KEYS];
-    sp_server_opts o = {.host = "127.0.0.1", .port = 8080, .api_keys = keys};
+    server_opts o = {.host = "127.0.0.1", .port = 8080, .api_keys = keys};
     cli_engine ce = {.p = sp_engine_default_params()};
     long drain_s = 10;
     int prc = parse_serve(argc, argv, &model, keys, &o, &ce, &drain_s);
@@ -346,7 +346,7 @@ int cmd_serve(int argc, char **argv) {
     int rc = 1;
     sp_model *m = NULL;
     sp_engine *e = NULL;
-    sp_server *s = sp_server_start(&o, err, sizeof(err));
+    http_server *s = server_start(&o, err, sizeof(err));
     if (!s) {
         fprintf(stderr, "specula serve: %s\n", err);
         free(name);
@@ -355,7 +355,7 @@ int cmd_serve(int argc, char **argv) {
     /* bound before the model loads so that /health can say "loading" (503);
      * "listening" is said only once requests are served (below) */
     fprintf(stderr, "specula serve: loading %s; http://%s:%d answers /health with 503 until "
-            "ready\n", model, o.host, sp_server_port(s));
+            "ready\n", model, o.host, server_port(s));
     fflush(stderr);
     m = sp_model_load(model, sp_model_default_params(), err, sizeof(err));
     if (!m) {
@@ -378,24 +378,24 @@ int cmd_serve(int argc, char **argv) {
     }
     char info[2048];
     serve_info(info, sizeof(info), model, &ce, n_ctx);
-    if (sp_server_ready(s, m, e, n_ctx, info[0] ? info : NULL, err, sizeof(err))) {
+    if (server_ready(s, m, e, n_ctx, info[0] ? info : NULL, err, sizeof(err))) {
         fprintf(stderr, "specula serve: %s\n", err);
         goto done;
     }
-    if (!strcmp(sp_server_chat_template_name(s), "none"))
+    if (!strcmp(server_chat_template_name(s), "none"))
         fprintf(stderr, "specula serve: warning: the model has no chat template and none was "
                 "chosen: /v1/chat/completions answers 400 (choose one with --chat-template; "
                 "/v1/completions works)\n");
     fprintf(stderr, "specula serve: listening on http://%s:%d: model '%s', context %d, chat "
-            "template %s, spec %s\n", o.host, sp_server_port(s), o.served_name, n_ctx,
-            sp_server_chat_template_name(s), sp_spec_mode_str(ce.p.spec));
+            "template %s, spec %s\n", o.host, server_port(s), o.served_name, n_ctx,
+            server_chat_template_name(s), sp_spec_mode_str(ce.p.spec));
     fflush(stderr);
     wait_and_drain(s, &sigs, drain_s);
     rc = 0;
 done:
-    sp_server_stop(s);
+    server_stop(s);
     sp_engine_free(e);
-    sp_server_free(s);
+    server_free(s);
     cli_engine_close(&ce);
     sp_model_free(m);
     free(name);

@@ -83,8 +83,8 @@ int cli_engine_opt(const char *cmd, const char *a, const char *v, cli_engine *ce
         return -1;
     }
     bool ok = true;
-    if (!strcmp(a, "-t")) ok = sp_parse_long(v, 1, 256, &l), p->n_threads = (int32_t)l;
-    else if (!strcmp(a, "-c")) ok = sp_parse_long(v, 1, 1 << 20, &l), p->n_ctx = (int32_t)l;
+    if (!strcmp(a, "-t")) ok = parse_long(v, 1, 256, &l), p->n_threads = (int32_t)l;
+    else if (!strcmp(a, "-c")) ok = parse_long(v, 1, 1 << 20, &l), p->n_ctx = (int32_t)l;
     else if (!strcmp(a, "--kv")) {
         if (!strcmp(v, "f32")) p->kv_type = SP_KV_F32;
         else if (!strcmp(v, "f16")) p->kv_type = SP_KV_F16;
@@ -93,11 +93,11 @@ int cli_engine_opt(const char *cmd, const char *a, const char *v, cli_engine *ce
     else if (!strcmp(a, "--kv-disk")) ok = v[0] != 0, p->kv_disk_dir = v;
     else if (!strcmp(a, "--kv-disk-size")) ok = parse_size(v, &p->kv_disk_size);
     else if (!strcmp(a, "--grammar-mem")) ok = parse_size(v, &p->grammar_mem) && p->grammar_mem;
-    else if (!strcmp(a, "--block-size")) ok = sp_parse_long(v, 1, 4096, &l), p->kv_block_size = (int32_t)l;
-    else if (!strcmp(a, "--max-seqs")) ok = sp_parse_long(v, 1, 1024, &l), p->max_seqs = (int32_t)l;
+    else if (!strcmp(a, "--block-size")) ok = parse_long(v, 1, 4096, &l), p->kv_block_size = (int32_t)l;
+    else if (!strcmp(a, "--max-seqs")) ok = parse_long(v, 1, 1024, &l), p->max_seqs = (int32_t)l;
     else if (!strcmp(a, "--max-batch-tokens"))
-        ok = sp_parse_long(v, 1, 65536, &l), p->max_batch_tokens = (int32_t)l;
-    else if (!strcmp(a, "--spec-k")) ok = sp_parse_long(v, 1, SP_SPEC_K_MAX, &l), p->spec_k = (int32_t)l;
+        ok = parse_long(v, 1, 65536, &l), p->max_batch_tokens = (int32_t)l;
+    else if (!strcmp(a, "--spec-k")) ok = parse_long(v, 1, SP_SPEC_K_MAX, &l), p->spec_k = (int32_t)l;
     else if (!strcmp(a, "--draft")) ce->draft_path = v;
     else if (!strcmp(a, "--spec")) {
         int m = sp_spec_mode_parse(v);

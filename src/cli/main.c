@@ -95,7 +95,7 @@ void cli_json_str(FILE *f, const char *s, size_t n) {
         } else if (c < 0x20 || c == 0x7f) {
             fprintf(f, "\\u%04x", c);
         } else if (c >= 0x80) {
-            int l = sp_utf8_len(u + i, n - i);
+            int l = utf8_len(u + i, n - i);
             if (l == 0) {
                 fputs("\xef\xbf\xbd", f); /* U+FFFD */
                 i++;

@@ -5,8 +5,8 @@
  * else), so plain decoding, greedy verification and rejection sampling all
  * see the same constrained distribution, and the output equals plain
  * constrained decoding. Proposals are cut before verification at the first
- * token the grammar refuses (gr_cut), so every verified row has a valid
- * grammar state. Each committed token advances the matcher (gr_commit);
+ * token the grammar refuses (eng_grammar_cut), so every verified row has a valid
+ * grammar state. Each committed token advances the matcher (eng_grammar_commit);
  * once the grammar is complete the request ends (finish "stop") without
  * another pass.
  *
@@ -14,7 +14,7 @@
  * its free states unmasked: only the few tokens that would complete the
  * trigger with bytes the grammar refuses are set to -inf, and when a step
  * has none of those the logits are not even copied. Tokens the grammar
- * forces are proposed after any proposer's (gr_forced), for requests that
+ * forces are proposed after any proposer's (eng_grammar_forced), for requests that
  * do not speculate too (speculate.c: jump-forward).
  *
  * A request's grammar is compiled and checked when it is submitted, by
@@ -109,7 +109,7 @@ static bool gmem_take(sp_engine *e, size_t *used, size_t bytes) {
     return true;
 }
 
-void gr_release(sp_engine *e, request *r) {
+void eng_grammar_release(sp_engine *e, request *r) {
     __atomic_sub_fetch(&e->gmem_gram, r->gmem_gram, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&e->gmem_match, r->gmem_match, __ATOMIC_RELAXED);
     r->gmem_gram = r->gmem_match = 0;
@@ -147,7 +147,7 @@ static int check_start(sp_engine *e, request *r, char *err, size_t errlen) {
     if (!sp_matcher_mask(m, r->gmask)) {
         rc = sp_matcher_error(m, err, errlen);
         if (!rc) {
-            sp_seterr(err, errlen, "the grammar allows no token of the vocabulary at the first "
+            seterr(err, errlen, "the grammar allows no token of the vocabulary at the first "
                       "position (no token's text begins a string of the grammar)");
             rc = SP_ERR_INVALID;
         }
@@ -156,10 +156,10 @@ static int check_start(sp_engine *e, request *r, char *err, size_t errlen) {
     return rc;
 }
 
-int gr_take(sp_engine *e, request *r, const sp_request_params *rp, char *err, size_t errlen) {
+int eng_grammar_take(sp_engine *e, request *r, const sp_request_params *rp, char *err, size_t errlen) {
     const char *trig = rp->grammar_trigger;
     if (!rp->grammar && trig && trig[0]) {
-        sp_seterr(err, errlen, "grammar_trigger needs a grammar");
+        seterr(err, errlen, "grammar_trigger needs a grammar");
         return SP_ERR_INVALID;
     }
     if (!rp->grammar) return SP_OK;
@@ -173,7 +173,7 @@ int gr_take(sp_engine *e, request *r, const sp_request_params *rp, char *err, si
     if (rc) return rc;
     if (!(r->gram = grammar_for(e, r->salt, rp->grammar, err, errlen))) return SP_ERR_INVALID;
     if (!gmem_take(e, &e->gmem_gram, gr_bytes(r->gram))) {
-        sp_seterr(err, errlen, "the engine's memory for compiled grammars (%zu MiB) is held by "
+        seterr(err, errlen, "the engine's memory for compiled grammars (%zu MiB) is held by "
                   "other requests' grammars; retry later", e->p.grammar_mem / 2 >> 20);
         return SP_ERR_BUSY;
     }
@@ -184,7 +184,7 @@ int gr_take(sp_engine *e, request *r, const sp_request_params *rp, char *err, si
     return check_start(e, r, err, errlen);
 }
 
-int gr_admit(sp_engine *e, request *r) {
+int eng_grammar_admit(sp_engine *e, request *r) {
     if (!r->gram || r->gm) return 1;
     if (!gmem_take(e, &e->gmem_match, GR_MATCHER_MAX_BYTES)) { /* waits for others' to end */
         e->st.grammar_waits++;
@@ -211,7 +211,7 @@ int gr_admit(sp_engine *e, request *r) {
  * an expensive grammar slows its own request, not the others. */
 #define GR_STEP_ALLOWANCE (1 << 14)
 
-bool gr_throttled(request *r) {
+bool eng_grammar_throttled(request *r) {
     if (!r->gm) return false;
     const int64_t w = sp_matcher_work(r->gm);
     r->gdebt += w - r->gwork_seen - GR_STEP_ALLOWANCE;
@@ -222,7 +222,7 @@ bool gr_throttled(request *r) {
     return r->gdebt > 0;
 }
 
-void gr_engine_free(sp_engine *e) {
+void eng_grammar_free(sp_engine *e) {
     for (int i = 0; i < SP_GCACHE; i++) {
         free(e->gcache[i].text);
         free(e->gcache[i].salt);
@@ -232,7 +232,7 @@ void gr_engine_free(sp_engine *e) {
     free(e->mrows);
 }
 
-void gr_dead_end(request *r) {
+void eng_grammar_dead_end(request *r) {
     if (r->gm && sp_matcher_error(r->gm, r->err, sizeof(r->err)))
         r->err_status = SP_ERR_INVALID; /* the request's grammar: its fault, a 400 */
     else
@@ -259,7 +259,7 @@ static bool all_free(const request *r, int32_t n) {
     return true;
 }
 
-const float *gr_mask_rows(sp_engine *e, request *r, const float *rows, int32_t *n) {
+const float *eng_grammar_mask_rows(sp_engine *e, request *r, const float *rows, int32_t *n) {
     if (!r->gm || all_free(r, *n)) return rows;
     const int32_t V = e->n_vocab;
     for (int32_t i = 0; i <= *n; i++) {
@@ -286,14 +286,14 @@ const float *gr_mask_rows(sp_engine *e, request *r, const float *rows, int32_t *
     return *n < 0 ? NULL : e->mrows;
 }
 
-void gr_cut(sp_engine *e, request *r) {
+void eng_grammar_cut(sp_engine *e, request *r) {
     if (!r->gm) return;
     r->n_draft = sp_matcher_lookahead(r->gm, r->draft, SP_MAX(r->n_draft, 0));
 }
 
 /* Jump-forward: while the state after the proposals allows one token only
  * (and the output may not end there), propose it too, up to cap. */
-void gr_forced(sp_engine *e, request *r, int32_t cap) {
+void eng_grammar_forced(sp_engine *e, request *r, int32_t cap) {
     r->n_forced = 0;
     if (!r->gm) return;
     const int32_t words = (e->n_vocab + 31) / 32;
@@ -310,6 +310,6 @@ void gr_forced(sp_engine *e, request *r, int32_t cap) {
     }
 }
 
-bool gr_commit(sp_engine *e, request *r, sp_token t) {
+bool eng_grammar_commit(sp_engine *e, request *r, sp_token t) {
     return !r->gm || sp_matcher_accept_token(r->gm, t);
 }

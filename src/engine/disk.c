@@ -30,7 +30,7 @@
 #define EMA_KEEP 0.8
 #define PREFILL_MIN_TOKENS 8
 
-static int hash_model(void *ctx, uint8_t out[32]) { return sp_model_file_hash(ctx, out); }
+static int hash_model(void *ctx, uint8_t out[32]) { return model_file_hash(ctx, out); }
 
 /* The tier keys rows on the engine's fingerprint mixed with the SHA-256 of
  * the whole model file (cached in DIR by the file's identity): the sampled
@@ -40,35 +40,35 @@ static int hash_model(void *ctx, uint8_t out[32]) { return sp_model_file_hash(ct
 int eng_disk_open(sp_engine *e, char *err, size_t errlen) {
     if (!e->p.kv_disk_dir) return SP_OK;
     if (!e->p.prefix_cache) {
-        sp_seterr(err, errlen, "--kv-disk needs the prefix cache (remove --no-prefix-cache)");
+        seterr(err, errlen, "--kv-disk needs the prefix cache (remove --no-prefix-cache)");
         return SP_ERR_INVALID;
     }
     const sp_model_info *h = sp_model_get_info(e->m);
-    sp_disk_tier_params dp = {0};
+    disk_tier_params dp = {0};
     dp.dir = e->p.kv_disk_dir;
     dp.max_bytes = e->p.kv_disk_size ? e->p.kv_disk_size : SP_DISK_DEFAULT_SIZE;
     memcpy(dp.fp, e->model_key, sizeof(dp.fp));
-    const sp_gguf_file_id id = sp_gguf_file_identity(e->m->gguf);
-    dp.file_id = (sp_disk_file_id){id.dev, id.ino, id.size, id.mtime_ns, id.ctime_ns};
+    const gguf_file_id id = gguf_file_identity(e->m->gguf);
+    dp.file_id = (disk_file_id){id.dev, id.ino, id.size, id.mtime_ns, id.ctime_ns};
     dp.hash_file = hash_model;
     dp.hash_ctx = (void *)e->m;
     dp.kv_type = e->p.kv_type == SP_KV_F16 ? SP_TYPE_F16 : SP_TYPE_F32;
     dp.block_size = e->p.kv_block_size;
     dp.n_layer = h->n_layer;
     dp.kv_dim = h->n_head_kv * h->head_dim;
-    e->disk = sp_disk_tier_open(&dp, err, errlen);
+    e->disk = disk_tier_open(&dp, err, errlen);
     if (!e->disk) return SP_ERR_INVALID;
-    sp_disk_tier_fp(e->disk, e->model_key);
-    e->disk_buf = malloc(sp_disk_tier_block_bytes(e->disk));
+    disk_tier_fp(e->disk, e->model_key);
+    e->disk_buf = malloc(disk_tier_block_bytes(e->disk));
     if (!e->disk_buf) {
-        sp_seterr(err, errlen, "out of memory for the disk tier");
+        seterr(err, errlen, "out of memory for the disk tier");
         return SP_ERR_NOMEM;
     }
     return SP_OK;
 }
 
 void eng_disk_close(sp_engine *e) {
-    sp_disk_tier_close(e->disk);
+    disk_tier_close(e->disk);
     e->disk = NULL;
     free(e->disk_buf);
     e->disk_buf = NULL;
@@ -76,10 +76,10 @@ void eng_disk_close(sp_engine *e) {
 
 void eng_disk_put(sp_engine *e, request *r, int32_t block) {
     if (!e->disk) return;
-    const int32_t id = sp_kv_paged_block_id(e->kv, r->slot, block);
+    const int32_t id = kv_paged_block_id(e->kv, r->slot, block);
     if (id < 0) return;
-    sp_disk_tier_put(e->disk, &r->hashes[block], r->toks + (size_t)block * e->p.kv_block_size,
-                     sp_kv_paged_block_data(e->kv, id));
+    disk_tier_put(e->disk, &r->hashes[block], r->toks + (size_t)block * e->p.kv_block_size,
+                     kv_paged_block_data(e->kv, id));
 }
 
 void eng_disk_observe(sp_engine *e, int32_t n_tok, double ms) {
@@ -105,20 +105,20 @@ int32_t eng_disk_restore(sp_engine *e, request *r, int32_t from, int32_t usable,
     const int32_t bs = e->p.kv_block_size;
     int32_t got = 0;
     for (int32_t j = from; j < usable; j++, got++) {
-        const sp_block_hash *h = &r->hashes[j];
-        if (sp_kv_paged_resident(e->kv, h)) { /* the chain went on in RAM after a gap */
-            if (sp_kv_paged_append(e->kv, r->slot, h, NULL)) break;
+        const block_digest *h = &r->hashes[j];
+        if (kv_paged_resident(e->kv, h)) { /* the chain went on in RAM after a gap */
+            if (kv_paged_append(e->kv, r->slot, h, NULL)) break;
             continue;
         }
         if (!restore_pays(e)) {
-            for (int32_t k = j; k < usable && sp_disk_tier_has(e->disk, &r->hashes[k]); k++)
+            for (int32_t k = j; k < usable && disk_tier_has(e->disk, &r->hashes[k]); k++)
                 e->disk_declined++;
             break;
         }
-        const double t0 = sp_time_ms();
-        if (sp_disk_tier_get(e->disk, h, r->toks + (size_t)j * bs, e->disk_buf)) break;
-        if (sp_kv_paged_append(e->kv, r->slot, h, e->disk_buf)) break;
-        const double ms = sp_time_ms() - t0;
+        const double t0 = time_ms();
+        if (disk_tier_get(e->disk, h, r->toks + (size_t)j * bs, e->disk_buf)) break;
+        if (kv_paged_append(e->kv, r->slot, h, e->disk_buf)) break;
+        const double ms = time_ms() - t0;
         e->disk_ms_block = e->disk_ms_block > 0
                                ? EMA_KEEP * e->disk_ms_block + (1 - EMA_KEEP) * ms
                                : ms;
@@ -131,8 +131,8 @@ int32_t eng_disk_restore(sp_engine *e, request *r, int32_t from, int32_t usable,
 
 void eng_disk_stats(sp_engine *e, sp_engine_stats *st) {
     if (!e->disk) return;
-    sp_disk_tier_stats d;
-    sp_disk_tier_get_stats(e->disk, &d);
+    disk_tier_stats d;
+    disk_tier_get_stats(e->disk, &d);
     st->disk_on = !d.broken;
     st->disk_blocks = d.blocks;
     st->disk_bytes = d.bytes;

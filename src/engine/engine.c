@@ -83,21 +83,21 @@ static int64_t parts_held(const sp_engine *e) {
 static void serve_controls(sp_engine *e) {
     if (e->p.debug_check) {
         char err[256];
-        if ((sp_kv_paged_check(e->kv, err, sizeof(err)) ||
-             sp_spec_parts_check(e->parts, parts_held(e), false, err, sizeof(err))) &&
+        if ((kv_paged_check(e->kv, err, sizeof(err)) ||
+             spec_parts_check(e->parts, parts_held(e), false, err, sizeof(err))) &&
             !e->check_failures++)
             snprintf(e->first_failure, sizeof(e->first_failure), "%s", err);
     }
     bool served = false;
     if (e->flush_req) {
-        e->flush_result = sp_kv_paged_flush(e->kv);
+        e->flush_result = kv_paged_flush(e->kv);
         e->flush_req = false;
         served = true;
     }
     if (e->check_req) {
-        e->check_rc = sp_kv_paged_check(e->kv, e->check_err, sizeof(e->check_err));
+        e->check_rc = kv_paged_check(e->kv, e->check_err, sizeof(e->check_err));
         if (!e->check_rc)
-            e->check_rc = sp_spec_parts_check(e->parts, parts_held(e), false, e->check_err,
+            e->check_rc = spec_parts_check(e->parts, parts_held(e), false, e->check_err,
                                               sizeof(e->check_err));
         e->check_req = false;
         served = true;
@@ -140,7 +140,7 @@ static void deliver(sp_engine *e) {
  * refreshed (before anyone hears of the round; the only place it is written),
  * the events go out, and every waiter looks again. */
 static void publish(sp_engine *e) {
-    sp_kv_paged_get_stats(e->kv, &e->kv_snap);
+    kv_paged_get_stats(e->kv, &e->kv_snap);
     deliver(e);
     pthread_cond_broadcast(&e->changed);
 }
@@ -182,7 +182,7 @@ static int check_params(const sp_engine_params *p, char *err, size_t errlen) {
         p->kv_block_size <= 0 || p->kv_block_size > SP_ENGINE_MAX_BLOCK ||
         (p->kv_type != SP_KV_F16 && p->kv_type != SP_KV_F32) || p->n_threads <= 0 ||
         p->n_threads > SP_ENGINE_MAX_THREADS) {
-        sp_seterr(err, errlen, "invalid engine parameters (max_seqs %d, max_batch_tokens %d, "
+        seterr(err, errlen, "invalid engine parameters (max_seqs %d, max_batch_tokens %d, "
                   "n_ctx %d, block size %d, threads %d)", p->max_seqs, p->max_batch_tokens,
                   p->n_ctx, p->kv_block_size, p->n_threads);
         return SP_ERR_INVALID;
@@ -190,17 +190,17 @@ static int check_params(const sp_engine_params *p, char *err, size_t errlen) {
     if (p->spec < SP_SPEC_OFF || p->spec > SP_SPEC_DRAFT || p->spec_k < 1 ||
         p->spec_k > SP_SPEC_K_MAX || p->ngram_min < 1 || p->ngram_max < p->ngram_min ||
         p->ngram_max > SP_ENGINE_MAX_NGRAM) {
-        sp_seterr(err, errlen, "invalid speculation parameters (mode %d, k %d, n-gram %d..%d; k "
+        seterr(err, errlen, "invalid speculation parameters (mode %d, k %d, n-gram %d..%d; k "
                   "must be 1..%d)", p->spec, p->spec_k, p->ngram_min, p->ngram_max, SP_SPEC_K_MAX);
         return SP_ERR_INVALID;
     }
     if (p->grammar_mem && p->grammar_mem < 2 * GR_MATCHER_MAX_BYTES) {
-        sp_seterr(err, errlen, "grammar_mem must be at least %zu MiB (two matchers' budgets)",
+        seterr(err, errlen, "grammar_mem must be at least %zu MiB (two matchers' budgets)",
                   2 * GR_MATCHER_MAX_BYTES >> 20);
         return SP_ERR_INVALID;
     }
     if (p->spec == SP_SPEC_DRAFT && !p->draft) {
-        sp_seterr(err, errlen, "draft speculation needs a draft model (--draft)");
+        seterr(err, errlen, "draft speculation needs a draft model (--draft)");
         return SP_ERR_INVALID;
     }
     return SP_OK;
@@ -212,9 +212,9 @@ static int create_target(sp_engine *e, sp_context_params *cp, int64_t *n_blocks,
                          size_t errlen) {
     const sp_model_info *h = sp_model_get_info(e->m);
     const sp_engine_params *p = &e->p;
-    const sp_type kt = p->kv_type == SP_KV_F16 ? SP_TYPE_F16 : SP_TYPE_F32;
+    const tensor_type kt = p->kv_type == SP_KV_F16 ? SP_TYPE_F16 : SP_TYPE_F32;
     const int32_t kv_dim = h->n_head_kv * h->head_dim;
-    const size_t bb = sp_kv_paged_block_bytes(kt, h->n_layer, kv_dim, p->kv_block_size);
+    const size_t bb = kv_paged_block_bytes(kt, h->n_layer, kv_dim, p->kv_block_size);
     e->max_blocks = (p->n_ctx + p->kv_block_size - 1) / p->kv_block_size;
     size_t mem = p->kv_mem;
     if (!mem) mem = SP_MIN((size_t)p->max_seqs * e->max_blocks * bb, (size_t)1 << 30);
@@ -223,7 +223,7 @@ static int create_target(sp_engine *e, sp_context_params *cp, int64_t *n_blocks,
         /* one request of a full context must always fit, or the scheduler
          * could wait forever */
         if (p->kv_mem) {
-            sp_seterr(err, errlen, "--kv-mem %zu bytes holds %lld blocks of %zu bytes; one "
+            seterr(err, errlen, "--kv-mem %zu bytes holds %lld blocks of %zu bytes; one "
                       "context of %d positions needs %d", p->kv_mem, (long long)nb, bb, p->n_ctx,
                       e->max_blocks + 1);
             return SP_ERR_INVALID;
@@ -232,9 +232,9 @@ static int create_target(sp_engine *e, sp_context_params *cp, int64_t *n_blocks,
     }
     if (nb > INT32_MAX / 2) nb = INT32_MAX / 2;
     *n_blocks = nb;
-    sp_kv_paged_params kp = {kt, h->n_layer, kv_dim, p->kv_block_size, (int32_t)nb, p->max_seqs,
+    kv_paged_params kp = {kt, h->n_layer, kv_dim, p->kv_block_size, (int32_t)nb, p->max_seqs,
                              e->max_blocks, p->prefix_cache};
-    e->kv = sp_kv_paged_create(kp, err, errlen);
+    e->kv = kv_paged_create(kp, err, errlen);
     if (!e->kv) return SP_ERR_NOMEM;
     *cp = sp_context_default_params();
     cp->n_threads = p->n_threads;
@@ -242,9 +242,9 @@ static int create_target(sp_engine *e, sp_context_params *cp, int64_t *n_blocks,
     cp->n_ctx = p->n_ctx;
     cp->n_batch = p->max_batch_tokens;
     cp->kv_type = p->kv_type;
-    e->ctx = sp_context_create_with_kv(e->m, *cp, e->kv, NULL, err, errlen);
+    e->ctx = context_create_with_kv(e->m, *cp, e->kv, NULL, err, errlen);
     if (!e->ctx) return SP_ERR_NOMEM;
-    sp_model_fingerprint(e->m, e->model_key);
+    model_fingerprint(e->m, e->model_key);
     return SP_OK;
 }
 
@@ -253,15 +253,15 @@ static void *engine_main(void *arg);
 sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, size_t errlen) {
     const sp_model_info *h = sp_model_get_info(m);
     if (h->n_layer <= 0) { /* loaded vocab_only / meta_only: no weights to run */
-        sp_seterr(err, errlen, "the model was loaded without its weights (vocab_only)");
+        seterr(err, errlen, "the model was loaded without its weights (vocab_only)");
         return NULL;
     }
     if (p.n_ctx <= 0) p.n_ctx = SP_MIN(h->n_ctx_train > 0 ? h->n_ctx_train : 2048, 8192);
     if (check_params(&p, err, errlen)) return NULL;
-    if (p.draft && sp_spec_check_draft(m, p.draft, err, errlen)) return NULL;
+    if (p.draft && spec_check_draft(m, p.draft, err, errlen)) return NULL;
     sp_engine *e = calloc(1, sizeof(*e));
     if (!e) {
-        sp_seterr(err, errlen, "out of memory creating the engine");
+        seterr(err, errlen, "out of memory creating the engine");
         return NULL;
     }
     e->m = m;
@@ -277,7 +277,7 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
     int64_t nb;
     if (create_target(e, &cp, &nb, err, errlen)) goto fail;
     if (eng_disk_open(e, err, errlen)) goto fail;
-    if (p.draft && !(e->drafter = sp_drafter_create(p.draft, cp, p.kv_type, p.kv_block_size,
+    if (p.draft && !(e->drafter = drafter_create(p.draft, cp, p.kv_type, p.kv_block_size,
                                                      (int32_t)nb, e->max_blocks, e->ctx, err,
                                                      errlen)))
         goto fail;
@@ -285,21 +285,21 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
      * being admitted or finishing always finds one that no running request
      * holds to make room (each running request holds one) */
     const int32_t n_parts = SP_MAX(p.spec_partitions > 0 ? p.spec_partitions : 256, p.max_seqs + 1);
-    e->parts = sp_spec_parts_create(p.suffix_store_tokens, n_parts, SP_SUFFIX_DEPTH);
+    e->parts = spec_parts_create(p.suffix_store_tokens, n_parts, SP_SUFFIX_DEPTH);
     e->wait_cap = 64;
     e->waiting = malloc((size_t)e->wait_cap * sizeof(request *));
     e->slots = calloc((size_t)p.max_seqs, sizeof(request *));
     if (!e->parts || !e->waiting || !e->slots ||
         step_init(&e->step, p.max_batch_tokens, p.max_seqs)) {
-        sp_seterr(err, errlen, "out of memory creating the engine");
+        seterr(err, errlen, "out of memory creating the engine");
         goto fail;
     }
     publish(e); /* the first snapshot, before any caller can read it */
     e->next_id = 1;
-    sp_spec_guard_init(&e->guard);
+    spec_guard_init(&e->guard);
     if (p.spec != SP_SPEC_OFF && p.spec_adaptive) eng_calibrate(e);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
-        sp_seterr(err, errlen, "cannot start the engine thread");
+        seterr(err, errlen, "cannot start the engine thread");
         goto fail;
     }
     e->thread_started = true;
@@ -324,12 +324,12 @@ void sp_engine_free(sp_engine *e) {
         rq_free(r);
     }
     eng_disk_close(e); /* its writer drains the queue of block copies first */
-    sp_drafter_free(e->drafter); /* first: it runs on the target context's threads */
+    drafter_free(e->drafter); /* first: it runs on the target context's threads */
     sp_context_free(e->ctx);
     if (e->kv) e->kv->ops->destroy(e->kv);
-    sp_spec_parts_free(e->parts);
+    spec_parts_free(e->parts);
     step_free(&e->step);
-    gr_engine_free(e);
+    eng_grammar_free(e);
     pthread_mutex_destroy(&e->gmu);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->work);
@@ -344,8 +344,8 @@ void sp_engine_free(sp_engine *e) {
 void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st) {
     pthread_mutex_lock(&e->mu);
     *st = e->st;
-    const sp_kv_paged_stats ks = e->kv_snap;
-    const sp_drafter *d = e->drafter;
+    const kv_paged_stats ks = e->kv_snap;
+    const drafter *d = e->drafter;
     st->cost_scale = e->calibrated ? e->tfit.s : 0;
     st->cost_attn_ms_per_1k = e->calibrated ? e->tfit.c_attn : 0;
     st->draft_cost_ms_1 = e->calibrated && d && d->cost.n ? d->cost.ms[0] : 0;
@@ -374,8 +374,8 @@ float sp_engine_spec_prior(sp_engine *e, const char *cache_salt, sp_spec_mode m)
     if (m <= SP_SPEC_OFF || m > SP_SPEC_DRAFT) return -1.0f;
     /* the engine thread changes the partitions only under the lock */
     pthread_mutex_lock(&e->mu);
-    const sp_spec_part *pt = sp_spec_parts_find(e->parts, cache_salt);
-    const float a = pt ? sp_spec_part_prior(pt, m) : SP_SPEC_PRIOR0;
+    const spec_part *pt = spec_parts_find(e->parts, cache_salt);
+    const float a = pt ? spec_part_prior(pt, m) : SP_SPEC_PRIOR0;
     pthread_mutex_unlock(&e->mu);
     return a;
 }
@@ -404,10 +404,10 @@ int sp_engine_check(sp_engine *e, char *err, size_t errlen) {
     int rc = e->check_rc ? SP_ERR_INTERNAL : SP_OK;
     if (!rc && e->check_failures) {
         rc = SP_ERR_INTERNAL;
-        sp_seterr(err, errlen, "%llu step(s) broke the pool invariant; first: %s",
+        seterr(err, errlen, "%llu step(s) broke the pool invariant; first: %s",
                   (unsigned long long)e->check_failures, e->first_failure);
     } else if (rc) {
-        sp_seterr(err, errlen, "%s", e->check_err);
+        seterr(err, errlen, "%s", e->check_err);
     }
     pthread_mutex_unlock(&e->mu);
     return rc;

@@ -24,7 +24,7 @@ void rq_free(request *r) {
     free(r->top_lps);
     free(r->text);
     free(r->hashes);
-    sp_suffix_seq_free(r->sfx);
+    suffix_seq_free(r->sfx);
     sp_sampler_free(r->dsmp);
     sp_matcher_free(r->gm);
     sp_grammar_free(r->gram);
@@ -94,7 +94,7 @@ static int take_prompt(sp_engine *e, request *r, const sp_request_params *rp, ch
     if (rp->prompt) {
         size_t len = rp->prompt_len ? rp->prompt_len : strlen(rp->prompt);
         if (len > SP_REQ_MAX_PROMPT_BYTES) {
-            sp_seterr(err, errlen, "prompt of %zu bytes is too long", len);
+            seterr(err, errlen, "prompt of %zu bytes is too long", len);
             return SP_ERR_INVALID;
         }
         int n = sp_tokenize(e->vocab, rp->prompt, len, NULL, 0, rp->add_bos, rp->parse_special);
@@ -106,17 +106,17 @@ static int take_prompt(sp_engine *e, request *r, const sp_request_params *rp, ch
         r->n_prompt = sp_tokenize(e->vocab, rp->prompt, len, r->toks, n, rp->add_bos,
                                   rp->parse_special);
         if (r->n_prompt < 0) {
-            sp_seterr(err, errlen, "cannot tokenize the prompt");
+            seterr(err, errlen, "cannot tokenize the prompt");
             return SP_ERR_INVALID;
         }
     } else {
         if (rp->n_tokens < 0 || (rp->n_tokens > 0 && !rp->tokens)) {
-            sp_seterr(err, errlen, "prompt tokens missing");
+            seterr(err, errlen, "prompt tokens missing");
             return SP_ERR_INVALID;
         }
         for (int32_t i = 0; i < rp->n_tokens; i++)
             if (rp->tokens[i] < 0 || rp->tokens[i] >= e->n_vocab) {
-                sp_seterr(err, errlen, "prompt token %d at index %d is outside the vocabulary "
+                seterr(err, errlen, "prompt token %d at index %d is outside the vocabulary "
                           "(0..%d)", rp->tokens[i], i, e->n_vocab - 1);
                 return SP_ERR_INVALID;
             }
@@ -127,11 +127,11 @@ static int take_prompt(sp_engine *e, request *r, const sp_request_params *rp, ch
         r->n_prompt = rp->n_tokens;
     }
     if (r->n_prompt == 0) {
-        sp_seterr(err, errlen, "the prompt is empty");
+        seterr(err, errlen, "the prompt is empty");
         return SP_ERR_INVALID;
     }
     if ((int64_t)r->n_prompt + rp->max_tokens > e->p.n_ctx) {
-        sp_seterr(err, errlen, "prompt (%d tokens) + max_tokens (%d) exceeds the context of %d "
+        seterr(err, errlen, "prompt (%d tokens) + max_tokens (%d) exceeds the context of %d "
                   "positions", r->n_prompt, rp->max_tokens, e->p.n_ctx);
         return SP_ERR_CONTEXT;
     }
@@ -142,7 +142,7 @@ static int take_prompt(sp_engine *e, request *r, const sp_request_params *rp, ch
 /* Stop strings and stop tokens. */
 static int take_stops(request *r, const sp_request_params *rp, char *err, size_t errlen) {
     if (rp->n_stop < 0 || rp->n_stop > SP_REQ_MAX_STOPS || (rp->n_stop && !rp->stop)) {
-        sp_seterr(err, errlen, "at most %d stop strings", SP_REQ_MAX_STOPS);
+        seterr(err, errlen, "at most %d stop strings", SP_REQ_MAX_STOPS);
         return SP_ERR_INVALID;
     }
     if (rp->n_stop) {
@@ -150,7 +150,7 @@ static int take_stops(request *r, const sp_request_params *rp, char *err, size_t
         if (!r->stop) return SP_ERR_NOMEM;
         for (int32_t i = 0; i < rp->n_stop; i++) {
             if (!rp->stop[i] || !rp->stop[i][0]) {
-                sp_seterr(err, errlen, "stop string %d is empty", i);
+                seterr(err, errlen, "stop string %d is empty", i);
                 return SP_ERR_INVALID;
             }
             if (!(r->stop[r->n_stop++] = strdup(rp->stop[i]))) return SP_ERR_NOMEM;
@@ -158,7 +158,7 @@ static int take_stops(request *r, const sp_request_params *rp, char *err, size_t
         }
     }
     if (rp->n_stop_tokens < 0 || (rp->n_stop_tokens && !rp->stop_tokens)) {
-        sp_seterr(err, errlen, "stop tokens missing");
+        seterr(err, errlen, "stop tokens missing");
         return SP_ERR_INVALID;
     }
     if (rp->n_stop_tokens) {
@@ -175,15 +175,15 @@ static int take_spec(sp_engine *e, request *r, const sp_request_params *rp, char
                      size_t errlen) {
     r->spec = rp->spec == SP_SPEC_DEFAULT ? e->p.spec : rp->spec;
     if (r->spec < SP_SPEC_OFF || r->spec > SP_SPEC_DRAFT) {
-        sp_seterr(err, errlen, "unknown speculation mode %d", rp->spec);
+        seterr(err, errlen, "unknown speculation mode %d", rp->spec);
         return SP_ERR_INVALID;
     }
     if (r->spec == SP_SPEC_DRAFT && !e->drafter) {
-        sp_seterr(err, errlen, "draft speculation asked for, but the engine has no draft model");
+        seterr(err, errlen, "draft speculation asked for, but the engine has no draft model");
         return SP_ERR_UNSUPPORTED;
     }
     if (rp->spec_k < 0 || rp->spec_k > SP_SPEC_K_MAX) {
-        sp_seterr(err, errlen, "spec_k must be 0..%d (got %d)", SP_SPEC_K_MAX, rp->spec_k);
+        seterr(err, errlen, "spec_k must be 0..%d (got %d)", SP_SPEC_K_MAX, rp->spec_k);
         return SP_ERR_INVALID;
     }
     r->spec_k = rp->spec_k ? rp->spec_k : e->p.spec_k;
@@ -192,7 +192,7 @@ static int take_spec(sp_engine *e, request *r, const sp_request_params *rp, char
     if (r->propose && r->spec == SP_SPEC_OFF) r->spec = SP_SPEC_NGRAM; /* a proposer implies speculation */
     r->greedy = rp->sampling.temperature <= 0;
     r->shadow_pos = -1;
-    if (r->spec == SP_SPEC_SUFFIX && !r->propose && !(r->sfx = sp_suffix_seq_create(SP_SUFFIX_DEPTH)))
+    if (r->spec == SP_SPEC_SUFFIX && !r->propose && !(r->sfx = suffix_seq_create(SP_SUFFIX_DEPTH)))
         return SP_ERR_NOMEM;
     if (r->spec == SP_SPEC_DRAFT && !r->greedy && !r->propose) {
         /* the draft draws with the request's seed, so with the noise the
@@ -219,11 +219,11 @@ static int build_request(sp_engine *e, request *r, const sp_request_params *rp, 
                          size_t errlen) {
     int rc;
     if (rp->max_tokens < 1) {
-        sp_seterr(err, errlen, "max_tokens must be at least 1 (got %d)", rp->max_tokens);
+        seterr(err, errlen, "max_tokens must be at least 1 (got %d)", rp->max_tokens);
         return SP_ERR_INVALID;
     }
     if (rp->logprobs < -1 || rp->logprobs > SP_REQ_MAX_LOGPROBS) {
-        sp_seterr(err, errlen, "logprobs must be -1..%d (got %d)", SP_REQ_MAX_LOGPROBS, rp->logprobs);
+        seterr(err, errlen, "logprobs must be -1..%d (got %d)", SP_REQ_MAX_LOGPROBS, rp->logprobs);
         return SP_ERR_INVALID;
     }
     if ((rc = take_prompt(e, r, rp, err, errlen))) return rc;
@@ -245,15 +245,15 @@ static int build_request(sp_engine *e, request *r, const sp_request_params *rp, 
         if (!r->top_ids || !r->top_lps) return SP_ERR_NOMEM;
     }
     if ((rc = take_spec(e, r, rp, err, errlen))) return rc;
-    if ((rc = gr_take(e, r, rp, err, errlen))) return rc;
+    if ((rc = eng_grammar_take(e, r, rp, err, errlen))) return rc;
     r->text_cap = 256;
     r->text = malloc(r->text_cap);
-    r->hashes = malloc((size_t)e->max_blocks * sizeof(sp_block_hash));
+    r->hashes = malloc((size_t)e->max_blocks * sizeof(block_digest));
     if ((rp->logprobs >= 0 && !r->lp) || !r->text || !r->hashes) return SP_ERR_NOMEM;
     r->text[0] = 0;
     sp_detok_init(&r->dt);
     r->st.prompt_tokens = r->n_prompt;
-    r->t_submit = sp_time_ms();
+    r->t_submit = time_ms();
     return SP_OK;
 }
 
@@ -291,8 +291,8 @@ int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, s
     }
     if (rc == SP_OK) rc = enqueue(e, r);
     if (rc > 0) return rc;
-    if (rc == SP_ERR_NOMEM) sp_seterr(err, errlen, "out of memory queueing the request");
-    if (r) gr_release(e, r);
+    if (rc == SP_ERR_NOMEM) seterr(err, errlen, "out of memory queueing the request");
+    if (r) eng_grammar_release(e, r);
     rq_free(r);
     return rc;
 }

@@ -79,7 +79,7 @@ struct request {
     size_t ev_text;            /* text bytes already reported */
     /* engine side */
     int32_t slot;              /* -1 when not running */
-    sp_block_hash *hashes;     /* [max_blocks_per_seq] chain over toks' full blocks */
+    block_digest *hashes;     /* [max_blocks_per_seq] chain over toks' full blocks */
     int32_t n_hashed;          /* leading entries of hashes computed */
     int32_t n_committed;       /* leading blocks of the slot committed to the cache */
     int32_t max_computed;      /* furthest kv_len ever reached (recompute accounting) */
@@ -97,7 +97,7 @@ struct request {
                                   draft sequence follows that prior until it has
                                   verified something itself (n_obs) */
     int32_t n_obs;             /* acceptance observations of its own (spec_observe) */
-    sp_spec_part *part;        /* its salt's partition, held while it has a slot */
+    spec_part *part;        /* its salt's partition, held while it has a slot */
     /* A deterministic proposal the planner chose not to verify is still
      * checked against the token the target then commits: acceptance keeps
      * being measured while speculation is off, so a sequence whose
@@ -105,7 +105,7 @@ struct request {
     sp_token shadow;
     int32_t shadow_pos;        /* position shadow guesses, -1 for none */
     int32_t idle_steps;        /* draft: steps in a row planned at k = 0 */
-    sp_suffix_seq *sfx;        /* suffix index over prompt + committed output */
+    suffix_seq *sfx;        /* suffix index over prompt + committed output */
     int32_t sfx_len;           /* tokens of toks indexed in sfx */
     sp_sampler *dsmp;          /* the draft's sampler (sampling requests) */
     /* structured output (constrain.c): NULL without a grammar */
@@ -150,11 +150,11 @@ typedef struct {
     step_entry *ent;           /* [max_seqs] */
     int32_t n_ent;
     /* speculation: the candidates the planner sees, and the draft's work */
-    sp_spec_cand *cand;        /* [max_seqs] */
+    spec_cand *cand;        /* [max_seqs] */
     int32_t *cand_k;           /* [max_seqs] planned k of each candidate */
     int32_t *cand_entry;       /* [max_seqs] batch entry of each candidate */
     int32_t n_cand;
-    sp_draft_seq *dseq;        /* [max_seqs] the draft model's work */
+    draft_seq *dseq;        /* [max_seqs] the draft model's work */
     int32_t *dseq_entry;       /* [max_seqs] batch entry of each */
     sp_token *commit;          /* [SP_SPEC_K_MAX + 1] tokens verification commits */
     /* what this round tells callers */
@@ -167,7 +167,7 @@ struct sp_engine {
     const sp_model *m;
     const sp_vocab *vocab;
     sp_engine_params p;
-    sp_kv *kv;
+    kv_store *kv;
     sp_context *ctx;
     uint8_t model_key[32];
     int32_t max_blocks;        /* per sequence */
@@ -188,25 +188,25 @@ struct sp_engine {
     step step;
     sp_engine_stats st;
     /* speculative decoding */
-    sp_drafter *drafter;       /* NULL without a draft model */
-    sp_cost_model cost;        /* measured pass cost of the target */
-    sp_cost_fit tfit;          /* the same, refitted to every pass since (planner.h) */
+    drafter *drafter;       /* NULL without a draft model */
+    cost_model cost;        /* measured pass cost of the target */
+    cost_fit tfit;          /* the same, refitted to every pass since (planner.h) */
     bool calibrated, calib_tried; /* tried: at creation or at the first speculating request */
-    sp_spec_guard guard;       /* speculation on or off per batch shape, by measured
+    spec_guard guard;       /* speculation on or off per batch shape, by measured
                                   throughput (planner.h); adaptive engines only */
-    sp_spec_parts *parts;      /* per cache salt: suffix store and acceptance priors */
+    spec_parts *parts;      /* per cache salt: suffix store and acceptance priors */
     /* The pool changes inside the forward pass, which runs unlocked, so
      * other threads never touch it: they read this snapshot (written only
      * by publish(), after every round of the loop) and ask the engine
      * thread to flush or check. */
-    sp_kv_paged_stats kv_snap;
+    kv_paged_stats kv_snap;
     uint64_t ctl_gen;          /* bumped when the engine thread served a control ask */
     bool flush_req, check_req;
     int32_t flush_result;
     int check_rc;
     char check_err[256];
     /* the disk tier (disk.c): NULL without --kv-disk */
-    sp_disk_tier *disk;
+    disk_tier *disk;
     uint8_t *disk_buf;         /* [block_bytes] a restored block before it enters the pool */
     double disk_ms_block;      /* restore cost per block (moving average; 0: not measured) */
     double prefill_ms_tok;     /* prefill cost per token (moving average; 0: not measured) */
@@ -268,23 +268,23 @@ void eng_emit_token(sp_engine *e, request *r, sp_token t, const float *logits);
 void eng_make_event(sp_engine *e, request *r);
 
 /* constrain.c */
-int gr_take(sp_engine *e, request *r, const sp_request_params *rp, char *err, size_t errlen);
-void gr_engine_free(sp_engine *e);
+int eng_grammar_take(sp_engine *e, request *r, const sp_request_params *rp, char *err, size_t errlen);
+void eng_grammar_free(sp_engine *e);
 /* At admission: r's matcher, made within the engine's grammar memory. 1:
  * ready (or no grammar); 0: wait, the memory is held by others; -1: failed
  * (r->err says why). */
-int gr_admit(sp_engine *e, request *r);
+int eng_grammar_admit(sp_engine *e, request *r);
 /* Whether r waits this step to repay grammar work (sched.c's fairness). */
-bool gr_throttled(request *r);
+bool eng_grammar_throttled(request *r);
 /* Gives back the grammar memory r holds (idempotent). */
-void gr_release(sp_engine *e, request *r);
+void eng_grammar_release(sp_engine *e, request *r);
 /* r->err for a grammar that stopped the output: a budget exceeded, or a
  * dead end. */
-void gr_dead_end(request *r);
-const float *gr_mask_rows(sp_engine *e, request *r, const float *rows, int32_t *n);
-void gr_cut(sp_engine *e, request *r);
-void gr_forced(sp_engine *e, request *r, int32_t cap);
-bool gr_commit(sp_engine *e, request *r, sp_token t);
+void eng_grammar_dead_end(request *r);
+const float *eng_grammar_mask_rows(sp_engine *e, request *r, const float *rows, int32_t *n);
+void eng_grammar_cut(sp_engine *e, request *r);
+void eng_grammar_forced(sp_engine *e, request *r, int32_t cap);
+bool eng_grammar_commit(sp_engine *e, request *r, sp_token t);
 
 /* speculate.c */
 void eng_calibrate(sp_engine *e);

@@ -53,7 +53,7 @@ static bool check_stop_strings(request *r, size_t old_len) {
 /* Commits token t (chosen from the distribution in logits) to r and
  * applies the stop rules. The sampler has already recorded t. */
 void eng_emit_token(sp_engine *e, request *r, sp_token t, const float *logits) {
-    double now = sp_time_ms();
+    double now = time_ms();
     if (r->t_first == 0) {
         r->t_first = now;
         r->st.ttft_ms = now - r->t_submit;
@@ -98,8 +98,8 @@ void eng_emit_token(sp_engine *e, request *r, sp_token t, const float *logits) {
         r->text_len += (size_t)np;
         r->text[r->text_len] = 0;
     }
-    if (!gr_commit(e, r, t)) { /* the row was masked: only a budget can refuse it */
-        gr_dead_end(r);
+    if (!eng_grammar_commit(e, r, t)) { /* the row was masked: only a budget can refuse it */
+        eng_grammar_dead_end(r);
         eng_finish(e, r, SP_FINISH_ERROR);
     } else if (check_stop_strings(r, old) || (r->gm && sp_matcher_done(r->gm))) {
         eng_finish(e, r, SP_FINISH_STOP); /* a stop string, or the grammar's output is complete */

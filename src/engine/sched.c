@@ -48,10 +48,10 @@ static void wait_remove(sp_engine *e, request *r) {
 /* Returns the slot's blocks to the pool (committed ones stay cached). */
 static void release_slot(sp_engine *e, request *r) {
     if (r->slot < 0) return;
-    sp_spec_parts_release(e->parts, r->part);
+    spec_parts_release(e->parts, r->part);
     r->part = NULL;
     sp_seq_clear(e->ctx, r->slot);
-    if (e->drafter) sp_drafter_clear(e->drafter, r->slot);
+    if (e->drafter) drafter_clear(e->drafter, r->slot);
     e->slots[r->slot] = NULL;
     r->slot = -1;
     r->n_committed = 0;
@@ -65,16 +65,16 @@ void eng_finish(sp_engine *e, request *r, sp_finish_reason why) {
      * request that waits after a preemption holds no partition, so it
      * looks its own up (out of memory: nothing is learned, nothing breaks) */
     if (why != SP_FINISH_ERROR && r->n_all > r->n_prompt) {
-        sp_spec_part *pt = r->part ? r->part : sp_spec_parts_acquire(e->parts, r->salt);
-        sp_spec_parts_add(e->parts, pt, r->toks + r->n_prompt, r->n_all - r->n_prompt);
-        if (!r->part) sp_spec_parts_release(e->parts, pt);
+        spec_part *pt = r->part ? r->part : spec_parts_acquire(e->parts, r->salt);
+        spec_parts_add(e->parts, pt, r->toks + r->n_prompt, r->n_all - r->n_prompt);
+        if (!r->part) spec_parts_release(e->parts, pt);
     }
     release_slot(e, r);
-    gr_release(e, r);
+    eng_grammar_release(e, r);
     r->state = RQ_DONE;
     r->st.finish = why;
     r->text_released = r->text_len;
-    double t = sp_time_ms();
+    double t = time_ms();
     if (r->t_first > 0) {
         r->st.decode_ms = r->t_last - r->t_first;
         int32_t n = r->n_all - r->n_prompt;
@@ -93,7 +93,7 @@ void eng_finish(sp_engine *e, request *r, sp_finish_reason why) {
 static int32_t hash_blocks(sp_engine *e, request *r, int32_t n_blocks) {
     if (n_blocks <= r->n_hashed) return n_blocks;
     const size_t sl = r->salt ? strlen(r->salt) : 0;
-    int32_t got = sp_block_hash_extend(r->toks, n_blocks * e->p.kv_block_size, e->p.kv_block_size,
+    int32_t got = block_hash_extend(r->toks, n_blocks * e->p.kv_block_size, e->p.kv_block_size,
                                        e->model_key, sizeof(e->model_key),
                                        (const uint8_t *)r->salt, sl, r->hashes, r->n_hashed);
     if (got > r->n_hashed) r->n_hashed = got; /* -1: libcrypto out of memory */
@@ -107,7 +107,7 @@ void eng_commit_blocks(sp_engine *e, request *r) {
     if (full <= r->n_committed) return;
     full = hash_blocks(e, r, full); /* fewer only when hashing ran out of memory */
     for (int32_t b = r->n_committed; b < full; b++) {
-        sp_kv_paged_commit(e->kv, r->slot, b, &r->hashes[b]);
+        kv_paged_commit(e->kv, r->slot, b, &r->hashes[b]);
         eng_disk_put(e, r, b); /* a copy, queued for the disk tier */
     }
     if (full > r->n_committed) r->n_committed = full;
@@ -136,8 +136,8 @@ static request *newest_running(sp_engine *e) {
 static void first_admission(sp_engine *e, request *r, int32_t hit_tokens, int32_t disk_tokens) {
     r->admitted_once = true;
     /* the prior: how its method has done for requests of the same salt */
-    r->alpha = r->part ? sp_spec_part_prior(r->part, r->spec) : SP_SPEC_PRIOR0;
-    r->t_sched = sp_time_ms();
+    r->alpha = r->part ? spec_part_prior(r->part, r->spec) : SP_SPEC_PRIOR0;
+    r->t_sched = time_ms();
     r->st.queue_ms = r->t_sched - r->t_submit;
     r->st.cached_tokens = hit_tokens;
     r->st.cached_tokens_disk = disk_tokens;
@@ -166,11 +166,11 @@ static bool admit(sp_engine *e, request *r, int32_t reserved) {
     int32_t hit = 0, usable = 0, from_disk = 0;
     if (e->p.prefix_cache) {
         usable = hash_blocks(e, r, (r->n_all - 1) / bs);
-        hit = sp_kv_paged_match(e->kv, r->hashes, usable);
+        hit = kv_paged_match(e->kv, r->hashes, usable);
     }
     int32_t need = (r->n_all - hit * bs + bs - 1) / bs + 1; /* +1: room to decode */
-    if (hit + need > sp_kv_paged_available(e->kv) - reserved) return false;
-    if (hit && sp_kv_paged_attach(e->kv, slot, r->hashes, hit)) hit = 0;
+    if (hit + need > kv_paged_available(e->kv) - reserved) return false;
+    if (hit && kv_paged_attach(e->kv, slot, r->hashes, hit)) hit = 0;
     e->slots[slot] = r;
     e->n_running++;
     r->slot = slot;
@@ -179,7 +179,7 @@ static bool admit(sp_engine *e, request *r, int32_t reserved) {
     r->n_committed = hit;
     r->admit_no = e->next_admit++;
     /* NULL only out of memory: then it speculates from its own text alone */
-    r->part = sp_spec_parts_acquire(e->parts, r->salt);
+    r->part = spec_parts_acquire(e->parts, r->salt);
     if (!r->admitted_once) first_admission(e, r, hit * bs, from_disk * bs);
     return true;
 }
@@ -218,7 +218,7 @@ static void mark_throttled(sp_engine *e) {
         request *r = e->slots[i];
         if (!r) continue;
         n_run++;
-        n_thr += r->throttled = gr_throttled(r);
+        n_thr += r->throttled = eng_grammar_throttled(r);
     }
     if (n_thr < n_run) {
         e->st.grammar_throttled += (uint64_t)n_thr;
@@ -238,8 +238,8 @@ int32_t eng_schedule(sp_engine *e, step *s) {
         request *pick;
         while (budget > 0 && (pick = oldest_running(e, s, pass == 0))) {
             int32_t n = SP_MIN(pick->n_all - kv_len(e, pick), budget);
-            int32_t need = sp_kv_paged_blocks_needed(e->kv, pick->slot, n);
-            while (pick->slot >= 0 && need > sp_kv_paged_available(e->kv) - reserved) {
+            int32_t need = kv_paged_blocks_needed(e->kv, pick->slot, n);
+            while (pick->slot >= 0 && need > kv_paged_available(e->kv) - reserved) {
                 /* take blocks back from the newest request not yet in the
                  * batch (pick itself when it is the newest) */
                 request *victim = newest_running(e);
@@ -256,7 +256,7 @@ int32_t eng_schedule(sp_engine *e, step *s) {
      * waits for blocks rather than letting later requests overtake it */
     while (budget > 0 && e->n_waiting > 0 && e->n_running < e->p.max_seqs) {
         request *r = e->waiting[0];
-        const int g = gr_admit(e, r); /* its grammar's matcher, first */
+        const int g = eng_grammar_admit(e, r); /* its grammar's matcher, first */
         if (g < 0) {
             eng_finish(e, r, SP_FINISH_ERROR);
             continue;
@@ -265,7 +265,7 @@ int32_t eng_schedule(sp_engine *e, step *s) {
         wait_remove(e, r);
         r->state = RQ_RUNNING;
         int32_t n = SP_MIN(r->n_all - kv_len(e, r), budget);
-        reserved += sp_kv_paged_blocks_needed(e->kv, r->slot, n);
+        reserved += kv_paged_blocks_needed(e->kv, r->slot, n);
         budget -= n;
         add_entry(s, r, n);
     }

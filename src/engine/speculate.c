@@ -41,7 +41,7 @@ void spec_observe(request *r, float obs, bool to_prior) {
     r->alpha = SP_ALPHA_KEEP * r->alpha + SP_ALPHA_RATE * obs;
     r->n_obs++;
     if (to_prior && r->part) /* the prior of later requests of the same salt */
-        sp_spec_part_observe(r->part, r->spec, obs);
+        spec_part_observe(r->part, r->spec, obs);
 }
 
 /* Measures target (and draft) pass costs in a free slot; engine thread or
@@ -52,14 +52,14 @@ void eng_calibrate(sp_engine *e) {
     if (slot == e->p.max_seqs) return;
     const int32_t max_n = SP_MIN(e->p.max_batch_tokens, SP_COST_MAX_TOKENS);
     e->calib_tried = true;
-    sp_cost_measure(e->ctx, e->kv, slot, max_n, e->n_vocab, &e->cost);
-    const double ta = e->cost.n ? sp_cost_measure_attn(e->ctx, e->kv, slot, e->p.n_ctx, e->n_vocab) : 0;
-    if (e->drafter) sp_drafter_calibrate(e->drafter, slot, max_n, e->p.n_ctx);
+    cost_measure(e->ctx, e->kv, slot, max_n, e->n_vocab, &e->cost);
+    const double ta = e->cost.n ? cost_measure_attn(e->ctx, e->kv, slot, e->p.n_ctx, e->n_vocab) : 0;
+    if (e->drafter) drafter_calibrate(e->drafter, slot, max_n, e->p.n_ctx);
     e->calibrated = e->cost.n > 0;
     if (e->drafter) e->drafter->fitting = e->calibrated;
-    sp_cost_fit_init(&e->tfit, &e->cost, ta);
+    cost_fit_init(&e->tfit, &e->cost, ta);
     if (e->cost.n) e->st.cost_ms_1 = e->cost.ms[0];
-    e->st.cost_ms_16 = e->cost.n ? sp_cost_at(&e->cost, 16) : 0;
+    e->st.cost_ms_16 = e->cost.n ? cost_at(&e->cost, 16) : 0;
 }
 
 /* Up to cap proposals for r into r->draft from its proposer; a draft-model
@@ -74,12 +74,12 @@ static int32_t propose(sp_engine *e, request *r, int32_t cap) {
     }
     switch (r->spec) {
     case SP_SPEC_NGRAM:
-        return sp_ngram_propose(r->toks, r->n_all, e->p.ngram_min, e->p.ngram_max, cap, r->draft);
+        return ngram_propose(r->toks, r->n_all, e->p.ngram_min, e->p.ngram_max, cap, r->draft);
     case SP_SPEC_SUFFIX:
         if (r->sfx_len < r->n_all &&
-            !sp_suffix_seq_append(r->sfx, r->toks + r->sfx_len, r->n_all - r->sfx_len))
+            !suffix_seq_append(r->sfx, r->toks + r->sfx_len, r->n_all - r->sfx_len))
             r->sfx_len = r->n_all;
-        return r->sfx_len == r->n_all ? sp_suffix_propose(sp_spec_part_store(r->part), r->sfx, cap,
+        return r->sfx_len == r->n_all ? suffix_propose(spec_part_store(r->part), r->sfx, cap,
                                                           SP_SUFFIX_MIN_PROB, r->draft, NULL)
                                       : 0;
     default:
@@ -119,7 +119,7 @@ static void gather(sp_engine *e, step *s, batch_base *b) {
         r->n_draft = 0;
         b->used += n;
         b->attn += (double)n * len + 0.5 * n * (n + 1);
-        b->reserved += sp_kv_paged_blocks_needed(e->kv, r->slot, n);
+        b->reserved += kv_paged_blocks_needed(e->kv, r->slot, n);
         const bool decoding = r->n_all - len == 1;
         b->n_dec += decoding;
         /* a request that does not speculate still gets the tokens its
@@ -135,8 +135,8 @@ static void gather(sp_engine *e, step *s, batch_base *b) {
         const bool by_draft = r->spec == SP_SPEC_DRAFT && !r->propose;
         r->n_forced = 0;
         if (!by_draft && r->gm) {
-            gr_cut(e, r);         /* proposals the grammar refuses are never verified */
-            gr_forced(e, r, cap); /* what it forces is proposed too (jump-forward) */
+            eng_grammar_cut(e, r);         /* proposals the grammar refuses are never verified */
+            eng_grammar_forced(e, r, cap); /* what it forces is proposed too (jump-forward) */
         }
         if (!r->n_draft) continue;
         /* The draft's backlog (a prompt it never saw, steps it sat out) is
@@ -144,20 +144,20 @@ static void gather(sp_engine *e, step *s, batch_base *b) {
          * share. Counting it all would keep a new sequence from ever
          * drafting, so the plan sees what a drafting sequence carries from
          * step to step (the tokens of an accepted run, a few). */
-        const int32_t backlog = by_draft ? sp_drafter_backlog(e->drafter, r->slot, r->n_all) : 0;
+        const int32_t backlog = by_draft ? drafter_backlog(e->drafter, r->slot, r->n_all) : 0;
         if (by_draft && r->n_obs == 0) {
             /* cold: it follows its partition's prior, which the sequences
              * before it keep measuring, and while one of them is still
              * being measured it waits rather than pay for its prompt's
              * catch-up on a guess (at 4 sequences and an acceptance of 0.3
              * those catch-ups had cost 5-8% of the run) */
-            if (r->part) r->alpha = sp_spec_part_prior(r->part, SP_SPEC_DRAFT);
+            if (r->part) r->alpha = spec_part_prior(r->part, SP_SPEC_DRAFT);
             if (backlog > SP_DRAFT_COLD_BACKLOG && draft_warming(s, i, r)) {
                 r->n_draft = 0;
                 continue;
             }
         }
-        s->cand[s->n_cand] = (sp_spec_cand){forced_only ? 1.0f : r->alpha, r->n_draft, by_draft, r->n_all,
+        s->cand[s->n_cand] = (spec_cand){forced_only ? 1.0f : r->alpha, r->n_draft, by_draft, r->n_all,
                                             SP_MIN(backlog, SP_DRAFT_CATCHUP_PLANNED)};
         s->cand_entry[s->n_cand++] = i;
     }
@@ -168,10 +168,10 @@ static void gather(sp_engine *e, step *s, batch_base *b) {
  * measuring acceptance would buy nothing. */
 static bool probe_pays(sp_engine *e, const step *s, int32_t c, const batch_base *b) {
     if (!e->calibrated || !e->p.spec_adaptive) return true;
-    sp_spec_cand opt = s->cand[c];
+    spec_cand opt = s->cand[c];
     opt.alpha = SP_DRAFT_PROBE_ALPHA;
     int32_t k = 0;
-    return sp_spec_plan(&e->tfit, &e->drafter->fit, b->used, b->attn, b->n_dec, &opt, 1, &k) > 0;
+    return spec_plan(&e->tfit, &e->drafter->fit, b->used, b->attn, b->n_dec, &opt, 1, &k) > 0;
 }
 
 /* Fits each candidate's planned k into the token budget and the pool, sets
@@ -180,22 +180,22 @@ static bool probe_pays(sp_engine *e, const step *s, int32_t c, const batch_base 
  * s->dseq. */
 static int32_t fit(sp_engine *e, step *s, const batch_base *b) {
     int32_t room = e->p.max_batch_tokens - b->used;
-    int32_t avail = sp_kv_paged_available(e->kv) - b->reserved, n_d = 0;
+    int32_t avail = kv_paged_available(e->kv) - b->reserved, n_d = 0;
     for (int32_t c = 0; c < s->n_cand; c++) {
         step_entry *en = &s->ent[s->cand_entry[c]];
         request *r = en->r;
         int32_t k = SP_MIN(s->cand_k[c], room);
-        const int32_t base = sp_kv_paged_blocks_needed(e->kv, r->slot, 1);
-        while (k > 0 && sp_kv_paged_blocks_needed(e->kv, r->slot, 1 + k) - base > avail) k--;
-        avail -= sp_kv_paged_blocks_needed(e->kv, r->slot, 1 + k) - base;
+        const int32_t base = kv_paged_blocks_needed(e->kv, r->slot, 1);
+        while (k > 0 && kv_paged_blocks_needed(e->kv, r->slot, 1 + k) - base > avail) k--;
+        avail -= kv_paged_blocks_needed(e->kv, r->slot, 1 + k) - base;
         room -= k;
         if (k == 0) {
             if (!s->cand[c].draft) { /* proposals exist: check the first one later */
                 r->shadow = r->draft[0];
                 r->shadow_pos = r->n_all;
             } else if (++r->idle_steps >= SP_DRAFT_PROBE_EVERY && room > 0 &&
-                       (r->n_obs > 0 || sp_drafter_backlog(e->drafter, r->slot, r->n_all) <= SP_DRAFT_COLD_BACKLOG) &&
-                       sp_kv_paged_blocks_needed(e->kv, r->slot, 2) - base <= avail &&
+                       (r->n_obs > 0 || drafter_backlog(e->drafter, r->slot, r->n_all) <= SP_DRAFT_COLD_BACKLOG) &&
+                       kv_paged_blocks_needed(e->kv, r->slot, 2) - base <= avail &&
                        probe_pays(e, s, c, b)) {
                 /* nothing to check without drafting: every so often draft
                  * one token anyway, so that acceptance keeps being measured
@@ -203,7 +203,7 @@ static int32_t fit(sp_engine *e, step *s, const batch_base *b) {
                  * goes on) is not final */
                 r->idle_steps = 0;
                 k = 1;
-                avail -= sp_kv_paged_blocks_needed(e->kv, r->slot, 2) - base;
+                avail -= kv_paged_blocks_needed(e->kv, r->slot, 2) - base;
                 room -= 1;
             }
             if (k == 0) e->st.spec_planned_zero++;
@@ -214,7 +214,7 @@ static int32_t fit(sp_engine *e, step *s, const batch_base *b) {
         r->n_draft = k;
         en->n = 1 + k;
         if (k && s->cand[c].draft) {
-            s->dseq[n_d] = (sp_draft_seq){r->slot, r->toks, r->n_all, k, r->draft, r->dsmp};
+            s->dseq[n_d] = (draft_seq){r->slot, r->toks, r->n_all, k, r->draft, r->dsmp};
             s->dseq_entry[n_d++] = s->cand_entry[c];
         }
     }
@@ -233,7 +233,7 @@ void spec_prepare(sp_engine *e, step *s) {
     gather(e, s, &b);
     if (!s->n_cand) return;
     if (e->p.spec_adaptive && e->calibrated)
-        sp_spec_plan(&e->tfit, e->drafter ? &e->drafter->fit : NULL, b.used, b.attn, b.n_dec,
+        spec_plan(&e->tfit, e->drafter ? &e->drafter->fit : NULL, b.used, b.attn, b.n_dec,
                      s->cand, s->n_cand, s->cand_k);
     else
         for (int32_t c = 0; c < s->n_cand; c++) s->cand_k[c] = s->cand[c].k_cap;
@@ -244,15 +244,15 @@ void spec_prepare(sp_engine *e, step *s) {
     e->st.spec_plan_k_sum += (uint64_t)k_sum;
     e->st.spec_last_k = (float)k_sum / (float)s->n_cand;
     if (!n_d) return;
-    e->st.draft_ms += sp_drafter_run(e->drafter, s->dseq, n_d);
+    e->st.draft_ms += drafter_run(e->drafter, s->dseq, n_d);
     for (int32_t i = 0; i < n_d; i++) { /* what was drafted (0 for all when a pass failed) */
         step_entry *en = &s->ent[s->dseq_entry[i]];
         const int32_t planned = en->n - 1;
         en->r->n_draft = s->dseq[i].k;
-        gr_cut(e, en->r);
+        eng_grammar_cut(e, en->r);
         /* where the grammar cut the draft short, what it forces fills the
          * room the plan made (its batch tokens and blocks are reserved) */
-        gr_forced(e, en->r, planned);
+        eng_grammar_forced(e, en->r, planned);
         en->n = 1 + en->r->n_draft;
     }
 }
@@ -267,16 +267,16 @@ void spec_commit(sp_engine *e, step *s, const step_entry *en) {
     int32_t n = r->n_draft;
     /* masked to the grammar (a copy), and fewer proposals if one leads to a
      * dead end; the rows beyond are dropped with the KV below */
-    const float *rows = gr_mask_rows(e, r, sp_get_logits(e->ctx, en->row), &n);
+    const float *rows = eng_grammar_mask_rows(e, r, sp_get_logits(e->ctx, en->row), &n);
     if (!rows) {
-        gr_dead_end(r);
+        eng_grammar_dead_end(r);
         sp_seq_truncate(e->ctx, r->slot, kv_before + 1);
-        if (e->drafter) sp_drafter_truncate(e->drafter, r->slot, kv_before + 1);
+        if (e->drafter) drafter_truncate(e->drafter, r->slot, kv_before + 1);
         r->n_draft = 0;
         eng_finish(e, r, SP_FINISH_ERROR);
         return;
     }
-    const int32_t m = sp_spec_verify(r->smp, rows, V, r->n_all, r->draft, n, s->commit);
+    const int32_t m = spec_verify(r->smp, rows, V, r->n_all, r->draft, n, s->commit);
     const int32_t acc = m - 1;
     /* accepted proposals the grammar forced: the last n_forced of r->n_draft */
     const int32_t forced = SP_MAX(0, acc - (r->n_draft - r->n_forced));
@@ -305,7 +305,7 @@ void spec_commit(sp_engine *e, step *s, const step_entry *en) {
      * of the grammar's forced tokens, which it never saw (it catches up on
      * them next time) */
     sp_seq_truncate(e->ctx, r->slot, kv_before + m);
-    if (e->drafter) sp_drafter_truncate(e->drafter, r->slot, kv_before + SP_MIN(m, 1 + r->n_draft - r->n_forced));
+    if (e->drafter) drafter_truncate(e->drafter, r->slot, kv_before + SP_MIN(m, 1 + r->n_draft - r->n_forced));
     r->n_draft = 0;
     for (int32_t j = 0; j < m && r->state == RQ_RUNNING; j++)
         eng_emit_token(e, r, s->commit[j], rows + (size_t)j * V);

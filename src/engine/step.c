@@ -25,10 +25,10 @@ int step_init(step *s, int32_t B, int32_t S) {
     s->seq = malloc((size_t)B * sizeof(int32_t));
     s->want = malloc((size_t)B);
     s->ent = malloc((size_t)S * sizeof(step_entry));
-    s->cand = malloc((size_t)S * sizeof(sp_spec_cand));
+    s->cand = malloc((size_t)S * sizeof(spec_cand));
     s->cand_k = malloc((size_t)S * sizeof(int32_t));
     s->cand_entry = malloc((size_t)S * sizeof(int32_t));
-    s->dseq = malloc((size_t)S * sizeof(sp_draft_seq));
+    s->dseq = malloc((size_t)S * sizeof(draft_seq));
     s->dseq_entry = malloc((size_t)S * sizeof(int32_t));
     s->commit = malloc((SP_SPEC_K_MAX + 1) * sizeof(sp_token));
     s->events = malloc((size_t)S * sizeof(sp_event));
@@ -112,9 +112,9 @@ static void commit_plain(sp_engine *e, const step_entry *en) {
     if (!en->n_rows) return; /* a prefill chunk short of the end */
     const int32_t at = r->n_all;
     int32_t none = 0;
-    const float *logits = gr_mask_rows(e, r, sp_get_logits(e->ctx, en->row), &none);
+    const float *logits = eng_grammar_mask_rows(e, r, sp_get_logits(e->ctx, en->row), &none);
     if (!logits) {
-        gr_dead_end(r);
+        eng_grammar_dead_end(r);
         eng_finish(e, r, SP_FINISH_ERROR);
         return;
     }
@@ -154,14 +154,14 @@ void eng_step(sp_engine *e) {
         pthread_mutex_lock(&e->mu);
         return;
     }
-    const double t_step = sp_time_ms();
+    const double t_step = time_ms();
     const uint64_t tok0 = e->st.decode_tokens;
     int32_t n_dec;
     bool dec_only;
     /* the guard decides for adaptive engines whether this shape speculates;
      * when it does not, the step does no speculative work at all */
     const bool guarded = e->p.spec_adaptive && shape(e, s, &n_dec, &dec_only);
-    if (!guarded || sp_spec_guard_on(&e->guard, n_dec))
+    if (!guarded || spec_guard_on(&e->guard, n_dec))
         spec_prepare(e, s);
     else
         for (int32_t i = 0; i < s->n_ent; i++) s->ent[i].r->n_draft = 0;
@@ -170,12 +170,12 @@ void eng_step(sp_engine *e) {
     sp_batch b = {s->n_tok, s->tok, s->pos, s->seq, s->want};
     char err[200];
     pthread_mutex_unlock(&e->mu);
-    const double t_pass = sp_time_ms();
+    const double t_pass = time_ms();
     const int rc = sp_decode(e->ctx, &b, err, sizeof(err));
-    const double ms_pass = sp_time_ms() - t_pass;
+    const double ms_pass = time_ms() - t_pass;
     pthread_mutex_lock(&e->mu);
     if (n_spec) e->st.verify_ms += ms_pass;
-    if (!rc && e->calibrated) sp_cost_fit_observe(&e->tfit, s->n_tok, batch_attn(s), ms_pass);
+    if (!rc && e->calibrated) cost_fit_observe(&e->tfit, s->n_tok, batch_attn(s), ms_pass);
     if (!rc) eng_disk_observe(e, s->n_tok, ms_pass);
     for (int32_t i = 0; i < s->n_ent; i++) {
         const step_entry *en = &s->ent[i];
@@ -192,6 +192,6 @@ void eng_step(sp_engine *e) {
         eng_make_event(e, r);
     }
     if (guarded)
-        sp_spec_guard_observe(&e->guard, n_dec, dec_only && !rc, (int32_t)(e->st.decode_tokens - tok0),
-                              sp_time_ms() - t_step);
+        spec_guard_observe(&e->guard, n_dec, dec_only && !rc, (int32_t)(e->st.decode_tokens - tok0),
+                              time_ms() - t_step);
 }

@@ -48,21 +48,21 @@
 
 typedef struct {
     char *key;               /* NUL-terminated copy */
-    sp_gguf_vtype type;
+    gguf_vtype type;
     uint64_t val_off;        /* value bytes in the file (after the vtype) */
     uint64_t val_len;
     /* arrays */
-    sp_gguf_vtype arr_type;
+    gguf_vtype arr_type;
     uint64_t arr_n;
     uint64_t arr_data_off;   /* first element */
     uint64_t *str_off;       /* string arrays: file offset of each element */
 } gguf_kv;
 
-struct sp_gguf {
+struct gguf_file {
     char *path;
     const uint8_t *base;
     size_t size;
-    sp_gguf_file_id id;     /* fstat of the descriptor that was mapped */
+    gguf_file_id id;     /* fstat of the descriptor that was mapped */
     uint32_t version;
     size_t alignment;
     uint64_t data_off;
@@ -70,7 +70,7 @@ struct sp_gguf {
     int64_t n_kv;
     gguf_kv *kvs;
     int64_t n_tensors;
-    sp_gguf_tensor *tensors;
+    gguf_tensor *tensors;
 
     /* open-addressing hash tables of index + 1 (0 = empty slot) */
     uint64_t *kv_hash, *t_hash;
@@ -92,7 +92,7 @@ static const char *const vtype_name[SP_GGUF_TYPE_COUNT] = {
 };
 
 /* Smallest encoding of one element of type t (for bounding counts). */
-static uint64_t vtype_min_size(sp_gguf_vtype t) {
+static uint64_t vtype_min_size(gguf_vtype t) {
     if (t == SP_GGUF_STRING) return 8;
     if (t == SP_GGUF_ARRAY) return 12;
     return vtype_size[t];
@@ -110,7 +110,7 @@ static uint64_t hash_bytes(const char *s, size_t n) {
 /* Looks name up in a hash table of index+1 slots; names(i) gives entry i's
  * name. Returns the index or -1. */
 static int64_t hash_find(const uint64_t *tab, size_t cap, const char *name,
-                         const char *(*names)(const sp_gguf *, int64_t), const sp_gguf *g) {
+                         const char *(*names)(const gguf_file *, int64_t), const gguf_file *g) {
     if (!tab || !name) return -1;
     size_t mask = cap - 1;
     for (size_t h = hash_bytes(name, strlen(name)) & mask;; h = (h + 1) & mask) {
@@ -123,7 +123,7 @@ static int64_t hash_find(const uint64_t *tab, size_t cap, const char *name,
 /* Inserts i; returns the index of an existing entry with the same name, or
  * -1 when it was inserted. The table never fills: cap >= 2 * entries. */
 static int64_t hash_insert(uint64_t *tab, size_t cap, const char *name, int64_t i,
-                           const char *(*names)(const sp_gguf *, int64_t), const sp_gguf *g) {
+                           const char *(*names)(const gguf_file *, int64_t), const gguf_file *g) {
     size_t mask = cap - 1;
     for (size_t h = hash_bytes(name, strlen(name)) & mask;; h = (h + 1) & mask) {
         if (!tab[h]) { tab[h] = (uint64_t)i + 1; return -1; }
@@ -132,8 +132,8 @@ static int64_t hash_insert(uint64_t *tab, size_t cap, const char *name, int64_t 
     }
 }
 
-static const char *kv_name(const sp_gguf *g, int64_t i) { return g->kvs[i].key; }
-static const char *tensor_name(const sp_gguf *g, int64_t i) { return g->tensors[i].name; }
+static const char *kv_name(const gguf_file *g, int64_t i) { return g->kvs[i].key; }
+static const char *tensor_name(const gguf_file *g, int64_t i) { return g->tensors[i].name; }
 
 static size_t hash_cap_for(uint64_t n) {
     size_t cap = 16;
@@ -160,10 +160,10 @@ typedef struct {
 static bool cur_need(cursor *c, uint64_t n) {
     if (n <= c->size - c->pos) return true;
     if (n > c->size && n > 8)
-        sp_seterr(c->err, c->errlen, "%s: %s: length %" PRIu64 " exceeds the file size (%" PRIu64 " bytes)",
+        seterr(c->err, c->errlen, "%s: %s: length %" PRIu64 " exceeds the file size (%" PRIu64 " bytes)",
                   c->path, c->what, n, c->size);
     else
-        sp_seterr(c->err, c->errlen,
+        seterr(c->err, c->errlen,
                   "%s: truncated: %s ends at byte %" PRIu64 " but the file has %" PRIu64 " bytes",
                   c->path, c->what, c->pos + n, c->size);
     return false;
@@ -199,11 +199,11 @@ static char *cur_name(cursor *c, const char *kind) {
     uint64_t len, off;
     if (!cur_u64(c, &len)) return NULL;
     if (len == 0) {
-        sp_seterr(c->err, c->errlen, "%s: %s has an empty %s", c->path, c->what, kind);
+        seterr(c->err, c->errlen, "%s: %s has an empty %s", c->path, c->what, kind);
         return NULL;
     }
     if (len > SP_GGUF_MAX_NAME) {
-        sp_seterr(c->err, c->errlen, "%s: %s: %s length %" PRIu64 " exceeds the limit of %u bytes",
+        seterr(c->err, c->errlen, "%s: %s: %s length %" PRIu64 " exceeds the limit of %u bytes",
                   c->path, c->what, kind, len, SP_GGUF_MAX_NAME);
         return NULL;
     }
@@ -211,12 +211,12 @@ static char *cur_name(cursor *c, const char *kind) {
     off = c->pos;
     c->pos += len;
     if (memchr(c->p + off, 0, len)) {
-        sp_seterr(c->err, c->errlen, "%s: %s: %s contains a NUL byte", c->path, c->what, kind);
+        seterr(c->err, c->errlen, "%s: %s: %s contains a NUL byte", c->path, c->what, kind);
         return NULL;
     }
     char *s = malloc(len + 1);
     if (!s) {
-        sp_seterr(c->err, c->errlen, "%s: out of memory", c->path);
+        seterr(c->err, c->errlen, "%s: out of memory", c->path);
         return NULL;
     }
     memcpy(s, c->p + off, len);
@@ -226,16 +226,16 @@ static char *cur_name(cursor *c, const char *kind) {
 
 static bool check_vtype(cursor *c, uint32_t t, const char *role) {
     if (t < SP_GGUF_TYPE_COUNT) return true;
-    sp_seterr(c->err, c->errlen, "%s: %s has unknown %s type %" PRIu32, c->path, c->what, role, t);
+    seterr(c->err, c->errlen, "%s: %s has unknown %s type %" PRIu32, c->path, c->what, role, t);
     return false;
 }
 
 /* Bounds an element count by the bytes left, so loops and allocations sized
  * by n are bounded by the file size. */
-static bool check_count(cursor *c, uint64_t n, sp_gguf_vtype t) {
+static bool check_count(cursor *c, uint64_t n, gguf_vtype t) {
     uint64_t left = c->size - c->pos;
     if (n <= left / vtype_min_size(t)) return true;
-    sp_seterr(c->err, c->errlen,
+    seterr(c->err, c->errlen,
               "%s: %s: array length %" PRIu64 " exceeds the file size (%" PRIu64 " bytes left, "
               "%s elements take at least %" PRIu64 " bytes each)",
               c->path, c->what, n, left, vtype_name[t], vtype_min_size(t));
@@ -243,7 +243,7 @@ static bool check_count(cursor *c, uint64_t n, sp_gguf_vtype t) {
 }
 
 /* Skips (and validates) one value of type t. */
-static bool cur_skip_value(cursor *c, sp_gguf_vtype t, int depth) {
+static bool cur_skip_value(cursor *c, gguf_vtype t, int depth) {
     if (t == SP_GGUF_STRING) {
         uint64_t off, len;
         return cur_str(c, &off, &len);
@@ -254,7 +254,7 @@ static bool cur_skip_value(cursor *c, sp_gguf_vtype t, int depth) {
         return true;
     }
     if (depth >= SP_GGUF_MAX_NEST) {
-        sp_seterr(c->err, c->errlen, "%s: %s: arrays nested deeper than %d levels", c->path,
+        seterr(c->err, c->errlen, "%s: %s: arrays nested deeper than %d levels", c->path,
                   c->what, SP_GGUF_MAX_NEST);
         return false;
     }
@@ -269,13 +269,13 @@ static bool cur_skip_value(cursor *c, sp_gguf_vtype t, int depth) {
         return true;
     }
     for (uint64_t i = 0; i < n; i++)
-        if (!cur_skip_value(c, (sp_gguf_vtype)et, depth + 1)) return false;
+        if (!cur_skip_value(c, (gguf_vtype)et, depth + 1)) return false;
     return true;
 }
 
 /* ---- open ------------------------------------------------------------- */
 
-static void free_contents(sp_gguf *g) {
+static void free_contents(gguf_file *g) {
     if (g->kvs)
         for (int64_t i = 0; i < g->n_kv; i++) {
             free(g->kvs[i].key);
@@ -291,19 +291,19 @@ static void free_contents(sp_gguf *g) {
     if (g->base && g->size) munmap((void *)g->base, g->size);
 }
 
-void sp_gguf_close(sp_gguf *g) {
+void gguf_close(gguf_file *g) {
     if (!g) return;
     free_contents(g);
     free(g);
 }
 
 /* Reads the kv pairs; the cursor is at the first one. */
-static bool read_kvs(sp_gguf *g, cursor *c, uint64_t n_kv) {
+static bool read_kvs(gguf_file *g, cursor *c, uint64_t n_kv) {
     g->kvs = calloc(n_kv ? n_kv : 1, sizeof(gguf_kv));
     g->kv_hash_cap = hash_cap_for(n_kv);
     g->kv_hash = calloc(g->kv_hash_cap, sizeof(uint64_t));
     if (!g->kvs || !g->kv_hash) {
-        sp_seterr(c->err, c->errlen, "%s: out of memory", g->path);
+        seterr(c->err, c->errlen, "%s: out of memory", g->path);
         return false;
     }
     for (uint64_t i = 0; i < n_kv; i++) {
@@ -315,20 +315,20 @@ static bool read_kvs(sp_gguf *g, cursor *c, uint64_t n_kv) {
         snprintf(c->what, sizeof c->what, "kv %" PRIu64 " ('%.80s')", i, kv->key);
         int64_t dup = hash_insert(g->kv_hash, g->kv_hash_cap, kv->key, (int64_t)i, kv_name, g);
         if (dup >= 0) {
-            sp_seterr(c->err, c->errlen, "%s: duplicate key '%.80s' (kv %" PRId64 " and kv %" PRIu64 ")",
+            seterr(c->err, c->errlen, "%s: duplicate key '%.80s' (kv %" PRId64 " and kv %" PRIu64 ")",
                       g->path, kv->key, dup, i);
             return false;
         }
         uint32_t t;
         if (!cur_u32(c, &t) || !check_vtype(c, t, "value")) return false;
-        kv->type = (sp_gguf_vtype)t;
+        kv->type = (gguf_vtype)t;
         kv->val_off = c->pos;
         if (t == SP_GGUF_ARRAY) {
             uint32_t et;
             uint64_t n;
             if (!cur_u32(c, &et) || !check_vtype(c, et, "array element")) return false;
             if (!cur_u64(c, &n) || !check_count(c, n, et)) return false;
-            kv->arr_type = (sp_gguf_vtype)et;
+            kv->arr_type = (gguf_vtype)et;
             kv->arr_n = n;
             kv->arr_data_off = c->pos;
             if (et == SP_GGUF_STRING) {
@@ -337,7 +337,7 @@ static bool read_kvs(sp_gguf *g, cursor *c, uint64_t n_kv) {
                  * file size, so the allocation is too. */
                 kv->str_off = malloc((n ? n : 1) * sizeof(uint64_t));
                 if (!kv->str_off) {
-                    sp_seterr(c->err, c->errlen, "%s: out of memory", g->path);
+                    seterr(c->err, c->errlen, "%s: out of memory", g->path);
                     return false;
                 }
                 for (uint64_t j = 0; j < n; j++) {
@@ -370,16 +370,16 @@ static int span_cmp(const void *a, const void *b) {
 }
 
 /* Reads the tensor infos; the cursor is at the first one. */
-static bool read_tensor_infos(sp_gguf *g, cursor *c, uint64_t n_t) {
-    g->tensors = calloc(n_t ? n_t : 1, sizeof(sp_gguf_tensor));
+static bool read_tensor_infos(gguf_file *g, cursor *c, uint64_t n_t) {
+    g->tensors = calloc(n_t ? n_t : 1, sizeof(gguf_tensor));
     g->t_hash_cap = hash_cap_for(n_t);
     g->t_hash = calloc(g->t_hash_cap, sizeof(uint64_t));
     if (!g->tensors || !g->t_hash) {
-        sp_seterr(c->err, c->errlen, "%s: out of memory", g->path);
+        seterr(c->err, c->errlen, "%s: out of memory", g->path);
         return false;
     }
     for (uint64_t i = 0; i < n_t; i++) {
-        sp_gguf_tensor *t = &g->tensors[i];
+        gguf_tensor *t = &g->tensors[i];
         snprintf(c->what, sizeof c->what, "tensor info %" PRIu64, i);
         char *name = cur_name(c, "tensor name");
         if (!name) return false;
@@ -388,7 +388,7 @@ static bool read_tensor_infos(sp_gguf *g, cursor *c, uint64_t n_t) {
         snprintf(c->what, sizeof c->what, "tensor info %" PRIu64 " ('%.80s')", i, name);
         int64_t dup = hash_insert(g->t_hash, g->t_hash_cap, name, (int64_t)i, tensor_name, g);
         if (dup >= 0) {
-            sp_seterr(c->err, c->errlen,
+            seterr(c->err, c->errlen,
                       "%s: duplicate tensor name '%.80s' (tensor infos %" PRId64 " and %" PRIu64 ")",
                       g->path, name, dup, i);
             return false;
@@ -396,7 +396,7 @@ static bool read_tensor_infos(sp_gguf *g, cursor *c, uint64_t n_t) {
         uint32_t n_dims;
         if (!cur_u32(c, &n_dims)) return false;
         if (n_dims < 1 || n_dims > SP_GGUF_MAX_DIMS) {
-            sp_seterr(c->err, c->errlen, "%s: tensor '%.80s' has %" PRIu32 " dimensions (must be 1..%d)",
+            seterr(c->err, c->errlen, "%s: tensor '%.80s' has %" PRIu32 " dimensions (must be 1..%d)",
                       g->path, name, n_dims, SP_GGUF_MAX_DIMS);
             return false;
         }
@@ -407,27 +407,27 @@ static bool read_tensor_infos(sp_gguf *g, cursor *c, uint64_t n_t) {
             uint64_t v;
             if (!cur_u64(c, &v)) return false;
             if (v > (uint64_t)INT64_MAX) {
-                sp_seterr(c->err, c->errlen, "%s: tensor '%.80s' has negative dimension ne[%" PRIu32 "] = %" PRId64,
+                seterr(c->err, c->errlen, "%s: tensor '%.80s' has negative dimension ne[%" PRIu32 "] = %" PRId64,
                           g->path, name, d, (int64_t)v);
                 return false;
             }
             t->ne[d] = (int64_t)v;
             if (__builtin_mul_overflow(nelem, t->ne[d], &nelem)) {
-                sp_seterr(c->err, c->errlen, "%s: tensor '%.80s': the element count overflows 64 bits",
+                seterr(c->err, c->errlen, "%s: tensor '%.80s': the element count overflows 64 bits",
                           g->path, name);
                 return false;
             }
         }
         uint32_t type;
         if (!cur_u32(c, &type)) return false;
-        const sp_type_traits *tr = type < 0x10000 ? sp_type_info((int)type) : NULL;
+        const type_traits *tr = type < 0x10000 ? type_info((int)type) : NULL;
         if (!tr || tr->blck <= 0 || tr->block_bytes == 0) {
-            sp_seterr(c->err, c->errlen, "%s: tensor '%.80s' has unknown type %" PRIu32, g->path, name, type);
+            seterr(c->err, c->errlen, "%s: tensor '%.80s' has unknown type %" PRIu32, g->path, name, type);
             return false;
         }
-        t->type = (sp_type)type;
+        t->type = (tensor_type)type;
         if (t->ne[0] % tr->blck != 0) {
-            sp_seterr(c->err, c->errlen,
+            seterr(c->err, c->errlen,
                       "%s: tensor '%.80s': row length %" PRId64 " is not a multiple of the block size %" PRId64
                       " of type %s",
                       g->path, name, t->ne[0], tr->blck, tr->name);
@@ -438,13 +438,13 @@ static bool read_tensor_infos(sp_gguf *g, cursor *c, uint64_t n_t) {
         uint64_t nbytes;
         if (__builtin_mul_overflow((uint64_t)(nelem / tr->blck), (uint64_t)tr->block_bytes, &nbytes) ||
             nbytes > SIZE_MAX) {
-            sp_seterr(c->err, c->errlen, "%s: tensor '%.80s': the byte size overflows", g->path, name);
+            seterr(c->err, c->errlen, "%s: tensor '%.80s': the byte size overflows", g->path, name);
             return false;
         }
         t->nbytes = (size_t)nbytes;
         if (!cur_u64(c, &t->offset)) return false;
         if (t->offset % g->alignment != 0) {
-            sp_seterr(c->err, c->errlen,
+            seterr(c->err, c->errlen,
                       "%s: tensor '%.80s': offset %" PRIu64 " is not a multiple of the alignment %zu",
                       g->path, name, t->offset, g->alignment);
             return false;
@@ -455,26 +455,26 @@ static bool read_tensor_infos(sp_gguf *g, cursor *c, uint64_t n_t) {
 
 /* Places the tensors in the data section: every tensor inside the file and
  * no two overlapping. */
-static bool check_tensor_data(sp_gguf *g, char *err, size_t errlen) {
+static bool check_tensor_data(gguf_file *g, char *err, size_t errlen) {
     int64_t n = g->n_tensors;
     if (n == 0) return true;
     span *sp = malloc((size_t)n * sizeof *sp);
     if (!sp) {
-        sp_seterr(err, errlen, "%s: out of memory", g->path);
+        seterr(err, errlen, "%s: out of memory", g->path);
         return false;
     }
     bool ok = false;
     for (int64_t i = 0; i < n; i++) {
-        sp_gguf_tensor *t = &g->tensors[i];
+        gguf_tensor *t = &g->tensors[i];
         uint64_t begin, end;
         if (__builtin_add_overflow(g->data_off, t->offset, &begin) ||
             __builtin_add_overflow(begin, (uint64_t)t->nbytes, &end)) {
-            sp_seterr(err, errlen, "%s: tensor '%.80s' (offset %" PRIu64 ", %zu bytes) extends past the end "
+            seterr(err, errlen, "%s: tensor '%.80s' (offset %" PRIu64 ", %zu bytes) extends past the end "
                       "of the file (%zu bytes)", g->path, t->name, t->offset, t->nbytes, g->size);
             goto done;
         }
         if (end > g->size) {
-            sp_seterr(err, errlen,
+            seterr(err, errlen,
                       "%s: tensor '%.80s' (offset %" PRIu64 ", %zu bytes) extends past the end of the file: "
                       "it ends at byte %" PRIu64 " but the file has %zu bytes (truncated?)",
                       g->path, t->name, t->offset, t->nbytes, end, g->size);
@@ -490,7 +490,7 @@ static bool check_tensor_data(sp_gguf *g, char *err, size_t errlen) {
     for (int64_t i = 0; i < n; i++) {
         if (sp[i].begin == sp[i].end) continue;
         if (far >= 0 && sp[far].end > sp[i].begin) {
-            sp_seterr(err, errlen, "%s: tensors '%.80s' and '%.80s' overlap in the data section",
+            seterr(err, errlen, "%s: tensors '%.80s' and '%.80s' overlap in the data section",
                       g->path, g->tensors[sp[far].idx].name, g->tensors[sp[i].idx].name);
             goto done;
         }
@@ -502,44 +502,44 @@ done:
     return ok;
 }
 
-sp_gguf *sp_gguf_open(const char *path, char *err, size_t errlen) {
+gguf_file *gguf_open(const char *path, char *err, size_t errlen) {
     int fd = -1;
-    sp_gguf *g = calloc(1, sizeof *g);
+    gguf_file *g = calloc(1, sizeof *g);
     if (!g) {
-        sp_seterr(err, errlen, "%s: out of memory", path);
+        seterr(err, errlen, "%s: out of memory", path);
         return NULL;
     }
     g->path = strdup(path);
     if (!g->path) {
-        sp_seterr(err, errlen, "%s: out of memory", path);
+        seterr(err, errlen, "%s: out of memory", path);
         goto fail;
     }
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        sp_seterr(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        seterr(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         goto fail;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        sp_seterr(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        seterr(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
         goto fail;
     }
     if (!S_ISREG(st.st_mode)) {
-        sp_seterr(err, errlen, "%s: not a regular file", path);
+        seterr(err, errlen, "%s: not a regular file", path);
         goto fail;
     }
     if ((uint64_t)st.st_size > SIZE_MAX) {
-        sp_seterr(err, errlen, "%s: file too large to map", path);
+        seterr(err, errlen, "%s: file too large to map", path);
         goto fail;
     }
     g->size = (size_t)st.st_size;
-    g->id = (sp_gguf_file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint64_t)st.st_size,
+    g->id = (gguf_file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint64_t)st.st_size,
                               (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
                               (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec};
     if (g->size > 0) {
         void *m = mmap(NULL, g->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
-            sp_seterr(err, errlen, "%s: cannot map %zu bytes: %s", path, g->size, strerror(errno));
+            seterr(err, errlen, "%s: cannot map %zu bytes: %s", path, g->size, strerror(errno));
             g->size = 0;
             goto fail;
         }
@@ -552,26 +552,26 @@ sp_gguf *sp_gguf_open(const char *path, char *err, size_t errlen) {
     snprintf(c.what, sizeof c.what, "header");
     if (g->size < 4 || memcmp(g->base, "GGUF", 4) != 0) {
         if (g->size < 4)
-            sp_seterr(err, errlen, "%s: truncated: file has %zu bytes, too short for a GGUF header", path,
+            seterr(err, errlen, "%s: truncated: file has %zu bytes, too short for a GGUF header", path,
                       g->size);
         else
-            sp_seterr(err, errlen, "%s: not a GGUF file (bad magic)", path);
+            seterr(err, errlen, "%s: not a GGUF file (bad magic)", path);
         goto fail;
     }
     c.pos = 4;
     uint32_t version;
     if (!cur_u32(&c, &version)) goto fail;
     if (version == 1) {
-        sp_seterr(err, errlen, "%s: GGUF version 1 is not supported (convert it with a newer llama.cpp)", path);
+        seterr(err, errlen, "%s: GGUF version 1 is not supported (convert it with a newer llama.cpp)", path);
         goto fail;
     }
     if (version != 2 && version != 3) {
         /* A big-endian GGUF reads as a byte-swapped version number. */
         uint32_t sw = __builtin_bswap32(version);
         if (sw == 2 || sw == 3)
-            sp_seterr(err, errlen, "%s: big-endian GGUF files are not supported", path);
+            seterr(err, errlen, "%s: big-endian GGUF files are not supported", path);
         else
-            sp_seterr(err, errlen, "%s: unsupported GGUF version %" PRIu32 " (supported: 2, 3)", path,
+            seterr(err, errlen, "%s: unsupported GGUF version %" PRIu32 " (supported: 2, 3)", path,
                       version);
         goto fail;
     }
@@ -582,34 +582,34 @@ sp_gguf *sp_gguf_open(const char *path, char *err, size_t errlen) {
      * allocating anything sized by them. */
     uint64_t left = g->size - c.pos;
     if (n_kv > left / SP_GGUF_MIN_KV) {
-        sp_seterr(err, errlen, "%s: n_kv = %" PRIu64 " exceeds file size (%zu bytes)", path, n_kv, g->size);
+        seterr(err, errlen, "%s: n_kv = %" PRIu64 " exceeds file size (%zu bytes)", path, n_kv, g->size);
         goto fail;
     }
     if (n_tensors > left / SP_GGUF_MIN_TINFO || n_tensors > (uint64_t)INT64_MAX) {
-        sp_seterr(err, errlen, "%s: n_tensors = %" PRIu64 " exceeds file size (%zu bytes)", path, n_tensors,
+        seterr(err, errlen, "%s: n_tensors = %" PRIu64 " exceeds file size (%zu bytes)", path, n_tensors,
                   g->size);
         goto fail;
     }
 
     if (!read_kvs(g, &c, n_kv)) goto fail;
     if (n_tensors > (g->size - c.pos) / SP_GGUF_MIN_TINFO) {
-        sp_seterr(err, errlen, "%s: n_tensors = %" PRIu64 " exceeds file size (%zu bytes, tensor infos start at %" PRIu64 ")",
+        seterr(err, errlen, "%s: n_tensors = %" PRIu64 " exceeds file size (%zu bytes, tensor infos start at %" PRIu64 ")",
                   path, n_tensors, g->size, c.pos);
         goto fail;
     }
 
     g->alignment = 32;
-    int64_t ai = sp_gguf_find_key(g, "general.alignment");
+    int64_t ai = gguf_find_key(g, "general.alignment");
     if (ai >= 0) {
         const gguf_kv *kv = &g->kvs[ai];
         if (kv->type != SP_GGUF_UINT32) {
-            sp_seterr(err, errlen, "%s: general.alignment has type %s (must be u32)", path,
+            seterr(err, errlen, "%s: general.alignment has type %s (must be u32)", path,
                       vtype_name[kv->type]);
             goto fail;
         }
         uint32_t a = rd_u32(g->base + kv->val_off);
         if (a == 0 || (a & (a - 1)) != 0) {
-            sp_seterr(err, errlen, "%s: general.alignment = %" PRIu32 " (must be a non-zero power of two)",
+            seterr(err, errlen, "%s: general.alignment = %" PRIu32 " (must be a non-zero power of two)",
                       path, a);
             goto fail;
         }
@@ -625,46 +625,46 @@ sp_gguf *sp_gguf_open(const char *path, char *err, size_t errlen) {
 
 fail:
     if (fd >= 0) close(fd);
-    sp_gguf_close(g);
+    gguf_close(g);
     return NULL;
 }
 
 /* ---- accessors -------------------------------------------------------- */
 
-uint32_t sp_gguf_version(const sp_gguf *g) { return g->version; }
-size_t sp_gguf_alignment(const sp_gguf *g) { return g->alignment; }
-size_t sp_gguf_file_size(const sp_gguf *g) { return g->size; }
-const void *sp_gguf_file_bytes(const sp_gguf *g) { return g->base; }
-sp_gguf_file_id sp_gguf_file_identity(const sp_gguf *g) { return g->id; }
-int64_t sp_gguf_n_kv(const sp_gguf *g) { return g->n_kv; }
+uint32_t gguf_version(const gguf_file *g) { return g->version; }
+size_t gguf_alignment(const gguf_file *g) { return g->alignment; }
+size_t gguf_file_size(const gguf_file *g) { return g->size; }
+const void *gguf_file_bytes(const gguf_file *g) { return g->base; }
+gguf_file_id gguf_file_identity(const gguf_file *g) { return g->id; }
+int64_t gguf_n_kv(const gguf_file *g) { return g->n_kv; }
 
-int64_t sp_gguf_find_key(const sp_gguf *g, const char *key) {
+int64_t gguf_find_key(const gguf_file *g, const char *key) {
     return hash_find(g->kv_hash, g->kv_hash_cap, key, kv_name, g);
 }
 
-const char *sp_gguf_key(const sp_gguf *g, int64_t i) {
+const char *gguf_key(const gguf_file *g, int64_t i) {
     return i >= 0 && i < g->n_kv ? g->kvs[i].key : NULL;
 }
 
-sp_gguf_vtype sp_gguf_kv_type(const sp_gguf *g, int64_t i) {
+gguf_vtype gguf_kv_type(const gguf_file *g, int64_t i) {
     return i >= 0 && i < g->n_kv ? g->kvs[i].type : SP_GGUF_TYPE_COUNT;
 }
 
-bool sp_gguf_kv_raw(const sp_gguf *g, int64_t i, const void **data, size_t *n) {
+bool gguf_kv_raw(const gguf_file *g, int64_t i, const void **data, size_t *n) {
     if (i < 0 || i >= g->n_kv) return false;
     *data = g->base + g->kvs[i].val_off;
     *n = (size_t)g->kvs[i].val_len;
     return true;
 }
 
-static const gguf_kv *kv_by_key(const sp_gguf *g, const char *key) {
-    int64_t i = sp_gguf_find_key(g, key);
+static const gguf_kv *kv_by_key(const gguf_file *g, const char *key) {
+    int64_t i = gguf_find_key(g, key);
     return i >= 0 ? &g->kvs[i] : NULL;
 }
 
 /* An integer value widened to a sign flag + magnitude so every width
  * converts exactly. */
-static bool kv_int(const sp_gguf *g, const gguf_kv *kv, bool *neg, uint64_t *mag) {
+static bool kv_int(const gguf_file *g, const gguf_kv *kv, bool *neg, uint64_t *mag) {
     const uint8_t *p = g->base + kv->val_off;
     int64_t s;
     switch (kv->type) {
@@ -683,7 +683,7 @@ static bool kv_int(const sp_gguf *g, const gguf_kv *kv, bool *neg, uint64_t *mag
     return true;
 }
 
-bool sp_gguf_get_i64(const sp_gguf *g, const char *key, int64_t *out) {
+bool gguf_get_i64(const gguf_file *g, const char *key, int64_t *out) {
     const gguf_kv *kv = kv_by_key(g, key);
     bool neg;
     uint64_t mag;
@@ -698,7 +698,7 @@ bool sp_gguf_get_i64(const sp_gguf *g, const char *key, int64_t *out) {
     return true;
 }
 
-bool sp_gguf_get_u32(const sp_gguf *g, const char *key, uint32_t *out) {
+bool gguf_get_u32(const gguf_file *g, const char *key, uint32_t *out) {
     const gguf_kv *kv = kv_by_key(g, key);
     bool neg;
     uint64_t mag;
@@ -708,7 +708,7 @@ bool sp_gguf_get_u32(const sp_gguf *g, const char *key, uint32_t *out) {
     return true;
 }
 
-bool sp_gguf_get_f32(const sp_gguf *g, const char *key, float *out) {
+bool gguf_get_f32(const gguf_file *g, const char *key, float *out) {
     const gguf_kv *kv = kv_by_key(g, key);
     if (!kv) return false;
     const uint8_t *p = g->base + kv->val_off;
@@ -729,14 +729,14 @@ bool sp_gguf_get_f32(const sp_gguf *g, const char *key, float *out) {
     return false;
 }
 
-bool sp_gguf_get_bool(const sp_gguf *g, const char *key, bool *out) {
+bool gguf_get_bool(const gguf_file *g, const char *key, bool *out) {
     const gguf_kv *kv = kv_by_key(g, key);
     if (!kv || kv->type != SP_GGUF_BOOL) return false;
     *out = g->base[kv->val_off] != 0; /* any non-zero byte is true */
     return true;
 }
 
-bool sp_gguf_get_str(const sp_gguf *g, const char *key, sp_gguf_str *out) {
+bool gguf_get_str(const gguf_file *g, const char *key, gguf_str *out) {
     const gguf_kv *kv = kv_by_key(g, key);
     if (!kv || kv->type != SP_GGUF_STRING) return false;
     out->n = rd_u64(g->base + kv->val_off);
@@ -744,7 +744,7 @@ bool sp_gguf_get_str(const sp_gguf *g, const char *key, sp_gguf_str *out) {
     return true;
 }
 
-bool sp_gguf_get_arr(const sp_gguf *g, const char *key, sp_gguf_vtype *elem_type, uint64_t *n,
+bool gguf_get_arr(const gguf_file *g, const char *key, gguf_vtype *elem_type, uint64_t *n,
                      const void **data) {
     const gguf_kv *kv = kv_by_key(g, key);
     if (!kv || kv->type != SP_GGUF_ARRAY) return false;
@@ -754,8 +754,8 @@ bool sp_gguf_get_arr(const sp_gguf *g, const char *key, sp_gguf_vtype *elem_type
     return true;
 }
 
-sp_gguf_str sp_gguf_arr_str(const sp_gguf *g, const char *key, uint64_t i) {
-    sp_gguf_str s = {NULL, 0};
+gguf_str gguf_arr_str(const gguf_file *g, const char *key, uint64_t i) {
+    gguf_str s = {NULL, 0};
     const gguf_kv *kv = kv_by_key(g, key);
     if (!kv || kv->type != SP_GGUF_ARRAY || kv->arr_type != SP_GGUF_STRING || i >= kv->arr_n) return s;
     const uint8_t *p = g->base + kv->str_off[i];
@@ -764,13 +764,13 @@ sp_gguf_str sp_gguf_arr_str(const sp_gguf *g, const char *key, uint64_t i) {
     return s;
 }
 
-int64_t sp_gguf_n_tensors(const sp_gguf *g) { return g->n_tensors; }
+int64_t gguf_n_tensors(const gguf_file *g) { return g->n_tensors; }
 
-const sp_gguf_tensor *sp_gguf_tensor_at(const sp_gguf *g, int64_t i) {
+const gguf_tensor *gguf_tensor_at(const gguf_file *g, int64_t i) {
     return i >= 0 && i < g->n_tensors ? &g->tensors[i] : NULL;
 }
 
-const sp_gguf_tensor *sp_gguf_find_tensor(const sp_gguf *g, const char *name) {
+const gguf_tensor *gguf_find_tensor(const gguf_file *g, const char *name) {
     int64_t i = hash_find(g->t_hash, g->t_hash_cap, name, tensor_name, g);
     return i >= 0 ? &g->tensors[i] : NULL;
 }
@@ -810,7 +810,7 @@ static void sb_quoted(strbuf *b, const uint8_t *p, uint64_t n, size_t max) {
 }
 
 /* The scalar of type t at p. */
-static void sb_scalar(strbuf *b, sp_gguf_vtype t, const uint8_t *p) {
+static void sb_scalar(strbuf *b, gguf_vtype t, const uint8_t *p) {
     switch (t) {
     case SP_GGUF_UINT8: sb_printf(b, "%u", p[0]); break;
     case SP_GGUF_INT8: sb_printf(b, "%d", (int8_t)p[0]); break;
@@ -827,7 +827,7 @@ static void sb_scalar(strbuf *b, sp_gguf_vtype t, const uint8_t *p) {
     }
 }
 
-void sp_gguf_kv_format(const sp_gguf *g, int64_t i, char *buf, size_t len) {
+void gguf_kv_format(const gguf_file *g, int64_t i, char *buf, size_t len) {
     if (!buf || len == 0) return;
     buf[0] = 0;
     if (i < 0 || i >= g->n_kv) return;

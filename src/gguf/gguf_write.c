@@ -3,8 +3,8 @@
  * Metadata is kept in memory as (key, type, encoded value bytes), so every
  * value type, including arrays of strings and nested arrays copied from a
  * reader, is written back byte for byte. Tensors either carry their data
- * (sp_gguf_add_tensor copies it) or are only declared and streamed by the
- * caller after the header is written (sp_gguf_add_tensor_info + begin /
+ * (gguf_add_tensor copies it) or are only declared and streamed by the
+ * caller after the header is written (gguf_add_tensor_info + begin /
  * append / end), so a multi-gigabyte model never has to sit in memory.
  *
  * The layout is what llama.cpp writes: header, kvs, tensor infos, zero
@@ -24,14 +24,14 @@
 
 typedef struct {
     char *key;
-    sp_gguf_vtype type;
+    gguf_vtype type;
     uint8_t *raw; /* encoded value (after the type id) */
     size_t n;
 } wkv;
 
 typedef struct {
     char *name;
-    sp_type type;
+    tensor_type type;
     int n_dims;
     int64_t ne[SP_GGUF_MAX_DIMS];
     size_t nbytes;
@@ -39,7 +39,7 @@ typedef struct {
     uint64_t offset;
 } wtensor;
 
-struct sp_gguf_writer {
+struct gguf_writer {
     wkv *kvs;
     size_t n_kv, cap_kv;
     wtensor *ts;
@@ -61,8 +61,8 @@ static const size_t scalar_size[SP_GGUF_TYPE_COUNT] = {
     [SP_GGUF_UINT64] = 8,  [SP_GGUF_INT64] = 8,  [SP_GGUF_FLOAT64] = 8,
 };
 
-static void defer_err(sp_gguf_writer *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void defer_err(sp_gguf_writer *w, const char *fmt, ...) {
+static void defer_err(gguf_writer *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void defer_err(gguf_writer *w, const char *fmt, ...) {
     if (w->failed) return; /* keep the first: later ones are often consequences */
     w->failed = true;
     va_list ap;
@@ -71,9 +71,9 @@ static void defer_err(sp_gguf_writer *w, const char *fmt, ...) {
     va_end(ap);
 }
 
-sp_gguf_writer *sp_gguf_writer_create(void) { return calloc(1, sizeof(sp_gguf_writer)); }
+gguf_writer *gguf_writer_create(void) { return calloc(1, sizeof(gguf_writer)); }
 
-static void abandon_file(sp_gguf_writer *w) {
+static void abandon_file(gguf_writer *w) {
     if (w->f) {
         fclose(w->f);
         w->f = NULL;
@@ -83,7 +83,7 @@ static void abandon_file(sp_gguf_writer *w) {
     w->path = NULL;
 }
 
-void sp_gguf_writer_free(sp_gguf_writer *w) {
+void gguf_writer_free(gguf_writer *w) {
     if (!w) return;
     abandon_file(w);
     for (size_t i = 0; i < w->n_kv; i++) {
@@ -99,7 +99,7 @@ void sp_gguf_writer_free(sp_gguf_writer *w) {
     free(w);
 }
 
-static bool check_open_for_edits(sp_gguf_writer *w, const char *what) {
+static bool check_open_for_edits(gguf_writer *w, const char *what) {
     if (w->f) {
         defer_err(w, "%s: the header was already written", what);
         return false;
@@ -109,7 +109,7 @@ static bool check_open_for_edits(sp_gguf_writer *w, const char *what) {
 
 /* Stores an encoded value under key, taking ownership of raw (freed on
  * failure). Replaces an existing key in place so the order stays stable. */
-static void put_raw(sp_gguf_writer *w, const char *key, sp_gguf_vtype type, uint8_t *raw, size_t n) {
+static void put_raw(gguf_writer *w, const char *key, gguf_vtype type, uint8_t *raw, size_t n) {
     if (!key || !*key) {
         defer_err(w, "a key is empty");
         free(raw);
@@ -158,9 +158,9 @@ static uint8_t *dup_bytes(const void *p, size_t n) {
     return r;
 }
 
-void sp_gguf_set_scalar(sp_gguf_writer *w, const char *key, sp_gguf_vtype type, const void *v) {
+void gguf_set_scalar(gguf_writer *w, const char *key, gguf_vtype type, const void *v) {
     if ((unsigned)type >= SP_GGUF_TYPE_COUNT || type == SP_GGUF_STRING || type == SP_GGUF_ARRAY) {
-        defer_err(w, "%s: sp_gguf_set_scalar with non-scalar type %d", key ? key : "?", (int)type);
+        defer_err(w, "%s: gguf_set_scalar with non-scalar type %d", key ? key : "?", (int)type);
         return;
     }
     uint8_t b;
@@ -171,13 +171,13 @@ void sp_gguf_set_scalar(sp_gguf_writer *w, const char *key, sp_gguf_vtype type, 
     put_raw(w, key, type, dup_bytes(v, scalar_size[type]), scalar_size[type]);
 }
 
-void sp_gguf_set_u32(sp_gguf_writer *w, const char *key, uint32_t v) { sp_gguf_set_scalar(w, key, SP_GGUF_UINT32, &v); }
-void sp_gguf_set_i32(sp_gguf_writer *w, const char *key, int32_t v) { sp_gguf_set_scalar(w, key, SP_GGUF_INT32, &v); }
-void sp_gguf_set_u64(sp_gguf_writer *w, const char *key, uint64_t v) { sp_gguf_set_scalar(w, key, SP_GGUF_UINT64, &v); }
-void sp_gguf_set_f32(sp_gguf_writer *w, const char *key, float v) { sp_gguf_set_scalar(w, key, SP_GGUF_FLOAT32, &v); }
-void sp_gguf_set_bool(sp_gguf_writer *w, const char *key, bool v) { sp_gguf_set_scalar(w, key, SP_GGUF_BOOL, &v); }
+void gguf_set_u32(gguf_writer *w, const char *key, uint32_t v) { gguf_set_scalar(w, key, SP_GGUF_UINT32, &v); }
+void gguf_set_i32(gguf_writer *w, const char *key, int32_t v) { gguf_set_scalar(w, key, SP_GGUF_INT32, &v); }
+void gguf_set_u64(gguf_writer *w, const char *key, uint64_t v) { gguf_set_scalar(w, key, SP_GGUF_UINT64, &v); }
+void gguf_set_f32(gguf_writer *w, const char *key, float v) { gguf_set_scalar(w, key, SP_GGUF_FLOAT32, &v); }
+void gguf_set_bool(gguf_writer *w, const char *key, bool v) { gguf_set_scalar(w, key, SP_GGUF_BOOL, &v); }
 
-void sp_gguf_set_str(sp_gguf_writer *w, const char *key, const char *v) {
+void gguf_set_str(gguf_writer *w, const char *key, const char *v) {
     if (!v) {
         defer_err(w, "%s: string value is NULL", key ? key : "?");
         return;
@@ -193,7 +193,7 @@ void sp_gguf_set_str(sp_gguf_writer *w, const char *key, const char *v) {
 
 /* Size of the packed encoding of n elements of type t at p. The caller
  * vouches that the encoding is valid (it is documented as such). */
-static size_t packed_size(sp_gguf_vtype t, const uint8_t *p, uint64_t n) {
+static size_t packed_size(gguf_vtype t, const uint8_t *p, uint64_t n) {
     if (t != SP_GGUF_STRING && t != SP_GGUF_ARRAY) return (size_t)n * scalar_size[t];
     size_t off = 0;
     for (uint64_t i = 0; i < n; i++) {
@@ -206,13 +206,13 @@ static size_t packed_size(sp_gguf_vtype t, const uint8_t *p, uint64_t n) {
             uint64_t m;
             memcpy(&et, p + off, 4);
             memcpy(&m, p + off + 4, 8);
-            off += 12 + packed_size((sp_gguf_vtype)et, p + off + 12, m);
+            off += 12 + packed_size((gguf_vtype)et, p + off + 12, m);
         }
     }
     return off;
 }
 
-void sp_gguf_set_arr(sp_gguf_writer *w, const char *key, sp_gguf_vtype elem_type, const void *data,
+void gguf_set_arr(gguf_writer *w, const char *key, gguf_vtype elem_type, const void *data,
                      uint64_t n) {
     if ((unsigned)elem_type >= SP_GGUF_TYPE_COUNT) {
         defer_err(w, "%s: unknown array element type %d", key ? key : "?", (int)elem_type);
@@ -233,7 +233,7 @@ void sp_gguf_set_arr(sp_gguf_writer *w, const char *key, sp_gguf_vtype elem_type
     put_raw(w, key, SP_GGUF_ARRAY, raw, 12 + body);
 }
 
-void sp_gguf_set_arr_str(sp_gguf_writer *w, const char *key, const sp_gguf_str *v, uint64_t n) {
+void gguf_set_arr_str(gguf_writer *w, const char *key, const gguf_str *v, uint64_t n) {
     size_t body = 0;
     for (uint64_t i = 0; i < n; i++) body += 8 + (size_t)v[i].n;
     uint8_t *raw = malloc(12 + body);
@@ -251,27 +251,27 @@ void sp_gguf_set_arr_str(sp_gguf_writer *w, const char *key, const sp_gguf_str *
     put_raw(w, key, SP_GGUF_ARRAY, raw, 12 + body);
 }
 
-void sp_gguf_copy_kv(sp_gguf_writer *w, const sp_gguf *src, const char *prefix) {
+void gguf_copy_kv(gguf_writer *w, const gguf_file *src, const char *prefix) {
     size_t plen = prefix ? strlen(prefix) : 0;
-    for (int64_t i = 0; i < sp_gguf_n_kv(src); i++) {
-        const char *key = sp_gguf_key(src, i);
+    for (int64_t i = 0; i < gguf_n_kv(src); i++) {
+        const char *key = gguf_key(src, i);
         if (plen && strncmp(key, prefix, plen) != 0) continue;
         const void *p;
         size_t n;
-        if (!sp_gguf_kv_raw(src, i, &p, &n)) continue;
-        put_raw(w, key, sp_gguf_kv_type(src, i), dup_bytes(p, n), n);
+        if (!gguf_kv_raw(src, i, &p, &n)) continue;
+        put_raw(w, key, gguf_kv_type(src, i), dup_bytes(p, n), n);
     }
 }
 
 /* Declares a tensor; returns it, or NULL after recording an error. */
-static wtensor *new_tensor(sp_gguf_writer *w, const char *name, sp_type type, int n_dims,
+static wtensor *new_tensor(gguf_writer *w, const char *name, tensor_type type, int n_dims,
                            const int64_t *ne) {
     if (!name || !*name) {
         defer_err(w, "a tensor name is empty");
         return NULL;
     }
     if (!check_open_for_edits(w, name)) return NULL;
-    const sp_type_traits *tr = sp_type_info((int)type);
+    const type_traits *tr = type_info((int)type);
     if (!tr || tr->blck <= 0) {
         defer_err(w, "tensor '%s': unknown type %d", name, (int)type);
         return NULL;
@@ -329,7 +329,7 @@ static wtensor *new_tensor(sp_gguf_writer *w, const char *name, sp_type type, in
     return t;
 }
 
-void sp_gguf_add_tensor(sp_gguf_writer *w, const char *name, sp_type type, int n_dims,
+void gguf_add_tensor(gguf_writer *w, const char *name, tensor_type type, int n_dims,
                         const int64_t *ne, const void *data, size_t nbytes) {
     wtensor *t = new_tensor(w, name, type, n_dims, ne);
     if (!t) return;
@@ -346,18 +346,18 @@ void sp_gguf_add_tensor(sp_gguf_writer *w, const char *name, sp_type type, int n
     if (nbytes) memcpy(t->data, data, nbytes);
 }
 
-void sp_gguf_add_tensor_info(sp_gguf_writer *w, const char *name, sp_type type, int n_dims,
+void gguf_add_tensor_info(gguf_writer *w, const char *name, tensor_type type, int n_dims,
                              const int64_t *ne) {
     new_tensor(w, name, type, n_dims, ne);
 }
 
 /* ---- output ----------------------------------------------------------- */
 
-static bool out(sp_gguf_writer *w, const void *p, size_t n) {
+static bool out(gguf_writer *w, const void *p, size_t n) {
     return n == 0 || fwrite(p, 1, n, w->f) == n;
 }
 
-static bool out_zeros(sp_gguf_writer *w, size_t n) {
+static bool out_zeros(gguf_writer *w, size_t n) {
     static const uint8_t zeros[256];
     while (n) {
         size_t m = SP_MIN(n, sizeof zeros);
@@ -367,28 +367,28 @@ static bool out_zeros(sp_gguf_writer *w, size_t n) {
     return true;
 }
 
-static bool out_u32(sp_gguf_writer *w, uint32_t v) { return out(w, &v, 4); }
-static bool out_u64(sp_gguf_writer *w, uint64_t v) { return out(w, &v, 8); }
-static bool out_str(sp_gguf_writer *w, const char *s) {
+static bool out_u32(gguf_writer *w, uint32_t v) { return out(w, &v, 4); }
+static bool out_u64(gguf_writer *w, uint64_t v) { return out(w, &v, 8); }
+static bool out_str(gguf_writer *w, const char *s) {
     size_t n = strlen(s);
     return out_u64(w, n) && out(w, s, n);
 }
 
 static size_t pad_to(uint64_t n, size_t a) { return (size_t)((a - n % a) % a); }
 
-static int io_fail(sp_gguf_writer *w, char *err, size_t errlen) {
-    sp_seterr(err, errlen, "%s: write failed: %s", w->path, strerror(errno ? errno : EIO));
+static int io_fail(gguf_writer *w, char *err, size_t errlen) {
+    seterr(err, errlen, "%s: write failed: %s", w->path, strerror(errno ? errno : EIO));
     abandon_file(w);
     return -1;
 }
 
-int sp_gguf_writer_begin(sp_gguf_writer *w, const char *path, char *err, size_t errlen) {
+int gguf_writer_begin(gguf_writer *w, const char *path, char *err, size_t errlen) {
     if (w->f) {
-        sp_seterr(err, errlen, "%s: the writer is already writing %s", path, w->path);
+        seterr(err, errlen, "%s: the writer is already writing %s", path, w->path);
         return -1;
     }
     if (w->failed) {
-        sp_seterr(err, errlen, "%s: %s", path, w->err);
+        seterr(err, errlen, "%s: %s", path, w->err);
         return -1;
     }
     /* general.alignment: honoured when the caller set it (as u32, which is
@@ -399,7 +399,7 @@ int sp_gguf_writer_begin(sp_gguf_writer *w, const char *path, char *err, size_t 
         uint32_t a = 0;
         if (w->kvs[i].type == SP_GGUF_UINT32) memcpy(&a, w->kvs[i].raw, 4);
         if (w->kvs[i].type != SP_GGUF_UINT32 || a == 0 || (a & (a - 1)) != 0) {
-            sp_seterr(err, errlen, "%s: general.alignment must be a u32 non-zero power of two", path);
+            seterr(err, errlen, "%s: general.alignment must be a u32 non-zero power of two", path);
             return -1;
         }
         w->alignment = a;
@@ -412,12 +412,12 @@ int sp_gguf_writer_begin(sp_gguf_writer *w, const char *path, char *err, size_t 
 
     w->path = strdup(path);
     if (!w->path) {
-        sp_seterr(err, errlen, "%s: out of memory", path);
+        seterr(err, errlen, "%s: out of memory", path);
         return -1;
     }
     w->f = fopen(path, "wb");
     if (!w->f) {
-        sp_seterr(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        seterr(err, errlen, "%s: cannot create: %s", path, strerror(errno));
         free(w->path);
         w->path = NULL;
         return -1;
@@ -444,7 +444,7 @@ int sp_gguf_writer_begin(sp_gguf_writer *w, const char *path, char *err, size_t 
 
 /* Writes every tensor that is complete or carries its own data, up to the
  * next streamed tensor still waiting for bytes. */
-static bool flush_ready(sp_gguf_writer *w) {
+static bool flush_ready(gguf_writer *w) {
     while (w->cur < w->n_t) {
         wtensor *t = &w->ts[w->cur];
         if (t->data) {
@@ -459,9 +459,9 @@ static bool flush_ready(sp_gguf_writer *w) {
     return true;
 }
 
-int sp_gguf_writer_append(sp_gguf_writer *w, const void *data, size_t n, char *err, size_t errlen) {
+int gguf_writer_append(gguf_writer *w, const void *data, size_t n, char *err, size_t errlen) {
     if (!w->f) {
-        sp_seterr(err, errlen, "sp_gguf_writer_append: no file is being written");
+        seterr(err, errlen, "gguf_writer_append: no file is being written");
         return -1;
     }
     const uint8_t *p = data;
@@ -469,7 +469,7 @@ int sp_gguf_writer_append(sp_gguf_writer *w, const void *data, size_t n, char *e
     while (n) {
         if (!flush_ready(w)) return io_fail(w, err, errlen);
         if (w->cur >= w->n_t) {
-            sp_seterr(err, errlen, "%s: %zu bytes of data beyond the last tensor", w->path, n);
+            seterr(err, errlen, "%s: %zu bytes of data beyond the last tensor", w->path, n);
             abandon_file(w);
             return -1;
         }
@@ -484,13 +484,13 @@ int sp_gguf_writer_append(sp_gguf_writer *w, const void *data, size_t n, char *e
     return 0;
 }
 
-int sp_gguf_writer_end(sp_gguf_writer *w, char *err, size_t errlen) {
+int gguf_writer_end(gguf_writer *w, char *err, size_t errlen) {
     if (!w->f) {
-        sp_seterr(err, errlen, "sp_gguf_writer_end: no file is being written");
+        seterr(err, errlen, "gguf_writer_end: no file is being written");
         return -1;
     }
     if (w->failed) { /* a setter was misused while streaming */
-        sp_seterr(err, errlen, "%s: %s", w->path, w->err);
+        seterr(err, errlen, "%s: %s", w->path, w->err);
         abandon_file(w);
         return -1;
     }
@@ -498,7 +498,7 @@ int sp_gguf_writer_end(sp_gguf_writer *w, char *err, size_t errlen) {
     if (!flush_ready(w)) return io_fail(w, err, errlen);
     if (w->cur < w->n_t) {
         const wtensor *t = &w->ts[w->cur];
-        sp_seterr(err, errlen, "%s: tensor '%s' got %" PRIu64 " of its %zu bytes", w->path, t->name,
+        seterr(err, errlen, "%s: tensor '%s' got %" PRIu64 " of its %zu bytes", w->path, t->name,
                   w->cur_done, t->nbytes);
         abandon_file(w);
         return -1;
@@ -507,7 +507,7 @@ int sp_gguf_writer_end(sp_gguf_writer *w, char *err, size_t errlen) {
     FILE *f = w->f;
     w->f = NULL;
     if (fclose(f) != 0) {
-        sp_seterr(err, errlen, "%s: write failed: %s", w->path, strerror(errno));
+        seterr(err, errlen, "%s: write failed: %s", w->path, strerror(errno));
         unlink(w->path);
         free(w->path);
         w->path = NULL;
@@ -518,7 +518,7 @@ int sp_gguf_writer_end(sp_gguf_writer *w, char *err, size_t errlen) {
     return 0;
 }
 
-int sp_gguf_writer_write(sp_gguf_writer *w, const char *path, char *err, size_t errlen) {
-    if (sp_gguf_writer_begin(w, path, err, errlen) != 0) return -1;
-    return sp_gguf_writer_end(w, err, errlen);
+int gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen) {
+    if (gguf_writer_begin(w, path, err, errlen) != 0) return -1;
+    return gguf_writer_end(w, err, errlen);
 }

@@ -40,7 +40,7 @@ static void perr_in(parser *ps, const char *head, const char *msg) {
         if (*q == '\n') line++, col = 1;
         else col++;
     }
-    sp_seterr(ps->err, ps->errlen, "%s %s at line %d, column %d", head, msg, line, col);
+    seterr(ps->err, ps->errlen, "%s %s at line %d, column %d", head, msg, line, col);
 }
 
 void gb_perr(parser *ps, const char *fmt, const char *arg) {
@@ -703,7 +703,7 @@ static sp_grammar *flatten(parser *ps, int32_t root) {
 
 sp_grammar *sp_grammar_compile(const char *text, size_t len, char *err, size_t errlen) {
     if (!text) {
-        sp_seterr(err, errlen, "grammar: no text");
+        seterr(err, errlen, "grammar: no text");
         return NULL;
     }
     if (!len) len = strlen(text);
@@ -747,7 +747,7 @@ sp_grammar *sp_grammar_compile(const char *text, size_t len, char *err, size_t e
     }
     if (!ps.failed && gb_check(&ps)) {
         g = flatten(&ps, root);
-        if (!g) sp_seterr(err, errlen, "grammar: out of memory");
+        if (!g) seterr(err, errlen, "grammar: out of memory");
     }
     for (int32_t i = 0; i < ps.n_rules; i++) {
         free(ps.rules[i]->name);

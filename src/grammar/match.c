@@ -314,25 +314,25 @@ sp_matcher *sp_matcher_create(const sp_grammar *g, const sp_token_trie *t, char 
     sp_matcher_reset(m); /* over a budget: the caller learns it from sp_matcher_error */
     return m;
 oom:
-    sp_seterr(err, errlen, "grammar matcher: out of memory");
+    seterr(err, errlen, "grammar matcher: out of memory");
     sp_matcher_free(m);
     return NULL;
 }
 
 int sp_matcher_error(const sp_matcher *m, char *err, size_t errlen) {
     if (m->fail == MF_WORK) {
-        sp_seterr(err, errlen, "the grammar exceeds its work budget per token (%d units: "
+        seterr(err, errlen, "the grammar exceeds its work budget per token (%d units: "
                   "too ambiguous, e.g. nested optional repetitions)", GR_WORK_BUDGET);
         return SP_ERR_INVALID;
     }
     if (m->fail == MF_TOTAL) {
-        sp_seterr(err, errlen, "the grammar exceeds its work budget per request (%lld units "
+        seterr(err, errlen, "the grammar exceeds its work budget per request (%lld units "
                   "and %d per byte: too ambiguous to decode with)", (long long)GR_TOTAL_BUDGET,
                   GR_BYTE_BUDGET);
         return SP_ERR_INVALID;
     }
     if (m->fail == MF_MEM) {
-        sp_seterr(err, errlen, "the grammar exceeds its matcher's memory budget (%zu MiB)",
+        seterr(err, errlen, "the grammar exceeds its matcher's memory budget (%zu MiB)",
                   GR_MATCHER_MAX_BYTES >> 20);
         return SP_ERR_INVALID;
     }
@@ -516,7 +516,7 @@ static bool refuse_list(sp_matcher *m, const ivec *cand, int32_t k, ivec *tmp) {
 int sp_matcher_set_trigger(sp_matcher *m, const char *trigger, size_t len, bool at_start, char *err,
                            size_t errlen) {
     if (m->tr.s || !len || len > 256) {
-        sp_seterr(err, errlen, "the trigger must be 1 to 256 bytes, set once");
+        seterr(err, errlen, "the trigger must be 1 to 256 bytes, set once");
         return SP_ERR_INVALID;
     }
     const int32_t n = (int32_t)len;
@@ -538,7 +538,7 @@ int sp_matcher_set_trigger(sp_matcher *m, const char *trigger, size_t len, bool 
     /* the trigger's refusal lists walk the grammar once per candidate token */
     if (mt_op_begin(m, (int64_t)GR_WORK_BUDGET * 4) &&
         !run_bytes(m, m->cur.v, m->cur.n, m->tr.s, len, &m->tr.start) && !m->fail) {
-        sp_seterr(err, errlen, "the grammar does not begin with its trigger '%.64s'", trigger);
+        seterr(err, errlen, "the grammar does not begin with its trigger '%.64s'", trigger);
         return SP_ERR_INVALID;
     }
     if (m->fail) return sp_matcher_error(m, err, errlen);
@@ -563,6 +563,6 @@ int sp_matcher_set_trigger(sp_matcher *m, const char *trigger, size_t len, bool 
 oom:
     ivec_drop(m, &cand), ivec_drop(m, &tmp);
     if (m->fail) return sp_matcher_error(m, err, errlen);
-    sp_seterr(err, errlen, "grammar matcher: out of memory");
+    seterr(err, errlen, "grammar matcher: out of memory");
     return SP_ERR_NOMEM;
 }

@@ -70,7 +70,7 @@ typedef struct {
 } span;
 
 static void rx_fail(rx *x, const char *fmt, const char *what) {
-    if (!x->failed) sp_seterr(x->err, x->errlen, fmt, what);
+    if (!x->failed) seterr(x->err, x->errlen, fmt, what);
     x->failed = true;
 }
 
@@ -238,7 +238,7 @@ static bool escape(rx *x, cset *s, uint32_t *cp, bool in_class) {
 /* One character of the pattern's text (UTF-8). */
 static uint32_t next_char(rx *x) {
     size_t off = 0;
-    const uint32_t cp = sp_tok_utf8_decode(x->p, (size_t)(x->end - x->p), &off);
+    const uint32_t cp = tok_utf8_decode(x->p, (size_t)(x->end - x->p), &off);
     x->p += off ? off : 1;
     return cp;
 }

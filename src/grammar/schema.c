@@ -121,7 +121,7 @@ static int fail(conv *c, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
-        sp_seterr(c->err, c->errlen, "%s", msg);
+        seterr(c->err, c->errlen, "%s", msg);
     }
     c->failed = true;
     return -1;
@@ -571,13 +571,13 @@ static int gen(conv *c, const cJSON *s, const char *path, int depth) {
 
 char *sp_json_schema_to_gbnf(const char *text, size_t len, char *err, size_t errlen) {
     if (!text) {
-        sp_seterr(err, errlen, "no schema");
+        seterr(err, errlen, "no schema");
         return NULL;
     }
     if (!len) len = strlen(text);
     cJSON *doc = cJSON_ParseWithLength(text, len);
     if (!doc) {
-        sp_seterr(err, errlen, "the schema is not valid JSON");
+        seterr(err, errlen, "the schema is not valid JSON");
         return NULL;
     }
     conv c = {.root = doc, .err = err, .errlen = errlen};
@@ -602,7 +602,7 @@ char *sp_json_schema_to_gbnf(const char *text, size_t len, char *err, size_t err
             if (g) {
                 out = b.s;
             } else {
-                sp_seterr(err, errlen, "%s", strstr(gerr, "left recursion")
+                seterr(err, errlen, "%s", strstr(gerr, "left recursion")
                               ? "the schema refers to itself ($ref) without any value in between"
                               : gerr);
                 free(b.s);

@@ -80,7 +80,7 @@ sp_token_trie *sp_token_trie_create(const sp_vocab *v, char *err, size_t errlen)
     build(t, 0, 0, n, 0);
     return t;
 oom:
-    sp_seterr(err, errlen, "token trie: out of memory");
+    seterr(err, errlen, "token trie: out of memory");
     sp_token_trie_free(t);
     return NULL;
 }

@@ -1,5 +1,5 @@
 /* dispatch.c: picks the SIMD level once per process and routes the public
- * single-row entry points (sp_vec_dot, sp_quantize_row, sp_dequantize_row)
+ * single-row entry points (vec_dot, quantize_row, dequantize_row)
  * to it.
  *
  * Levels: "avx512" (AVX-512 F/BW/VL/DQ + VNNI, plus AVX2/FMA/F16C), "avx2"
@@ -16,7 +16,7 @@
 #include "kernels/kernels_internal.h"
 #include "kernels/tsan.h"
 
-static _Atomic(const sp_kernel_ops *) g_ops;
+static _Atomic(const kernel_ops *) g_ops;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static bool cpu_has(const char *level) {
@@ -32,24 +32,24 @@ static bool cpu_has(const char *level) {
     return false;
 }
 
-static const sp_kernel_ops *ops_by_name(const char *level) {
-    if (!strcmp(level, "ref")) return &sp_ops_ref;
-    if (!strcmp(level, "avx2")) return &sp_ops_avx2;
-    if (!strcmp(level, "avx512")) return &sp_ops_avx512;
+static const kernel_ops *ops_by_name(const char *level) {
+    if (!strcmp(level, "ref")) return &kernel_ops_ref;
+    if (!strcmp(level, "avx2")) return &kernel_ops_avx2;
+    if (!strcmp(level, "avx512")) return &kernel_ops_avx512;
     return NULL;
 }
 
-static const sp_kernel_ops *best_ops(void) {
-    if (cpu_has("avx512")) return &sp_ops_avx512;
-    if (cpu_has("avx2")) return &sp_ops_avx2;
-    return &sp_ops_ref;
+static const kernel_ops *best_ops(void) {
+    if (cpu_has("avx512")) return &kernel_ops_avx512;
+    if (cpu_has("avx2")) return &kernel_ops_avx2;
+    return &kernel_ops_ref;
 }
 
 static void init_once(void) {
-    const sp_kernel_ops *ops = best_ops();
+    const kernel_ops *ops = best_ops();
     const char *env = getenv("SPECULA_KERNELS");
     if (env && *env) {
-        const sp_kernel_ops *want = ops_by_name(env);
+        const kernel_ops *want = ops_by_name(env);
         if (!want)
             fprintf(stderr, "specula: SPECULA_KERNELS=%s is not a level (ref|avx2|avx512); using %s\n",
                     env, ops->name);
@@ -61,63 +61,63 @@ static void init_once(void) {
     atomic_store_explicit(&g_ops, ops, memory_order_release);
 }
 
-const char *sp_kernels_init(void) {
+const char *kernels_init(void) {
     pthread_once(&g_once, init_once);
     return atomic_load_explicit(&g_ops, memory_order_acquire)->name;
 }
 
-const sp_kernel_ops *sp_kernel_ops_get(void) {
-    const sp_kernel_ops *o = atomic_load_explicit(&g_ops, memory_order_acquire);
+const kernel_ops *kernel_ops_get(void) {
+    const kernel_ops *o = atomic_load_explicit(&g_ops, memory_order_acquire);
     if (__builtin_expect(o != NULL, 1)) return o;
-    sp_kernels_init();
+    kernels_init();
     return atomic_load_explicit(&g_ops, memory_order_acquire);
 }
 
-bool sp_kernels_available(const char *level) { return level && ops_by_name(level) && cpu_has(level); }
+bool kernels_available(const char *level) { return level && ops_by_name(level) && cpu_has(level); }
 
-int sp_kernels_force(const char *level) {
-    if (!sp_kernels_available(level)) return -1;
-    sp_kernels_init(); /* so that a later init cannot override the forced level */
+int kernels_force(const char *level) {
+    if (!kernels_available(level)) return -1;
+    kernels_init(); /* so that a later init cannot override the forced level */
     atomic_store_explicit(&g_ops, ops_by_name(level), memory_order_release);
     return 0;
 }
 
 /* ---- public single-row entry points ------------------------------------ */
 
-void sp_dequantize_row(sp_type t, const void *src, float *dst, int64_t n) {
-    const sp_type_traits *tt = sp_type_info(t);
+void dequantize_row(tensor_type t, const void *src, float *dst, int64_t n) {
+    const type_traits *tt = type_info(t);
     SP_ASSERT(tt && (tt->supported || t == SP_TYPE_Q8_K) && n % tt->blck == 0);
-    SP_TSAN_READ(src, sp_row_size(t, n)); /* the kernels are not instrumented under TSan: tsan.h */
+    SP_TSAN_READ(src, row_size(t, n)); /* the kernels are not instrumented under TSan: tsan.h */
     SP_TSAN_WRITE(dst, (size_t)n * sizeof(float));
-    sp_ref_dequantize(t, src, dst, n);
+    ref_dequantize(t, src, dst, n);
 }
 
-void sp_quantize_row(sp_type t, const float *src, void *dst, int64_t n) {
-    const sp_type_traits *tt = sp_type_info(t);
+void quantize_row(tensor_type t, const float *src, void *dst, int64_t n) {
+    const type_traits *tt = type_info(t);
     SP_ASSERT(tt && (tt->supported || t == SP_TYPE_Q8_K) && n % tt->blck == 0);
     SP_TSAN_READ(src, (size_t)n * sizeof(float));
-    SP_TSAN_WRITE(dst, sp_row_size(t, n));
-    const sp_quant_fn q = sp_kernel_ops_get()->quantize[t];
+    SP_TSAN_WRITE(dst, row_size(t, n));
+    const quant_fn q = kernel_ops_get()->quantize[t];
     if (q) {
         q(src, dst, n);
         return;
     }
     switch (t) { /* weight-only types: reference quantizers (tools, not the hot path) */
-    case SP_TYPE_Q4_0: sp_ref_quantize_q4_0(src, dst, n); return;
-    case SP_TYPE_Q4_K: sp_ref_quantize_q4_K(src, dst, n); return;
-    case SP_TYPE_Q6_K: sp_ref_quantize_q6_K(src, dst, n); return;
+    case SP_TYPE_Q4_0: ref_quantize_q4_0(src, dst, n); return;
+    case SP_TYPE_Q4_K: ref_quantize_q4_K(src, dst, n); return;
+    case SP_TYPE_Q6_K: ref_quantize_q6_K(src, dst, n); return;
     default: SP_ASSERT(!"quantize: no quantizer for type");
     }
 }
 
-void sp_vec_dot(sp_type t, int64_t k, float *s, const void *w_row, const void *x_row) {
+void vec_dot(tensor_type t, int64_t k, float *s, const void *w_row, const void *x_row) {
     /* Called per (query, key) pair by attention: keep the checks to a table
      * lookup (the table is NULL for unsupported types). */
     SP_ASSERT((unsigned)t < SP_TYPE_COUNT);
-    const sp_vec_dot_fn f = sp_kernel_ops_get()->vec_dot[t];
+    const vec_dot_fn f = kernel_ops_get()->vec_dot[t];
     SP_ASSERT(f);
-    SP_TSAN_READ(w_row, sp_row_size(t, k));
-    SP_TSAN_READ(x_row, sp_row_size(sp_type_info(t)->vec_dot_type, k));
+    SP_TSAN_READ(w_row, row_size(t, k));
+    SP_TSAN_READ(x_row, row_size(type_info(t)->vec_dot_type, k));
     SP_TSAN_WRITE(s, sizeof(float));
     f(k, s, w_row, x_row);
 }

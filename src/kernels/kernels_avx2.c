@@ -36,7 +36,7 @@
  * load: on TinyLlama's shape (bin/bench, Zen 3) Q8_0 prefill went from 70
  * to 115 tokens/s and its 5-token verification from 81-83 to 49-50 ms;
  * Q4_K_M prefill from 114 to 186-192 and its verification from 50 to 32
- * ms. Their plain-C twin is sp_matmul_ref_level("avx2"); on the random
+ * ms. Their plain-C twin is matmul_ref_level("avx2"); on the random
  * Q8_0 reference model 3 records flip at llama.cpp margins of 0.01-0.27
  * nats (tests/known_failures). The avx512 level keeps a faster order of
  * its own for every type (kernels_avx512.c).
@@ -55,7 +55,7 @@ AI float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-AI float f16f(sp_f16 h) { return _cvtsh_ss(h); }
+AI float f16f(f16_t h) { return _cvtsh_ss(h); }
 
 /* ggml's sum of a 4-lane accumulator: (a0 + a2) + (a1 + a3) */
 AI float hsum4(__m128 m) {
@@ -90,7 +90,7 @@ AI __m256i pack_i32x32_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
 }
 
 static void quantize_q8_0_avx2(const float *x, void *vy, int64_t k) {
-    sp_block_q8_0 *y = vy;
+    block_q8_0 *y = vy;
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int64_t i = 0; i < k / 32; i++, x += 32) {
         __m256 v[4], m = _mm256_setzero_ps();
@@ -103,7 +103,7 @@ static void quantize_q8_0_avx2(const float *x, void *vy, int64_t k) {
         m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
         const float amax = _mm_cvtss_f32(m4);
-        y[i].d = sp_f32_to_f16(amax / 127.f);
+        y[i].d = f32_to_f16(amax / 127.f);
         const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.f / amax : 0.0f);
         __m256i q[4];
         _Pragma("GCC unroll 16")
@@ -113,7 +113,7 @@ static void quantize_q8_0_avx2(const float *x, void *vy, int64_t k) {
 }
 
 static void quantize_q8_K_avx2(const float *x, void *vy, int64_t k) {
-    sp_block_q8_K *y = vy;
+    block_q8_K *y = vy;
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int64_t i = 0; i < k / SP_QK_K; i++, x += SP_QK_K) {
         __m256 m = _mm256_setzero_ps();
@@ -154,16 +154,16 @@ static void quantize_q8_K_avx2(const float *x, void *vy, int64_t k) {
 }
 
 static void quantize_f16_avx2(const float *x, void *vy, int64_t k) {
-    sp_f16 *y = vy;
+    f16_t *y = vy;
     int64_t i = 0;
     for (; i + 8 <= k; i += 8)
         _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
-    for (; i < k; i++) y[i] = sp_f32_to_f16(x[i]);
+    for (; i < k; i++) y[i] = f32_to_f16(x[i]);
 }
 
 /* ---- single-row dots ---------------------------------------------------- */
 
-/* F32 weights in ggml's order (sp_f32_finish): the 4 partial sums of 16
+/* F32 weights in ggml's order (f32_finish): the 4 partial sums of 16
  * lanes as 8 ymm accumulators, A[2u] = lanes 0-7 and A[2u+1] = lanes 8-15
  * of partial u; one row and one token at a time (8 accumulators). */
 AI float f32g_dot(const float *w, const float *x, int64_t k) {
@@ -179,7 +179,7 @@ AI float f32g_dot(const float *w, const float *x, int64_t k) {
     float v[16];
     _mm256_storeu_ps(v, _mm256_add_ps(_mm256_add_ps(A[0], A[4]), _mm256_add_ps(A[2], A[6])));
     _mm256_storeu_ps(v + 8, _mm256_add_ps(_mm256_add_ps(A[1], A[5]), _mm256_add_ps(A[3], A[7])));
-    return sp_f32_finish(v, w + np, x + np, k - np);
+    return f32_finish(v, w + np, x + np, k - np);
 }
 
 static void vec_dot_f32_avx2(int64_t k, float *s, const void *vw, const void *vx) { *s = f32g_dot(vw, vx, k); }
@@ -193,7 +193,7 @@ static void f32_tile(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs,
 }
 
 static void vec_dot_f16_avx2(int64_t k, float *s, const void *vw, const void *vx) {
-    const sp_f16 *w = vw, *x = vx;
+    const f16_t *w = vw, *x = vx;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
 #define LH(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
     int64_t i = 0;
@@ -210,12 +210,12 @@ static void vec_dot_f16_avx2(int64_t k, float *s, const void *vw, const void *vx
     *s = sum;
 }
 
-AI __m256 bf16x8(const sp_bf16 *p) {
+AI __m256 bf16x8(const bf16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 
 static void vec_dot_bf16_avx2(int64_t k, float *s, const void *vw, const void *vx) {
-    const sp_bf16 *w = vw, *x = vx;
+    const bf16_t *w = vw, *x = vx;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0;
     int64_t i = 0;
     for (; i + 16 <= k; i += 16) {
@@ -224,7 +224,7 @@ static void vec_dot_bf16_avx2(int64_t k, float *s, const void *vw, const void *v
     }
     for (; i + 8 <= k; i += 8) a0 = _mm256_fmadd_ps(bf16x8(w + i), bf16x8(x + i), a0);
     float sum = hsum8(_mm256_add_ps(a0, a1));
-    for (; i < k; i++) sum += sp_bf16_to_f32(w[i]) * sp_bf16_to_f32(x[i]);
+    for (; i < k; i++) sum += bf16_to_f32(w[i]) * bf16_to_f32(x[i]);
     *s = sum;
 }
 
@@ -266,7 +266,7 @@ AI void q8_block_tokens(const __m256i q, const float dw, const uint8_t *xq, cons
         if (XA) {
             d = _mm256_mul_ps(vdw, _mm256_broadcast_ss((const float *)(xd + t * xss)));
         } else {
-            sp_f16 h;
+            f16_t h;
             memcpy(&h, xd + t * xss, sizeof h);
             d = _mm256_set1_ps(dw * f16f(h));
         }
@@ -277,13 +277,13 @@ AI void q8_block_tokens(const __m256i q, const float dw, const uint8_t *xq, cons
 
 /* XA: the scratch's groups of 8 blocks (b0 a multiple of 8: the tiles take
  * the whole of K) */
-AI void q8_0_row_x(const sp_block_q8_0 *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+AI void q8_0_row_x(const block_q8_0 *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
                    int64_t b1, __m256 *F, __m128 *M, const int XA) {
     (void)M;
     if (!XA) {
         for (int64_t b = b0; b < b1; b++) {
             if (!(b & 1)) prefetch_ahead(&w[b], 64);
-            const sp_block_q8_0 *xb = (const sp_block_q8_0 *)xs + b;
+            const block_q8_0 *xb = (const block_q8_0 *)xs + b;
             q8_block_tokens(_mm256_loadu_si256((const __m256i *)w[b].qs), f16f(w[b].d), (const uint8_t *)xb->qs,
                             (const uint8_t *)&xb->d, xss, NT, F, 0);
         }
@@ -298,9 +298,9 @@ AI void q8_0_row_x(const sp_block_q8_0 *w, const uint8_t *xs, size_t xss, const 
         }
     }
 }
-ROW_VARIANTS(q8_0, sp_block_q8_0)
+ROW_VARIANTS(q8_0, block_q8_0)
 
-AI void q4_0_row(const sp_block_q4_0 *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+AI void q4_0_row(const block_q4_0 *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
                  int64_t b1, __m256 *F, __m128 *M) {
     (void)M;
     const __m256i m4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8);
@@ -310,7 +310,7 @@ AI void q4_0_row(const sp_block_q4_0 *w, const uint8_t *xs, size_t xss, const in
         /* low nibbles = elements 0..15, high nibbles = 16..31 */
         const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
         const __m256i q = _mm256_sub_epi8(nib, eight);
-        const sp_block_q8_0 *xb = (const sp_block_q8_0 *)xs + b;
+        const block_q8_0 *xb = (const block_q8_0 *)xs + b;
         q8_block_tokens(q, f16f(w[b].d), (const uint8_t *)xb->qs, (const uint8_t *)&xb->d, xss, NT, F, 0);
     }
 }
@@ -346,7 +346,7 @@ static const uint8_t Q4K_BCAST16[8][32] __attribute__((aligned(32))) = {
  * vpbroadcastw). */
 /* The integer part of a super-block b for NT tokens: acc[t] = per lane,
  * sum over sub-blocks j of sc_j * (its quants . x's), 8 int32 lanes. */
-AI void q4_K_sb_ints(const sp_block_q4_K *wb, const uint8_t *sm, const uint8_t *xs, size_t xss, const int NT,
+AI void q4_K_sb_ints(const block_q4_K *wb, const uint8_t *sm, const uint8_t *xs, size_t xss, const int NT,
                      int64_t b, __m256i *acc, const int XA) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     const __m128i s16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm)); /* sc0..sc7 */
@@ -361,7 +361,7 @@ AI void q4_K_sb_ints(const sp_block_q4_K *wb, const uint8_t *sm, const uint8_t *
         _Pragma("GCC unroll 16")
         for (int t = 0; t < NT; t++) {
             const int8_t *xq = XA ? (const int8_t *)(xs + t * xss + b * Q8KA_BYTES)
-                                  : ((const sp_block_q8_K *)(xs + t * xss) + b)->qs;
+                                  : ((const block_q8_K *)(xs + t * xss) + b)->qs;
             const __m256i x0 = _mm256_loadu_si256((const __m256i *)(xq + 64 * j));
             const __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 64 * j + 32));
             const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), sc_lo),
@@ -374,12 +374,12 @@ AI void q4_K_sb_ints(const sp_block_q4_K *wb, const uint8_t *sm, const uint8_t *
     }
 }
 
-AI void q4_K_row_x(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+AI void q4_K_row_x(const block_q4_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
                    int64_t b1, __m256 *F, __m128 *M, const int XA) {
     for (int64_t b = b0; b < b1; b++) {
-        prefetch_ahead(&w[b], sizeof(sp_block_q4_K));
+        prefetch_ahead(&w[b], sizeof(block_q4_K));
         uint8_t sm[16];
-        sp_q4_K_unpack_scales(w[b].scales, sm);
+        q4_K_unpack_scales(w[b].scales, sm);
         __m256i acc[8];
         q4_K_sb_ints(&w[b], sm, xs, xss, NT, b, acc, XA);
         const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sm + 8))); /* m0..m7 */
@@ -396,7 +396,7 @@ AI void q4_K_row_x(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const 
                 s8 = _mm_load_si128((const __m128i *)(xa + Q8KA_S8));
                 memcpy(&dx, xa + Q8KA_D, 4);
             } else {
-                const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
+                const block_q8_K *xb = (const block_q8_K *)(xs + t * xss) + b;
                 const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
                 s8 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
                 dx = xb->d;
@@ -407,7 +407,7 @@ AI void q4_K_row_x(const sp_block_q4_K *w, const uint8_t *xs, size_t xss, const 
     }
 }
 
-ROW_VARIANTS(q4_K, sp_block_q4_K)
+ROW_VARIANTS(q4_K, block_q4_K)
 
 /* The Q6_K tile's activations (conv_q8_Kb), per super-block of a token:
  * the 256 quants (64-byte aligned), then maddubs(32, x) of each 32 of them
@@ -434,7 +434,7 @@ static const uint8_t Q6K_BCAST16[4][32] __attribute__((aligned(32))) = {
 
 /* The integer part of a super-block b for NT tokens: acc[t] = per lane,
  * sum over 32-value chunks of sc * ((q - 32) . x) over 4 of its values */
-AI void q6_K_sb_ints(const sp_block_q6_K *wb, const uint8_t *xs, size_t xss, const int NT, int64_t b,
+AI void q6_K_sb_ints(const block_q6_K *wb, const uint8_t *xs, size_t xss, const int NT, int64_t b,
                      __m256i *acc, const int XA) {
     const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
     /* the 16 scales as s16, each half of the block's in both 128-bit lanes */
@@ -472,7 +472,7 @@ AI void q6_K_sb_ints(const sp_block_q6_K *wb, const uint8_t *xs, size_t xss, con
                                          NT <= 5 ? _mm256_load_si256((const __m256i *)(xa + Q8KB_X32 + 128 * n + 32 * qd))
                                                  : _mm256_maddubs_epi16(m32, xv));
                 } else {
-                    const sp_block_q8_K *xb = (const sp_block_q8_K *)(xs + t * xss) + b;
+                    const block_q8_K *xb = (const block_q8_K *)(xs + t * xss) + b;
                     const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb->qs + 128 * n + 32 * qd));
                     p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[qd], xv), _mm256_maddubs_epi16(m32, xv));
                 }
@@ -483,12 +483,12 @@ AI void q6_K_sb_ints(const sp_block_q6_K *wb, const uint8_t *xs, size_t xss, con
     }
 }
 
-AI void q6_K_row_x(const sp_block_q6_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+AI void q6_K_row_x(const block_q6_K *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
                    int64_t b1, __m256 *F, __m128 *M, const int XA) {
     (void)M;
     for (int64_t b = b0; b < b1; b++) {
-        const sp_block_q6_K *wb = &w[b];
-        prefetch_ahead(wb, sizeof(sp_block_q6_K));
+        const block_q6_K *wb = &w[b];
+        prefetch_ahead(wb, sizeof(block_q6_K));
         __m256i acc[8];
         q6_K_sb_ints(wb, xs, xss, NT, b, acc, XA);
         const float d = f16f(wb->d);
@@ -496,27 +496,27 @@ AI void q6_K_row_x(const sp_block_q6_K *w, const uint8_t *xs, size_t xss, const 
         for (int t = 0; t < NT; t++) {
             float dx;
             if (XA) memcpy(&dx, xs + t * xss + b * Q8KB_BYTES + Q8KB_D, 4);
-            else dx = ((const sp_block_q8_K *)(xs + t * xss) + b)->d;
+            else dx = ((const block_q8_K *)(xs + t * xss) + b)->d;
             F[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * d), _mm256_cvtepi32_ps(acc[t]), F[t]);
         }
     }
 }
 
-ROW_VARIANTS(q6_K, sp_block_q6_K)
+ROW_VARIANTS(q6_K, block_q6_K)
 
 /* Float tiles: weights converted to f32 once per 8 elements, activations in
  * scratch as f32 already rounded to the vec_dot_type (f16/bf16), so the
  * products are exactly those of the f16/bf16 dot. */
 AI __m256 load_w8(const uint8_t *w, int64_t i, const int WT) {
     if (WT == SP_TYPE_F32) return _mm256_loadu_ps((const float *)w + i);
-    if (WT == SP_TYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const sp_f16 *)w + i)));
-    return bf16x8((const sp_bf16 *)w + i);
+    if (WT == SP_TYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const f16_t *)w + i)));
+    return bf16x8((const bf16_t *)w + i);
 }
 
 AI float load_w1(const uint8_t *w, int64_t i, const int WT) {
     if (WT == SP_TYPE_F32) return ((const float *)w)[i];
-    if (WT == SP_TYPE_F16) return f16f(((const sp_f16 *)w)[i]);
-    return sp_bf16_to_f32(((const sp_bf16 *)w)[i]);
+    if (WT == SP_TYPE_F16) return f16f(((const f16_t *)w)[i]);
+    return bf16_to_f32(((const bf16_t *)w)[i]);
 }
 
 AI void float_row(const uint8_t *w, const uint8_t *xs, size_t xss, const int NT, int64_t k0, int64_t k1,
@@ -549,7 +549,7 @@ AI void float_row(const uint8_t *w, const uint8_t *xs, size_t xss, const int NT,
 
 /* ---- Q4_0 matrices of 8-row multiples: ggml's repacked order ----------- */
 
-#define Q4_0R8_WBLOCK (8 * (int64_t)sizeof(sp_block_q4_0)) /* 144: one block of 8 rows */
+#define Q4_0R8_WBLOCK (8 * (int64_t)sizeof(block_q4_0)) /* 144: one block of 8 rows */
 
 /* llama.cpp repacks a Q4_0 matrix whose row count is a multiple of 8 into
  * 8-row interleaved blocks at load (on any AVX2 CPU) and sums each output
@@ -570,7 +570,7 @@ AI void r8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, con
          * and the next 8 rows follow them in memory: prefetch those, 144
          * bytes (their share) per block, to L2 (Q8_0: 272). */
         if (!(b & 3)) {
-            const char *nx = (const char *)w + 8 * ws + b * (Q8 ? 8 * sizeof(sp_block_q8_0) : Q4_0R8_WBLOCK);
+            const char *nx = (const char *)w + 8 * ws + b * (Q8 ? 8 * sizeof(block_q8_0) : Q4_0R8_WBLOCK);
             _Pragma("GCC unroll 17")
             for (int l = 0; l < 17; l++)
                 if (Q8 || l < 10) _mm_prefetch(nx + 64 * l, _MM_HINT_T1);
@@ -580,11 +580,11 @@ AI void r8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, con
         _Pragma("GCC unroll 8")
         for (int r = 0; r < 8; r++) {
             if (Q8) {
-                const sp_block_q8_0 *wb = (const sp_block_q8_0 *)(w + r * ws) + b;
+                const block_q8_0 *wb = (const block_q8_0 *)(w + r * ws) + b;
                 q[r] = _mm256_loadu_si256((const __m256i *)wb->qs);
                 dw[r] = f16f(wb->d);
             } else {
-                const sp_block_q4_0 *wb = (const sp_block_q4_0 *)(w + r * ws) + b;
+                const block_q4_0 *wb = (const block_q4_0 *)(w + r * ws) + b;
                 const __m128i raw = _mm_loadu_si128((const __m128i *)wb->qs);
                 q[r] = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4), eight);
                 dw[r] = f16f(wb->d);
@@ -594,7 +594,7 @@ AI void r8_group(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, con
         const __m256 vdw = _mm256_loadu_ps(dw);
         _Pragma("GCC unroll 4")
         for (int t = 0; t < NT; t++) {
-            const sp_block_q8_0 *xb = (const sp_block_q8_0 *)(xs + t * xss) + b;
+            const block_q8_0 *xb = (const block_q8_0 *)(xs + t * xss) + b;
             const __m256i xv = _mm256_loadu_si256((const __m256i *)xb->qs);
             __m256i p[8];
             _Pragma("GCC unroll 8")
@@ -669,7 +669,7 @@ R8TILE(q8_0r8, q8_0r8_group)
 /* The order above sums each block's exact integer dot across 8 rows with an
  * hadd tree: ~100 ops per block of 8 rows at one token, which left decode
  * compute-bound at ~11 GB/s per core (18 tokens/s on TinyLlama's shape,
- * against llama.cpp's 48). Packed at load (sp_matmul_pack), the 8 rows'
+ * against llama.cpp's 48). Packed at load (matmul_pack), the 8 rows'
  * quants are interleaved so that each int32 lane holds one row's 4
  * consecutive nibbles, and a block costs ~17 ops to unpack plus ~30 per
  * token, with no cross-lane work:
@@ -737,7 +737,7 @@ R8TILE(q4_0p8, q4_0p8_group)
 static void conv_q4_0p8(const float *x, int64_t k, void *vxs) {
     uint8_t *xs = vxs;
     for (int64_t b = 0; b < k / 32; b++) {
-        sp_block_q8_0 q;
+        block_q8_0 q;
         quantize_q8_0_avx2(x + 32 * b, &q, 32);
         const __m256i v = _mm256_loadu_si256((const __m256i *)q.qs);
         /* sum of 32 int8: widen to s16 pairs, then to int32 (exact) */
@@ -772,7 +772,7 @@ static void conv_q4_0p8(const float *x, int64_t k, void *vxs) {
  *     acc = fma((float)isum, d * dx, acc);  acc = fma(-(float)msum, dmin * dx, acc)
  *   over the super-blocks in order; y = acc.
  *
- * Packed at load (sp_matmul_pack), 8 rows share each vector, one row per
+ * Packed at load (matmul_pack), 8 rows share each vector, one row per
  * 32-bit lane, so a sub-block of 8 rows is 8 maddubs summed in int16 and ONE
  * madd with the 8 rows' scales: 9 ops on those pipes per 32 weights of 8
  * rows and token instead of 16. The same integers, and the same two FMAs, as
@@ -809,9 +809,9 @@ AI int32_t hsum_epi32(__m256i v) {
         }                                                                                            \
     }
 
-AI void q4_K_rs_sb(const sp_block_q4_K *wb, const uint8_t *xs, size_t xss, const int NT, int64_t b, float *S) {
+AI void q4_K_rs_sb(const block_q4_K *wb, const uint8_t *xs, size_t xss, const int NT, int64_t b, float *S) {
     uint8_t sm[16];
-    sp_q4_K_unpack_scales(wb->scales, sm);
+    q4_K_unpack_scales(wb->scales, sm);
     __m256i ia[8];
     q4_K_sb_ints(wb, sm, xs, xss, NT, b, ia, 1);
     const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sm + 8)));
@@ -826,7 +826,7 @@ AI void q4_K_rs_sb(const sp_block_q4_K *wb, const uint8_t *xs, size_t xss, const
         S[t] = fmaf(-(float)hsum4_epi32(ms), dmin * dx, S[t]);
     }
 }
-RSNT(q4_K_rs, sp_block_q4_K, q4_K_rs_sb)
+RSNT(q4_K_rs, block_q4_K, q4_K_rs_sb)
 
 #define Q4KP8_SC 1024   /* after the quants */
 #define Q4KP8_MN 1088
@@ -952,11 +952,11 @@ TILE8(q4_Kp8)
 
 /* row i's super-block into its 8-row group's packed one (pack_rows_avx2) */
 static void put_q4_K(const void *vb, uint8_t *o, int i) {
-    const sp_block_q4_K *blk = vb;
+    const block_q4_K *blk = vb;
     for (int pq = 0; pq < 4; pq++)
         for (int gq = 0; gq < 8; gq++) memcpy(o + 256 * pq + 32 * gq + 4 * i, blk->qs + 32 * pq + 4 * gq, 4);
     uint8_t sm[16];
-    sp_q4_K_unpack_scales(blk->scales, sm);
+    q4_K_unpack_scales(blk->scales, sm);
     for (int j = 0; j < 8; j++) {
         o[Q4KP8_SC + 8 * j + i] = sm[j];
         o[Q4KP8_MN + 16 * (j >> 1) + 2 * i + (j & 1)] = sm[8 + j];
@@ -1026,7 +1026,7 @@ R8NT(q8_0p8, q8_0p8_group, 32, 8)
 TILE8(q8_0p8)
 
 static void put_q8_0(const void *vb, uint8_t *o, int i) {
-    const sp_block_q8_0 *blk = vb;
+    const block_q8_0 *blk = vb;
     for (int m = 0; m < 8; m++) memcpy(o + 32 * m + 4 * i, blk->qs + 4 * m, 4);
     memcpy(o + 256 + 2 * i, &blk->d, 2);
 }
@@ -1152,7 +1152,7 @@ R8NT(q6_Kp8, q6_Kp8_group, 256, 8)
 
 /* On the file's rows (no_repack): ggml's integer loop, each lane sum
  * reduced exactly, one scalar FMA per super-block: the same bits. */
-AI void q6_K_rs_sb(const sp_block_q6_K *wb, const uint8_t *xs, size_t xss, const int NT, int64_t b, float *S) {
+AI void q6_K_rs_sb(const block_q6_K *wb, const uint8_t *xs, size_t xss, const int NT, int64_t b, float *S) {
     __m256i ia[8];
     q6_K_sb_ints(wb, xs, xss, NT, b, ia, 1);
     const float d = f16f(wb->d);
@@ -1163,14 +1163,14 @@ AI void q6_K_rs_sb(const sp_block_q6_K *wb, const uint8_t *xs, size_t xss, const
         S[t] = fmaf((float)hsum_epi32(ia[t]), d * dx, S[t]);
     }
 }
-RSNT(q6_K_rs, sp_block_q6_K, q6_K_rs_sb)
+RSNT(q6_K_rs, block_q6_K, q6_K_rs_sb)
 TILE8(q6_K_rs)
 TILE8(q6_Kp8)
 
 static void put_q6_K(const void *vb, uint8_t *o, int i) {
-    const sp_block_q6_K *blk = vb;
+    const block_q6_K *blk = vb;
     uint8_t q[256];
-    sp_q6_K_unpack(blk, q);
+    q6_K_unpack(blk, q);
     for (int pr = 0; pr < 8; pr++) {
         const uint8_t *qa = q + 32 * pr, *qb = qa + 16;
         uint8_t *pq = o + Q6KP8_PAIR * pr;
@@ -1188,13 +1188,13 @@ static void put_q6_K(const void *vb, uint8_t *o, int i) {
 
 /* q4_0p8's layout */
 static void put_q4_0(const void *vb, uint8_t *o, int i) {
-    const sp_block_q4_0 *blk = vb;
+    const block_q4_0 *blk = vb;
     for (int m = 0; m < 4; m++) memcpy(o + 32 * m + 4 * i, blk->qs + 4 * m, 4);
     memcpy(o + 128 + 2 * i, &blk->d, 2);
 }
 
 /* Load-time repacking at this level: Q8_0, Q4_0, Q4_K and Q6_K matrices of
- * 8-row multiples (sp_kernel_ops.packed_rows_multiple), each block of 8
+ * 8-row multiples (kernel_ops.packed_rows_multiple), each block of 8
  * rows into one packed block of the layouts above (put: row i's share). */
 static const struct {
     int64_t qk;    /* weights per block */
@@ -1202,18 +1202,18 @@ static const struct {
     size_t packed; /* a packed block of 8 rows */
     void (*put)(const void *blk, uint8_t *o, int i);
 } PACK8[SP_TYPE_COUNT] = {
-    [SP_TYPE_Q8_0] = {32, sizeof(sp_block_q8_0), Q8P8_BLOCK, put_q8_0},
-    [SP_TYPE_Q4_0] = {32, sizeof(sp_block_q4_0), Q4_0R8_WBLOCK, put_q4_0},
-    [SP_TYPE_Q4_K] = {256, sizeof(sp_block_q4_K), Q4KP8_BLOCK, put_q4_K},
-    [SP_TYPE_Q6_K] = {256, sizeof(sp_block_q6_K), Q6KP8_BLOCK, put_q6_K},
+    [SP_TYPE_Q8_0] = {32, sizeof(block_q8_0), Q8P8_BLOCK, put_q8_0},
+    [SP_TYPE_Q4_0] = {32, sizeof(block_q4_0), Q4_0R8_WBLOCK, put_q4_0},
+    [SP_TYPE_Q4_K] = {256, sizeof(block_q4_K), Q4KP8_BLOCK, put_q4_K},
+    [SP_TYPE_Q6_K] = {256, sizeof(block_q6_K), Q6KP8_BLOCK, put_q6_K},
 };
 
-static size_t packed_row_size_avx2(sp_type t, int64_t k) {
+static size_t packed_row_size_avx2(tensor_type t, int64_t k) {
     SP_ASSERT(PACK8[t].put);
     return (size_t)(k / PACK8[t].qk) * (PACK8[t].packed / 8);
 }
 
-static void pack_rows_avx2(sp_type t, const void *src, void *dst, int64_t n_rows, int64_t k) {
+static void pack_rows_avx2(tensor_type t, const void *src, void *dst, int64_t n_rows, int64_t k) {
     SP_ASSERT(PACK8[t].put && n_rows % 8 == 0);
     const int64_t nb = k / PACK8[t].qk;
     const size_t rs = (size_t)nb * PACK8[t].bytes;
@@ -1240,7 +1240,7 @@ AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v
  * token as well (in registers; the float ones, touched once per
  * super-block, spill to L1 from 5-8 tokens); they still take 8, so
  * that a verification of up to 8 tokens is one tile (the per-thread
- * streaming path of sp_matmul) rather than 4 + the rest over each chunk.
+ * streaming path of matmul) rather than 4 + the rest over each chunk.
  * Measured on Zen 1 (compute-bound there), 5 and 8 tokens cost the same per
  * token either way. */
 #define QTILE(NAME, BT, QK, ROWFN, HASM) QTILE2(NAME, BT, QK, ROWFN, ROWFN, HASM)
@@ -1269,10 +1269,10 @@ AI void store_out(float *y, int64_t ldy, int64_t r, const int NT, const float *v
         *s = HASM ? hsum8(F[0]) + hsum4(M[0]) : hsum8(F[0]);                                         \
     }
 
-QTILE2(q8_0, sp_block_q8_0, 32, q8_0_rowa, q8_0_row, 0)
-QTILE(q4_0, sp_block_q4_0, 32, q4_0_row, 0)
-QTILE2(q4_K, sp_block_q4_K, 256, q4_K_rowa, q4_K_row, 1)
-QTILE2(q6_K, sp_block_q6_K, 256, q6_K_rowa, q6_K_row, 0)
+QTILE2(q8_0, block_q8_0, 32, q8_0_rowa, q8_0_row, 0)
+QTILE(q4_0, block_q4_0, 32, q4_0_row, 0)
+QTILE2(q4_K, block_q4_K, 256, q4_K_rowa, q4_K_row, 1)
+QTILE2(q6_K, block_q6_K, 256, q6_K_rowa, q6_K_row, 0)
 
 #define FTILE(NAME, WT)                                                                              \
     AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,        \
@@ -1296,19 +1296,19 @@ static void conv_f16(const float *x, int64_t k, void *vxs) {
     int64_t i = 0;
     for (; i + 8 <= k; i += 8)
         _mm256_storeu_ps(xs + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
-    for (; i < k; i++) xs[i] = sp_f16_to_f32(sp_f32_to_f16(x[i]));
+    for (; i < k; i++) xs[i] = f16_to_f32(f32_to_f16(x[i]));
 }
 
 static void conv_bf16(const float *x, int64_t k, void *vxs) {
     float *xs = vxs;
-    for (int64_t i = 0; i < k; i++) xs[i] = sp_bf16_to_f32(sp_f32_to_bf16(x[i]));
+    for (int64_t i = 0; i < k; i++) xs[i] = bf16_to_f32(f32_to_bf16(x[i]));
 }
 
 static void conv_q8_0(const float *x, int64_t k, void *xs) { quantize_q8_0_avx2(x, xs, k); }
 static void conv_q8_0a(const float *x, int64_t k, void *vxs) {
     uint8_t *xs = vxs;
     for (int64_t b0 = 0; b0 < k / 32; b0 += 8, xs += Q8A_BYTES) {
-        sp_block_q8_0 q[8];
+        block_q8_0 q[8];
         const int n = (int)SP_MIN((int64_t)8, k / 32 - b0);
         quantize_q8_0_avx2(x + 32 * b0, q, 32 * n);
         for (int i = 0; i < n; i++) {
@@ -1322,7 +1322,7 @@ static void conv_q8_Kb(const float *x, int64_t k, void *vxs) {
     uint8_t *xs = vxs;
     const __m256i m32 = _mm256_set1_epi8(32);
     for (int64_t b = 0; b < k / SP_QK_K; b++, xs += Q8KB_BYTES) {
-        sp_block_q8_K q;
+        block_q8_K q;
         quantize_q8_K_avx2(x + b * SP_QK_K, &q, SP_QK_K);
         memcpy(xs, q.qs, sizeof q.qs);
         for (int c = 0; c < 8; c++)
@@ -1335,7 +1335,7 @@ static void conv_q8_Kb(const float *x, int64_t k, void *vxs) {
 static void conv_q8_Kc(const float *x, int64_t k, void *vxs) {
     uint8_t *xs = vxs;
     for (int64_t b = 0; b < k / SP_QK_K; b++, xs += Q8KC_BYTES) {
-        sp_block_q8_K q;
+        block_q8_K q;
         quantize_q8_K_avx2(x + b * SP_QK_K, &q, SP_QK_K);
         memcpy(xs, q.qs, sizeof q.qs);
         for (int j = 0; j < 16; j++) {
@@ -1354,7 +1354,7 @@ static void conv_q8_Kc(const float *x, int64_t k, void *vxs) {
 static void conv_q8_Ka(const float *x, int64_t k, void *vxs) {
     uint8_t *xs = vxs;
     for (int64_t b = 0; b < k / SP_QK_K; b++, xs += Q8KA_BYTES) {
-        sp_block_q8_K q;
+        block_q8_K q;
         quantize_q8_K_avx2(x + b * SP_QK_K, &q, SP_QK_K);
         memcpy(xs, q.qs, sizeof q.qs);
         memcpy(xs + Q8KA_D, &q.d, 4);
@@ -1364,32 +1364,32 @@ static void conv_q8_Ka(const float *x, int64_t k, void *vxs) {
     }
 }
 
-static const sp_mm_kernel mm_f32 = {8, 32, NULL, 4, conv_f32, f32_tile, 1, NULL, NULL};
-static const sp_mm_kernel mm_f16 = {8, 32, NULL, 4, conv_f16, f16_tile, 1, NULL, NULL};
-static const sp_mm_kernel mm_bf16 = {8, 32, NULL, 4, conv_bf16, bf16_tile, 1, NULL, NULL};
+static const mm_kernel mm_f32 = {8, 32, NULL, 4, conv_f32, f32_tile, 1, NULL, NULL};
+static const mm_kernel mm_f16 = {8, 32, NULL, 4, conv_f16, f16_tile, 1, NULL, NULL};
+static const mm_kernel mm_bf16 = {8, 32, NULL, 4, conv_bf16, bf16_tile, 1, NULL, NULL};
 /* kgroup 256: the scratch row is whole groups of 8 blocks (Q8A_BYTES) */
-static const sp_mm_kernel mm_q8_0 = {256, Q8A_BYTES, NULL, 8, conv_q8_0a, q8_0_tile, 1, NULL, NULL};
-static const sp_mm_kernel mm_q4_0 = {32, sizeof(sp_block_q8_0), NULL, 8, conv_q8_0, q4_0_tile, 1, NULL, NULL};
-static const sp_mm_kernel mm_q4_0r8 = {32, sizeof(sp_block_q8_0), NULL, 4, conv_q8_0, q4_0r8_tile, 1, NULL, NULL};
-static const sp_mm_kernel mm_q4_0p8 = {32, Q4_0R8_XBLOCK, NULL, 4, conv_q4_0p8, q4_0p8_tile, 1, NULL, NULL};
-static const sp_mm_kernel mm_q4_K = {256, Q8KA_BYTES, NULL, 8, conv_q8_Ka, q4_K_tile, 1, NULL, NULL};
-static const sp_mm_kernel mm_q6_K = {256, Q8KB_BYTES, NULL, 8, conv_q8_Kb, q6_K_tile, 1, NULL, NULL};
-static const sp_mm_kernel mm_q4_Krs = {256, Q8KA_BYTES, NULL, 8, conv_q8_Ka, q4_K_rs_tile, 1, NULL, NULL};
-static const sp_mm_kernel mm_q4_Kp8 = {256, Q8KA_BYTES, NULL, 8, conv_q8_Ka, q4_Kp8_tile, 1, NULL, NULL};
-static const sp_mm_kernel mm_q8_0r8 = {32, sizeof(sp_block_q8_0), NULL, 4, conv_q8_0, q8_0r8_tile, 1, NULL, NULL};
-static const sp_mm_kernel mm_q8_0p8 = {256, Q8A_BYTES, NULL, 8, conv_q8_0a, q8_0p8_tile, 1, NULL, NULL};
-static const sp_mm_kernel mm_q6_Krs = {256, Q8KB_BYTES, NULL, 8, conv_q8_Kb, q6_K_rs_tile, 1, NULL, NULL};
-static const sp_mm_kernel mm_q6_Kp8 = {256, Q8KC_BYTES, NULL, 8, conv_q8_Kc, q6_Kp8_tile, 1, NULL, NULL};
+static const mm_kernel mm_q8_0 = {256, Q8A_BYTES, NULL, 8, conv_q8_0a, q8_0_tile, 1, NULL, NULL};
+static const mm_kernel mm_q4_0 = {32, sizeof(block_q8_0), NULL, 8, conv_q8_0, q4_0_tile, 1, NULL, NULL};
+static const mm_kernel mm_q4_0r8 = {32, sizeof(block_q8_0), NULL, 4, conv_q8_0, q4_0r8_tile, 1, NULL, NULL};
+static const mm_kernel mm_q4_0p8 = {32, Q4_0R8_XBLOCK, NULL, 4, conv_q4_0p8, q4_0p8_tile, 1, NULL, NULL};
+static const mm_kernel mm_q4_K = {256, Q8KA_BYTES, NULL, 8, conv_q8_Ka, q4_K_tile, 1, NULL, NULL};
+static const mm_kernel mm_q6_K = {256, Q8KB_BYTES, NULL, 8, conv_q8_Kb, q6_K_tile, 1, NULL, NULL};
+static const mm_kernel mm_q4_Krs = {256, Q8KA_BYTES, NULL, 8, conv_q8_Ka, q4_K_rs_tile, 1, NULL, NULL};
+static const mm_kernel mm_q4_Kp8 = {256, Q8KA_BYTES, NULL, 8, conv_q8_Ka, q4_Kp8_tile, 1, NULL, NULL};
+static const mm_kernel mm_q8_0r8 = {32, sizeof(block_q8_0), NULL, 4, conv_q8_0, q8_0r8_tile, 1, NULL, NULL};
+static const mm_kernel mm_q8_0p8 = {256, Q8A_BYTES, NULL, 8, conv_q8_0a, q8_0p8_tile, 1, NULL, NULL};
+static const mm_kernel mm_q6_Krs = {256, Q8KB_BYTES, NULL, 8, conv_q8_Kb, q6_K_rs_tile, 1, NULL, NULL};
+static const mm_kernel mm_q6_Kp8 = {256, Q8KC_BYTES, NULL, 8, conv_q8_Kc, q6_Kp8_tile, 1, NULL, NULL};
 
 /* exported for the avx512 level, which reuses them */
-void sp_avx2_quantize_q8_0(const float *x, void *y, int64_t k) { quantize_q8_0_avx2(x, y, k); }
-void sp_avx2_quantize_q8_K(const float *x, void *y, int64_t k) { quantize_q8_K_avx2(x, y, k); }
-void sp_avx2_vec_dot_q8_0(int64_t k, float *s, const void *w, const void *x) { q8_0_dot(k, s, w, x); }
-void sp_avx2_vec_dot_q4_0(int64_t k, float *s, const void *w, const void *x) { q4_0_dot(k, s, w, x); }
-void sp_avx2_vec_dot_q4_K(int64_t k, float *s, const void *w, const void *x) { q4_K_dot(k, s, w, x); }
-void sp_avx2_vec_dot_q6_K(int64_t k, float *s, const void *w, const void *x) { q6_K_dot(k, s, w, x); }
+void avx2_quantize_q8_0(const float *x, void *y, int64_t k) { quantize_q8_0_avx2(x, y, k); }
+void avx2_quantize_q8_K(const float *x, void *y, int64_t k) { quantize_q8_K_avx2(x, y, k); }
+void avx2_vec_dot_q8_0(int64_t k, float *s, const void *w, const void *x) { q8_0_dot(k, s, w, x); }
+void avx2_vec_dot_q4_0(int64_t k, float *s, const void *w, const void *x) { q4_0_dot(k, s, w, x); }
+void avx2_vec_dot_q4_K(int64_t k, float *s, const void *w, const void *x) { q4_K_dot(k, s, w, x); }
+void avx2_vec_dot_q6_K(int64_t k, float *s, const void *w, const void *x) { q6_K_dot(k, s, w, x); }
 
-const sp_kernel_ops sp_ops_avx2 = {
+const kernel_ops kernel_ops_avx2 = {
     .name = "avx2",
     .vec_dot = {
         [SP_TYPE_F32] = vec_dot_f32_avx2,
@@ -1401,9 +1401,9 @@ const sp_kernel_ops sp_ops_avx2 = {
         [SP_TYPE_Q6_K] = q6_K_dot,
     },
     .quantize = {
-        [SP_TYPE_F32] = sp_ref_quantize_f32,
+        [SP_TYPE_F32] = ref_quantize_f32,
         [SP_TYPE_F16] = quantize_f16_avx2,
-        [SP_TYPE_BF16] = sp_ref_quantize_bf16,
+        [SP_TYPE_BF16] = ref_quantize_bf16,
         [SP_TYPE_Q8_0] = quantize_q8_0_avx2,
         [SP_TYPE_Q8_K] = quantize_q8_K_avx2,
     },
@@ -1432,8 +1432,8 @@ const sp_kernel_ops sp_ops_avx2 = {
     .pack_rows = pack_rows_avx2,
     .packed_rows_multiple = 8,
     .twin_rows8 = {
-        [SP_TYPE_Q8_0] = &sp_ref_mm_q8_0_rows8,
-        [SP_TYPE_Q4_K] = &sp_ref_mm_q4_K_rows8,
-        [SP_TYPE_Q6_K] = &sp_ref_mm_q6_K_rows8,
+        [SP_TYPE_Q8_0] = &ref_mm_q8_0_rows8,
+        [SP_TYPE_Q4_K] = &ref_mm_q4_K_rows8,
+        [SP_TYPE_Q6_K] = &ref_mm_q6_K_rows8,
     },
 };

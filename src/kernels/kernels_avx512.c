@@ -51,7 +51,7 @@
  * pipes with every float multiply and FMA (not with cvt): 16 dpbusd take
  * 8 cycles, with 8 FMAs beside them 12 (README, Performance).
  *
- * Load-time repacking (sp_matmul_pack; model.c repack_weights): Q8_0, Q4_0,
+ * Load-time repacking (matmul_pack; model.c repack_weights): Q8_0, Q4_0,
  * Q4_K and Q6_K rows are packed once into what the transposes above make of
  * them (layouts at "Packed layouts"; as many bytes per row as the file's),
  * so a pass loads W[] almost directly; decode and verification
@@ -61,7 +61,7 @@
  * Float matmul (F16/BF16): up to 16 f32 FMA accumulators, 4 rows x up to 4
  * tokens or 2 rows x 5..8 tokens; each weight vector is converted
  * (f16/bf16 -> f32) once and used by all tokens. F32 weights follow ggml's
- * order instead (sp_f32_finish): 4 accumulators per (row, token).
+ * order instead (f32_finish): 4 accumulators per (row, token).
  */
 #include <immintrin.h>
 
@@ -70,11 +70,11 @@
 #define AI static inline __attribute__((always_inline))
 
 /* from kernels_avx2.c (this CPU has AVX2 too) */
-void sp_avx2_quantize_q8_0(const float *x, void *y, int64_t k);
-void sp_avx2_vec_dot_q8_0(int64_t k, float *s, const void *w, const void *x);
-void sp_avx2_vec_dot_q4_0(int64_t k, float *s, const void *w, const void *x);
-void sp_avx2_vec_dot_q4_K(int64_t k, float *s, const void *w, const void *x);
-void sp_avx2_vec_dot_q6_K(int64_t k, float *s, const void *w, const void *x);
+void avx2_quantize_q8_0(const float *x, void *y, int64_t k);
+void avx2_vec_dot_q8_0(int64_t k, float *s, const void *w, const void *x);
+void avx2_vec_dot_q4_0(int64_t k, float *s, const void *w, const void *x);
+void avx2_vec_dot_q4_K(int64_t k, float *s, const void *w, const void *x);
+void avx2_vec_dot_q6_K(int64_t k, float *s, const void *w, const void *x);
 
 /* Software prefetch of the weight stream, in two steps: into L2 SP_PF_L2
  * bytes ahead of the group being unpacked, then into L1 SP_PF_L1 bytes
@@ -219,26 +219,26 @@ AI __m512 gather_f16(const uint8_t *p, int st) {
 
 /* ---- weight repacking: one group of a row -> W[], S (, M) --------------- */
 
-AI void repack_q8_0(const sp_block_q8_0 *b, __m512i W[8], __m512 *S) {
+AI void repack_q8_0(const block_q8_0 *b, __m512i W[8], __m512 *S) {
     const uint8_t *p = (const uint8_t *)b;
-    tr16x8(p + 2, p + 2 + 8 * sizeof(sp_block_q8_0), sizeof(sp_block_q8_0), W);
+    tr16x8(p + 2, p + 2 + 8 * sizeof(block_q8_0), sizeof(block_q8_0), W);
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     _Pragma("GCC unroll 16")
     for (int s = 0; s < 8; s++) W[s] = _mm512_xor_si512(W[s], bias); /* s8 -> u8 (+128) */
-    *S = gather_f16(p, sizeof(sp_block_q8_0));
+    *S = gather_f16(p, sizeof(block_q8_0));
 }
 
-AI void repack_q4_0(const sp_block_q4_0 *b, __m512i W[8], __m512 *S) {
+AI void repack_q4_0(const block_q4_0 *b, __m512i W[8], __m512 *S) {
     const uint8_t *p = (const uint8_t *)b;
     __m512i V[4];
-    tr16x4(p + 2, sizeof(sp_block_q4_0), V);
+    tr16x4(p + 2, sizeof(block_q4_0), V);
     const __m512i m4 = _mm512_set1_epi8(0xF);
     _Pragma("GCC unroll 16")
     for (int s = 0; s < 4; s++) {
         W[s] = _mm512_and_si512(V[s], m4);                         /* elements 4s.. */
         W[4 + s] = _mm512_and_si512(_mm512_srli_epi32(V[s], 4), m4); /* elements 16+4s.. */
     }
-    *S = gather_f16(p, sizeof(sp_block_q4_0));
+    *S = gather_f16(p, sizeof(block_q4_0));
 }
 
 /* Two Q4_K super-blocks b[0], b[1] -> 16 lanes = their 16 sub-blocks
@@ -249,7 +249,7 @@ AI void repack_q4_0(const sp_block_q4_0 *b, __m512i W[8], __m512 *S) {
  * two-source permute per output vector puts every sub-block in its lane. */
 AI void scales_q4_K(const uint8_t *h0, const uint8_t *h1, __m512 *S, __m512 *M);
 
-AI void repack_q4_K(const sp_block_q4_K *b, __m512i W[8], __m512 *S, __m512 *M) {
+AI void repack_q4_K(const block_q4_K *b, __m512i W[8], __m512 *S, __m512 *M) {
     __m512i Z[4], V[4];
     Z[0] = _mm512_loadu_si512(b[0].qs);
     Z[1] = _mm512_loadu_si512(b[0].qs + 64);
@@ -318,7 +318,7 @@ AI void scales_q4_K(const uint8_t *h0, const uint8_t *h1, __m512 *S, __m512 *M) 
  * (group g = values 16g..16g+15, scale index g). For lane g = a + 4L:
  * ql bytes at 64(L>>1) + 16a (nibble L&1), qh bytes at 32(L>>1) + 16(a&1)
  * (bit pair qd = (g>>1)&3). */
-AI void repack_q6_K(const sp_block_q6_K *b, __m512i W[4], __m512 *S) {
+AI void repack_q6_K(const block_q6_K *b, __m512i W[4], __m512 *S) {
     __m512i Z[4], V[4], H[4];
     _Pragma("GCC unroll 16")
     for (int a = 0; a < 4; a++)
@@ -365,13 +365,13 @@ AI void load_q6_Kp(const uint8_t *p, __m512i W[4], __m512 *S) {
     W[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi32(l01, 4), _mm512_and_si512(_mm512_slli_epi32(h, 2), m30), m4, 0xEC);
     W[2] = _mm512_ternarylogic_epi32(l23, _mm512_and_si512(h, m30), m4, 0xEC);
     W[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi32(l23, 4), _mm512_and_si512(_mm512_srli_epi32(h, 2), m30), m4, 0xEC);
-    sp_f16 d;
+    f16_t d;
     memcpy(&d, p + 208, 2);
     *S = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p + 192)))),
                        _mm512_set1_ps(_cvtsh_ss(d)));
 }
 
-static void pack_q6_K(const sp_block_q6_K *b, uint8_t *p) {
+static void pack_q6_K(const block_q6_K *b, uint8_t *p) {
     __m512i W[4];
     __m512 S;
     repack_q6_K(b, W, &S);
@@ -390,7 +390,7 @@ static void pack_q6_K(const sp_block_q6_K *b, uint8_t *p) {
 /* ---- activation conversion into the transposed scratch layout ----------- */
 
 /* Q8_K (the activations of Q4_K and Q6_K weights), bit-exact with
- * sp_ref_quantize_q8_K: per 256 values, iscale = -127 / the first value of
+ * ref_quantize_q8_K: per 256 values, iscale = -127 / the first value of
  * largest magnitude, q = min(127, nearest(iscale * x)), bsums of 16. The
  * block stays in 16 registers from the max to the last store (the AVX2
  * version read it twice and found the max's index with a scalar loop).
@@ -400,7 +400,7 @@ static void pack_q6_K(const sp_block_q6_K *b, uint8_t *p) {
  * a 5-token Q4_K tile with its conversion is 8-10% faster with this one.
  * A NaN in a block gives garbage for it, never a read past it. */
 static void quantize_q8_K_avx512(const float *x, void *vy, int64_t k) {
-    sp_block_q8_K *y = vy;
+    block_q8_K *y = vy;
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     /* packs leave lane L of vector v (v < 4) at dword 4L + v: back to order */
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
@@ -458,9 +458,9 @@ AI void conv_q8_0_layout(const float *x, int64_t k, uint8_t *xs, const int shift
     const int64_t nb = k / 32;
     const __m512i ones = _mm512_set1_epi8(1);
     for (int64_t g = 0; g * 16 < nb; g++, xs += GROUP_BYTES_Q8) {
-        sp_block_q8_0 q[16];
+        block_q8_0 q[16];
         const int64_t n = SP_MIN((int64_t)16, nb - 16 * g);
-        sp_avx2_quantize_q8_0(x + 512 * g, q, 32 * n);
+        avx2_quantize_q8_0(x + 512 * g, q, 32 * n);
         if (n < 16) memset(&q[n], 0, (size_t)(16 - n) * sizeof q[0]); /* zero lanes add nothing */
         __m512i V[8];
         const uint8_t *p = (const uint8_t *)q;
@@ -484,7 +484,7 @@ static void conv_x_q4_K(const float *x, int64_t k, void *vxs) {
     const int64_t nsb = k / SP_QK_K;
     const __m256i ones16 = _mm256_set1_epi16(1);
     for (int64_t g = 0; 2 * g < nsb; g++, xs += GROUP_BYTES_Q8) {
-        sp_block_q8_K q[2];
+        block_q8_K q[2];
         const int64_t n = SP_MIN((int64_t)2, nsb - 2 * g);
         quantize_q8_K_avx512(x + 512 * g, q, SP_QK_K * n);
         if (n < 2) memset(&q[1], 0, sizeof q[1]);
@@ -508,7 +508,7 @@ static void conv_x_q4_K(const float *x, int64_t k, void *vxs) {
 static void conv_x_q6_K(const float *x, int64_t k, void *vxs) {
     uint8_t *xs = vxs;
     for (int64_t g = 0; g < k / SP_QK_K; g++, xs += GROUP_BYTES_Q6) {
-        sp_block_q8_K q;
+        block_q8_K q;
         quantize_q8_K_avx512(x + SP_QK_K * g, &q, SP_QK_K);
         __m512i V[4];
         tr16x4((const uint8_t *)q.qs, 16, V);
@@ -681,7 +681,7 @@ AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss,
         }                                                                                             \
     }
 
-/* Packed layouts (load-time repacking, sp_matmul_pack): each row is its
+/* Packed layouts (load-time repacking, matmul_pack): each row is its
  * groups of 512 weights in K order, each group what repack_* makes of it,
  * stored, so the transposes and the scale gathers are paid once at load
  * instead of on every pass (a Q8_0 group took ~35-50 cycles to unpack
@@ -720,8 +720,8 @@ AI void load_q4_0p(const uint8_t *p, __m512i W[8], __m512 *S) {
         LOAD(row + g * GB, W, S);                                                                     \
     }
 
-GGUF_GROUP(group_q8_0, sp_block_q8_0, repack_q8_0)
-GGUF_GROUP(group_q4_0, sp_block_q4_0, repack_q4_0)
+GGUF_GROUP(group_q8_0, block_q8_0, repack_q8_0)
+GGUF_GROUP(group_q4_0, block_q4_0, repack_q4_0)
 PACKED_GROUP(group_q8_0p, PACKED_GB_Q8_0, load_q8_0p)
 PACKED_GROUP(group_q4_0p, PACKED_GB_Q4_0, load_q4_0p)
 QTILE(q8_0, group_q8_0)
@@ -730,7 +730,7 @@ QTILE(q8_0p, group_q8_0p)
 QTILE(q4_0p, group_q4_0p)
 
 /* Rows of GGUF blocks -> packed rows (see above). */
-static size_t packed_row_size(sp_type t, int64_t k) {
+static size_t packed_row_size(tensor_type t, int64_t k) {
     const int64_t groups = (k / 32 + 15) / 16;
     return t == SP_TYPE_Q8_0 ? (size_t)groups * PACKED_GB_Q8_0
          : t == SP_TYPE_Q4_0 ? (size_t)groups * PACKED_GB_Q4_0
@@ -740,20 +740,20 @@ static size_t packed_row_size(sp_type t, int64_t k) {
 
 static void pack_rows_q4_K(const void *src, void *dst, int64_t n_rows, int64_t k);
 
-static void pack_rows(sp_type t, const void *src, void *dst, int64_t n_rows, int64_t k) {
+static void pack_rows(tensor_type t, const void *src, void *dst, int64_t n_rows, int64_t k) {
     if (t == SP_TYPE_Q4_K) {
         pack_rows_q4_K(src, dst, n_rows, k);
         return;
     }
     if (t == SP_TYPE_Q6_K) {
         const int64_t nsb = k / SP_QK_K;
-        const sp_block_q6_K *b = src;
+        const block_q6_K *b = src;
         uint8_t *d = dst;
         for (int64_t i = 0; i < n_rows * nsb; i++) pack_q6_K(b + i, d + i * PACKED_GB_Q6_K);
         return;
     }
     const int64_t nb = k / 32, groups = (nb + 15) / 16;
-    const size_t bb = sp_type_info(t)->block_bytes, srs = (size_t)nb * bb, drs = packed_row_size(t, k);
+    const size_t bb = type_info(t)->block_bytes, srs = (size_t)nb * bb, drs = packed_row_size(t, k);
     for (int64_t r = 0; r < n_rows; r++) {
         const uint8_t *sr = (const uint8_t *)src + (size_t)r * srs;
         uint8_t *dr = (uint8_t *)dst + (size_t)r * drs;
@@ -769,14 +769,14 @@ static void pack_rows(sp_type t, const void *src, void *dst, int64_t n_rows, int
             __m512i W[8];
             __m512 S;
             if (t == SP_TYPE_Q8_0) {
-                repack_q8_0((const sp_block_q8_0 *)b, W, &S);
+                repack_q8_0((const block_q8_0 *)b, W, &S);
                 for (int i = 0; i < 8; i++) _mm512_storeu_si512(dr + g * PACKED_GB_Q8_0 + 64 * i, W[i]);
                 _mm256_storeu_si256((__m256i *)(dr + g * PACKED_GB_Q8_0 + 512),
                                     _mm512_cvtps_ph(S, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
             } else {
                 __m512i V[4];
-                tr16x4(b + 2, sizeof(sp_block_q4_0), V);
-                S = gather_f16(b, sizeof(sp_block_q4_0));
+                tr16x4(b + 2, sizeof(block_q4_0), V);
+                S = gather_f16(b, sizeof(block_q4_0));
                 for (int i = 0; i < 4; i++) _mm512_storeu_si512(dr + g * PACKED_GB_Q4_0 + 64 * i, V[i]);
                 _mm256_storeu_si256((__m256i *)(dr + g * PACKED_GB_Q4_0 + 256),
                                     _mm512_cvtps_ph(S, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -859,7 +859,7 @@ AI void q4_K_acc(__m512 *F, __m512i I, __m512 S, __m512 M, const uint8_t *xt) {
  * core runs fewer groups ahead of a weight load that misses (b6186bc). */
 AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0, int64_t g1, const uint8_t *xs,
                  size_t xss, const int NT, const int PACKED, size_t pf_ws, __m512 F[8]) {
-    const sp_block_q4_K *wr = (const sp_block_q4_K *)(w + r * ws);
+    const block_q4_K *wr = (const block_q4_K *)(w + r * ws);
     _Pragma("GCC unroll 16")
     for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();
     if (PACKED && NT > 1 && NT <= 5) {
@@ -894,10 +894,10 @@ AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0
                 prefetch_group(gp, PACKED_GB_Q4_K, pf_ws);
                 load_q4_Kp(gp, W, &S, &M);
             } else if (2 * g + 2 <= nsb) {
-                prefetch_group(wr + 2 * g, 2 * sizeof(sp_block_q4_K), pf_ws);
+                prefetch_group(wr + 2 * g, 2 * sizeof(block_q4_K), pf_ws);
                 repack_q4_K(wr + 2 * g, W, &S, &M);
             } else { /* odd number of super-blocks: pad with a zero one */
-                sp_block_q4_K tmp[2];
+                block_q4_K tmp[2];
                 memset(&tmp[1], 0, sizeof tmp[1]);
                 tmp[0] = wr[2 * g];
                 repack_q4_K(tmp, W, &S, &M);
@@ -959,7 +959,7 @@ ANY_NT_WRAPPERS(q4_K)
  * summed into y (written when !acc); pf_ws as q4_K_row. */
 AI void q6_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t g0, int64_t g1, const uint8_t *xs, size_t xss,
                  const int NT, const int PACKED, size_t pf_ws, float *y, int64_t ldy, int acc) {
-    const sp_block_q6_K *wr = (const sp_block_q6_K *)(w + r * ws);
+    const block_q6_K *wr = (const block_q6_K *)(w + r * ws);
     __m512 F[8];
     _Pragma("GCC unroll 16")
     for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();
@@ -971,7 +971,7 @@ AI void q6_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t g0, int64_t g1,
             prefetch_group(gp, PACKED_GB_Q6_K, pf_ws);
             load_q6_Kp(gp, W, &S);
         } else {
-            prefetch_group(wr + g, sizeof(sp_block_q6_K), pf_ws);
+            prefetch_group(wr + g, sizeof(block_q6_K), pf_ws);
             repack_q6_K(wr + g, W, &S);
         }
         /* step-major (see q4_K_row): both chains of every token, then their
@@ -1060,10 +1060,10 @@ static void pack_rows_q4_K(const void *src, void *dst, int64_t n_rows, int64_t k
     const int64_t nsb = k / SP_QK_K, groups = (nsb + 1) / 2;
     const __mmask16 odd = 0xAAAA;
     for (int64_t r = 0; r < n_rows; r++) {
-        const sp_block_q4_K *sr = (const sp_block_q4_K *)src + r * nsb;
+        const block_q4_K *sr = (const block_q4_K *)src + r * nsb;
         uint8_t *dr = (uint8_t *)dst + (size_t)r * (size_t)groups * PACKED_GB_Q4_K;
         for (int64_t g = 0; g < groups; g++) {
-            sp_block_q4_K b[2];
+            block_q4_K b[2];
             b[0] = sr[2 * g];
             if (2 * g + 1 < nsb) b[1] = sr[2 * g + 1];
             else memset(&b[1], 0, sizeof b[1]); /* as the unpacked tile pads */
@@ -1139,7 +1139,7 @@ AI void float_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, siz
     for (; r < nr; r++) float_block(w + r * ws, ws, xs, xss, 1, NT, k0, k1, WT, y + r, ldy, acc);
 }
 
-/* F32 weights in ggml's order (sp_f32_finish): per (row, token) 4
+/* F32 weights in ggml's order (f32_finish): per (row, token) 4
  * accumulators of 16 lanes, one per 16-element quarter of each 64; R rows x
  * NT tokens with R * NT <= 6 (24 accumulators + NT activations + 1 weight
  * vector of the 32 zmm). The whole of K in one call (whole_k). */
@@ -1174,7 +1174,7 @@ AI void f32g_block(const uint8_t *w, size_t ws, const uint8_t *xs, size_t xss, c
             float v[16];
             const __m512 *a = A[r * NT + t];
             _mm512_storeu_ps(v, _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3])));
-            y[t * ldy + r] = sp_f32_finish(v, (const float *)(w + r * ws) + np, (const float *)(xs + t * xss) + np,
+            y[t * ldy + r] = f32_finish(v, (const float *)(w + r * ws) + np, (const float *)(xs + t * xss) + np,
                                            k - np);
         }
 }
@@ -1233,7 +1233,7 @@ static void conv_x_f16(const float *x, int64_t k, void *vxs) {
 
 static void conv_x_bf16(const float *x, int64_t k, void *vxs) {
     float *xs = vxs;
-    for (int64_t i = 0; i < k; i++) xs[i] = sp_bf16_to_f32(sp_f32_to_bf16(x[i]));
+    for (int64_t i = 0; i < k; i++) xs[i] = bf16_to_f32(f32_to_bf16(x[i]));
 }
 
 /* single-row float dots: 4 accumulators (FMA latency), masked tail */
@@ -1258,41 +1258,41 @@ static void vec_dot_f16_avx512(int64_t k, float *s, const void *w, const void *x
 static void vec_dot_bf16_avx512(int64_t k, float *s, const void *w, const void *x) { *s = dot_float(k, w, x, SP_TYPE_BF16); }
 
 static void quantize_f16_avx512(const float *x, void *vy, int64_t k) {
-    sp_f16 *y = vy;
+    f16_t *y = vy;
     for (int64_t i = 0; i < k; i += 16) {
         const __mmask16 m = k - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (k - i)) - 1);
         _mm256_mask_storeu_epi16(y + i, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), _MM_FROUND_TO_NEAREST_INT));
     }
 }
 
-static const sp_mm_kernel mm_f32 = {16, 64, xrow_unused, 6, conv_x_f32, f32_tile, 1, NULL, NULL};
-static const sp_mm_kernel mm_f16 = {16, 64, xrow_unused, 8, conv_x_f16, f16_tile, 0, NULL, NULL};
-static const sp_mm_kernel mm_bf16 = {16, 64, xrow_unused, 8, conv_x_bf16, bf16_tile, 0, NULL, NULL};
-static const sp_mm_kernel mm_q8_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q8_0, q8_0_tile, 0, q8_0_tile_kc, q8_0_tile_warm};
-static const sp_mm_kernel mm_q4_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_0, q4_0_tile, 0, q4_0_tile_kc, q4_0_tile_warm};
-static const sp_mm_kernel mm_q4_K = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_K, q4_K_tile, 0, q4_K_tile_kc, q4_K_tile_warm};
-static const sp_mm_kernel mm_q8_0p = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q8_0, q8_0p_tile, 0, q8_0p_tile_kc, q8_0p_tile_warm};
-static const sp_mm_kernel mm_q4_0p = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_0, q4_0p_tile, 0, q4_0p_tile_kc, q4_0p_tile_warm};
-static const sp_mm_kernel mm_q4_Kp = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_K, q4_Kp_tile, 0, q4_Kp_tile_kc, q4_Kp_tile_warm};
-static const sp_mm_kernel mm_q6_K = {256, GROUP_BYTES_Q6, xrow_unused, 8, conv_x_q6_K, q6_K_tile, 0, q6_K_tile_kc, q6_K_tile_warm};
-static const sp_mm_kernel mm_q6_Kp = {256, GROUP_BYTES_Q6, xrow_unused, 8, conv_x_q6_K, q6_Kp_tile, 0, q6_Kp_tile_kc, q6_Kp_tile_warm};
+static const mm_kernel mm_f32 = {16, 64, xrow_unused, 6, conv_x_f32, f32_tile, 1, NULL, NULL};
+static const mm_kernel mm_f16 = {16, 64, xrow_unused, 8, conv_x_f16, f16_tile, 0, NULL, NULL};
+static const mm_kernel mm_bf16 = {16, 64, xrow_unused, 8, conv_x_bf16, bf16_tile, 0, NULL, NULL};
+static const mm_kernel mm_q8_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q8_0, q8_0_tile, 0, q8_0_tile_kc, q8_0_tile_warm};
+static const mm_kernel mm_q4_0 = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_0, q4_0_tile, 0, q4_0_tile_kc, q4_0_tile_warm};
+static const mm_kernel mm_q4_K = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_K, q4_K_tile, 0, q4_K_tile_kc, q4_K_tile_warm};
+static const mm_kernel mm_q8_0p = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q8_0, q8_0p_tile, 0, q8_0p_tile_kc, q8_0p_tile_warm};
+static const mm_kernel mm_q4_0p = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_0, q4_0p_tile, 0, q4_0p_tile_kc, q4_0p_tile_warm};
+static const mm_kernel mm_q4_Kp = {512, GROUP_BYTES_Q8, xrow_unused, 8, conv_x_q4_K, q4_Kp_tile, 0, q4_Kp_tile_kc, q4_Kp_tile_warm};
+static const mm_kernel mm_q6_K = {256, GROUP_BYTES_Q6, xrow_unused, 8, conv_x_q6_K, q6_K_tile, 0, q6_K_tile_kc, q6_K_tile_warm};
+static const mm_kernel mm_q6_Kp = {256, GROUP_BYTES_Q6, xrow_unused, 8, conv_x_q6_K, q6_Kp_tile, 0, q6_Kp_tile_kc, q6_Kp_tile_warm};
 
-const sp_kernel_ops sp_ops_avx512 = {
+const kernel_ops kernel_ops_avx512 = {
     .name = "avx512",
     .vec_dot = {
         [SP_TYPE_F32] = vec_dot_f32_avx512,
         [SP_TYPE_F16] = vec_dot_f16_avx512,
         [SP_TYPE_BF16] = vec_dot_bf16_avx512,
-        [SP_TYPE_Q8_0] = sp_avx2_vec_dot_q8_0,
-        [SP_TYPE_Q4_0] = sp_avx2_vec_dot_q4_0,
-        [SP_TYPE_Q4_K] = sp_avx2_vec_dot_q4_K,
-        [SP_TYPE_Q6_K] = sp_avx2_vec_dot_q6_K,
+        [SP_TYPE_Q8_0] = avx2_vec_dot_q8_0,
+        [SP_TYPE_Q4_0] = avx2_vec_dot_q4_0,
+        [SP_TYPE_Q4_K] = avx2_vec_dot_q4_K,
+        [SP_TYPE_Q6_K] = avx2_vec_dot_q6_K,
     },
     .quantize = {
-        [SP_TYPE_F32] = sp_ref_quantize_f32,
+        [SP_TYPE_F32] = ref_quantize_f32,
         [SP_TYPE_F16] = quantize_f16_avx512,
-        [SP_TYPE_BF16] = sp_ref_quantize_bf16,
-        [SP_TYPE_Q8_0] = sp_avx2_quantize_q8_0,
+        [SP_TYPE_BF16] = ref_quantize_bf16,
+        [SP_TYPE_Q8_0] = avx2_quantize_q8_0,
         [SP_TYPE_Q8_K] = quantize_q8_K_avx512,
     },
     .mm = {

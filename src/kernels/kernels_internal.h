@@ -1,7 +1,7 @@
 /* kernels_internal.h: what the SIMD levels (ref, avx2, avx512) export to the
  * dispatcher and to the matmul driver. Not part of the library interface.
  *
- * A level is a table of function pointers (sp_kernel_ops). Every level has an
+ * A level is a table of function pointers (kernel_ops). Every level has an
  * entry for every supported type; a level may reuse another level's function
  * (avx512 uses the avx2 single-row quantized dots, for example).
  *
@@ -17,8 +17,8 @@
 
 #include "kernels/kernels.h"
 
-typedef void (*sp_vec_dot_fn)(int64_t k, float *s, const void *w, const void *x);
-typedef void (*sp_quant_fn)(const float *src, void *dst, int64_t k);
+typedef void (*vec_dot_fn)(int64_t k, float *s, const void *w, const void *x);
+typedef void (*quant_fn)(const float *src, void *dst, int64_t k);
 
 typedef struct {
     /* K is cut into groups of kgroup elements; the scratch row of one token
@@ -39,7 +39,7 @@ typedef struct {
                  int nt, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy, int accumulate);
     /* 1: tile calls always get the whole of K (k0 = 0, k1 = k, no
      * accumulation), for a summation order that must not be cut into
-     * ranges (F32: see sp_f32_finish) */
+     * ranges (F32: see f32_finish) */
     int whole_k;
     /* Optional: the sums of tile() called over [0, k) once per K range
      * [q*kc, min(k, (q+1)*kc)) in order (the first writing y, the others
@@ -55,71 +55,71 @@ typedef struct {
      * memory; the same sums, bit for bit. */
     void (*tile_warm)(const uint8_t *w, size_t w_stride, int64_t nr, const uint8_t *xs, size_t xs_stride,
                       int nt, int64_t k, int64_t k0, int64_t k1, float *y, int64_t ldy, int accumulate);
-} sp_mm_kernel;
+} mm_kernel;
 #define SP_MM_KC_RANGES 8
 
 typedef struct {
     const char *name;
-    sp_vec_dot_fn vec_dot[SP_TYPE_COUNT];
+    vec_dot_fn vec_dot[SP_TYPE_COUNT];
     /* activation-side quantizers (f32 -> vec_dot_type rows), bit-exact with
      * the reference at every level */
-    sp_quant_fn quantize[SP_TYPE_COUNT];
-    const sp_mm_kernel *mm[SP_TYPE_COUNT];
+    quant_fn quantize[SP_TYPE_COUNT];
+    const mm_kernel *mm[SP_TYPE_COUNT];
     /* For a matrix whose row count is a multiple of 8, where set: the
      * summation order the level uses for such a matrix: llama.cpp's for
      * Q4_0 (it repacks those into 8-row interleaved blocks at load and sums
      * them in another order than other Q4_0 matrices), the avx2 level's own
      * for Q8_0, Q4_K and Q6_K (kernels_avx2.c). NULL: mm[] serves every
      * shape. */
-    const sp_mm_kernel *mm_rows8[SP_TYPE_COUNT];
-    /* Load-time repacking (sp_matmul_pack), where set: the kernel for rows
+    const mm_kernel *mm_rows8[SP_TYPE_COUNT];
+    /* Load-time repacking (matmul_pack), where set: the kernel for rows
      * in the level's own layout, their size, and the packing itself
      * (whole rows of GGUF blocks -> packed rows; the same sums bit for bit
      * as mm[] on the original rows). */
-    const sp_mm_kernel *mm_packed[SP_TYPE_COUNT];
-    size_t (*packed_row_size)(sp_type t, int64_t k);
-    void (*pack_rows)(sp_type t, const void *src, void *dst, int64_t n_rows, int64_t k);
+    const mm_kernel *mm_packed[SP_TYPE_COUNT];
+    size_t (*packed_row_size)(tensor_type t, int64_t k);
+    void (*pack_rows)(tensor_type t, const void *src, void *dst, int64_t n_rows, int64_t k);
     /* > 1: only matrices whose row count is a multiple of it are packed
      * (the avx2 level interleaves 8 rows); the others keep the file's rows */
     int packed_rows_multiple;
-    /* The plain-C twins of this level's sums (sp_matmul_ref_level):
+    /* The plain-C twins of this level's sums (matmul_ref_level):
      * twin_rows8[t], where set, for mm_rows8[t] when its order is the
      * level's own (not the ref level's); no_twin: the level's f32 order has
      * none (checked within a tolerance instead). */
-    const sp_mm_kernel *twin_rows8[SP_TYPE_COUNT];
+    const mm_kernel *twin_rows8[SP_TYPE_COUNT];
     int no_twin;
-} sp_kernel_ops;
+} kernel_ops;
 
 /* The kernel for a matrix of n_rows rows of type wt at level o. */
-static inline const sp_mm_kernel *sp_mm_for(const sp_kernel_ops *o, sp_type wt, int64_t n_rows) {
+static inline const mm_kernel *mm_for(const kernel_ops *o, tensor_type wt, int64_t n_rows) {
     return n_rows % 8 == 0 && o->mm_rows8[wt] ? o->mm_rows8[wt] : o->mm[wt];
 }
 
-extern const sp_kernel_ops sp_ops_ref;
-extern const sp_kernel_ops sp_ops_avx2;
-extern const sp_kernel_ops sp_ops_avx512;
+extern const kernel_ops kernel_ops_ref;
+extern const kernel_ops kernel_ops_avx2;
+extern const kernel_ops kernel_ops_avx512;
 /* kernels_ref.c: the twins of the avx2 level's own orders for matrices of
  * 8-row multiples (Q8_0, Q4_K, Q6_K) */
-extern const sp_mm_kernel sp_ref_mm_q8_0_rows8;
-extern const sp_mm_kernel sp_ref_mm_q4_K_rows8;
-extern const sp_mm_kernel sp_ref_mm_q6_K_rows8;
+extern const mm_kernel ref_mm_q8_0_rows8;
+extern const mm_kernel ref_mm_q4_K_rows8;
+extern const mm_kernel ref_mm_q6_K_rows8;
 
-/* The level chosen by sp_kernels_init() (initialising on first use). */
-const sp_kernel_ops *sp_kernel_ops_get(void);
+/* The level chosen by kernels_init() (initialising on first use). */
+const kernel_ops *kernel_ops_get(void);
 
 /* ---- reference implementations (kernels_ref.c), used by every level ---- */
-void sp_ref_quantize_q8_0(const float *x, void *y, int64_t k);
-void sp_ref_quantize_q8_K(const float *x, void *y, int64_t k);
-void sp_ref_quantize_q4_0(const float *x, void *y, int64_t k);
-void sp_ref_quantize_q4_K(const float *x, void *y, int64_t k);
-void sp_ref_quantize_q6_K(const float *x, void *y, int64_t k);
-void sp_ref_quantize_f16(const float *x, void *y, int64_t k);
-void sp_ref_quantize_bf16(const float *x, void *y, int64_t k);
-void sp_ref_quantize_f32(const float *x, void *y, int64_t k);
-void sp_ref_dequantize(sp_type t, const void *src, float *dst, int64_t n);
+void ref_quantize_q8_0(const float *x, void *y, int64_t k);
+void ref_quantize_q8_K(const float *x, void *y, int64_t k);
+void ref_quantize_q4_0(const float *x, void *y, int64_t k);
+void ref_quantize_q4_K(const float *x, void *y, int64_t k);
+void ref_quantize_q6_K(const float *x, void *y, int64_t k);
+void ref_quantize_f16(const float *x, void *y, int64_t k);
+void ref_quantize_bf16(const float *x, void *y, int64_t k);
+void ref_quantize_f32(const float *x, void *y, int64_t k);
+void ref_dequantize(tensor_type t, const void *src, float *dst, int64_t n);
 
 /* Round to nearest, ties to even, for |f| < 2^22 (as ggml's nearest_int). */
-static inline int sp_nearest_int(float f) {
+static inline int kq_nearest_int(float f) {
     float v = f + 12582912.f; /* 1.5 * 2^23: the sum's low mantissa bits hold the rounded value */
     int32_t i;
     memcpy(&i, &v, 4);
@@ -127,7 +127,7 @@ static inline int sp_nearest_int(float f) {
 }
 
 /* 6-bit scale and min j (0..7) of a Q4_K super-block (ggml get_scale_min_k4). */
-static inline void sp_q4_K_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+static inline void q4_K_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
     if (j < 4) {
         *sc = q[j] & 63;
         *m = q[j + 4] & 63;
@@ -139,7 +139,7 @@ static inline void sp_q4_K_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8
 
 /* All 8 scales (out[0..7]) and mins (out[8..15]) of a Q4_K super-block at
  * once: the same unpacking on 32-bit words. */
-static inline void sp_q4_K_unpack_scales(const uint8_t *q, uint8_t out[16]) {
+static inline void q4_K_unpack_scales(const uint8_t *q, uint8_t out[16]) {
     uint32_t u0, u1, u2;
     memcpy(&u0, q, 4);
     memcpy(&u1, q + 4, 4);
@@ -157,7 +157,7 @@ static inline void sp_q4_K_unpack_scales(const uint8_t *q, uint8_t out[16]) {
 /* The 256 6-bit quants (0..63) of a Q6_K super-block in element order:
  * element 128 n + 32 c + l has its low 4 bits in ql[64 n + 32 (c & 1) + l]
  * (high nibble for c >= 2) and its high 2 in bits 2c of qh[32 n + l]. */
-static inline void sp_q6_K_unpack(const sp_block_q6_K *b, uint8_t q[256]) {
+static inline void q6_K_unpack(const block_q6_K *b, uint8_t q[256]) {
     for (int n = 0; n < 2; n++)
         for (int l = 0; l < 32; l++) {
             const uint8_t l0 = b->ql[64 * n + l], l1 = b->ql[64 * n + 32 + l], h = b->qh[32 * n + l];
@@ -186,7 +186,7 @@ static inline void sp_q6_K_unpack(const sp_block_q6_K *b, uint8_t q[256]) {
  * model, 483-token prompt, 2 threads: 581-687 -> 445-543 tokens/s), decode
  * unchanged (memory-bound). F32 weights are rare outside reference files.
  * This finishes a dot from v and the tail. */
-static inline float sp_f32_finish(const float v[16], const float *w, const float *x, int64_t n_tail) {
+static inline float f32_finish(const float v[16], const float *w, const float *x, int64_t n_tail) {
     float h[8], q[4];
     for (int l = 0; l < 8; l++) h[l] = v[l + 8] + v[l];
     for (int l = 0; l < 4; l++) q[l] = h[l + 4] + h[l];
@@ -205,7 +205,7 @@ static inline float sp_f32_finish(const float v[16], const float *w, const float
  * batch (10,240 of 16,790 runs; 1.2 cores, 18.0 s against 14.7 s) or of a
  * prefill (1.0 core, half the tokens/s). */
 #define SP_POOL_STALL_NS 300000
-static inline bool sp_pool_stalled(uint64_t wait_ns, uint64_t work_ns) {
+static inline bool pool_stalled(uint64_t wait_ns, uint64_t work_ns) {
     return wait_ns > SP_POOL_STALL_NS && wait_ns > work_ns;
 }
 

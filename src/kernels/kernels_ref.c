@@ -21,33 +21,33 @@
 
 /* ---- quantizers --------------------------------------------------------- */
 
-void sp_ref_quantize_f32(const float *x, void *y, int64_t k) { memcpy(y, x, (size_t)k * 4); }
+void ref_quantize_f32(const float *x, void *y, int64_t k) { memcpy(y, x, (size_t)k * 4); }
 
-void sp_ref_quantize_f16(const float *x, void *vy, int64_t k) {
-    sp_f16 *y = vy;
-    for (int64_t i = 0; i < k; i++) y[i] = sp_f32_to_f16(x[i]);
+void ref_quantize_f16(const float *x, void *vy, int64_t k) {
+    f16_t *y = vy;
+    for (int64_t i = 0; i < k; i++) y[i] = f32_to_f16(x[i]);
 }
 
-void sp_ref_quantize_bf16(const float *x, void *vy, int64_t k) {
-    sp_bf16 *y = vy;
-    for (int64_t i = 0; i < k; i++) y[i] = sp_f32_to_bf16(x[i]);
+void ref_quantize_bf16(const float *x, void *vy, int64_t k) {
+    bf16_t *y = vy;
+    for (int64_t i = 0; i < k; i++) y[i] = f32_to_bf16(x[i]);
 }
 
-void sp_ref_quantize_q8_0(const float *x, void *vy, int64_t k) {
-    sp_block_q8_0 *y = vy;
+void ref_quantize_q8_0(const float *x, void *vy, int64_t k) {
+    block_q8_0 *y = vy;
     const int64_t nb = k / SP_QK8_0;
     for (int64_t i = 0; i < nb; i++, x += SP_QK8_0) {
         float amax = 0.0f;
         for (int j = 0; j < SP_QK8_0; j++) amax = SP_MAX(amax, fabsf(x[j]));
         const float d = amax / 127.f;
         const float id = amax != 0.0f ? 127.f / amax : 0.0f;
-        y[i].d = sp_f32_to_f16(d);
-        for (int j = 0; j < SP_QK8_0; j++) y[i].qs[j] = (int8_t)sp_nearest_int(x[j] * id);
+        y[i].d = f32_to_f16(d);
+        for (int j = 0; j < SP_QK8_0; j++) y[i].qs[j] = (int8_t)kq_nearest_int(x[j] * id);
     }
 }
 
-void sp_ref_quantize_q8_K(const float *x, void *vy, int64_t k) {
-    sp_block_q8_K *y = vy;
+void ref_quantize_q8_K(const float *x, void *vy, int64_t k) {
+    block_q8_K *y = vy;
     const int64_t nb = k / SP_QK_K;
     for (int64_t i = 0; i < nb; i++, x += SP_QK_K) {
         float max = 0.0f, amax = 0.0f;
@@ -63,7 +63,7 @@ void sp_ref_quantize_q8_K(const float *x, void *vy, int64_t k) {
         }
         const float iscale = -127.f / max;
         for (int j = 0; j < SP_QK_K; j++) {
-            const int v = sp_nearest_int(iscale * x[j]);
+            const int v = kq_nearest_int(iscale * x[j]);
             y[i].qs[j] = (int8_t)SP_MIN(127, v);
         }
         for (int g = 0; g < SP_QK_K / 16; g++) {
@@ -75,8 +75,8 @@ void sp_ref_quantize_q8_K(const float *x, void *vy, int64_t k) {
     }
 }
 
-void sp_ref_quantize_q4_0(const float *x, void *vy, int64_t k) {
-    sp_block_q4_0 *y = vy;
+void ref_quantize_q4_0(const float *x, void *vy, int64_t k) {
+    block_q4_0 *y = vy;
     const int64_t nb = k / SP_QK4_0;
     for (int64_t i = 0; i < nb; i++, x += SP_QK4_0) {
         float amax = 0.0f, max = 0.0f;
@@ -85,7 +85,7 @@ void sp_ref_quantize_q4_0(const float *x, void *vy, int64_t k) {
         }
         const float d = max / -8;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[i].d = sp_f32_to_f16(d);
+        y[i].d = f32_to_f16(d);
         for (int j = 0; j < SP_QK4_0 / 2; j++) {
             const uint8_t lo = (uint8_t)SP_MIN(15, (int8_t)(x[j] * id + 8.5f));
             const uint8_t hi = (uint8_t)SP_MIN(15, (int8_t)(x[j + 16] * id + 8.5f));
@@ -107,7 +107,7 @@ static float q4k_sub_scale(const float *x, int n, int nmax, float *min_out) {
         const float s = (mx - mn) / (nmax + 0.25f * c);
         float err = 0.0f;
         for (int i = 0; i < n; i++) {
-            int q = sp_nearest_int((x[i] - mn) / s);
+            int q = kq_nearest_int((x[i] - mn) / s);
             q = SP_MAX(0, SP_MIN(nmax, q));
             const float e = s * q + mn - x[i];
             err += e * e;
@@ -117,8 +117,8 @@ static float q4k_sub_scale(const float *x, int n, int nmax, float *min_out) {
     return best_s;
 }
 
-void sp_ref_quantize_q4_K(const float *x, void *vy, int64_t k) {
-    sp_block_q4_K *y = vy;
+void ref_quantize_q4_K(const float *x, void *vy, int64_t k) {
+    block_q4_K *y = vy;
     const int64_t nb = k / SP_QK_K;
     for (int64_t i = 0; i < nb; i++, x += SP_QK_K) {
         float scales[8], mins[8], max_sc = 0.0f, max_m = 0.0f;
@@ -128,12 +128,12 @@ void sp_ref_quantize_q4_K(const float *x, void *vy, int64_t k) {
             max_m = SP_MAX(max_m, mins[j]);
         }
         const float d = max_sc / 63.f, dmin = max_m / 63.f;
-        y[i].d = sp_f32_to_f16(d);
-        y[i].dmin = sp_f32_to_f16(dmin);
+        y[i].d = f32_to_f16(d);
+        y[i].dmin = f32_to_f16(dmin);
         uint8_t sc6[8], m6[8];
         for (int j = 0; j < 8; j++) {
-            sc6[j] = (uint8_t)(d > 0 ? SP_MIN(63, sp_nearest_int(scales[j] / d)) : 0);
-            m6[j] = (uint8_t)(dmin > 0 ? SP_MIN(63, sp_nearest_int(mins[j] / dmin)) : 0);
+            sc6[j] = (uint8_t)(d > 0 ? SP_MIN(63, kq_nearest_int(scales[j] / d)) : 0);
+            m6[j] = (uint8_t)(dmin > 0 ? SP_MIN(63, kq_nearest_int(mins[j] / dmin)) : 0);
         }
         for (int j = 0; j < 4; j++) {
             y[i].scales[j] = (uint8_t)(sc6[j] | ((sc6[j + 4] >> 4) << 6));
@@ -141,14 +141,14 @@ void sp_ref_quantize_q4_K(const float *x, void *vy, int64_t k) {
             y[i].scales[j + 8] = (uint8_t)((sc6[j + 4] & 0xF) | ((m6[j + 4] & 0xF) << 4));
         }
         /* quantize with the scales as stored (f16 d, 6-bit sc) */
-        const float df = sp_f16_to_f32(y[i].d), dminf = sp_f16_to_f32(y[i].dmin);
+        const float df = f16_to_f32(y[i].d), dminf = f16_to_f32(y[i].dmin);
         uint8_t q[SP_QK_K];
         for (int j = 0; j < 8; j++) {
             uint8_t sc, m;
-            sp_q4_K_scale_min(j, y[i].scales, &sc, &m);
+            q4_K_scale_min(j, y[i].scales, &sc, &m);
             const float s = df * sc, mn = dminf * m;
             for (int l = 0; l < 32; l++) {
-                int v = s > 0 ? sp_nearest_int((x[32 * j + l] + mn) / s) : 0;
+                int v = s > 0 ? kq_nearest_int((x[32 * j + l] + mn) / s) : 0;
                 q[32 * j + l] = (uint8_t)SP_MAX(0, SP_MIN(15, v));
             }
         }
@@ -158,8 +158,8 @@ void sp_ref_quantize_q4_K(const float *x, void *vy, int64_t k) {
     }
 }
 
-void sp_ref_quantize_q6_K(const float *x, void *vy, int64_t k) {
-    sp_block_q6_K *y = vy;
+void ref_quantize_q6_K(const float *x, void *vy, int64_t k) {
+    block_q6_K *y = vy;
     const int64_t nb = k / SP_QK_K;
     for (int64_t i = 0; i < nb; i++, x += SP_QK_K) {
         float scales[16], max_abs_sc = 0.0f;
@@ -175,7 +175,7 @@ void sp_ref_quantize_q6_K(const float *x, void *vy, int64_t k) {
                     const float s = max / -(32.f - 0.5f * c);
                     float err = 0.0f;
                     for (int l = 0; l < 16; l++) {
-                        int q = SP_MAX(-32, SP_MIN(31, sp_nearest_int(xg[l] / s)));
+                        int q = SP_MAX(-32, SP_MIN(31, kq_nearest_int(xg[l] / s)));
                         const float e = s * q - xg[l];
                         err += e * e;
                     }
@@ -186,15 +186,15 @@ void sp_ref_quantize_q6_K(const float *x, void *vy, int64_t k) {
             max_abs_sc = SP_MAX(max_abs_sc, fabsf(best_s));
         }
         const float d = max_abs_sc / 127.f;
-        y[i].d = sp_f32_to_f16(d);
-        const float df = sp_f16_to_f32(y[i].d);
+        y[i].d = f32_to_f16(d);
+        const float df = f16_to_f32(y[i].d);
         for (int g = 0; g < 16; g++)
-            y[i].scales[g] = (int8_t)(df > 0 ? SP_MAX(-127, SP_MIN(127, sp_nearest_int(scales[g] / df))) : 0);
+            y[i].scales[g] = (int8_t)(df > 0 ? SP_MAX(-127, SP_MIN(127, kq_nearest_int(scales[g] / df))) : 0);
         memset(y[i].ql, 0, sizeof y[i].ql);
         memset(y[i].qh, 0, sizeof y[i].qh);
         for (int e = 0; e < SP_QK_K; e++) {
             const float s = df * y[i].scales[e / 16];
-            int q = s != 0.0f ? SP_MAX(-32, SP_MIN(31, sp_nearest_int(x[e] / s))) : 0;
+            int q = s != 0.0f ? SP_MAX(-32, SP_MIN(31, kq_nearest_int(x[e] / s))) : 0;
             q += 32;
             const int n = e / 128, r = e % 128, qd = r / 32, l = r % 32;
             y[i].ql[n * 64 + (qd & 1) * 32 + l] |= (uint8_t)((q & 0xF) << (4 * (qd >> 1)));
@@ -205,31 +205,31 @@ void sp_ref_quantize_q6_K(const float *x, void *vy, int64_t k) {
 
 /* ---- dequantization ----------------------------------------------------- */
 
-void sp_ref_dequantize(sp_type t, const void *src, float *dst, int64_t n) {
+void ref_dequantize(tensor_type t, const void *src, float *dst, int64_t n) {
     switch (t) {
     case SP_TYPE_F32: memcpy(dst, src, (size_t)n * 4); return;
     case SP_TYPE_F16: {
-        const sp_f16 *s = src;
-        for (int64_t i = 0; i < n; i++) dst[i] = sp_f16_to_f32(s[i]);
+        const f16_t *s = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = f16_to_f32(s[i]);
         return;
     }
     case SP_TYPE_BF16: {
-        const sp_bf16 *s = src;
-        for (int64_t i = 0; i < n; i++) dst[i] = sp_bf16_to_f32(s[i]);
+        const bf16_t *s = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]);
         return;
     }
     case SP_TYPE_Q8_0: {
-        const sp_block_q8_0 *b = src;
+        const block_q8_0 *b = src;
         for (int64_t i = 0; i < n / SP_QK8_0; i++) {
-            const float d = sp_f16_to_f32(b[i].d);
+            const float d = f16_to_f32(b[i].d);
             for (int j = 0; j < SP_QK8_0; j++) *dst++ = b[i].qs[j] * d;
         }
         return;
     }
     case SP_TYPE_Q4_0: {
-        const sp_block_q4_0 *b = src;
+        const block_q4_0 *b = src;
         for (int64_t i = 0; i < n / SP_QK4_0; i++, dst += SP_QK4_0) {
-            const float d = sp_f16_to_f32(b[i].d);
+            const float d = f16_to_f32(b[i].d);
             for (int j = 0; j < 16; j++) {
                 dst[j] = ((b[i].qs[j] & 0xF) - 8) * d;
                 dst[j + 16] = ((b[i].qs[j] >> 4) - 8) * d;
@@ -238,15 +238,15 @@ void sp_ref_dequantize(sp_type t, const void *src, float *dst, int64_t n) {
         return;
     }
     case SP_TYPE_Q4_K: {
-        const sp_block_q4_K *b = src;
+        const block_q4_K *b = src;
         for (int64_t i = 0; i < n / SP_QK_K; i++) {
-            const float d = sp_f16_to_f32(b[i].d), dmin = sp_f16_to_f32(b[i].dmin);
+            const float d = f16_to_f32(b[i].d), dmin = f16_to_f32(b[i].dmin);
             const uint8_t *q = b[i].qs;
             for (int j = 0; j < 8; j += 2, q += 32) {
                 uint8_t sc, m;
-                sp_q4_K_scale_min(j, b[i].scales, &sc, &m);
+                q4_K_scale_min(j, b[i].scales, &sc, &m);
                 const float d1 = d * sc, m1 = dmin * m;
-                sp_q4_K_scale_min(j + 1, b[i].scales, &sc, &m);
+                q4_K_scale_min(j + 1, b[i].scales, &sc, &m);
                 const float d2 = d * sc, m2 = dmin * m;
                 for (int l = 0; l < 32; l++) *dst++ = d1 * (q[l] & 0xF) - m1;
                 for (int l = 0; l < 32; l++) *dst++ = d2 * (q[l] >> 4) - m2;
@@ -255,17 +255,17 @@ void sp_ref_dequantize(sp_type t, const void *src, float *dst, int64_t n) {
         return;
     }
     case SP_TYPE_Q6_K: {
-        const sp_block_q6_K *b = src;
+        const block_q6_K *b = src;
         for (int64_t i = 0; i < n / SP_QK_K; i++) {
-            const float d = sp_f16_to_f32(b[i].d);
+            const float d = f16_to_f32(b[i].d);
             uint8_t q[256];
-            sp_q6_K_unpack(&b[i], q);
+            q6_K_unpack(&b[i], q);
             for (int e = 0; e < SP_QK_K; e++) *dst++ = d * b[i].scales[e / 16] * (q[e] - 32);
         }
         return;
     }
     case SP_TYPE_Q8_K: {
-        const sp_block_q8_K *b = src;
+        const block_q8_K *b = src;
         for (int64_t i = 0; i < n / SP_QK_K; i++)
             for (int j = 0; j < SP_QK_K; j++) *dst++ = b[i].d * b[i].qs[j];
         return;
@@ -276,7 +276,7 @@ void sp_ref_dequantize(sp_type t, const void *src, float *dst, int64_t n) {
 
 /* ---- dot products ------------------------------------------------------- */
 
-/* F32: ggml's order (see sp_f32_finish), which every level follows bit for bit */
+/* F32: ggml's order (see f32_finish), which every level follows bit for bit */
 static void vec_dot_f32_ref(int64_t k, float *s, const void *vw, const void *vx) {
     const float *w = vw, *x = vx;
     const int64_t np = k - k % 64;
@@ -284,7 +284,7 @@ static void vec_dot_f32_ref(int64_t k, float *s, const void *vw, const void *vx)
     for (int64_t i = 0; i < np; i += 64)
         for (int j = 0; j < 64; j++) p[j] = __builtin_fmaf(w[i + j], x[i + j], p[j]);
     for (int l = 0; l < 16; l++) v[l] = (p[l] + p[32 + l]) + (p[16 + l] + p[48 + l]);
-    *s = sp_f32_finish(v, w + np, x + np, k - np);
+    *s = f32_finish(v, w + np, x + np, k - np);
 }
 
 /* The quantized dots below do, lane by lane, the arithmetic of the AVX2
@@ -300,7 +300,7 @@ static float hsum8(const float F[8]) {
 }
 
 /* F16/BF16: llama.cpp's order for a prompt (tinyBLAS, AVX-512): 16 lanes,
- * lane i % 16 an FMA chain over i, summed as sp_reduce16's order; the AVX2
+ * lane i % 16 an FMA chain over i, summed as ops_reduce16's order; the AVX2
  * tiles keep lanes 0-7 and 8-15 in two vectors. A tail past the last 16
  * (no such row in llama.cpp's path) goes to lanes 0-7 by 8 and then one
  * product at a time. */
@@ -319,8 +319,8 @@ static float half_dot(int64_t k, const void *vw, const void *vx, float (*cvt)(ui
     return s;
 }
 
-static float f16_cvt(uint16_t h) { return sp_f16_to_f32(h); }
-static float bf16_cvt(uint16_t h) { return sp_bf16_to_f32(h); }
+static float f16_cvt(uint16_t h) { return f16_to_f32(h); }
+static float bf16_cvt(uint16_t h) { return bf16_to_f32(h); }
 
 static void vec_dot_f16_ref(int64_t k, float *s, const void *vw, const void *vx) { *s = half_dot(k, vw, vx, f16_cvt); }
 static void vec_dot_bf16_ref(int64_t k, float *s, const void *vw, const void *vx) { *s = half_dot(k, vw, vx, bf16_cvt); }
@@ -334,7 +334,7 @@ static void block8(const int8_t *q, const int8_t *x, float d, float F[8]) {
     }
 }
 
-static void q4_0_unpack(const sp_block_q4_0 *b, int8_t q[32]) {
+static void q4_0_unpack(const block_q4_0 *b, int8_t q[32]) {
     for (int j = 0; j < 16; j++) {
         q[j] = (int8_t)((b->qs[j] & 0xF) - 8);
         q[j + 16] = (int8_t)((b->qs[j] >> 4) - 8);
@@ -342,37 +342,37 @@ static void q4_0_unpack(const sp_block_q4_0 *b, int8_t q[32]) {
 }
 
 static void vec_dot_q8_0_ref(int64_t k, float *s, const void *vw, const void *vx) {
-    const sp_block_q8_0 *w = vw, *x = vx;
+    const block_q8_0 *w = vw, *x = vx;
     float F[8] = {0};
     for (int64_t i = 0; i < k / SP_QK8_0; i++)
-        block8(w[i].qs, x[i].qs, sp_f16_to_f32(w[i].d) * sp_f16_to_f32(x[i].d), F);
+        block8(w[i].qs, x[i].qs, f16_to_f32(w[i].d) * f16_to_f32(x[i].d), F);
     *s = hsum8(F);
 }
 
 static void vec_dot_q4_0_ref(int64_t k, float *s, const void *vw, const void *vx) {
-    const sp_block_q4_0 *w = vw;
-    const sp_block_q8_0 *x = vx;
+    const block_q4_0 *w = vw;
+    const block_q8_0 *x = vx;
     float F[8] = {0};
     for (int64_t i = 0; i < k / SP_QK4_0; i++) {
         int8_t q[32];
         q4_0_unpack(&w[i], q);
-        block8(q, x[i].qs, sp_f16_to_f32(w[i].d) * sp_f16_to_f32(x[i].d), F);
+        block8(q, x[i].qs, f16_to_f32(w[i].d) * f16_to_f32(x[i].d), F);
     }
     *s = hsum8(F);
 }
 
 /* One block of the row-sum order: acc = fma(q . x's quants, dw * dx, acc) */
-static float block_fma(const int8_t *q, sp_f16 dw, const sp_block_q8_0 *x, float acc) {
+static float block_fma(const int8_t *q, f16_t dw, const block_q8_0 *x, float acc) {
     int p = 0;
     for (int j = 0; j < 32; j++) p += q[j] * x->qs[j];
-    return fmaf((float)p, sp_f16_to_f32(dw) * sp_f16_to_f32(x->d), acc);
+    return fmaf((float)p, f16_to_f32(dw) * f16_to_f32(x->d), acc);
 }
 
 /* Q4_0 in a matrix of 8-row multiples: llama.cpp repacks those and sums
  * block_fma block after block. */
 static void vec_dot_q4_0r8_ref(int64_t k, float *s, const void *vw, const void *vx) {
-    const sp_block_q4_0 *w = vw;
-    const sp_block_q8_0 *x = vx;
+    const block_q4_0 *w = vw;
+    const block_q8_0 *x = vx;
     float acc = 0.0f;
     for (int64_t i = 0; i < k / SP_QK4_0; i++) {
         int8_t q[32];
@@ -385,7 +385,7 @@ static void vec_dot_q4_0r8_ref(int64_t k, float *s, const void *vw, const void *
 /* Q8_0 in the avx2 level's order for matrices of 8-row multiples
  * (kernels_avx2.c, packed at load): the same as llama.cpp's repacked Q4_0. */
 static void vec_dot_q8_0_rows8_ref(int64_t k, float *s, const void *vw, const void *vx) {
-    const sp_block_q8_0 *w = vw, *x = vx;
+    const block_q8_0 *w = vw, *x = vx;
     float acc = 0.0f;
     for (int64_t i = 0; i < k / SP_QK8_0; i++) acc = block_fma(w[i].qs, w[i].d, &x[i], acc);
     *s = acc;
@@ -397,12 +397,12 @@ static void vec_dot_q8_0_rows8_ref(int64_t k, float *s, const void *vw, const vo
  * sub-block j's activations), scaled by -(d_x dmin); result hsum8 of the
  * first plus (M0 + M2) + (M1 + M3). */
 static void vec_dot_q4_K_ref(int64_t k, float *s, const void *vw, const void *vx) {
-    const sp_block_q4_K *w = vw;
-    const sp_block_q8_K *x = vx;
+    const block_q4_K *w = vw;
+    const block_q8_K *x = vx;
     float F[8] = {0}, M[4] = {0};
     for (int64_t i = 0; i < k / SP_QK_K; i++) {
         uint8_t sm[16];
-        sp_q4_K_unpack_scales(w[i].scales, sm);
+        q4_K_unpack_scales(w[i].scales, sm);
         const int8_t *q8 = x[i].qs;
         int acc[8] = {0};
         for (int j = 0; j < 8; j++) { /* sub-block j: nibbles of bytes 32 (j / 2) .. */
@@ -414,7 +414,7 @@ static void vec_dot_q4_K_ref(int64_t k, float *s, const void *vw, const void *vx
                 acc[l] += sm[j] * p;
             }
         }
-        const float d = sp_f16_to_f32(w[i].d), dmin = sp_f16_to_f32(w[i].dmin);
+        const float d = f16_to_f32(w[i].d), dmin = f16_to_f32(w[i].dmin);
         for (int l = 0; l < 4; l++) {
             const int s0 = x[i].bsums[4 * l] + x[i].bsums[4 * l + 1], s1 = x[i].bsums[4 * l + 2] + x[i].bsums[4 * l + 3];
             M[l] = fmaf((float)(sm[8 + 2 * l] * s0 + sm[8 + 2 * l + 1] * s1), -(x[i].d * dmin), M[l]);
@@ -428,12 +428,12 @@ static void vec_dot_q4_K_ref(int64_t k, float *s, const void *vw, const void *vx
  * (kernels_avx2.c, "the row-sum order"): per super-block the exact integer
  * sums of the scaled quants and of the scaled mins, then two FMAs. */
 static void vec_dot_q4_K_rows8_ref(int64_t k, float *s, const void *vw, const void *vx) {
-    const sp_block_q4_K *w = vw;
-    const sp_block_q8_K *x = vx;
+    const block_q4_K *w = vw;
+    const block_q8_K *x = vx;
     float acc = 0;
     for (int64_t i = 0; i < k / SP_QK_K; i++) {
         uint8_t sm[16];
-        sp_q4_K_unpack_scales(w[i].scales, sm);
+        q4_K_unpack_scales(w[i].scales, sm);
         int32_t isum = 0, msum = 0;
         for (int j = 0; j < 8; j++) {
             const uint8_t *q4 = w[i].qs + 32 * (j / 2);
@@ -442,8 +442,8 @@ static void vec_dot_q4_K_rows8_ref(int64_t k, float *s, const void *vw, const vo
             isum += sm[j] * dot;
             msum += sm[8 + j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
         }
-        acc = fmaf((float)isum, sp_f16_to_f32(w[i].d) * x[i].d, acc);
-        acc = fmaf(-(float)msum, sp_f16_to_f32(w[i].dmin) * x[i].d, acc);
+        acc = fmaf((float)isum, f16_to_f32(w[i].d) * x[i].d, acc);
+        acc = fmaf(-(float)msum, f16_to_f32(w[i].dmin) * x[i].d, acc);
     }
     *s = acc;
 }
@@ -452,13 +452,13 @@ static void vec_dot_q4_K_rows8_ref(int64_t k, float *s, const void *vw, const vo
  * its elements 4l..4l+3 (sc: the chunk's first 16 values' scale for lanes
  * 0-3, the next one's for 4-7). */
 static void vec_dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *vx) {
-    const sp_block_q6_K *w = vw;
-    const sp_block_q8_K *x = vx;
+    const block_q6_K *w = vw;
+    const block_q8_K *x = vx;
     float F[8] = {0};
     for (int64_t i = 0; i < k / SP_QK_K; i++) {
         int acc[8] = {0};
         uint8_t q[256];
-        sp_q6_K_unpack(&w[i], q);
+        q6_K_unpack(&w[i], q);
         for (int c = 0; c < 8; c++) { /* chunk c: elements 32c .. 32c + 31 */
             for (int l = 0; l < 8; l++) {
                 int p = 0;
@@ -466,7 +466,7 @@ static void vec_dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *vx
                 acc[l] += w[i].scales[2 * c + (l >= 4)] * p;
             }
         }
-        for (int l = 0; l < 8; l++) F[l] = fmaf((float)acc[l], x[i].d * sp_f16_to_f32(w[i].d), F[l]);
+        for (int l = 0; l < 8; l++) F[l] = fmaf((float)acc[l], x[i].d * f16_to_f32(w[i].d), F[l]);
     }
     *s = hsum8(F);
 }
@@ -475,19 +475,19 @@ static void vec_dot_q6_K_ref(int64_t k, float *s, const void *vw, const void *vx
  * row-sum order, as Q4_K above): per super-block the exact integer
  * sum_j sc_j * sum over sub-block j of (q - 32) x, then one FMA. */
 static void vec_dot_q6_K_rows8_ref(int64_t k, float *s, const void *vw, const void *vx) {
-    const sp_block_q6_K *w = vw;
-    const sp_block_q8_K *x = vx;
+    const block_q6_K *w = vw;
+    const block_q8_K *x = vx;
     float acc = 0;
     for (int64_t i = 0; i < k / SP_QK_K; i++) {
         int32_t isum = 0;
         uint8_t q[256];
-        sp_q6_K_unpack(&w[i], q);
+        q6_K_unpack(&w[i], q);
         for (int j = 0; j < 16; j++) {
             int32_t dot = 0;
             for (int e = 16 * j; e < 16 * j + 16; e++) dot += (q[e] - 32) * x[i].qs[e];
             isum += w[i].scales[j] * dot;
         }
-        acc = fmaf((float)isum, sp_f16_to_f32(w[i].d) * x[i].d, acc);
+        acc = fmaf((float)isum, f16_to_f32(w[i].d) * x[i].d, acc);
     }
     *s = acc;
 }
@@ -495,7 +495,7 @@ static void vec_dot_q6_K_rows8_ref(int64_t k, float *s, const void *vw, const vo
 /* ---- matmul tiles: one dot per (row, token) over the whole row ---------- */
 
 #define REF_MM(NAME, WT, VDT, QUANT)                                                             \
-    static size_t NAME##_xrow(int64_t k) { return sp_row_size(VDT, k); }                         \
+    static size_t NAME##_xrow(int64_t k) { return row_size(VDT, k); }                         \
     static void NAME##_tile(const uint8_t *w, size_t w_stride, int64_t nr, const uint8_t *xs,    \
                             size_t xs_stride, int nt, int64_t k, int64_t k0, int64_t k1, float *y, \
                             int64_t ldy, int accumulate) {                                       \
@@ -505,7 +505,7 @@ static void vec_dot_q6_K_rows8_ref(int64_t k, float *s, const void *vw, const vo
                 NAME##_dot(k, &y[t * ldy + r], w + r * w_stride, xs + t * xs_stride);            \
     }                                                                                            \
     static void NAME##_conv(const float *x, int64_t k, void *xs) { QUANT(x, xs, k); }             \
-    static const sp_mm_kernel NAME##_mm __attribute__((unused)) = {0, 0, NAME##_xrow, 8, NAME##_conv, NAME##_tile, 0, NULL, NULL};
+    static const mm_kernel NAME##_mm __attribute__((unused)) = {0, 0, NAME##_xrow, 8, NAME##_conv, NAME##_tile, 0, NULL, NULL};
 
 #define vec_dot_f32_dot vec_dot_f32_ref
 #define vec_dot_f16_dot vec_dot_f16_ref
@@ -518,26 +518,26 @@ static void vec_dot_q6_K_rows8_ref(int64_t k, float *s, const void *vw, const vo
 #define vec_dot_q6_K_dot vec_dot_q6_K_ref
 #define vec_dot_q6_K_rows8_dot vec_dot_q6_K_rows8_ref
 #define vec_dot_q8_0_rows8_dot vec_dot_q8_0_rows8_ref
-REF_MM(vec_dot_f32, SP_TYPE_F32, SP_TYPE_F32, sp_ref_quantize_f32)
-REF_MM(vec_dot_f16, SP_TYPE_F16, SP_TYPE_F16, sp_ref_quantize_f16)
-REF_MM(vec_dot_bf16, SP_TYPE_BF16, SP_TYPE_BF16, sp_ref_quantize_bf16)
-REF_MM(vec_dot_q8_0, SP_TYPE_Q8_0, SP_TYPE_Q8_0, sp_ref_quantize_q8_0)
-REF_MM(vec_dot_q4_0, SP_TYPE_Q4_0, SP_TYPE_Q8_0, sp_ref_quantize_q8_0)
-REF_MM(vec_dot_q4_0r8, SP_TYPE_Q4_0, SP_TYPE_Q8_0, sp_ref_quantize_q8_0)
-REF_MM(vec_dot_q4_K, SP_TYPE_Q4_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
-REF_MM(vec_dot_q6_K, SP_TYPE_Q6_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
-REF_MM(vec_dot_q4_K_rows8, SP_TYPE_Q4_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
-REF_MM(vec_dot_q6_K_rows8, SP_TYPE_Q6_K, SP_TYPE_Q8_K, sp_ref_quantize_q8_K)
-REF_MM(vec_dot_q8_0_rows8, SP_TYPE_Q8_0, SP_TYPE_Q8_0, sp_ref_quantize_q8_0)
+REF_MM(vec_dot_f32, SP_TYPE_F32, SP_TYPE_F32, ref_quantize_f32)
+REF_MM(vec_dot_f16, SP_TYPE_F16, SP_TYPE_F16, ref_quantize_f16)
+REF_MM(vec_dot_bf16, SP_TYPE_BF16, SP_TYPE_BF16, ref_quantize_bf16)
+REF_MM(vec_dot_q8_0, SP_TYPE_Q8_0, SP_TYPE_Q8_0, ref_quantize_q8_0)
+REF_MM(vec_dot_q4_0, SP_TYPE_Q4_0, SP_TYPE_Q8_0, ref_quantize_q8_0)
+REF_MM(vec_dot_q4_0r8, SP_TYPE_Q4_0, SP_TYPE_Q8_0, ref_quantize_q8_0)
+REF_MM(vec_dot_q4_K, SP_TYPE_Q4_K, SP_TYPE_Q8_K, ref_quantize_q8_K)
+REF_MM(vec_dot_q6_K, SP_TYPE_Q6_K, SP_TYPE_Q8_K, ref_quantize_q8_K)
+REF_MM(vec_dot_q4_K_rows8, SP_TYPE_Q4_K, SP_TYPE_Q8_K, ref_quantize_q8_K)
+REF_MM(vec_dot_q6_K_rows8, SP_TYPE_Q6_K, SP_TYPE_Q8_K, ref_quantize_q8_K)
+REF_MM(vec_dot_q8_0_rows8, SP_TYPE_Q8_0, SP_TYPE_Q8_0, ref_quantize_q8_0)
 /* no ref-level table names them: the avx2 level's twin_rows8 does */
-const sp_mm_kernel sp_ref_mm_q4_K_rows8 = {0, 0, vec_dot_q4_K_rows8_xrow, 8, vec_dot_q4_K_rows8_conv,
+const mm_kernel ref_mm_q4_K_rows8 = {0, 0, vec_dot_q4_K_rows8_xrow, 8, vec_dot_q4_K_rows8_conv,
                                           vec_dot_q4_K_rows8_tile, 0, NULL, NULL};
-const sp_mm_kernel sp_ref_mm_q6_K_rows8 = {0, 0, vec_dot_q6_K_rows8_xrow, 8, vec_dot_q6_K_rows8_conv,
+const mm_kernel ref_mm_q6_K_rows8 = {0, 0, vec_dot_q6_K_rows8_xrow, 8, vec_dot_q6_K_rows8_conv,
                                           vec_dot_q6_K_rows8_tile, 0, NULL, NULL};
-const sp_mm_kernel sp_ref_mm_q8_0_rows8 = {0, 0, vec_dot_q8_0_rows8_xrow, 8, vec_dot_q8_0_rows8_conv,
+const mm_kernel ref_mm_q8_0_rows8 = {0, 0, vec_dot_q8_0_rows8_xrow, 8, vec_dot_q8_0_rows8_conv,
                                           vec_dot_q8_0_rows8_tile, 0, NULL, NULL};
 
-const sp_kernel_ops sp_ops_ref = {
+const kernel_ops kernel_ops_ref = {
     .name = "ref",
     .vec_dot = {
         [SP_TYPE_F32] = vec_dot_f32_ref,
@@ -549,11 +549,11 @@ const sp_kernel_ops sp_ops_ref = {
         [SP_TYPE_Q6_K] = vec_dot_q6_K_ref,
     },
     .quantize = {
-        [SP_TYPE_F32] = sp_ref_quantize_f32,
-        [SP_TYPE_F16] = sp_ref_quantize_f16,
-        [SP_TYPE_BF16] = sp_ref_quantize_bf16,
-        [SP_TYPE_Q8_0] = sp_ref_quantize_q8_0,
-        [SP_TYPE_Q8_K] = sp_ref_quantize_q8_K,
+        [SP_TYPE_F32] = ref_quantize_f32,
+        [SP_TYPE_F16] = ref_quantize_f16,
+        [SP_TYPE_BF16] = ref_quantize_bf16,
+        [SP_TYPE_Q8_0] = ref_quantize_q8_0,
+        [SP_TYPE_Q8_K] = ref_quantize_q8_K,
     },
     .mm = {
         [SP_TYPE_F32] = &vec_dot_f32_mm,
@@ -569,14 +569,14 @@ const sp_kernel_ops sp_ops_ref = {
     },
 };
 
-/* ---- sp_matmul_ref ------------------------------------------------------ */
+/* ---- matmul_ref ------------------------------------------------------ */
 
-static void matmul_ref_with(const sp_mm_kernel *mm, const void *w, sp_type wt, int64_t n_rows, int64_t k,
+static void matmul_ref_with(const mm_kernel *mm, const void *w, tensor_type wt, int64_t n_rows, int64_t k,
                             const float *x, int64_t n_tok, float *y, int64_t ldy) {
-    const sp_type_traits *tt = sp_type_info(wt);
+    const type_traits *tt = type_info(wt);
     SP_ASSERT(tt && tt->supported && k % tt->blck == 0);
-    const sp_type vdt = tt->vec_dot_type;
-    const size_t w_row = sp_row_size(wt, k), x_row = sp_row_size(vdt, k);
+    const tensor_type vdt = tt->vec_dot_type;
+    const size_t w_row = row_size(wt, k), x_row = row_size(vdt, k);
     void *xq = malloc(x_row ? x_row : 1); /* test-only path: allocation is fine here */
     SP_ASSERT(xq);
     for (int64_t t = 0; t < n_tok; t++) {
@@ -586,18 +586,18 @@ static void matmul_ref_with(const sp_mm_kernel *mm, const void *w, sp_type wt, i
     free(xq);
 }
 
-void sp_matmul_ref(const void *w, sp_type wt, int64_t n_rows, int64_t k, const float *x,
+void matmul_ref(const void *w, tensor_type wt, int64_t n_rows, int64_t k, const float *x,
                    int64_t n_tok, float *y, int64_t ldy) {
-    matmul_ref_with(sp_mm_for(&sp_ops_ref, wt, n_rows), w, wt, n_rows, k, x, n_tok, y, ldy);
+    matmul_ref_with(mm_for(&kernel_ops_ref, wt, n_rows), w, wt, n_rows, k, x, n_tok, y, ldy);
 }
 
-int sp_matmul_ref_level(const char *level, const void *w, sp_type wt, int64_t n_rows, int64_t k,
+int matmul_ref_level(const char *level, const void *w, tensor_type wt, int64_t n_rows, int64_t k,
                         const float *x, int64_t n_tok, float *y, int64_t ldy) {
-    const sp_kernel_ops *levels[] = {&sp_ops_ref, &sp_ops_avx2, &sp_ops_avx512}, *o = NULL;
+    const kernel_ops *levels[] = {&kernel_ops_ref, &kernel_ops_avx2, &kernel_ops_avx512}, *o = NULL;
     for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
         if (!strcmp(level, levels[i]->name)) o = levels[i];
     if (!o || o->no_twin) return -1;
-    const sp_mm_kernel *mm = n_rows % 8 == 0 && o->twin_rows8[wt] ? o->twin_rows8[wt] : sp_mm_for(&sp_ops_ref, wt, n_rows);
+    const mm_kernel *mm = n_rows % 8 == 0 && o->twin_rows8[wt] ? o->twin_rows8[wt] : mm_for(&kernel_ops_ref, wt, n_rows);
     matmul_ref_with(mm, w, wt, n_rows, k, x, n_tok, y, ldy);
     return 0;
 }

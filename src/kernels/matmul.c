@@ -1,4 +1,4 @@
-/* matmul.c: the sp_matmul driver: activation conversion, work split across
+/* matmul.c: the matmul driver: activation conversion, work split across
  * the pool, cache blocking. The arithmetic is in the level's tile kernel.
  *
  * Work split: the rows of W are cut into chunks of 16-row multiples (so two
@@ -42,7 +42,7 @@
 /* Bytes of converted activations one tile call works on (max_nt tokens x
  * a K range): 24 KiB, so that they stay in L1 (48 KiB) next to the weight
  * stream; 64 KiB was 20-30% slower at 128 tokens. The same ranges serve
- * decode and verification (batch-independent rounding, see sp_matmul), but
+ * decode and verification (batch-independent rounding, see matmul), but
  * there a kernel with tile_kc walks each row's ranges one after another, so
  * the weights still stream row by row in one piece: cutting them, one range
  * of every row at a time, had cost verification of 5 tokens 1.26x -> 1.2x
@@ -53,28 +53,28 @@
 #define SP_MM_MAX_CHUNKS 256
 #define SP_MM_MAX_REGIONS 8
 
-static size_t xrow_stride(const sp_mm_kernel *mm, int64_t k) {
+static size_t xrow_stride(const mm_kernel *mm, int64_t k) {
     const size_t b = mm->kgroup ? (size_t)((k + mm->kgroup - 1) / mm->kgroup) * mm->xgroup_bytes
                                 : mm->xrow_bytes0(k);
     return SP_ALIGN_UP(b, 64);
 }
 
-size_t sp_matmul_scratch_size(sp_type wt, int64_t k, int64_t n_tok) {
-    const sp_type_traits *tt = sp_type_info(wt);
+size_t matmul_scratch_size(tensor_type wt, int64_t k, int64_t n_tok) {
+    const type_traits *tt = type_info(wt);
     SP_ASSERT(tt && tt->supported);
     /* The largest layout of any level, so that a level forced after sizing
      * (tests, benchmarks) still fits; +64 to align the caller's pointer. */
-    const sp_kernel_ops *levels[] = {&sp_ops_ref, &sp_ops_avx2, &sp_ops_avx512};
+    const kernel_ops *levels[] = {&kernel_ops_ref, &kernel_ops_avx2, &kernel_ops_avx512};
     size_t row = 0;
     for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++) {
-        row = SP_MAX(row, SP_MAX(xrow_stride(levels[i]->mm[wt], k), xrow_stride(sp_mm_for(levels[i], wt, 8), k)));
+        row = SP_MAX(row, SP_MAX(xrow_stride(levels[i]->mm[wt], k), xrow_stride(mm_for(levels[i], wt, 8), k)));
         if (levels[i]->mm_packed[wt]) row = SP_MAX(row, xrow_stride(levels[i]->mm_packed[wt], k));
     }
     return row * (size_t)SP_MAX(n_tok, 1) + 64;
 }
 
 typedef struct {
-    const sp_mm_kernel *mm;
+    const mm_kernel *mm;
     const uint8_t *w;
     size_t w_stride;
     int64_t n_rows, k;
@@ -118,7 +118,7 @@ static void tsan_tiles(const mm_job *j, int64_t r0, int64_t nr, int64_t t0, int6
 }
 
 static void mm_chunk(const mm_job *j, int64_t c) {
-    const sp_mm_kernel *mm = j->mm;
+    const mm_kernel *mm = j->mm;
     const int64_t r0 = j->chunk_row[c];
     const int64_t nr = j->chunk_row[c + 1] - r0;
     const uint8_t *w = j->w + (size_t)r0 * j->w_stride;
@@ -206,48 +206,48 @@ static int plan_chunks(int64_t n_rows, size_t row_bytes, int nth, int32_t *bound
     return n;
 }
 
-static void matmul_run(sp_pool *pool, const sp_mm_kernel *mm, const void *w, size_t w_stride, int64_t n_rows,
+static void matmul_run(thread_pool *pool, const mm_kernel *mm, const void *w, size_t w_stride, int64_t n_rows,
                        int64_t k, const float *x, int64_t n_tok, float *y, int64_t ldy, void *scratch);
 
-void sp_matmul(sp_pool *pool, const void *w, sp_type wt, int64_t n_rows, int64_t k, const float *x,
+void matmul(thread_pool *pool, const void *w, tensor_type wt, int64_t n_rows, int64_t k, const float *x,
                int64_t n_tok, float *y, int64_t ldy, void *scratch) {
-    const sp_type_traits *tt = sp_type_info(wt);
+    const type_traits *tt = type_info(wt);
     SP_ASSERT(tt && tt->supported && k > 0 && k % tt->blck == 0 && ldy >= n_rows);
     if (n_rows <= 0 || n_tok <= 0) return;
-    matmul_run(pool, sp_mm_for(sp_kernel_ops_get(), wt, n_rows), w, sp_row_size(wt, k), n_rows, k, x, n_tok, y,
+    matmul_run(pool, mm_for(kernel_ops_get(), wt, n_rows), w, row_size(wt, k), n_rows, k, x, n_tok, y,
                ldy, scratch);
 }
 
-size_t sp_matmul_packed_size(sp_type wt, int64_t n_rows, int64_t k) {
-    const sp_kernel_ops *o = sp_kernel_ops_get();
-    const sp_type_traits *tt = sp_type_info(wt);
+size_t matmul_packed_size(tensor_type wt, int64_t n_rows, int64_t k) {
+    const kernel_ops *o = kernel_ops_get();
+    const type_traits *tt = type_info(wt);
     if (!tt || !tt->supported || k <= 0 || k % tt->blck || n_rows <= 0 || !o->mm_packed[wt]) return 0;
     if (o->packed_rows_multiple > 1 && n_rows % o->packed_rows_multiple) return 0;
     return o->packed_row_size(wt, k) * (size_t)n_rows;
 }
 
-const char *sp_matmul_pack(sp_type wt, const void *w, int64_t n_rows, int64_t k, void *dst) {
-    const sp_kernel_ops *o = sp_kernel_ops_get();
-    SP_ASSERT(sp_matmul_packed_size(wt, n_rows, k) > 0);
-    SP_TSAN_READ(w, sp_row_size(wt, k) * (size_t)n_rows);
-    SP_TSAN_WRITE(dst, sp_matmul_packed_size(wt, n_rows, k));
+const char *matmul_pack(tensor_type wt, const void *w, int64_t n_rows, int64_t k, void *dst) {
+    const kernel_ops *o = kernel_ops_get();
+    SP_ASSERT(matmul_packed_size(wt, n_rows, k) > 0);
+    SP_TSAN_READ(w, row_size(wt, k) * (size_t)n_rows);
+    SP_TSAN_WRITE(dst, matmul_packed_size(wt, n_rows, k));
     o->pack_rows(wt, w, dst, n_rows, k);
     return o->name;
 }
 
-void sp_matmul_packed(sp_pool *pool, const void *wp, sp_type wt, int64_t n_rows, int64_t k, const float *x,
+void matmul_packed(thread_pool *pool, const void *wp, tensor_type wt, int64_t n_rows, int64_t k, const float *x,
                       int64_t n_tok, float *y, int64_t ldy, void *scratch) {
-    const sp_kernel_ops *o = sp_kernel_ops_get();
-    SP_ASSERT(sp_matmul_packed_size(wt, n_rows, k) > 0 && ldy >= n_rows);
+    const kernel_ops *o = kernel_ops_get();
+    SP_ASSERT(matmul_packed_size(wt, n_rows, k) > 0 && ldy >= n_rows);
     if (n_tok <= 0) return;
     matmul_run(pool, o->mm_packed[wt], wp, o->packed_row_size(wt, k), n_rows, k, x, n_tok, y, ldy, scratch);
 }
 
-const char *sp_kernels_level(void) { return sp_kernel_ops_get()->name; }
+const char *kernels_level(void) { return kernel_ops_get()->name; }
 
-static void matmul_run(sp_pool *pool, const sp_mm_kernel *mm, const void *w, size_t w_stride, int64_t n_rows,
+static void matmul_run(thread_pool *pool, const mm_kernel *mm, const void *w, size_t w_stride, int64_t n_rows,
                        int64_t k, const float *x, int64_t n_tok, float *y, int64_t ldy, void *scratch) {
-    const int nth = sp_pool_size(pool);
+    const int nth = pool_size(pool);
 
     mm_job j = {0};
     j.mm = mm;
@@ -314,5 +314,5 @@ static void matmul_run(sp_pool *pool, const sp_mm_kernel *mm, const void *w, siz
     } else {
         j.convert_in_run = 1;
     }
-    sp_pool_run(pool, mm_worker, &j);
+    pool_run(pool, mm_worker, &j);
 }

@@ -2,7 +2,7 @@
  *
  * A decode step issues a few hundred short runs per token, so a run must cost
  * about a microsecond, not a futex round trip (~5-10 us per wake-up):
- *   - sp_pool_run publishes the job and bumps an atomic generation counter;
+ *   - pool_run publishes the job and bumps an atomic generation counter;
  *   - idle workers spin on that counter (with pause) for SP_POOL_SPIN_NS
  *     after their last job and only then sleep on a futex; the publisher
  *     issues FUTEX_WAKE only when some worker is asleep;
@@ -49,7 +49,7 @@
  * workers doubles its next solo period, up to this. */
 #define SP_POOL_SOLO_MAX (64 * 1024)
 
-struct sp_pool {
+struct thread_pool {
     int n; /* threads including the caller */
     pthread_t *threads;
     int started; /* workers successfully created */
@@ -73,11 +73,11 @@ struct sp_pool {
     int32_t solo_left;   /* runs left to do alone */
     int32_t solo_len;    /* length of the next solo period (backs off) */
     uint64_t solo_end;   /* p->runs when the last solo period ended */
-    uint64_t runs, solo_runs, stalls; /* statistics (sp_pool_stats) */
+    uint64_t runs, solo_runs, stalls; /* statistics (pool_stats) */
 };
 
 typedef struct {
-    sp_pool *p;
+    thread_pool *p;
     int ith;
 } worker_arg;
 
@@ -117,7 +117,7 @@ static inline int spin_step(spin_state *s) {
 }
 
 /* Spins until *gen != seen or the spin budget is spent; returns the value. */
-static uint32_t spin_gen(sp_pool *p, uint32_t seen) {
+static uint32_t spin_gen(thread_pool *p, uint32_t seen) {
     spin_state s = {0, 0, 0};
     for (;;) {
         const uint32_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
@@ -127,7 +127,7 @@ static uint32_t spin_gen(sp_pool *p, uint32_t seen) {
 
 /* Claims the next slot of run g, or returns -1 when none is left (or run
  * g is over). */
-static int claim_slot(sp_pool *p, uint32_t g) {
+static int claim_slot(thread_pool *p, uint32_t g) {
     uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
     for (;;) {
         if ((uint32_t)(c >> 32) != g || (int64_t)(c & 0xffffffffu) >= p->n) return -1;
@@ -137,19 +137,19 @@ static int claim_slot(sp_pool *p, uint32_t g) {
     }
 }
 
-static void finish_slot(sp_pool *p) {
+static void finish_slot(thread_pool *p) {
     if (atomic_fetch_add(&p->done, 1) + 1 == p->n && atomic_load(&p->caller_waiting))
         futex((void *)&p->done, FUTEX_WAKE_PRIVATE, 1);
 }
 
 static void *worker_main(void *varg) {
     worker_arg *wa = varg;
-    sp_pool *p = wa->p;
+    thread_pool *p = wa->p;
     uint32_t seen = 0;
     for (;;) {
         uint32_t g = spin_gen(p, seen);
         if (g == seen) {
-            atomic_fetch_add(&p->sleepers, 1); /* seq_cst: pairs with the load in sp_pool_run */
+            atomic_fetch_add(&p->sleepers, 1); /* seq_cst: pairs with the load in pool_run */
             while ((g = atomic_load(&p->gen)) == seen) futex((void *)&p->gen, FUTEX_WAIT_PRIVATE, seen);
             atomic_fetch_sub(&p->sleepers, 1);
         }
@@ -166,9 +166,9 @@ static void *worker_main(void *varg) {
     return NULL;
 }
 
-sp_pool *sp_pool_create(int n_threads) {
+thread_pool *pool_create(int n_threads) {
     if (n_threads < 1 || n_threads > SP_POOL_MAX_THREADS) return NULL;
-    sp_pool *p = aligned_alloc(64, SP_ALIGN_UP(sizeof *p, 64));
+    thread_pool *p = aligned_alloc(64, SP_ALIGN_UP(sizeof *p, 64));
     if (!p) return NULL;
     memset(p, 0, sizeof *p);
     p->n = n_threads;
@@ -189,14 +189,14 @@ sp_pool *sp_pool_create(int n_threads) {
         pthread_attr_destroy(&attr);
         if (p->started != n_threads - 1) {
             p->n = p->started + 1; /* so that shutdown joins only the started ones */
-            sp_pool_free(p);
+            pool_free(p);
             return NULL;
         }
     }
     return p;
 }
 
-void sp_pool_free(sp_pool *p) {
+void pool_free(thread_pool *p) {
     if (!p) return;
     if (p->started > 0) {
         atomic_store_explicit(&p->stop, 1, memory_order_release);
@@ -208,9 +208,9 @@ void sp_pool_free(sp_pool *p) {
     free(p);
 }
 
-int sp_pool_size(const sp_pool *p) { return p ? p->n : 1; }
+int pool_size(const thread_pool *p) { return p ? p->n : 1; }
 
-void sp_pool_run(sp_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg) {
+void pool_run(thread_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg) {
     if (!p || p->n == 1) {
         fn(arg, 0, 1);
         return;
@@ -254,7 +254,7 @@ void sp_pool_run(sp_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg)
 out:
     if (s.t0) {
         const uint64_t wait = now_ns() - s.t0;
-        stalled = sp_pool_stalled(wait, s.t0 - t_pub);
+        stalled = pool_stalled(wait, s.t0 - t_pub);
     }
     p->stall_bits = (p->stall_bits << 1) | stalled;
     if (stalled) {
@@ -272,7 +272,7 @@ out:
     }
 }
 
-void sp_pool_stats(const sp_pool *p, uint64_t *runs, uint64_t *solo_runs, uint64_t *stalls) {
+void pool_stats(const thread_pool *p, uint64_t *runs, uint64_t *solo_runs, uint64_t *stalls) {
     *runs = p ? p->runs : 0;
     *solo_runs = p ? p->solo_runs : 0;
     *stalls = p ? p->stalls : 0;

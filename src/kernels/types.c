@@ -10,7 +10,7 @@
 
 #define T_(id, nm, blk, bytes, sup, vdt) [id] = {nm, blk, bytes, sup, vdt}
 
-static const sp_type_traits sp_traits[SP_TYPE_COUNT] = {
+static const type_traits TYPE_TRAITS[SP_TYPE_COUNT] = {
     T_(SP_TYPE_F32, "f32", 1, 4, true, SP_TYPE_F32),
     T_(SP_TYPE_F16, "f16", 1, 2, true, SP_TYPE_F16),
     T_(SP_TYPE_Q4_0, "q4_0", 32, 18, true, SP_TYPE_Q8_0),
@@ -24,7 +24,7 @@ static const sp_type_traits sp_traits[SP_TYPE_COUNT] = {
     T_(SP_TYPE_Q4_K, "q4_K", 256, 144, true, SP_TYPE_Q8_K),
     T_(13, "q5_K", 256, 176, false, SP_TYPE_Q8_K), /* d, dmin, scales[12], qh[32], qs[128] */
     T_(SP_TYPE_Q6_K, "q6_K", 256, 210, true, SP_TYPE_Q8_K),
-    /* activation-only: sp_quantize_row / sp_dequantize_row work on it */
+    /* activation-only: quantize_row / dequantize_row work on it */
     T_(SP_TYPE_Q8_K, "q8_K", 256, 292, false, SP_TYPE_Q8_K),
     T_(16, "iq2_xxs", 256, 66, false, SP_TYPE_Q8_K),
     T_(17, "iq2_xs", 256, 74, false, SP_TYPE_Q8_K),
@@ -45,14 +45,14 @@ static const sp_type_traits sp_traits[SP_TYPE_COUNT] = {
     T_(35, "tq2_0", 256, 66, false, SP_TYPE_Q8_K),
 };
 
-const sp_type_traits *sp_type_info(int type) {
+const type_traits *type_info(int type) {
     if (type < 0 || type >= SP_TYPE_COUNT) return NULL;
-    const sp_type_traits *t = &sp_traits[type];
+    const type_traits *t = &TYPE_TRAITS[type];
     return t->name ? t : NULL;
 }
 
-size_t sp_row_size(sp_type t, int64_t n) {
-    const sp_type_traits *tt = sp_type_info((int)t);
+size_t row_size(tensor_type t, int64_t n) {
+    const type_traits *tt = type_info((int)t);
     if (!tt || n < 0 || n % tt->blck != 0) return 0;
     return (size_t)(n / tt->blck) * tt->block_bytes;
 }

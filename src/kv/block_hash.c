@@ -1,4 +1,4 @@
-/* block_hash.c: the prefix cache's block identities (sp_block_hash_chain).
+/* block_hash.c: the prefix cache's block identities (block_hash_chain).
  *
  * Block i's hash is SHA-256 over, in this order:
  *   parent      32 bytes: block i-1's hash, or 32 zero bytes for i = 0
@@ -17,15 +17,15 @@ static void le64(uint8_t out[8], uint64_t x) {
     for (int i = 0; i < 8; i++) out[i] = (uint8_t)(x >> (8 * i));
 }
 
-int32_t sp_block_hash_chain(const int32_t *tokens, int32_t n, int32_t block_size,
+int32_t block_hash_chain(const int32_t *tokens, int32_t n, int32_t block_size,
                             const uint8_t *extra, size_t extra_len,
-                            const uint8_t *salt, size_t salt_len, sp_block_hash *out) {
-    return sp_block_hash_extend(tokens, n, block_size, extra, extra_len, salt, salt_len, out, 0);
+                            const uint8_t *salt, size_t salt_len, block_digest *out) {
+    return block_hash_extend(tokens, n, block_size, extra, extra_len, salt, salt_len, out, 0);
 }
 
-int32_t sp_block_hash_extend(const int32_t *tokens, int32_t n, int32_t block_size,
+int32_t block_hash_extend(const int32_t *tokens, int32_t n, int32_t block_size,
                              const uint8_t *extra, size_t extra_len, const uint8_t *salt,
-                             size_t salt_len, sp_block_hash *out, int32_t from) {
+                             size_t salt_len, block_digest *out, int32_t from) {
     if (n <= 0 || block_size <= 0) return 0;
     int32_t nb = n / block_size;
     if (nb <= from) return nb;

@@ -66,28 +66,28 @@ static const char *untrusted_file(const struct stat *sb, char *buf, size_t cap) 
     return NULL;
 }
 
-int sp_disk_fs_check(int dir_fd, const char *dir, const char *name, char *err, size_t errlen) {
+int disk_fs_check(int dir_fd, const char *dir, const char *name, char *err, size_t errlen) {
     struct stat sb;
     if (fstatat(dir_fd, name, &sb, AT_SYMLINK_NOFOLLOW)) {
         if (errno == ENOENT) return 0;
-        sp_seterr(err, errlen, "--kv-disk %s: cannot examine %s: %s", dir, name, strerror(errno));
+        seterr(err, errlen, "--kv-disk %s: cannot examine %s: %s", dir, name, strerror(errno));
         return -1;
     }
     char buf[128];
     const char *why = untrusted_file(&sb, buf, sizeof(buf));
     if (!why) return 0;
-    sp_seterr(err, errlen, "--kv-disk %s: %s/%s %s; the tier trusts only files it created itself: "
+    seterr(err, errlen, "--kv-disk %s: %s/%s %s; the tier trusts only files it created itself: "
               FIX_FILES, dir, dir, name, why);
     return -1;
 }
 
-int sp_disk_fs_open(int dir_fd, const char *dir, const char *name, char *err, size_t errlen) {
+int disk_fs_open(int dir_fd, const char *dir, const char *name, char *err, size_t errlen) {
     /* looked at first without opening: opening a FIFO or a device can block
      * or act; then what was opened is checked again (it may have changed) */
-    if (sp_disk_fs_check(dir_fd, dir, name, err, errlen)) return -1;
+    if (disk_fs_check(dir_fd, dir, name, err, errlen)) return -1;
     int fd = openat(dir_fd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
     if (fd < 0) {
-        sp_seterr(err, errlen, "--kv-disk %s: cannot open %s/%s: %s", dir, dir, name,
+        seterr(err, errlen, "--kv-disk %s: cannot open %s/%s: %s", dir, dir, name,
                   strerror(errno));
         return -1;
     }
@@ -96,12 +96,12 @@ int sp_disk_fs_open(int dir_fd, const char *dir, const char *name, char *err, si
     const char *why = fstat(fd, &sb) ? strerror(errno) : untrusted_file(&sb, buf, sizeof(buf));
     if (!why) return fd;
     close(fd);
-    sp_seterr(err, errlen, "--kv-disk %s: %s/%s %s; the tier trusts only files it created itself: "
+    seterr(err, errlen, "--kv-disk %s: %s/%s %s; the tier trusts only files it created itself: "
               FIX_FILES, dir, dir, name, why);
     return -1;
 }
 
-int sp_disk_fs_same(int fd, const char *path) {
+int disk_fs_same(int fd, const char *path) {
     struct stat a, b;
     return !fstat(fd, &a) && !lstat(path, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino
                ? 0
@@ -131,7 +131,7 @@ static int check_above(const char *canon, const char *dir, char *err, size_t err
             why = buf;
         }
         if (why) {
-            sp_seterr(err, errlen, "--kv-disk %s: %s, a directory above it, %s: another user "
+            seterr(err, errlen, "--kv-disk %s: %s, a directory above it, %s: another user "
                       "could replace DIR; keep DIR below directories that only you or root can "
                       "write (a sticky one such as /tmp is fine)", dir, p, why);
             return -1;
@@ -146,35 +146,35 @@ static int check_above(const char *canon, const char *dir, char *err, size_t err
 static int check_dir(int fd, const char *dir, bool made, char *err, size_t errlen) {
     struct stat sb;
     if (fstat(fd, &sb) || !S_ISDIR(sb.st_mode)) {
-        sp_seterr(err, errlen, "--kv-disk %s: not a directory", dir);
+        seterr(err, errlen, "--kv-disk %s: not a directory", dir);
         return -1;
     }
     if (sb.st_uid != geteuid()) {
-        sp_seterr(err, errlen, "--kv-disk %s: owned by uid %u, not by this server (uid %u); the "
+        seterr(err, errlen, "--kv-disk %s: owned by uid %u, not by this server (uid %u); the "
                   "tier holds every tenant's K/V and must be the server's own: use a fresh "
                   "directory", dir, (unsigned)sb.st_uid, (unsigned)geteuid());
         return -1;
     }
     if (!(sb.st_mode & 077)) return 0;
     if (!made) {
-        sp_seterr(err, errlen, "--kv-disk %s: accessible to group or others (mode %04o), so "
+        seterr(err, errlen, "--kv-disk %s: accessible to group or others (mode %04o), so "
                   "files in it may have been planted or opened by another user; the tier will "
                   "not trust it: remove it and let the server create it, or make sure every file "
                   "in it is yours and run chmod 700 on it", dir, (unsigned)(sb.st_mode & 07777));
         return -1;
     }
     if (fchmod(fd, 0700)) { /* created with more than 0700 (a default ACL) */
-        sp_seterr(err, errlen, "--kv-disk %s: cannot make it private (chmod 0700): %s", dir,
+        seterr(err, errlen, "--kv-disk %s: cannot make it private (chmod 0700): %s", dir,
                   strerror(errno));
         return -1;
     }
     return 0;
 }
 
-int sp_disk_fs_open_dir(const char *dir, char *canon, size_t cap, char *err, size_t errlen) {
+int disk_fs_open_dir(const char *dir, char *canon, size_t cap, char *err, size_t errlen) {
     const bool made = mkdir(dir, 0700) == 0;
     if (!made && errno != EEXIST) {
-        sp_seterr(err, errlen, "--kv-disk %s: cannot create the directory: %s", dir,
+        seterr(err, errlen, "--kv-disk %s: cannot create the directory: %s", dir,
                   strerror(errno));
         return -1;
     }
@@ -183,7 +183,7 @@ int sp_disk_fs_open_dir(const char *dir, char *canon, size_t cap, char *err, siz
         const int e = errno;
         struct stat sb;
         const bool link = (e == ELOOP || e == ENOTDIR) && !lstat(dir, &sb) && S_ISLNK(sb.st_mode);
-        sp_seterr(err, errlen, "--kv-disk %s: %s", dir,
+        seterr(err, errlen, "--kv-disk %s: %s", dir,
                   link           ? "is a symbolic link; give the directory itself"
                   : e == ENOTDIR ? "not a directory"
                                  : strerror(e));
@@ -191,8 +191,8 @@ int sp_disk_fs_open_dir(const char *dir, char *canon, size_t cap, char *err, siz
     }
     char real[PATH_MAX];
     if (check_dir(fd, dir, made, err, errlen)) goto fail;
-    if (!realpath(dir, real) || sp_disk_fs_same(fd, real) || strlen(real) >= cap) {
-        sp_seterr(err, errlen, "--kv-disk %s: cannot resolve its path (or it changed while "
+    if (!realpath(dir, real) || disk_fs_same(fd, real) || strlen(real) >= cap) {
+        seterr(err, errlen, "--kv-disk %s: cannot resolve its path (or it changed while "
                   "being opened)", dir);
         goto fail;
     }
@@ -204,17 +204,17 @@ fail:
     return -1;
 }
 
-int sp_disk_fs_lock(int dir_fd, const char *dir, char *err, size_t errlen) {
+int disk_fs_lock(int dir_fd, const char *dir, char *err, size_t errlen) {
     /* checked before the flock: a lock file someone else owns (or could
      * have opened) is untrusted, not "in use" */
-    int fd = sp_disk_fs_open(dir_fd, dir, "lock", err, errlen);
+    int fd = disk_fs_open(dir_fd, dir, "lock", err, errlen);
     if (fd < 0) return -1;
     if (flock(fd, LOCK_EX | LOCK_NB)) {
         char pid[32] = "";
         ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
         pid[n > 0 ? n : 0] = 0;
         pid[strcspn(pid, "\n")] = 0;
-        sp_seterr(err, errlen, "--kv-disk %s is in use by another process%s%s%s (its lock file is "
+        seterr(err, errlen, "--kv-disk %s is in use by another process%s%s%s (its lock file is "
                   "held); each server needs its own directory", dir, pid[0] ? " (pid " : "",
                   pid, pid[0] ? ")" : "");
         close(fd);

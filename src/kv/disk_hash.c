@@ -6,7 +6,7 @@
  * (hyperparameters as this build reads them) and the SHA-256 of the whole
  * file (header, metadata and tokenizer, every tensor's bytes). Hashing the
  * file reads all of it, about as long as loading it cold (see
- * sp_model_file_hash), so the result is cached in the store, in table
+ * model_file_hash), so the result is cached in the store, in table
  * model_hash, keyed by the file's identity: device, inode, size, mtime and
  * ctime in nanoseconds. A write to the file or its replacement changes
  * ctime (which no user can set back) or the inode, so a matching key means
@@ -33,7 +33,7 @@ static const char *HASH_SCHEMA =
 
 #define ID_WHERE "dev = ?1 AND ino = ?2 AND size = ?3 AND mtime_ns = ?4 AND ctime_ns = ?5"
 
-static void bind_id(sqlite3_stmt *q, const sp_disk_file_id *id) {
+static void bind_id(sqlite3_stmt *q, const disk_file_id *id) {
     sqlite3_bind_int64(q, 1, (sqlite3_int64)id->dev);
     sqlite3_bind_int64(q, 2, (sqlite3_int64)id->ino);
     sqlite3_bind_int64(q, 3, (sqlite3_int64)id->size);
@@ -43,7 +43,7 @@ static void bind_id(sqlite3_stmt *q, const sp_disk_file_id *id) {
 
 /* 1 and sha when the cache has id, else 0 (an SQLite error too: hashing
  * again is always correct). */
-static int lookup(sqlite3 *db, const sp_disk_file_id *id, uint8_t sha[32]) {
+static int lookup(sqlite3 *db, const disk_file_id *id, uint8_t sha[32]) {
     sqlite3_stmt *q = NULL;
     int found = 0;
     if (sqlite3_prepare_v2(db, "SELECT sha FROM model_hash WHERE " ID_WHERE, -1, &q, NULL))
@@ -60,7 +60,7 @@ out:
 
 /* Stores (or refreshes) id's entry and drops the oldest beyond HASH_KEEP.
  * A failure only costs a hash at the next start. */
-static void store(sqlite3 *db, const sp_disk_file_id *id, const uint8_t sha[32]) {
+static void store(sqlite3 *db, const disk_file_id *id, const uint8_t sha[32]) {
     sqlite3_stmt *q = NULL;
     if (sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO model_hash(dev, ino, size, mtime_ns, "
                            "ctime_ns, sha, used) VALUES(?1, ?2, ?3, ?4, ?5, ?6, "
@@ -78,7 +78,7 @@ static void store(sqlite3 *db, const sp_disk_file_id *id, const uint8_t sha[32])
 }
 
 /* Marks id's entry as the most recently used. */
-static void touch(sqlite3 *db, const sp_disk_file_id *id) {
+static void touch(sqlite3 *db, const disk_file_id *id) {
     sqlite3_stmt *q = NULL;
     if (sqlite3_prepare_v2(db, "UPDATE model_hash SET used = (SELECT max(used) + 1 FROM "
                            "model_hash) WHERE " ID_WHERE, -1, &q, NULL) == SQLITE_OK) {
@@ -100,7 +100,7 @@ static int mix(const uint8_t engine_fp[32], const uint8_t sha[32], uint8_t fp[32
     return ok ? 0 : -1;
 }
 
-int sp_disk_model_fp(sqlite3 *db, const sp_disk_tier_params *p, uint8_t fp[32], bool *cached,
+int disk_model_fp(sqlite3 *db, const disk_tier_params *p, uint8_t fp[32], bool *cached,
                      char *err, size_t errlen) {
     *cached = false;
     if (!p->hash_file) {
@@ -114,13 +114,13 @@ int sp_disk_model_fp(sqlite3 *db, const sp_disk_tier_params *p, uint8_t fp[32], 
         touch(db, &p->file_id);
     } else {
         if (p->hash_file(p->hash_ctx, sha)) {
-            sp_seterr(err, errlen, "--kv-disk %s: cannot hash the model file", p->dir);
+            seterr(err, errlen, "--kv-disk %s: cannot hash the model file", p->dir);
             return -1;
         }
         if (have_table) store(db, &p->file_id, sha);
     }
     if (mix(p->fp, sha, fp)) {
-        sp_seterr(err, errlen, "--kv-disk %s: libcrypto failed (out of memory?)", p->dir);
+        seterr(err, errlen, "--kv-disk %s: libcrypto failed (out of memory?)", p->dir);
         return -1;
     }
     return 0;

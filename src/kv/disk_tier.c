@@ -46,7 +46,7 @@ static inline uint64_t lane(uint64_t acc, uint64_t w) { return rotl(acc + w * P2
 
 /* Four independent lanes over 32-byte stripes (an xxHash64-like shape), then
  * the tail word by word, the length, and a final avalanche. */
-uint64_t sp_disk_sum(uint64_t seed, const void *data, size_t n) {
+uint64_t disk_sum(uint64_t seed, const void *data, size_t n) {
     const uint8_t *p = data;
     const size_t len = n;
     uint64_t a = seed + P1 + P2, b = seed + P2, c = seed, d = seed - P1, h;
@@ -89,9 +89,9 @@ static uint64_t row_sum(const row_head *hd, const void *tokens, size_t tok_bytes
         for (int j = 0; j < 4; j++) buf[4 * i + j] = (uint8_t)((uint32_t)v[i] >> (8 * j));
     memcpy(buf + 20, hd->fp, 32);
     memcpy(buf + 52, hd->hash, 32);
-    uint64_t s = sp_disk_sum(0x5350454355ull, buf, sizeof(buf));
-    s = sp_disk_sum(s, tokens, tok_bytes);
-    return sp_disk_sum(s, kv, kv_bytes);
+    uint64_t s = disk_sum(0x5350454355ull, buf, sizeof(buf));
+    s = disk_sum(s, tokens, tok_bytes);
+    return disk_sum(s, kv, kv_bytes);
 }
 
 static void tokens_le(const int32_t *t, int32_t n, uint8_t *out) {
@@ -102,13 +102,13 @@ static void tokens_le(const int32_t *t, int32_t n, uint8_t *out) {
 /* ---- the tier ---------------------------------------------------------------- */
 
 typedef struct {
-    sp_block_hash h;
+    block_digest h;
     uint8_t *tokens; /* [block_size * 4] little-endian */
     uint8_t *kv;     /* [block_bytes] */
 } wslot;
 
-struct sp_disk_tier {
-    sp_disk_tier_params p;
+struct disk_tier {
+    disk_tier_params p;
     char dir[PATH_CAP], path[PATH_CAP]; /* DIR as given; the store's canonical path */
     size_t block_bytes, tok_bytes, row_bytes;
     int dir_fd, lock_fd;
@@ -122,19 +122,19 @@ struct sp_disk_tier {
     /* under mu */
     wslot *slots;
     int32_t n_slots, head, count;
-    sp_block_hash touch[TOUCH_CAP];
+    block_digest touch[TOUCH_CAP];
     int32_t n_touch;
     int64_t del[DEL_CAP];
     int32_t n_del;
     bool stop, broken, warned;
     uint64_t queued, served;     /* operations queued / done (sync) */
-    sp_disk_tier_stats st;
+    disk_tier_stats st;
     /* writer only */
     uint64_t clock;
     uint8_t *tokbuf;             /* [tok_bytes] engine thread's scratch */
 };
 
-static void warn(sp_disk_tier *t, const char *fmt, const char *what) {
+static void warn(disk_tier *t, const char *fmt, const char *what) {
     if (t->p.quiet) return;
     fprintf(stderr, "specula: warning: --kv-disk %s: ", t->dir);
     fprintf(stderr, fmt, what);
@@ -142,7 +142,7 @@ static void warn(sp_disk_tier *t, const char *fmt, const char *what) {
 }
 
 /* Marks the tier off after damage at run time (one warning). Under mu. */
-static void set_broken(sp_disk_tier *t, const char *why) {
+static void set_broken(disk_tier *t, const char *why) {
     if (t->broken) return;
     __atomic_store_n(&t->broken, true, __ATOMIC_RELEASE);
     t->st.broken = true;
@@ -195,7 +195,7 @@ static bool row_ok(sqlite3_stmt *q, const row_head *want, const uint8_t *want_to
 #define KEY_WHERE "hash = ?1 AND fp = ?2 AND kv_type = ?3 AND block_size = ?4 AND n_layer = ?5 " \
                   "AND kv_dim = ?6"
 
-static void bind_key(const sp_disk_tier *t, sqlite3_stmt *q, const sp_block_hash *h) {
+static void bind_key(const disk_tier *t, sqlite3_stmt *q, const block_digest *h) {
     sqlite3_bind_blob(q, 1, h->b, 32, SQLITE_STATIC);
     sqlite3_bind_blob(q, 2, t->p.fp, 32, SQLITE_STATIC);
     sqlite3_bind_int(q, 3, t->p.kv_type);
@@ -204,7 +204,7 @@ static void bind_key(const sp_disk_tier *t, sqlite3_stmt *q, const sp_block_hash
     sqlite3_bind_int(q, 6, t->p.kv_dim);
 }
 
-static row_head want_head(const sp_disk_tier *t, const sp_block_hash *h) {
+static row_head want_head(const disk_tier *t, const block_digest *h) {
     row_head w = {SP_DISK_FORMAT, t->p.kv_type, t->p.block_size, t->p.n_layer, t->p.kv_dim,
                   {0}, {0}};
     memcpy(w.fp, t->p.fp, 32);
@@ -251,13 +251,13 @@ static sqlite3 *open_db(const char *path, int flags) {
     return db;
 }
 
-static int prepare_writer(sp_disk_tier *t, sqlite3 *db);
-static void finalize_writer(sp_disk_tier *t);
+static int prepare_writer(disk_tier *t, sqlite3 *db);
+static void finalize_writer(disk_tier *t);
 
 /* Opens the writer's connection and validates the store: its header and
  * schema, the format version, PRAGMA quick_check. NULL + why when it is
  * damaged, foreign or of another format (an empty file becomes a store). */
-static sqlite3 *open_store(sp_disk_tier *t, const char **why) {
+static sqlite3 *open_store(disk_tier *t, const char **why) {
     *why = "cannot be opened";
     sqlite3 *db =
         open_db(t->path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW);
@@ -301,7 +301,7 @@ bad:
 
 /* The writer's statements, on db: failing means the store has another
  * schema (set aside like a damaged one). */
-static int prepare_writer(sp_disk_tier *t, sqlite3 *db) {
+static int prepare_writer(disk_tier *t, sqlite3 *db) {
     const char *ins = "INSERT OR IGNORE INTO blocks(hash, fp, kv_type, block_size, n_layer, "
                       "kv_dim, version, tokens, sum, kv) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
                       "?10)";
@@ -319,20 +319,20 @@ static int prepare_writer(sp_disk_tier *t, sqlite3 *db) {
            sqlite3_prepare_v2(db, lru, -1, &t->w_lru, NULL);
 }
 
-static int prepare_reader(sp_disk_tier *t) {
+static int prepare_reader(disk_tier *t) {
     const char *get = "SELECT " ROW_COLS " FROM blocks WHERE " KEY_WHERE;
     const char *has = "SELECT 1 FROM blocks WHERE " KEY_WHERE;
     return sqlite3_prepare_v2(t->rdb, get, -1, &t->q_get, NULL) ||
            sqlite3_prepare_v2(t->rdb, has, -1, &t->q_has, NULL);
 }
 
-static void finalize_writer(sp_disk_tier *t) {
+static void finalize_writer(disk_tier *t) {
     sqlite3_stmt *qs[] = {t->w_ins, t->w_ins_lru, t->w_touch, t->w_del, t->w_del_lru, t->w_lru};
     for (size_t i = 0; i < sizeof qs / sizeof qs[0]; i++) sqlite3_finalize(qs[i]);
     t->w_ins = t->w_ins_lru = t->w_touch = t->w_del = t->w_del_lru = t->w_lru = NULL;
 }
 
-static void close_dbs(sp_disk_tier *t) {
+static void close_dbs(disk_tier *t) {
     finalize_writer(t);
     sqlite3_finalize(t->q_get);
     sqlite3_finalize(t->q_has);
@@ -344,7 +344,7 @@ static void close_dbs(sp_disk_tier *t) {
 
 /* Renames the store (and its -wal, -shm) to kv.sqlite.bad-<seconds>, in
  * the directory held open. */
-static void set_aside(sp_disk_tier *t, const char *why) {
+static void set_aside(disk_tier *t, const char *why) {
     char to[64], from[32], to2[80];
     const long long now = (long long)time(NULL);
     snprintf(to, sizeof(to), "kv.sqlite.bad-%lld", now);
@@ -374,10 +374,10 @@ static const char *const STORE_FILES[] = {"kv.sqlite-wal", "kv.sqlite-shm", "kv.
  * (SQLite creates them with the store's mode, in a DIR no one else can
  * write). Returns the store's descriptor, to compare with what SQLite
  * opened, or -1 + err. */
-static int check_store_files(sp_disk_tier *t, char *err, size_t errlen) {
-    int fd = sp_disk_fs_open(t->dir_fd, t->dir, "kv.sqlite", err, errlen);
+static int check_store_files(disk_tier *t, char *err, size_t errlen) {
+    int fd = disk_fs_open(t->dir_fd, t->dir, "kv.sqlite", err, errlen);
     for (size_t i = 0; fd >= 0 && i < sizeof STORE_FILES / sizeof *STORE_FILES; i++)
-        if (sp_disk_fs_check(t->dir_fd, t->dir, STORE_FILES[i], err, errlen)) {
+        if (disk_fs_check(t->dir_fd, t->dir, STORE_FILES[i], err, errlen)) {
             close(fd);
             fd = -1;
         }
@@ -386,28 +386,28 @@ static int check_store_files(sp_disk_tier *t, char *err, size_t errlen) {
 
 /* After: the store's path still reaches the file checked (fd), and the
  * files SQLite made beside it are as they must be. */
-static int recheck_store_files(sp_disk_tier *t, int fd, char *err, size_t errlen) {
-    if (sp_disk_fs_same(fd, t->path)) {
-        sp_seterr(err, errlen, "--kv-disk %s: %s changed while it was being opened", t->dir,
+static int recheck_store_files(disk_tier *t, int fd, char *err, size_t errlen) {
+    if (disk_fs_same(fd, t->path)) {
+        seterr(err, errlen, "--kv-disk %s: %s changed while it was being opened", t->dir,
                   t->path);
         return -1;
     }
     for (size_t i = 0; i < sizeof STORE_FILES / sizeof *STORE_FILES; i++)
-        if (sp_disk_fs_check(t->dir_fd, t->dir, STORE_FILES[i], err, errlen)) return -1;
+        if (disk_fs_check(t->dir_fd, t->dir, STORE_FILES[i], err, errlen)) return -1;
     return 0;
 }
 
-static int open_dir_and_lock(sp_disk_tier *t, char *err, size_t errlen) {
+static int open_dir_and_lock(disk_tier *t, char *err, size_t errlen) {
     char canon[PATH_CAP - 16];
-    t->dir_fd = sp_disk_fs_open_dir(t->dir, canon, sizeof(canon), err, errlen);
+    t->dir_fd = disk_fs_open_dir(t->dir, canon, sizeof(canon), err, errlen);
     if (t->dir_fd < 0) return -1;
     snprintf(t->path, sizeof(t->path), "%s/kv.sqlite", canon);
-    t->lock_fd = sp_disk_fs_lock(t->dir_fd, t->dir, err, errlen);
+    t->lock_fd = disk_fs_lock(t->dir_fd, t->dir, err, errlen);
     return t->lock_fd < 0 ? -1 : 0;
 }
 
 /* Counts rows and bytes, and the LRU clock's next value. */
-static int load_counts(sp_disk_tier *t) {
+static int load_counts(disk_tier *t) {
     sqlite3_stmt *q = NULL;
     int rc = sqlite3_prepare_v2(t->wdb, "SELECT count(*), total(length(kv) + length(tokens)), "
                                 "(SELECT max(used) FROM lru) FROM blocks", -1, &q, NULL);
@@ -423,7 +423,7 @@ static int load_counts(sp_disk_tier *t) {
 
 /* Opens the store (a damaged one set aside once and replaced by an empty
  * one), its files checked before and after SQLite opens them. */
-static int open_stores(sp_disk_tier *t, char *err, size_t errlen) {
+static int open_stores(disk_tier *t, char *err, size_t errlen) {
     const char *why = NULL;
     for (int attempt = 0; attempt < 2; attempt++) {
         const int fd = check_store_files(t, err, errlen);
@@ -446,32 +446,32 @@ static int open_stores(sp_disk_tier *t, char *err, size_t errlen) {
         close(fd);
         set_aside(t, why);
     }
-    sp_seterr(err, errlen, "--kv-disk %s: the store %s, even after setting it aside", t->dir, why);
+    seterr(err, errlen, "--kv-disk %s: the store %s, even after setting it aside", t->dir, why);
     return -1;
 }
 
 static void *writer_main(void *arg);
 
-sp_disk_tier *sp_disk_tier_open(const sp_disk_tier_params *p, char *err, size_t errlen) {
+disk_tier *disk_tier_open(const disk_tier_params *p, char *err, size_t errlen) {
     if (!p->dir || !p->dir[0] || strlen(p->dir) >= PATH_CAP - 32) {
-        sp_seterr(err, errlen, "--kv-disk: no directory, or its name is too long");
+        seterr(err, errlen, "--kv-disk: no directory, or its name is too long");
         return NULL;
     }
     if ((p->kv_type != SP_TYPE_F16 && p->kv_type != SP_TYPE_F32) || p->block_size < 1 ||
         p->n_layer < 1 || p->kv_dim < 1) {
-        sp_seterr(err, errlen, "--kv-disk: invalid layout");
+        seterr(err, errlen, "--kv-disk: invalid layout");
         return NULL;
     }
-    sp_disk_tier *t = calloc(1, sizeof(*t));
+    disk_tier *t = calloc(1, sizeof(*t));
     if (!t) {
-        sp_seterr(err, errlen, "out of memory opening the disk tier");
+        seterr(err, errlen, "out of memory opening the disk tier");
         return NULL;
     }
     t->dir_fd = t->lock_fd = -1;
     t->p = *p;
     if (!t->p.max_bytes) t->p.max_bytes = SP_DISK_DEFAULT_SIZE;
     snprintf(t->dir, sizeof(t->dir), "%s", p->dir);
-    t->block_bytes = sp_kv_paged_block_bytes((sp_type)p->kv_type, p->n_layer, p->kv_dim,
+    t->block_bytes = kv_paged_block_bytes((tensor_type)p->kv_type, p->n_layer, p->kv_dim,
                                              p->block_size);
     t->tok_bytes = (size_t)p->block_size * 4;
     t->row_bytes = t->block_bytes + t->tok_bytes + ROW_OVERHEAD;
@@ -480,9 +480,9 @@ sp_disk_tier *sp_disk_tier_open(const sp_disk_tier_params *p, char *err, size_t 
     pthread_cond_init(&t->work, NULL);
     pthread_cond_init(&t->done, NULL);
     if (open_dir_and_lock(t, err, errlen) || open_stores(t, err, errlen)) goto fail;
-    const double t0 = sp_time_ms();
-    if (sp_disk_model_fp(t->wdb, p, t->p.fp, &t->st.hash_cached, err, errlen)) goto fail;
-    if (p->hash_file) t->st.hash_ms = sp_time_ms() - t0;
+    const double t0 = time_ms();
+    if (disk_model_fp(t->wdb, p, t->p.fp, &t->st.hash_cached, err, errlen)) goto fail;
+    if (p->hash_file) t->st.hash_ms = time_ms() - t0;
     int32_t ns = p->queue_blocks;
     if (ns <= 0) ns = (int32_t)SP_MAX(2, SP_MIN(256, ((size_t)64 << 20) / t->block_bytes));
     t->n_slots = SP_MAX(ns, 2);
@@ -495,19 +495,19 @@ sp_disk_tier *sp_disk_tier_open(const sp_disk_tier_params *p, char *err, size_t 
         if (!t->slots[i].tokens || !t->slots[i].kv) goto oom;
     }
     if (pthread_create(&t->thr, NULL, writer_main, t)) {
-        sp_seterr(err, errlen, "--kv-disk: cannot start the writer thread");
+        seterr(err, errlen, "--kv-disk: cannot start the writer thread");
         goto fail;
     }
     t->thr_started = true;
     return t;
 oom:
-    sp_seterr(err, errlen, "out of memory for the disk tier's write queue");
+    seterr(err, errlen, "out of memory for the disk tier's write queue");
 fail:
-    sp_disk_tier_close(t);
+    disk_tier_close(t);
     return NULL;
 }
 
-void sp_disk_tier_close(sp_disk_tier *t) {
+void disk_tier_close(disk_tier *t) {
     if (!t) return;
     if (t->thr_started) {
         pthread_mutex_lock(&t->mu);
@@ -535,13 +535,13 @@ void sp_disk_tier_close(sp_disk_tier *t) {
     free(t);
 }
 
-size_t sp_disk_tier_block_bytes(const sp_disk_tier *t) { return t->block_bytes; }
-void sp_disk_tier_fp(const sp_disk_tier *t, uint8_t out[32]) { memcpy(out, t->p.fp, 32); }
+size_t disk_tier_block_bytes(const disk_tier *t) { return t->block_bytes; }
+void disk_tier_fp(const disk_tier *t, uint8_t out[32]) { memcpy(out, t->p.fp, 32); }
 
 /* ---- the writer thread --------------------------------------------------------- */
 
 /* Deletes row id; returns its bytes (tokens + kv + overhead) or 0. */
-static uint64_t delete_row(sp_disk_tier *t, int64_t id, int *rc) {
+static uint64_t delete_row(disk_tier *t, int64_t id, int *rc) {
     uint64_t got = 0;
     sqlite3_bind_int64(t->w_del, 1, id);
     int r = sqlite3_step(t->w_del);
@@ -561,7 +561,7 @@ static uint64_t delete_row(sp_disk_tier *t, int64_t id, int *rc) {
 
 /* Evicts least recently used rows until need more bytes fit under the cap.
  * Returns rows evicted, or -1 on an SQLite error (in *rc). */
-static int64_t make_room(sp_disk_tier *t, uint64_t *bytes, uint64_t *blocks, uint64_t need,
+static int64_t make_room(disk_tier *t, uint64_t *bytes, uint64_t *blocks, uint64_t need,
                          int *rc) {
     int64_t n = 0;
     while (*bytes + need > t->p.max_bytes && *blocks > 0) {
@@ -581,7 +581,7 @@ static int64_t make_room(sp_disk_tier *t, uint64_t *bytes, uint64_t *blocks, uin
     return n;
 }
 
-static int insert_slot(sp_disk_tier *t, const wslot *s, uint64_t used, bool *inserted) {
+static int insert_slot(disk_tier *t, const wslot *s, uint64_t used, bool *inserted) {
     row_head hd = want_head(t, &s->h);
     const uint64_t sum = row_sum(&hd, s->tokens, t->tok_bytes, s->kv, t->block_bytes);
     sqlite3_stmt *q = t->w_ins;
@@ -605,7 +605,7 @@ static int insert_slot(sp_disk_tier *t, const wslot *s, uint64_t used, bool *ins
 }
 
 /* One transaction: the first k queued blocks, the touches, the deletions. */
-static void write_batch(sp_disk_tier *t, int32_t k, const sp_block_hash *touch, int32_t n_touch,
+static void write_batch(disk_tier *t, int32_t k, const block_digest *touch, int32_t n_touch,
                         const int64_t *del, int32_t n_del) {
     pthread_mutex_lock(&t->mu);
     uint64_t bytes = t->st.bytes, blocks = t->st.blocks;
@@ -657,7 +657,7 @@ static void write_batch(sp_disk_tier *t, int32_t k, const sp_block_hash *touch, 
 }
 
 static void *writer_main(void *arg) {
-    sp_disk_tier *t = arg;
+    disk_tier *t = arg;
     /* the lowest priority (nice 19, this thread only): the forward pass
      * keeps the cores, the writer takes what is left; when it falls behind
      * the queue fills and blocks are skipped, never waited for */
@@ -665,7 +665,7 @@ static void *writer_main(void *arg) {
     if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19)) {
         /* not allowed: it runs at the engine's priority */
     }
-    sp_block_hash touch[TOUCH_CAP];
+    block_digest touch[TOUCH_CAP];
     int64_t del[DEL_CAP];
     pthread_mutex_lock(&t->mu);
     for (;;) {
@@ -674,7 +674,7 @@ static void *writer_main(void *arg) {
         if (!t->count && !t->n_touch && !t->n_del) break; /* stopping, nothing left */
         const int32_t k = t->count, nt = t->n_touch, nd = t->n_del;
         const uint64_t upto = t->queued;
-        memcpy(touch, t->touch, (size_t)nt * sizeof(sp_block_hash));
+        memcpy(touch, t->touch, (size_t)nt * sizeof(block_digest));
         memcpy(del, t->del, (size_t)nd * sizeof(int64_t));
         t->n_touch = t->n_del = 0;
         const bool broken = t->broken;
@@ -695,10 +695,10 @@ static void *writer_main(void *arg) {
 /* ---- the engine thread's calls --------------------------------------------------- */
 
 /* broken is set once, by either thread, and read unlocked on the fast paths */
-static bool is_broken(sp_disk_tier *t) { return __atomic_load_n(&t->broken, __ATOMIC_ACQUIRE); }
+static bool is_broken(disk_tier *t) { return __atomic_load_n(&t->broken, __ATOMIC_ACQUIRE); }
 
 /* A read on the engine's connection failed with rc: damage turns the tier off. */
-static void read_failed(sp_disk_tier *t, int rc) {
+static void read_failed(disk_tier *t, int rc) {
     if (!damage(sqlite3_extended_errcode(t->rdb)) && !damage(rc)) return;
     pthread_mutex_lock(&t->mu);
     set_broken(t, sqlite3_errmsg(t->rdb));
@@ -706,7 +706,7 @@ static void read_failed(sp_disk_tier *t, int rc) {
 }
 
 /* The queued copy of h (not yet written), or NULL. Under mu. */
-static const wslot *pending_find(const sp_disk_tier *t, const sp_block_hash *h) {
+static const wslot *pending_find(const disk_tier *t, const block_digest *h) {
     for (int32_t i = 0; i < t->count; i++) {
         const wslot *s = &t->slots[(t->head + i) % t->n_slots];
         if (!memcmp(s->h.b, h->b, 32)) return s;
@@ -714,7 +714,7 @@ static const wslot *pending_find(const sp_disk_tier *t, const sp_block_hash *h) 
     return NULL;
 }
 
-bool sp_disk_tier_has(sp_disk_tier *t, const sp_block_hash *h) {
+bool disk_tier_has(disk_tier *t, const block_digest *h) {
     if (is_broken(t)) return false;
     bind_key(t, t->q_has, h);
     int rc = sqlite3_step(t->q_has);
@@ -723,7 +723,7 @@ bool sp_disk_tier_has(sp_disk_tier *t, const sp_block_hash *h) {
     return rc == SQLITE_ROW;
 }
 
-int sp_disk_tier_put(sp_disk_tier *t, const sp_block_hash *h, const int32_t *tokens,
+int disk_tier_put(disk_tier *t, const block_digest *h, const int32_t *tokens,
                      const void *kv) {
     if (is_broken(t)) return 2;
     if (t->row_bytes > t->p.max_bytes) {
@@ -732,7 +732,7 @@ int sp_disk_tier_put(sp_disk_tier *t, const sp_block_hash *h, const int32_t *tok
         pthread_mutex_unlock(&t->mu);
         return 2;
     }
-    if (sp_disk_tier_has(t, h)) return 1;
+    if (disk_tier_has(t, h)) return 1;
     pthread_mutex_lock(&t->mu);
     if (pending_find(t, h)) { /* queued already */
         pthread_mutex_unlock(&t->mu);
@@ -757,7 +757,7 @@ int sp_disk_tier_put(sp_disk_tier *t, const sp_block_hash *h, const int32_t *tok
     return 0;
 }
 
-int sp_disk_tier_get(sp_disk_tier *t, const sp_block_hash *h, const int32_t *tokens, void *kv) {
+int disk_tier_get(disk_tier *t, const block_digest *h, const int32_t *tokens, void *kv) {
     if (is_broken(t)) return 1;
     sqlite3_stmt *q = t->q_get;
     bind_key(t, q, h);
@@ -799,25 +799,25 @@ int sp_disk_tier_get(sp_disk_tier *t, const sp_block_hash *h, const int32_t *tok
 
 /* ---- stats and the checker ---------------------------------------------------------- */
 
-void sp_disk_tier_get_stats(sp_disk_tier *t, sp_disk_tier_stats *st) {
+void disk_tier_get_stats(disk_tier *t, disk_tier_stats *st) {
     pthread_mutex_lock(&t->mu);
     *st = t->st;
     pthread_mutex_unlock(&t->mu);
 }
 
-void sp_disk_tier_sync(sp_disk_tier *t) {
+void disk_tier_sync(disk_tier *t) {
     pthread_mutex_lock(&t->mu);
     const uint64_t want = t->queued;
     while (t->served < want && !t->broken) pthread_cond_wait(&t->done, &t->mu);
     pthread_mutex_unlock(&t->mu);
 }
 
-int sp_disk_tier_check(sp_disk_tier *t, char *err, size_t errlen) {
-    sp_disk_tier_sync(t);
-    sp_disk_tier_stats st;
-    sp_disk_tier_get_stats(t, &st);
+int disk_tier_check(disk_tier *t, char *err, size_t errlen) {
+    disk_tier_sync(t);
+    disk_tier_stats st;
+    disk_tier_get_stats(t, &st);
     if (st.broken) {
-        sp_seterr(err, errlen, "the tier is off after damage");
+        seterr(err, errlen, "the tier is off after damage");
         return -1;
     }
     sqlite3_stmt *q = NULL;
@@ -841,11 +841,11 @@ int sp_disk_tier_check(sp_disk_tier *t, char *err, size_t errlen) {
     }
     sqlite3_finalize(q);
     if (rc != SQLITE_DONE) {
-        sp_seterr(err, errlen, "reading the store: %s", sqlite3_errmsg(t->rdb));
+        seterr(err, errlen, "reading the store: %s", sqlite3_errmsg(t->rdb));
         return -1;
     }
     if ((uint64_t)rows != st.blocks || (uint64_t)bytes != st.bytes) {
-        sp_seterr(err, errlen, "counts say %llu rows / %llu bytes, the store holds %lld / %.0f",
+        seterr(err, errlen, "counts say %llu rows / %llu bytes, the store holds %lld / %.0f",
                   (unsigned long long)st.blocks, (unsigned long long)st.bytes, (long long)rows,
                   bytes);
         return -1;
@@ -855,23 +855,23 @@ int sp_disk_tier_check(sp_disk_tier *t, char *err, size_t errlen) {
         query_i64(t->rdb, "SELECT count(*) FROM lru WHERE id NOT IN (SELECT id FROM blocks)",
                   &stray) != SQLITE_ROW ||
         n_lru != rows || stray != 0) {
-        sp_seterr(err, errlen, "the LRU table has %lld entries (%lld without a row) for %lld rows",
+        seterr(err, errlen, "the LRU table has %lld entries (%lld without a row) for %lld rows",
                   (long long)n_lru, (long long)stray, (long long)rows);
         return -1;
     }
     if (st.bytes > st.cap_bytes) {
-        sp_seterr(err, errlen, "%llu bytes over the cap of %llu", (unsigned long long)st.bytes,
+        seterr(err, errlen, "%llu bytes over the cap of %llu", (unsigned long long)st.bytes,
                   (unsigned long long)st.cap_bytes);
         return -1;
     }
     if (bad) {
-        sp_seterr(err, errlen, "%lld rows fail their checksum", (long long)bad);
+        seterr(err, errlen, "%lld rows fail their checksum", (long long)bad);
         return -1;
     }
     return 0;
 }
 
-int64_t sp_disk_tier_scan_file(const char *path, int32_t block_size, size_t block_bytes) {
+int64_t disk_tier_scan_file(const char *path, int32_t block_size, size_t block_bytes) {
     char uri[PATH_CAP + 32];
     snprintf(uri, sizeof(uri), "file:%s?immutable=1", path);
     sqlite3 *db = open_db(uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI);

@@ -2,13 +2,13 @@
  *
  * Full committed KV blocks are kept in an SQLite database (WAL mode) under
  * DIR, keyed by the same block hash the RAM prefix cache uses
- * (sp_block_hash_chain: parent, tokens, model fingerprint, salt), so tenants
+ * (block_hash_chain: parent, tokens, model fingerprint, salt), so tenants
  * and models stay apart exactly as in RAM. The tier outlives the process: a
  * restarted engine with the same DIR and model finds its old prefixes.
  *
  * Files under DIR (DIR 0700, files 0600):
  *   lock          flock'ed exclusively while a process uses DIR (a second
- *                 process is refused: sp_disk_tier_open fails naming it)
+ *                 process is refused: disk_tier_open fails naming it)
  *   kv.sqlite     the store (+ kv.sqlite-wal, kv.sqlite-shm)
  *   kv.sqlite.bad-<time>  a store that was corrupt, truncated, foreign or of
  *                 an older format, set aside (renamed) with one warning
@@ -29,7 +29,7 @@
  *   model_hash(dev, ino, size, mtime_ns, ctime_ns, sha, used): the model
  *   files' SHA-256 by file identity (disk_hash.c), so a restart need not
  *   read the whole model again to compute the fingerprint.
- * sum is a 64-bit checksum (sp_disk_sum, 4-lane multiply-rotate, ours, not
+ * sum is a 64-bit checksum (disk_sum, 4-lane multiply-rotate, ours, not
  * SQLite's) over version, fp, kv_type, layout, hash, tokens and kv: a row
  * whose fields, tokens or checksum do not match is never restored (it is
  * counted as corrupt and deleted).
@@ -59,33 +59,33 @@
 #define SP_DISK_FORMAT 2
 #define SP_DISK_DEFAULT_SIZE ((uint64_t)4 << 30)
 
-typedef struct sp_disk_tier sp_disk_tier;
+typedef struct disk_tier disk_tier;
 
-/* A file's identity (as sp_gguf_file_id): device, inode, size, mtime and
+/* A file's identity (as gguf_file_id): device, inode, size, mtime and
  * ctime in nanoseconds. */
 typedef struct {
     uint64_t dev, ino, size;
     int64_t mtime_ns, ctime_ns;
-} sp_disk_file_id;
+} disk_file_id;
 
 /* Writes the SHA-256 of every byte of the model file; 0, or -1. */
-typedef int (*sp_disk_hash_fn)(void *ctx, uint8_t out[32]);
+typedef int (*disk_hash_fn)(void *ctx, uint8_t out[32]);
 
 typedef struct {
     const char *dir;
     uint64_t max_bytes;   /* cap on the rows' bytes (tokens + K/V + a fixed overhead) */
     uint8_t fp[32];       /* the model fingerprint (without hash_file: the one rows are keyed on) */
     /* optional: the model file's hash, mixed into fp at open (the result is
-     * sp_disk_tier_fp): looked up in the store by file_id, and computed by
+     * disk_tier_fp): looked up in the store by file_id, and computed by
      * hash_file(hash_ctx) (then stored) only when missing */
-    sp_disk_hash_fn hash_file;
+    disk_hash_fn hash_file;
     void *hash_ctx;
-    sp_disk_file_id file_id;
-    int32_t kv_type;      /* sp_type: SP_TYPE_F16 or SP_TYPE_F32 */
+    disk_file_id file_id;
+    int32_t kv_type;      /* tensor_type: SP_TYPE_F16 or SP_TYPE_F32 */
     int32_t block_size, n_layer, kv_dim;
     int32_t queue_blocks; /* write queue slots (0: min(256, 64 MiB of blocks), >= 2) */
     bool quiet;           /* no warnings on stderr (tests) */
-} sp_disk_tier_params;
+} disk_tier_params;
 
 typedef struct {
     uint64_t blocks, bytes, cap_bytes; /* rows (all models and layouts) and their bytes */
@@ -101,53 +101,53 @@ typedef struct {
     bool broken;                  /* turned off after damage at run time */
     bool hash_cached;             /* the model file's hash came from the store's cache */
     double hash_ms;               /* time spent at open getting it (hash or lookup) */
-} sp_disk_tier_stats;
+} disk_tier_stats;
 
 /* Opens (creating DIR 0700 and the store 0600 when missing) and starts the
  * writer. NULL + err when DIR cannot be made or used or is not trusted
  * (see above), when another process holds its lock, when the model file
  * cannot be hashed, or when SQLite cannot open a store even after setting a
  * damaged one aside. */
-sp_disk_tier *sp_disk_tier_open(const sp_disk_tier_params *p, char *err, size_t errlen);
+disk_tier *disk_tier_open(const disk_tier_params *p, char *err, size_t errlen);
 /* The fingerprint rows are keyed on (p.fp, mixed with the model file's
  * hash when p.hash_file was given): the engine's block hashes use it too. */
-void sp_disk_tier_fp(const sp_disk_tier *t, uint8_t out[32]);
+void disk_tier_fp(const disk_tier *t, uint8_t out[32]);
 /* Writes what is queued, stops the writer, closes the store. */
-void sp_disk_tier_close(sp_disk_tier *t);
+void disk_tier_close(disk_tier *t);
 
-size_t sp_disk_tier_block_bytes(const sp_disk_tier *t);
+size_t disk_tier_block_bytes(const disk_tier *t);
 
 /* Engine thread. Queues a copy of a full committed block (tokens: its
  * block_size ids; kv: block_bytes in the pool's layout) unless the store
  * or the queue already has it. 0 queued, 1 already stored, 2 skipped (queue full, too
  * large for the cap, or the tier is off). Never waits for the writer. */
-int sp_disk_tier_put(sp_disk_tier *t, const sp_block_hash *h, const int32_t *tokens,
+int disk_tier_put(disk_tier *t, const block_digest *h, const int32_t *tokens,
                      const void *kv);
 /* Whether the store has h (for this model and layout). */
-bool sp_disk_tier_has(sp_disk_tier *t, const sp_block_hash *h);
+bool disk_tier_has(disk_tier *t, const block_digest *h);
 /* Reads h into kv (block_bytes) after checking that the row's fields,
  * tokens (must equal `tokens`) and checksum all match; queues an LRU touch.
  * A block still in the write queue is restored from the queue's copy (its
  * tokens checked). 0 restored; 1 not found; -1 rejected (the row is queued
  * for deletion; kv may hold garbage and must not be used). */
-int sp_disk_tier_get(sp_disk_tier *t, const sp_block_hash *h, const int32_t *tokens, void *kv);
+int disk_tier_get(disk_tier *t, const block_digest *h, const int32_t *tokens, void *kv);
 
 /* Any thread. */
-void sp_disk_tier_get_stats(sp_disk_tier *t, sp_disk_tier_stats *st);
+void disk_tier_get_stats(disk_tier *t, disk_tier_stats *st);
 /* Waits until the writer has done everything queued so far (tests). */
-void sp_disk_tier_sync(sp_disk_tier *t);
+void disk_tier_sync(disk_tier *t);
 /* Invariants (after sync): the store's rows and bytes equal the counts,
  * bytes <= cap, no row of this layout has a bad checksum (reads them all).
  * 0, or -1 + err. */
-int sp_disk_tier_check(sp_disk_tier *t, char *err, size_t errlen);
+int disk_tier_check(disk_tier *t, char *err, size_t errlen);
 
 /* The checksum (exposed for tests and the fuzz target). */
-uint64_t sp_disk_sum(uint64_t seed, const void *data, size_t n);
+uint64_t disk_sum(uint64_t seed, const void *data, size_t n);
 
 /* For the fuzz target: opens the SQLite file at path read-only as a store
  * and reads every row the way get() does (checks included). Returns rows
  * that passed, or -1 when the file is not a usable store. Never crashes on
  * a damaged file. */
-int64_t sp_disk_tier_scan_file(const char *path, int32_t block_size, size_t block_bytes);
+int64_t disk_tier_scan_file(const char *path, int32_t block_size, size_t block_bytes);
 
 #endif

@@ -13,7 +13,7 @@
  *               takes the head
  *   hash table  open addressing, linear probing, backward-shift deletion (no
  *               tombstones), capacity a power of two >= 2 * NB: maps
- *               sp_block_hash -> block id for every hashed block
+ *               block_digest -> block id for every hashed block
  *   per slot    block table, len (committed) and reserved (writable)
  */
 #include "kv/kv_paged.h"
@@ -26,8 +26,8 @@ enum { BLK_FREE = 0, BLK_CACHED = 1, BLK_IN_USE = 2 };
 #define MAX_BLOCKS (1 << 28)
 
 typedef struct {
-    sp_kv base;
-    sp_kv_paged_params p;
+    kv_store base;
+    kv_paged_params p;
     size_t esize;        /* bytes per element (2 or 4) */
     size_t row_bytes;    /* kv_dim * esize: one K or V row */
     size_t half_bytes;   /* bs * row_bytes: one layer's K (or V) of a block */
@@ -39,7 +39,7 @@ typedef struct {
     int32_t *refcount;   /* [NB] table entries naming the block */
     uint8_t *state;      /* [NB] BLK_FREE / BLK_CACHED / BLK_IN_USE */
     uint8_t *hashed;     /* [NB] 1 if hash[b] is valid and in the table */
-    sp_block_hash *hash; /* [NB] the block's identity when hashed */
+    block_digest *hash; /* [NB] the block's identity when hashed */
     int32_t *lru_prev;   /* [NB] previous CACHED block, -1 at the head or off the list */
     int32_t *lru_next;   /* [NB] next CACHED block, -1 at the tail or off the list */
     int32_t lru_head, lru_tail; /* -1 when empty */
@@ -61,13 +61,13 @@ typedef struct {
     uint64_t evictions, flushed;
 } kv_paged;
 
-static const sp_kv_ops kp_ops;
+static const kv_ops kp_ops;
 
-static kv_paged *KP(sp_kv *kv) {
+static kv_paged *KP(kv_store *kv) {
     SP_ASSERT(kv && kv->ops == &kp_ops);
     return (kv_paged *)kv;
 }
-static const kv_paged *KPC(const sp_kv *kv) {
+static const kv_paged *KPC(const kv_store *kv) {
     SP_ASSERT(kv && kv->ops == &kp_ops);
     return (const kv_paged *)kv;
 }
@@ -76,14 +76,14 @@ static int32_t ceil_div(int32_t a, int32_t b) { return (int32_t)(((int64_t)a + b
 
 /* ---- hash table ---------------------------------------------------------- */
 
-static uint32_t ht_home(const kv_paged *s, const sp_block_hash *h) {
+static uint32_t ht_home(const kv_paged *s, const block_digest *h) {
     uint32_t x = (uint32_t)h->b[0] | (uint32_t)h->b[1] << 8 | (uint32_t)h->b[2] << 16 |
                  (uint32_t)h->b[3] << 24;
     return x & s->ht_mask;
 }
 
 /* Slot of the entry for h, or -1. */
-static int64_t ht_slot(const kv_paged *s, const sp_block_hash *h) {
+static int64_t ht_slot(const kv_paged *s, const block_digest *h) {
     uint32_t i = ht_home(s, h);
     for (;;) {
         int32_t b = s->ht[i];
@@ -93,7 +93,7 @@ static int64_t ht_slot(const kv_paged *s, const sp_block_hash *h) {
     }
 }
 
-static int32_t ht_find(const kv_paged *s, const sp_block_hash *h) {
+static int32_t ht_find(const kv_paged *s, const block_digest *h) {
     int64_t i = ht_slot(s, h);
     return i < 0 ? -1 : s->ht[i];
 }
@@ -200,7 +200,7 @@ static void table_truncate(kv_paged *s, int32_t seq, int32_t nb) {
     }
 }
 
-/* ---- sp_kv ops ----------------------------------------------------------- */
+/* ---- kv_store ops ----------------------------------------------------------- */
 
 static unsigned char *row_ptr(const kv_paged *s, int32_t layer, int32_t seq, int32_t pos,
                               int kv) {
@@ -211,7 +211,7 @@ static unsigned char *row_ptr(const kv_paged *s, int32_t layer, int32_t seq, int
            (size_t)kv * s->half_bytes + (size_t)off * s->row_bytes;
 }
 
-static int kp_reserve(sp_kv *kv, int32_t seq, int32_t n_new) {
+static int kp_reserve(kv_store *kv, int32_t seq, int32_t n_new) {
     kv_paged *s = KP(kv);
     SP_ASSERT(seq >= 0 && seq < s->p.n_seq);
     if (n_new < 0) return -1;
@@ -231,7 +231,7 @@ static int kp_reserve(sp_kv *kv, int32_t seq, int32_t n_new) {
     return 0;
 }
 
-static void *kp_k_row(sp_kv *kv, int32_t layer, int32_t seq, int32_t pos) {
+static void *kp_k_row(kv_store *kv, int32_t layer, int32_t seq, int32_t pos) {
     kv_paged *s = (kv_paged *)kv;
     SP_ASSERT(seq >= 0 && seq < s->p.n_seq && layer >= 0 && layer < s->p.n_layer);
     SP_ASSERT(pos >= 0 && pos < s->reserved[seq]);
@@ -240,7 +240,7 @@ static void *kp_k_row(sp_kv *kv, int32_t layer, int32_t seq, int32_t pos) {
     return row_ptr(s, layer, seq, pos, 0);
 }
 
-static void *kp_v_row(sp_kv *kv, int32_t layer, int32_t seq, int32_t pos) {
+static void *kp_v_row(kv_store *kv, int32_t layer, int32_t seq, int32_t pos) {
     kv_paged *s = (kv_paged *)kv;
     SP_ASSERT(seq >= 0 && seq < s->p.n_seq && layer >= 0 && layer < s->p.n_layer);
     SP_ASSERT(pos >= 0 && pos < s->reserved[seq]);
@@ -249,7 +249,7 @@ static void *kp_v_row(sp_kv *kv, int32_t layer, int32_t seq, int32_t pos) {
     return row_ptr(s, layer, seq, pos, 1);
 }
 
-static int32_t kp_span(sp_kv *kv, int32_t layer, int32_t seq, int32_t pos, int32_t end,
+static int32_t kp_span(kv_store *kv, int32_t layer, int32_t seq, int32_t pos, int32_t end,
                        const void **k, const void **v) {
     kv_paged *s = (kv_paged *)kv;
     SP_ASSERT(seq >= 0 && seq < s->p.n_seq && layer >= 0 && layer < s->p.n_layer);
@@ -260,13 +260,13 @@ static int32_t kp_span(sp_kv *kv, int32_t layer, int32_t seq, int32_t pos, int32
     return SP_MIN(end, blk_end) - pos;
 }
 
-static int32_t kp_len(const sp_kv *kv, int32_t seq) {
+static int32_t kp_len(const kv_store *kv, int32_t seq) {
     const kv_paged *s = (const kv_paged *)kv;
     SP_ASSERT(seq >= 0 && seq < s->p.n_seq);
     return s->len[seq];
 }
 
-static void kp_set_len(sp_kv *kv, int32_t seq, int32_t len) {
+static void kp_set_len(kv_store *kv, int32_t seq, int32_t len) {
     kv_paged *s = KP(kv);
     SP_ASSERT(seq >= 0 && seq < s->p.n_seq);
     SP_ASSERT(len >= 0 && len <= s->reserved[seq]);
@@ -275,7 +275,7 @@ static void kp_set_len(sp_kv *kv, int32_t seq, int32_t len) {
     s->reserved[seq] = len;
 }
 
-static void kp_destroy(sp_kv *kv) {
+static void kp_destroy(kv_store *kv) {
     kv_paged *s = (kv_paged *)kv;
     if (!s) return;
     free(s->data);
@@ -295,55 +295,55 @@ static void kp_destroy(sp_kv *kv) {
     free(s);
 }
 
-static const sp_kv_ops kp_ops = {kp_reserve, kp_k_row,   kp_v_row,  kp_span,
+static const kv_ops kp_ops = {kp_reserve, kp_k_row,   kp_v_row,  kp_span,
                                  kp_len,     kp_set_len, kp_destroy};
 
 /* ---- creation ------------------------------------------------------------ */
 
-size_t sp_kv_paged_block_bytes(sp_type type, int32_t n_layer, int32_t kv_dim, int32_t block_size) {
+size_t kv_paged_block_bytes(tensor_type type, int32_t n_layer, int32_t kv_dim, int32_t block_size) {
     size_t esize = type == SP_TYPE_F16 ? 2 : 4;
     return 2 * (size_t)n_layer * (size_t)block_size * (size_t)kv_dim * esize;
 }
 
-sp_kv *sp_kv_paged_create(sp_kv_paged_params p, char *err, size_t errlen) {
+kv_store *kv_paged_create(kv_paged_params p, char *err, size_t errlen) {
     kv_paged *s = NULL;
     if (p.type != SP_TYPE_F16 && p.type != SP_TYPE_F32) {
-        sp_seterr(err, errlen, "KV element type must be f16 or f32");
+        seterr(err, errlen, "KV element type must be f16 or f32");
         return NULL;
     }
     if (p.n_layer < 1 || p.kv_dim < 1 || p.n_seq < 1) {
-        sp_seterr(err, errlen, "paged KV: n_layer (%d), kv_dim (%d) and n_seq (%d) must be >= 1",
+        seterr(err, errlen, "paged KV: n_layer (%d), kv_dim (%d) and n_seq (%d) must be >= 1",
                   p.n_layer, p.kv_dim, p.n_seq);
         return NULL;
     }
     if (p.block_size < 1 || p.block_size > 4096) {
-        sp_seterr(err, errlen, "paged KV: block_size %d is not in 1..4096", p.block_size);
+        seterr(err, errlen, "paged KV: block_size %d is not in 1..4096", p.block_size);
         return NULL;
     }
     if (p.n_blocks < 1 || p.n_blocks > MAX_BLOCKS) {
-        sp_seterr(err, errlen, "paged KV: n_blocks %d is not in 1..%d", p.n_blocks, MAX_BLOCKS);
+        seterr(err, errlen, "paged KV: n_blocks %d is not in 1..%d", p.n_blocks, MAX_BLOCKS);
         return NULL;
     }
     if (p.max_blocks_per_seq < 1 ||
         (int64_t)p.max_blocks_per_seq * p.block_size > INT32_MAX) {
-        sp_seterr(err, errlen, "paged KV: max_blocks_per_seq %d is not in 1..%d",
+        seterr(err, errlen, "paged KV: max_blocks_per_seq %d is not in 1..%d",
                   p.max_blocks_per_seq, INT32_MAX / p.block_size);
         return NULL;
     }
-    size_t bb = sp_kv_paged_block_bytes(p.type, p.n_layer, p.kv_dim, p.block_size);
+    size_t bb = kv_paged_block_bytes(p.type, p.n_layer, p.kv_dim, p.block_size);
     size_t esize = p.type == SP_TYPE_F16 ? 2 : 4;
     /* block_bytes = 2 * n_layer * bs * kv_dim * esize: each factor < 2^31, so
      * check the products against SIZE_MAX in steps. */
     if ((size_t)p.kv_dim > SIZE_MAX / 8 / (size_t)p.block_size / (size_t)p.n_layer ||
         bb > SIZE_MAX / 2 / (size_t)p.n_blocks) {
-        sp_seterr(err, errlen, "paged KV: pool size overflows");
+        seterr(err, errlen, "paged KV: pool size overflows");
         return NULL;
     }
     size_t pool = bb * (size_t)p.n_blocks;
 
     s = calloc(1, sizeof(*s));
     if (!s) goto oom;
-    s->base = (sp_kv){&kp_ops, p.type, p.n_layer, p.kv_dim, p.n_seq};
+    s->base = (kv_store){&kp_ops, p.type, p.n_layer, p.kv_dim, p.n_seq};
     s->p = p;
     s->esize = esize;
     s->row_bytes = (size_t)p.kv_dim * esize;
@@ -357,7 +357,7 @@ sp_kv *sp_kv_paged_create(sp_kv_paged_params p, char *err, size_t errlen) {
     s->refcount = calloc(nb, sizeof(int32_t));
     s->state = calloc(nb, 1);
     s->hashed = calloc(nb, 1);
-    s->hash = calloc(nb, sizeof(sp_block_hash));
+    s->hash = calloc(nb, sizeof(block_digest));
     s->lru_prev = malloc(nb * sizeof(int32_t));
     s->lru_next = malloc(nb * sizeof(int32_t));
     s->free_stack = malloc(nb * sizeof(int32_t));
@@ -382,7 +382,7 @@ sp_kv *sp_kv_paged_create(sp_kv_paged_params p, char *err, size_t errlen) {
     for (int32_t b = p.n_blocks - 1; b >= 0; b--) free_push(s, b);
     return &s->base;
 oom:
-    sp_seterr(err, errlen, "out of memory allocating a paged KV store of %d blocks (%zu bytes)",
+    seterr(err, errlen, "out of memory allocating a paged KV store of %d blocks (%zu bytes)",
               p.n_blocks, pool);
     kp_destroy(s ? &s->base : NULL);
     return NULL;
@@ -390,7 +390,7 @@ oom:
 
 /* ---- prefix cache -------------------------------------------------------- */
 
-int32_t sp_kv_paged_match(const sp_kv *kv, const sp_block_hash *h, int32_t n) {
+int32_t kv_paged_match(const kv_store *kv, const block_digest *h, int32_t n) {
     const kv_paged *s = KPC(kv);
     if (!s->p.prefix_cache) return 0;
     int32_t i = 0;
@@ -398,7 +398,7 @@ int32_t sp_kv_paged_match(const sp_kv *kv, const sp_block_hash *h, int32_t n) {
     return i;
 }
 
-int sp_kv_paged_attach(sp_kv *kv, int32_t seq, const sp_block_hash *h, int32_t n) {
+int kv_paged_attach(kv_store *kv, int32_t seq, const block_digest *h, int32_t n) {
     kv_paged *s = KP(kv);
     SP_ASSERT(seq >= 0 && seq < s->p.n_seq);
     if (n < 0 || n > s->p.max_blocks_per_seq) return -1;
@@ -429,7 +429,7 @@ int sp_kv_paged_attach(sp_kv *kv, int32_t seq, const sp_block_hash *h, int32_t n
     return 0;
 }
 
-void sp_kv_paged_commit(sp_kv *kv, int32_t seq, int32_t block, const sp_block_hash *h) {
+void kv_paged_commit(kv_store *kv, int32_t seq, int32_t block, const block_digest *h) {
     kv_paged *s = KP(kv);
     SP_ASSERT(seq >= 0 && seq < s->p.n_seq);
     SP_ASSERT(block >= 0 && block < s->n_table[seq]);
@@ -442,7 +442,7 @@ void sp_kv_paged_commit(sp_kv *kv, int32_t seq, int32_t block, const sp_block_ha
     ht_insert(s, b);
 }
 
-int sp_kv_paged_append(sp_kv *kv, int32_t seq, const sp_block_hash *h, const void *data) {
+int kv_paged_append(kv_store *kv, int32_t seq, const block_digest *h, const void *data) {
     kv_paged *s = KP(kv);
     SP_ASSERT(seq >= 0 && seq < s->p.n_seq);
     const int32_t n = s->n_table[seq];
@@ -471,18 +471,18 @@ int sp_kv_paged_append(sp_kv *kv, int32_t seq, const sp_block_hash *h, const voi
     return 0;
 }
 
-bool sp_kv_paged_resident(const sp_kv *kv, const sp_block_hash *h) {
+bool kv_paged_resident(const kv_store *kv, const block_digest *h) {
     const kv_paged *s = KPC(kv);
     return s->p.prefix_cache && ht_find(s, h) >= 0;
 }
 
-const void *sp_kv_paged_block_data(const sp_kv *kv, int32_t block_id) {
+const void *kv_paged_block_data(const kv_store *kv, int32_t block_id) {
     const kv_paged *s = KPC(kv);
     SP_ASSERT(block_id >= 0 && block_id < s->p.n_blocks);
     return s->data + (size_t)block_id * s->block_bytes;
 }
 
-int32_t sp_kv_paged_flush(sp_kv *kv) {
+int32_t kv_paged_flush(kv_store *kv) {
     kv_paged *s = KP(kv);
     int32_t n = 0;
     while (s->lru_head >= 0) {
@@ -497,9 +497,9 @@ int32_t sp_kv_paged_flush(sp_kv *kv) {
     return n;
 }
 
-void sp_kv_paged_get_stats(const sp_kv *kv, sp_kv_paged_stats *st) {
+void kv_paged_get_stats(const kv_store *kv, kv_paged_stats *st) {
     const kv_paged *s = KPC(kv);
-    *st = (sp_kv_paged_stats){
+    *st = (kv_paged_stats){
         .n_blocks = s->p.n_blocks,
         .block_size = s->p.block_size,
         .n_free = s->n_free,
@@ -513,7 +513,7 @@ void sp_kv_paged_get_stats(const sp_kv *kv, sp_kv_paged_stats *st) {
     };
 }
 
-int32_t sp_kv_paged_blocks_needed(const sp_kv *kv, int32_t seq, int32_t n_new) {
+int32_t kv_paged_blocks_needed(const kv_store *kv, int32_t seq, int32_t n_new) {
     const kv_paged *s = KPC(kv);
     SP_ASSERT(seq >= 0 && seq < s->p.n_seq && n_new >= 0);
     int64_t target = (int64_t)s->len[seq] + n_new;
@@ -521,18 +521,18 @@ int32_t sp_kv_paged_blocks_needed(const sp_kv *kv, int32_t seq, int32_t n_new) {
     return need > 0 ? (int32_t)SP_MIN(need, (int64_t)INT32_MAX) : 0;
 }
 
-int32_t sp_kv_paged_available(const sp_kv *kv) {
+int32_t kv_paged_available(const kv_store *kv) {
     const kv_paged *s = KPC(kv);
     return s->n_free + s->n_cached;
 }
 
-int32_t sp_kv_paged_block_id(const sp_kv *kv, int32_t seq, int32_t block) {
+int32_t kv_paged_block_id(const kv_store *kv, int32_t seq, int32_t block) {
     const kv_paged *s = KPC(kv);
     if (seq < 0 || seq >= s->p.n_seq || block < 0 || block >= s->n_table[seq]) return -1;
     return s->table[(size_t)seq * s->p.max_blocks_per_seq + block];
 }
 
-int32_t sp_kv_paged_refcount(const sp_kv *kv, int32_t block_id) {
+int32_t kv_paged_refcount(const kv_store *kv, int32_t block_id) {
     const kv_paged *s = KPC(kv);
     if (block_id < 0 || block_id >= s->p.n_blocks) return -1;
     return s->refcount[block_id];
@@ -542,11 +542,11 @@ int32_t sp_kv_paged_refcount(const sp_kv *kv, int32_t block_id) {
 
 #define FAIL(...)                                                              \
     do {                                                                       \
-        sp_seterr(err, errlen, __VA_ARGS__);                                   \
+        seterr(err, errlen, __VA_ARGS__);                                   \
         return -1;                                                             \
     } while (0)
 
-int sp_kv_paged_check(const sp_kv *kv, char *err, size_t errlen) {
+int kv_paged_check(const kv_store *kv, char *err, size_t errlen) {
     const kv_paged *s = KPC(kv);
     const int32_t NB = s->p.n_blocks, bs = s->p.block_size, mb = s->p.max_blocks_per_seq;
     int32_t *refs = s->scratch; /* scratch is the checker's own: writing it is no state change */

@@ -1,7 +1,7 @@
 /* kv_paged.h: the paged KV store (one pool of fixed-size blocks, a block
  * table per sequence) and the prefix cache that lives in it.
  *
- * The store implements the sp_kv interface of kv.h, so the forward pass
+ * The store implements the kv_store interface of kv.h, so the forward pass
  * reads and writes it exactly like the contiguous store; everything else
  * here is for the engine (admission, prefix reuse, commit, preemption).
  *
@@ -11,7 +11,7 @@
  *   NB       n_blocks in the pool, sized from a memory budget
  *   S        n_seq slots (the engine's max running sequences)
  *
- * Block states (every block is in exactly one; sp_kv_paged_check proves it):
+ * Block states (every block is in exactly one; kv_paged_check proves it):
  *   FREE     refcount 0, no hash, on the free list
  *   CACHED   refcount 0, hashed (holds a full block of committed tokens that
  *            a later prompt may reuse), on the LRU list, findable by hash
@@ -34,13 +34,13 @@
 #include "kv/kv.h"
 
 /* A block's identity in the prefix cache: SHA-256 over the parent's hash,
- * the block's token ids and extra keys (see sp_block_hash_chain). */
+ * the block's token ids and extra keys (see block_hash_chain). */
 typedef struct {
     uint8_t b[32];
-} sp_block_hash;
+} block_digest;
 
 typedef struct {
-    sp_type type;        /* SP_TYPE_F16 (default) or SP_TYPE_F32 */
+    tensor_type type;        /* SP_TYPE_F16 (default) or SP_TYPE_F32 */
     int32_t n_layer;
     int32_t kv_dim;
     int32_t block_size;  /* positions per block, 1..4096 (default 16) */
@@ -48,16 +48,16 @@ typedef struct {
     int32_t n_seq;       /* sequence slots */
     int32_t max_blocks_per_seq; /* block-table length: ceil(n_ctx / block_size) */
     bool prefix_cache;   /* false: commit() never caches, match() never hits */
-} sp_kv_paged_params;
+} kv_paged_params;
 
 /* Bytes of K+V one block holds: 2 * n_layer * block_size * kv_dim * elem. */
-size_t sp_kv_paged_block_bytes(sp_type type, int32_t n_layer, int32_t kv_dim, int32_t block_size);
+size_t kv_paged_block_bytes(tensor_type type, int32_t n_layer, int32_t kv_dim, int32_t block_size);
 
 /* Creates the store with all blocks FREE. NULL + err on bad parameters or
  * when the pool cannot be allocated. Destroy with kv->ops->destroy. */
-sp_kv *sp_kv_paged_create(sp_kv_paged_params p, char *err, size_t errlen);
+kv_store *kv_paged_create(kv_paged_params p, char *err, size_t errlen);
 
-/* sp_kv ops semantics for the paged store:
+/* kv_store ops semantics for the paged store:
  *   reserve(seq, n)  allocates the blocks positions [len, len+n) need (FREE
  *                    first, then evicting CACHED); -1 and nothing changed
  *                    when the pool (or the block table) cannot hold them.
@@ -83,33 +83,33 @@ sp_kv *sp_kv_paged_create(sp_kv_paged_params p, char *err, size_t errlen);
  * tokens[block_size] as int32 LE, extra_len as uint64 LE, extra[extra_len],
  * and for block 0 only: salt_len as uint64 LE, salt[salt_len]. Different
  * salt or extra => different chain. */
-int32_t sp_block_hash_chain(const int32_t *tokens, int32_t n, int32_t block_size,
+int32_t block_hash_chain(const int32_t *tokens, int32_t n, int32_t block_size,
                             const uint8_t *extra, size_t extra_len,
-                            const uint8_t *salt, size_t salt_len, sp_block_hash *out);
+                            const uint8_t *salt, size_t salt_len, block_digest *out);
 
 /* The same chain when out[0..from) already holds its first from hashes
  * (token prefixes only grow, so a request hashes each block once): computes
  * blocks from .. n / block_size - 1 and returns n / block_size, or -1. */
-int32_t sp_block_hash_extend(const int32_t *tokens, int32_t n, int32_t block_size,
+int32_t block_hash_extend(const int32_t *tokens, int32_t n, int32_t block_size,
                              const uint8_t *extra, size_t extra_len, const uint8_t *salt,
-                             size_t salt_len, sp_block_hash *out, int32_t from);
+                             size_t salt_len, block_digest *out, int32_t from);
 
 /* Number of leading hashes whose blocks are resident (IN USE or CACHED),
  * 0 when the cache is off. Read-only: changes no LRU order. */
-int32_t sp_kv_paged_match(const sp_kv *kv, const sp_block_hash *h, int32_t n);
+int32_t kv_paged_match(const kv_store *kv, const block_digest *h, int32_t n);
 
 /* Points an empty slot's first n table entries at the resident blocks of
  * h[0..n) (a CACHED block leaves the LRU and becomes IN USE; refcounts +1)
  * and sets len = n * block_size. The caller has checked with match() in the
  * same step. -1 if the slot is not empty or a block is not resident. */
-int sp_kv_paged_attach(sp_kv *kv, int32_t seq, const sp_block_hash *h, int32_t n);
+int kv_paged_attach(kv_store *kv, int32_t seq, const block_digest *h, int32_t n);
 
 /* Marks table entry `block` of seq (full of committed tokens: asserts
  * (block + 1) * block_size <= len, so call it after set_len) with hash h
  * so later prompts can find it. A no-op when the cache is off, when the
  * block is already hashed, or when another resident block already has h
  * (that one stays the findable copy). */
-void sp_kv_paged_commit(sp_kv *kv, int32_t seq, int32_t block, const sp_block_hash *h);
+void kv_paged_commit(kv_store *kv, int32_t seq, int32_t block, const block_digest *h);
 
 /* Appends one full block with hash h to seq, whose committed length must be
  * a multiple of block_size with nothing reserved past it: the resident block
@@ -119,17 +119,17 @@ void sp_kv_paged_commit(sp_kv *kv, int32_t seq, int32_t block, const sp_block_ha
  * hashed with h. len grows by block_size. This is how the disk tier's
  * restored blocks become ordinary cached blocks. 0, or -1 and nothing
  * changed (table full, no block available, h not resident and no data). */
-int sp_kv_paged_append(sp_kv *kv, int32_t seq, const sp_block_hash *h, const void *data);
+int kv_paged_append(kv_store *kv, int32_t seq, const block_digest *h, const void *data);
 
 /* Whether a block with hash h is resident (IN USE or CACHED). */
-bool sp_kv_paged_resident(const sp_kv *kv, const sp_block_hash *h);
+bool kv_paged_resident(const kv_store *kv, const block_digest *h);
 
 /* The block_bytes of pool block id (read only: a committed block's K/V for
  * the disk tier). */
-const void *sp_kv_paged_block_data(const sp_kv *kv, int32_t block_id);
+const void *kv_paged_block_data(const kv_store *kv, int32_t block_id);
 
 /* Evicts every CACHED block (they become FREE). Returns how many. */
-int32_t sp_kv_paged_flush(sp_kv *kv);
+int32_t kv_paged_flush(kv_store *kv);
 
 typedef struct {
     int32_t n_blocks, block_size;
@@ -139,26 +139,26 @@ typedef struct {
     uint64_t flushed;            /* CACHED blocks dropped by flush */
     size_t block_bytes;
     size_t cached_bytes;         /* n_cached * block_bytes: KV kept for reuse */
-} sp_kv_paged_stats;
+} kv_paged_stats;
 
-void sp_kv_paged_get_stats(const sp_kv *kv, sp_kv_paged_stats *st);
+void kv_paged_get_stats(const kv_store *kv, kv_paged_stats *st);
 
 /* Blocks a reservation of n_new more positions for seq would take from the
  * pool (0 when the current last block has room). */
-int32_t sp_kv_paged_blocks_needed(const sp_kv *kv, int32_t seq, int32_t n_new);
+int32_t kv_paged_blocks_needed(const kv_store *kv, int32_t seq, int32_t n_new);
 /* Blocks that could be handed out now: FREE + CACHED. */
-int32_t sp_kv_paged_available(const sp_kv *kv);
+int32_t kv_paged_available(const kv_store *kv);
 
 /* The invariant checker: every block in exactly one state; each refcount
  * equals the number of table entries naming it; the free list, LRU list and
  * hash table agree with the states; no table names a FREE or CACHED block;
  * each slot's table covers exactly ceil(reserved / block_size) blocks.
  * 0 when all hold, else -1 and the first violation in err. */
-int sp_kv_paged_check(const sp_kv *kv, char *err, size_t errlen);
+int kv_paged_check(const kv_store *kv, char *err, size_t errlen);
 
 /* For tests: the pool block id behind table entry `block` of seq (-1 if
  * none), and its refcount. */
-int32_t sp_kv_paged_block_id(const sp_kv *kv, int32_t seq, int32_t block);
-int32_t sp_kv_paged_refcount(const sp_kv *kv, int32_t block_id);
+int32_t kv_paged_block_id(const kv_store *kv, int32_t seq, int32_t block);
+int32_t kv_paged_refcount(const kv_store *kv, int32_t block_id);
 
 #endif

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 typedef struct {
-    sp_kv base;
+    kv_store base;
     int32_t n_ctx;
     size_t esize;        /* bytes per element */
     unsigned char *k;    /* [n_seq][n_layer][n_ctx][kv_dim] */
@@ -22,26 +22,26 @@ static size_t row_off(const kv_simple *s, int32_t layer, int32_t seq, int32_t po
     return row * s->base.kv_dim * s->esize;
 }
 
-static int ks_reserve(sp_kv *kv, int32_t seq, int32_t n_new) {
+static int ks_reserve(kv_store *kv, int32_t seq, int32_t n_new) {
     kv_simple *s = (kv_simple *)kv;
     if (n_new < 0 || (int64_t)s->len[seq] + n_new > s->n_ctx) return -1;
     s->reserved[seq] = s->len[seq] + n_new;
     return 0;
 }
 
-static void *ks_k_row(sp_kv *kv, int32_t layer, int32_t seq, int32_t pos) {
+static void *ks_k_row(kv_store *kv, int32_t layer, int32_t seq, int32_t pos) {
     kv_simple *s = (kv_simple *)kv;
     SP_ASSERT(pos >= 0 && pos < s->reserved[seq]);
     return s->k + row_off(s, layer, seq, pos);
 }
 
-static void *ks_v_row(sp_kv *kv, int32_t layer, int32_t seq, int32_t pos) {
+static void *ks_v_row(kv_store *kv, int32_t layer, int32_t seq, int32_t pos) {
     kv_simple *s = (kv_simple *)kv;
     SP_ASSERT(pos >= 0 && pos < s->reserved[seq]);
     return s->v + row_off(s, layer, seq, pos);
 }
 
-static int32_t ks_span(sp_kv *kv, int32_t layer, int32_t seq, int32_t pos, int32_t end,
+static int32_t ks_span(kv_store *kv, int32_t layer, int32_t seq, int32_t pos, int32_t end,
                        const void **k, const void **v) {
     kv_simple *s = (kv_simple *)kv;
     SP_ASSERT(pos >= 0 && pos < end && end <= s->reserved[seq]);
@@ -50,16 +50,16 @@ static int32_t ks_span(sp_kv *kv, int32_t layer, int32_t seq, int32_t pos, int32
     return end - pos;
 }
 
-static int32_t ks_len(const sp_kv *kv, int32_t seq) { return ((const kv_simple *)kv)->len[seq]; }
+static int32_t ks_len(const kv_store *kv, int32_t seq) { return ((const kv_simple *)kv)->len[seq]; }
 
-static void ks_set_len(sp_kv *kv, int32_t seq, int32_t len) {
+static void ks_set_len(kv_store *kv, int32_t seq, int32_t len) {
     kv_simple *s = (kv_simple *)kv;
     SP_ASSERT(len >= 0 && len <= s->n_ctx);
     s->len[seq] = len;
     s->reserved[seq] = len;
 }
 
-static void ks_destroy(sp_kv *kv) {
+static void ks_destroy(kv_store *kv) {
     kv_simple *s = (kv_simple *)kv;
     if (!s) return;
     free(s->k);
@@ -69,27 +69,27 @@ static void ks_destroy(sp_kv *kv) {
     free(s);
 }
 
-static const sp_kv_ops ks_ops = {ks_reserve, ks_k_row, ks_v_row, ks_span,
+static const kv_ops ks_ops = {ks_reserve, ks_k_row, ks_v_row, ks_span,
                                  ks_len,     ks_set_len, ks_destroy};
 
-size_t sp_kv_simple_bytes(sp_type type, int32_t n_layer, int32_t kv_dim, int32_t n_seq,
+size_t kv_simple_bytes(tensor_type type, int32_t n_layer, int32_t kv_dim, int32_t n_seq,
                           int32_t n_ctx) {
     size_t esize = type == SP_TYPE_F16 ? 2 : 4;
     return 2 * (size_t)n_seq * n_layer * n_ctx * kv_dim * esize;
 }
 
-sp_kv *sp_kv_simple_create(sp_type type, int32_t n_layer, int32_t kv_dim, int32_t n_seq,
+kv_store *kv_simple_create(tensor_type type, int32_t n_layer, int32_t kv_dim, int32_t n_seq,
                            int32_t n_ctx, char *err, size_t errlen) {
     if (type != SP_TYPE_F16 && type != SP_TYPE_F32) {
-        sp_seterr(err, errlen, "KV element type must be f16 or f32");
+        seterr(err, errlen, "KV element type must be f16 or f32");
         return NULL;
     }
     kv_simple *s = calloc(1, sizeof(*s));
     if (!s) goto oom;
-    s->base = (sp_kv){&ks_ops, type, n_layer, kv_dim, n_seq};
+    s->base = (kv_store){&ks_ops, type, n_layer, kv_dim, n_seq};
     s->n_ctx = n_ctx;
     s->esize = type == SP_TYPE_F16 ? 2 : 4;
-    size_t half = sp_kv_simple_bytes(type, n_layer, kv_dim, n_seq, n_ctx) / 2;
+    size_t half = kv_simple_bytes(type, n_layer, kv_dim, n_seq, n_ctx) / 2;
     s->k = malloc(half);
     s->v = malloc(half);
     s->len = calloc((size_t)n_seq, sizeof(int32_t));
@@ -97,8 +97,8 @@ sp_kv *sp_kv_simple_create(sp_type type, int32_t n_layer, int32_t kv_dim, int32_
     if (!s->k || !s->v || !s->len || !s->reserved) goto oom;
     return &s->base;
 oom:
-    sp_seterr(err, errlen, "out of memory allocating a KV store of %zu bytes",
-              sp_kv_simple_bytes(type, n_layer, kv_dim, n_seq, n_ctx));
+    seterr(err, errlen, "out of memory allocating a KV store of %zu bytes",
+              kv_simple_bytes(type, n_layer, kv_dim, n_seq, n_ctx));
     if (s) ks_destroy(&s->base);
     return NULL;
 }

@@ -15,16 +15,16 @@ int bench_metrics_urls(char *s, const char **urls, int cap, char *err, size_t er
     int n = 0;
     for (char *t = strtok(s, ","); t; t = strtok(NULL, ",")) {
         if (strncmp(t, "http://", 7) && strncmp(t, "https://", 8)) {
-            sp_seterr(err, errlen, "--metrics-url: '%s' does not start with http:// or https://", t);
+            seterr(err, errlen, "--metrics-url: '%s' does not start with http:// or https://", t);
             return -1;
         }
         if (n == cap) {
-            sp_seterr(err, errlen, "--metrics-url: at most %d URLs", cap);
+            seterr(err, errlen, "--metrics-url: at most %d URLs", cap);
             return -1;
         }
         urls[n++] = t;
     }
-    if (!n) sp_seterr(err, errlen, "--metrics-url: no URL");
+    if (!n) seterr(err, errlen, "--metrics-url: no URL");
     return n ? n : -1;
 }
 

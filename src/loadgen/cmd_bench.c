@@ -153,14 +153,14 @@ static int start_server(target *t, char *err, size_t errlen) {
     int n = args ? split_args(args, argv + 4, MAX_SERVE_ARGS) : -1;
     if (n < 0) {
         free(args);
-        sp_seterr(err, errlen, "--serve: too many arguments");
+        seterr(err, errlen, "--serve: too many arguments");
         return -1;
     }
     char exe[4096];
     ssize_t k = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (k <= 0) {
         free(args);
-        sp_seterr(err, errlen, "cannot find the specula binary");
+        seterr(err, errlen, "cannot find the specula binary");
         return -1;
     }
     exe[k] = 0;
@@ -172,7 +172,7 @@ static int start_server(target *t, char *err, size_t errlen) {
     int fd = mkstemp(t->log);
     if (fd < 0) {
         free(args);
-        sp_seterr(err, errlen, "cannot create a log file: %s", strerror(errno));
+        seterr(err, errlen, "cannot create a log file: %s", strerror(errno));
         t->log[0] = 0;
         return -1;
     }
@@ -190,7 +190,7 @@ static int start_server(target *t, char *err, size_t errlen) {
     close(fd);
     free(args);
     if (pid < 0) {
-        sp_seterr(err, errlen, "fork: %s", strerror(errno));
+        seterr(err, errlen, "fork: %s", strerror(errno));
         return -1;
     }
     t->pid = pid;
@@ -209,7 +209,7 @@ static int start_server(target *t, char *err, size_t errlen) {
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid || now_s() - t0 > 30) {
             t->pid = waitpid(pid, &st, WNOHANG) == 0 ? pid : 0;
-            sp_seterr(err, errlen, "`specula serve %s` did not start: %s", t->serve, tail);
+            seterr(err, errlen, "`specula serve %s` did not start: %s", t->serve, tail);
             return -1;
         }
         usleep(20000);
@@ -224,7 +224,7 @@ static int start_server(target *t, char *err, size_t errlen) {
         if (waitpid(pid, &ws, WNOHANG) == pid || now_s() - t0 > 900) {
             if (t->pid && waitpid(pid, &ws, WNOHANG) != 0) t->pid = 0;
             log_tail(t->log, tail, sizeof(tail));
-            sp_seterr(err, errlen, "`specula serve %s` did not become healthy: %s", t->serve, tail);
+            seterr(err, errlen, "`specula serve %s` did not become healthy: %s", t->serve, tail);
             return -1;
         }
         usleep(50000);
@@ -267,7 +267,7 @@ static int parse_list(const char *s, int32_t *out, int cap) {
     snprintf(buf, sizeof(buf), "%s", s);
     for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
         long v;
-        if (n == cap || !sp_parse_long(t, 1, 100000, &v)) return -1;
+        if (n == cap || !parse_long(t, 1, 100000, &v)) return -1;
         out[n++] = (int32_t)v;
     }
     return n;
@@ -396,17 +396,17 @@ static int parse_args(int argc, char **argv, const bench_defaults *def, bench_cm
         else if (!strcmp(a, "--workload")) {
             ok = bench_workload_known(v);
             b->wo.name = v;
-        } else if (!strcmp(a, "--num-requests")) ok = sp_parse_long(v, 1, 1000000, &l), b->wo.n = (int32_t)l;
-        else if (!strcmp(a, "--seed")) ok = sp_parse_long(v, 0, 0x7fffffffffffffffL, &seed);
-        else if (!strcmp(a, "--prefix-tokens")) ok = sp_parse_long(v, 1, 1 << 20, &l), b->wo.prefix_tokens = (int32_t)l;
-        else if (!strcmp(a, "--prefixes")) ok = sp_parse_long(v, 1, 100000, &l), b->wo.n_prefixes = (int32_t)l;
-        else if (!strcmp(a, "--prompt-tokens")) ok = sp_parse_long(v, 1, 1 << 20, &l), b->wo.prompt_tokens = (int32_t)l;
-        else if (!strcmp(a, "--output-tokens")) ok = sp_parse_long(v, 1, 1 << 20, &l), b->wo.output_tokens = (int32_t)l;
-        else if (!strcmp(a, "--turns")) ok = sp_parse_long(v, 1, 1000, &l), b->wo.turns = (int32_t)l;
+        } else if (!strcmp(a, "--num-requests")) ok = parse_long(v, 1, 1000000, &l), b->wo.n = (int32_t)l;
+        else if (!strcmp(a, "--seed")) ok = parse_long(v, 0, 0x7fffffffffffffffL, &seed);
+        else if (!strcmp(a, "--prefix-tokens")) ok = parse_long(v, 1, 1 << 20, &l), b->wo.prefix_tokens = (int32_t)l;
+        else if (!strcmp(a, "--prefixes")) ok = parse_long(v, 1, 100000, &l), b->wo.n_prefixes = (int32_t)l;
+        else if (!strcmp(a, "--prompt-tokens")) ok = parse_long(v, 1, 1 << 20, &l), b->wo.prompt_tokens = (int32_t)l;
+        else if (!strcmp(a, "--output-tokens")) ok = parse_long(v, 1, 1 << 20, &l), b->wo.output_tokens = (int32_t)l;
+        else if (!strcmp(a, "--turns")) ok = parse_long(v, 1, 1000, &l), b->wo.turns = (int32_t)l;
         else if (!strcmp(a, "--cache-salt")) b->wo.salt = v;
-        else if (!strcmp(a, "--tenants")) ok = sp_parse_long(v, 1, 100000, &l), b->wo.tenants = (int32_t)l;
-        else if (!strcmp(a, "--documents")) ok = sp_parse_long(v, 1, 100000, &l), b->wo.documents = (int32_t)l;
-        else if (!strcmp(a, "--zipf")) ok = sp_parse_double(v, &d) && d >= 0 && d <= 10, b->wo.zipf = d > 0 ? d : -1;
+        else if (!strcmp(a, "--tenants")) ok = parse_long(v, 1, 100000, &l), b->wo.tenants = (int32_t)l;
+        else if (!strcmp(a, "--documents")) ok = parse_long(v, 1, 100000, &l), b->wo.documents = (int32_t)l;
+        else if (!strcmp(a, "--zipf")) ok = parse_double(v, &d) && d >= 0 && d <= 10, b->wo.zipf = d > 0 ? d : -1;
         else if (!strcmp(a, "--metrics-url")) {
             char *copy = strdup(v);
             b->n_murl = copy ? bench_metrics_urls(copy, b->murl, BENCH_MAX_REPLICAS, err, sizeof(err)) : -1;
@@ -418,16 +418,16 @@ static int parse_args(int argc, char **argv, const bench_defaults *def, bench_cm
             b->murl_buf = copy;
         }
         else if (!strcmp(a, "--corpus")) b->wo.corpus_path = v;
-        else if (!strcmp(a, "--concurrency")) ok = sp_parse_long(v, 1, 100000, &b->conc), b->conc_given = true;
-        else if (!strcmp(a, "--rate")) ok = sp_parse_double(v, &d) && d > 0, b->lo.rate = d;
+        else if (!strcmp(a, "--concurrency")) ok = parse_long(v, 1, 100000, &b->conc), b->conc_given = true;
+        else if (!strcmp(a, "--rate")) ok = parse_double(v, &d) && d > 0, b->lo.rate = d;
         else if (!strcmp(a, "--sweep-concurrency")) ok = (b->n_sweep = parse_list(v, b->sweep, MAX_SWEEP)) > 0;
-        else if (!strcmp(a, "--warmup")) ok = sp_parse_long(v, 0, 100000, &b->warmup);
-        else if (!strcmp(a, "--repeat")) ok = sp_parse_long(v, 1, BENCH_MAX_REPS, &b->reps);
-        else if (!strcmp(a, "--timeout")) ok = sp_parse_double(v, &d) && d > 0, b->lo.timeout_s = d;
-        else if (!strcmp(a, "--temperature")) ok = sp_parse_double(v, &d) && d >= 0 && d <= 2, b->lo.temperature = d;
-        else if (!strcmp(a, "--top-p")) ok = sp_parse_double(v, &d) && d > 0 && d <= 1, b->lo.top_p = d;
-        else if (!strcmp(a, "--sample-seed")) ok = sp_parse_long(v, 0, 0x7fffffffffffffffL, &l), b->lo.sample_seed = l;
-        else if (!strcmp(a, "--metrics-period")) ok = sp_parse_double(v, &d) && d >= 0, b->lo.metrics_period_s = d;
+        else if (!strcmp(a, "--warmup")) ok = parse_long(v, 0, 100000, &b->warmup);
+        else if (!strcmp(a, "--repeat")) ok = parse_long(v, 1, BENCH_MAX_REPS, &b->reps);
+        else if (!strcmp(a, "--timeout")) ok = parse_double(v, &d) && d > 0, b->lo.timeout_s = d;
+        else if (!strcmp(a, "--temperature")) ok = parse_double(v, &d) && d >= 0 && d <= 2, b->lo.temperature = d;
+        else if (!strcmp(a, "--top-p")) ok = parse_double(v, &d) && d > 0 && d <= 1, b->lo.top_p = d;
+        else if (!strcmp(a, "--sample-seed")) ok = parse_long(v, 0, 0x7fffffffffffffffL, &l), b->lo.sample_seed = l;
+        else if (!strcmp(a, "--metrics-period")) ok = parse_double(v, &d) && d >= 0, b->lo.metrics_period_s = d;
         else if (!strcmp(a, "--json")) b->json_path = v;
         else if (!strcmp(a, "--md")) b->md_path = v;
         else if (!strcmp(a, "--endpoint"))

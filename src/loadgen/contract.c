@@ -20,21 +20,21 @@
 int bench_sha256_file(const char *path, char out[65], char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        sp_seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        seterr(err, errlen, "cannot open %s: %s", path, strerror(errno));
         return -1;
     }
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     unsigned char *buf = malloc(1 << 20);
     int rc = -1;
     if (!ctx || !buf || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-        sp_seterr(err, errlen, "sha256: out of memory");
+        seterr(err, errlen, "sha256: out of memory");
         goto done;
     }
     size_t n;
     while ((n = fread(buf, 1, 1 << 20, f)) > 0)
         if (EVP_DigestUpdate(ctx, buf, n) != 1) goto done;
     if (ferror(f)) {
-        sp_seterr(err, errlen, "cannot read %s", path);
+        seterr(err, errlen, "cannot read %s", path);
         goto done;
     }
     unsigned char d[32];
@@ -43,7 +43,7 @@ int bench_sha256_file(const char *path, char out[65], char *err, size_t errlen) 
     for (int i = 0; i < 32; i++) sprintf(out + 2 * i, "%02x", d[i]);
     rc = 0;
 done:
-    if (rc && err && !err[0]) sp_seterr(err, errlen, "sha256 of %s failed", path);
+    if (rc && err && !err[0]) seterr(err, errlen, "sha256 of %s failed", path);
     EVP_MD_CTX_free(ctx);
     free(buf);
     fclose(f);

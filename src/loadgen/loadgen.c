@@ -197,7 +197,7 @@ int bench_http_get(const char *base_url, const char *path, const char *api_key, 
     url_join(url, sizeof(url), base_url, path);
     CURL *c = curl_easy_init();
     if (!c) {
-        sp_seterr(err, errlen, "curl_easy_init failed");
+        seterr(err, errlen, "curl_easy_init failed");
         return -1;
     }
     membuf b = {.max = 64u << 20};
@@ -215,7 +215,7 @@ int bench_http_get(const char *base_url, const char *path, const char *api_key, 
         *body = b.p ? b.p : strdup("");
         b.p = NULL;
     } else {
-        sp_seterr(err, errlen, "GET %s: %s", url, curl_easy_strerror(rc));
+        seterr(err, errlen, "GET %s: %s", url, curl_easy_strerror(rc));
     }
     free(b.p);
     curl_slist_free_all(h);
@@ -637,7 +637,7 @@ int bench_load_run(const bench_load_opts *o, const bench_workload *w, bench_run 
     L.m = curl_multi_init();
     if (!run->recs || !L.slots || !L.history || !L.conv_busy || !L.conv_turn || !L.m ||
         (o->chat && !L.conv_msgs)) {
-        sp_seterr(err, errlen, "out of memory");
+        seterr(err, errlen, "out of memory");
         goto done;
     }
     run->n = n;

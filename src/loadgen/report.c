@@ -428,17 +428,17 @@ int bench_report_json(const char *path, const bench_report_info *ri, bench_resul
     char *s = cJSON_Print(root);
     cJSON_Delete(root);
     if (!s) {
-        sp_seterr(err, errlen, "out of memory writing JSON");
+        seterr(err, errlen, "out of memory writing JSON");
         return -1;
     }
     FILE *f = fopen(path, "w");
     int rc = -1;
-    if (!f) sp_seterr(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    if (!f) seterr(err, errlen, "cannot write %s: %s", path, strerror(errno));
     else {
         fputs(s, f);
         fputc('\n', f);
         rc = fclose(f) ? -1 : 0;
-        if (rc) sp_seterr(err, errlen, "cannot write %s", path);
+        if (rc) seterr(err, errlen, "cannot write %s", path);
     }
     free(s);
     return rc;
@@ -456,7 +456,7 @@ int bench_report_md(const char *path, const bench_report_info *ri, bench_result 
     int n_plots = bench_plots(stem, base, res, n_res, plots);
     FILE *f = fopen(path, "w");
     if (!f) {
-        sp_seterr(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        seterr(err, errlen, "cannot write %s: %s", path, strerror(errno));
         return -1;
     }
     fprintf(f, "## %s\n\n", ri->workload);
@@ -479,6 +479,6 @@ int bench_report_md(const char *path, const bench_report_info *ri, bench_result 
     fprintf(f, "```\n\n");
     for (int i = 0; i < n_plots; i++) fprintf(f, "![%s](%s)\n", plots[i], plots[i]);
     int rc = fclose(f) ? -1 : 0;
-    if (rc) sp_seterr(err, errlen, "cannot write %s", path);
+    if (rc) seterr(err, errlen, "cannot write %s", path);
     return rc;
 }

@@ -45,7 +45,7 @@ int bench_slo_parse(const char *s, bench_slo *slo, char *err, size_t errlen) {
     }
     return 0;
 bad:
-    sp_seterr(err, errlen, "invalid --slo '%s': want e.g. ttft=500ms,tpot=50ms,e2e=10s "
+    seterr(err, errlen, "invalid --slo '%s': want e.g. ttft=500ms,tpot=50ms,e2e=10s "
               "(keys ttft, tpot, e2e; units ms or s)", s);
     return -1;
 }

@@ -32,7 +32,7 @@ bool bench_workload_known(const char *name) {
     return false;
 }
 
-uint64_t bench_rng(uint64_t *s) { return sp_splitmix64(s); }
+uint64_t bench_rng(uint64_t *s) { return splitmix64(s); }
 
 double bench_rng_uniform(uint64_t *s) { return (double)(bench_rng(s) >> 11) * 0x1.0p-53; }
 
@@ -116,7 +116,7 @@ static bool valid_utf8(const char *s, size_t n) {
             i++;
             continue;
         }
-        int l = sp_utf8_len((const unsigned char *)s + i, n - i);
+        int l = utf8_len((const unsigned char *)s + i, n - i);
         if (l <= 0) return false;
         i += (size_t)l;
     }
@@ -166,11 +166,11 @@ char *bench_corpus_from_src(const char *src, size_t *len, char *err, size_t errl
     unsigned char (*seen)[32] = NULL;
     size_t n_seen = 0;
     if (walk(src, "", &files)) {
-        sp_seterr(err, errlen, "out of memory listing %s", src);
+        seterr(err, errlen, "out of memory listing %s", src);
         goto fail;
     }
     if (files.n == 0) {
-        sp_seterr(err, errlen, "no Python files under %s", src);
+        seterr(err, errlen, "no Python files under %s", src);
         goto fail;
     }
     qsort(files.v, files.n, sizeof(char *), cmp_str);
@@ -219,7 +219,7 @@ char *bench_corpus_from_src(const char *src, size_t *len, char *err, size_t errl
         free(text);
     }
     if (!out) {
-        sp_seterr(err, errlen, "no held-out files under %s", src);
+        seterr(err, errlen, "no held-out files under %s", src);
         goto fail;
     }
     free(seen);
@@ -227,7 +227,7 @@ char *bench_corpus_from_src(const char *src, size_t *len, char *err, size_t errl
     *len = n;
     return out;
 oom:
-    sp_seterr(err, errlen, "out of memory reading %s", src);
+    seterr(err, errlen, "out of memory reading %s", src);
 fail:
     free(out);
     free(seen);
@@ -238,7 +238,7 @@ fail:
 char *bench_corpus_load(const char *path, size_t *len, char *err, size_t errlen) {
     if (path) {
         char *t = slurp(path, len);
-        if (!t) sp_seterr(err, errlen, "cannot read the corpus %s: %s", path, strerror(errno));
+        if (!t) seterr(err, errlen, "cannot read the corpus %s: %s", path, strerror(errno));
         return t;
     }
     const char *env = getenv("SPECULA_CORPUS");
@@ -320,13 +320,13 @@ static int corpus_index(corpus *c, const char *t, size_t n, char *err, size_t er
         i = le;
     }
     if (c->n_files == 0 || c->n_anchors == 0) {
-        sp_seterr(err, errlen, "the corpus has no \"%s\" file markers or no def/class lines",
+        seterr(err, errlen, "the corpus has no \"%s\" file markers or no def/class lines",
                   MARKER_PRE);
         return -1;
     }
     return 0;
 oom:
-    sp_seterr(err, errlen, "out of memory indexing the corpus");
+    seterr(err, errlen, "out of memory indexing the corpus");
     return -1;
 }
 
@@ -494,7 +494,7 @@ static int file_workload(const bench_workload_opts *o, bench_workload *w, char *
     const char *path = o->name + 5;
     char *data = slurp(path, &(size_t){0});
     if (!data) {
-        sp_seterr(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        seterr(err, errlen, "cannot read %s: %s", path, strerror(errno));
         return -1;
     }
     int32_t cap = 0, lineno = 0;
@@ -510,7 +510,7 @@ static int file_workload(const bench_workload_opts *o, bench_workload *w, char *
         const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "max_tokens");
         if (!cJSON_IsObject(j) || !cJSON_IsString(p) ||
             (mt && (!cJSON_IsNumber(mt) || mt->valuedouble < 1 || mt->valuedouble > 1 << 24))) {
-            sp_seterr(err, errlen, "%s:%d: want a JSON object with a string \"prompt\" and an "
+            seterr(err, errlen, "%s:%d: want a JSON object with a string \"prompt\" and an "
                       "optional integer \"max_tokens\" >= 1", path, lineno);
             cJSON_Delete(j);
             goto done;
@@ -526,13 +526,13 @@ static int file_workload(const bench_workload_opts *o, bench_workload *w, char *
         cJSON_Delete(j);
         if (add_item(w, &cap, &g, m, -1, 0, o->salt)) {
             free(extra);
-            sp_seterr(err, errlen, "out of memory");
+            seterr(err, errlen, "out of memory");
             goto done;
         }
         w->items[w->n - 1].extra = extra;
     }
     if (w->n == 0) {
-        sp_seterr(err, errlen, "%s has no requests", path);
+        seterr(err, errlen, "%s has no requests", path);
         goto done;
     }
     /* --num-requests: the first N lines, cycling when the file is shorter */
@@ -542,7 +542,7 @@ static int file_workload(const bench_workload_opts *o, bench_workload *w, char *
             const bench_item *src = &w->items[i % have];
             gs_str(&g, src->prompt);
             if (add_item(w, &cap, &g, src->max_tokens, -1, 0, o->salt)) {
-                sp_seterr(err, errlen, "out of memory");
+                seterr(err, errlen, "out of memory");
                 goto done;
             }
             if (src->extra) w->items[w->n - 1].extra = strdup(src->extra);
@@ -569,7 +569,7 @@ int bench_workload_make(const bench_workload_opts *o, const char *text, size_t t
     w->name = o->name;
     w->default_concurrency = 4;
     if (!bench_workload_known(o->name)) {
-        sp_seterr(err, errlen, "unknown workload '%s'", o->name);
+        seterr(err, errlen, "unknown workload '%s'", o->name);
         return -1;
     }
     if (!strncmp(o->name, "file:", 5)) return file_workload(o, w, err, errlen);
@@ -758,7 +758,7 @@ int bench_workload_make(const bench_workload_opts *o, const char *text, size_t t
     corpus_free(&c);
     return 0;
 oom:
-    sp_seterr(err, errlen, "out of memory generating the workload");
+    seterr(err, errlen, "out of memory generating the workload");
 fail:
     free(g.p);
     corpus_free(&c);

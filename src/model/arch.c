@@ -4,13 +4,13 @@
 
 #include <string.h>
 
-static const sp_arch ARCHS[] = {
+static const model_arch ARCHS[] = {
     /* name     rope          qkv_bias eps    rope base */
     {"llama", SP_ROPE_NORM, false, 1e-5f, 10000.0f},
     {"qwen2", SP_ROPE_NEOX, true, 1e-6f, 1000000.0f},
 };
 
-const sp_arch *sp_arch_find(const char *name) {
+const model_arch *arch_find(const char *name) {
     for (size_t i = 0; i < sizeof(ARCHS) / sizeof(ARCHS[0]); i++)
         if (strcmp(ARCHS[i].name, name) == 0) return &ARCHS[i];
     return NULL;

@@ -1,13 +1,13 @@
 /* fingerprint.c: what identifies a model, for the prefix cache's keys.
  *
- *   sp_model_fingerprint  sampled: the hyperparameters, one norm, and the
+ *   model_fingerprint  sampled: the hyperparameters, one norm, and the
  *                         first and last 4 KiB of every matrix. It costs
  *                         microseconds at every engine start and namespaces
  *                         the RAM prefix cache, which lives and dies with
  *                         one engine on one model; it does not prove that
  *                         two files hold the same weights (a change in the
  *                         middle of a matrix goes unseen).
- *   sp_model_file_hash    SHA-256 of every byte of the file: header,
+ *   model_file_hash    SHA-256 of every byte of the file: header,
  *                         metadata and tokenizer, every tensor. The disk
  *                         tier's rows outlive the process and are found by
  *                         whatever model a later server loads, so it keys
@@ -24,15 +24,15 @@
 #include "common.h"
 #include "model/model.h"
 
-static void fp_weight(EVP_MD_CTX *h, const sp_weight *w) {
-    size_t n = sp_row_size(w->type, w->n_in) * (size_t)w->n_out, part = n < 8192 ? n : 4096;
+static void fp_weight(EVP_MD_CTX *h, const model_weight *w) {
+    size_t n = row_size(w->type, w->n_in) * (size_t)w->n_out, part = n < 8192 ? n : 4096;
     EVP_DigestUpdate(h, &w->type, sizeof(w->type));
     EVP_DigestUpdate(h, &n, sizeof(n));
     EVP_DigestUpdate(h, w->data, part);
     if (n > part) EVP_DigestUpdate(h, (const char *)w->data + n - part, part);
 }
 
-void sp_model_fingerprint(const sp_model *m, uint8_t out[32]) {
+void model_fingerprint(const sp_model *m, uint8_t out[32]) {
     const sp_model_info *i = &m->info;
     EVP_MD_CTX *h = EVP_MD_CTX_new();
     SP_ASSERT(h && EVP_DigestInit_ex(h, EVP_sha256(), NULL) == 1);
@@ -45,8 +45,8 @@ void sp_model_fingerprint(const sp_model *m, uint8_t out[32]) {
     fp_weight(h, &m->tok_embd);
     fp_weight(h, &m->output);
     for (int32_t l = 0; m->layers && l < i->n_layer; l++) {
-        const sp_layer *y = &m->layers[l];
-        const sp_weight *ws[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
+        const model_layer *y = &m->layers[l];
+        const model_weight *ws[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
         for (int k = 0; k < 7; k++) fp_weight(h, ws[k]);
         EVP_DigestUpdate(h, y->attn_norm, (size_t)i->n_embd * sizeof(float));
     }
@@ -61,9 +61,9 @@ void sp_model_fingerprint(const sp_model *m, uint8_t out[32]) {
  * load) each hashed chunk is released again, so resident memory stays what
  * loading left (a page used again, the token table's, comes back from the
  * page cache with a minor fault). */
-int sp_model_file_hash(const sp_model *m, uint8_t out[32]) {
-    const uint8_t *p = sp_gguf_file_bytes(m->gguf);
-    const size_t n = sp_gguf_file_size(m->gguf), chunk = (size_t)64 << 20;
+int model_file_hash(const sp_model *m, uint8_t out[32]) {
+    const uint8_t *p = gguf_file_bytes(m->gguf);
+    const size_t n = gguf_file_size(m->gguf), chunk = (size_t)64 << 20;
     EVP_MD_CTX *h = EVP_MD_CTX_new();
     int rc = -1;
     if (!h || EVP_DigestInit_ex(h, EVP_sha256(), NULL) != 1) goto out;

@@ -21,11 +21,11 @@
 struct sp_context {
     const sp_model *m;
     sp_context_params p;
-    sp_pool *pool;
-    sp_kv *kv;
+    thread_pool *pool;
+    kv_store *kv;
     bool own_kv;     /* false when the engine lent its paged store */
     bool own_pool;   /* false when sharing another context's threads */
-    const sp_fwd_ops *ops;
+    const fwd_ops *ops;
     float *x;        /* [B][E] residual stream */
     float *xn;       /* [B][E] normalized input of a sub-block */
     float *q;        /* [B][H*D] */
@@ -61,21 +61,21 @@ sp_context_params sp_context_default_params(void) {
 
 static size_t max_scratch(const sp_model *m, int64_t B) {
     size_t s = 0;
-    const sp_weight *ws[] = {&m->tok_embd, &m->output};
-    for (int i = 0; i < 2; i++) s = SP_MAX(s, sp_matmul_scratch_size(ws[i]->type, ws[i]->n_in, B));
+    const model_weight *ws[] = {&m->tok_embd, &m->output};
+    for (int i = 0; i < 2; i++) s = SP_MAX(s, matmul_scratch_size(ws[i]->type, ws[i]->n_in, B));
     for (int l = 0; l < m->info.n_layer; l++) {
-        const sp_layer *y = &m->layers[l];
-        const sp_weight *lw[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
+        const model_layer *y = &m->layers[l];
+        const model_weight *lw[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
         for (int i = 0; i < 7; i++)
-            s = SP_MAX(s, sp_matmul_scratch_size(lw[i]->type, lw[i]->n_in, B));
+            s = SP_MAX(s, matmul_scratch_size(lw[i]->type, lw[i]->n_in, B));
     }
     return s;
 }
 
-static sp_context *context_create(const sp_model *m, sp_context_params p, sp_kv *kv, sp_pool *pool,
+static sp_context *context_create(const sp_model *m, sp_context_params p, kv_store *kv, thread_pool *pool,
                                   char *err, size_t errlen) {
     if (!m->layers) {
-        sp_seterr(err, errlen, "the model was loaded vocab-only");
+        seterr(err, errlen, "the model was loaded vocab-only");
         return NULL;
     }
     const sp_model_info *h = &m->info;
@@ -83,7 +83,7 @@ static sp_context *context_create(const sp_model *m, sp_context_params p, sp_kv 
     if (p.n_threads <= 0 || p.n_threads > 256 || p.n_seq_max <= 0 || p.n_seq_max > 4096 ||
         p.n_batch <= 0 || p.n_batch > 65536 || p.n_ctx > (1 << 24) ||
         (p.kv_type != SP_KV_F16 && p.kv_type != SP_KV_F32)) {
-        sp_seterr(err, errlen, "invalid context parameters (threads %d, sequences %d, n_ctx %d, "
+        seterr(err, errlen, "invalid context parameters (threads %d, sequences %d, n_ctx %d, "
                   "n_batch %d)", p.n_threads, p.n_seq_max, p.n_ctx, p.n_batch);
         return NULL;
     }
@@ -91,24 +91,24 @@ static sp_context *context_create(const sp_model *m, sp_context_params p, sp_kv 
     if (!c) goto oom;
     c->m = m;
     c->p = p;
-    c->ops = sp_fwd_ops_get();
+    c->ops = fwd_ops_get();
     const int64_t B = p.n_batch, E = h->n_embd, F = h->n_ff, D = h->head_dim;
     const int64_t QD = (int64_t)h->n_head * D, KD = (int64_t)h->n_head_kv * D;
     if (kv) {
         if (kv->n_layer != h->n_layer || kv->kv_dim != KD || kv->n_seq != p.n_seq_max) {
-            sp_seterr(err, errlen, "KV store shape (%d layers, kv_dim %d, %d sequences) does not "
+            seterr(err, errlen, "KV store shape (%d layers, kv_dim %d, %d sequences) does not "
                       "match the context", kv->n_layer, kv->kv_dim, kv->n_seq);
             goto fail;
         }
         c->kv = kv;
     } else {
-        c->kv = sp_kv_simple_create(p.kv_type == SP_KV_F16 ? SP_TYPE_F16 : SP_TYPE_F32,
+        c->kv = kv_simple_create(p.kv_type == SP_KV_F16 ? SP_TYPE_F16 : SP_TYPE_F32,
                                     h->n_layer, (int32_t)KD, p.n_seq_max, p.n_ctx, err, errlen);
         if (!c->kv) goto fail;
         c->own_kv = true;
     }
     c->own_pool = !pool;
-    c->pool = pool ? pool : sp_pool_create(p.n_threads);
+    c->pool = pool ? pool : pool_create(p.n_threads);
     c->x = malloc(B * E * sizeof(float));
     c->xn = malloc(B * E * sizeof(float));
     c->q = malloc(B * QD * sizeof(float));
@@ -130,7 +130,7 @@ static sp_context *context_create(const sp_model *m, sp_context_params p, sp_kv 
         goto oom;
     return c;
 oom:
-    sp_seterr(err, errlen, "out of memory creating a context");
+    seterr(err, errlen, "out of memory creating a context");
 fail:
     sp_context_free(c);
     return NULL;
@@ -140,10 +140,10 @@ sp_context *sp_context_create(const sp_model *m, sp_context_params p, char *err,
     return context_create(m, p, NULL, NULL, err, errlen);
 }
 
-sp_context *sp_context_create_with_kv(const sp_model *m, sp_context_params p, sp_kv *kv,
+sp_context *context_create_with_kv(const sp_model *m, sp_context_params p, kv_store *kv,
                                       const sp_context *share_threads, char *err, size_t errlen) {
     if (share_threads && share_threads->p.n_threads != p.n_threads) {
-        sp_seterr(err, errlen, "a context sharing threads must use as many (%d, not %d)",
+        seterr(err, errlen, "a context sharing threads must use as many (%d, not %d)",
                   share_threads->p.n_threads, p.n_threads);
         return NULL;
     }
@@ -153,7 +153,7 @@ sp_context *sp_context_create_with_kv(const sp_model *m, sp_context_params p, sp
 void sp_context_free(sp_context *c) {
     if (!c) return;
     if (c->kv && c->own_kv) c->kv->ops->destroy(c->kv);
-    if (c->own_pool) sp_pool_free(c->pool);
+    if (c->own_pool) pool_free(c->pool);
     free(c->x);
     free(c->xn);
     free(c->q);
@@ -196,13 +196,13 @@ int32_t sp_n_outputs(const sp_context *c) { return c->n_out; }
 
 /* ---- the pass ------------------------------------------------------------ */
 
-static void matmul(sp_context *c, const sp_weight *w, const float *x, int64_t n_tok, float *y) {
+static void weight_matmul(sp_context *c, const model_weight *w, const float *x, int64_t n_tok, float *y) {
     /* the packed rows only while the level that packed them runs (a test
      * may force another one after the load) */
-    if (w->packed && w->packed_level == sp_kernels_level())
-        sp_matmul_packed(c->pool, w->packed, w->type, w->n_out, w->n_in, x, n_tok, y, w->n_out, c->mm_scratch);
+    if (w->packed && w->packed_level == kernels_level())
+        matmul_packed(c->pool, w->packed, w->type, w->n_out, w->n_in, x, n_tok, y, w->n_out, c->mm_scratch);
     else
-        sp_matmul(c->pool, w->data, w->type, w->n_out, w->n_in, x, n_tok, y, w->n_out, c->mm_scratch);
+        matmul(c->pool, w->data, w->type, w->n_out, w->n_in, x, n_tok, y, w->n_out, c->mm_scratch);
 }
 
 /* RoPE angles of one position: cs[i] = (cos, sin) of pos * base^(-2i/D),
@@ -224,7 +224,7 @@ static void rope_angles(float *cs, int32_t D, int32_t pos, float base, float fre
 /* Rotates one head vector in place. NORM rotates adjacent pairs
  * (2i, 2i+1), NEOX rotates (i, i + D/2): a' = fma(a, cos, -(b sin)),
  * b' = fma(a, sin, b cos), as llama.cpp's compiled rope rounds. */
-static void rope(float *x, int32_t D, const float *cs, sp_rope_kind kind) {
+static void rope(float *x, int32_t D, const float *cs, rope_kind kind) {
     for (int32_t i = 0; i < D / 2; i++) {
         int32_t a = kind == SP_ROPE_NEOX ? i : 2 * i;
         int32_t b = kind == SP_ROPE_NEOX ? i + D / 2 : 2 * i + 1;
@@ -295,7 +295,7 @@ static void attn_worker(void *arg, int ith, int nth) {
                       ch = (int32_t)(it % NC);
         const int32_t i = t->runs[2 * r], nq = t->runs[2 * r + 1];
         const int32_t h0 = g * G + ch * G / NC, h1 = g * G + (ch + 1) * G / NC; /* heads [h0, h1) */
-        sp_attn_run(c->ops, c->q + ((size_t)i * H + h0) * D, (size_t)H * D, nq, h1 - h0, c->kv, t->layer,
+        ops_attn_run(c->ops, c->q + ((size_t)i * H + h0) * D, (size_t)H * D, nq, h1 - h0, c->kv, t->layer,
                     t->b->seq[i], g, D, t->b->pos[i] + 1, scale, scores, c->p.n_ctx, q16,
                     c->att + ((size_t)i * H + h0) * D, (size_t)H * D);
     }
@@ -317,25 +317,25 @@ static void glu_worker(void *arg, int ith, int nth) {
 static int validate(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
     const int32_t V = c->m->info.n_vocab;
     if (b->n_tokens <= 0 || b->n_tokens > c->p.n_batch) {
-        sp_seterr(err, errlen, "batch of %d tokens (must be 1..%d)", b->n_tokens, c->p.n_batch);
+        seterr(err, errlen, "batch of %d tokens (must be 1..%d)", b->n_tokens, c->p.n_batch);
         return -1;
     }
     memset(c->seq_n, 0, (size_t)c->p.n_seq_max * sizeof(int32_t));
     for (int32_t i = 0; i < b->n_tokens; i++) {
         int32_t s = b->seq[i];
         if (b->token[i] < 0 || b->token[i] >= V) {
-            sp_seterr(err, errlen, "token %d at batch index %d is outside the vocabulary (0..%d)",
+            seterr(err, errlen, "token %d at batch index %d is outside the vocabulary (0..%d)",
                       b->token[i], i, V - 1);
             return -1;
         }
         if (s < 0 || s >= c->p.n_seq_max) {
-            sp_seterr(err, errlen, "sequence id %d at batch index %d (must be 0..%d)", s, i,
+            seterr(err, errlen, "sequence id %d at batch index %d (must be 0..%d)", s, i,
                       c->p.n_seq_max - 1);
             return -1;
         }
         int32_t want = c->kv->ops->len(c->kv, s) + c->seq_n[s];
         if (b->pos[i] != want) {
-            sp_seterr(err, errlen, "token at batch index %d has position %d but sequence %d "
+            seterr(err, errlen, "token at batch index %d has position %d but sequence %d "
                       "continues at %d", i, b->pos[i], s, want);
             return -1;
         }
@@ -354,7 +354,7 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
     const sp_model *m = c->m;
     const sp_model_info *h = &m->info;
     if (validate(c, b, err, errlen)) return -1;
-    c->ops = sp_fwd_ops_get(); /* the level in use now (sp_kernels_force may switch it) */
+    c->ops = fwd_ops_get(); /* the level in use now (kernels_force may switch it) */
     const int32_t B = b->n_tokens, E = h->n_embd, H = h->n_head, Hk = h->n_head_kv;
     const int32_t D = h->head_dim, F = h->n_ff, V = h->n_vocab;
     const int32_t QD = H * D, KD = Hk * D;
@@ -364,7 +364,7 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
         if (!c->seq_n[s]) continue;
         if (c->kv->ops->reserve(c->kv, s, c->seq_n[s])) {
             release_reservations(c); /* a failed reserve changes nothing */
-            sp_seterr(err, errlen, "sequence %d would exceed the context of %d positions or "
+            seterr(err, errlen, "sequence %d would exceed the context of %d positions or "
                       "the KV store is full", s, c->p.n_ctx);
             return -1;
         }
@@ -377,7 +377,7 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
         float *nl = realloc(c->logits, (size_t)n_out * V * sizeof(float));
         if (!nl) {
             release_reservations(c);
-            sp_seterr(err, errlen, "out of memory for %d rows of logits", n_out);
+            seterr(err, errlen, "out of memory for %d rows of logits", n_out);
             return -1;
         }
         c->logits = nl;
@@ -385,9 +385,9 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
     }
 
     /* token embeddings: dequantized rows of token_embd */
-    const size_t erow = sp_row_size(m->tok_embd.type, E);
+    const size_t erow = row_size(m->tok_embd.type, E);
     for (int32_t i = 0; i < B; i++)
-        sp_dequantize_row(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)b->token[i] * erow,
+        dequantize_row(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)b->token[i] * erow,
                           c->x + (size_t)i * E, E);
 
     for (int32_t i = 0; i < B; i++)
@@ -399,12 +399,12 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
     const int32_t n_runs_out = n_out < B ? make_runs(b, c->out_rows, n_out, runs_out) : 0;
     int32_t nb = B; /* rows carried through the sub-blocks after attention */
     for (int32_t l = 0; l < h->n_layer; l++) {
-        const sp_layer *y = &m->layers[l];
+        const model_layer *y = &m->layers[l];
         for (int32_t i = 0; i < B; i++)
-            sp_rmsnorm(c->x + (size_t)i * E, y->attn_norm, c->xn + (size_t)i * E, E, h->norm_eps);
-        matmul(c, &y->wq, c->xn, B, c->q);
-        matmul(c, &y->wk, c->xn, B, c->k);
-        matmul(c, &y->wv, c->xn, B, c->v);
+            ops_rmsnorm(c->x + (size_t)i * E, y->attn_norm, c->xn + (size_t)i * E, E, h->norm_eps);
+        weight_matmul(c, &y->wq, c->xn, B, c->q);
+        weight_matmul(c, &y->wk, c->xn, B, c->k);
+        weight_matmul(c, &y->wv, c->xn, B, c->v);
         for (int32_t i = 0; i < B; i++) {
             float *q = c->q + (size_t)i * QD, *k = c->k + (size_t)i * KD, *v = c->v + (size_t)i * KD;
             if (y->bq) {
@@ -418,8 +418,8 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
             void *kr = c->kv->ops->k_row(c->kv, l, b->seq[i], b->pos[i]);
             void *vr = c->kv->ops->v_row(c->kv, l, b->seq[i], b->pos[i]);
             if (f16kv) { /* the dispatched converter: F16C where the CPU has it */
-                sp_quantize_row(SP_TYPE_F16, k, kr, KD);
-                sp_quantize_row(SP_TYPE_F16, v, vr, KD);
+                quantize_row(SP_TYPE_F16, k, kr, KD);
+                quantize_row(SP_TYPE_F16, v, vr, KD);
             } else {
                 memcpy(kr, k, (size_t)KD * sizeof(float));
                 memcpy(vr, v, (size_t)KD * sizeof(float));
@@ -429,7 +429,7 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
          * prefill chunk wants one of many); every row's K/V is stored above */
         const bool cut = l == h->n_layer - 1 && n_out < B;
         attn_task at = {c, b, l, cut ? runs_out : c->runs, cut ? n_runs_out : n_runs, 0};
-        if (at.n_runs) sp_pool_run(c->pool, attn_worker, &at);
+        if (at.n_runs) pool_run(c->pool, attn_worker, &at);
         if (l == h->n_layer - 1 && n_out < B) {
             /* the last layer's K/V are stored; past this point only the rows
              * that produce logits matter (a prefill chunk wants one of many),
@@ -442,23 +442,23 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
             nb = n_out;
             if (nb == 0) break;
         }
-        matmul(c, &y->wo, c->att, nb, c->xn);
+        weight_matmul(c, &y->wo, c->att, nb, c->xn);
         for (int64_t j = 0; j < (int64_t)nb * E; j++) c->x[j] += c->xn[j];
 
         for (int32_t i = 0; i < nb; i++)
-            sp_rmsnorm(c->x + (size_t)i * E, y->ffn_norm, c->xn + (size_t)i * E, E, h->norm_eps);
-        matmul(c, &y->w_gate, c->xn, nb, c->gate);
-        matmul(c, &y->w_up, c->xn, nb, c->up);
+            ops_rmsnorm(c->x + (size_t)i * E, y->ffn_norm, c->xn + (size_t)i * E, E, h->norm_eps);
+        weight_matmul(c, &y->w_gate, c->xn, nb, c->gate);
+        weight_matmul(c, &y->w_up, c->xn, nb, c->up);
         glu_task gt = {c, (int64_t)nb * F};
-        sp_pool_run(c->pool, glu_worker, &gt);
-        matmul(c, &y->w_down, c->gate, nb, c->xn);
+        pool_run(c->pool, glu_worker, &gt);
+        weight_matmul(c, &y->w_down, c->gate, nb, c->xn);
         for (int64_t j = 0; j < (int64_t)nb * E; j++) c->x[j] += c->xn[j];
     }
 
     /* final norm and the output head: row o of x is output o now */
     for (int32_t o = 0; o < n_out; o++)
-        sp_rmsnorm(c->x + (size_t)o * E, m->output_norm, c->xn + (size_t)o * E, E, h->norm_eps);
-    if (n_out) matmul(c, &m->output, c->xn, n_out, c->logits);
+        ops_rmsnorm(c->x + (size_t)o * E, m->output_norm, c->xn + (size_t)o * E, E, h->norm_eps);
+    if (n_out) weight_matmul(c, &m->output, c->xn, n_out, c->logits);
     c->n_out = n_out;
 
     for (int32_t s = 0; s < c->p.n_seq_max; s++)

@@ -28,13 +28,13 @@ typedef struct {
 static bool get_u32_key(loader *l, const char *suffix, uint32_t *out, bool required) {
     char key[160];
     snprintf(key, sizeof(key), "%s.%s", l->m->arch->name, suffix);
-    if (sp_gguf_get_u32(l->m->gguf, key, out)) return true;
+    if (gguf_get_u32(l->m->gguf, key, out)) return true;
     if (required) {
-        if (sp_gguf_find_key(l->m->gguf, key) >= 0)
-            sp_seterr(l->err, l->errlen, "%s: metadata %s has a type or value that is not a 32-bit count",
+        if (gguf_find_key(l->m->gguf, key) >= 0)
+            seterr(l->err, l->errlen, "%s: metadata %s has a type or value that is not a 32-bit count",
                       l->path, key);
         else
-            sp_seterr(l->err, l->errlen, "%s: missing metadata %s", l->path, key);
+            seterr(l->err, l->errlen, "%s: missing metadata %s", l->path, key);
     }
     return false;
 }
@@ -47,15 +47,15 @@ static bool get_u32_key(loader *l, const char *suffix, uint32_t *out, bool requi
 static bool get_f32_key(loader *l, const char *suffix, float lo, float hi, float *out) {
     char key[160];
     snprintf(key, sizeof(key), "%s.%s", l->m->arch->name, suffix);
-    if (sp_gguf_find_key(l->m->gguf, key) < 0) return true;
+    if (gguf_find_key(l->m->gguf, key) < 0) return true;
     float f;
-    if (!sp_gguf_get_f32(l->m->gguf, key, &f)) {
-        sp_seterr(l->err, l->errlen, "%s: metadata %s is not a floating-point number", l->path,
+    if (!gguf_get_f32(l->m->gguf, key, &f)) {
+        seterr(l->err, l->errlen, "%s: metadata %s is not a floating-point number", l->path,
                   key);
         return false;
     }
     if (!isfinite(f) || f < lo || f > hi) {
-        sp_seterr(l->err, l->errlen, "%s: metadata %s = %g is out of range (a finite number in "
+        seterr(l->err, l->errlen, "%s: metadata %s = %g is out of range (a finite number in "
                   "[%g, %g])", l->path, key, f, lo, hi);
         return false;
     }
@@ -66,28 +66,28 @@ static bool get_f32_key(loader *l, const char *suffix, float lo, float hi, float
 /* Finds a 2-D weight [n_in -> n_out]; fails with a message on absence (when
  * required), wrong shape or a type without kernels. */
 static bool load_weight(loader *l, const char *name, int64_t n_in, int64_t n_out, bool required,
-                        sp_weight *w) {
-    const sp_gguf_tensor *t = sp_gguf_find_tensor(l->m->gguf, name);
+                        model_weight *w) {
+    const gguf_tensor *t = gguf_find_tensor(l->m->gguf, name);
     memset(w, 0, sizeof(*w));
     if (!t) {
-        if (required) sp_seterr(l->err, l->errlen, "%s: missing tensor %s", l->path, name);
+        if (required) seterr(l->err, l->errlen, "%s: missing tensor %s", l->path, name);
         return !required;
     }
     if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1) {
-        sp_seterr(l->err, l->errlen,
+        seterr(l->err, l->errlen,
                   "%s: tensor %s has shape [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
                   "], expected [%" PRId64 ", %" PRId64 "]",
                   l->path, name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], n_in, n_out);
         return false;
     }
-    const sp_type_traits *tt = sp_type_info(t->type);
+    const type_traits *tt = type_info(t->type);
     if (!tt || !tt->supported) {
-        sp_seterr(l->err, l->errlen, "%s: tensor %s has type %s, which Specula does not support "
+        seterr(l->err, l->errlen, "%s: tensor %s has type %s, which Specula does not support "
                   "(supported: f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)",
                   l->path, name, tt ? tt->name : "unknown");
         return false;
     }
-    *w = (sp_weight){t->data, t->type, n_in, n_out, NULL, NULL};
+    *w = (model_weight){t->data, t->type, n_in, n_out, NULL, NULL};
     l->m->info.n_params += (uint64_t)(n_in * n_out);
     l->m->info.weight_bytes += t->nbytes;
     return true;
@@ -95,29 +95,29 @@ static bool load_weight(loader *l, const char *name, int64_t n_in, int64_t n_out
 
 /* A 1-D vector of n values converted to an owned f32 array. */
 static bool load_vec(loader *l, const char *name, int64_t n, bool required, float **out) {
-    const sp_gguf_tensor *t = sp_gguf_find_tensor(l->m->gguf, name);
+    const gguf_tensor *t = gguf_find_tensor(l->m->gguf, name);
     *out = NULL;
     if (!t) {
-        if (required) sp_seterr(l->err, l->errlen, "%s: missing tensor %s", l->path, name);
+        if (required) seterr(l->err, l->errlen, "%s: missing tensor %s", l->path, name);
         return !required;
     }
     if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1) {
-        sp_seterr(l->err, l->errlen, "%s: tensor %s has shape [%" PRId64 ", %" PRId64
+        seterr(l->err, l->errlen, "%s: tensor %s has shape [%" PRId64 ", %" PRId64
                   "], expected [%" PRId64 "]", l->path, name, t->ne[0], t->ne[1], n);
         return false;
     }
-    const sp_type_traits *tt = sp_type_info(t->type);
+    const type_traits *tt = type_info(t->type);
     if (!tt || !(tt->supported) || n % tt->blck) {
-        sp_seterr(l->err, l->errlen, "%s: tensor %s has unsupported type %s", l->path, name,
+        seterr(l->err, l->errlen, "%s: tensor %s has unsupported type %s", l->path, name,
                   tt ? tt->name : "unknown");
         return false;
     }
     *out = malloc((size_t)n * sizeof(float));
     if (!*out) {
-        sp_seterr(l->err, l->errlen, "out of memory");
+        seterr(l->err, l->errlen, "out of memory");
         return false;
     }
-    sp_dequantize_row(t->type, t->data, *out, n);
+    dequantize_row(t->type, t->data, *out, n);
     l->m->info.n_params += (uint64_t)n;
     l->m->info.weight_bytes += t->nbytes;
     return true;
@@ -139,7 +139,7 @@ static bool load_hparams(loader *l) {
     {
         char key[160];
         snprintf(key, sizeof(key), "%s.attention.head_count_kv", m->arch->name);
-        if (sp_gguf_find_key(m->gguf, key) >= 0) { /* present: must be one count */
+        if (gguf_find_key(m->gguf, key) >= 0) { /* present: must be one count */
             if (!get_u32_key(l, "attention.head_count_kv", &v, true)) return false;
             h->n_head_kv = (int32_t)v;
         }
@@ -149,7 +149,7 @@ static bool load_hparams(loader *l) {
         /* 0 or beyond what a context can have (forward.c's limit): the
          * default context would be 0, or negative as an int32_t */
         if (v == 0 || v > (1u << 24)) {
-            sp_seterr(l->err, l->errlen, "%s: metadata %s.context_length = %u is out of range "
+            seterr(l->err, l->errlen, "%s: metadata %s.context_length = %u is out of range "
                       "(1 to %u)", l->path, m->arch->name, v, 1u << 24);
             return false;
         }
@@ -158,7 +158,7 @@ static bool load_hparams(loader *l) {
     if (h->n_embd <= 0 || h->n_embd > (1 << 16) || h->n_layer <= 0 || h->n_layer > 1024 ||
         h->n_head <= 0 || h->n_head > 1024 || h->n_head_kv <= 0 || h->n_ff <= 0 ||
         h->n_ff > (1 << 20) || h->n_head % h->n_head_kv != 0 || h->n_embd % h->n_head != 0) {
-        sp_seterr(l->err, l->errlen,
+        seterr(l->err, l->errlen,
                   "%s: inconsistent hyperparameters (n_embd %d, n_layer %d, n_head %d, "
                   "n_head_kv %d, n_ff %d)", l->path, h->n_embd, h->n_layer, h->n_head,
                   h->n_head_kv, h->n_ff);
@@ -170,13 +170,13 @@ static bool load_hparams(loader *l) {
     if (get_u32_key(l, "rope.dimension_count", &v, false)) rope_dims = v;
     if (h->head_dim <= 0 || h->head_dim > 1024 || h->head_dim % 2 ||
         rope_dims != (uint32_t)h->head_dim) {
-        sp_seterr(l->err, l->errlen, "%s: head_dim %d with rope.dimension_count %u is not "
+        seterr(l->err, l->errlen, "%s: head_dim %d with rope.dimension_count %u is not "
                   "supported (partial RoPE)", l->path, h->head_dim, rope_dims);
         return false;
     }
     /* the value head must be the key head: one head_dim throughout */
     if (get_u32_key(l, "attention.value_length", &v, false) && v != (uint32_t)h->head_dim) {
-        sp_seterr(l->err, l->errlen, "%s: attention.value_length %u differs from the key length "
+        seterr(l->err, l->errlen, "%s: attention.value_length %u differs from the key length "
                   "%d, which is not supported", l->path, v, h->head_dim);
         return false;
     }
@@ -192,14 +192,14 @@ static bool load_hparams(loader *l) {
     h->rope_freq_scale = 1.0f;
     char key[160];
     snprintf(key, sizeof(key), "%s.rope.scaling.type", m->arch->name);
-    sp_gguf_str st;
-    if (sp_gguf_get_str(m->gguf, key, &st) && st.n == 6 && memcmp(st.p, "linear", 6) == 0) {
+    gguf_str st;
+    if (gguf_get_str(m->gguf, key, &st) && st.n == 6 && memcmp(st.p, "linear", 6) == 0) {
         /* 0 means no scaling, as in llama.cpp; else its inverse scales the
          * positions, so it must be a sane positive number */
         float f = 0.0f;
         if (!get_f32_key(l, "rope.scaling.factor", 0.0f, 1e6f, &f)) return false;
         if (f > 0 && f < 1e-6f) {
-            sp_seterr(l->err, l->errlen, "%s: metadata %s.rope.scaling.factor = %g is out of "
+            seterr(l->err, l->errlen, "%s: metadata %s.rope.scaling.factor = %g is out of "
                       "range (0, or a number in [1e-06, 1e+06])", l->path, m->arch->name, f);
             return false;
         }
@@ -214,32 +214,32 @@ static bool load_tensors(loader *l) {
     const int64_t E = h->n_embd, F = h->n_ff, V = h->n_vocab;
     const int64_t QD = (int64_t)h->n_head * h->head_dim, KD = (int64_t)h->n_head_kv * h->head_dim;
     if (!load_weight(l, "token_embd.weight", E, V, true, &m->tok_embd)) return false;
-    h->tok_embd_bytes = sp_row_size(m->tok_embd.type, E) * (uint64_t)V;
+    h->tok_embd_bytes = row_size(m->tok_embd.type, E) * (uint64_t)V;
     if (!load_vec(l, "output_norm.weight", E, true, &m->output_norm)) return false;
     if (!load_weight(l, "output.weight", E, V, false, &m->output)) return false;
     h->tied_output = m->output.data == NULL;
     if (h->tied_output) m->output = m->tok_embd;
-    const sp_gguf_tensor *rf = sp_gguf_find_tensor(m->gguf, "rope_freqs.weight");
+    const gguf_tensor *rf = gguf_find_tensor(m->gguf, "rope_freqs.weight");
     if (rf && !load_vec(l, "rope_freqs.weight", h->head_dim / 2, true, &m->rope_factors))
         return false;
     /* the RoPE angles are divided by these */
     for (int32_t i = 0; m->rope_factors && i < h->head_dim / 2; i++)
         if (!isfinite(m->rope_factors[i]) || !(m->rope_factors[i] > 0)) {
-            sp_seterr(l->err, l->errlen, "%s: rope_freqs.weight[%d] = %g (the frequency factors "
+            seterr(l->err, l->errlen, "%s: rope_freqs.weight[%d] = %g (the frequency factors "
                       "must be finite and positive)", l->path, i, m->rope_factors[i]);
             return false;
         }
     h->rope_freq_factors = m->rope_factors != NULL;
 
-    m->layers = calloc((size_t)h->n_layer, sizeof(sp_layer));
+    m->layers = calloc((size_t)h->n_layer, sizeof(model_layer));
     if (!m->layers) {
-        sp_seterr(l->err, l->errlen, "out of memory");
+        seterr(l->err, l->errlen, "out of memory");
         return false;
     }
     char name[96];
 #define NAME(fmt) (snprintf(name, sizeof(name), "blk.%d." fmt, i), name)
     for (int i = 0; i < h->n_layer; i++) {
-        sp_layer *y = &m->layers[i];
+        model_layer *y = &m->layers[i];
         bool bias = m->arch->qkv_bias;
         if (!load_vec(l, NAME("attn_norm.weight"), E, true, &y->attn_norm) ||
             !load_weight(l, NAME("attn_q.weight"), E, QD, true, &y->wq) ||
@@ -267,12 +267,12 @@ static bool load_tensors(loader *l) {
  * Not an error when it cannot be done: the file's layout serves. */
 static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-/* Matrix i of the 1 + 7 * n_layer that sp_matmul multiplies by: the output
+/* Matrix i of the 1 + 7 * n_layer that matmul multiplies by: the output
  * head, then each layer's. */
-static sp_weight *matrix_at(sp_model *m, int i) {
+static model_weight *matrix_at(sp_model *m, int i) {
     if (i == 0) return &m->output;
-    sp_layer *y = &m->layers[(i - 1) / 7];
-    sp_weight *lw[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
+    model_layer *y = &m->layers[(i - 1) / 7];
+    model_weight *lw[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
     return lw[(i - 1) % 7];
 }
 
@@ -282,80 +282,80 @@ static void repack_weights(sp_model *m) {
     const int n = 1 + 7 * m->info.n_layer;
     size_t total = 0;
     for (int i = 0; i < n; i++) {
-        const sp_weight *w = matrix_at(m, i);
-        total += align_up(sp_matmul_packed_size(w->type, w->n_out, w->n_in), 64);
+        const model_weight *w = matrix_at(m, i);
+        total += align_up(matmul_packed_size(w->type, w->n_out, w->n_in), 64);
     }
     if (!total) return;
-    const double t0 = sp_time_s();
+    const double t0 = time_s();
     void *mem = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) return;
     madvise(mem, total, MADV_HUGEPAGE);
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     size_t off = 0;
     for (int i = 0; i < n; i++) {
-        sp_weight *w = matrix_at(m, i);
-        const size_t sz = sp_matmul_packed_size(w->type, w->n_out, w->n_in);
+        model_weight *w = matrix_at(m, i);
+        const size_t sz = matmul_packed_size(w->type, w->n_out, w->n_in);
         if (!sz) continue;
-        w->packed_level = sp_matmul_pack(w->type, w->data, w->n_out, w->n_in, (uint8_t *)mem + off);
+        w->packed_level = matmul_pack(w->type, w->data, w->n_out, w->n_in, (uint8_t *)mem + off);
         w->packed = (uint8_t *)mem + off;
         off += align_up(sz, 64);
         if (w->data == m->tok_embd.data) continue; /* tied: the token table reads it */
         const uintptr_t a = align_up((uintptr_t)w->data, page);
-        const uintptr_t b = ((uintptr_t)w->data + sp_row_size(w->type, w->n_in) * (size_t)w->n_out) / page * page;
+        const uintptr_t b = ((uintptr_t)w->data + row_size(w->type, w->n_in) * (size_t)w->n_out) / page * page;
         if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
     }
     mprotect(mem, total, PROT_READ);
     m->packed = mem;
     m->packed_len = total;
     m->info.repacked_bytes = off;
-    m->info.repack_s = sp_time_s() - t0;
+    m->info.repack_s = time_s() - t0;
 }
 
 sp_model *sp_model_load(const char *path, sp_model_params params, char *err, size_t errlen) {
-    sp_kernels_init();
+    kernels_init();
     sp_model *m = calloc(1, sizeof(*m));
     if (!m) {
-        sp_seterr(err, errlen, "out of memory");
+        seterr(err, errlen, "out of memory");
         return NULL;
     }
     loader l = {m, err, errlen, path};
-    m->gguf = sp_gguf_open(path, err, errlen);
+    m->gguf = gguf_open(path, err, errlen);
     if (!m->gguf) goto fail;
 
     /* vocab_only / meta_only: the tokenizer does not depend on the
      * architecture, so any (or none) is accepted, as llama.cpp's vocab-only
      * mode loads the tokenizer.* keys of any file */
     const bool partial = params.vocab_only || params.meta_only;
-    sp_gguf_str arch;
-    if (!sp_gguf_get_str(m->gguf, "general.architecture", &arch)) {
+    gguf_str arch;
+    if (!gguf_get_str(m->gguf, "general.architecture", &arch)) {
         if (!partial) {
-            sp_seterr(err, errlen, "%s: missing metadata general.architecture", path);
+            seterr(err, errlen, "%s: missing metadata general.architecture", path);
             goto fail;
         }
-        arch = (sp_gguf_str){"", 0};
+        arch = (gguf_str){"", 0};
     }
     snprintf(m->arch_name, sizeof(m->arch_name), "%.*s",
              (int)SP_MIN(arch.n, sizeof(m->arch_name) - 1), arch.p);
-    m->arch = sp_arch_find(m->arch_name);
+    m->arch = arch_find(m->arch_name);
     if (!m->arch && !partial) {
-        sp_seterr(err, errlen, "%s: architecture '%s' is not supported (supported: %s)", path,
+        seterr(err, errlen, "%s: architecture '%s' is not supported (supported: %s)", path,
                   m->arch_name, sp_arch_names());
         goto fail;
     }
     m->info.arch = m->arch ? m->arch->name : m->arch_name;
-    sp_gguf_str nm;
-    if (sp_gguf_get_str(m->gguf, "general.name", &nm))
+    gguf_str nm;
+    if (gguf_get_str(m->gguf, "general.name", &nm))
         snprintf(m->name, sizeof(m->name), "%.*s", (int)SP_MIN(nm.n, 127), nm.p);
     m->info.name = m->name;
 
     if (params.meta_only) {
-        m->vocab = sp_vocab_load(m->gguf, m->vocab_err, sizeof(m->vocab_err));
+        m->vocab = vocab_load(m->gguf, m->vocab_err, sizeof(m->vocab_err));
         if (m->vocab) m->info.n_vocab = sp_vocab_n_tokens(m->vocab);
         return m;
     }
-    m->vocab = sp_vocab_load(m->gguf, m->vocab_err, sizeof(m->vocab_err));
+    m->vocab = vocab_load(m->gguf, m->vocab_err, sizeof(m->vocab_err));
     if (!m->vocab) {
-        sp_seterr(err, errlen, "%s: %s", path, m->vocab_err);
+        seterr(err, errlen, "%s: %s", path, m->vocab_err);
         goto fail;
     }
     m->info.n_vocab = sp_vocab_n_tokens(m->vocab);
@@ -373,7 +373,7 @@ void sp_model_free(sp_model *m) {
     if (!m) return;
     if (m->layers) {
         for (int i = 0; i < m->info.n_layer; i++) {
-            sp_layer *y = &m->layers[i];
+            model_layer *y = &m->layers[i];
             free(y->attn_norm);
             free(y->ffn_norm);
             free(y->bq);
@@ -385,8 +385,8 @@ void sp_model_free(sp_model *m) {
     free(m->output_norm);
     free(m->rope_factors);
     if (m->packed) munmap(m->packed, m->packed_len);
-    sp_vocab_free(m->vocab);
-    sp_gguf_close(m->gguf);
+    vocab_free(m->vocab);
+    gguf_close(m->gguf);
     free(m);
 }
 
@@ -405,29 +405,29 @@ static int copy_out(const char *s, size_t n, char *buf, size_t len) {
 }
 
 int32_t sp_model_meta_count(const sp_model *m) {
-    int64_t n = sp_gguf_n_kv(m->gguf);
+    int64_t n = gguf_n_kv(m->gguf);
     return (int32_t)(n > INT32_MAX ? INT32_MAX : n);
 }
 
 int sp_model_meta_key_by_index(const sp_model *m, int32_t i, char *buf, size_t len) {
     if (i < 0 || i >= sp_model_meta_count(m)) return -1;
-    const char *k = sp_gguf_key(m->gguf, i);
+    const char *k = gguf_key(m->gguf, i);
     return copy_out(k, strlen(k), buf, len);
 }
 
 int sp_model_meta_val_str_by_index(const sp_model *m, int32_t i, char *buf, size_t len) {
     if (i < 0 || i >= sp_model_meta_count(m)) return -1;
     char tmp[1024];
-    sp_gguf_kv_format(m->gguf, i, tmp, sizeof(tmp));
+    gguf_kv_format(m->gguf, i, tmp, sizeof(tmp));
     return copy_out(tmp, strlen(tmp), buf, len);
 }
 
-int64_t sp_model_n_tensors(const sp_model *m) { return sp_gguf_n_tensors(m->gguf); }
+int64_t sp_model_n_tensors(const sp_model *m) { return gguf_n_tensors(m->gguf); }
 
 int sp_model_tensor_desc(const sp_model *m, int64_t i, sp_tensor_desc *out) {
-    if (i < 0 || i >= sp_gguf_n_tensors(m->gguf)) return -1;
-    const sp_gguf_tensor *t = sp_gguf_tensor_at(m->gguf, i);
-    const sp_type_traits *ti = sp_type_info(t->type);
+    if (i < 0 || i >= gguf_n_tensors(m->gguf)) return -1;
+    const gguf_tensor *t = gguf_tensor_at(m->gguf, i);
+    const type_traits *ti = type_info(t->type);
     out->name = t->name;
     out->type = ti ? ti->name : "?";
     out->n_dims = t->n_dims;
@@ -439,8 +439,8 @@ int sp_model_tensor_desc(const sp_model *m, int64_t i, sp_tensor_desc *out) {
 /* bytes per tensor type */
 static void print_tensor_types(const sp_model *m, FILE *f) {
     uint64_t bytes[SP_TYPE_COUNT] = {0}, count[SP_TYPE_COUNT] = {0};
-    for (int64_t i = 0; i < sp_gguf_n_tensors(m->gguf); i++) {
-        const sp_gguf_tensor *t = sp_gguf_tensor_at(m->gguf, i);
+    for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
+        const gguf_tensor *t = gguf_tensor_at(m->gguf, i);
         if ((int)t->type < SP_TYPE_COUNT) {
             bytes[t->type] += t->nbytes;
             count[t->type]++;
@@ -450,7 +450,7 @@ static void print_tensor_types(const sp_model *m, FILE *f) {
     bool any = false;
     for (int t = 0; t < SP_TYPE_COUNT; t++)
         if (count[t]) {
-            fprintf(f, " %s x%" PRIu64 " (%.1f MiB)", sp_type_info(t)->name, count[t],
+            fprintf(f, " %s x%" PRIu64 " (%.1f MiB)", type_info(t)->name, count[t],
                     bytes[t] / 1048576.0);
             any = true;
         }
@@ -461,8 +461,8 @@ void sp_model_print_info(const sp_model *m, int n_ctx, void *file) {
     FILE *f = file;
     const sp_model_info *h = &m->info;
     fprintf(f, "file:          GGUF v%u, %zu bytes, %" PRId64 " tensors, %" PRId64 " metadata keys\n",
-            sp_gguf_version(m->gguf), sp_gguf_file_size(m->gguf), sp_gguf_n_tensors(m->gguf),
-            sp_gguf_n_kv(m->gguf));
+            gguf_version(m->gguf), gguf_file_size(m->gguf), gguf_n_tensors(m->gguf),
+            gguf_n_kv(m->gguf));
     fprintf(f, "name:          %s\n", h->name[0] ? h->name : "(none)");
     if (m->arch)
         fprintf(f, "architecture:  %s (rope %s%s)\n", h->arch,
@@ -498,12 +498,12 @@ void sp_model_print_info(const sp_model *m, int n_ctx, void *file) {
     if (h->repacked_bytes)
         fprintf(f, "repacked:      %.1f MiB of them for the %s kernels in %.2f s (a copy; the file's pages are "
                    "released; SPECULA_REPACK=0 keeps the file's layout)\n",
-                h->repacked_bytes / 1048576.0, sp_kernels_level(), h->repack_s);
+                h->repacked_bytes / 1048576.0, kernels_level(), h->repack_s);
 }
 
 int sp_model_meta_str(const sp_model *m, const char *key, char *buf, size_t len) {
-    sp_gguf_str s;
-    if (!m->gguf || !sp_gguf_get_str(m->gguf, key, &s)) return -1;
+    gguf_str s;
+    if (!m->gguf || !gguf_get_str(m->gguf, key, &s)) return -1;
     if (buf && len) {
         size_t n = s.n < len - 1 ? s.n : len - 1;
         memcpy(buf, s.p, n);

@@ -4,7 +4,7 @@
  *   E  n_embd           H  n_head        Hk n_head_kv     D  head_dim
  *   F  n_ff             V  n_vocab       L  n_layer
  * A weight "[in -> out]" is stored as out rows of in elements (GGUF ne0 =
- * in, ne1 = out), which is the layout sp_matmul takes.
+ * in, ne1 = out), which is the layout matmul takes.
  */
 #ifndef SP_MODEL_H
 #define SP_MODEL_H
@@ -15,64 +15,64 @@
 #include "kernels/kernels.h"
 #include "tokenizer/tokenizer.h"
 
-typedef enum { SP_ROPE_NORM = 0, SP_ROPE_NEOX = 2 } sp_rope_kind;
+typedef enum { SP_ROPE_NORM = 0, SP_ROPE_NEOX = 2 } rope_kind;
 
 /* One row per architecture: what differs between families is data here,
  * not a fork of the forward pass. */
 typedef struct {
     const char *name;       /* general.architecture */
-    sp_rope_kind rope;      /* NORM: adjacent pairs (llama); NEOX: halves */
+    rope_kind rope;      /* NORM: adjacent pairs (llama); NEOX: halves */
     bool qkv_bias;          /* attn_{q,k,v}.bias present (qwen2) */
     float default_eps;      /* when the rms-eps key is absent */
     float default_rope_base;
-} sp_arch;
+} model_arch;
 
-const sp_arch *sp_arch_find(const char *name);
+const model_arch *arch_find(const char *name);
 
-/* A matrix used by sp_matmul, pointing into the mapped file; packed: the
+/* A matrix used by matmul, pointing into the mapped file; packed: the
  * same rows repacked at load for the kernel level packed_level (see
- * sp_matmul_pack), in sp_model.packed, or NULL. */
+ * matmul_pack), in sp_model.packed, or NULL. */
 typedef struct {
     const void *data;
-    sp_type type;
+    tensor_type type;
     int64_t n_in;   /* ne0: dot-product length */
     int64_t n_out;  /* ne1: rows */
     const void *packed;
     const char *packed_level;
-} sp_weight;
+} model_weight;
 
 typedef struct {
     float *attn_norm;      /* [E] (owned f32 copy) */
-    sp_weight wq;          /* [E -> H*D] */
-    sp_weight wk;          /* [E -> Hk*D] */
-    sp_weight wv;          /* [E -> Hk*D] */
-    sp_weight wo;          /* [H*D -> E] */
+    model_weight wq;          /* [E -> H*D] */
+    model_weight wk;          /* [E -> Hk*D] */
+    model_weight wv;          /* [E -> Hk*D] */
+    model_weight wo;          /* [H*D -> E] */
     float *bq, *bk, *bv;   /* [H*D], [Hk*D], [Hk*D] or NULL */
     float *ffn_norm;       /* [E] */
-    sp_weight w_gate;      /* [E -> F] */
-    sp_weight w_up;        /* [E -> F] */
-    sp_weight w_down;      /* [F -> E] */
-} sp_layer;
+    model_weight w_gate;      /* [E -> F] */
+    model_weight w_up;        /* [E -> F] */
+    model_weight w_down;      /* [F -> E] */
+} model_layer;
 
 struct sp_model {
-    sp_gguf *gguf;         /* the mapping every sp_weight points into */
+    gguf_file *gguf;         /* the mapping every model_weight points into */
     sp_vocab *vocab;       /* NULL only when loaded meta_only without a tokenizer */
-    const sp_arch *arch;   /* NULL when this build cannot run the architecture
+    const model_arch *arch;   /* NULL when this build cannot run the architecture
                               (vocab_only / meta_only loads) */
     sp_model_info info;
     char arch_name[64];    /* general.architecture as the file says */
     char name[128];
     char vocab_err[512];   /* why the tokenizer did not load (meta_only keeps the model) */
-    sp_weight tok_embd;    /* [E -> V]: row t is token t's embedding */
+    model_weight tok_embd;    /* [E -> V]: row t is token t's embedding */
     float *output_norm;    /* [E] */
-    sp_weight output;      /* [E -> V] (== tok_embd when tied) */
+    model_weight output;      /* [E -> V] (== tok_embd when tied) */
     float *rope_factors;   /* [D/2] llama3-style frequency divisors, or NULL */
-    sp_layer *layers;      /* [L] */
+    model_layer *layers;      /* [L] */
     void *packed;          /* anonymous mapping of every packed weight, or NULL */
     size_t packed_len;
 };
 
-struct sp_kv;
+struct kv_store;
 /* A context whose K/V live in a store the caller owns (the engine's paged
  * pool): kv must match the model's layer count and kv_dim and have
  * p.n_seq_max slots, and must outlive the context, which never frees it.
@@ -82,16 +82,16 @@ struct sp_kv;
  * on its thread). Two pools would each keep a worker spinning for a while
  * after its last run, on cores the other pool needs: on two cores, drafting
  * then verifying ran 15-30% slower. */
-sp_context *sp_context_create_with_kv(const sp_model *m, sp_context_params p, struct sp_kv *kv,
+sp_context *context_create_with_kv(const sp_model *m, sp_context_params p, struct kv_store *kv,
                                       const sp_context *share_threads, char *err, size_t errlen);
 
 /* 32 bytes that tell models apart cheaply (SHA-256 over the hyperparameters
  * and the head and tail of every matrix): the RAM prefix cache mixes them
  * into every block hash. Sampled: not enough where K/V outlives the process
  * (src/model/fingerprint.c). */
-void sp_model_fingerprint(const sp_model *m, uint8_t out[32]);
+void model_fingerprint(const sp_model *m, uint8_t out[32]);
 /* SHA-256 of every byte of the model file, read through the mapping (the
  * disk tier keys its rows on it). 0, or -1 when libcrypto fails. */
-int sp_model_file_hash(const sp_model *m, uint8_t out[32]);
+int model_file_hash(const sp_model *m, uint8_t out[32]);
 
 #endif

@@ -8,7 +8,7 @@
 #include "common.h"
 #include "kernels/kernels.h"
 
-void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
+void ops_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
     double sum = 0.0;
     for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
     const float scale = 1.0f / sqrtf((float)(sum / n) + eps);
@@ -18,7 +18,7 @@ void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) 
 /* ggml's AVX-512 vector exp, one lane: x = n ln2 + b (ln2 in two parts, n
  * by the 1.5 * 2^23 rounding trick), exp(b) by a degree-5 polynomial in
  * two FMA halves, then scaled by 2^n (scalef); |n| > 192 gives 0 or inf. */
-float sp_exp_ggml(float x) {
+float ops_exp_ggml(float x) {
     const float r = 0x1.8p23f;
     const float z = fmaf(x, 0x1.715476p+0f, r);
     const float n = z - r;
@@ -30,31 +30,31 @@ float sp_exp_ggml(float x) {
     return ldexpf(j, (int)n); /* scalef: exact, rounded once where subnormal */
 }
 
-float sp_reduce16(const float v[16]) {
+float ops_reduce16(const float v[16]) {
     float h[8], q[4];
     for (int l = 0; l < 8; l++) h[l] = v[l + 8] + v[l];
     for (int l = 0; l < 4; l++) q[l] = h[l + 4] + h[l];
     return (q[0] + q[2]) + (q[1] + q[3]);
 }
 
-float sp_softmax_exp(float *scores, int32_t n, float max) {
+float ops_softmax_exp(float *scores, int32_t n, float max) {
     double sum = 0.0;
     for (int32_t i = 0; i < n; i += 16) {
         float v[16];
-        for (int l = 0; l < 16; l++) v[l] = i + l < n ? (scores[i + l] = sp_exp_ggml(scores[i + l] - max)) : 0.0f;
-        sum += (double)sp_reduce16(v);
+        for (int l = 0; l < 16; l++) v[l] = i + l < n ? (scores[i + l] = ops_exp_ggml(scores[i + l] - max)) : 0.0f;
+        sum += (double)ops_reduce16(v);
     }
     return (float)(1.0 / sum);
 }
 
-static float round16(float x) { return sp_f16_to_f32(sp_f32_to_f16(x)); }
+static float round16(float x) { return f16_to_f32(f32_to_f16(x)); }
 
 static float kv_at(const void *base, size_t i, bool f16) {
-    return f16 ? sp_f16_to_f32(((const sp_f16 *)base)[i]) : ((const float *)base)[i];
+    return f16 ? f16_to_f32(((const f16_t *)base)[i]) : ((const float *)base)[i];
 }
 
 /* The order of ops.h, one lane at a time. */
-static void ref_attn_head(const float *q, sp_kv *kv, int32_t layer, int32_t seq, int32_t g,
+static void ref_attn_head(const float *q, kv_store *kv, int32_t layer, int32_t seq, int32_t g,
                           int32_t D, int32_t n_pos, float scale, float *scores, uint16_t *q16,
                           float *out) {
     const bool f16 = kv->type == SP_TYPE_F16;
@@ -71,13 +71,13 @@ static void ref_attn_head(const float *q, sp_kv *kv, int32_t layer, int32_t seq,
             float acc[16] = {0};
             const size_t o = (size_t)j * kv_dim + (size_t)g * D;
             for (int d = 0; d < D; d++) acc[d % 16] = fmaf(qr[d], kv_at(kb, o + d, f16), acc[d % 16]);
-            const float s = sp_reduce16(acc) * scale;
+            const float s = ops_reduce16(acc) * scale;
             scores[p + j] = s;
             if (s > max) max = s;
         }
         p += n;
     }
-    const float inv = sp_softmax_exp(scores, n_pos, max);
+    const float inv = ops_softmax_exp(scores, n_pos, max);
     float part[16][SP_HEAD_DIM_MAX];
     for (int r = 0; r < 16; r++) {
         for (int d = 0; d < D; d++) part[r][d] = 0.0f;
@@ -96,15 +96,15 @@ static void ref_attn_head(const float *q, sp_kv *kv, int32_t layer, int32_t seq,
     for (int d = 0; d < D; d++) {
         float v[16];
         for (int r = 0; r < 16; r++) v[r] = part[r][d];
-        out[d] = sp_reduce16(v);
+        out[d] = ops_reduce16(v);
     }
 }
 
 static void ref_swiglu(int64_t n, const float *g, const float *u, float *y) {
-    for (int64_t i = 0; i < n; i++) y[i] = g[i] / (1.0f + sp_exp_ggml(0.0f - g[i])) * u[i];
+    for (int64_t i = 0; i < n; i++) y[i] = g[i] / (1.0f + ops_exp_ggml(0.0f - g[i])) * u[i];
 }
 
-void sp_attn_run(const sp_fwd_ops *o, const float *q, size_t q_stride, int32_t nq, int32_t nh, sp_kv *kv,
+void ops_attn_run(const fwd_ops *o, const float *q, size_t q_stride, int32_t nq, int32_t nh, kv_store *kv,
                  int32_t layer, int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
                  float *scores, size_t sc_stride, uint16_t *q16, float *out, size_t out_stride) {
     if (o->attn_run) {
@@ -119,7 +119,7 @@ void sp_attn_run(const sp_fwd_ops *o, const float *q, size_t q_stride, int32_t n
                          scores, q16, out + (size_t)t * out_stride + (size_t)j * D);
 }
 
-void sp_attn_rows(sp_kv *kv, int32_t layer, int32_t seq, int32_t p0, int32_t p1, int32_t off, int32_t D, size_t esz,
+void ops_attn_rows(kv_store *kv, int32_t layer, int32_t seq, int32_t p0, int32_t p1, int32_t off, int32_t D, size_t esz,
                   int v, const char **rows) {
     const size_t rs = (size_t)kv->kv_dim * esz;
     for (int32_t p = p0; p < p1;) {
@@ -134,16 +134,16 @@ void sp_attn_rows(sp_kv *kv, int32_t layer, int32_t seq, int32_t p0, int32_t p1,
     }
 }
 
-static const sp_fwd_ops REF = {ref_attn_head, NULL, ref_swiglu};
+static const fwd_ops REF = {ref_attn_head, NULL, ref_swiglu};
 
-const sp_fwd_ops *sp_fwd_ops_ref(void) { return &REF; }
+const fwd_ops *fwd_ops_ref(void) { return &REF; }
 
-const sp_fwd_ops *sp_fwd_ops_get(void) {
+const fwd_ops *fwd_ops_get(void) {
     /* follows the matmul level on every call (not cached), so that
-     * sp_kernels_force switches the forward operations with the kernels,
+     * kernels_force switches the forward operations with the kernels,
      * as kernels.h promises */
-    const char *level = sp_kernels_init();
-    if (!strcmp(level, "avx512")) return sp_fwd_ops_avx512();
-    if (!strcmp(level, "avx2")) return sp_fwd_ops_avx2();
+    const char *level = kernels_init();
+    if (!strcmp(level, "avx512")) return fwd_ops_avx512();
+    if (!strcmp(level, "avx2")) return fwd_ops_avx2();
     return &REF;
 }

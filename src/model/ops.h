@@ -17,13 +17,13 @@ typedef struct {
      * KV head g. Mirrors llama.cpp's non-flash path as its CPU backend runs
      * a prompt (tinyBLAS): with an f16 KV store, q and the probabilities are
      * rounded to f16 before their products; q.k in 16 lanes over d (lane
-     * d % 16, FMA in order of d) summed by sp_reduce16, times scale;
-     * sp_softmax_exp; out[d] as 16 partial sums over the positions
-     * p = r mod 16 (FMA in order of p) summed by sp_reduce16. Every token
+     * d % 16, FMA in order of d) summed by ops_reduce16, times scale;
+     * ops_softmax_exp; out[d] as 16 partial sums over the positions
+     * p = r mod 16 (FMA in order of p) summed by ops_reduce16. Every token
      * takes this order, in any batch (llama.cpp's single-token steps take
      * another, which would make a token's logits depend on its batch).
      * scores must hold n_pos floats; q16 D halves (scratch). */
-    void (*attn_head)(const float *q, sp_kv *kv, int32_t layer, int32_t seq, int32_t g,
+    void (*attn_head)(const float *q, kv_store *kv, int32_t layer, int32_t seq, int32_t g,
                       int32_t D, int32_t n_pos, float scale, float *scores, uint16_t *q16,
                       float *out);
     /* The same for the nq x nh queries of one sequence that share KV head g:
@@ -37,25 +37,25 @@ typedef struct {
      * prefill chunk, cheaper than k tokens one at a time, and the heads of a
      * GQA group cheaper than one head at a time, without changing any
      * token's logits. NULL in a variant that has nothing to share
-     * (sp_attn_run loops attn_head). */
-    void (*attn_run)(const float *q, size_t q_stride, int32_t nq, int32_t nh, sp_kv *kv, int32_t layer,
+     * (ops_attn_run loops attn_head). */
+    void (*attn_run)(const float *q, size_t q_stride, int32_t nq, int32_t nh, kv_store *kv, int32_t layer,
                      int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
                      float *scores, size_t sc_stride, uint16_t *q16, float *out,
                      size_t out_stride);
     /* y[i] = silu(g[i]) * u[i] */
     void (*swiglu)(int64_t n, const float *g, const float *u, float *y);
-} sp_fwd_ops;
+} fwd_ops;
 
 /* Tokens per attention run (the forward pass cuts longer runs), and rows
  * of scores an attn_run is given. */
 #define SP_ATTN_MAX_Q 16
 
-/* The variant of the kernel level in use (sp_kernels_init: the best the CPU
+/* The variant of the kernel level in use (kernels_init: the best the CPU
  * has, or SPECULA_KERNELS). */
-const sp_fwd_ops *sp_fwd_ops_get(void);
-const sp_fwd_ops *sp_fwd_ops_ref(void);
-const sp_fwd_ops *sp_fwd_ops_avx2(void);
-const sp_fwd_ops *sp_fwd_ops_avx512(void);
+const fwd_ops *fwd_ops_get(void);
+const fwd_ops *fwd_ops_ref(void);
+const fwd_ops *fwd_ops_avx2(void);
+const fwd_ops *fwd_ops_avx512(void);
 
 /* One query of an attention run: its head's q, where it writes, and the
  * positions [0, n) it attends to. */
@@ -63,41 +63,41 @@ typedef struct {
     const float *q;
     float *out;
     int32_t n;
-} sp_attn_query;
+} attn_query;
 
 /* aq[0 .. qn) = queries i0 .. i0 + qn - 1 of an attn_run's nq x nh, taken
  * token by token (a token's heads attend to the same positions): the
  * variants' attn_run cut a run into groups this way. */
-static inline void sp_attn_queries(const float *q, size_t q_stride, int32_t nh, int32_t D, int32_t n_pos0,
-                                   float *out, size_t out_stride, int32_t i0, int qn, sp_attn_query *aq) {
+static inline void attn_queries(const float *q, size_t q_stride, int32_t nh, int32_t D, int32_t n_pos0,
+                                   float *out, size_t out_stride, int32_t i0, int qn, attn_query *aq) {
     for (int i = 0; i < qn; i++) {
         const int32_t t = (i0 + i) / nh, j = (i0 + i) % nh;
-        aq[i] = (sp_attn_query){q + (size_t)t * q_stride + (size_t)j * D, out + (size_t)t * out_stride + (size_t)j * D,
+        aq[i] = (attn_query){q + (size_t)t * q_stride + (size_t)j * D, out + (size_t)t * out_stride + (size_t)j * D,
                                 n_pos0 + t};
     }
 }
 
 /* o's attn_run, or attn_head per query when o has none. */
-void sp_attn_run(const sp_fwd_ops *o, const float *q, size_t q_stride, int32_t nq, int32_t nh, sp_kv *kv,
+void ops_attn_run(const fwd_ops *o, const float *q, size_t q_stride, int32_t nq, int32_t nh, kv_store *kv,
                  int32_t layer, int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
                  float *scores, size_t sc_stride, uint16_t *q16, float *out, size_t out_stride);
 
 /* scores[i] = exp(scores[i] - max) in place; returns 1 / their sum (the
  * softmax's normalizer, applied by the caller where it uses the weights).
  * The order of ggml_vec_soft_max_f32 (AVX-512) over llama.cpp's KV rows,
- * which it pads with -inf: sp_exp_ggml, each aligned group of 16 summed
- * by sp_reduce16 (a last partial group as if padded with zeros), the
+ * which it pads with -inf: ops_exp_ggml, each aligned group of 16 summed
+ * by ops_reduce16 (a last partial group as if padded with zeros), the
  * groups' sums added in double. */
-float sp_softmax_exp(float *scores, int32_t n, float max);
+float ops_softmax_exp(float *scores, int32_t n, float max);
 
 /* exp(x) with the operations and roundings of ggml's AVX-512 vector exp
  * (llama.cpp's softmax and SiLU), one lane; the SIMD variants' exp equals
  * it in every lane. */
-float sp_exp_ggml(float x);
+float ops_exp_ggml(float x);
 
 /* v[0] + ... + v[15] in the order of GCC's _mm512_reduce_add_ps: halves,
  * quarters, then (q0 + q2) + (q1 + q3). */
-float sp_reduce16(const float v[16]);
+float ops_reduce16(const float v[16]);
 
 /* rows[i] = position p0 + i's K (v = 0) or V (v = 1) row of seq in layer,
  * from element off on, for p0 + i < p1 (p1 - p0 <= SP_ATTN_ROWS), each
@@ -108,13 +108,13 @@ float sp_reduce16(const float v[16]);
  * rows are gathered (and prefetched) while the block before it is worked
  * on, ~64 rows ahead. */
 #define SP_ATTN_ROWS 64
-void sp_attn_rows(sp_kv *kv, int32_t layer, int32_t seq, int32_t p0, int32_t p1, int32_t off, int32_t D, size_t esz,
+void ops_attn_rows(kv_store *kv, int32_t layer, int32_t seq, int32_t p0, int32_t p1, int32_t off, int32_t D, size_t esz,
                   int v, const char **rows);
 
 /* Largest head size the attention variants take. */
 #define SP_HEAD_DIM_MAX 1024
 
 /* y[n] = x / rms(x) * w  (sum of squares in double, as llama.cpp) */
-void sp_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
+void ops_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
 
 #endif

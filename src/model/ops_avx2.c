@@ -18,11 +18,11 @@ static inline float hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* ggml's AVX-512 vector exp on 8 lanes (sp_exp_ggml in every lane): the
+/* ggml's AVX-512 vector exp on 8 lanes (ops_exp_ggml in every lane): the
  * same FMAs; its scalef by 2^n as a multiply by 2^n built in the exponent
  * bits, exact while -126 <= n <= 127 (a subnormal result rounds once, as
  * scalef's); the rare vectors with a lane outside (x below about -87 or
- * above 88) go lane by lane through sp_exp_ggml. */
+ * above 88) go lane by lane through ops_exp_ggml. */
 static inline __m256 exp256(__m256 x) {
     const __m256 r = _mm256_set1_ps(0x1.8p23f);
     const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
@@ -32,7 +32,7 @@ static inline __m256 exp256(__m256 x) {
     if (_mm256_movemask_ps(inr) != 0xFF) {
         float v[8];
         _mm256_storeu_ps(v, x);
-        for (int l = 0; l < 8; l++) v[l] = sp_exp_ggml(v[l]);
+        for (int l = 0; l < 8; l++) v[l] = ops_exp_ggml(v[l]);
         return _mm256_loadu_ps(v);
     }
     const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
@@ -46,10 +46,10 @@ static inline __m256 exp256(__m256 x) {
     return _mm256_mul_ps(j, _mm256_castsi256_ps(e));
 }
 
-/* sp_reduce16 of lanes lo (0-7) and hi (8-15) */
+/* ops_reduce16 of lanes lo (0-7) and hi (8-15) */
 static inline float reduce16(__m256 lo, __m256 hi) { return hsum256(_mm256_add_ps(hi, lo)); }
 
-/* sp_softmax_exp with two 8-lane halves per group of 16. */
+/* ops_softmax_exp with two 8-lane halves per group of 16. */
 static float softmax_exp256(float *s, int32_t n, float max) {
     const __m256 m = _mm256_set1_ps(max);
     double sum = 0.0;
@@ -75,13 +75,13 @@ static inline __m256 load8(const void *base, size_t i, bool f16) {
 }
 
 /* The order of ops.h with 16-lane groups as two 8-lane halves. */
-static void avx2_attn_head(const float *q, sp_kv *kv, int32_t layer, int32_t seq, int32_t g,
+static void avx2_attn_head(const float *q, kv_store *kv, int32_t layer, int32_t seq, int32_t g,
                            int32_t D, int32_t n_pos, float scale, float *scores, uint16_t *q16,
                            float *out) {
     const bool f16 = kv->type == SP_TYPE_F16;
     const int32_t kv_dim = kv->kv_dim;
     if (D % 16 || D > 256) { /* other head sizes take the reference path */
-        sp_fwd_ops_ref()->attn_head(q, kv, layer, seq, g, D, n_pos, scale, scores, q16, out);
+        fwd_ops_ref()->attn_head(q, kv, layer, seq, g, D, n_pos, scale, scores, q16, out);
         return;
     }
     float qf[256];
@@ -161,7 +161,7 @@ enum { QG2 = 4, VB2 = SP_ATTN_ROWS };
  * queries' chains and sums stay in registers (with a variable count they
  * went through the stack: 1024 positions, 5 tokens, 15% slower than one
  * query at a time) */
-static inline __attribute__((always_inline)) void avx2_attn_group(const sp_attn_query *aq, const int qn, sp_kv *kv,
+static inline __attribute__((always_inline)) void avx2_attn_group(const attn_query *aq, const int qn, kv_store *kv,
                                                                   int32_t layer, int32_t seq, int32_t g, int32_t D,
                                                                   float scale, float *scores, size_t sc_stride) {
     const bool f16 = kv->type == SP_TYPE_F16;
@@ -181,11 +181,11 @@ static inline __attribute__((always_inline)) void avx2_attn_group(const sp_attn_
     }
     const char *rows[2][VB2]; /* this block's rows and the next's */
     const int32_t n_blk = (n_end + VB2 - 1) / VB2;
-    if (n_blk) sp_attn_rows(kv, layer, seq, 0, SP_MIN(VB2, n_end), g * D, D, esz, 0, rows[0]);
+    if (n_blk) ops_attn_rows(kv, layer, seq, 0, SP_MIN(VB2, n_end), g * D, D, esz, 0, rows[0]);
     for (int32_t bk = 0; bk < n_blk; bk++) {
         const char **kr = (const char **)rows[bk & 1];
         const int32_t b0 = bk * VB2, b1 = SP_MIN(b0 + VB2, n_end);
-        if (bk + 1 < n_blk) sp_attn_rows(kv, layer, seq, b1, SP_MIN(b1 + VB2, n_end), g * D, D, esz, 0, rows[(bk + 1) & 1]);
+        if (bk + 1 < n_blk) ops_attn_rows(kv, layer, seq, b1, SP_MIN(b1 + VB2, n_end), g * D, D, esz, 0, rows[(bk + 1) & 1]);
         for (int32_t P = b0; P < b1; P++) {
             __m256 lo[QG2], hi[QG2];
             _Pragma("GCC unroll 4") for (int t = 0; t < qn; t++) lo[t] = hi[t] = _mm256_setzero_ps();
@@ -222,11 +222,11 @@ static inline __attribute__((always_inline)) void avx2_attn_group(const sp_attn_
     for (int t = 0; t < qn; t++)
         for (int r = 0; r < 16; r++)
             for (int d = 0; d < D; d += 8) _mm256_store_ps(PART(t, r) + d, _mm256_setzero_ps());
-    if (n_blk) sp_attn_rows(kv, layer, seq, 0, SP_MIN(VB2, n_end), g * D, D, esz, 1, rows[0]);
+    if (n_blk) ops_attn_rows(kv, layer, seq, 0, SP_MIN(VB2, n_end), g * D, D, esz, 1, rows[0]);
     for (int32_t bk = 0; bk < n_blk; bk++) {
         const char **vr = (const char **)rows[bk & 1];
         const int32_t b0 = bk * VB2, b1 = SP_MIN(b0 + VB2, n_end);
-        if (bk + 1 < n_blk) sp_attn_rows(kv, layer, seq, b1, SP_MIN(b1 + VB2, n_end), g * D, D, esz, 1, rows[(bk + 1) & 1]);
+        if (bk + 1 < n_blk) ops_attn_rows(kv, layer, seq, b1, SP_MIN(b1 + VB2, n_end), g * D, D, esz, 1, rows[(bk + 1) & 1]);
         for (int r = 0; r < 16 && b0 + r < b1; r++)
             for (int d = 0; d < D; d += 8) {
                 __m256 A[QG2];
@@ -253,20 +253,20 @@ static inline __attribute__((always_inline)) void avx2_attn_group(const sp_attn_
 
 /* The nq x nh queries token by token (a token's heads attend to the same
  * positions), QG2 at a time (2 past D = 128: their partial sums' room). */
-static void avx2_attn_run(const float *q, size_t q_stride, int32_t nq, int32_t nh, sp_kv *kv, int32_t layer,
+static void avx2_attn_run(const float *q, size_t q_stride, int32_t nq, int32_t nh, kv_store *kv, int32_t layer,
                           int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
                           float *scores, size_t sc_stride, uint16_t *q16, float *out,
                           size_t out_stride) {
     if (D % 16 || D > 256) { /* other head sizes: the reference, one query at a time */
-        sp_attn_run(sp_fwd_ops_ref(), q, q_stride, nq, nh, kv, layer, seq, g, D, n_pos0, scale, scores, sc_stride,
+        ops_attn_run(fwd_ops_ref(), q, q_stride, nq, nh, kv, layer, seq, g, D, n_pos0, scale, scores, sc_stride,
                     q16, out, out_stride);
         return;
     }
     const int32_t nall = nq * nh, qg = D > 128 ? 2 : QG2;
     for (int32_t i0 = 0; i0 < nall; i0 += qg) {
-        sp_attn_query aq[QG2];
+        attn_query aq[QG2];
         const int qn = (int)SP_MIN(qg, nall - i0);
-        sp_attn_queries(q, q_stride, nh, D, n_pos0, out, out_stride, i0, qn, aq);
+        attn_queries(q, q_stride, nh, D, n_pos0, out, out_stride, i0, qn, aq);
         switch (qn) {
         case 1: avx2_attn_group(aq, 1, kv, layer, seq, g, D, scale, scores, sc_stride); break;
         case 2: avx2_attn_group(aq, 2, kv, layer, seq, g, D, scale, scores, sc_stride); break;
@@ -285,8 +285,8 @@ static void avx2_swiglu(int64_t n, const float *g, const float *u, float *y) {
         __m256 s = _mm256_div_ps(x, _mm256_add_ps(one, e));
         _mm256_storeu_ps(y + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
     }
-    for (; i < n; i++) y[i] = g[i] / (1.0f + sp_exp_ggml(0.0f - g[i])) * u[i];
+    for (; i < n; i++) y[i] = g[i] / (1.0f + ops_exp_ggml(0.0f - g[i])) * u[i];
 }
 
-static const sp_fwd_ops AVX2 = {avx2_attn_head, avx2_attn_run, avx2_swiglu};
-const sp_fwd_ops *sp_fwd_ops_avx2(void) { return &AVX2; }
+static const fwd_ops AVX2 = {avx2_attn_head, avx2_attn_run, avx2_swiglu};
+const fwd_ops *fwd_ops_avx2(void) { return &AVX2; }

@@ -41,7 +41,7 @@ AI __m512 load_row(const void *base, int c, bool f16) {
                : _mm512_loadu_ps((const float *)base + 16 * c);
 }
 
-/* ggml's AVX-512 vector exp (sp_exp_ggml in every lane). */
+/* ggml's AVX-512 vector exp (ops_exp_ggml in every lane). */
 AI __m512 exp512(__m512 x) {
     const __m512 r = _mm512_set1_ps(0x1.8p23f);
     const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
@@ -61,8 +61,8 @@ AI __m512 exp512(__m512 x) {
     return _mm512_mask_blend_ps(d, res, alt);
 }
 
-/* sp_softmax_exp (ops.h) with 16 lanes: one group per vector, the last
- * one zero-padded, each reduced as sp_reduce16 and added in double. */
+/* ops_softmax_exp (ops.h) with 16 lanes: one group per vector, the last
+ * one zero-padded, each reduced as ops_reduce16 and added in double. */
 static float softmax_exp512(float *s, int32_t n, float max) {
     const __m512 m = _mm512_set1_ps(max);
     double sum = 0.0;
@@ -76,7 +76,7 @@ static float softmax_exp512(float *s, int32_t n, float max) {
 }
 
 /* 16 positions' 16-lane partial dot products v[p] -> lane p = the sum of
- * v[p] in sp_reduce16's order (h[l] = v[l+8] + v[l], q[l] = h[l+4] + h[l],
+ * v[p] in ops_reduce16's order (h[l] = v[l+8] + v[l], q[l] = h[l+4] + h[l],
  * (q0 + q2) + (q1 + q3)), every add vertical: 15 adds and 31 shuffles for
  * 16 scores, where a horizontal sum per score took ~8 dependent ops. */
 AI __m512 reduce16x16(const float (*v)[16]) {
@@ -102,7 +102,7 @@ AI __m512 reduce16x16(const float (*v)[16]) {
 
 /* The qn (<= QG) queries aq[] of KV head g of one sequence; query t keeps
  * its scores in scores + t * sc_stride. */
-AI void attn_group(const sp_attn_query *aq, const int QG, const int DC, int qn, sp_kv *kv, int32_t layer,
+AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, kv_store *kv, int32_t layer,
                    int32_t seq, int32_t g, float scale, float *scores, size_t sc_stride) {
     const bool f16 = kv->type == SP_TYPE_F16;
     const int32_t D = 16 * DC, kv_dim = kv->kv_dim;
@@ -134,11 +134,11 @@ AI void attn_group(const sp_attn_query *aq, const int QG, const int DC, int qn, 
     enum { VB = SP_ATTN_ROWS };
     const char *krow[2][VB]; /* K rows (this KV head's slice) of this block and the next */
     const int32_t n_kb = (n_end + VB - 1) / VB;
-    if (n_kb) sp_attn_rows(kv, layer, seq, 0, SP_MIN(VB, n_end), g * D, D, esz, 0, krow[0]);
+    if (n_kb) ops_attn_rows(kv, layer, seq, 0, SP_MIN(VB, n_end), g * D, D, esz, 0, krow[0]);
     for (int32_t bk = 0; bk < n_kb; bk++) {
         const char **kr = krow[bk & 1];
         const int32_t b0 = bk * VB, b1 = SP_MIN(b0 + VB, n_end);
-        if (bk + 1 < n_kb) sp_attn_rows(kv, layer, seq, b1, SP_MIN(b1 + VB, n_end), g * D, D, esz, 0, krow[(bk + 1) & 1]);
+        if (bk + 1 < n_kb) ops_attn_rows(kv, layer, seq, b1, SP_MIN(b1 + VB, n_end), g * D, D, esz, 0, krow[(bk + 1) & 1]);
         for (int32_t P = b0; P < b1; P++) {
             __m512 K[8];
             _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) K[c] = load_row(kr[P - b0], c, f16);
@@ -179,7 +179,7 @@ AI void attn_group(const sp_attn_query *aq, const int QG, const int DC, int qn, 
         lo = SP_MIN(lo, lim[t]);
     }
     /* out = 16 partial sums over the positions of each residue mod 16,
-     * reduced as sp_reduce16 (ops.h); each partial sum accumulates its
+     * reduced as ops_reduce16 (ops.h); each partial sum accumulates its
      * positions in increasing order (FMA), so the sums are those of 16
      * separate passes. part[t][r] holds residue r's sums between blocks.
      * Positions every query attends to go in blocks of 64: per residue, its
@@ -194,10 +194,10 @@ AI void attn_group(const sp_attn_query *aq, const int QG, const int DC, int qn, 
     }
     const char *vrow[2][VB]; /* V rows (this KV head's slice) of this block and the next */
     const int32_t n_blk = lo / VB;
-    if (n_blk) sp_attn_rows(kv, layer, seq, 0, VB, g * D, D, esz, 1, vrow[0]);
+    if (n_blk) ops_attn_rows(kv, layer, seq, 0, VB, g * D, D, esz, 1, vrow[0]);
     for (int32_t bk = 0; bk < n_blk; bk++) {
         const char **vr = vrow[bk & 1];
-        if (bk + 1 < n_blk) sp_attn_rows(kv, layer, seq, (bk + 1) * VB, (bk + 2) * VB, g * D, D, esz, 1, vrow[(bk + 1) & 1]);
+        if (bk + 1 < n_blk) ops_attn_rows(kv, layer, seq, (bk + 1) * VB, (bk + 2) * VB, g * D, D, esz, 1, vrow[(bk + 1) & 1]);
         const int32_t base = bk * VB;
         for (int r = 0; r < 16; r++) {
             __m512 A[4][8];
@@ -255,20 +255,20 @@ AI void attn_group(const sp_attn_query *aq, const int QG, const int DC, int qn, 
  * accumulators) plus one K/V row fit the 32 zmm registers. The nq x nh
  * queries are taken token by token (the heads of a token attend to the same
  * positions), QG at a time. */
-AI void run_dc(const int DC, const float *q, size_t q_stride, int32_t nq, int32_t nh, sp_kv *kv, int32_t layer,
+AI void run_dc(const int DC, const float *q, size_t q_stride, int32_t nq, int32_t nh, kv_store *kv, int32_t layer,
                int32_t seq, int32_t g, int32_t n_pos0, float scale, float *scores, size_t sc_stride,
                float *out, size_t out_stride) {
     const int QG = 16 / DC > 4 ? 4 : 16 / DC;
     const int32_t D = 16 * DC, nall = nq * nh;
     for (int32_t i0 = 0; i0 < nall; i0 += QG) {
-        sp_attn_query aq[4];
+        attn_query aq[4];
         const int qn = (int)SP_MIN((int32_t)QG, nall - i0);
-        sp_attn_queries(q, q_stride, nh, D, n_pos0, out, out_stride, i0, qn, aq);
+        attn_queries(q, q_stride, nh, D, n_pos0, out, out_stride, i0, qn, aq);
         attn_group(aq, QG, DC, qn, kv, layer, seq, g, scale, scores, sc_stride);
     }
 }
 
-static void avx512_attn_run(const float *q, size_t q_stride, int32_t nq, int32_t nh, sp_kv *kv, int32_t layer,
+static void avx512_attn_run(const float *q, size_t q_stride, int32_t nq, int32_t nh, kv_store *kv, int32_t layer,
                             int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
                             float *scores, size_t sc_stride, uint16_t *q16, float *out,
                             size_t out_stride) {
@@ -280,12 +280,12 @@ static void avx512_attn_run(const float *q, size_t q_stride, int32_t nq, int32_t
         DC_CASE(1) DC_CASE(2) DC_CASE(3) DC_CASE(4) DC_CASE(5) DC_CASE(6) DC_CASE(7) DC_CASE(8)
 #undef DC_CASE
     default: /* other head sizes: AVX2's runs */
-        sp_attn_run(sp_fwd_ops_avx2(), q, q_stride, nq, nh, kv, layer, seq, g, D, n_pos0, scale, scores,
+        ops_attn_run(fwd_ops_avx2(), q, q_stride, nq, nh, kv, layer, seq, g, D, n_pos0, scale, scores,
                     sc_stride, q16, out, out_stride);
     }
 }
 
-static void avx512_attn_head(const float *q, sp_kv *kv, int32_t layer, int32_t seq, int32_t g,
+static void avx512_attn_head(const float *q, kv_store *kv, int32_t layer, int32_t seq, int32_t g,
                              int32_t D, int32_t n_pos, float scale, float *scores, uint16_t *q16,
                              float *out) {
     avx512_attn_run(q, (size_t)D, 1, 1, kv, layer, seq, g, D, n_pos, scale, scores, (size_t)n_pos, q16, out,
@@ -293,8 +293,8 @@ static void avx512_attn_head(const float *q, sp_kv *kv, int32_t layer, int32_t s
 }
 
 static void avx512_swiglu(int64_t n, const float *g, const float *u, float *y) {
-    sp_fwd_ops_avx2()->swiglu(n, g, u, y);
+    fwd_ops_avx2()->swiglu(n, g, u, y);
 }
 
-static const sp_fwd_ops AVX512 = {avx512_attn_head, avx512_attn_run, avx512_swiglu};
-const sp_fwd_ops *sp_fwd_ops_avx512(void) { return &AVX512; }
+static const fwd_ops AVX512 = {avx512_attn_head, avx512_attn_run, avx512_swiglu};
+const fwd_ops *fwd_ops_avx512(void) { return &AVX512; }

@@ -53,44 +53,44 @@ void sp_sampler_reset(sp_sampler *s) {
 
 sp_sampler *sp_sampler_create(sp_sampler_params p, int32_t n_vocab, char *err, size_t errlen) {
     if (n_vocab <= 0) {
-        sp_seterr(err, errlen, "n_vocab must be positive");
+        seterr(err, errlen, "n_vocab must be positive");
         return NULL;
     }
     if (!isfinite(p.temperature) || p.temperature < 0 || p.temperature > 100) {
-        sp_seterr(err, errlen, "temperature must be between 0 and 100");
+        seterr(err, errlen, "temperature must be between 0 and 100");
         return NULL;
     }
     if (!isfinite(p.top_p) || p.top_p <= 0 || p.top_p > 1) {
-        sp_seterr(err, errlen, "top_p must be in (0, 1]");
+        seterr(err, errlen, "top_p must be in (0, 1]");
         return NULL;
     }
     if (!isfinite(p.min_p) || p.min_p < 0 || p.min_p > 1) {
-        sp_seterr(err, errlen, "min_p must be in [0, 1]");
+        seterr(err, errlen, "min_p must be in [0, 1]");
         return NULL;
     }
     if (!isfinite(p.repeat_penalty) || p.repeat_penalty <= 0 || p.repeat_penalty > 10) {
-        sp_seterr(err, errlen, "repeat_penalty must be in (0, 10]");
+        seterr(err, errlen, "repeat_penalty must be in (0, 10]");
         return NULL;
     }
     if (!isfinite(p.frequency_penalty) || fabsf(p.frequency_penalty) > 2 ||
         !isfinite(p.presence_penalty) || fabsf(p.presence_penalty) > 2) {
-        sp_seterr(err, errlen, "frequency and presence penalties must be in [-2, 2]");
+        seterr(err, errlen, "frequency and presence penalties must be in [-2, 2]");
         return NULL;
     }
     if (p.n_logit_bias < 0 || (p.n_logit_bias && !p.logit_bias)) {
-        sp_seterr(err, errlen, "logit biases missing");
+        seterr(err, errlen, "logit biases missing");
         return NULL;
     }
     for (int32_t i = 0; i < p.n_logit_bias; i++)
         if (p.logit_bias[i].token < 0 || p.logit_bias[i].token >= n_vocab ||
             !isfinite(p.logit_bias[i].bias)) {
-            sp_seterr(err, errlen, "logit bias %d: token %d outside the vocabulary (0..%d) or "
+            seterr(err, errlen, "logit bias %d: token %d outside the vocabulary (0..%d) or "
                       "bias not finite", i, p.logit_bias[i].token, n_vocab - 1);
             return NULL;
         }
     if (p.top_k < 0) p.top_k = 0;
     if (p.penalty_last_n < 0 || p.penalty_last_n > (1 << 20)) {
-        sp_seterr(err, errlen, "penalty_last_n must be in [0, 1048576]");
+        seterr(err, errlen, "penalty_last_n must be in [0, 1048576]");
         return NULL;
     }
     sp_sampler *s = calloc(1, sizeof(*s));
@@ -112,7 +112,7 @@ sp_sampler *sp_sampler_create(sp_sampler_params p, int32_t n_vocab, char *err, s
     sp_sampler_reset(s);
     return s;
 oom:
-    sp_seterr(err, errlen, "out of memory");
+    seterr(err, errlen, "out of memory");
     sp_sampler_free(s);
     return NULL;
 }

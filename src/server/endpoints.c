@@ -5,7 +5,7 @@
 
 #include "server/internal.h"
 
-enum MHD_Result ep_health(sp_server *s, struct MHD_Connection *c, const char *url) {
+enum MHD_Result ep_health(http_server *s, struct MHD_Connection *c, const char *url) {
     if (s->draining) {
         static const char b[] = "{\"status\": \"draining\"}";
         return srv_send_body(s, c, url, 503, "application/json", b, sizeof(b) - 1, NULL);
@@ -18,7 +18,7 @@ enum MHD_Result ep_health(sp_server *s, struct MHD_Connection *c, const char *ur
     return srv_send_body(s, c, url, 200, "application/json", b, sizeof(b) - 1, NULL);
 }
 
-enum MHD_Result ep_metrics(sp_server *s, struct MHD_Connection *c, const char *url) {
+enum MHD_Result ep_metrics(http_server *s, struct MHD_Connection *c, const char *url) {
     sbuf b = {0};
     pthread_mutex_lock(&s->mu);
     int64_t active = s->active;
@@ -44,7 +44,7 @@ enum MHD_Result ep_metrics(sp_server *s, struct MHD_Connection *c, const char *u
 /* max_model_len (vLLM's name) and context_length are the configured context;
  * n_ctx_train is what the model was trained on, so a client can see when the
  * server was started past it (the output degrades there). */
-static void json_model(sbuf *b, sp_server *s) {
+static void json_model(sbuf *b, http_server *s) {
     sb_str(b, "{\"id\": ");
     sb_json_str(b, s->served_name, strlen(s->served_name));
     sb_printf(b, ", \"object\": \"model\", \"created\": %ld, \"owned_by\": \"specula\", "
@@ -55,7 +55,7 @@ static void json_model(sbuf *b, sp_server *s) {
 }
 
 /* GET /v1/models and /v1/models/NAME */
-enum MHD_Result ep_models(sp_server *s, struct MHD_Connection *c, const char *url) {
+enum MHD_Result ep_models(http_server *s, struct MHD_Connection *c, const char *url) {
     sbuf b = {0};
     if (url[10] == '/') {
         if (strcmp(url + 11, s->served_name))
@@ -70,7 +70,7 @@ enum MHD_Result ep_models(sp_server *s, struct MHD_Connection *c, const char *ur
     return srv_send_json(s, c, url, 200, &b);
 }
 
-enum MHD_Result ep_tokenize(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx) {
+enum MHD_Result ep_tokenize(http_server *s, struct MHD_Connection *c, const char *url, conn *cx) {
     sbuf b = {0};
     oai_error e;
     if (oai_tokenize(cx->body.p, cx->body.len, s->v, s->n_ctx, &b, &e)) {
@@ -80,7 +80,7 @@ enum MHD_Result ep_tokenize(sp_server *s, struct MHD_Connection *c, const char *
     return srv_send_json(s, c, url, 200, &b);
 }
 
-enum MHD_Result ep_detokenize(sp_server *s, struct MHD_Connection *c, const char *url,
+enum MHD_Result ep_detokenize(http_server *s, struct MHD_Connection *c, const char *url,
                               conn *cx) {
     sbuf b = {0};
     oai_error e;

@@ -133,7 +133,7 @@ static double take_tokens(sreq *r, const sp_event *ev, double t) {
 /* The final event (r->mu held): the statistics, the metrics, the server's
  * count of requests in flight. */
 static void take_finish(sreq *r, const sp_event *ev, double t) {
-    sp_server *s = r->s;
+    http_server *s = r->s;
     r->st = *ev->stats;
     if (ev->error) {
         snprintf(r->error, sizeof(r->error), "%s", ev->error);
@@ -159,7 +159,7 @@ static void take_finish(sreq *r, const sp_event *ev, double t) {
 
 static void on_event(const sp_event *ev, void *user) {
     sreq *r = user;
-    sp_server *s = r->s;
+    http_server *s = r->s;
     double t = now_ms(), itl = -1;
     pthread_mutex_lock(&r->mu);
     if (ev->n_tokens > 0) itl = take_tokens(r, ev, t);
@@ -318,7 +318,7 @@ static void stream_free(void *cls) { sreq_unref(cls); }
 
 /* ---- the plain answer ----------------------------------------------------- */
 
-enum MHD_Result gen_answer(sp_server *s, struct MHD_Connection *c, const char *url, sreq *r) {
+enum MHD_Result gen_answer(http_server *s, struct MHD_Connection *c, const char *url, sreq *r) {
     pthread_mutex_lock(&r->mu);
     if (!r->finished) {
         bool parked = park(r);
@@ -348,7 +348,7 @@ enum MHD_Result gen_answer(sp_server *s, struct MHD_Connection *c, const char *u
 /* ---- the steps of a generation request ----------------------------------- */
 
 /* Step 1: the body into q, then what only the server can check. */
-static int gen_parse(sp_server *s, const conn *cx, bool chat, oai_req *q, oai_error *e) {
+static int gen_parse(http_server *s, const conn *cx, bool chat, oai_req *q, oai_error *e) {
     if (oai_parse(cx->body.p, cx->body.len, chat, s->n_vocab, q, e) < 0) return -1;
     if (q->model && strcmp(q->model, s->served_name))
         return oai_seterr(e, 404, "invalid_request_error", "model", "model_not_found",
@@ -363,7 +363,7 @@ static int gen_parse(sp_server *s, const conn *cx, bool chat, oai_req *q, oai_er
 }
 
 /* Admission: one of s->active's places, or a 503 (draining) / 429. */
-static int gen_admit(sp_server *s, oai_error *e) {
+static int gen_admit(http_server *s, oai_error *e) {
     if (s->draining)
         return oai_seterr(e, 503, "service_unavailable", NULL, "shutting_down",
                           "the server is shutting down");
@@ -377,7 +377,7 @@ static int gen_admit(sp_server *s, oai_error *e) {
     return 0;
 }
 
-static void gen_release(sp_server *s) {
+static void gen_release(http_server *s) {
     pthread_mutex_lock(&s->mu);
     s->active--;
     pthread_mutex_unlock(&s->mu);
@@ -394,7 +394,7 @@ typedef struct {
 } gen_plan;
 
 /* As OpenAI: without a seed, sampled output varies from request to request. */
-static uint64_t fresh_seed(sp_server *s) {
+static uint64_t fresh_seed(http_server *s) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t x = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^
@@ -407,7 +407,7 @@ static uint64_t fresh_seed(sp_server *s) {
 /* Step 2: the engine's request for q. The prompt is tokenized up to
  * n_ctx - 1 tokens (the tokenizer stops there); whether it leaves room for
  * max_tokens is the engine's check (SP_ERR_CONTEXT at submission). */
-static int gen_build(sp_server *s, const oai_req *q, const char *tenant, gen_plan *p,
+static int gen_build(http_server *s, const oai_req *q, const char *tenant, gen_plan *p,
                      oai_error *e) {
     int32_t n = 0;
     if (oai_prompt_tokens(q, q->chat ? s->tmpl : CHAT_NONE, s->v, s->n_ctx - 1, &p->toks, &n, e))
@@ -446,7 +446,7 @@ static int gen_build(sp_server *s, const oai_req *q, const char *tenant, gen_pla
     return 0;
 }
 
-static void make_id(sp_server *s, const char *prefix, char *out, size_t len) {
+static void make_id(http_server *s, const char *prefix, char *out, size_t len) {
     uint64_t n = atomic_fetch_add(&s->seq, 1) + 1;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -455,8 +455,8 @@ static void make_id(sp_server *s, const char *prefix, char *out, size_t len) {
 }
 
 /* Registers r on the connection: its answer is the connection's, and
- * sp_server_stop's sweeps find it through the peer. */
-static void attach(sp_server *s, conn *cx, sreq *r) {
+ * server_stop's sweeps find it through the peer. */
+static void attach(http_server *s, conn *cx, sreq *r) {
     cx->r = r;
     pthread_mutex_lock(&s->reg_mu);
     if (cx->p) cx->p->r = r;
@@ -467,7 +467,7 @@ static void attach(sp_server *s, conn *cx, sreq *r) {
  * the preparation thread submits it, and the connection attaches it
  * later), and the engine's request. NULL + e when the engine refuses (the
  * admission place is given back then). */
-static sreq *gen_submit(sp_server *s, struct MHD_Connection *c, conn *cx, const char *tenant,
+static sreq *gen_submit(http_server *s, struct MHD_Connection *c, conn *cx, const char *tenant,
                         const oai_req *q, gen_plan *p, double t_arrive, oai_error *e) {
     sreq *r = calloc(1, sizeof(*r));
     if (!r) {
@@ -517,13 +517,13 @@ static sreq *gen_submit(sp_server *s, struct MHD_Connection *c, conn *cx, const 
     pthread_mutex_lock(&r->mu);
     r->id = id;
     pthread_mutex_unlock(&r->mu);
-    /* sp_server_stop may have swept the requests before this one had an id */
+    /* server_stop may have swept the requests before this one had an id */
     if (s->stopping) sreq_stop(r);
     return r;
 }
 
 /* Step 4: a stream's 200 and SSE reader; a plain request waits. */
-static enum MHD_Result gen_respond(sp_server *s, struct MHD_Connection *c, const char *url,
+static enum MHD_Result gen_respond(http_server *s, struct MHD_Connection *c, const char *url,
                                    sreq *r) {
     if (!r->stream) {
         /* no answer yet and not suspended: MHD calls again at once (its
@@ -554,19 +554,19 @@ static enum MHD_Result gen_respond(sp_server *s, struct MHD_Connection *c, const
 
 /* ---- on the preparation thread (prep.c) ---------------------------------- */
 
-void gen_prepare(sp_server *s, gen_prep *g) {
+void gen_prepare(http_server *s, gen_prep *g) {
     gen_plan p = {0};
     if (gen_build(s, &g->q, g->tenant, &p, &g->e)) gen_release(s);
     else g->r = gen_submit(s, g->c, NULL, g->tenant, &g->q, &p, g->t_arrive, &g->e);
     free(p.toks);
 }
 
-void gen_prepare_refuse(sp_server *s, gen_prep *g, const char *why) {
+void gen_prepare_refuse(http_server *s, gen_prep *g, const char *why) {
     gen_release(s);
     oai_seterr(&g->e, 503, "service_unavailable", NULL, "shutting_down", "%s", why);
 }
 
-enum MHD_Result gen_fail(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx,
+enum MHD_Result gen_fail(http_server *s, struct MHD_Connection *c, const char *url, conn *cx,
                          const oai_error *e) {
     char tenant[13];
     snprintf(tenant, sizeof(tenant), "%.12s", cx->tenant ? cx->tenant : "-");
@@ -575,7 +575,7 @@ enum MHD_Result gen_fail(sp_server *s, struct MHD_Connection *c, const char *url
     return srv_send_error(s, c, url, &copy);
 }
 
-enum MHD_Result gen_attach(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx,
+enum MHD_Result gen_attach(http_server *s, struct MHD_Connection *c, const char *url, conn *cx,
                            sreq *r) {
     attach(s, cx, r);
     return gen_respond(s, c, url, r);
@@ -583,7 +583,7 @@ enum MHD_Result gen_attach(sp_server *s, struct MHD_Connection *c, const char *u
 
 /* ---- the final call of a request ----------------------------------------- */
 
-enum MHD_Result gen_handle(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx,
+enum MHD_Result gen_handle(http_server *s, struct MHD_Connection *c, const char *url, conn *cx,
                            bool chat) {
     const double t_arrive = now_ms();
     oai_req q;

@@ -40,8 +40,8 @@ typedef struct peer {
     struct sreq *r;           /* reg_mu: its generation request (a reference), or NULL */
 } peer;
 
-struct sp_server {
-    sp_server_opts o;
+struct http_server {
+    server_opts o;
     struct MHD_Daemon *d;
     int port;
     unsigned char (*key_hash)[32]; /* SHA-256 of each API key */
@@ -95,7 +95,7 @@ struct sp_server {
  * response and the engine; freed when the last of them lets go
  * (sreq_unref). */
 typedef struct sreq {
-    sp_server *s;
+    http_server *s;
     pthread_mutex_t mu;
     int refs;
     int64_t id;                    /* engine id (0 until submitted) */
@@ -159,15 +159,15 @@ static inline double now_ms(void) {
 const char *srv_endpoint_label(const char *url);
 /* Adds Access-Control-Allow-Origin (and Vary: Origin) to resp when CORS is
  * on (--cors-origin) and the request's Origin is the allowed one. */
-void srv_cors_headers(const sp_server *s, struct MHD_Connection *c, struct MHD_Response *resp);
-enum MHD_Result srv_send_body(sp_server *s, struct MHD_Connection *c, const char *url, int code,
+void srv_cors_headers(const http_server *s, struct MHD_Connection *c, struct MHD_Response *resp);
+enum MHD_Result srv_send_body(http_server *s, struct MHD_Connection *c, const char *url, int code,
                               const char *type, const char *body, size_t len,
                               const char *retry_after);
 /* b as application/json (a 500 if b ran out of memory); frees b. */
-enum MHD_Result srv_send_json(sp_server *s, struct MHD_Connection *c, const char *url, int code,
+enum MHD_Result srv_send_json(http_server *s, struct MHD_Connection *c, const char *url, int code,
                               sbuf *b);
 /* e as an OpenAI error object, with Retry-After on a 429. */
-enum MHD_Result srv_send_error(sp_server *s, struct MHD_Connection *c, const char *url,
+enum MHD_Result srv_send_error(http_server *s, struct MHD_Connection *c, const char *url,
                                const oai_error *e);
 
 #define ERR(st, type, param, code, ...)                                                     \
@@ -179,11 +179,11 @@ enum MHD_Result srv_send_error(sp_server *s, struct MHD_Connection *c, const cha
 
 /* ---- generate.c ---- */
 /* The final call of a generation request (its body is in cx->body). */
-enum MHD_Result gen_handle(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx,
+enum MHD_Result gen_handle(http_server *s, struct MHD_Connection *c, const char *url, conn *cx,
                            bool chat);
 /* A later call of a plain (non-streaming) generation request: its answer
  * once the engine finished it, else the connection suspends again. */
-enum MHD_Result gen_answer(sp_server *s, struct MHD_Connection *c, const char *url, sreq *r);
+enum MHD_Result gen_answer(http_server *s, struct MHD_Connection *c, const char *url, sreq *r);
 void sreq_unref(sreq *r);
 /* A generation request prepared off the event loop: what the connection
  * parsed, and what the preparation gave (a submitted request, or the
@@ -197,13 +197,13 @@ typedef struct {
     oai_error e;                   /* when r is NULL */
 } gen_prep;
 /* On the preparation thread: build and submit g's request. */
-void gen_prepare(sp_server *s, gen_prep *g);
+void gen_prepare(http_server *s, gen_prep *g);
 /* ... or refuse it with a 503 (the server closes). */
-void gen_prepare_refuse(sp_server *s, gen_prep *g, const char *why);
+void gen_prepare_refuse(http_server *s, gen_prep *g, const char *why);
 /* On the connection again: the answer to a prepared request. */
-enum MHD_Result gen_attach(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx,
+enum MHD_Result gen_attach(http_server *s, struct MHD_Connection *c, const char *url, conn *cx,
                            sreq *r);
-enum MHD_Result gen_fail(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx,
+enum MHD_Result gen_fail(http_server *s, struct MHD_Connection *c, const char *url, conn *cx,
                          const oai_error *e);
 /* Cancels r's engine request (disconnect: counted as a client gone). */
 void sreq_cancel(sreq *r, bool disconnect);
@@ -214,32 +214,32 @@ void sreq_abort(sreq *r);
 
 /* ---- prep.c: the preparation thread ---- */
 typedef struct prep_job prep_job;
-int prep_init(sp_server *s);
+int prep_init(http_server *s);
 /* Ends the jobs still queued (503) and joins the thread. */
-void prep_stop(sp_server *s);
-void prep_destroy(sp_server *s);
+void prep_stop(http_server *s);
+void prep_destroy(http_server *s);
 /* Hands g to the thread (cx->job; -1 when it cannot: the caller goes on
  * itself). The connection must return MHD_YES without an answer; MHD calls
  * again, and prep_answer suspends it until the job is done. */
-int prep_start(sp_server *s, struct MHD_Connection *c, conn *cx, const gen_prep *g);
-enum MHD_Result prep_answer(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx);
+int prep_start(http_server *s, struct MHD_Connection *c, conn *cx, const gen_prep *g);
+enum MHD_Result prep_answer(http_server *s, struct MHD_Connection *c, const char *url, conn *cx);
 /* The connection completed (a client gone): the job runs on for nobody. */
-void prep_detach(sp_server *s, conn *cx);
+void prep_detach(http_server *s, conn *cx);
 
 /* ---- endpoints.c ---- */
-enum MHD_Result ep_health(sp_server *s, struct MHD_Connection *c, const char *url);
-enum MHD_Result ep_metrics(sp_server *s, struct MHD_Connection *c, const char *url);
-enum MHD_Result ep_models(sp_server *s, struct MHD_Connection *c, const char *url);
-enum MHD_Result ep_tokenize(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx);
-enum MHD_Result ep_detokenize(sp_server *s, struct MHD_Connection *c, const char *url,
+enum MHD_Result ep_health(http_server *s, struct MHD_Connection *c, const char *url);
+enum MHD_Result ep_metrics(http_server *s, struct MHD_Connection *c, const char *url);
+enum MHD_Result ep_models(http_server *s, struct MHD_Connection *c, const char *url);
+enum MHD_Result ep_tokenize(http_server *s, struct MHD_Connection *c, const char *url, conn *cx);
+enum MHD_Result ep_detokenize(http_server *s, struct MHD_Connection *c, const char *url,
                               conn *cx);
 
 /* The request log (log.c): one line per generation request that ended, as
  * it ends; the watcher calls log_summary every tick. status: the HTTP
  * status answered (200, or the refusal's); r NULL for a refusal before the
  * engine took it. */
-void log_request(sp_server *s, const char *rid, const char *tenant, int status, const sreq *r,
+void log_request(http_server *s, const char *rid, const char *tenant, int status, const sreq *r,
                  double t_arrive, double t_end);
-void log_summary(sp_server *s, double now);
+void log_summary(http_server *s, double now);
 
 #endif

@@ -42,7 +42,7 @@ typedef struct {
 
 /* The record as one line, text ("specula: EVENT key=value ...") or JSON
  * ({"event": EVENT, "key": value, ...}), written with one write(2). */
-static void log_emit(const sp_server *s, const char *event, const log_field *f, int n) {
+static void log_emit(const http_server *s, const char *event, const log_field *f, int n) {
     const bool json = s->o.log_json;
     sbuf b = {0};
     if (json) {
@@ -72,7 +72,7 @@ static void log_emit(const sp_server *s, const char *event, const log_field *f, 
     sb_free(&b);
 }
 
-void log_request(sp_server *s, const char *rid, const char *tenant, int status, const sreq *r,
+void log_request(http_server *s, const char *rid, const char *tenant, int status, const sreq *r,
                  double t_arrive, double t_end) {
     const sp_request_stats *st = r ? &r->st : NULL;
     const int32_t prompt = st ? st->prompt_tokens : 0, cached = st ? st->cached_tokens : 0;
@@ -102,7 +102,7 @@ void log_request(sp_server *s, const char *rid, const char *tenant, int status, 
     log_emit(s, "request", f, (int)(sizeof(f) / sizeof(f[0])));
 }
 
-void log_summary(sp_server *s, double now) {
+void log_summary(http_server *s, double now) {
     pthread_mutex_lock(&s->mu);
     if (s->logw.t0 == 0 || now - s->logw.t0 < SP_LOG_SUMMARY_S * 1e3) {
         pthread_mutex_unlock(&s->mu);

@@ -1,7 +1,7 @@
 /* prep.c: the server's preparation thread, for generation requests whose
  * preparation costs more than a parse: those with a grammar (GBNF,
  * response_format, tools). Their grammar is compiled and its first mask
- * checked at submission (the engine's gr_take), within budgets but up to
+ * checked at submission (the engine's eng_grammar_take), within budgets but up to
  * tens of milliseconds for the largest; on an HTTP event loop that would
  * stall every connection the loop serves, /health included. So the event
  * loop hands such a request to this thread (prep_start) and suspends the
@@ -68,7 +68,7 @@ static void finish(prep_job *j) {
 }
 
 static void *prep_main(void *arg) {
-    sp_server *s = arg;
+    http_server *s = arg;
     pthread_mutex_lock(&s->prep_mu);
     for (;;) {
         while (!s->prep_head && !s->prep_quit) pthread_cond_wait(&s->prep_cv, &s->prep_mu);
@@ -89,13 +89,13 @@ static void *prep_main(void *arg) {
     return NULL;
 }
 
-int prep_init(sp_server *s) {
+int prep_init(http_server *s) {
     if (pthread_create(&s->prep_thread, NULL, prep_main, s)) return -1;
     s->prep_started = true;
     return 0;
 }
 
-void prep_stop(sp_server *s) {
+void prep_stop(http_server *s) {
     if (!s->prep_started) return;
     pthread_mutex_lock(&s->prep_mu);
     s->prep_quit = 1;
@@ -105,12 +105,12 @@ void prep_stop(sp_server *s) {
     s->prep_started = false;
 }
 
-void prep_destroy(sp_server *s) {
+void prep_destroy(http_server *s) {
     pthread_mutex_destroy(&s->prep_mu);
     pthread_cond_destroy(&s->prep_cv);
 }
 
-int prep_start(sp_server *s, struct MHD_Connection *c, conn *cx, const gen_prep *g) {
+int prep_start(http_server *s, struct MHD_Connection *c, conn *cx, const gen_prep *g) {
     prep_job *j = calloc(1, sizeof(*j));
     if (!j) return -1;
     pthread_mutex_init(&j->mu, NULL);
@@ -137,7 +137,7 @@ int prep_start(sp_server *s, struct MHD_Connection *c, conn *cx, const gen_prep 
     return 0;
 }
 
-enum MHD_Result prep_answer(sp_server *s, struct MHD_Connection *c, const char *url, conn *cx) {
+enum MHD_Result prep_answer(http_server *s, struct MHD_Connection *c, const char *url, conn *cx) {
     prep_job *j = cx->job;
     pthread_mutex_lock(&j->mu);
     if (!j->done && !s->closing) { /* wait: finish() resumes the connection */
@@ -167,7 +167,7 @@ enum MHD_Result prep_answer(sp_server *s, struct MHD_Connection *c, const char *
     return gen_attach(s, c, url, cx, r);
 }
 
-void prep_detach(sp_server *s, conn *cx) {
+void prep_detach(http_server *s, conn *cx) {
     prep_job *j = cx->job;
     if (!j) return;
     pthread_mutex_lock(&j->mu);

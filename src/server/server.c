@@ -38,9 +38,9 @@
  * A request record (sreq) is shared by the connection, the streaming
  * response and the engine; it is freed when the last of them lets go.
  *
- * Shutdown: sp_server_drain refuses new generation requests (503) while
+ * Shutdown: server_drain refuses new generation requests (503) while
  * those in flight go on; /health answers 503 "draining" until the end.
- * sp_server_stop then cancels what is left, lets each client get its final
+ * server_stop then cancels what is left, lets each client get its final
  * event (a last chunk with finish_reason "cancelled" and [DONE], or a
  * 503), resumes whatever is still suspended and stops MHD. */
 #include "server/server.h"
@@ -77,7 +77,7 @@ const char *srv_endpoint_label(const char *url) {
     return "other";
 }
 
-void srv_cors_headers(const sp_server *s, struct MHD_Connection *c, struct MHD_Response *resp) {
+void srv_cors_headers(const http_server *s, struct MHD_Connection *c, struct MHD_Response *resp) {
     const char *allow = s->o.cors_origin;
     if (!allow) return;
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
@@ -90,7 +90,7 @@ void srv_cors_headers(const sp_server *s, struct MHD_Connection *c, struct MHD_R
 /* The CORS preflight: a browser asks whether its page may send this
  * method and these headers; answered before authentication (it carries no
  * credentials) and only for the API's endpoints. */
-static enum MHD_Result cors_preflight(sp_server *s, struct MHD_Connection *c, const char *url) {
+static enum MHD_Result cors_preflight(http_server *s, struct MHD_Connection *c, const char *url) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!resp) return MHD_NO;
     srv_cors_headers(s, c, resp);
@@ -103,7 +103,7 @@ static enum MHD_Result cors_preflight(sp_server *s, struct MHD_Connection *c, co
     return ret;
 }
 
-enum MHD_Result srv_send_body(sp_server *s, struct MHD_Connection *c, const char *url,
+enum MHD_Result srv_send_body(http_server *s, struct MHD_Connection *c, const char *url,
                               int code, const char *type, const char *body, size_t len,
                               const char *retry_after) {
     struct MHD_Response *resp =
@@ -119,7 +119,7 @@ enum MHD_Result srv_send_body(sp_server *s, struct MHD_Connection *c, const char
     return ret;
 }
 
-enum MHD_Result srv_send_json(sp_server *s, struct MHD_Connection *c, const char *url, int code,
+enum MHD_Result srv_send_json(http_server *s, struct MHD_Connection *c, const char *url, int code,
                               sbuf *b) {
     if (b->oom) {
         sb_free(b);
@@ -133,7 +133,7 @@ enum MHD_Result srv_send_json(sp_server *s, struct MHD_Connection *c, const char
     return r;
 }
 
-enum MHD_Result srv_send_error(sp_server *s, struct MHD_Connection *c, const char *url,
+enum MHD_Result srv_send_error(http_server *s, struct MHD_Connection *c, const char *url,
                                const oai_error *e) {
     sbuf b = {0};
     oai_error_json(e, &b);
@@ -155,7 +155,7 @@ static size_t utf8_bad_at(const char *p, size_t n) {
             i++;
             continue;
         }
-        int l = sp_utf8_len(u + i, n - i);
+        int l = utf8_len(u + i, n - i);
         if (!l) return i;
         i += (size_t)l;
     }
@@ -175,7 +175,7 @@ static bool bearer_digest(struct MHD_Connection *c, unsigned char dig[32]) {
 /* The tenant's salt for a valid key; NULL when keys are configured and this
  * one is missing or wrong (*ok false). Every key is compared, in constant
  * time, over SHA-256 digests. */
-static const char *authenticate(sp_server *s, struct MHD_Connection *c, bool *ok) {
+static const char *authenticate(http_server *s, struct MHD_Connection *c, bool *ok) {
     *ok = true;
     if (!s->n_keys) return NULL;
     *ok = false;
@@ -195,7 +195,7 @@ static const char *authenticate(sp_server *s, struct MHD_Connection *c, bool *ok
  * key; with one API key (one tenant, the operator), that key; with several
  * and no metrics key, nobody: the aggregates would tell each tenant the
  * others' token counts at low traffic (--metrics-public opens it). */
-static bool metrics_allowed(sp_server *s, struct MHD_Connection *c) {
+static bool metrics_allowed(http_server *s, struct MHD_Connection *c) {
     if (s->metrics_keyed) {
         unsigned char dig[32];
         return bearer_digest(c, dig) && CRYPTO_memcmp(dig, s->metrics_hash, 32) == 0;
@@ -234,7 +234,7 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const c
 
 /* Takes n more body bytes from the server-wide budget; false (nothing
  * taken) when that would pass --max-body-total. */
-static bool body_reserve(sp_server *s, conn *cx, size_t n) {
+static bool body_reserve(http_server *s, conn *cx, size_t n) {
     int64_t after = atomic_fetch_add(&s->body_bytes, (int64_t)n) + (int64_t)n;
     if (after > (int64_t)s->o.max_body_total) {
         atomic_fetch_sub(&s->body_bytes, (int64_t)n);
@@ -244,7 +244,7 @@ static bool body_reserve(sp_server *s, conn *cx, size_t n) {
     return true;
 }
 
-static void body_release(sp_server *s, conn *cx) {
+static void body_release(http_server *s, conn *cx) {
     sb_free(&cx->body);
     atomic_fetch_sub(&s->body_bytes, (int64_t)cx->reserved);
     cx->reserved = 0;
@@ -254,7 +254,7 @@ static void body_release(sp_server *s, conn *cx) {
  * read. Everything that can refuse the request without its body does so
  * here, cheapest first; an answer queued now makes MHD skip the body and
  * close the connection. */
-static enum MHD_Result on_head(sp_server *s, struct MHD_Connection *c, const char *url,
+static enum MHD_Result on_head(http_server *s, struct MHD_Connection *c, const char *url,
                                const char *method, conn *cx) {
     cx->answered = true; /* until it passes every check */
     framing f = {0};
@@ -316,7 +316,7 @@ static enum MHD_Result on_head(sp_server *s, struct MHD_Connection *c, const cha
         ERR(413, "invalid_request_error", NULL, "request_too_large",
             "%s %.200s takes no body", method, url);
     /* a connection the watcher does not know (its record could not be
-     * allocated) has no receive deadline, and sp_server_stop could not
+     * allocated) has no receive deadline, and server_stop could not
      * wake it: it may not start a generation */
     if (!cx->p && ep != EP_HEALTH && ep != EP_METRICS && ep != EP_MODELS)
         ERR(503, "service_unavailable", NULL, "server_busy", "out of memory; retry later");
@@ -325,7 +325,7 @@ static enum MHD_Result on_head(sp_server *s, struct MHD_Connection *c, const cha
 }
 
 /* The final call: the whole body is in (cx->body). */
-static enum MHD_Result dispatch(sp_server *s, struct MHD_Connection *c, const char *url,
+static enum MHD_Result dispatch(http_server *s, struct MHD_Connection *c, const char *url,
                                 conn *cx) {
     endpoint ep = route(url);
     if (ep == EP_HEALTH) return ep_health(s, c, url);
@@ -344,7 +344,7 @@ static enum MHD_Result dispatch(sp_server *s, struct MHD_Connection *c, const ch
     return gen_handle(s, c, url, cx, ep == EP_CHAT);
 }
 
-static void peer_set_receiving(sp_server *s, peer *p, bool receiving) {
+static void peer_set_receiving(http_server *s, peer *p, bool receiving) {
     if (!p) return;
     pthread_mutex_lock(&s->reg_mu);
     p->receiving = receiving;
@@ -355,7 +355,7 @@ static void peer_set_receiving(sp_server *s, peer *p, bool receiving) {
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
                                  const char *method, const char *version, const char *upload,
                                  size_t *upload_size, void **con_cls) {
-    sp_server *s = cls;
+    http_server *s = cls;
     conn *cx = *con_cls;
     if (!cx) {
         cx = calloc(1, sizeof(*cx));
@@ -414,7 +414,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    sp_server *s = cls;
+    http_server *s = cls;
     conn *cx = *con_cls;
     if (!cx) return;
     if (cx->p) {
@@ -444,7 +444,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 /* MHD's connection notifications: a peer record from accept to close. */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
-    sp_server *s = cls;
+    http_server *s = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         peer *p = calloc(1, sizeof(*p));
         *socket_context = p;
@@ -480,7 +480,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 /* ---- the watcher ---------------------------------------------------------- */
 
 static void *watcher_main(void *arg) {
-    sp_server *s = arg;
+    http_server *s = arg;
     struct pollfd *pf = NULL;
     sreq **who = NULL, **gone = NULL;
     int cap = 0;
@@ -558,8 +558,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     fprintf(stderr, "specula serve: %s%s", buf, buf[0] && buf[strlen(buf) - 1] == '\n' ? "" : "\n");
 }
 
-sp_server *sp_server_start(const sp_server_opts *o, char *err, size_t errlen) {
-    sp_server *s = calloc(1, sizeof(*s));
+http_server *server_start(const server_opts *o, char *err, size_t errlen) {
+    http_server *s = calloc(1, sizeof(*s));
     if (!s) {
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -583,13 +583,13 @@ sp_server *sp_server_start(const sp_server_opts *o, char *err, size_t errlen) {
     s->eot_token = -1;
     if (!s->served_name) {
         snprintf(err, errlen, "out of memory");
-        sp_server_free(s);
+        server_free(s);
         return NULL;
     }
     if (o->chat_template && chat_tmpl_parse(o->chat_template) < 0) {
         snprintf(err, errlen, "unknown chat template '%s' (chatml, llama3, llama2, mistral, phi3, "
                  "gemma)", o->chat_template);
-        sp_server_free(s);
+        server_free(s);
         return NULL;
     }
     if (o->n_api_keys) {
@@ -597,7 +597,7 @@ sp_server *sp_server_start(const sp_server_opts *o, char *err, size_t errlen) {
         s->key_salt = calloc((size_t)o->n_api_keys, sizeof(*s->key_salt));
         if (!s->key_hash || !s->key_salt) {
             snprintf(err, errlen, "out of memory");
-            sp_server_free(s);
+            server_free(s);
             return NULL;
         }
         for (int i = 0; i < o->n_api_keys; i++) {
@@ -620,7 +620,7 @@ sp_server *sp_server_start(const sp_server_opts *o, char *err, size_t errlen) {
     int gai = getaddrinfo(s->o.host, port, &hints, &ai);
     if (gai || !ai) {
         snprintf(err, errlen, "cannot resolve host '%s': %s", s->o.host, gai_strerror(gai));
-        sp_server_free(s);
+        server_free(s);
         return NULL;
     }
     /* event loops in a small pool of threads, connections suspended while
@@ -653,28 +653,28 @@ sp_server *sp_server_start(const sp_server_opts *o, char *err, size_t errlen) {
     if (!s->d) {
         snprintf(err, errlen, "cannot listen on %s:%d (address in use, or too few file "
                  "descriptors for --max-conns?)", s->o.host, o->port);
-        sp_server_free(s);
+        server_free(s);
         return NULL;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
     if (pthread_create(&s->watcher, NULL, watcher_main, s)) {
         snprintf(err, errlen, "cannot start a thread");
-        sp_server_free(s);
+        server_free(s);
         return NULL;
     }
     s->watcher_started = true;
     if (prep_init(s)) {
         snprintf(err, errlen, "cannot start a thread");
-        sp_server_free(s);
+        server_free(s);
         return NULL;
     }
     return s;
 }
 
-int sp_server_port(const sp_server *s) { return s->port; }
+int server_port(const http_server *s) { return s->port; }
 
-int sp_server_ready(sp_server *s, const sp_model *m, sp_engine *e, int32_t n_ctx, const char *info,
+int server_ready(http_server *s, const sp_model *m, sp_engine *e, int32_t n_ctx, const char *info,
                     char *err, size_t errlen) {
     if (info && !(s->info = strdup(info))) {
         snprintf(err, errlen, "out of memory");
@@ -715,15 +715,15 @@ int sp_server_ready(sp_server *s, const sp_model *m, sp_engine *e, int32_t n_ctx
     return 0;
 }
 
-const char *sp_server_chat_template_name(const sp_server *s) { return chat_tmpl_name(s->tmpl); }
+const char *server_chat_template_name(const http_server *s) { return chat_tmpl_name(s->tmpl); }
 
-void sp_server_drain(sp_server *s) {
+void server_drain(http_server *s) {
     /* the listening socket stays open: a load balancer's health check gets
      * 503 "draining" rather than a refused connection */
     if (s) s->draining = 1;
 }
 
-int64_t sp_server_in_flight(sp_server *s) {
+int64_t server_in_flight(http_server *s) {
     pthread_mutex_lock(&s->mu);
     int64_t n = s->active;
     pthread_mutex_unlock(&s->mu);
@@ -733,16 +733,16 @@ int64_t sp_server_in_flight(sp_server *s) {
 /* Applies fn to the generation request of every open connection, under
  * reg_mu (so no request record can be freed meanwhile: the connection
  * holds a reference while p->r is set), without allocating. */
-static void for_each_request(sp_server *s, void (*fn)(sreq *r)) {
+static void for_each_request(http_server *s, void (*fn)(sreq *r)) {
     pthread_mutex_lock(&s->reg_mu);
     for (peer *p = s->peers; p; p = p->next)
         if (p->r) fn(p->r);
     pthread_mutex_unlock(&s->reg_mu);
 }
 
-void sp_server_stop(sp_server *s) {
+void server_stop(http_server *s) {
     if (!s || !s->d) return;
-    sp_server_drain(s);
+    server_drain(s);
     s->stopping = 1;
     /* cancel what is in flight; the engine's final events wake the
      * connections, which send a last chunk and [DONE] or a 503 (a request
@@ -768,9 +768,9 @@ void sp_server_stop(sp_server *s) {
     s->d = NULL;
 }
 
-void sp_server_free(sp_server *s) {
+void server_free(http_server *s) {
     if (!s) return;
-    sp_server_stop(s);
+    server_stop(s);
     if (s->watcher_started) {
         s->watcher_quit = 1;
         pthread_join(s->watcher, NULL);

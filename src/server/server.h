@@ -1,7 +1,7 @@
 /* server.h: the OpenAI-compatible HTTP server (libmicrohttpd, a few
  * event-loop threads; a connection waiting for the engine is suspended and
  * holds no thread). It listens before the model is loaded (/health answers
- * 503 until sp_server_ready). */
+ * 503 until server_ready). */
 #ifndef SP_SERVER_H
 #define SP_SERVER_H
 
@@ -12,7 +12,7 @@
 
 typedef struct {
     const char *host;            /* default 127.0.0.1 */
-    int port;                    /* 0: any free port (see sp_server_port) */
+    int port;                    /* 0: any free port (see server_port) */
     const char *const *api_keys; /* none: no authentication */
     int n_api_keys;
     const char *served_name;     /* the model name clients use */
@@ -55,34 +55,34 @@ typedef struct {
      * object a line. */
     bool log_json;
     bool no_request_log;         /* no request lines or summaries */
-} sp_server_opts;
+} server_opts;
 
-typedef struct sp_server sp_server;
+typedef struct http_server http_server;
 
-sp_server *sp_server_start(const sp_server_opts *o, char *err, size_t errlen);
-int sp_server_port(const sp_server *s);
+http_server *server_start(const server_opts *o, char *err, size_t errlen);
+int server_port(const http_server *s);
 /* Serves with this model and engine from now on (n_ctx: positions per
  * request). info: a JSON object describing the configuration (files,
  * speculation, KV cache), reported as "specula" in every /v1/models entry
  * so that a benchmark can record what it measured; copied; NULL for none.
  * -1 + err for an unknown --chat-template name. */
-int sp_server_ready(sp_server *s, const sp_model *m, sp_engine *e, int32_t n_ctx, const char *info,
+int server_ready(http_server *s, const sp_model *m, sp_engine *e, int32_t n_ctx, const char *info,
                     char *err, size_t errlen);
 /* The chat template in use ("none" without one). */
-const char *sp_server_chat_template_name(const sp_server *s);
+const char *server_chat_template_name(const http_server *s);
 /* Graceful shutdown, first step: new generation requests get 503 and
  * /health 503 "draining" (the server still listens, so load balancers see
  * the drain rather than a refused connection); the requests in flight go
- * on (sp_server_in_flight counts them). */
-void sp_server_drain(sp_server *s);
-int64_t sp_server_in_flight(sp_server *s);
+ * on (server_in_flight counts them). */
+void server_drain(http_server *s);
+int64_t server_in_flight(http_server *s);
 /* Stops listening and ends every connection; call before freeing the
- * engine, then sp_server_free after it (the engine's final events still
+ * engine, then server_free after it (the engine's final events still
  * reach the server's request records). Requests still in flight are
  * cancelled first and end cleanly: a stream with a final chunk
  * (finish_reason "cancelled") and [DONE], a plain response with a 503;
  * their clients get at most 5 s to take them. */
-void sp_server_stop(sp_server *s);
-void sp_server_free(sp_server *s);
+void server_stop(http_server *s);
+void server_free(http_server *s);
 
 #endif

@@ -15,28 +15,28 @@
             ".byte 0\n.previous\n");                                                        \
     extern const char name[], name##_end[]
 
-WEBUI_ASSET(sp_webui_index_html, "src/server/webui/index.html");
-WEBUI_ASSET(sp_webui_dashboard_html, "src/server/webui/dashboard.html");
-WEBUI_ASSET(sp_webui_style_css, "src/server/webui/style.css");
-WEBUI_ASSET(sp_webui_common_js, "src/server/webui/common.js");
-WEBUI_ASSET(sp_webui_app_js, "src/server/webui/app.js");
-WEBUI_ASSET(sp_webui_dash_js, "src/server/webui/dash.js");
-WEBUI_ASSET(sp_webui_icon_svg, "src/server/webui/icon.svg");
+WEBUI_ASSET(webui_index_html, "src/server/webui/index.html");
+WEBUI_ASSET(webui_dashboard_html, "src/server/webui/dashboard.html");
+WEBUI_ASSET(webui_style_css, "src/server/webui/style.css");
+WEBUI_ASSET(webui_common_js, "src/server/webui/common.js");
+WEBUI_ASSET(webui_app_js, "src/server/webui/app.js");
+WEBUI_ASSET(webui_dash_js, "src/server/webui/dash.js");
+WEBUI_ASSET(webui_icon_svg, "src/server/webui/icon.svg");
 
 typedef struct {
     const char *url, *type, *start, *end;
 } asset;
 
 static const asset assets[] = {
-    {"/", "text/html; charset=utf-8", sp_webui_index_html, sp_webui_index_html_end},
-    {"/dashboard", "text/html; charset=utf-8", sp_webui_dashboard_html,
-     sp_webui_dashboard_html_end},
-    {"/webui/style.css", "text/css; charset=utf-8", sp_webui_style_css, sp_webui_style_css_end},
-    {"/webui/common.js", "text/javascript; charset=utf-8", sp_webui_common_js,
-     sp_webui_common_js_end},
-    {"/webui/app.js", "text/javascript; charset=utf-8", sp_webui_app_js, sp_webui_app_js_end},
-    {"/webui/dash.js", "text/javascript; charset=utf-8", sp_webui_dash_js, sp_webui_dash_js_end},
-    {"/webui/icon.svg", "image/svg+xml", sp_webui_icon_svg, sp_webui_icon_svg_end},
+    {"/", "text/html; charset=utf-8", webui_index_html, webui_index_html_end},
+    {"/dashboard", "text/html; charset=utf-8", webui_dashboard_html,
+     webui_dashboard_html_end},
+    {"/webui/style.css", "text/css; charset=utf-8", webui_style_css, webui_style_css_end},
+    {"/webui/common.js", "text/javascript; charset=utf-8", webui_common_js,
+     webui_common_js_end},
+    {"/webui/app.js", "text/javascript; charset=utf-8", webui_app_js, webui_app_js_end},
+    {"/webui/dash.js", "text/javascript; charset=utf-8", webui_dash_js, webui_dash_js_end},
+    {"/webui/icon.svg", "image/svg+xml", webui_icon_svg, webui_icon_svg_end},
 };
 
 /* No inline script or style, nothing from elsewhere; the API and /metrics

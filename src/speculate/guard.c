@@ -16,17 +16,17 @@ static int32_t bucket(int32_t n_dec) {
     return b;
 }
 
-void sp_spec_guard_init(sp_spec_guard *g) {
+void spec_guard_init(spec_guard *g) {
     memset(g, 0, sizeof(*g));
     for (int32_t b = 0; b < SP_GUARD_BUCKETS; b++) {
-        sp_spec_guard_shape *s = &g->shape[b];
+        spec_guard_shape *s = &g->shape[b];
         s->on = true;
         s->len = SP_GUARD_EXPLOIT_MIN;
         s->exploit = SP_GUARD_EXPLOIT_MIN;
     }
 }
 
-bool sp_spec_guard_on(const sp_spec_guard *g, int32_t n_dec) {
+bool spec_guard_on(const spec_guard *g, int32_t n_dec) {
     return n_dec > 0 && g->shape[bucket(n_dec)].on;
 }
 
@@ -36,7 +36,7 @@ static int cmp_float(const void *a, const void *b) {
 }
 
 /* Tokens per ms of the phase, each step's ms capped at twice the median. */
-static double phase_rate(const sp_spec_guard_shape *s) {
+static double phase_rate(const spec_guard_shape *s) {
     float sorted[SP_GUARD_EXPLOIT_MAX];
     memcpy(sorted, s->ms, (size_t)s->steps * sizeof(float));
     qsort(sorted, (size_t)s->steps, sizeof(float), cmp_float);
@@ -48,7 +48,7 @@ static double phase_rate(const sp_spec_guard_shape *s) {
 
 /* The phase just ended: its rate into its state's estimate, then the next
  * phase. */
-static void next_phase(sp_spec_guard *g, sp_spec_guard_shape *s) {
+static void next_phase(spec_guard *g, spec_guard_shape *s) {
     const double r = phase_rate(s);
     double *est = &s->est[s->on];
     *est = *est > 0 ? 0.5 * (*est + r) : r;
@@ -73,10 +73,10 @@ static void next_phase(sp_spec_guard *g, sp_spec_guard_shape *s) {
     s->len = s->exploit;
 }
 
-void sp_spec_guard_observe(sp_spec_guard *g, int32_t n_dec, bool measured, int32_t tokens,
+void spec_guard_observe(spec_guard *g, int32_t n_dec, bool measured, int32_t tokens,
                            double ms) {
     if (n_dec <= 0) return;
-    sp_spec_guard_shape *s = &g->shape[bucket(n_dec)];
+    spec_guard_shape *s = &g->shape[bucket(n_dec)];
     if (!s->on) g->off_steps++;
     if (!measured || !(ms > 0) || tokens <= 0) return;
     s->tok += tokens;
@@ -84,8 +84,8 @@ void sp_spec_guard_observe(sp_spec_guard *g, int32_t n_dec, bool measured, int32
     if (++s->steps >= s->len) next_phase(g, s);
 }
 
-void sp_spec_guard_rates(const sp_spec_guard *g, int32_t n_dec, double *off, double *on) {
-    const sp_spec_guard_shape *s = &g->shape[bucket(SP_MAX(n_dec, 1))];
+void spec_guard_rates(const spec_guard *g, int32_t n_dec, double *off, double *on) {
+    const spec_guard_shape *s = &g->shape[bucket(SP_MAX(n_dec, 1))];
     *off = s->est[0];
     *on = s->est[1];
 }

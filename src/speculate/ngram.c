@@ -12,7 +12,7 @@
 
 #include "common.h"
 
-int32_t sp_ngram_propose(const sp_token *toks, int32_t n, int32_t n_min, int32_t n_max, int32_t k,
+int32_t ngram_propose(const sp_token *toks, int32_t n, int32_t n_min, int32_t n_max, int32_t k,
                          sp_token *out) {
     if (!toks || !out || k <= 0 || n < 2) return 0;
     if (n_min < 1) n_min = 1;

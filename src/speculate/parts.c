@@ -20,21 +20,21 @@
 
 #include "common.h"
 
-struct sp_spec_part {
+struct spec_part {
     char *salt;                  /* "" for requests without one */
     uint64_t hash;
-    sp_spec_part *chain;         /* next in its hash bucket */
-    sp_spec_part *newer, *older; /* LRU list */
+    spec_part *chain;         /* next in its hash bucket */
+    spec_part *newer, *older; /* LRU list */
     int32_t holds;
-    sp_suffix_store *store;      /* NULL while it holds nothing */
+    suffix_store *store;      /* NULL while it holds nothing */
     float prior[SP_SPEC_N_METHODS];
     int32_t prior_n[SP_SPEC_N_METHODS]; /* observations folded into prior (capped) */
 };
 
-struct sp_spec_parts {
-    sp_spec_part **buckets;
+struct spec_parts {
+    spec_part **buckets;
     uint32_t n_buckets;          /* power of two */
-    sp_spec_part *newest, *oldest;
+    spec_part *newest, *oldest;
     int32_t n_parts, max_parts;
     size_t max_tokens, tokens;   /* tokens: summed over every store */
     int32_t depth;
@@ -46,8 +46,8 @@ static uint64_t salt_hash(const char *s) {
     return h;
 }
 
-sp_spec_parts *sp_spec_parts_create(size_t max_tokens, int32_t max_parts, int32_t depth) {
-    sp_spec_parts *m = calloc(1, sizeof(*m));
+spec_parts *spec_parts_create(size_t max_tokens, int32_t max_parts, int32_t depth) {
+    spec_parts *m = calloc(1, sizeof(*m));
     if (!m) return NULL;
     m->max_parts = max_parts < 1 ? 1 : max_parts;
     m->n_buckets = 16;
@@ -62,7 +62,7 @@ sp_spec_parts *sp_spec_parts_create(size_t max_tokens, int32_t max_parts, int32_
     return m;
 }
 
-static void lru_unlink(sp_spec_parts *m, sp_spec_part *p) {
+static void lru_unlink(spec_parts *m, spec_part *p) {
     if (p->newer) p->newer->older = p->older;
     else m->newest = p->older;
     if (p->older) p->older->newer = p->newer;
@@ -70,7 +70,7 @@ static void lru_unlink(sp_spec_parts *m, sp_spec_part *p) {
     p->newer = p->older = NULL;
 }
 
-static void lru_push_newest(sp_spec_parts *m, sp_spec_part *p) {
+static void lru_push_newest(spec_parts *m, spec_part *p) {
     p->newer = NULL;
     p->older = m->newest;
     if (m->newest) m->newest->newer = p;
@@ -78,23 +78,23 @@ static void lru_push_newest(sp_spec_parts *m, sp_spec_part *p) {
     m->newest = p;
 }
 
-static void touch(sp_spec_parts *m, sp_spec_part *p) {
+static void touch(spec_parts *m, spec_part *p) {
     if (m->newest == p) return;
     lru_unlink(m, p);
     lru_push_newest(m, p);
 }
 
-static void drop_store(sp_spec_parts *m, sp_spec_part *p) {
+static void drop_store(spec_parts *m, spec_part *p) {
     if (!p->store) return;
-    m->tokens -= sp_suffix_store_tokens(p->store);
-    sp_suffix_store_free(p->store);
+    m->tokens -= suffix_store_tokens(p->store);
+    suffix_store_free(p->store);
     p->store = NULL;
 }
 
 /* Removes p with everything it learned (it must not be held). */
-static void part_drop(sp_spec_parts *m, sp_spec_part *p) {
+static void part_drop(spec_parts *m, spec_part *p) {
     SP_ASSERT(p->holds == 0);
-    sp_spec_part **pp = &m->buckets[p->hash & (m->n_buckets - 1)];
+    spec_part **pp = &m->buckets[p->hash & (m->n_buckets - 1)];
     while (*pp != p) pp = &(*pp)->chain;
     *pp = p->chain;
     lru_unlink(m, p);
@@ -104,11 +104,11 @@ static void part_drop(sp_spec_parts *m, sp_spec_part *p) {
     free(p);
 }
 
-void sp_spec_parts_free(sp_spec_parts *m) {
+void spec_parts_free(spec_parts *m) {
     if (!m) return;
-    for (sp_spec_part *p = m->newest, *nx; p; p = nx) {
+    for (spec_part *p = m->newest, *nx; p; p = nx) {
         nx = p->older;
-        sp_suffix_store_free(p->store);
+        suffix_store_free(p->store);
         free(p->salt);
         free(p);
     }
@@ -116,26 +116,26 @@ void sp_spec_parts_free(sp_spec_parts *m) {
     free(m);
 }
 
-static sp_spec_part *lookup(const sp_spec_parts *m, const char *salt, uint64_t h) {
-    for (sp_spec_part *p = m->buckets[h & (m->n_buckets - 1)]; p; p = p->chain)
+static spec_part *lookup(const spec_parts *m, const char *salt, uint64_t h) {
+    for (spec_part *p = m->buckets[h & (m->n_buckets - 1)]; p; p = p->chain)
         if (p->hash == h && !strcmp(p->salt, salt)) return p;
     return NULL;
 }
 
-const sp_spec_part *sp_spec_parts_find(const sp_spec_parts *m, const char *salt) {
+const spec_part *spec_parts_find(const spec_parts *m, const char *salt) {
     if (!m) return NULL;
     if (!salt) salt = "";
     return lookup(m, salt, salt_hash(salt));
 }
 
-sp_spec_part *sp_spec_parts_acquire(sp_spec_parts *m, const char *salt) {
+spec_part *spec_parts_acquire(spec_parts *m, const char *salt) {
     if (!m) return NULL;
     if (!salt) salt = "";
     const uint64_t h = salt_hash(salt);
-    sp_spec_part *p = lookup(m, salt, h);
+    spec_part *p = lookup(m, salt, h);
     if (!p) {
         if (m->n_parts >= m->max_parts) { /* room: the least recently used one not held */
-            sp_spec_part *v = m->oldest;
+            spec_part *v = m->oldest;
             while (v && v->holds) v = v->newer;
             if (!v) return NULL;
             part_drop(m, v);
@@ -147,7 +147,7 @@ sp_spec_part *sp_spec_parts_acquire(sp_spec_parts *m, const char *salt) {
         }
         p->hash = h;
         for (int i = 0; i < SP_SPEC_N_METHODS; i++) p->prior[i] = SP_SPEC_PRIOR0;
-        sp_spec_part **b = &m->buckets[h & (m->n_buckets - 1)];
+        spec_part **b = &m->buckets[h & (m->n_buckets - 1)];
         p->chain = *b;
         *b = p;
         lru_push_newest(m, p);
@@ -158,50 +158,50 @@ sp_spec_part *sp_spec_parts_acquire(sp_spec_parts *m, const char *salt) {
     return p;
 }
 
-void sp_spec_parts_release(sp_spec_parts *m, sp_spec_part *p) {
+void spec_parts_release(spec_parts *m, spec_part *p) {
     (void)m;
     if (!p) return;
     SP_ASSERT(p->holds > 0);
     p->holds--;
 }
 
-int sp_spec_parts_add(sp_spec_parts *m, sp_spec_part *p, const sp_token *toks, int32_t n) {
+int spec_parts_add(spec_parts *m, spec_part *p, const sp_token *toks, int32_t n) {
     if (!m || !p || !toks || n <= 0 || m->max_tokens == 0) return 0;
     bool created = false;
     if (!p->store) {
-        if (!(p->store = sp_suffix_store_create(m->max_tokens, m->depth))) return -1;
+        if (!(p->store = suffix_store_create(m->max_tokens, m->depth))) return -1;
         created = true;
     }
-    const size_t before = sp_suffix_store_tokens(p->store);
-    if (sp_suffix_store_add(p->store, toks, n) != 0) {
+    const size_t before = suffix_store_tokens(p->store);
+    if (suffix_store_add(p->store, toks, n) != 0) {
         if (created) drop_store(m, p);
         return -1;
     }
     /* the store keeps at most max_tokens itself (its own oldest go first) */
-    m->tokens = m->tokens - before + sp_suffix_store_tokens(p->store);
+    m->tokens = m->tokens - before + suffix_store_tokens(p->store);
     touch(m, p);
     /* Over the total: the least recently used partitions give up their
      * oldest sequences. p is the newest and within max_tokens alone, so
      * the others always hold enough. */
-    for (sp_spec_part *v = m->oldest, *nx; v && m->tokens > m->max_tokens; v = nx) {
+    for (spec_part *v = m->oldest, *nx; v && m->tokens > m->max_tokens; v = nx) {
         nx = v->newer;
         if (v == p || !v->store) continue;
         while (m->tokens > m->max_tokens) {
-            const size_t k = sp_suffix_store_drop_oldest(v->store);
+            const size_t k = suffix_store_drop_oldest(v->store);
             if (!k) break;
             m->tokens -= k;
         }
-        if (sp_suffix_store_tokens(v->store) == 0) drop_store(m, v);
-        else sp_suffix_store_shrink(v->store); /* failing leaves it valid, only larger */
+        if (suffix_store_tokens(v->store) == 0) drop_store(m, v);
+        else suffix_store_shrink(v->store); /* failing leaves it valid, only larger */
     }
     SP_ASSERT(m->tokens <= m->max_tokens);
     return 0;
 }
 
-const sp_suffix_store *sp_spec_part_store(const sp_spec_part *p) { return p ? p->store : NULL; }
-float *sp_spec_part_priors(sp_spec_part *p) { return p->prior; }
+const suffix_store *spec_part_store(const spec_part *p) { return p ? p->store : NULL; }
+float *spec_part_priors(spec_part *p) { return p->prior; }
 
-void sp_spec_part_observe(sp_spec_part *p, sp_spec_mode m, float obs) {
+void spec_part_observe(spec_part *p, sp_spec_mode m, float obs) {
     if (!p || m <= SP_SPEC_OFF || m >= SP_SPEC_N_METHODS) return;
     /* the mean of SP_SPEC_PRIOR0 and the observations while they are few,
      * then a moving average: a new partition's first measurements count
@@ -211,68 +211,68 @@ void sp_spec_part_observe(sp_spec_part *p, sp_spec_mode m, float obs) {
     p->prior[m] += SP_MAX(1.0f / (float)(n + 2), SP_SPEC_PRIOR_RATE) * (obs - p->prior[m]);
     p->prior_n[m] = SP_MIN(n + 1, (int32_t)(1.0f / SP_SPEC_PRIOR_RATE));
 }
-float sp_spec_part_prior(const sp_spec_part *p, sp_spec_mode m) {
+float spec_part_prior(const spec_part *p, sp_spec_mode m) {
     return m >= 0 && m < SP_SPEC_N_METHODS ? p->prior[m] : SP_SPEC_PRIOR0;
 }
-const char *sp_spec_part_salt(const sp_spec_part *p) { return p->salt; }
-int32_t sp_spec_parts_count(const sp_spec_parts *m) { return m ? m->n_parts : 0; }
-size_t sp_spec_parts_tokens(const sp_spec_parts *m) { return m ? m->tokens : 0; }
+const char *spec_part_salt(const spec_part *p) { return p->salt; }
+int32_t spec_parts_count(const spec_parts *m) { return m ? m->n_parts : 0; }
+size_t spec_parts_tokens(const spec_parts *m) { return m ? m->tokens : 0; }
 
-size_t sp_spec_parts_bytes(const sp_spec_parts *m) {
+size_t spec_parts_bytes(const spec_parts *m) {
     if (!m) return 0;
     size_t b = sizeof(*m) + m->n_buckets * sizeof(*m->buckets);
-    for (const sp_spec_part *p = m->newest; p; p = p->older)
-        b += sizeof(*p) + strlen(p->salt) + 1 + sp_suffix_store_bytes(p->store);
+    for (const spec_part *p = m->newest; p; p = p->older)
+        b += sizeof(*p) + strlen(p->salt) + 1 + suffix_store_bytes(p->store);
     return b;
 }
 
-int sp_spec_parts_check(const sp_spec_parts *m, int64_t holds, bool deep, char *err,
+int spec_parts_check(const spec_parts *m, int64_t holds, bool deep, char *err,
                         size_t errlen) {
     int32_t n = 0;
     int64_t held = 0;
     size_t tokens = 0;
-    for (const sp_spec_part *p = m->newest, *newer = NULL; p; newer = p, p = p->older) {
+    for (const spec_part *p = m->newest, *newer = NULL; p; newer = p, p = p->older) {
         if (++n > m->n_parts || p->newer != newer) {
-            sp_seterr(err, errlen, "LRU list broken at partition %d", (int)n);
+            seterr(err, errlen, "LRU list broken at partition %d", (int)n);
             return -1;
         }
         if (p->holds < 0 || p->hash != salt_hash(p->salt) ||
             lookup(m, p->salt, p->hash) != p) {
-            sp_seterr(err, errlen, "partition \"%.40s\": holds %d, not found by its salt",
+            seterr(err, errlen, "partition \"%.40s\": holds %d, not found by its salt",
                       p->salt, (int)p->holds);
             return -1;
         }
-        if (p->store && sp_suffix_store_tokens(p->store) == 0) {
-            sp_seterr(err, errlen, "partition \"%.40s\" keeps an empty store", p->salt);
+        if (p->store && suffix_store_tokens(p->store) == 0) {
+            seterr(err, errlen, "partition \"%.40s\" keeps an empty store", p->salt);
             return -1;
         }
         held += p->holds;
-        tokens += sp_suffix_store_tokens(p->store);
-        if (deep && p->store && sp_suffix_store_check(p->store, err, errlen) != 0) return -1;
+        tokens += suffix_store_tokens(p->store);
+        if (deep && p->store && suffix_store_check(p->store, err, errlen) != 0) return -1;
         if (!p->older && m->oldest != p) {
-            sp_seterr(err, errlen, "LRU tail is not the oldest partition");
+            seterr(err, errlen, "LRU tail is not the oldest partition");
             return -1;
         }
     }
     int32_t chained = 0;
     for (uint32_t b = 0; b < m->n_buckets; b++)
-        for (const sp_spec_part *p = m->buckets[b]; p; p = p->chain)
+        for (const spec_part *p = m->buckets[b]; p; p = p->chain)
             if (++chained > m->n_parts || (p->hash & (m->n_buckets - 1)) != b) {
-                sp_seterr(err, errlen, "hash chains broken in bucket %u", b);
+                seterr(err, errlen, "hash chains broken in bucket %u", b);
                 return -1;
             }
     if (n != m->n_parts || chained != m->n_parts || n > m->max_parts) {
-        sp_seterr(err, errlen, "%d partitions listed, %d chained, count %d, max %d", (int)n,
+        seterr(err, errlen, "%d partitions listed, %d chained, count %d, max %d", (int)n,
                   (int)chained, (int)m->n_parts, (int)m->max_parts);
         return -1;
     }
     if (tokens != m->tokens || tokens > m->max_tokens) {
-        sp_seterr(err, errlen, "stores hold %zu tokens, total says %zu, max %zu", tokens,
+        seterr(err, errlen, "stores hold %zu tokens, total says %zu, max %zu", tokens,
                   m->tokens, m->max_tokens);
         return -1;
     }
     if (holds >= 0 && held != holds) {
-        sp_seterr(err, errlen, "partitions held %lld times, expected %lld", (long long)held,
+        seterr(err, errlen, "partitions held %lld times, expected %lld", (long long)held,
                   (long long)holds);
         return -1;
     }

@@ -7,7 +7,7 @@
 #include "common.h"
 #include "kv/kv_paged.h"
 
-double sp_cost_at(const sp_cost_model *c, double x) {
+double cost_at(const cost_model *c, double x) {
     if (c->n == 0) return x; /* unmeasured: pessimistic, every token costs a pass */
     if (c->n == 1) return c->ms[0] * (x / c->tok[0]);
     int32_t i = 1;
@@ -17,18 +17,18 @@ double sp_cost_at(const sp_cost_model *c, double x) {
     return y > 0 ? y : c->ms[0];
 }
 
-void sp_cost_fit_init(sp_cost_fit *f, const sp_cost_model *curve, double c_attn) {
+void cost_fit_init(cost_fit *f, const cost_model *curve, double c_attn) {
     memset(f, 0, sizeof(*f));
     f->curve = *curve;
     f->c_attn = c_attn > 0 ? c_attn : 0;
     f->s = 1.0;
 }
 
-static double unscaled(const sp_cost_fit *f, double n_tok, double n_attn) {
-    return sp_cost_at(&f->curve, n_tok) + f->c_attn * n_attn * 1e-3;
+static double unscaled(const cost_fit *f, double n_tok, double n_attn) {
+    return cost_at(&f->curve, n_tok) + f->c_attn * n_attn * 1e-3;
 }
 
-void sp_cost_fit_observe(sp_cost_fit *f, double n_tok, double n_attn, double ms) {
+void cost_fit_observe(cost_fit *f, double n_tok, double n_attn, double ms) {
     if (!(ms >= 0) || !(n_tok > 0) || !(n_attn >= 0) || f->curve.n == 0) return;
     const double pred = unscaled(f, n_tok, n_attn);
     if (!(pred > 0)) return;
@@ -38,13 +38,13 @@ void sp_cost_fit_observe(sp_cost_fit *f, double n_tok, double n_attn, double ms)
     f->n_obs++;
 }
 
-double sp_cost_fit_at(const sp_cost_fit *f, double n_tok, double n_attn) {
+double cost_fit_at(const cost_fit *f, double n_tok, double n_attn) {
     const double y = f->s * unscaled(f, n_tok, n_attn);
     return y > 0 ? y : 0;
 }
 
-int32_t sp_spec_plan(const sp_cost_fit *target, const sp_cost_fit *draft, int32_t base_tokens,
-                     double base_attn, double base_commit, const sp_spec_cand *cand,
+int32_t spec_plan(const cost_fit *target, const cost_fit *draft, int32_t base_tokens,
+                     double base_attn, double base_commit, const spec_cand *cand,
                      int32_t n_cand, int32_t *k) {
     int32_t total = 0, kmax_draft = 0, catchup = 0;
     double draft_attn = 0, cu_attn = 0;
@@ -62,9 +62,9 @@ int32_t sp_spec_plan(const sp_cost_fit *target, const sp_cost_fit *draft, int32_
     for (int32_t i = 0; i < n_cand; i++) gain_next[i] = cand[i].alpha;
     /* one draft pass over every drafting candidate (their contexts grow by
      * one position per pass; the mean is close enough) */
-    const double draft_pass = draft && n_draft ? sp_cost_fit_at(draft, n_draft, draft_attn) : 0;
+    const double draft_pass = draft && n_draft ? cost_fit_at(draft, n_draft, draft_attn) : 0;
     double attn = base_attn;
-    double cost = sp_cost_fit_at(target, base_tokens, attn);
+    double cost = cost_fit_at(target, base_tokens, attn);
     if (gain <= 0 || cost <= 0) return 0;
     for (;;) {
         int32_t best = -1;
@@ -78,10 +78,10 @@ int32_t sp_spec_plan(const sp_cost_fit *target, const sp_cost_fit *draft, int32_
         const int32_t cu2 = catchup + (joins ? cand[best].catchup : 0);
         const double cu_attn2 = cu_attn + (joins ? (double)cand[best].catchup * cand[best].ctx : 0);
         /* the first draft pass also feeds the catch-up tokens */
-        const double dcost = draft && kmax2 > 0 ? sp_cost_fit_at(draft, n_draft + cu2, draft_attn + cu_attn2) +
+        const double dcost = draft && kmax2 > 0 ? cost_fit_at(draft, n_draft + cu2, draft_attn + cu_attn2) +
                                              (kmax2 - 1) * draft_pass
                                        : 0;
-        const double c2 = sp_cost_fit_at(target, base_tokens + total + 1, attn2) + dcost;
+        const double c2 = cost_fit_at(target, base_tokens + total + 1, attn2) + dcost;
         const double g2 = gain + gain_next[best];
         /* the best marginal token no longer pays; the step's first must pay
          * by a margin, since the estimates it rests on (acceptance, pass
@@ -104,15 +104,15 @@ int32_t sp_spec_plan(const sp_cost_fit *target, const sp_cost_fit *draft, int32_
 
 /* Times one pass of n tokens in an empty slot for n = 1, 2, 4, ... so the
  * planner knows what verifying k more tokens costs. Attention over a long
- * context is not in these passes; sp_cost_measure_attn adds it. */
-void sp_cost_measure(sp_context *c, sp_kv *kv, int32_t slot, int32_t max_n, int32_t n_vocab,
-                     sp_cost_model *out) {
+ * context is not in these passes; cost_measure_attn adds it. */
+void cost_measure(sp_context *c, kv_store *kv, int32_t slot, int32_t max_n, int32_t n_vocab,
+                     cost_model *out) {
     sp_token toks[SP_COST_MAX_TOKENS];
     int32_t pos[SP_COST_MAX_TOKENS], seq[SP_COST_MAX_TOKENS];
     int8_t want[SP_COST_MAX_TOKENS] = {0};
     out->n = 0;
     for (int32_t n = 1; n <= max_n && n <= SP_COST_MAX_TOKENS && out->n < SP_COST_POINTS; n *= 2) {
-        if (sp_kv_paged_blocks_needed(kv, slot, n) > sp_kv_paged_available(kv)) break;
+        if (kv_paged_blocks_needed(kv, slot, n) > kv_paged_available(kv)) break;
         /* rep 0 warms up (first touch of the pool's pages, cold caches: it
          * was up to 10x slower, and a draft measured that slow would never
          * draft, so never be measured again); the best of the rest counts */
@@ -126,9 +126,9 @@ void sp_cost_measure(sp_context *c, sp_kv *kv, int32_t slot, int32_t max_n, int3
             want[n - 1] = 1;
             sp_batch b = {n, toks, pos, seq, want};
             char err[128];
-            double t0 = sp_time_ms();
+            double t0 = time_ms();
             int rc = sp_decode(c, &b, err, sizeof(err));
-            double t = sp_time_ms() - t0;
+            double t = time_ms() - t0;
             want[n - 1] = 0;
             sp_seq_clear(c, slot);
             if (rc) return;
@@ -151,15 +151,15 @@ static double time_one(sp_context *c, int32_t slot, int32_t pos, int32_t n_vocab
     int8_t want = 1;
     sp_batch b = {1, &tok, &pos, &seq, &want};
     char err[128];
-    const double t0 = sp_time_ms();
+    const double t0 = time_ms();
     const int rc = sp_decode(c, &b, err, sizeof(err));
-    const double t = sp_time_ms() - t0;
+    const double t = time_ms() - t0;
     return rc ? -1 : t;
 }
 
-double sp_cost_measure_attn(sp_context *c, sp_kv *kv, int32_t slot, int32_t n_ctx, int32_t n_vocab) {
+double cost_measure_attn(sp_context *c, kv_store *kv, int32_t slot, int32_t n_ctx, int32_t n_vocab) {
     const int32_t P = SP_MIN(n_ctx - 1, 1024);
-    if (P < 64 || sp_kv_paged_blocks_needed(kv, slot, P + 1) > sp_kv_paged_available(kv)) return 0;
+    if (P < 64 || kv_paged_blocks_needed(kv, slot, P + 1) > kv_paged_available(kv)) return 0;
     double best0 = 1e30, bestP = 1e30;
     for (int rep = 0; rep < 5; rep++) {
         const double t0 = time_one(c, slot, 0, n_vocab);

@@ -4,9 +4,9 @@
  * against each sequence's acceptance estimate.
  *
  * Flow: at startup (or at the first speculating request) the engine times
- * passes with sp_cost_measure / sp_cost_measure_attn and builds an
- * sp_cost_fit per model; every pass after that is fed to
- * sp_cost_fit_observe; every step sp_spec_plan picks k per candidate.
+ * passes with cost_measure / cost_measure_attn and builds an
+ * cost_fit per model; every pass after that is fed to
+ * cost_fit_observe; every step spec_plan picks k per candidate.
  */
 #ifndef SP_SPEC_PLANNER_H
 #define SP_SPEC_PLANNER_H
@@ -17,7 +17,7 @@
 
 #include "specula.h"
 
-struct sp_kv;
+struct kv_store;
 
 #define SP_COST_POINTS 12
 /* The largest pass measured at startup (beyond it the curve is extrapolated
@@ -33,9 +33,9 @@ typedef struct {
     int32_t n;                    /* points measured */
     int32_t tok[SP_COST_POINTS];  /* increasing */
     double ms[SP_COST_POINTS];
-} sp_cost_model;
+} cost_model;
 
-double sp_cost_at(const sp_cost_model *c, double tokens);
+double cost_at(const cost_model *c, double tokens);
 
 /* What a pass costs while serving: s x (curve(n) + c_attn x A / 1000) for
  * n tokens attending A positions in total (the sum over the pass's tokens
@@ -52,19 +52,19 @@ double sp_cost_at(const sp_cost_model *c, double tokens);
  * "everything is attention", which made verification look 5x dearer. */
 #define SP_COST_RATE 0.05
 typedef struct {
-    sp_cost_model curve;
+    cost_model curve;
     double c_attn;    /* ms per 1000 attended positions (startup) */
     double s;         /* fitted scale */
     int64_t n_obs;
-} sp_cost_fit;
+} cost_fit;
 
 /* s = 1; curve and c_attn (>= 0) copied. */
-void sp_cost_fit_init(sp_cost_fit *f, const sp_cost_model *curve, double c_attn);
+void cost_fit_init(cost_fit *f, const cost_model *curve, double c_attn);
 /* A measured pass of n_tok tokens attending n_attn positions in total
  * (nonsense values are ignored). */
-void sp_cost_fit_observe(sp_cost_fit *f, double n_tok, double n_attn, double ms);
+void cost_fit_observe(cost_fit *f, double n_tok, double n_attn, double ms);
 /* Predicted milliseconds of such a pass (>= 0). */
-double sp_cost_fit_at(const sp_cost_fit *f, double n_tok, double n_attn);
+double cost_fit_at(const cost_fit *f, double n_tok, double n_attn);
 
 /* One speculating sequence as the planner sees it. */
 typedef struct {
@@ -74,7 +74,7 @@ typedef struct {
     int32_t ctx;     /* positions its next token attends to (its length) */
     int32_t catchup; /* draft: committed tokens the draft has not seen yet,
                         fed with its first drafting pass */
-} sp_spec_cand;
+} spec_cand;
 
 /* Chooses k[i] in 0..cand[i].k_cap for every candidate to maximize the
  * expected tokens committed per millisecond of the step: the batch already
@@ -90,8 +90,8 @@ typedef struct {
  * raise tokens per ms by SP_PLAN_MARGIN. Returns the total proposed. */
 #define SP_PLAN_MARGIN 0.10
 #define SP_PLAN_MAX_CANDS 1024 /* n_cand limit (the engine's max_seqs limit) */
-int32_t sp_spec_plan(const sp_cost_fit *target, const sp_cost_fit *draft, int32_t base_tokens,
-                     double base_attn, double base_commit, const sp_spec_cand *cand,
+int32_t spec_plan(const cost_fit *target, const cost_fit *draft, int32_t base_tokens,
+                     double base_attn, double base_commit, const spec_cand *cand,
                      int32_t n_cand, int32_t *k);
 
 /* ---- measuring pass costs ------------------------------------------------- */
@@ -101,13 +101,13 @@ int32_t sp_spec_plan(const sp_cost_fit *target, const sp_cost_fit *draft, int32_
  * SP_COST_MAX_TOKENS),
  * best of 2 after a warm-up pass each, into out (out->n = 0 when not even
  * one pass fits or runs). Attention over a long context is not in these
- * passes; sp_cost_measure_attn adds it. The slot is left empty. */
-void sp_cost_measure(sp_context *c, struct sp_kv *kv, int32_t slot, int32_t max_n,
-                     int32_t n_vocab, sp_cost_model *out);
+ * passes; cost_measure_attn adds it. The slot is left empty. */
+void cost_measure(sp_context *c, struct kv_store *kv, int32_t slot, int32_t max_n,
+                     int32_t n_vocab, cost_model *out);
 /* Milliseconds of attention per 1000 positions attended, from passes of one
  * token at position min(n_ctx - 1, 1024) against one at position 0; 0 when
  * the pool or context is too small. The slot is left empty. */
-double sp_cost_measure_attn(sp_context *c, struct sp_kv *kv, int32_t slot, int32_t n_ctx,
+double cost_measure_attn(sp_context *c, struct kv_store *kv, int32_t slot, int32_t n_ctx,
                             int32_t n_vocab);
 
 /* ---- the guard on realized throughput -------------------------------------
@@ -149,23 +149,23 @@ typedef struct {
     int32_t exploit;  /* the next exploit phase's length */
     bool on;          /* the phase's state */
     bool exploring;   /* the phase explores (else it exploits) */
-} sp_spec_guard_shape;
+} spec_guard_shape;
 
 typedef struct {
-    sp_spec_guard_shape shape[SP_GUARD_BUCKETS];
+    spec_guard_shape shape[SP_GUARD_BUCKETS];
     uint64_t off_steps;  /* steps the guard kept speculation off */
     uint64_t switches;   /* exploit phases whose state differs from the one before */
-} sp_spec_guard;
+} spec_guard;
 
-void sp_spec_guard_init(sp_spec_guard *g);
+void spec_guard_init(spec_guard *g);
 /* Whether a step with n_dec decoding sequences speculates now. */
-bool sp_spec_guard_on(const sp_spec_guard *g, int32_t n_dec);
-/* A step with n_dec decoding sequences ran in the state sp_spec_guard_on
+bool spec_guard_on(const spec_guard *g, int32_t n_dec);
+/* A step with n_dec decoding sequences ran in the state spec_guard_on
  * gave; measured: it was decode-only (its tokens and ms count), else it
  * only counts in off_steps. */
-void sp_spec_guard_observe(sp_spec_guard *g, int32_t n_dec, bool measured, int32_t tokens,
+void spec_guard_observe(spec_guard *g, int32_t n_dec, bool measured, int32_t tokens,
                            double ms);
 /* The shape's estimates (0 when not measured yet), for diagnostics. */
-void sp_spec_guard_rates(const sp_spec_guard *g, int32_t n_dec, double *off, double *on);
+void spec_guard_rates(const spec_guard *g, int32_t n_dec, double *off, double *on);
 
 #endif

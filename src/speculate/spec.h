@@ -31,7 +31,7 @@
  * "a b a b a b" the last "a b" matches at j = 3 and k = 5 proposes
  * "a b a b a"), so a loop in the text is proposed to the full k.
  * O(n * n_max) at worst; no allocation. */
-int32_t sp_ngram_propose(const sp_token *toks, int32_t n, int32_t n_min, int32_t n_max, int32_t k,
+int32_t ngram_propose(const sp_token *toks, int32_t n, int32_t n_min, int32_t n_max, int32_t k,
                          sp_token *out);
 
 /* ---- suffix matching ------------------------------------------------------ */
@@ -49,34 +49,34 @@ int32_t sp_ngram_propose(const sp_token *toks, int32_t n, int32_t n_min, int32_t
  * start; memory is ~40 bytes per trie node and a sequence of n tokens makes
  * at most n * min(n, D) nodes (fewer where text repeats): budget up to
  * ~40 * D bytes per stored token. Adding n tokens costs O(n * D). */
-typedef struct sp_suffix_store sp_suffix_store;
+typedef struct suffix_store suffix_store;
 /* max_depth: the longest context match plus proposal considered (e.g. 32;
  * values below 2 are taken as 2). NULL on out of memory. */
-sp_suffix_store *sp_suffix_store_create(size_t max_tokens, int32_t max_depth);
-void sp_suffix_store_free(sp_suffix_store *s);
+suffix_store *suffix_store_create(size_t max_tokens, int32_t max_depth);
+void suffix_store_free(suffix_store *s);
 /* Adds one finished sequence. 0, or -1 on out of memory (store unchanged). */
-int sp_suffix_store_add(sp_suffix_store *s, const sp_token *toks, int32_t n);
-size_t sp_suffix_store_tokens(const sp_suffix_store *s);
+int suffix_store_add(suffix_store *s, const sp_token *toks, int32_t n);
+size_t suffix_store_tokens(const suffix_store *s);
 /* Drops the oldest sequence; returns its token count (0 when empty). */
-size_t sp_suffix_store_drop_oldest(sp_suffix_store *s);
+size_t suffix_store_drop_oldest(suffix_store *s);
 /* Dropping frees nodes into a free list but never shrinks the arrays; this
  * rebuilds the index at the present size when its arrays have room for
  * more than 4x the nodes the held sequences could need (so memory follows
  * what the store holds, not its peak). 1 rebuilt, 0 not needed, -1 out of
  * memory (the store is unchanged and still valid). O(tokens * D). */
-int sp_suffix_store_shrink(sp_suffix_store *s);
+int suffix_store_shrink(suffix_store *s);
 /* Bytes held (index arrays at their capacity, plus the sequences). */
-size_t sp_suffix_store_bytes(const sp_suffix_store *s);
+size_t suffix_store_bytes(const suffix_store *s);
 
 /* Per-request index over its own prompt and output, grown as tokens are
  * committed. */
-typedef struct sp_suffix_seq sp_suffix_seq;
-sp_suffix_seq *sp_suffix_seq_create(int32_t max_depth);
-void sp_suffix_seq_free(sp_suffix_seq *q);
+typedef struct suffix_seq suffix_seq;
+suffix_seq *suffix_seq_create(int32_t max_depth);
+void suffix_seq_free(suffix_seq *q);
 /* Appends committed tokens (never speculative ones). 0, or -1 on OOM (q
  * unchanged). O(D) per token; allocates only when its arrays grow
  * (amortized doubling). */
-int sp_suffix_seq_append(sp_suffix_seq *q, const sp_token *toks, int32_t n);
+int suffix_seq_append(suffix_seq *q, const sp_token *toks, int32_t n);
 
 /* Proposes up to k_max tokens continuing the sequence indexed by q (its own
  * history) using both q and the store s of earlier outputs (either may be
@@ -104,13 +104,13 @@ int sp_suffix_seq_append(sp_suffix_seq *q, const sp_token *toks, int32_t n);
  *   ends), or at min(k_max, 2 * m) tokens.
  * No allocation; cost O(D log D) hash lookups for the match plus, per
  * proposed token, the number of distinct continuations seen there. */
-int32_t sp_suffix_propose(const sp_suffix_store *s, const sp_suffix_seq *q, int32_t k_max,
+int32_t suffix_propose(const suffix_store *s, const suffix_seq *q, int32_t k_max,
                           float min_prob, sp_token *out, float *prob);
 
 /* For tests: check every internal invariant and recount the tries from the
  * stored sequences / the history. 0, or -1 with a message in err. */
-int sp_suffix_store_check(const sp_suffix_store *s, char *err, size_t errlen);
-int sp_suffix_seq_check(const sp_suffix_seq *q, char *err, size_t errlen);
+int suffix_store_check(const suffix_store *s, char *err, size_t errlen);
+int suffix_seq_check(const suffix_seq *q, char *err, size_t errlen);
 
 /* ---- partitions: what speculation learns, kept apart per cache salt ------ */
 
@@ -129,7 +129,7 @@ int sp_suffix_seq_check(const sp_suffix_seq *q, char *err, size_t errlen);
  * recently used partitions lose their oldest sequences first; one
  * partition alone keeps at most max_tokens, dropping its own oldest).
  * Stores are created at their first add, freed when emptied and rebuilt
- * smaller when trimmed well below their peak (sp_suffix_store_shrink), so
+ * smaller when trimmed well below their peak (suffix_store_shrink), so
  * memory is proportional to the tokens held, ~40 * D bytes per token at
  * worst (x2 for array growth, x4 before a shrink), plus ~100 bytes and the
  * salt per partition. A lookup hashes the salt (FNV-1a: a tenant that
@@ -142,46 +142,46 @@ int sp_suffix_seq_check(const sp_suffix_seq *q, char *err, size_t errlen);
 #define SP_SPEC_PRIOR_RATE 0.05f /* its moving average's rate, once settled */
 #define SP_SPEC_N_METHODS 4 /* priors indexed by sp_spec_mode: OFF (unused) .. DRAFT */
 
-typedef struct sp_spec_parts sp_spec_parts;
-typedef struct sp_spec_part sp_spec_part;
+typedef struct spec_parts spec_parts;
+typedef struct spec_part spec_part;
 
 /* max_parts >= 1 (values below are taken as 1); max_tokens 0 stores
- * nothing; depth as sp_suffix_store_create. NULL on out of memory. */
-sp_spec_parts *sp_spec_parts_create(size_t max_tokens, int32_t max_parts, int32_t depth);
-void sp_spec_parts_free(sp_spec_parts *m);
+ * nothing; depth as suffix_store_create. NULL on out of memory. */
+spec_parts *spec_parts_create(size_t max_tokens, int32_t max_parts, int32_t depth);
+void spec_parts_free(spec_parts *m);
 /* The partition of salt (NULL = ""), created if missing, made the most
  * recently used, and held: it is not dropped until every holder released
  * it (its store can still be trimmed). NULL when out of memory, or when all
  * max_parts partitions are held (a caller that holds fewer than max_parts
  * at a time never sees this). */
-sp_spec_part *sp_spec_parts_acquire(sp_spec_parts *m, const char *salt);
-void sp_spec_parts_release(sp_spec_parts *m, sp_spec_part *p);
+spec_part *spec_parts_acquire(spec_parts *m, const char *salt);
+void spec_parts_release(spec_parts *m, spec_part *p);
 /* The partition of salt if it exists (no side effects), else NULL. */
-const sp_spec_part *sp_spec_parts_find(const sp_spec_parts *m, const char *salt);
+const spec_part *spec_parts_find(const spec_parts *m, const char *salt);
 /* Adds a finished sequence to p's store within the bounds above; the store
  * is created on the first add. 0, or -1 on out of memory (nothing
  * changed). */
-int sp_spec_parts_add(sp_spec_parts *m, sp_spec_part *p, const sp_token *toks, int32_t n);
-/* p's store for sp_suffix_propose; NULL when it holds nothing. Valid until
+int spec_parts_add(spec_parts *m, spec_part *p, const sp_token *toks, int32_t n);
+/* p's store for suffix_propose; NULL when it holds nothing. Valid until
  * the next add, acquire or release on the map. */
-const sp_suffix_store *sp_spec_part_store(const sp_spec_part *p);
+const suffix_store *spec_part_store(const spec_part *p);
 /* p's acceptance prior per method ([SP_SPEC_N_METHODS], indexed by
  * sp_spec_mode), which the engine moves with every verification. */
-float *sp_spec_part_priors(sp_spec_part *p);
-float sp_spec_part_prior(const sp_spec_part *p, sp_spec_mode m); /* priors[m] */
+float *spec_part_priors(spec_part *p);
+float spec_part_prior(const spec_part *p, sp_spec_mode m); /* priors[m] */
 /* Folds one acceptance observation of method m into p's prior: the mean of
  * SP_SPEC_PRIOR0 and the observations while there are fewer than
  * 1 / SP_SPEC_PRIOR_RATE, then a moving average at that rate. */
-void sp_spec_part_observe(sp_spec_part *p, sp_spec_mode m, float obs);
-const char *sp_spec_part_salt(const sp_spec_part *p);
-int32_t sp_spec_parts_count(const sp_spec_parts *m);
-size_t sp_spec_parts_tokens(const sp_spec_parts *m);
-size_t sp_spec_parts_bytes(const sp_spec_parts *m);
+void spec_part_observe(spec_part *p, sp_spec_mode m, float obs);
+const char *spec_part_salt(const spec_part *p);
+int32_t spec_parts_count(const spec_parts *m);
+size_t spec_parts_tokens(const spec_parts *m);
+size_t spec_parts_bytes(const spec_parts *m);
 /* For tests and sp_engine_check: the lookup table, LRU list, counts, token
  * total and bounds agree; held partitions number `holds` in total (-1: not
- * checked); with deep, each store is also recounted (sp_suffix_store_check,
+ * checked); with deep, each store is also recounted (suffix_store_check,
  * O(tokens * D)). 0, or -1 with a message in err. */
-int sp_spec_parts_check(const sp_spec_parts *m, int64_t holds, bool deep, char *err,
+int spec_parts_check(const spec_parts *m, int64_t holds, bool deep, char *err,
                         size_t errlen);
 
 #endif

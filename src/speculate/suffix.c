@@ -245,18 +245,18 @@ typedef struct st_rec {
     sp_token toks[];
 } st_rec;
 
-struct sp_suffix_store {
+struct suffix_store {
     st_trie t;
     size_t max_tokens, tokens;
     uint64_t bound;      /* sum over the sequences of path_nodes_bound: the most
-                            nodes they can need (sp_suffix_store_shrink) */
+                            nodes they can need (suffix_store_shrink) */
     st_rec *head, *tail; /* oldest first */
 };
 
 static int32_t clamp_depth(int32_t d) { return d < 2 ? 2 : d; }
 
-sp_suffix_store *sp_suffix_store_create(size_t max_tokens, int32_t max_depth) {
-    sp_suffix_store *s = calloc(1, sizeof(*s));
+suffix_store *suffix_store_create(size_t max_tokens, int32_t max_depth) {
+    suffix_store *s = calloc(1, sizeof(*s));
     if (!s) return NULL;
     if (st_init(&s->t, clamp_depth(max_depth)) != 0) {
         free(s);
@@ -266,7 +266,7 @@ sp_suffix_store *sp_suffix_store_create(size_t max_tokens, int32_t max_depth) {
     return s;
 }
 
-void sp_suffix_store_free(sp_suffix_store *s) {
+void suffix_store_free(suffix_store *s) {
     if (!s) return;
     for (st_rec *r = s->head, *nx; r; r = nx) {
         nx = r->next;
@@ -276,7 +276,7 @@ void sp_suffix_store_free(sp_suffix_store *s) {
     free(s);
 }
 
-static void store_drop_oldest(sp_suffix_store *s) {
+static void store_drop_oldest(suffix_store *s) {
     st_rec *r = s->head;
     for (int32_t i = 0; i < r->n; i++) st_dec_path(&s->t, r->toks + i, SP_MIN(s->t.depth, r->n - i));
     s->head = r->next;
@@ -286,14 +286,14 @@ static void store_drop_oldest(sp_suffix_store *s) {
     free(r);
 }
 
-size_t sp_suffix_store_drop_oldest(sp_suffix_store *s) {
+size_t suffix_store_drop_oldest(suffix_store *s) {
     if (!s || !s->head) return 0;
     const size_t n = (size_t)s->head->n;
     store_drop_oldest(s);
     return n;
 }
 
-int sp_suffix_store_shrink(sp_suffix_store *s) {
+int suffix_store_shrink(suffix_store *s) {
     if (!s) return 0;
     /* the arrays never shrink by themselves (freed nodes go to a free list,
      * the hash table keeps its size): rebuild when they hold room for more
@@ -314,13 +314,13 @@ int sp_suffix_store_shrink(sp_suffix_store *s) {
     return 1;
 }
 
-size_t sp_suffix_store_bytes(const sp_suffix_store *s) {
+size_t suffix_store_bytes(const suffix_store *s) {
     if (!s) return 0;
     return sizeof(*s) + (size_t)s->t.cap_nodes * sizeof(st_node) +
            (size_t)s->t.n_slots * sizeof(st_slot) + s->tokens * sizeof(sp_token);
 }
 
-int sp_suffix_store_add(sp_suffix_store *s, const sp_token *toks, int32_t n) {
+int suffix_store_add(suffix_store *s, const sp_token *toks, int32_t n) {
     if (!s || !toks || n <= 0 || s->max_tokens == 0) return 0;
     if ((size_t)n > s->max_tokens) { /* keep the most recent max_tokens */
         toks += (size_t)n - s->max_tokens;
@@ -345,19 +345,19 @@ int sp_suffix_store_add(sp_suffix_store *s, const sp_token *toks, int32_t n) {
     return 0;
 }
 
-size_t sp_suffix_store_tokens(const sp_suffix_store *s) { return s ? s->tokens : 0; }
+size_t suffix_store_tokens(const suffix_store *s) { return s ? s->tokens : 0; }
 
 /* ---- per-request index ------------------------------------------------------ */
 
-struct sp_suffix_seq {
+struct suffix_seq {
     st_trie t;
     sp_token *hist;
     int32_t n, cap;
     uint32_t *active; /* [D + 1]: active[m] = node of the last m tokens, 1 <= m <= min(n, D) */
 };
 
-sp_suffix_seq *sp_suffix_seq_create(int32_t max_depth) {
-    sp_suffix_seq *q = calloc(1, sizeof(*q));
+suffix_seq *suffix_seq_create(int32_t max_depth) {
+    suffix_seq *q = calloc(1, sizeof(*q));
     if (!q) return NULL;
     int32_t d = clamp_depth(max_depth);
     q->active = calloc((size_t)d + 1, sizeof(uint32_t));
@@ -369,7 +369,7 @@ sp_suffix_seq *sp_suffix_seq_create(int32_t max_depth) {
     return q;
 }
 
-void sp_suffix_seq_free(sp_suffix_seq *q) {
+void suffix_seq_free(suffix_seq *q) {
     if (!q) return;
     st_destroy(&q->t);
     free(q->hist);
@@ -377,7 +377,7 @@ void sp_suffix_seq_free(sp_suffix_seq *q) {
     free(q);
 }
 
-int sp_suffix_seq_append(sp_suffix_seq *q, const sp_token *toks, int32_t n) {
+int suffix_seq_append(suffix_seq *q, const sp_token *toks, int32_t n) {
     if (!q || n <= 0) return 0;
     if (n > INT32_MAX - q->n) return -1;
     if (q->n + n > q->cap) {
@@ -417,7 +417,7 @@ static uint32_t st_walk(const st_trie *t, const sp_token *toks, int32_t len) {
     return node;
 }
 
-int32_t sp_suffix_propose(const sp_suffix_store *s, const sp_suffix_seq *q, int32_t k_max,
+int32_t suffix_propose(const suffix_store *s, const suffix_seq *q, int32_t k_max,
                           float min_prob, sp_token *out, float *prob) {
     if (!q || !out || k_max <= 0 || q->n == 0) return 0;
     const sp_token *h = q->hist;
@@ -503,12 +503,12 @@ static int st_check_against(const st_trie *t, const sp_token *const *seqs, const
     uint32_t nfree = 0;
     for (uint32_t f = t->free_head; f; f = t->nodes[f].next) {
         if (f >= t->n_nodes || ++nfree > t->n_nodes) {
-            sp_seterr(err, errlen, "free list broken");
+            seterr(err, errlen, "free list broken");
             return -1;
         }
     }
     if (nfree != t->n_free) {
-        sp_seterr(err, errlen, "free list has %u nodes, n_free %u", nfree, t->n_free);
+        seterr(err, errlen, "free list has %u nodes, n_free %u", nfree, t->n_free);
         return -1;
     }
     uint32_t used = 0;
@@ -518,38 +518,38 @@ static int st_check_against(const st_trie *t, const sp_token *const *seqs, const
         used++;
         if (st_find(t, e->parent, e->tok) != e->node || e->node >= t->n_nodes ||
             t->nodes[e->node].tok != e->tok || t->nodes[e->node].count == 0) {
-            sp_seterr(err, errlen, "hash slot %u inconsistent", i);
+            seterr(err, errlen, "hash slot %u inconsistent", i);
             return -1;
         }
     }
     if (used != t->n_used || used + 1 + t->n_free != t->n_nodes) {
-        sp_seterr(err, errlen, "slots used %u (n_used %u), free %u, nodes %u", used, t->n_used,
+        seterr(err, errlen, "slots used %u (n_used %u), free %u, nodes %u", used, t->n_used,
                   t->n_free, t->n_nodes);
         return -1;
     }
     st_trie f;
     if (st_init(&f, t->depth) != 0) {
-        sp_seterr(err, errlen, "out of memory");
+        seterr(err, errlen, "out of memory");
         return -1;
     }
     int rc = 0;
     uint64_t total = 0;
     for (size_t i = 0; i < n_seqs; i++) total += path_nodes_bound(lens[i], t->depth);
     if (st_reserve(&f, total) != 0) {
-        sp_seterr(err, errlen, "out of memory");
+        seterr(err, errlen, "out of memory");
         rc = -1;
         goto out;
     }
     for (size_t i = 0; i < n_seqs; i++) st_insert_all(&f, seqs[i], lens[i]);
     if (f.n_used != t->n_used) {
-        sp_seterr(err, errlen, "%u nodes, a fresh build has %u", t->n_used, f.n_used);
+        seterr(err, errlen, "%u nodes, a fresh build has %u", t->n_used, f.n_used);
         rc = -1;
         goto out;
     }
     /* every node reachable from the root by child lists, matching f */
     uint32_t *stack = malloc(2 * sizeof(uint32_t) * ((size_t)t->n_used + 1));
     if (!stack) {
-        sp_seterr(err, errlen, "out of memory");
+        seterr(err, errlen, "out of memory");
         rc = -1;
         goto out;
     }
@@ -562,13 +562,13 @@ static int st_check_against(const st_trie *t, const sp_token *const *seqs, const
         uint32_t prev = 0, nch = 0;
         for (uint32_t c = t->nodes[a].child; c; prev = c, c = t->nodes[c].next) {
             if (++nch > t->n_used || t->nodes[c].prev != prev || st_find(t, a, t->nodes[c].tok) != c) {
-                sp_seterr(err, errlen, "child list of node %u broken", a);
+                seterr(err, errlen, "child list of node %u broken", a);
                 rc = -1;
                 break;
             }
             uint32_t fc = st_find(&f, b, t->nodes[c].tok);
             if (!fc || f.nodes[fc].count != t->nodes[c].count) {
-                sp_seterr(err, errlen, "node %u (token %d): count %u, recount %u", c,
+                seterr(err, errlen, "node %u (token %d): count %u, recount %u", c,
                           (int)t->nodes[c].tok, t->nodes[c].count, fc ? f.nodes[fc].count : 0);
                 rc = -1;
                 break;
@@ -580,7 +580,7 @@ static int st_check_against(const st_trie *t, const sp_token *const *seqs, const
     }
     free(stack);
     if (rc == 0 && reached != t->n_used) {
-        sp_seterr(err, errlen, "%u nodes reachable of %u", reached, t->n_used);
+        seterr(err, errlen, "%u nodes reachable of %u", reached, t->n_used);
         rc = -1;
     }
 out:
@@ -588,13 +588,13 @@ out:
     return rc;
 }
 
-int sp_suffix_store_check(const sp_suffix_store *s, char *err, size_t errlen) {
+int suffix_store_check(const suffix_store *s, char *err, size_t errlen) {
     size_t n_seqs = 0, tokens = 0;
     uint64_t bound = 0;
     for (const st_rec *r = s->head; r; r = r->next)
         n_seqs++, tokens += (size_t)r->n, bound += path_nodes_bound(r->n, s->t.depth);
     if (tokens != s->tokens || tokens > s->max_tokens || bound != s->bound) {
-        sp_seterr(err, errlen, "tokens %zu, counted %zu, max %zu; node bound %llu, counted %llu",
+        seterr(err, errlen, "tokens %zu, counted %zu, max %zu; node bound %llu, counted %llu",
                   s->tokens, tokens, s->max_tokens, (unsigned long long)s->bound,
                   (unsigned long long)bound);
         return -1;
@@ -607,20 +607,20 @@ int sp_suffix_store_check(const sp_suffix_store *s, char *err, size_t errlen) {
         for (const st_rec *r = s->head; r; r = r->next, i++) seqs[i] = r->toks, lens[i] = r->n;
         rc = st_check_against(&s->t, seqs, lens, n_seqs, err, errlen);
     } else {
-        sp_seterr(err, errlen, "out of memory");
+        seterr(err, errlen, "out of memory");
     }
     free(seqs);
     free(lens);
     return rc;
 }
 
-int sp_suffix_seq_check(const sp_suffix_seq *q, char *err, size_t errlen) {
+int suffix_seq_check(const suffix_seq *q, char *err, size_t errlen) {
     const sp_token *seqs[1] = {q->hist};
     int32_t lens[1] = {q->n};
     if (st_check_against(&q->t, seqs, lens, 1, err, errlen) != 0) return -1;
     for (int32_t m = 1; m <= SP_MIN(q->n, q->t.depth); m++)
         if (q->active[m] != st_walk(&q->t, q->hist + q->n - m, m)) {
-            sp_seterr(err, errlen, "active node for the last %d tokens is wrong", (int)m);
+            seterr(err, errlen, "active node for the last %d tokens is wrong", (int)m);
             return -1;
         }
     return 0;

@@ -9,7 +9,7 @@
 
 #include "common.h"
 
-int32_t sp_spec_verify(sp_sampler *s, const float *logits, int32_t V, int64_t pos,
+int32_t spec_verify(sp_sampler *s, const float *logits, int32_t V, int64_t pos,
                        const sp_token *draft, int32_t n, sp_token *out) {
     for (int32_t i = 0; i <= n; i++) {
         const sp_token t = sp_sampler_sample_at(s, logits + (size_t)i * V, pos + i);

@@ -34,7 +34,7 @@
  * Every committed token is recorded with sp_sampler_accept, in order, so
  * penalties see the same history as plain decoding. Returns the count
  * written. */
-int32_t sp_spec_verify(sp_sampler *s, const float *logits, int32_t n_vocab, int64_t pos,
+int32_t spec_verify(sp_sampler *s, const float *logits, int32_t n_vocab, int64_t pos,
                        const sp_token *draft, int32_t n, sp_token *out);
 
 #endif

@@ -16,47 +16,47 @@
 
 
 typedef struct {
-    sp_tok_sym *s;
+    tok_sym *s;
     size_t cap;
-    sp_bigram_heap h;
+    bigram_heap h;
 } work;
 
 static bool try_add(const sp_vocab *v, const char *w, work *k, int32_t l, int32_t r) {
     if (l < 0 || r < 0) return true;
-    const sp_tok_sym *a = &k->s[l], *b = &k->s[r];
-    int32_t rank = sp_tok_merge_rank(v, w + a->off, a->n, w + b->off, b->n);
+    const tok_sym *a = &k->s[l], *b = &k->s[r];
+    int32_t rank = tok_merge_rank(v, w + a->off, a->n, w + b->off, b->n);
     if (rank < 0) return true;
-    sp_bigram bg = {l, r, (float)rank, a->n + b->n}; /* ranks < 2^24 are exact */
-    return sp_bigram_push(&k->h, bg);
+    bigram bg = {l, r, (float)rank, a->n + b->n}; /* ranks < 2^24 are exact */
+    return bigram_push(&k->h, bg);
 }
 
-static bool emit(const sp_vocab *v, const char *t, size_t n, sp_tok_ivec *out) {
-    int32_t id = sp_tok_lookup(v, t, n);
-    if (id >= 0) return sp_tok_ivec_push(out, id);
+static bool emit(const sp_vocab *v, const char *t, size_t n, tok_ivec *out) {
+    int32_t id = tok_lookup(v, t, n);
+    if (id >= 0) return tok_ivec_push(out, id);
     for (size_t j = 0; j < n; j++) {
-        id = sp_tok_lookup(v, t + j, 1);
-        if (id >= 0 && !sp_tok_ivec_push(out, id)) return false;
+        id = tok_lookup(v, t + j, 1);
+        if (id >= 0 && !tok_ivec_push(out, id)) return false;
     }
     return true;
 }
 
-static bool encode_word(const sp_vocab *v, const char *w, size_t len, work *k, sp_tok_ivec *out) {
+static bool encode_word(const sp_vocab *v, const char *w, size_t len, work *k, tok_ivec *out) {
     if (len == 0) return true;
-    if (v->ignore_merges && sp_tok_lookup(v, w, len) >= 0) return emit(v, w, len, out);
+    if (v->ignore_merges && tok_lookup(v, w, len) >= 0) return emit(v, w, len, out);
     if (len > k->cap) {
-        sp_tok_sym *ns = realloc(k->s, len * sizeof(*ns));
+        tok_sym *ns = realloc(k->s, len * sizeof(*ns));
         if (!ns) return false;
         k->s = ns;
         k->cap = len;
     }
-    sp_tok_sym *s = k->s;
-    int32_t n = sp_tok_split_symbols(w, len, s);
+    tok_sym *s = k->s;
+    int32_t n = tok_split_symbols(w, len, s);
     k->h.n = 0;
     for (int32_t i = 1; i < n; i++)
         if (!try_add(v, w, k, i - 1, i)) return false;
     while (k->h.n) {
-        sp_bigram b = sp_bigram_pop(&k->h);
-        sp_tok_sym *l = &s[b.left], *r = &s[b.right];
+        bigram b = bigram_pop(&k->h);
+        tok_sym *l = &s[b.left], *r = &s[b.right];
         /* stale unless both sides are what they were when queued */
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;
         l->n += r->n;
@@ -70,21 +70,21 @@ static bool encode_word(const sp_vocab *v, const char *w, size_t len, work *k, s
     return true;
 }
 
-bool sp_tok_bpe_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out,
+bool tok_bpe_encode(const sp_vocab *v, const char *text, size_t len, tok_ivec *out,
                        size_t limit) {
-    sp_tok_words words = {0};
+    tok_words words = {0};
     work k = {0};
     /* The split runs over the whole fragment (the regexes give no place
      * where a split of a prefix is sure to agree with the whole's); the
      * caller's byte bound keeps the fragment in proportion to the limit,
      * and the merges, the costly part, stop at the limit. */
-    bool ok = sp_tok_pretok_split(v->pretok, text, len, &words);
+    bool ok = tok_pretok_split(v->pretok, text, len, &words);
     size_t start = 0;
     for (size_t i = 0; ok && i < words.n && out->n <= limit; i++) {
         ok = encode_word(v, words.buf + start, words.end[i] - start, &k, out);
         start = words.end[i];
     }
-    sp_tok_words_free(&words);
+    tok_words_free(&words);
     free(k.s);
     free(k.h.v);
     return ok;

@@ -5,14 +5,14 @@
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/unicode.h"
 
-static inline bool before(const sp_bigram *a, const sp_bigram *b) {
+static inline bool before(const bigram *a, const bigram *b) {
     return a->key < b->key || (a->key == b->key && a->left < b->left);
 }
 
-bool sp_bigram_push(sp_bigram_heap *h, sp_bigram b) {
+bool bigram_push(bigram_heap *h, bigram b) {
     if (h->n == h->cap) {
         size_t nc = h->cap ? h->cap * 2 : 64;
-        sp_bigram *nv = realloc(h->v, nc * sizeof(*nv));
+        bigram *nv = realloc(h->v, nc * sizeof(*nv));
         if (!nv) return false;
         h->v = nv;
         h->cap = nc;
@@ -28,8 +28,8 @@ bool sp_bigram_push(sp_bigram_heap *h, sp_bigram b) {
     return true;
 }
 
-sp_bigram sp_bigram_pop(sp_bigram_heap *h) {
-    sp_bigram top = h->v[0], last = h->v[--h->n];
+bigram bigram_pop(bigram_heap *h) {
+    bigram top = h->v[0], last = h->v[--h->n];
     size_t i = 0;
     for (;;) {
         size_t c = 2 * i + 1;
@@ -43,10 +43,10 @@ sp_bigram sp_bigram_pop(sp_bigram_heap *h) {
     return top;
 }
 
-int32_t sp_tok_split_symbols(const char *text, size_t len, sp_tok_sym *s) {
+int32_t tok_split_symbols(const char *text, size_t len, tok_sym *s) {
     int32_t n = 0;
     for (size_t off = 0; off < len;) {
-        size_t c = sp_tok_utf8_lead_len((unsigned char)text[off]);
+        size_t c = tok_utf8_lead_len((unsigned char)text[off]);
         if (c > len - off) c = len - off;
         s[n].off = (uint32_t)off;
         s[n].n = (uint32_t)c;

@@ -171,7 +171,7 @@ static const struct {
     {"gpt-4o", RXS(rx_gpt4o), 0},
 };
 
-bool sp_tok_pretok_lookup(const char *name, sp_pretok_info *info) {
+bool tok_pretok_lookup(const char *name, pretok_info *info) {
     for (size_t i = 0; i < sizeof(pre_table) / sizeof(pre_table[0]); i++) {
         if (strcmp(pre_table[i].name, name) != 0) continue;
         info->regexes = pre_table[i].regexes;
@@ -191,11 +191,11 @@ enum { RX_KIND_GPT2, RX_KIND_LLAMA3, RX_KIND_COLLAPSED, RX_KIND_CODEPOINTS };
 typedef struct {
     int kind;
     pcre2_code *code; /* COLLAPSED / CODEPOINTS */
-} sp_rx;
+} pretok_rx;
 
-struct sp_pretok {
+struct pretokenizer {
     int n;
-    sp_rx rx[8];
+    pretok_rx rx[8];
     bool need_collapsed, need_codepoints;
     uint32_t max_capture; /* largest capture count, for match data */
 };
@@ -217,7 +217,7 @@ static const struct {
 
 static char collapse_byte(uint32_t cp) {
     if (cp < 128) return (char)cp;
-    uint16_t f = sp_tok_ucp_flags(cp);
+    uint16_t f = tok_ucp_flags(cp);
     if (f & SP_UCP_SPACE) return 0x0B;
     switch (f & SP_UCP_CATEGORY) {
     case SP_UCP_NUMBER: return (char)0xD1;
@@ -284,7 +284,7 @@ static pcre2_code *compile(const char *pat, uint32_t opts, const char *orig, cha
     if (!code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof(msg));
-        sp_seterr(err, errlen, "pre-tokenizer regex '%s': %s at offset %zu", orig, (char *)msg,
+        seterr(err, errlen, "pre-tokenizer regex '%s': %s at offset %zu", orig, (char *)msg,
                   (size_t)eo);
         return NULL;
     }
@@ -293,19 +293,19 @@ static pcre2_code *compile(const char *pat, uint32_t opts, const char *orig, cha
     return code;
 }
 
-sp_pretok *sp_tok_pretok_create(const char *const *regexes, int n, char *err, size_t errlen) {
-    sp_pretok *p = calloc(1, sizeof(*p));
+pretokenizer *tok_pretok_create(const char *const *regexes, int n, char *err, size_t errlen) {
+    pretokenizer *p = calloc(1, sizeof(*p));
     if (!p) {
-        sp_seterr(err, errlen, "out of memory");
+        seterr(err, errlen, "out of memory");
         return NULL;
     }
     if (n < 1 || n > (int)(sizeof(p->rx) / sizeof(p->rx[0]))) {
-        sp_seterr(err, errlen, "pre-tokenizer: bad regex count %d", n);
+        seterr(err, errlen, "pre-tokenizer: bad regex count %d", n);
         goto fail;
     }
     for (int i = 0; i < n; i++) {
         const char *re = regexes[i];
-        sp_rx *rx = &p->rx[p->n++];
+        pretok_rx *rx = &p->rx[p->n++];
         /* llama.cpp picks its hand-written splitters by the exact regex text */
         if (strcmp(re, RX_GPT2) == 0) {
             rx->kind = RX_KIND_GPT2;
@@ -314,7 +314,7 @@ sp_pretok *sp_tok_pretok_create(const char *const *regexes, int n, char *err, si
         } else if (uses_ucat(re)) {
             for (const unsigned char *s = (const unsigned char *)re; *s; s++) {
                 if (*s >= 0x80) {
-                    sp_seterr(err, errlen,
+                    seterr(err, errlen,
                               "pre-tokenizer regex '%s' mixes unicode categories and non-ASCII "
                               "characters (not supported)", re);
                     goto fail;
@@ -322,7 +322,7 @@ sp_pretok *sp_tok_pretok_create(const char *const *regexes, int n, char *err, si
             }
             char *c = collapse_regex(re);
             if (!c) {
-                sp_seterr(err, errlen, "out of memory");
+                seterr(err, errlen, "out of memory");
                 goto fail;
             }
             rx->kind = RX_KIND_COLLAPSED;
@@ -344,11 +344,11 @@ sp_pretok *sp_tok_pretok_create(const char *const *regexes, int n, char *err, si
     }
     return p;
 fail:
-    sp_tok_pretok_free(p);
+    tok_pretok_free(p);
     return NULL;
 }
 
-void sp_tok_pretok_free(sp_pretok *p) {
+void tok_pretok_free(pretokenizer *p) {
     if (!p) return;
     for (int i = 0; i < p->n; i++)
         if (p->rx[i].code) pcre2_code_free(p->rx[i].code);
@@ -557,7 +557,7 @@ typedef struct {
 
 /* Runs a PCRE2 regex over the piece [ini, ini + len) and appends the pieces
  * it leaves: each match, and each stretch between matches. */
-static bool split_pcre(const sp_rx *rx, ptext *t, size_t ini, size_t len, seglist *out) {
+static bool split_pcre(const pretok_rx *rx, ptext *t, size_t ini, size_t len, seglist *out) {
     const char *subj;
     size_t slen, base = 0;
     bool cps = rx->kind == RX_KIND_CODEPOINTS;
@@ -603,13 +603,13 @@ static bool split_pcre(const sp_rx *rx, ptext *t, size_t ini, size_t len, seglis
     return true;
 }
 
-void sp_tok_words_free(sp_tok_words *w) {
+void tok_words_free(tok_words *w) {
     free(w->buf);
     free(w->end);
     memset(w, 0, sizeof(*w));
 }
 
-static bool words_reserve(sp_tok_words *w, size_t add_bytes) {
+static bool words_reserve(tok_words *w, size_t add_bytes) {
     if (w->len + add_bytes > w->cap) {
         size_t nc = w->cap ? w->cap * 2 : 256;
         while (nc < w->len + add_bytes) nc *= 2;
@@ -628,7 +628,7 @@ static bool words_reserve(sp_tok_words *w, size_t add_bytes) {
     return true;
 }
 
-bool sp_tok_pretok_split(const sp_pretok *p, const char *text, size_t len, sp_tok_words *out) {
+bool tok_pretok_split(const pretokenizer *p, const char *text, size_t len, tok_words *out) {
     bool ok = false;
     ptext t = {0};
     seglist a = {0}, b = {0};
@@ -639,8 +639,8 @@ bool sp_tok_pretok_split(const sp_pretok *p, const char *text, size_t len, sp_to
     t.fl = malloc((len + 1) * sizeof(*t.fl));
     if (!t.cp || !t.fl) goto done;
     for (size_t off = 0; off < len;) {
-        uint32_t c = sp_tok_utf8_decode(text, len, &off);
-        t.fl[t.n] = sp_tok_ucp_flags(c);
+        uint32_t c = tok_utf8_decode(text, len, &off);
+        t.fl[t.n] = tok_ucp_flags(c);
         t.cp[t.n++] = c;
     }
     if (p->need_collapsed) {
@@ -660,7 +660,7 @@ bool sp_tok_pretok_split(const sp_pretok *p, const char *text, size_t len, sp_to
             /* code points UTF-8 cannot carry (surrogates, > U+10FFFF) */
             if ((c >= 0xD800 && c <= 0xDFFF) || c > 0x10FFFF) c = 0xFFFD;
             t.u8_off[i] = o;
-            int k = sp_tok_utf8_encode(c, t.u8 + o);
+            int k = tok_utf8_encode(c, t.u8 + o);
             for (int j = 0; j < k; j++) t.u8_cp[o + j] = i;
             o += (size_t)k;
         }
@@ -674,7 +674,7 @@ bool sp_tok_pretok_split(const sp_pretok *p, const char *text, size_t len, sp_to
 
     if (!seg_push(&a, t.n)) goto done;
     for (int r = 0; r < p->n; r++) {
-        const sp_rx *rx = &p->rx[r];
+        const pretok_rx *rx = &p->rx[r];
         b.n = 0;
         size_t start = 0;
         for (size_t i = 0; i < a.n; i++) {
@@ -700,9 +700,9 @@ bool sp_tok_pretok_split(const sp_pretok *p, const char *text, size_t len, sp_to
         if (!words_reserve(out, a.v[i] * 8)) goto done;
         for (size_t j = start; j < start + a.v[i]; j++) {
             char u[4];
-            int k = sp_tok_utf8_encode(t.cp[j], u);
+            int k = tok_utf8_encode(t.cp[j], u);
             for (int m = 0; m < k; m++)
-                out->len += (size_t)sp_tok_utf8_encode(sp_tok_byte_to_ucp((uint8_t)u[m]),
+                out->len += (size_t)tok_utf8_encode(tok_byte_to_ucp((uint8_t)u[m]),
                                                        out->buf + out->len);
         }
         out->end[out->n++] = out->len;

@@ -16,26 +16,26 @@
 
 
 
-static bool try_add(const sp_vocab *v, const char *text, const sp_tok_sym *s, sp_bigram_heap *h, int32_t l,
+static bool try_add(const sp_vocab *v, const char *text, const tok_sym *s, bigram_heap *h, int32_t l,
                     int32_t r) {
     if (l < 0 || r < 0) return true;
-    int32_t id = sp_tok_lookup(v, text + s[l].off, s[l].n + s[r].n);
+    int32_t id = tok_lookup(v, text + s[l].off, s[l].n + s[r].n);
     if (id < 0) return true;
-    sp_bigram b = {l, r, -v->scores[id], s[l].n + s[r].n}; /* best score first */
-    return sp_bigram_push(h, b);
+    bigram b = {l, r, -v->scores[id], s[l].n + s[r].n}; /* best score first */
+    return bigram_push(h, b);
 }
 
-bool sp_tok_spm_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out) {
+bool tok_spm_encode(const sp_vocab *v, const char *text, size_t len, tok_ivec *out) {
     bool ok = false;
-    sp_bigram_heap h = {0};
-    sp_tok_sym *s = malloc((len + 1) * sizeof(*s));
+    bigram_heap h = {0};
+    tok_sym *s = malloc((len + 1) * sizeof(*s));
     if (!s) return false;
-    int32_t n = sp_tok_split_symbols(text, len, s);
+    int32_t n = tok_split_symbols(text, len, s);
     for (int32_t i = 1; i < n; i++)
         if (!try_add(v, text, s, &h, i - 1, i)) goto done;
     while (h.n) {
-        sp_bigram b = sp_bigram_pop(&h);
-        sp_tok_sym *l = &s[b.left], *r = &s[b.right];
+        bigram b = bigram_pop(&h);
+        tok_sym *l = &s[b.left], *r = &s[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* stale */
         l->n += r->n;
         r->n = 0;
@@ -48,15 +48,15 @@ bool sp_tok_spm_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_i
      * so llama.cpp's re-segmentation through its merge history reduces to
      * this lookup; what is left unmerged and unknown goes out as bytes. */
     for (int32_t i = n ? 0 : -1; i >= 0; i = s[i].next) {
-        int32_t id = sp_tok_lookup(v, text + s[i].off, s[i].n);
+        int32_t id = tok_lookup(v, text + s[i].off, s[i].n);
         if (id >= 0) {
-            if (!sp_tok_ivec_push(out, id)) goto done;
+            if (!tok_ivec_push(out, id)) goto done;
             continue;
         }
         for (uint32_t j = 0; j < s[i].n; j++) {
             int32_t bt = v->byte_tok[(unsigned char)text[s[i].off + j]];
             if (bt < 0) bt = v->unk;
-            if (bt >= 0 && !sp_tok_ivec_push(out, bt)) goto done;
+            if (bt >= 0 && !tok_ivec_push(out, bt)) goto done;
         }
     }
     ok = true;

@@ -27,28 +27,28 @@ enum {
 typedef struct {
     int32_t *v;
     size_t n, cap;
-} sp_tok_ivec;
-bool sp_tok_ivec_push(sp_tok_ivec *a, int32_t x);
+} tok_ivec;
+bool tok_ivec_push(tok_ivec *a, int32_t x);
 
 typedef struct {
     char *buf; /* the words back to back */
     size_t len, cap;
     size_t *end; /* end offset of word i in buf */
     size_t n, ncap;
-} sp_tok_words;
-void sp_tok_words_free(sp_tok_words *w);
+} tok_words;
+void tok_words_free(tok_words *w);
 
 /* ---- pre-tokenizer (pretok.c) ---- */
-typedef struct sp_pretok sp_pretok;
+typedef struct pretokenizer pretokenizer;
 /* Compiles the regex list of a pre-tokenizer. NULL + err on failure. */
-sp_pretok *sp_tok_pretok_create(const char *const *regexes, int n, char *err, size_t errlen);
-void sp_tok_pretok_free(sp_pretok *p);
+pretokenizer *tok_pretok_create(const char *const *regexes, int n, char *err, size_t errlen);
+void tok_pretok_free(pretokenizer *p);
 /* Splits text[len] as llama.cpp's unicode_regex_split does: each regex in
  * turn splits every piece the previous ones produced (unmatched stretches
  * stay pieces of their own); the pieces are then byte-encoded with the GPT-2
  * mapping. Appends them to *out (cleared first). false on allocation
  * failure. */
-bool sp_tok_pretok_split(const sp_pretok *p, const char *text, size_t len, sp_tok_words *out);
+bool tok_pretok_split(const pretokenizer *p, const char *text, size_t len, tok_words *out);
 
 /* The regex list llama.cpp uses for a tokenizer.ggml.pre name, and the
  * vocabulary flags that name implies. false if the name is unknown. */
@@ -58,8 +58,8 @@ typedef struct {
     bool ignore_merges; /* a whole pre-token that is a token is kept as is */
     bool add_bos;       /* default for add_bos when the file does not say */
     bool no_bos;        /* the BOS id defaults to none */
-} sp_pretok_info;
-bool sp_tok_pretok_lookup(const char *name, sp_pretok_info *info);
+} pretok_info;
+bool tok_pretok_lookup(const char *name, pretok_info *info);
 
 /* ---- the vocabulary ---- */
 struct sp_vocab {
@@ -100,13 +100,13 @@ struct sp_vocab {
     char *piece;
     uint32_t *piece_off, *piece_len;
 
-    sp_pretok *pretok; /* BPE only */
+    pretokenizer *pretok; /* BPE only */
 
     /* Work bounds (vocab.c, set at load; see sp_vocab_max_token_bytes). */
     uint32_t max_token_bytes; /* 0: no bound */
     bool has_strip;           /* some token has LSTRIP or RSTRIP */
     /* SPM: the adjacent symbol pairs of every token text (symbols as
-     * sp_tok_split_symbols cuts them), as a bit set indexed by a hash: a
+     * tok_split_symbols cuts them), as a bit set indexed by a hash: a
      * clear bit means no merge can ever join that pair, so the text can be
      * cut there and each side encoded alone with the same result. A hash
      * collision only makes a place look unsafe. NULL: never cut. */
@@ -114,27 +114,27 @@ struct sp_vocab {
     uint64_t pair_mask; /* number of bits - 1 */
 };
 
-uint64_t sp_tok_hash_bytes(uint64_t h, const void *p, size_t n);
+uint64_t tok_hash_bytes(uint64_t h, const void *p, size_t n);
 #define SP_TOK_HASH_SEED 0xcbf29ce484222325ull
 /* id of the token whose text is s[n], -1 if none. */
-int32_t sp_tok_lookup(const sp_vocab *v, const char *s, size_t n);
+int32_t tok_lookup(const sp_vocab *v, const char *s, size_t n);
 /* rank of the merge (left, right), -1 if none. */
-int32_t sp_tok_merge_rank(const sp_vocab *v, const char *l, size_t ln, const char *r, size_t rn);
+int32_t tok_merge_rank(const sp_vocab *v, const char *l, size_t ln, const char *r, size_t rn);
 
 /* Encoders: append the tokens of one raw-text fragment to out. The BPE
  * encoder stops after the word that takes out->n past limit (SIZE_MAX:
  * never); the SPM one encodes all it is given (tokenize.c cuts long SPM
  * text into chunks, see pair_bits). false on allocation failure. */
-bool sp_tok_spm_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out);
-bool sp_tok_bpe_encode(const sp_vocab *v, const char *text, size_t len, sp_tok_ivec *out,
+bool tok_spm_encode(const sp_vocab *v, const char *text, size_t len, tok_ivec *out);
+bool tok_bpe_encode(const sp_vocab *v, const char *text, size_t len, tok_ivec *out,
                        size_t limit);
 /* SPM chunks end at the first safe cut after this many bytes (tokenize.c;
  * 2048). Tests set SIZE_MAX, never to cut, to check that cutting changes
  * nothing; nothing else writes it. */
-extern size_t sp_tok_spm_cut_after;
+extern size_t tok_spm_cut_after;
 /* Whether a merge could join the adjacent symbols a[la] and b[lb] (true
  * when the vocabulary has no pair set). */
-bool sp_tok_pair_may_merge(const sp_vocab *v, const char *a, size_t la, const char *b, size_t lb);
+bool tok_pair_may_merge(const sp_vocab *v, const char *a, size_t la, const char *b, size_t lb);
 
 /* A symbol of the SPM/BPE merge loops: bytes text[off, off + n) in a
  * doubly linked list (prev/next indices, -1 at the ends); n = 0 once it has
@@ -142,13 +142,13 @@ bool sp_tok_pair_may_merge(const sp_vocab *v, const char *a, size_t la, const ch
 typedef struct {
     int32_t prev, next;
     uint32_t off, n;
-} sp_tok_sym;
+} tok_sym;
 
 /* Splits text[len] into one symbol per UTF-8 character, cut by the lead
  * byte only (as llama.cpp: an invalid byte is a symbol of its own, a
  * truncated sequence at the end is shortened), linked in order. s must hold
  * len entries; returns the count. */
-int32_t sp_tok_split_symbols(const char *text, size_t len, sp_tok_sym *s);
+int32_t tok_split_symbols(const char *text, size_t len, tok_sym *s);
 
 /* A candidate merge of the adjacent symbols left and right, for the
  * SPM and BPE merge loops: the smallest key comes out first, ties by the
@@ -158,16 +158,16 @@ typedef struct {
     int32_t left, right;
     float key;
     uint32_t size;
-} sp_bigram;
+} bigram;
 
 typedef struct {
-    sp_bigram *v;
+    bigram *v;
     size_t n, cap;
-} sp_bigram_heap;
+} bigram_heap;
 
 /* false when the heap cannot grow (out of memory) */
-bool sp_bigram_push(sp_bigram_heap *h, sp_bigram b);
+bool bigram_push(bigram_heap *h, bigram b);
 /* the first entry; the heap must not be empty */
-sp_bigram sp_bigram_pop(sp_bigram_heap *h);
+bigram bigram_pop(bigram_heap *h);
 
 #endif

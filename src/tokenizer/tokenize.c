@@ -136,7 +136,7 @@ fail:
  * limit and the merge heap stays small. The text is escaped SPM_CHUNK bytes
  * at a time. */
 #define SPM_CHUNK 2048
-size_t sp_tok_spm_cut_after = SPM_CHUNK;
+size_t tok_spm_cut_after = SPM_CHUNK;
 
 typedef struct {
     char *p;
@@ -172,7 +172,7 @@ static bool spm_fill(bytes *b, const char *text, size_t len, size_t *ri, size_t 
  * text holds side by side, so no merge could have joined them, and each
  * side's merges happen in the same relative order. */
 static bool spm_fragment(const sp_vocab *v, const char *text, size_t len, bool prefix,
-                         sp_tok_ivec *toks, size_t limit, bytes *b) {
+                         tok_ivec *toks, size_t limit, bytes *b) {
     size_t ri = 0;
     b->n = 0;
     if (prefix) {
@@ -192,7 +192,7 @@ static bool spm_fragment(const sp_vocab *v, const char *text, size_t len, bool p
                 if (!spm_fill(b, text, len, &ri, b->n + SPM_CHUNK)) return false;
                 continue;
             }
-            size_t sl = sp_tok_utf8_lead_len((unsigned char)b->p[p]);
+            size_t sl = tok_utf8_lead_len((unsigned char)b->p[p]);
             if (p + sl > b->n) {
                 if (ri < len) { /* the symbol is not all here yet */
                     if (!spm_fill(b, text, len, &ri, b->n + SPM_CHUNK)) return false;
@@ -200,15 +200,15 @@ static bool spm_fragment(const sp_vocab *v, const char *text, size_t len, bool p
                 }
                 sl = b->n - p; /* truncated at the end of the text */
             }
-            if (p >= sp_tok_spm_cut_after &&
-                !sp_tok_pair_may_merge(v, b->p + prev, p - prev, b->p + p, sl)) {
+            if (p >= tok_spm_cut_after &&
+                !tok_pair_may_merge(v, b->p + prev, p - prev, b->p + p, sl)) {
                 cut = p;
                 break;
             }
             prev = p;
             p += sl;
         }
-        if (!sp_tok_spm_encode(v, b->p, cut, toks)) return false;
+        if (!tok_spm_encode(v, b->p, cut, toks)) return false;
         memmove(b->p, b->p + cut, b->n - cut);
         b->n -= cut;
         if (toks->n > limit) break;
@@ -228,7 +228,7 @@ static size_t count_spaces(const char *text, size_t len) {
  * of the count, > limit, and toks incomplete; else 0. false if memory ran
  * out. */
 static bool tokenize(const sp_vocab *v, const char *text, size_t len, const sp_tok_opts *o,
-                     size_t limit, sp_tok_ivec *toks, size_t *least) {
+                     size_t limit, tok_ivec *toks, size_t *least) {
     fragvec frags = {0};
     bytes buf = {0};
     bool ok = false;
@@ -238,25 +238,25 @@ static bool tokenize(const sp_vocab *v, const char *text, size_t len, const sp_t
         ok = true;
         goto done;
     }
-    if (o->add_special && v->add_bos && v->bos >= 0 && !sp_tok_ivec_push(toks, v->bos)) goto done;
+    if (o->add_special && v->add_bos && v->bos >= 0 && !tok_ivec_push(toks, v->bos)) goto done;
     /* SPM: a raw fragment at the start or after a special token gets the
      * space prefix */
     bool prev_special = true;
     for (size_t i = 0; i < frags.n && toks->n <= limit; i++) {
         frag f = frags.v[i];
         if (f.tok >= 0) {
-            if (!sp_tok_ivec_push(toks, f.tok)) goto done;
+            if (!tok_ivec_push(toks, f.tok)) goto done;
             prev_special = true;
         } else if (v->kind == SP_VOCAB_SPM) {
             if (!spm_fragment(v, text + f.off, f.len, v->add_space_prefix && prev_special, toks,
                               limit, &buf))
                 goto done;
             prev_special = false;
-        } else if (!sp_tok_bpe_encode(v, text + f.off, f.len, toks, limit)) {
+        } else if (!tok_bpe_encode(v, text + f.off, f.len, toks, limit)) {
             goto done;
         }
     }
-    if (o->add_special && v->add_eos && v->eos >= 0 && !sp_tok_ivec_push(toks, v->eos)) goto done;
+    if (o->add_special && v->add_eos && v->eos >= 0 && !tok_ivec_push(toks, v->eos)) goto done;
     *least = toks->n > limit ? toks->n : 0;
     ok = true;
 done:
@@ -268,7 +268,7 @@ done:
 int sp_tokenize(const sp_vocab *v, const char *text, size_t len, int32_t *out, int n_max,
                 bool add_special, bool parse_special) {
     sp_tok_opts o = {.add_special = add_special, .parse_special = parse_special};
-    sp_tok_ivec toks = {0};
+    tok_ivec toks = {0};
     size_t least;
     int ret = INT_MIN;
     if (!tokenize(v, text, len, &o, SIZE_MAX, &toks, &least) || toks.n > (size_t)INT_MAX)
@@ -302,7 +302,7 @@ int sp_tokenize_bounded(const sp_vocab *v, const char *text, size_t len, int n_m
             return least > (size_t)INT_MAX ? -INT_MAX : -(int)least;
         }
     }
-    sp_tok_ivec toks = {0};
+    tok_ivec toks = {0};
     size_t least;
     if (!tokenize(v, text, len, o, (size_t)n_max, &toks, &least)) {
         free(toks.v);

@@ -20,7 +20,7 @@
  * or a tokenizer type (tokenizer.ggml.model) or pre-tokenizer
  * (tokenizer.ggml.pre) this build does not implement: the message names it
  * ("unsupported tokenizer model 'X'", "unknown pre-tokenizer type 'X'"). */
-sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen);
-void sp_vocab_free(sp_vocab *v);
+sp_vocab *vocab_load(const gguf_file *g, char *err, size_t errlen);
+void vocab_free(sp_vocab *v);
 
 #endif

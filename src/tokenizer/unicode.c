@@ -2,19 +2,19 @@
  * the GPT-2 byte <-> code point mapping. */
 #include "tokenizer/unicode.h"
 
-uint16_t sp_tok_ucp_flags(uint32_t cp) {
+uint16_t tok_ucp_flags(uint32_t cp) {
     if (cp >= SP_UNICODE_MAX) return SP_UCP_UNDEF;
     /* binary search for the last range starting at or before cp */
-    int lo = 0, hi = sp_tok_ucp_n_ranges - 1;
+    int lo = 0, hi = tok_ucp_n_ranges - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
-        if (sp_tok_ucp_ranges[mid].start <= cp) lo = mid;
+        if (tok_ucp_ranges[mid].start <= cp) lo = mid;
         else hi = mid - 1;
     }
-    return sp_tok_ucp_ranges[lo].flags;
+    return tok_ucp_ranges[lo].flags;
 }
 
-uint32_t sp_tok_utf8_decode(const char *str, size_t n, size_t *off) {
+uint32_t tok_utf8_decode(const char *str, size_t n, size_t *off) {
     const unsigned char *s = (const unsigned char *)str + *off;
     size_t left = n - *off;
     unsigned char c = s[0];
@@ -48,7 +48,7 @@ bad:
     return 0xFFFD;
 }
 
-int sp_tok_utf8_encode(uint32_t cp, char out[4]) {
+int tok_utf8_encode(uint32_t cp, char out[4]) {
     if (cp <= 0x7f) {
         out[0] = (char)cp;
         return 1;
@@ -71,7 +71,7 @@ int sp_tok_utf8_encode(uint32_t cp, char out[4]) {
         out[3] = (char)(0x80 | (cp & 0x3f));
         return 4;
     }
-    return sp_tok_utf8_encode(0xFFFD, out);
+    return tok_utf8_encode(0xFFFD, out);
 }
 
 /* Bytes that are printable Latin-1 stand for themselves; the other 68 are
@@ -80,7 +80,7 @@ static int byte_is_printable(int b) {
     return (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
 }
 
-uint32_t sp_tok_byte_to_ucp(uint8_t b) {
+uint32_t tok_byte_to_ucp(uint8_t b) {
     if (byte_is_printable(b)) return b;
     uint32_t n = 0;
     for (int c = 0; c < b; c++)
@@ -88,7 +88,7 @@ uint32_t sp_tok_byte_to_ucp(uint8_t b) {
     return 256 + n;
 }
 
-int sp_tok_ucp_to_byte(uint32_t cp) {
+int tok_ucp_to_byte(uint32_t cp) {
     if (cp < 256) return byte_is_printable((int)cp) ? (int)cp : -1;
     if (cp >= 256 + 68) return -1;
     uint32_t n = cp - 256;

@@ -27,34 +27,34 @@
 typedef struct {
     uint32_t start; /* the run ends where the next entry starts */
     uint16_t flags;
-} sp_tok_ucp_range;
+} tok_ucp_range;
 
-extern const sp_tok_ucp_range sp_tok_ucp_ranges[];
-extern const int sp_tok_ucp_n_ranges;
+extern const tok_ucp_range tok_ucp_ranges[];
+extern const int tok_ucp_n_ranges;
 
 #define SP_UNICODE_MAX 0x110000u
 
 /* Class bits of cp (SP_UCP_UNDEF for cp >= 0x110000). */
-uint16_t sp_tok_ucp_flags(uint32_t cp);
+uint16_t tok_ucp_flags(uint32_t cp);
 
 /* Byte length llama.cpp assigns to a character from its first byte alone
  * (by the high nibble: 0x0-0xB -> 1, 0xC-0xD -> 2, 0xE -> 3, 0xF -> 4). */
-static inline size_t sp_tok_utf8_lead_len(unsigned char c) {
+static inline size_t tok_utf8_lead_len(unsigned char c) {
     static const unsigned char len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
     return len[c >> 4];
 }
 
 /* Decodes one code point at s[*off] (*off < n) the way llama.cpp does and
  * advances *off; an invalid sequence yields U+FFFD and advances one byte. */
-uint32_t sp_tok_utf8_decode(const char *s, size_t n, size_t *off);
+uint32_t tok_utf8_decode(const char *s, size_t n, size_t *off);
 
 /* Encodes cp (code points above U+10FFFF, which llama.cpp cannot encode,
  * become U+FFFD). Returns the byte count (1..4). */
-int sp_tok_utf8_encode(uint32_t cp, char out[4]);
+int tok_utf8_encode(uint32_t cp, char out[4]);
 
 /* GPT-2 bytes_to_unicode: the code point standing for byte b. */
-uint32_t sp_tok_byte_to_ucp(uint8_t b);
-/* Inverse of sp_tok_byte_to_ucp: the byte, or -1 if cp stands for none. */
-int sp_tok_ucp_to_byte(uint32_t cp);
+uint32_t tok_byte_to_ucp(uint8_t b);
+/* Inverse of tok_byte_to_ucp: the byte, or -1 if cp stands for none. */
+int tok_ucp_to_byte(uint32_t cp);
 
 #endif

@@ -9,7 +9,7 @@
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/unicode.h"
 
-uint64_t sp_tok_hash_bytes(uint64_t h, const void *p, size_t n) {
+uint64_t tok_hash_bytes(uint64_t h, const void *p, size_t n) {
     const unsigned char *s = p;
     for (size_t i = 0; i < n; i++) {
         h ^= s[i];
@@ -26,7 +26,7 @@ static inline uint64_t hash_slot(uint64_t h) {
     return h;
 }
 
-bool sp_tok_ivec_push(sp_tok_ivec *a, int32_t x) {
+bool tok_ivec_push(tok_ivec *a, int32_t x) {
     if (a->n == a->cap) {
         size_t nc = a->cap ? a->cap * 2 : 64;
         int32_t *nv = realloc(a->v, nc * sizeof(*nv));
@@ -38,8 +38,8 @@ bool sp_tok_ivec_push(sp_tok_ivec *a, int32_t x) {
     return true;
 }
 
-int32_t sp_tok_lookup(const sp_vocab *v, const char *s, size_t n) {
-    uint64_t i = hash_slot(sp_tok_hash_bytes(SP_TOK_HASH_SEED, s, n)) & v->hash_mask;
+int32_t tok_lookup(const sp_vocab *v, const char *s, size_t n) {
+    uint64_t i = hash_slot(tok_hash_bytes(SP_TOK_HASH_SEED, s, n)) & v->hash_mask;
     for (;; i = (i + 1) & v->hash_mask) {
         int32_t id = v->hash[i];
         if (id < 0) return -1;
@@ -47,11 +47,11 @@ int32_t sp_tok_lookup(const sp_vocab *v, const char *s, size_t n) {
     }
 }
 
-int32_t sp_tok_merge_rank(const sp_vocab *v, const char *l, size_t ln, const char *r, size_t rn) {
+int32_t tok_merge_rank(const sp_vocab *v, const char *l, size_t ln, const char *r, size_t rn) {
     if (!v->merge_hash) return -1;
-    uint64_t h = sp_tok_hash_bytes(SP_TOK_HASH_SEED, l, ln);
-    h = sp_tok_hash_bytes(h, " ", 1);
-    h = sp_tok_hash_bytes(h, r, rn);
+    uint64_t h = tok_hash_bytes(SP_TOK_HASH_SEED, l, ln);
+    h = tok_hash_bytes(h, " ", 1);
+    h = tok_hash_bytes(h, r, rn);
     size_t n = ln + 1 + rn;
     for (uint64_t i = hash_slot(h) & v->merge_mask;; i = (i + 1) & v->merge_mask) {
         int32_t m = v->merge_hash[i];
@@ -67,12 +67,12 @@ int32_t sp_tok_merge_rank(const sp_vocab *v, const char *l, size_t ln, const cha
  * the two so that a pair is not confused with another cut of the same
  * bytes. */
 static uint64_t pair_bit(const char *a, size_t la, const char *b, size_t lb) {
-    uint64_t h = sp_tok_hash_bytes(SP_TOK_HASH_SEED, a, la);
-    h = sp_tok_hash_bytes(h ^ ((uint64_t)la * 0x9E3779B97F4A7C15ull), b, lb);
+    uint64_t h = tok_hash_bytes(SP_TOK_HASH_SEED, a, la);
+    h = tok_hash_bytes(h ^ ((uint64_t)la * 0x9E3779B97F4A7C15ull), b, lb);
     return hash_slot(h);
 }
 
-bool sp_tok_pair_may_merge(const sp_vocab *v, const char *a, size_t la, const char *b, size_t lb) {
+bool tok_pair_may_merge(const sp_vocab *v, const char *a, size_t la, const char *b, size_t lb) {
     if (!v->pair_bits) return true;
     uint64_t i = pair_bit(a, la, b, lb) & v->pair_mask;
     return (v->pair_bits[i >> 6] >> (i & 63)) & 1;
@@ -86,26 +86,26 @@ static uint64_t table_size(uint64_t n) {
 
 /* ---- metadata helpers ---- */
 
-static bool str_is(sp_gguf_str s, const char *lit) {
+static bool str_is(gguf_str s, const char *lit) {
     return s.p && s.n == strlen(lit) && memcmp(s.p, lit, s.n) == 0;
 }
 
 /* A token id from key, if present. -1 for a negative value ("none").
  * Out of range: an error when strict (ids the tokenizer itself emits),
  * otherwise ignored as llama.cpp does (it keeps its default). */
-static int read_id(const sp_gguf *g, const char *key, int32_t n_tokens, bool strict,
+static int read_id(const gguf_file *g, const char *key, int32_t n_tokens, bool strict,
                    int32_t *id, char *err, size_t errlen) {
     int64_t x;
-    if (sp_gguf_find_key(g, key) < 0) return 0;
-    if (!sp_gguf_get_i64(g, key, &x)) {
-        sp_seterr(err, errlen, "%s: not an integer", key);
+    if (gguf_find_key(g, key) < 0) return 0;
+    if (!gguf_get_i64(g, key, &x)) {
+        seterr(err, errlen, "%s: not an integer", key);
         return -1;
     }
     if (x < 0) {
         *id = -1;
     } else if (x >= n_tokens) {
         if (strict) {
-            sp_seterr(err, errlen, "%s = %lld is out of range (the vocabulary has %d tokens)", key,
+            seterr(err, errlen, "%s = %lld is out of range (the vocabulary has %d tokens)", key,
                       (long long)x, n_tokens);
             return -1;
         }
@@ -115,10 +115,10 @@ static int read_id(const sp_gguf *g, const char *key, int32_t n_tokens, bool str
     return 0;
 }
 
-static int read_bool(const sp_gguf *g, const char *key, bool *out, char *err, size_t errlen) {
-    if (sp_gguf_find_key(g, key) < 0) return 0;
-    if (!sp_gguf_get_bool(g, key, out)) {
-        sp_seterr(err, errlen, "%s: not a boolean", key);
+static int read_bool(const gguf_file *g, const char *key, bool *out, char *err, size_t errlen) {
+    if (gguf_find_key(g, key) < 0) return 0;
+    if (!gguf_get_bool(g, key, out)) {
+        seterr(err, errlen, "%s: not a boolean", key);
         return -1;
     }
     return 0;
@@ -203,14 +203,14 @@ static size_t make_piece(const sp_vocab *v, int32_t id, char *buf) {
     }
     if (a & SP_ATTR_NORMAL) { /* GPT-2 byte-level: each code point is a byte */
         for (size_t off = 0; off < n;) {
-            uint32_t c = sp_tok_utf8_decode(t, n, &off);
-            int b = sp_tok_ucp_to_byte(c);
+            uint32_t c = tok_utf8_decode(t, n, &off);
+            int b = tok_ucp_to_byte(c);
             if (b >= 0) {
                 char ch = (char)b;
                 PUT(&ch, 1);
             } else { /* llama.cpp's marker for a code point that is no byte */
                 char u[4], hex[3];
-                int k = sp_tok_utf8_encode(c, u);
+                int k = tok_utf8_encode(c, u);
                 PUT("[UNK_BYTE_0x", 12);
                 for (int j = 0; j < k; j++) {
                     snprintf(hex, sizeof(hex), "%02x", (unsigned char)u[j]);
@@ -242,8 +242,8 @@ static bool covers_every_byte(const sp_vocab *v) {
          * holds these bytes */
         if (b == 0xc0 || b == 0xc1 || b >= 0xf5) continue;
         char u[4];
-        int k = sp_tok_utf8_encode(sp_tok_byte_to_ucp((uint8_t)b), u);
-        if (sp_tok_lookup(v, u, (size_t)k) < 0) return false;
+        int k = tok_utf8_encode(tok_byte_to_ucp((uint8_t)b), u);
+        if (tok_lookup(v, u, (size_t)k) < 0) return false;
     }
     char *cat = NULL;
     size_t cap = 0;
@@ -265,7 +265,7 @@ static bool covers_every_byte(const sp_vocab *v) {
         size_t ln = (size_t)(sp - t);
         memcpy(cat, t, ln);
         memcpy(cat + ln, sp + 1, n - ln - 1);
-        ok = sp_tok_lookup(v, cat, n - 1) >= 0;
+        ok = tok_lookup(v, cat, n - 1) >= 0;
     }
     free(cat);
     return ok;
@@ -287,7 +287,7 @@ static bool work_bounds(sp_vocab *v) {
         }
         if (k > most) most = k;
         for (uint32_t off = 0; off < n; n_pairs++)
-            off += (uint32_t)SP_MIN(sp_tok_utf8_lead_len((unsigned char)t[off]), n - off);
+            off += (uint32_t)SP_MIN(tok_utf8_lead_len((unsigned char)t[off]), n - off);
         n_pairs--; /* symbols - 1 (every text has at least one byte) */
     }
     v->max_token_bytes = covers_every_byte(v) ? most : 0;
@@ -302,9 +302,9 @@ static bool work_bounds(sp_vocab *v) {
     for (int32_t id = 0; id < v->n_tokens; id++) {
         const char *t = tok_text(v, id);
         size_t n = v->text_len[id], a = 0;
-        size_t la = SP_MIN(sp_tok_utf8_lead_len((unsigned char)t[0]), n);
+        size_t la = SP_MIN(tok_utf8_lead_len((unsigned char)t[0]), n);
         while (a + la < n) {
-            size_t b = a + la, lb = SP_MIN(sp_tok_utf8_lead_len((unsigned char)t[b]), n - b);
+            size_t b = a + la, lb = SP_MIN(tok_utf8_lead_len((unsigned char)t[b]), n - b);
             uint64_t i = pair_bit(t + a, la, t + b, lb) & v->pair_mask;
             v->pair_bits[i >> 6] |= 1ull << (i & 63);
             a = b;
@@ -317,17 +317,17 @@ static bool work_bounds(sp_vocab *v) {
 static const char *const K_TOKENS = "tokenizer.ggml.tokens", *const K_MERGES = "tokenizer.ggml.merges";
 
 static int oom(char *err, size_t errlen) {
-    sp_seterr(err, errlen, "out of memory loading the vocabulary");
+    seterr(err, errlen, "out of memory loading the vocabulary");
     return -1;
 }
 
 /* The tokenizer model (SentencePiece or byte-level BPE) and the
  * pre-tokenizer, with the defaults of each (add_bos, add_space_prefix). */
-static int load_kind(sp_vocab *v, const sp_gguf *g, sp_pretok_info *pinfo, char *err,
+static int load_kind(sp_vocab *v, const gguf_file *g, pretok_info *pinfo, char *err,
                      size_t errlen) {
-    sp_gguf_str model, pre = {NULL, 0};
-    if (!sp_gguf_get_str(g, "tokenizer.ggml.model", &model)) {
-        sp_seterr(err, errlen, "tokenizer.ggml.model is missing (or not a string)");
+    gguf_str model, pre = {NULL, 0};
+    if (!gguf_get_str(g, "tokenizer.ggml.model", &model)) {
+        seterr(err, errlen, "tokenizer.ggml.model is missing (or not a string)");
         return -1;
     }
     if (str_is(model, "llama")) {
@@ -338,19 +338,19 @@ static int load_kind(sp_vocab *v, const sp_gguf *g, sp_pretok_info *pinfo, char 
         /* llama.cpp's others ("bert" WPM, "t5" UGM, "rwkv", "plamo2"; "none"
          * and "no_vocab" for a file without a vocabulary) are refused by
          * name rather than approximated */
-        sp_seterr(err, errlen,
+        seterr(err, errlen,
                   "unsupported tokenizer model '%.*s' (tokenizer.ggml.model; this build "
                   "implements 'llama' (SentencePiece) and 'gpt2' (byte-level BPE))",
                   (int)SP_MIN(model.n, (uint64_t)100), model.p ? model.p : "");
         return -1;
     }
-    if (sp_gguf_find_key(g, "tokenizer.ggml.pre") >= 0 &&
-        !sp_gguf_get_str(g, "tokenizer.ggml.pre", &pre)) {
-        sp_seterr(err, errlen, "tokenizer.ggml.pre: not a string");
+    if (gguf_find_key(g, "tokenizer.ggml.pre") >= 0 &&
+        !gguf_get_str(g, "tokenizer.ggml.pre", &pre)) {
+        seterr(err, errlen, "tokenizer.ggml.pre: not a string");
         return -1;
     }
     if (pre.n >= sizeof(v->pre_name) || memchr(pre.p ? pre.p : "", 0, pre.n)) {
-        sp_seterr(err, errlen, "unknown pre-tokenizer type '%.*s'", (int)SP_MIN(pre.n, 100u),
+        seterr(err, errlen, "unknown pre-tokenizer type '%.*s'", (int)SP_MIN(pre.n, 100u),
                   pre.p);
         return -1;
     }
@@ -358,8 +358,8 @@ static int load_kind(sp_vocab *v, const sp_gguf *g, sp_pretok_info *pinfo, char 
     else memcpy(v->pre_name, pre.p, pre.n);
 
     if (v->kind == SP_VOCAB_BPE) {
-        if (!sp_tok_pretok_lookup(v->pre_name, pinfo)) {
-            sp_seterr(err, errlen,
+        if (!tok_pretok_lookup(v->pre_name, pinfo)) {
+            seterr(err, errlen,
                       "unknown pre-tokenizer type '%s' (tokenizer.ggml.pre of a gpt2 "
                       "tokenizer; this build implements the names llama.cpp knew in "
                       "February 2025)",
@@ -384,18 +384,18 @@ static int load_kind(sp_vocab *v, const sp_gguf *g, sp_pretok_info *pinfo, char 
 /* An optional array of one entry per token (KEY, of type t or t2): 0 when
  * the file has none, 1 with *data when it has, -1 + err when it is not such
  * an array (WHAT names the type in the message). */
-static int per_token_arr(const sp_gguf *g, const sp_vocab *v, const char *key, sp_gguf_vtype t,
-                         sp_gguf_vtype t2, const char *what, const void **data, char *err,
+static int per_token_arr(const gguf_file *g, const sp_vocab *v, const char *key, gguf_vtype t,
+                         gguf_vtype t2, const char *what, const void **data, char *err,
                          size_t errlen) {
-    if (sp_gguf_find_key(g, key) < 0) return 0;
-    sp_gguf_vtype et;
+    if (gguf_find_key(g, key) < 0) return 0;
+    gguf_vtype et;
     uint64_t n;
-    if (!sp_gguf_get_arr(g, key, &et, &n, data) || (et != t && et != t2)) {
-        sp_seterr(err, errlen, "%s: not an array of %s", key, what);
+    if (!gguf_get_arr(g, key, &et, &n, data) || (et != t && et != t2)) {
+        seterr(err, errlen, "%s: not an array of %s", key, what);
         return -1;
     }
     if (n != (uint64_t)v->n_tokens) {
-        sp_seterr(err, errlen, "%s has %llu entries but there are %d tokens", key,
+        seterr(err, errlen, "%s has %llu entries but there are %d tokens", key,
                   (unsigned long long)n, v->n_tokens);
         return -1;
     }
@@ -404,28 +404,28 @@ static int per_token_arr(const sp_gguf *g, const sp_vocab *v, const char *key, s
 
 /* A required array of strings KEY: 0 with its length in *n, or -1 + err
  * ("KEY MISSING" when it is absent or not an array). */
-static int string_arr(const sp_gguf *g, const char *key, const char *missing, uint64_t *n,
+static int string_arr(const gguf_file *g, const char *key, const char *missing, uint64_t *n,
                       char *err, size_t errlen) {
-    sp_gguf_vtype et;
+    gguf_vtype et;
     const void *data;
-    if (!sp_gguf_get_arr(g, key, &et, n, &data)) {
-        sp_seterr(err, errlen, "%s %s", key, missing);
+    if (!gguf_get_arr(g, key, &et, n, &data)) {
+        seterr(err, errlen, "%s %s", key, missing);
         return -1;
     }
     if (et != SP_GGUF_STRING) {
-        sp_seterr(err, errlen, "%s: not an array of strings", key);
+        seterr(err, errlen, "%s: not an array of strings", key);
         return -1;
     }
     return 0;
 }
 
 /* The tokens' texts (and the text -> id table), scores and attributes. */
-static int load_tokens(sp_vocab *v, const sp_gguf *g, char *err, size_t errlen) {
+static int load_tokens(sp_vocab *v, const gguf_file *g, char *err, size_t errlen) {
     uint64_t n;
     const void *data;
     if (string_arr(g, K_TOKENS, "is missing (or not an array)", &n, err, errlen)) return -1;
     if (n == 0 || n > (uint64_t)INT32_MAX / 4) {
-        sp_seterr(err, errlen, "%s: bad token count %llu", K_TOKENS, (unsigned long long)n);
+        seterr(err, errlen, "%s: bad token count %llu", K_TOKENS, (unsigned long long)n);
         return -1;
     }
     v->n_tokens = (int32_t)n;
@@ -438,10 +438,10 @@ static int load_tokens(sp_vocab *v, const sp_gguf *g, char *err, size_t errlen) 
 
     size_t total = 0;
     for (uint64_t i = 0; i < n; i++) {
-        sp_gguf_str s = sp_gguf_arr_str(g, K_TOKENS, i);
+        gguf_str s = gguf_arr_str(g, K_TOKENS, i);
         total += (s.n ? s.n : 24) + 1;
         if (total > UINT32_MAX) {
-            sp_seterr(err, errlen, "%s: token texts too large", K_TOKENS);
+            seterr(err, errlen, "%s: token texts too large", K_TOKENS);
             return -1;
         }
     }
@@ -449,7 +449,7 @@ static int load_tokens(sp_vocab *v, const sp_gguf *g, char *err, size_t errlen) 
     if (!v->text) return oom(err, errlen);
     size_t off = 0;
     for (uint64_t i = 0; i < n; i++) {
-        sp_gguf_str s = sp_gguf_arr_str(g, K_TOKENS, i);
+        gguf_str s = gguf_arr_str(g, K_TOKENS, i);
         v->text_off[i] = (uint32_t)off;
         if (s.n == 0) { /* llama.cpp names empty tokens so that lookups stay unique */
             int k = snprintf(v->text + off, 24, "[EMPTY_%llu]", (unsigned long long)i);
@@ -471,11 +471,11 @@ static int load_tokens(sp_vocab *v, const sp_gguf *g, char *err, size_t errlen) 
     for (int32_t id = 0; id < v->n_tokens; id++) {
         const char *t = tok_text(v, id);
         size_t tl = v->text_len[id];
-        uint64_t i = hash_slot(sp_tok_hash_bytes(SP_TOK_HASH_SEED, t, tl)) & v->hash_mask;
+        uint64_t i = hash_slot(tok_hash_bytes(SP_TOK_HASH_SEED, t, tl)) & v->hash_mask;
         for (; v->hash[i] >= 0; i = (i + 1) & v->hash_mask) {
             int32_t o = v->hash[i];
             if (v->text_len[o] == tl && memcmp(tok_text(v, o), t, tl) == 0) {
-                sp_seterr(err, errlen, "%s: tokens %d and %d have the same text '%.*s'", K_TOKENS,
+                seterr(err, errlen, "%s: tokens %d and %d have the same text '%.*s'", K_TOKENS,
                           o, id, (int)SP_MIN(tl, 64u), t);
                 return -1;
             }
@@ -513,12 +513,12 @@ static int load_tokens(sp_vocab *v, const sp_gguf *g, char *err, size_t errlen) 
 }
 
 /* A BPE vocabulary's merges, ranked by their order (merge_hash). */
-static int load_merges(sp_vocab *v, const sp_gguf *g, char *err, size_t errlen) {
+static int load_merges(sp_vocab *v, const gguf_file *g, char *err, size_t errlen) {
     uint64_t n;
     if (string_arr(g, K_MERGES, "is missing (a gpt2 tokenizer needs it)", &n, err, errlen))
         return -1;
     if (n > (uint64_t)INT32_MAX / 4) {
-        sp_seterr(err, errlen, "%s: too many merges", K_MERGES);
+        seterr(err, errlen, "%s: too many merges", K_MERGES);
         return -1;
     }
     v->n_merges = (int32_t)n;
@@ -530,9 +530,9 @@ static int load_merges(sp_vocab *v, const sp_gguf *g, char *err, size_t errlen) 
     memset(v->merge_hash, 0xff, (v->merge_mask + 1) * sizeof(int32_t));
     size_t total = 0;
     for (uint64_t i = 0; i < n; i++) {
-        total += sp_gguf_arr_str(g, K_MERGES, i).n;
+        total += gguf_arr_str(g, K_MERGES, i).n;
         if (total > UINT32_MAX) {
-            sp_seterr(err, errlen, "%s: merges too large", K_MERGES);
+            seterr(err, errlen, "%s: merges too large", K_MERGES);
             return -1;
         }
     }
@@ -540,7 +540,7 @@ static int load_merges(sp_vocab *v, const sp_gguf *g, char *err, size_t errlen) 
     if (!v->merge_text) return oom(err, errlen);
     size_t off = 0;
     for (int32_t i = 0; i < v->n_merges; i++) {
-        sp_gguf_str s = sp_gguf_arr_str(g, K_MERGES, (uint64_t)i);
+        gguf_str s = gguf_arr_str(g, K_MERGES, (uint64_t)i);
         v->merge_off[i] = (uint32_t)off;
         v->merge_len[i] = (uint32_t)s.n;
         if (s.n) memcpy(v->merge_text + off, s.p, s.n);
@@ -551,7 +551,7 @@ static int load_merges(sp_vocab *v, const sp_gguf *g, char *err, size_t errlen) 
          * pair. The first of duplicate merges keeps its rank. */
         const char *sp = s.n > 1 ? memchr(s.p + 1, ' ', s.n - 1) : NULL;
         if (!sp) continue;
-        uint64_t h = sp_tok_hash_bytes(SP_TOK_HASH_SEED, s.p, s.n);
+        uint64_t h = tok_hash_bytes(SP_TOK_HASH_SEED, s.p, s.n);
         uint64_t j = hash_slot(h) & v->merge_mask;
         bool dup = false;
         for (; v->merge_hash[j] >= 0; j = (j + 1) & v->merge_mask) {
@@ -569,7 +569,7 @@ static int load_merges(sp_vocab *v, const sp_gguf *g, char *err, size_t errlen) 
 /* The special tokens: their ids (defaults, then the file's keys, then found
  * by their text), end of generation, the list matched in text before
  * encoding, and the strip attributes of some models. */
-static int load_special(sp_vocab *v, const sp_gguf *g, const sp_pretok_info *pinfo, char *err,
+static int load_special(sp_vocab *v, const gguf_file *g, const pretok_info *pinfo, char *err,
                         size_t errlen) {
     if (v->kind == SP_VOCAB_SPM) {
         v->bos = 1, v->eos = 2, v->unk = 0;
@@ -653,24 +653,24 @@ static int load_special(sp_vocab *v, const sp_gguf *g, const sp_pretok_info *pin
 
     /* model-specific strip attributes, by general.name / pre name */
     {
-        sp_gguf_str name = {NULL, 0};
+        gguf_str name = {NULL, 0};
         char lname[128] = "";
-        if (sp_gguf_get_str(g, "general.name", &name) && name.p) {
+        if (gguf_get_str(g, "general.name", &name) && name.p) {
             size_t ln = SP_MIN(name.n, sizeof(lname) - 1);
             for (size_t i = 0; i < ln; i++) lname[i] = (char)tolower((unsigned char)name.p[i]);
             lname[ln] = 0;
         }
         if (strstr(v->pre_name, "jina-v2-de") || strstr(v->pre_name, "jina-v2-es") ||
             strstr(v->pre_name, "jina-v2-code")) {
-            int32_t id = sp_tok_lookup(v, "<mask>", 6);
+            int32_t id = tok_lookup(v, "<mask>", 6);
             if (id >= 0) v->attr[id] |= SP_ATTR_LSTRIP;
         } else if (strstr(lname, "phi-3") || strstr(lname, "phi3")) {
             for (int32_t i = 0; i < v->n_special; i++) v->attr[v->special[i]] |= SP_ATTR_RSTRIP;
-            int32_t id = sp_tok_lookup(v, "</s>", 4);
+            int32_t id = tok_lookup(v, "</s>", 4);
             if (id >= 0) v->attr[id] |= SP_ATTR_RSTRIP;
             const char *no[] = {"<unk>", "<s>", "<|endoftext|>"};
             for (int k = 0; k < 3; k++) {
-                id = sp_tok_lookup(v, no[k], strlen(no[k]));
+                id = tok_lookup(v, no[k], strlen(no[k]));
                 if (id >= 0) v->attr[id] &= (uint16_t)~SP_ATTR_RSTRIP;
             }
         }
@@ -684,10 +684,10 @@ static int load_pieces(sp_vocab *v, char *err, size_t errlen) {
     for (int b = 0; b < 256; b++) {
         char name[8];
         snprintf(name, sizeof(name), "<0x%02X>", b);
-        int32_t id = sp_tok_lookup(v, name, 6);
+        int32_t id = tok_lookup(v, name, 6);
         if (id < 0) {
             char c = (char)b;
-            id = sp_tok_lookup(v, &c, 1);
+            id = tok_lookup(v, &c, 1);
         }
         v->byte_tok[b] = id;
     }
@@ -700,7 +700,7 @@ static int load_pieces(sp_vocab *v, char *err, size_t errlen) {
     for (int32_t id = 0; id < v->n_tokens; id++) {
         size_t k = make_piece(v, id, NULL);
         if (k > INT32_MAX || total + k > UINT32_MAX) {
-            sp_seterr(err, errlen, "token %d: text too large", id);
+            seterr(err, errlen, "token %d: text too large", id);
             return -1;
         }
         v->piece_off[id] = (uint32_t)total;
@@ -713,21 +713,21 @@ static int load_pieces(sp_vocab *v, char *err, size_t errlen) {
     return 0;
 }
 
-sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
+sp_vocab *vocab_load(const gguf_file *g, char *err, size_t errlen) {
     sp_vocab *v = calloc(1, sizeof(*v));
     if (!v) {
-        sp_seterr(err, errlen, "out of memory");
+        seterr(err, errlen, "out of memory");
         return NULL;
     }
     v->bos = v->eos = v->eot = v->eom = v->unk = v->pad = -1;
     v->fim_pre = v->fim_suf = v->fim_mid = v->fim_pad = v->fim_rep = v->fim_sep = -1;
-    sp_pretok_info pinfo = {0};
+    pretok_info pinfo = {0};
     if (load_kind(v, g, &pinfo, err, errlen) || load_tokens(v, g, err, errlen) ||
         (v->kind == SP_VOCAB_BPE && load_merges(v, g, err, errlen)) ||
         load_special(v, g, &pinfo, err, errlen) || load_pieces(v, err, errlen))
         goto fail;
     if (v->kind == SP_VOCAB_BPE) {
-        v->pretok = sp_tok_pretok_create(pinfo.regexes, pinfo.n_regexes, err, errlen);
+        v->pretok = tok_pretok_create(pinfo.regexes, pinfo.n_regexes, err, errlen);
         if (!v->pretok) goto fail;
     }
     if (!work_bounds(v)) {
@@ -736,11 +736,11 @@ sp_vocab *sp_vocab_load(const sp_gguf *g, char *err, size_t errlen) {
     }
     return v;
 fail:
-    sp_vocab_free(v);
+    vocab_free(v);
     return NULL;
 }
 
-void sp_vocab_free(sp_vocab *v) {
+void vocab_free(sp_vocab *v) {
     if (!v) return;
     free(v->text);
     free(v->text_off);
@@ -757,7 +757,7 @@ void sp_vocab_free(sp_vocab *v) {
     free(v->piece);
     free(v->piece_off);
     free(v->piece_len);
-    sp_tok_pretok_free(v->pretok);
+    tok_pretok_free(v->pretok);
     free(v->pair_bits);
     free(v);
 }
@@ -773,7 +773,7 @@ bool sp_vocab_add_eos(const sp_vocab *v) { return v->add_eos; }
 int32_t sp_vocab_max_token_bytes(const sp_vocab *v) { return (int32_t)v->max_token_bytes; }
 
 int32_t sp_vocab_find(const sp_vocab *v, const char *s, size_t len) {
-    return s ? sp_tok_lookup(v, s, len) : -1;
+    return s ? tok_lookup(v, s, len) : -1;
 }
 
 bool sp_vocab_is_eog(const sp_vocab *v, int32_t tok) {

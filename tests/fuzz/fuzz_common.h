@@ -33,7 +33,7 @@
 static inline bool fz_valid_utf8(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
-        int l = sp_utf8_len(u + i, n - i);
+        int l = utf8_len(u + i, n - i);
         if (!l) return false;
         i += (size_t)l;
     }
@@ -50,10 +50,10 @@ static bool fz_vocabs_loaded;
 
 static inline sp_vocab *fz_load_vocab_file(const char *path) {
     char err[512];
-    sp_gguf *g = sp_gguf_open(path, err, sizeof(err));
+    gguf_file *g = gguf_open(path, err, sizeof(err));
     if (!g) return NULL;
-    sp_vocab *v = sp_vocab_load(g, err, sizeof(err));
-    sp_gguf_close(g);
+    sp_vocab *v = vocab_load(g, err, sizeof(err));
+    gguf_close(g);
     return v;
 }
 

@@ -5,7 +5,7 @@
  * regular file, reused across runs) and opened through /proc/self/fd. On a
  * successful open every accessor is called on every key and tensor, and
  * what they return must lie inside the file; then the tokenizer metadata,
- * if any, goes through sp_vocab_load and a loaded vocabulary encodes and
+ * if any, goes through vocab_load and a loaded vocabulary encodes and
  * decodes a fixed text. */
 #include <sys/mman.h>
 #include <unistd.h>
@@ -47,9 +47,9 @@ static void fzg_touch(const void *p, size_t n) {
     fzg_sink ^= x;
 }
 
-static void fzg_exercise_vocab(const sp_gguf *g) {
+static void fzg_exercise_vocab(const gguf_file *g) {
     char err[512];
-    sp_vocab *v = sp_vocab_load(g, err, sizeof(err));
+    sp_vocab *v = vocab_load(g, err, sizeof(err));
     if (!v) {
         FZ_ASSERT(err[0]); /* a refusal says why */
         return;
@@ -78,64 +78,64 @@ static void fzg_exercise_vocab(const sp_gguf *g) {
         FZ_ASSERT(s);
         fzg_touch(s, strlen(s));
     }
-    sp_vocab_free(v);
+    vocab_free(v);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!fzg_write(data, size)) return 0;
     char err[512];
     err[0] = 0;
-    sp_gguf *g = sp_gguf_open(fzg_path, err, sizeof(err));
+    gguf_file *g = gguf_open(fzg_path, err, sizeof(err));
     if (!g) {
         FZ_ASSERT(err[0]); /* every refusal has a message */
         return 0;
     }
-    FZ_ASSERT(sp_gguf_file_size(g) == size);
-    FZ_ASSERT(sp_gguf_version(g) == 2 || sp_gguf_version(g) == 3);
-    size_t al = sp_gguf_alignment(g);
+    FZ_ASSERT(gguf_file_size(g) == size);
+    FZ_ASSERT(gguf_version(g) == 2 || gguf_version(g) == 3);
+    size_t al = gguf_alignment(g);
     FZ_ASSERT(al && !(al & (al - 1)));
 
-    int64_t nkv = sp_gguf_n_kv(g);
+    int64_t nkv = gguf_n_kv(g);
     FZ_ASSERT(nkv >= 0);
     char buf[512];
     for (int64_t i = 0; i < nkv; i++) {
-        const char *key = sp_gguf_key(g, i);
+        const char *key = gguf_key(g, i);
         FZ_ASSERT(key);
-        FZ_ASSERT(sp_gguf_find_key(g, key) == i); /* duplicates are refused */
-        sp_gguf_vtype t = sp_gguf_kv_type(g, i);
+        FZ_ASSERT(gguf_find_key(g, key) == i); /* duplicates are refused */
+        gguf_vtype t = gguf_kv_type(g, i);
         FZ_ASSERT(t < SP_GGUF_TYPE_COUNT);
         const void *raw;
         size_t rn;
-        FZ_ASSERT(sp_gguf_kv_raw(g, i, &raw, &rn));
+        FZ_ASSERT(gguf_kv_raw(g, i, &raw, &rn));
         FZ_ASSERT(rn <= size);
         fzg_touch(raw, rn);
-        sp_gguf_kv_format(g, i, buf, sizeof(buf));
+        gguf_kv_format(g, i, buf, sizeof(buf));
         FZ_ASSERT(memchr(buf, 0, sizeof(buf)));
         int64_t i64;
         uint32_t u32;
         float f32;
         bool b;
-        sp_gguf_str s;
-        (void)sp_gguf_get_i64(g, key, &i64);
-        (void)sp_gguf_get_u32(g, key, &u32);
-        (void)sp_gguf_get_f32(g, key, &f32);
-        (void)sp_gguf_get_bool(g, key, &b);
-        if (sp_gguf_get_str(g, key, &s)) {
+        gguf_str s;
+        (void)gguf_get_i64(g, key, &i64);
+        (void)gguf_get_u32(g, key, &u32);
+        (void)gguf_get_f32(g, key, &f32);
+        (void)gguf_get_bool(g, key, &b);
+        if (gguf_get_str(g, key, &s)) {
             FZ_ASSERT(s.n <= size);
             fzg_touch(s.p, (size_t)s.n);
         }
-        sp_gguf_vtype et;
+        gguf_vtype et;
         uint64_t n;
         const void *ad;
-        if (sp_gguf_get_arr(g, key, &et, &n, &ad)) {
+        if (gguf_get_arr(g, key, &et, &n, &ad)) {
             FZ_ASSERT(et < SP_GGUF_TYPE_COUNT);
             if (et == SP_GGUF_STRING) {
                 for (uint64_t j = 0; j < n && j < 100000; j++) {
-                    sp_gguf_str e = sp_gguf_arr_str(g, key, j);
+                    gguf_str e = gguf_arr_str(g, key, j);
                     FZ_ASSERT(e.n <= size);
                     fzg_touch(e.p, (size_t)e.n);
                 }
-                FZ_ASSERT(sp_gguf_arr_str(g, key, n).p == NULL);
+                FZ_ASSERT(gguf_arr_str(g, key, n).p == NULL);
             } else if (et != SP_GGUF_ARRAY) {
                 static const size_t esz[SP_GGUF_TYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
                 FZ_ASSERT(n <= size);
@@ -143,15 +143,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             }
         }
     }
-    FZ_ASSERT(sp_gguf_key(g, nkv) == NULL && sp_gguf_key(g, -1) == NULL);
+    FZ_ASSERT(gguf_key(g, nkv) == NULL && gguf_key(g, -1) == NULL);
 
-    int64_t nt = sp_gguf_n_tensors(g);
+    int64_t nt = gguf_n_tensors(g);
     FZ_ASSERT(nt >= 0);
     uint64_t total = 0;
     for (int64_t i = 0; i < nt; i++) {
-        const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
+        const gguf_tensor *t = gguf_tensor_at(g, i);
         FZ_ASSERT(t && t->name);
-        FZ_ASSERT(sp_gguf_find_tensor(g, t->name) == t);
+        FZ_ASSERT(gguf_find_tensor(g, t->name) == t);
         FZ_ASSERT(t->n_dims >= 1 && t->n_dims <= SP_GGUF_MAX_DIMS);
         for (int d = 0; d < SP_GGUF_MAX_DIMS; d++) FZ_ASSERT(t->ne[d] >= 0);
         FZ_ASSERT(t->nbytes <= size);
@@ -159,9 +159,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FZ_ASSERT(total <= size); /* tensors do not overlap */
         fzg_touch(t->data, t->nbytes);
     }
-    FZ_ASSERT(sp_gguf_tensor_at(g, nt) == NULL);
+    FZ_ASSERT(gguf_tensor_at(g, nt) == NULL);
 
     fzg_exercise_vocab(g);
-    sp_gguf_close(g);
+    gguf_close(g);
     return 0;
 }

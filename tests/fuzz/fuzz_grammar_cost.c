@@ -28,7 +28,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 /* Fails when the call that began at t0 took too long. */
 static void fzc_check(double t0, const char *what) {
-    const double ms = sp_time_ms() - t0;
+    const double ms = time_ms() - t0;
     if (ms <= fzc_limit_ms) return;
     fprintf(stderr, "fuzz cost: %s took %.0f ms (limit %.0f)\n", what, ms, fzc_limit_ms);
     abort();
@@ -41,7 +41,7 @@ static void fzc_over(const sp_matcher *m) {
 
 static void fzc_walk(const sp_grammar *g) {
     char err[256];
-    double t0 = sp_time_ms();
+    double t0 = time_ms();
     sp_matcher *m = sp_matcher_create(g, fzc_trie, err, sizeof(err));
     fzc_check(t0, "the matcher's start");
     FZ_ASSERT(m);
@@ -49,7 +49,7 @@ static void fzc_walk(const sp_grammar *g) {
     const int32_t V = fzc_trie ? sp_vocab_n_tokens(fz_vocabs[0]) : 0;
     uint32_t *bits = V ? calloc((size_t)(V + 31) / 32, 4) : NULL;
     for (int step = 0; bits && step < 8; step++) {
-        t0 = sp_time_ms();
+        t0 = time_ms();
         const int32_t n = sp_matcher_mask(m, bits);
         fzc_check(t0, "a mask");
         fzc_over(m);
@@ -57,7 +57,7 @@ static void fzc_walk(const sp_grammar *g) {
         for (int32_t w = 0; n > 0 && t < 0 && w < (V + 31) / 32; w++)
             if (bits[w]) t = w * 32 + __builtin_ctz(bits[w]);
         if (t < 0) break;
-        t0 = sp_time_ms();
+        t0 = time_ms();
         const bool took = sp_matcher_accept_token(m, t);
         fzc_check(t0, "a token");
         fzc_over(m);
@@ -73,7 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const size_t len = size - 1;
     char err[256];
     char *gbnf = NULL;
-    double t0 = sp_time_ms();
+    double t0 = time_ms();
     if (data[0] & 1) {
         gbnf = sp_json_schema_to_gbnf(text, len, err, sizeof(err));
     } else if (!memchr(text, 0, len) && (gbnf = malloc(len + 1))) {

@@ -1,7 +1,7 @@
 /* fuzz_kvstore.c: the disk tier's store reader (src/kv/disk_tier.c) on any
  * file. The input is written as DIR/kv.sqlite, then:
- *   - sp_disk_tier_scan_file reads every row read-only with get()'s checks;
- *   - sp_disk_tier_open validates it (header, format record, quick_check),
+ *   - disk_tier_scan_file reads every row read-only with get()'s checks;
+ *   - disk_tier_open validates it (header, format record, quick_check),
  *     setting it aside when it is damaged, and get() looks up the blocks
  *     the seeds hold, and has() a few others.
  * Checked: no crash or sanitizer report; open never fails on a bad file
@@ -55,9 +55,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (chmod(path, 0600)) return 0;
     const int32_t bs = 4;
     const size_t bb = 2 * 1 * 4 * 4 * 2; /* K+V, 1 layer, bs 4, kv_dim 4, f16 */
-    int64_t rows = sp_disk_tier_scan_file(path, bs, bb);
+    int64_t rows = disk_tier_scan_file(path, bs, bb);
     FZ_ASSERT(rows >= -1);
-    sp_disk_tier_params p = {0};
+    disk_tier_params p = {0};
     char err[512];
     p.dir = dir;
     p.max_bytes = 1 << 20;
@@ -68,21 +68,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     p.kv_dim = 4;
     p.queue_blocks = 2;
     p.quiet = true;
-    sp_disk_tier *t = sp_disk_tier_open(&p, err, sizeof(err));
+    disk_tier *t = disk_tier_open(&p, err, sizeof(err));
     FZ_ASSERT(t != NULL);
     uint8_t kv[64];
     for (int b = 0; b < 4; b++) { /* the seeds' blocks: hash byte j = b * 32 + j, tokens b*4.. */
-        sp_block_hash h;
+        block_digest h;
         int32_t tok[4];
         for (int j = 0; j < 32; j++) h.b[j] = (uint8_t)(b * 32 + j);
         for (int j = 0; j < 4; j++) tok[j] = b * 4 + j;
-        int rc = sp_disk_tier_get(t, &h, tok, kv);
+        int rc = disk_tier_get(t, &h, tok, kv);
         FZ_ASSERT(rc >= -1 && rc <= 1);
         if (rc == 0) /* what the seed generator wrote: byte i = b + i */
             for (size_t i = 0; i < bb; i++) FZ_ASSERT(kv[i] == (uint8_t)(b + i));
-        (void)sp_disk_tier_has(t, &h);
+        (void)disk_tier_has(t, &h);
     }
-    sp_disk_tier_close(t);
+    disk_tier_close(t);
     rm_dir(dir);
     return 0;
 }

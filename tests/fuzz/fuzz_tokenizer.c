@@ -100,13 +100,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(ref);
     /* SPM chunks: cut as often as the pairs allow, then never */
     if (sp_vocab_kind_of(v) == SP_VOCAB_SPM) {
-        size_t keep = sp_tok_spm_cut_after;
+        size_t keep = tok_spm_cut_after;
         int32_t *c1, *c2;
-        sp_tok_spm_cut_after = 1 + (size_t)(mode >> 5);
+        tok_spm_cut_after = 1 + (size_t)(mode >> 5);
         int n1 = sp_tokenize_bounded(v, text, len, 1 << 20, &bo, &c1);
-        sp_tok_spm_cut_after = SIZE_MAX;
+        tok_spm_cut_after = SIZE_MAX;
         int n2 = sp_tokenize_bounded(v, text, len, 1 << 20, &bo, &c2);
-        sp_tok_spm_cut_after = keep;
+        tok_spm_cut_after = keep;
         FZ_ASSERT(n1 == n2 && (n1 < 0 || memcmp(c1, c2, (size_t)n1 * sizeof(int32_t)) == 0));
         free(c1);
         free(c2);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make_kvstore_seeds.py: seeds for fuzz_kvstore (tests/fuzz/corpus/kvstore):
 small disk-tier stores (512-byte pages) in the format src/kv/disk_tier.c
-writes, with rows whose checksums are right (sp_disk_sum, ported below),
+writes, with rows whose checksums are right (disk_sum, ported below),
 one with a wrong checksum, one of another layout, and an older format.
 Block layout: block size 4, one layer, kv_dim 4, F16 (64 bytes of K/V);
 block b has hash bytes b*32+j, tokens b*4+j, K/V bytes (b+i) & 255;

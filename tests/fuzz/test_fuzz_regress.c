@@ -146,15 +146,15 @@ static void replay(const target *t) {
 
 /* The tokenizer-facing targets check little without a vocabulary. */
 /* The store seeds are what the tier writes: the python port of its
- * checksum agrees with sp_disk_sum (4 good rows of 4; 1 of 2). */
+ * checksum agrees with disk_sum (4 good rows of 4; 1 of 2). */
 static void kvstore_seeds_valid(void) {
     char path[1024];
     snprintf(path, sizeof(path), "%s/corpus/kvstore/good", fuzz_dir());
-    CHECK(sp_disk_tier_scan_file(path, 4, 64) == 4, "good: %lld rows pass",
-          (long long)sp_disk_tier_scan_file(path, 4, 64));
+    CHECK(disk_tier_scan_file(path, 4, 64) == 4, "good: %lld rows pass",
+          (long long)disk_tier_scan_file(path, 4, 64));
     snprintf(path, sizeof(path), "%s/corpus/kvstore/bad_sum", fuzz_dir());
-    CHECK(sp_disk_tier_scan_file(path, 4, 64) == 1, "bad_sum: %lld rows pass",
-          (long long)sp_disk_tier_scan_file(path, 4, 64));
+    CHECK(disk_tier_scan_file(path, 4, 64) == 1, "bad_sum: %lld rows pass",
+          (long long)disk_tier_scan_file(path, 4, 64));
 }
 
 static void vocabularies_present(void) {
@@ -171,6 +171,6 @@ int main(void) {
     RUN(kvstore_seeds_valid);
     for (size_t i = 0; i < sizeof(targets) / sizeof(targets[0]); i++)
         RUN_NAMED(replay, &targets[i], targets[i].name);
-    for (int i = 0; i < 2; i++) sp_vocab_free(fz_vocabs[i]);
+    for (int i = 0; i < 2; i++) vocab_free(fz_vocabs[i]);
     TEST_END();
 }

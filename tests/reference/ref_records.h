@@ -83,7 +83,7 @@ static int parse_records(char *data) {
  * the child's results; false (nothing run) when the CPU cannot run the
  * level, and the caller reports its cases as skipped. */
 static bool run_level_child(int l) {
-    if (!sp_kernels_available(LEVELS[l])) return false;
+    if (!kernels_available(LEVELS[l])) return false;
     char env[64];
     snprintf(env, sizeof env, "SPECULA_KERNELS=%s", LEVELS[l]);
     t_run_child(env, "--level", LEVELS[l], LEVELS[l]);

@@ -123,7 +123,7 @@ static void check_greedy(const record *r) {
 
 static int run_level(int l) {
     level_name = LEVELS[l];
-    const char *got = sp_kernels_init();
+    const char *got = kernels_init();
     if (strcmp(got, LEVELS[l])) {
         printf("FAIL level %s: SPECULA_KERNELS gave %s\nRESULT 0 1 0\n", LEVELS[l], got);
         return 1;

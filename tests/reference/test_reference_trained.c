@@ -5,7 +5,7 @@
  * here depends on anything Specula computes. Each level runs in a child
  * process of this binary started with SPECULA_KERNELS=<level>, so that the
  * matmul kernels and the attention/SwiGLU operations both come from that
- * level, as in a process the user starts that way (sp_kernels_force switches
+ * level, as in a process the user starts that way (kernels_force switches
  * only the matmul kernels once a forward pass has picked its operations). A
  * level this CPU lacks is a counted skip of its cases.
  *
@@ -272,7 +272,7 @@ static void check_quant(const job *j) {
 
 /* The child: every case of one level, in this process. */
 static int run_level(int l) {
-    const char *got = sp_kernels_init();
+    const char *got = kernels_init();
     if (strcmp(got, LEVELS[l])) {
         printf("FAIL level %s: SPECULA_KERNELS gave %s\nRESULT 0 1 0\n", LEVELS[l], got);
         return 1;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """fields.py: every request field of /v1/completions and /v1/chat/completions
-does what README.md's "Request fields" table says (the table is the code's:
+does what docs/server.md's "Request fields" table says (the table is the code's:
 test_chat checks them equal). For each row and endpoint:
 
   honored    a request with the field changes the output as documented
@@ -20,7 +20,7 @@ banned, the output changes, and ngram, suffix and draft-model speculation
 give exactly the output speculation off gives (the proposers do draft
 here: the model repeats the code it was shown).
 
-usage: fields.py --bin BIN [--model GGUF] [--draft GGUF] [--readme README.md]
+usage: fields.py --bin BIN [--model GGUF] [--draft GGUF] [--doc docs/server.md]
 (the model: the bundled trained target, whose output repeats the code it
 was shown, so that penalties and speculation have something to act on)
 Prints "ok"/"FAIL" lines and "RESULT <passed> <failed>". Standard library only."""
@@ -42,11 +42,11 @@ EOS = 2  # the bundled models' end of sequence (specula info: eos 2)
 port = None
 
 
-def readme_rows(path):
+def doc_rows(path):
     text = open(path).read()
     m = re.search(r"<!-- request-fields:begin -->\n(.*?)<!-- request-fields:end -->", text, re.S)
     if not m:
-        raise SystemExit("README.md has no request-fields block")
+        raise SystemExit(path + " has no request-fields block")
     rows = []
     for line in m.group(1).splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -419,14 +419,14 @@ def main():
     ap.add_argument("--bin", default="bin/specula")
     ap.add_argument("--model", default="models/specula-code-target-f16.gguf")
     ap.add_argument("--draft", default="models/specula-code-draft-f16.gguf")
-    ap.add_argument("--readme", default="README.md")
+    ap.add_argument("--doc", default="docs/server.md")
     a = ap.parse_args()
     t = Tally()
-    rows = readme_rows(a.readme)
+    rows = doc_rows(a.doc)
     names = {r["name"] for r in rows}
     known = set(HONORED) | set(NO_EFFECT) | set(REFUSED) | {"logprobs"}
-    t.report("README's table and this test list the same fields",
-             None if names == known else "only in README: %s; only here: %s" %
+    t.report("the documented table and this test list the same fields",
+             None if names == known else "only in the doc: %s; only here: %s" %
              (sorted(names - known), sorted(known - names)))
     tmp = tempfile.mkdtemp()
     # the draft is loaded for requests that ask for it ("speculative":

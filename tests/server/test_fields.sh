@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_fields.sh: every request field of /v1/completions and
-# /v1/chat/completions does what README.md's "Request fields" table says
+# /v1/chat/completions does what README.md's "Request fields" table in docs/server.md says
 # (tests/server/fields.py): honored fields change the output as documented
 # (logit_bias bans and forces tokens, and speculative output still equals
 # plain output with a bias set), fields with no effect change nothing,
@@ -8,5 +8,5 @@
 # Prints "RESULT <passed> <failed>".
 . "${SPECULA_TESTS_LIB:-tests/lib}/lib.sh"
 dir=${SPECULA_TESTS_DIR:-tests/server}
-readme=${SPECULA_README:-README.md}
-run_driver fields.py 540 /usr/bin/python3 "$dir/fields.py" --bin "$bin" --readme "$readme"
+doc=${SPECULA_SERVER_DOC:-docs/server.md}
+run_driver fields.py 540 /usr/bin/python3 "$dir/fields.py" --bin "$bin" --doc "$doc"

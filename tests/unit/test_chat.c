@@ -3,7 +3,7 @@
  * OpenAI request validation (escaped NULs refused), the prompt's tokens
  * (oai_prompt_tokens: bounded, content that cannot forge a turn; the
  * /tokenize bound), JSON string escaping of arbitrary bytes, and the
- * request fields' table: README.md's "Request fields" is the code's table
+ * request fields' table: docs/server.md's "Request fields" is the code's table
  * (`build/tests/test_chat --print-fields` prints it), logit_bias parsed and
  * validated, unknown and refused fields named. */
 #include <cjson/cJSON.h>
@@ -412,7 +412,7 @@ static sp_model **chatml_gguf_model;     /* non-NULL: also load the file as a mo
 
 static sp_vocab *chatml_vocab(int im_type, bool add_bos) {
     static char names[N_TOK][16];
-    sp_gguf_str toks[N_TOK];
+    gguf_str toks[N_TOK];
     int32_t types[N_TOK];
     float scores[N_TOK] = {0};
     const char *fixed[3] = {"<unk>", "<s>", "</s>"};
@@ -420,29 +420,29 @@ static sp_vocab *chatml_vocab(int im_type, bool add_bos) {
         if (i < T_BYTE0) snprintf(names[i], 16, "%s", fixed[i]);
         else if (i < T_IM_START) snprintf(names[i], 16, "<0x%02X>", i - T_BYTE0);
         else snprintf(names[i], 16, "%s", i == T_IM_START ? "<|im_start|>" : "<|im_end|>");
-        toks[i] = (sp_gguf_str){names[i], strlen(names[i])};
+        toks[i] = (gguf_str){names[i], strlen(names[i])};
         types[i] = i == T_UNK ? 2 : i < T_BYTE0 ? 3 : i < T_IM_START ? 6 : im_type;
     }
-    sp_gguf_writer *w = sp_gguf_writer_create();
-    sp_gguf_set_str(w, "general.architecture", "llama");
-    sp_gguf_set_str(w, "tokenizer.ggml.model", "llama");
-    sp_gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, N_TOK);
-    sp_gguf_set_arr(w, "tokenizer.ggml.scores", SP_GGUF_FLOAT32, scores, N_TOK);
-    sp_gguf_set_arr(w, "tokenizer.ggml.token_type", SP_GGUF_INT32, types, N_TOK);
-    sp_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
-    if (chatml_gguf_template) sp_gguf_set_str(w, "tokenizer.chat_template", chatml_gguf_template);
+    gguf_writer *w = gguf_writer_create();
+    gguf_set_str(w, "general.architecture", "llama");
+    gguf_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, N_TOK);
+    gguf_set_arr(w, "tokenizer.ggml.scores", SP_GGUF_FLOAT32, scores, N_TOK);
+    gguf_set_arr(w, "tokenizer.ggml.token_type", SP_GGUF_INT32, types, N_TOK);
+    gguf_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
+    if (chatml_gguf_template) gguf_set_str(w, "tokenizer.chat_template", chatml_gguf_template);
     char path[64], err[256];
     snprintf(path, sizeof(path), "/tmp/specula_chat_%d.gguf", (int)getpid());
     sp_vocab *v = NULL;
-    if (sp_gguf_writer_write(w, path, err, sizeof(err)) == 0) {
-        sp_gguf *g = sp_gguf_open(path, err, sizeof(err));
-        if (g) v = sp_vocab_load(g, err, sizeof(err));
-        sp_gguf_close(g);
+    if (gguf_writer_write(w, path, err, sizeof(err)) == 0) {
+        gguf_file *g = gguf_open(path, err, sizeof(err));
+        if (g) v = vocab_load(g, err, sizeof(err));
+        gguf_close(g);
     }
     if (chatml_gguf_model) /* the same file as a (vocabulary-only) model */
         *chatml_gguf_model = sp_model_load(path, (sp_model_params){.vocab_only = true}, err,
                                            sizeof(err));
-    sp_gguf_writer_free(w);
+    gguf_writer_free(w);
     unlink(path);
     CHECK(v, "the ChatML vocabulary: %s", err);
     return v;
@@ -511,7 +511,7 @@ static void content_cannot_forge_turns(void) {
               "clean: %d tokens, want %d", n, nw);
         free(r);
         free(t);
-        sp_vocab_free(v);
+        vocab_free(v);
     }
 }
 
@@ -528,9 +528,9 @@ static void bounds_prompts(void) {
     int k = snprintf(b, 100, "{\"messages\": [{\"role\": \"user\", \"content\": \"");
     memset(b + k, 'a', big);
     strcpy(b + k + big, "\"}]}");
-    double t0 = sp_time_s();
+    double t0 = time_s();
     int rc = prompt_of(b, true, v, 511, &t, &n, &e);
-    double dt = sp_time_s() - t0;
+    double dt = time_s() - t0;
     CHECK(rc < 0 && e.status == 400 && !strcmp(e.code, "context_length_exceeded") &&
               !strcmp(e.param, "messages") && !t && n == 0,
           "huge chat: rc %d %s", rc, e.message);
@@ -586,7 +586,7 @@ static void bounds_prompts(void) {
           rc ? e.message : "");
     sb_free(&out);
     free(b);
-    sp_vocab_free(v);
+    vocab_free(v);
 }
 
 /* An escaped NUL in any string is refused, naming the field (cJSON would
@@ -620,12 +620,12 @@ static void refuses_escaped_nul(void) {
     sb_free(&out);
 }
 
-/* README.md's "Request fields" block is oai_fields_markdown's table. */
-static void readme_matches_field_table(void) {
-    const char *path = getenv("SPECULA_README");
-    if (!path || !*path) path = "README.md";
+/* docs/server.md's "Request fields" block is oai_fields_markdown's table. */
+static void doc_matches_field_table(void) {
+    const char *path = getenv("SPECULA_SERVER_DOC");
+    if (!path || !*path) path = "docs/server.md";
     FILE *f = fopen(path, "rb");
-    REQUIRE(f, "cannot open %s (set SPECULA_README)", path);
+    REQUIRE(f, "cannot open %s (set SPECULA_SERVER_DOC)", path);
     static char buf[1 << 20];
     size_t n = fread(buf, 1, sizeof(buf) - 1, f);
     fclose(f);
@@ -638,7 +638,7 @@ static void readme_matches_field_table(void) {
     oai_fields_markdown(&want);
     REQUIRE(!want.oom && want.p, "out of memory");
     CHECK((size_t)(b - a) == want.len && !memcmp(a, want.p, want.len),
-          "README.md's request fields differ from the code's table; paste the output of "
+          "docs/server.md's request fields differ from the code's table; paste the output of "
           "`build/tests/test_chat --print-fields` between the markers");
     sb_free(&want);
 }
@@ -735,7 +735,7 @@ static void public_chat_api(void) {
               sp_chat_template_for_model(m, NULL), want[i]);
         CHECK(sp_chat_template_for_model(m, "gemma") == CHAT_GEMMA, "model %d: the name wins", i);
         sp_model_free(m);
-        sp_vocab_free(v);
+        vocab_free(v);
     }
     /* the server's tokens, forged markup in the content included */
     for (int k = 0; k < 2; k++) {
@@ -759,7 +759,7 @@ static void public_chat_api(void) {
         free(u);
         CHECK(sp_chat_tokenize(v, SP_CHAT_NONE, pm, 2, &u, err, sizeof(err)) == -1 && !u,
               "no template, no tokens");
-        sp_vocab_free(v);
+        vocab_free(v);
     }
 }
 
@@ -781,7 +781,7 @@ int main(int argc, char **argv) {
     RUN(content_cannot_forge_turns);
     RUN(bounds_prompts);
     RUN(refuses_escaped_nul);
-    RUN(readme_matches_field_table);
+    RUN(doc_matches_field_table);
     RUN(parses_fields_by_table);
     RUN(public_chat_api);
     TEST_END();

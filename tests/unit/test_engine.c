@@ -201,7 +201,7 @@ static void memory_pressure(void) {
     p.max_seqs = 8;
     p.max_batch_tokens = 48;
     const sp_model_info *h = sp_model_get_info(model);
-    p.kv_mem = sp_kv_paged_block_bytes(SP_TYPE_F16, h->n_layer, h->n_head_kv * h->head_dim, 16) *
+    p.kv_mem = kv_paged_block_bytes(SP_TYPE_F16, h->n_layer, h->n_head_kv * h->head_dim, 16) *
                20;
     e = new_engine(p);
     REQUIRE(e, "the engine could not be created");
@@ -248,26 +248,26 @@ static void salts(void) {
 
 static void other_model_never_hits(void) {
     uint8_t k1[32], k2[32];
-    sp_model_fingerprint(model, k1);
-    sp_model_fingerprint(model2, k2);
+    model_fingerprint(model, k1);
+    model_fingerprint(model2, k2);
     CHECK(memcmp(k1, k2, 32) != 0, "two models share a fingerprint");
     sp_token toks[64];
     for (int i = 0; i < 64; i++) toks[i] = 100 + i;
-    sp_block_hash h1[4], h2[4];
-    sp_block_hash_chain(toks, 64, 16, k1, 32, NULL, 0, h1);
-    sp_block_hash_chain(toks, 64, 16, k2, 32, NULL, 0, h2);
+    block_digest h1[4], h2[4];
+    block_hash_chain(toks, 64, 16, k1, 32, NULL, 0, h1);
+    block_hash_chain(toks, 64, 16, k2, 32, NULL, 0, h2);
     for (int i = 0; i < 4; i++) CHECK(memcmp(&h1[i], &h2[i], 32) != 0, "block %d collides", i);
     /* in a store: blocks committed under model 1 never match model 2's chain */
-    sp_kv_paged_params kp = {SP_TYPE_F32, 1, 8, 16, 8, 2, 4, true};
+    kv_paged_params kp = {SP_TYPE_F32, 1, 8, 16, 8, 2, 4, true};
     char err[256];
-    sp_kv *kv = sp_kv_paged_create(kp, err, sizeof(err));
+    kv_store *kv = kv_paged_create(kp, err, sizeof(err));
     CHECK(kv != NULL, "%s", err);
     REQUIRE(kv, "the KV store could not be created");
     CHECK(kv->ops->reserve(kv, 0, 64) == 0, "reserve");
     kv->ops->set_len(kv, 0, 64);
-    for (int b = 0; b < 4; b++) sp_kv_paged_commit(kv, 0, b, &h1[b]);
-    CHECK(sp_kv_paged_match(kv, h1, 4) == 4, "same model matches");
-    CHECK(sp_kv_paged_match(kv, h2, 4) == 0, "other model matched");
+    for (int b = 0; b < 4; b++) kv_paged_commit(kv, 0, b, &h1[b]);
+    CHECK(kv_paged_match(kv, h1, 4) == 4, "same model matches");
+    CHECK(kv_paged_match(kv, h2, 4) == 0, "other model matched");
     kv->ops->destroy(kv);
 }
 
@@ -276,9 +276,9 @@ static void other_model_never_hits(void) {
 static void reused_kv_equals_recomputed(void) {
     const sp_model_info *h = sp_model_get_info(model);
     const int32_t kvd = h->n_head_kv * h->head_dim, bs = 16;
-    sp_kv_paged_params kp = {SP_TYPE_F16, h->n_layer, kvd, bs, 64, 3, 16, true};
+    kv_paged_params kp = {SP_TYPE_F16, h->n_layer, kvd, bs, 64, 3, 16, true};
     char err[256];
-    sp_kv *kv = sp_kv_paged_create(kp, err, sizeof(err));
+    kv_store *kv = kv_paged_create(kp, err, sizeof(err));
     CHECK(kv != NULL, "%s", err);
     REQUIRE(kv, "the KV store could not be created");
     sp_context_params cp = sp_context_default_params();
@@ -286,7 +286,7 @@ static void reused_kv_equals_recomputed(void) {
     cp.n_seq_max = 3;
     cp.n_ctx = 256;
     cp.n_batch = 256;
-    sp_context *c = sp_context_create_with_kv(model, cp, kv, NULL, err, sizeof(err));
+    sp_context *c = context_create_with_kv(model, cp, kv, NULL, err, sizeof(err));
     CHECK(c != NULL, "%s", err);
     if (!c) {
         kv->ops->destroy(kv);

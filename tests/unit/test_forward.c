@@ -253,7 +253,7 @@ static const char *FILES[] = {"ref-llama-spm-f16", "ref-qwen2-gpt2-q4_0"};
 
 /* One level (in a child process started with SPECULA_KERNELS set). */
 static void run_level(const char *level) {
-    const char *got = sp_kernels_init();
+    const char *got = kernels_init();
     if (strcmp(got, level)) {
         t_fail_case(level, "SPECULA_KERNELS did not select the level");
         return;
@@ -286,7 +286,7 @@ int main(int argc, char **argv) {
         TEST_END();
     }
     for (int l = 0; l < 3; l++) {
-        if (!sp_kernels_available(levels[l])) {
+        if (!kernels_available(levels[l])) {
             for (int c = 0; c < NF * CASES_PER_FILE; c++) {
                 t_cases_skipped++;
                 printf("SKIP %s case %d: this CPU cannot run the %s kernels\n", levels[l], c + 1, levels[l]);

@@ -82,7 +82,7 @@ static buf build_valid(layout *L) {
     buf b = {0};
     for (size_t i = 0; i < sizeof t0_data; i++) t0_data[i] = (uint8_t)(i * 7 + 1);
     for (int i = 0; i < 8; i++) { float f = (float)i - 3.5f; memcpy(t1_data + 4 * i, &f, 4); }
-    for (int i = 0; i < 32; i++) { sp_f16 h = sp_f32_to_f16(i * 0.25f); memcpy(t2_data + 2 * i, &h, 2); }
+    for (int i = 0; i < 32; i++) { f16_t h = f32_to_f16(i * 0.25f); memcpy(t2_data + 2 * i, &h, 2); }
 
     b_bytes(&b, "GGUF", 4);
     L->version = b.n; b_u32(&b, 3);
@@ -128,30 +128,30 @@ static buf build_valid(layout *L) {
 }
 
 /* The same content through the writer. */
-static sp_gguf_writer *writer_for_valid(void) {
-    sp_gguf_writer *w = sp_gguf_writer_create();
-    sp_gguf_set_str(w, "general.architecture", "llama");
-    sp_gguf_set_u32(w, "general.alignment", 32);
-    sp_gguf_set_u32(w, "test.a", 7);
+static gguf_writer *writer_for_valid(void) {
+    gguf_writer *w = gguf_writer_create();
+    gguf_set_str(w, "general.architecture", "llama");
+    gguf_set_u32(w, "general.alignment", 32);
+    gguf_set_u32(w, "test.a", 7);
     int8_t m3 = -3;
-    sp_gguf_set_scalar(w, "test.b", SP_GGUF_INT8, &m3);
-    sp_gguf_set_str(w, "test.str", "hello");
-    sp_gguf_str strs[3] = {{"a", 1}, {"", 0}, {"ccc", 3}};
-    sp_gguf_set_arr_str(w, "test.strs", strs, 3);
+    gguf_set_scalar(w, "test.b", SP_GGUF_INT8, &m3);
+    gguf_set_str(w, "test.str", "hello");
+    gguf_str strs[3] = {{"a", 1}, {"", 0}, {"ccc", 3}};
+    gguf_set_arr_str(w, "test.strs", strs, 3);
     float f[4] = {0, 0.5f, 1.0f, 1.5f};
-    sp_gguf_set_arr(w, "test.f32s", SP_GGUF_FLOAT32, f, 4);
+    gguf_set_arr(w, "test.f32s", SP_GGUF_FLOAT32, f, 4);
     buf nest = {0};
     b_u32(&nest, SP_GGUF_UINT8); b_u64(&nest, 2); b_u8(&nest, 1); b_u8(&nest, 2);
     b_u32(&nest, SP_GGUF_STRING); b_u64(&nest, 1); b_str(&nest, "in");
-    sp_gguf_set_arr(w, "test.nested", SP_GGUF_ARRAY, nest.p, 2);
+    gguf_set_arr(w, "test.nested", SP_GGUF_ARRAY, nest.p, 2);
     free(nest.p);
-    sp_gguf_set_bool(w, "test.bool", true);
+    gguf_set_bool(w, "test.bool", true);
     double d = -2.25;
-    sp_gguf_set_scalar(w, "test.f64", SP_GGUF_FLOAT64, &d);
+    gguf_set_scalar(w, "test.f64", SP_GGUF_FLOAT64, &d);
     int64_t ne0[2] = {64, 2}, ne1[1] = {8}, ne2[2] = {16, 2};
-    sp_gguf_add_tensor(w, "blk.0.a", SP_TYPE_Q8_0, 2, ne0, t0_data, sizeof t0_data);
-    sp_gguf_add_tensor(w, "blk.0.b", SP_TYPE_F32, 1, ne1, t1_data, sizeof t1_data);
-    sp_gguf_add_tensor(w, "blk.0.c", SP_TYPE_F16, 2, ne2, t2_data, sizeof t2_data);
+    gguf_add_tensor(w, "blk.0.a", SP_TYPE_Q8_0, 2, ne0, t0_data, sizeof t0_data);
+    gguf_add_tensor(w, "blk.0.b", SP_TYPE_F32, 1, ne1, t1_data, sizeof t1_data);
+    gguf_add_tensor(w, "blk.0.c", SP_TYPE_F16, 2, ne2, t2_data, sizeof t2_data);
     return w;
 }
 
@@ -162,7 +162,7 @@ typedef struct {
     const char *arch;
     int64_t n_tensors;
     int n_types;
-    sp_type types[4];     /* exactly the tensor types present */
+    tensor_type types[4];     /* exactly the tensor types present */
     uint64_t n_vocab;
     const char *tok0;
     int64_t n_embd;       /* 0: no weights */
@@ -179,85 +179,85 @@ static const ref_case ref_cases[] = {
     {"vocab/ggml-vocab-gpt-2.gguf", "gpt2", 0, 0, {0}, 50257, "!", 0, false},
 };
 
-static bool str_eq(sp_gguf_str s, const char *c) {
+static bool str_eq(gguf_str s, const char *c) {
     return s.p && s.n == strlen(c) && memcmp(s.p, c, s.n) == 0;
 }
 
 /* Facts every valid GGUF must satisfy, whatever it holds. */
-static void check_generic(const sp_gguf *g, const char *path) {
-    size_t size = sp_gguf_file_size(g);
-    for (int64_t i = 0; i < sp_gguf_n_tensors(g); i++) {
-        const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
-        CHECK(sp_gguf_find_tensor(g, t->name) == t, "%s: find_tensor(%s)", path, t->name);
+static void check_generic(const gguf_file *g, const char *path) {
+    size_t size = gguf_file_size(g);
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        CHECK(gguf_find_tensor(g, t->name) == t, "%s: find_tensor(%s)", path, t->name);
         int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
-        CHECK(t->nbytes == sp_row_size(t->type, t->ne[0]) * (size_t)rows, "%s: %s nbytes %zu", path, t->name,
+        CHECK(t->nbytes == row_size(t->type, t->ne[0]) * (size_t)rows, "%s: %s nbytes %zu", path, t->name,
               t->nbytes);
-        CHECK(t->offset % sp_gguf_alignment(g) == 0, "%s: %s offset", path, t->name);
+        CHECK(t->offset % gguf_alignment(g) == 0, "%s: %s offset", path, t->name);
         CHECK(t->n_dims >= 1 && t->n_dims <= 4, "%s: %s n_dims", path, t->name);
         const uint8_t *end = (const uint8_t *)t->data + t->nbytes;
-        const uint8_t *start = (const uint8_t *)sp_gguf_tensor_at(g, 0)->data - sp_gguf_tensor_at(g, 0)->offset;
+        const uint8_t *start = (const uint8_t *)gguf_tensor_at(g, 0)->data - gguf_tensor_at(g, 0)->offset;
         CHECK((size_t)(end - start) <= size, "%s: %s past the end", path, t->name);
     }
-    CHECK(sp_gguf_find_tensor(g, "no.such.tensor") == NULL, "%s", path);
-    CHECK(sp_gguf_find_key(g, "no.such.key") == -1, "%s", path);
-    for (int64_t i = 0; i < sp_gguf_n_kv(g); i++) {
-        CHECK(sp_gguf_find_key(g, sp_gguf_key(g, i)) == i, "%s: find_key(%s)", path, sp_gguf_key(g, i));
+    CHECK(gguf_find_tensor(g, "no.such.tensor") == NULL, "%s", path);
+    CHECK(gguf_find_key(g, "no.such.key") == -1, "%s", path);
+    for (int64_t i = 0; i < gguf_n_kv(g); i++) {
+        CHECK(gguf_find_key(g, gguf_key(g, i)) == i, "%s: find_key(%s)", path, gguf_key(g, i));
         char fb[128];
-        sp_gguf_kv_format(g, i, fb, sizeof fb);
-        CHECK(strlen(fb) > 0 && strlen(fb) < sizeof fb, "%s: format(%s)", path, sp_gguf_key(g, i));
+        gguf_kv_format(g, i, fb, sizeof fb);
+        CHECK(strlen(fb) > 0 && strlen(fb) < sizeof fb, "%s: format(%s)", path, gguf_key(g, i));
     }
 }
 
 static void test_reference_file(const ref_case *rc) {
     char path[512], err[512];
     snprintf(path, sizeof path, "%s/%s", t_ref_dir(), rc->file);
-    sp_gguf *g = sp_gguf_open(path, err, sizeof err);
+    gguf_file *g = gguf_open(path, err, sizeof err);
     CHECK(g != NULL, "%s", err);
     if (!g) return;
-    CHECK(sp_gguf_version(g) == 3, "version %u", sp_gguf_version(g));
-    CHECK(sp_gguf_alignment(g) == 32, "alignment %zu", sp_gguf_alignment(g));
-    sp_gguf_str s;
-    CHECK(sp_gguf_get_str(g, "general.architecture", &s) && str_eq(s, rc->arch), "arch");
-    CHECK(sp_gguf_n_tensors(g) == rc->n_tensors, "n_tensors %" PRId64, sp_gguf_n_tensors(g));
+    CHECK(gguf_version(g) == 3, "version %u", gguf_version(g));
+    CHECK(gguf_alignment(g) == 32, "alignment %zu", gguf_alignment(g));
+    gguf_str s;
+    CHECK(gguf_get_str(g, "general.architecture", &s) && str_eq(s, rc->arch), "arch");
+    CHECK(gguf_n_tensors(g) == rc->n_tensors, "n_tensors %" PRId64, gguf_n_tensors(g));
 
     /* tensor types: exactly the listed set */
     bool seen[SP_TYPE_COUNT] = {0};
-    for (int64_t i = 0; i < sp_gguf_n_tensors(g); i++) seen[sp_gguf_tensor_at(g, i)->type] = true;
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) seen[gguf_tensor_at(g, i)->type] = true;
     int n_seen = 0;
     for (int t = 0; t < SP_TYPE_COUNT; t++) n_seen += seen[t];
     CHECK(n_seen == rc->n_types, "%d distinct tensor types", n_seen);
     for (int k = 0; k < rc->n_types; k++) CHECK(seen[rc->types[k]], "type %d missing", rc->types[k]);
 
     /* vocabulary */
-    sp_gguf_vtype et;
+    gguf_vtype et;
     uint64_t n = 0;
     const void *data;
-    CHECK(sp_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &data), "tokens");
+    CHECK(gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &data), "tokens");
     CHECK(et == SP_GGUF_STRING && n == rc->n_vocab, "tokens: type %d n %" PRIu64, et, n);
-    CHECK(str_eq(sp_gguf_arr_str(g, "tokenizer.ggml.tokens", 0), rc->tok0), "token 0");
-    CHECK(sp_gguf_arr_str(g, "tokenizer.ggml.tokens", n - 1).p != NULL, "last token");
-    CHECK(sp_gguf_arr_str(g, "tokenizer.ggml.tokens", n).p == NULL, "token n is out of range");
-    CHECK(sp_gguf_arr_str(g, "general.architecture", 0).p == NULL, "not an array");
+    CHECK(str_eq(gguf_arr_str(g, "tokenizer.ggml.tokens", 0), rc->tok0), "token 0");
+    CHECK(gguf_arr_str(g, "tokenizer.ggml.tokens", n - 1).p != NULL, "last token");
+    CHECK(gguf_arr_str(g, "tokenizer.ggml.tokens", n).p == NULL, "token n is out of range");
+    CHECK(gguf_arr_str(g, "general.architecture", 0).p == NULL, "not an array");
     /* the string index agrees with a sequential walk */
     const uint8_t *p = data;
     bool walk_ok = true;
     for (uint64_t i = 0; i < n && walk_ok; i++) {
         uint64_t len;
         memcpy(&len, p, 8);
-        sp_gguf_str e = sp_gguf_arr_str(g, "tokenizer.ggml.tokens", i);
+        gguf_str e = gguf_arr_str(g, "tokenizer.ggml.tokens", i);
         walk_ok = e.p == (const char *)p + 8 && e.n == len;
         p += 8 + len;
     }
     CHECK(walk_ok, "string index");
     uint32_t u;
-    CHECK(!sp_gguf_get_u32(g, "tokenizer.ggml.tokens", &u), "array as u32");
-    CHECK(!sp_gguf_get_str(g, "tokenizer.ggml.bos_token_id", &s), "u32 as string");
+    CHECK(!gguf_get_u32(g, "tokenizer.ggml.tokens", &u), "array as u32");
+    CHECK(!gguf_get_str(g, "tokenizer.ggml.bos_token_id", &s), "u32 as string");
     int64_t bos = -1;
-    CHECK(sp_gguf_get_i64(g, "tokenizer.ggml.bos_token_id", &bos) && bos == (rc->n_vocab == 32000 ? 1 : 50256),
+    CHECK(gguf_get_i64(g, "tokenizer.ggml.bos_token_id", &bos) && bos == (rc->n_vocab == 32000 ? 1 : 50256),
           "bos %" PRId64, bos);
     char fb[256];
-    int64_t ti = sp_gguf_find_key(g, "tokenizer.ggml.tokens");
-    sp_gguf_kv_format(g, ti, fb, sizeof fb);
+    int64_t ti = gguf_find_key(g, "tokenizer.ggml.tokens");
+    gguf_kv_format(g, ti, fb, sizeof fb);
     char want[64];
     snprintf(want, sizeof want, "[string x %" PRIu64 ": ", rc->n_vocab);
     CHECK(strncmp(fb, want, strlen(want)) == 0, "format: %s", fb);
@@ -265,27 +265,27 @@ static void test_reference_file(const ref_case *rc) {
     if (rc->n_embd) {
         char key[64];
         snprintf(key, sizeof key, "%s.embedding_length", rc->arch);
-        CHECK(sp_gguf_get_u32(g, key, &u) && u == rc->n_embd, "%s", key);
+        CHECK(gguf_get_u32(g, key, &u) && u == rc->n_embd, "%s", key);
         snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", rc->arch);
         float eps = 0;
-        CHECK(sp_gguf_get_f32(g, key, &eps) && (eps == 1e-5f || eps == 1e-6f), "eps %g", eps);
-        CHECK(!sp_gguf_get_u32(g, key, &u), "float as u32");
-        const sp_gguf_tensor *te = sp_gguf_find_tensor(g, "token_embd.weight");
+        CHECK(gguf_get_f32(g, key, &eps) && (eps == 1e-5f || eps == 1e-6f), "eps %g", eps);
+        CHECK(!gguf_get_u32(g, key, &u), "float as u32");
+        const gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
         CHECK(te && te->n_dims == 2 && te->ne[0] == rc->n_embd && te->ne[1] == (int64_t)rc->n_vocab,
               "token_embd shape");
-        CHECK((sp_gguf_find_tensor(g, "output.weight") == NULL) == rc->tied, "output.weight");
+        CHECK((gguf_find_tensor(g, "output.weight") == NULL) == rc->tied, "output.weight");
         snprintf(key, sizeof key, "%s.block_count", rc->arch);
         uint32_t n_layer = 0;
-        CHECK(sp_gguf_get_u32(g, key, &n_layer) && n_layer > 0, "block_count");
+        CHECK(gguf_get_u32(g, key, &n_layer) && n_layer > 0, "block_count");
         for (uint32_t l = 0; l < n_layer; l++) {
             snprintf(key, sizeof key, "blk.%u.attn_q.weight", l);
-            CHECK(sp_gguf_find_tensor(g, key) != NULL, "%s", key);
+            CHECK(gguf_find_tensor(g, key) != NULL, "%s", key);
         }
     }
     if (strstr(rc->file, "f16")) {
         /* a known value: spot-check that data points at the right bytes by
          * checking the f16 norm weights are finite and plausible */
-        const sp_gguf_tensor *t = sp_gguf_find_tensor(g, "output_norm.weight");
+        const gguf_tensor *t = gguf_find_tensor(g, "output_norm.weight");
         CHECK(t && t->type == SP_TYPE_F32 && t->ne[0] == 256, "output_norm");
         if (t) {
             float v;
@@ -294,7 +294,7 @@ static void test_reference_file(const ref_case *rc) {
         }
     }
     check_generic(g, path);
-    sp_gguf_close(g);
+    gguf_close(g);
 }
 
 /* Every *.gguf in the reference folders opens and is self-consistent. */
@@ -308,11 +308,11 @@ static void test_reference_glob(void) {
         if (glob(pat, 0, NULL, &gl) != 0) continue;
         for (size_t i = 0; i < gl.gl_pathc; i++) {
             char err[512];
-            sp_gguf *g = sp_gguf_open(gl.gl_pathv[i], err, sizeof err);
+            gguf_file *g = gguf_open(gl.gl_pathv[i], err, sizeof err);
             CHECK(g != NULL, "%s", err);
             if (g) {
                 check_generic(g, gl.gl_pathv[i]);
-                sp_gguf_close(g);
+                gguf_close(g);
             }
             n_files++;
         }
@@ -326,37 +326,37 @@ static void test_reference_glob(void) {
 static void test_copy_kv_real(void) {
     char path[512], err[512];
     snprintf(path, sizeof path, "%s/vocab/ggml-vocab-llama-spm.gguf", t_ref_dir());
-    sp_gguf *src = sp_gguf_open(path, err, sizeof err);
+    gguf_file *src = gguf_open(path, err, sizeof err);
     CHECK(src != NULL, "%s", err);
     if (!src) return;
-    sp_gguf_writer *w = sp_gguf_writer_create();
-    sp_gguf_copy_kv(w, src, "tokenizer.");
+    gguf_writer *w = gguf_writer_create();
+    gguf_copy_kv(w, src, "tokenizer.");
     const char *out = tmp_path("copy.gguf");
-    CHECK(sp_gguf_writer_write(w, out, err, sizeof err) == 0, "%s", err);
-    sp_gguf_writer_free(w);
-    sp_gguf *g = sp_gguf_open(out, err, sizeof err);
+    CHECK(gguf_writer_write(w, out, err, sizeof err) == 0, "%s", err);
+    gguf_writer_free(w);
+    gguf_file *g = gguf_open(out, err, sizeof err);
     CHECK(g != NULL, "%s", err);
     if (g) {
         int64_t n_tok = 0;
-        for (int64_t i = 0; i < sp_gguf_n_kv(src); i++)
-            n_tok += strncmp(sp_gguf_key(src, i), "tokenizer.", 10) == 0;
-        CHECK(sp_gguf_n_kv(g) == n_tok && n_tok == 10, "n_kv %" PRId64 " vs %" PRId64, sp_gguf_n_kv(g), n_tok);
-        for (int64_t i = 0; i < sp_gguf_n_kv(g); i++) {
-            const char *key = sp_gguf_key(g, i);
-            int64_t j = sp_gguf_find_key(src, key);
+        for (int64_t i = 0; i < gguf_n_kv(src); i++)
+            n_tok += strncmp(gguf_key(src, i), "tokenizer.", 10) == 0;
+        CHECK(gguf_n_kv(g) == n_tok && n_tok == 10, "n_kv %" PRId64 " vs %" PRId64, gguf_n_kv(g), n_tok);
+        for (int64_t i = 0; i < gguf_n_kv(g); i++) {
+            const char *key = gguf_key(g, i);
+            int64_t j = gguf_find_key(src, key);
             const void *a, *b;
             size_t na, nb;
-            CHECK(j >= 0 && sp_gguf_kv_type(src, j) == sp_gguf_kv_type(g, i), "%s", key);
+            CHECK(j >= 0 && gguf_kv_type(src, j) == gguf_kv_type(g, i), "%s", key);
             if (j < 0) continue;
-            sp_gguf_kv_raw(src, j, &a, &na);
-            sp_gguf_kv_raw(g, i, &b, &nb);
+            gguf_kv_raw(src, j, &a, &na);
+            gguf_kv_raw(g, i, &b, &nb);
             CHECK(na == nb && memcmp(a, b, na) == 0, "%s differs", key);
         }
-        CHECK(str_eq(sp_gguf_arr_str(g, "tokenizer.ggml.tokens", 31999),
+        CHECK(str_eq(gguf_arr_str(g, "tokenizer.ggml.tokens", 31999),
                      "\xe7\xbb\x99"), "last token"); /* "给" in the Llama 2 vocab */
-        sp_gguf_close(g);
+        gguf_close(g);
     }
-    sp_gguf_close(src);
+    gguf_close(src);
 }
 
 /* ---- writer ----------------------------------------------------------- */
@@ -365,11 +365,11 @@ static void test_copy_kv_real(void) {
 static void test_writer_bytes(void) {
     layout L;
     buf ref = build_valid(&L);
-    sp_gguf_writer *w = writer_for_valid();
+    gguf_writer *w = writer_for_valid();
     char err[512];
     const char *out = tmp_path("w.gguf");
-    CHECK(sp_gguf_writer_write(w, out, err, sizeof err) == 0, "%s", err);
-    sp_gguf_writer_free(w);
+    CHECK(gguf_writer_write(w, out, err, sizeof err) == 0, "%s", err);
+    gguf_writer_free(w);
     size_t n = 0;
     char *got = t_read_file(out, &n);
     CHECK(got && n == ref.n, "size %zu vs %zu", n, ref.n);
@@ -384,7 +384,7 @@ static void test_writer_bytes(void) {
 
 typedef struct {
     const char *name;
-    sp_type type;
+    tensor_type type;
     int n_dims;
     int64_t ne[4];
 } tdesc;
@@ -402,7 +402,7 @@ static const tdesc round_tensors[] = {
 #define N_ROUND (sizeof round_tensors / sizeof round_tensors[0])
 
 static uint8_t *tensor_bytes(const tdesc *d, size_t *n) {
-    *n = sp_row_size(d->type, d->ne[0]) * (size_t)(d->ne[1] * d->ne[2] * d->ne[3]);
+    *n = row_size(d->type, d->ne[0]) * (size_t)(d->ne[1] * d->ne[2] * d->ne[3]);
     uint8_t *p = malloc(*n + 1);
     for (size_t i = 0; i < *n; i++) p[i] = (uint8_t)(i * 31 + (size_t)d->type * 17 + 3);
     return p;
@@ -413,112 +413,112 @@ static uint8_t *tensor_bytes(const tdesc *d, size_t *n) {
  * tensors that carry their data) give the same file. */
 static void test_writer_round_trip(size_t alignment) {
     char err[512];
-    sp_gguf_writer *w = sp_gguf_writer_create();
+    gguf_writer *w = gguf_writer_create();
     uint8_t u8 = 200; int8_t i8 = -100; uint16_t u16 = 65000; int16_t i16 = -32000;
     uint32_t u32 = 4000000000u; int32_t i32 = -2000000000; float f32 = 3.25f; bool bo = true;
     uint64_t u64 = UINT64_MAX; int64_t i64 = INT64_MIN; double f64 = 1e300;
-    sp_gguf_set_scalar(w, "v.u8", SP_GGUF_UINT8, &u8);
-    sp_gguf_set_scalar(w, "v.i8", SP_GGUF_INT8, &i8);
-    sp_gguf_set_scalar(w, "v.u16", SP_GGUF_UINT16, &u16);
-    sp_gguf_set_scalar(w, "v.i16", SP_GGUF_INT16, &i16);
-    sp_gguf_set_u32(w, "v.u32", u32);
-    sp_gguf_set_i32(w, "v.i32", i32);
-    sp_gguf_set_f32(w, "v.f32", f32);
-    sp_gguf_set_bool(w, "v.bool", bo);
-    sp_gguf_set_str(w, "v.str", "replaced");
-    sp_gguf_set_str(w, "v.str", "h\xc3\xa9llo \"world\"\n"); /* replaces, keeps position */
-    sp_gguf_set_u64(w, "v.u64", u64);
-    sp_gguf_set_scalar(w, "v.i64", SP_GGUF_INT64, &i64);
-    sp_gguf_set_scalar(w, "v.f64", SP_GGUF_FLOAT64, &f64);
-    sp_gguf_set_str(w, "v.empty", "");
+    gguf_set_scalar(w, "v.u8", SP_GGUF_UINT8, &u8);
+    gguf_set_scalar(w, "v.i8", SP_GGUF_INT8, &i8);
+    gguf_set_scalar(w, "v.u16", SP_GGUF_UINT16, &u16);
+    gguf_set_scalar(w, "v.i16", SP_GGUF_INT16, &i16);
+    gguf_set_u32(w, "v.u32", u32);
+    gguf_set_i32(w, "v.i32", i32);
+    gguf_set_f32(w, "v.f32", f32);
+    gguf_set_bool(w, "v.bool", bo);
+    gguf_set_str(w, "v.str", "replaced");
+    gguf_set_str(w, "v.str", "h\xc3\xa9llo \"world\"\n"); /* replaces, keeps position */
+    gguf_set_u64(w, "v.u64", u64);
+    gguf_set_scalar(w, "v.i64", SP_GGUF_INT64, &i64);
+    gguf_set_scalar(w, "v.f64", SP_GGUF_FLOAT64, &f64);
+    gguf_set_str(w, "v.empty", "");
     char longs[200];
     memset(longs, 'x', sizeof longs - 1);
     longs[sizeof longs - 1] = 0;
-    sp_gguf_set_str(w, "v.long", longs);
+    gguf_set_str(w, "v.long", longs);
     int32_t ai[4] = {1, -2, 3, 4};
-    sp_gguf_set_arr(w, "a.i32", SP_GGUF_INT32, ai, 4);
+    gguf_set_arr(w, "a.i32", SP_GGUF_INT32, ai, 4);
     double ad[2] = {0.5, -1e-300};
-    sp_gguf_set_arr(w, "a.f64", SP_GGUF_FLOAT64, ad, 2);
+    gguf_set_arr(w, "a.f64", SP_GGUF_FLOAT64, ad, 2);
     uint8_t ab[3] = {0, 1, 1};
-    sp_gguf_set_arr(w, "a.bool", SP_GGUF_BOOL, ab, 3);
-    sp_gguf_set_arr(w, "a.empty", SP_GGUF_UINT16, NULL, 0);
-    sp_gguf_str strs[4] = {{"x", 1}, {"", 0}, {"nul\0inside", 10}, {"last", 4}};
-    sp_gguf_set_arr_str(w, "a.str", strs, 4);
+    gguf_set_arr(w, "a.bool", SP_GGUF_BOOL, ab, 3);
+    gguf_set_arr(w, "a.empty", SP_GGUF_UINT16, NULL, 0);
+    gguf_str strs[4] = {{"x", 1}, {"", 0}, {"nul\0inside", 10}, {"last", 4}};
+    gguf_set_arr_str(w, "a.str", strs, 4);
     /* [[u8 1 2], [[i16 -1]], [string "s"]] : three levels */
     buf nest = {0};
     b_u32(&nest, SP_GGUF_UINT8); b_u64(&nest, 2); b_u8(&nest, 1); b_u8(&nest, 2);
     b_u32(&nest, SP_GGUF_ARRAY); b_u64(&nest, 1);
     b_u32(&nest, SP_GGUF_INT16); b_u64(&nest, 1); b_u8(&nest, 0xff); b_u8(&nest, 0xff);
     b_u32(&nest, SP_GGUF_STRING); b_u64(&nest, 1); b_str(&nest, "s");
-    sp_gguf_set_arr(w, "a.nested", SP_GGUF_ARRAY, nest.p, 3);
-    if (alignment != 32) sp_gguf_set_u32(w, "general.alignment", (uint32_t)alignment);
+    gguf_set_arr(w, "a.nested", SP_GGUF_ARRAY, nest.p, 3);
+    if (alignment != 32) gguf_set_u32(w, "general.alignment", (uint32_t)alignment);
 
     uint8_t *tdata[N_ROUND];
     size_t tn[N_ROUND];
     for (size_t i = 0; i < N_ROUND; i++) {
         tdata[i] = tensor_bytes(&round_tensors[i], &tn[i]);
-        sp_gguf_add_tensor(w, round_tensors[i].name, round_tensors[i].type, round_tensors[i].n_dims,
+        gguf_add_tensor(w, round_tensors[i].name, round_tensors[i].type, round_tensors[i].n_dims,
                            round_tensors[i].ne, tdata[i], tn[i]);
     }
     const char *out = tmp_path("round.gguf");
-    CHECK(sp_gguf_writer_write(w, out, err, sizeof err) == 0, "%s", err);
-    sp_gguf_writer_free(w);
+    CHECK(gguf_writer_write(w, out, err, sizeof err) == 0, "%s", err);
+    gguf_writer_free(w);
 
-    sp_gguf *g = sp_gguf_open(out, err, sizeof err);
+    gguf_file *g = gguf_open(out, err, sizeof err);
     CHECK(g != NULL, "%s", err);
     if (!g) goto done;
-    CHECK(sp_gguf_version(g) == 3 && sp_gguf_alignment(g) == alignment, "alignment %zu", sp_gguf_alignment(g));
-    CHECK(sp_gguf_n_kv(g) == 20 + (alignment != 32), "n_kv %" PRId64, sp_gguf_n_kv(g));
-    CHECK(strcmp(sp_gguf_key(g, 8), "v.str") == 0, "replacing a key keeps its position");
-    static const sp_gguf_vtype want_types[] = {
+    CHECK(gguf_version(g) == 3 && gguf_alignment(g) == alignment, "alignment %zu", gguf_alignment(g));
+    CHECK(gguf_n_kv(g) == 20 + (alignment != 32), "n_kv %" PRId64, gguf_n_kv(g));
+    CHECK(strcmp(gguf_key(g, 8), "v.str") == 0, "replacing a key keeps its position");
+    static const gguf_vtype want_types[] = {
         SP_GGUF_UINT8, SP_GGUF_INT8, SP_GGUF_UINT16, SP_GGUF_INT16, SP_GGUF_UINT32, SP_GGUF_INT32,
         SP_GGUF_FLOAT32, SP_GGUF_BOOL, SP_GGUF_STRING, SP_GGUF_UINT64, SP_GGUF_INT64, SP_GGUF_FLOAT64};
-    for (int i = 0; i < 12; i++) CHECK(sp_gguf_kv_type(g, i) == want_types[i], "type of kv %d", i);
-    CHECK(sp_gguf_kv_type(g, 1000) == SP_GGUF_TYPE_COUNT && sp_gguf_key(g, -1) == NULL, "out of range");
+    for (int i = 0; i < 12; i++) CHECK(gguf_kv_type(g, i) == want_types[i], "type of kv %d", i);
+    CHECK(gguf_kv_type(g, 1000) == SP_GGUF_TYPE_COUNT && gguf_key(g, -1) == NULL, "out of range");
 
     int64_t v;
     uint32_t u;
     float f;
     bool b;
-    sp_gguf_str s;
-    CHECK(sp_gguf_get_i64(g, "v.u8", &v) && v == 200, "u8");
-    CHECK(sp_gguf_get_u32(g, "v.u8", &u) && u == 200, "u8 as u32");
-    CHECK(sp_gguf_get_i64(g, "v.i8", &v) && v == -100, "i8");
+    gguf_str s;
+    CHECK(gguf_get_i64(g, "v.u8", &v) && v == 200, "u8");
+    CHECK(gguf_get_u32(g, "v.u8", &u) && u == 200, "u8 as u32");
+    CHECK(gguf_get_i64(g, "v.i8", &v) && v == -100, "i8");
     u = 12345;
-    CHECK(!sp_gguf_get_u32(g, "v.i8", &u) && u == 12345, "negative as u32 fails, out untouched");
-    CHECK(sp_gguf_get_i64(g, "v.u16", &v) && v == 65000, "u16");
-    CHECK(sp_gguf_get_i64(g, "v.i16", &v) && v == -32000, "i16");
-    CHECK(sp_gguf_get_u32(g, "v.u32", &u) && u == 4000000000u, "u32");
-    CHECK(sp_gguf_get_i64(g, "v.i32", &v) && v == -2000000000, "i32");
-    CHECK(sp_gguf_get_f32(g, "v.f32", &f) && f == 3.25f, "f32");
-    CHECK(!sp_gguf_get_i64(g, "v.f32", &v), "f32 as int");
-    CHECK(sp_gguf_get_bool(g, "v.bool", &b) && b, "bool");
-    CHECK(!sp_gguf_get_bool(g, "v.u8", &b), "u8 as bool");
-    CHECK(sp_gguf_get_str(g, "v.str", &s) && str_eq(s, "h\xc3\xa9llo \"world\"\n"), "str");
-    CHECK(!sp_gguf_get_i64(g, "v.u64", &v) && !sp_gguf_get_u32(g, "v.u64", &u), "u64 max fits neither");
-    CHECK(sp_gguf_get_i64(g, "v.i64", &v) && v == INT64_MIN, "i64 min");
-    CHECK(sp_gguf_get_f32(g, "v.f64", &f) && isinf(f), "f64 1e300 -> inf f32");
-    CHECK(sp_gguf_get_str(g, "v.empty", &s) && s.n == 0, "empty string");
-    CHECK(!sp_gguf_get_str(g, "no.key", &s) && !sp_gguf_get_i64(g, "no.key", &v), "absent");
+    CHECK(!gguf_get_u32(g, "v.i8", &u) && u == 12345, "negative as u32 fails, out untouched");
+    CHECK(gguf_get_i64(g, "v.u16", &v) && v == 65000, "u16");
+    CHECK(gguf_get_i64(g, "v.i16", &v) && v == -32000, "i16");
+    CHECK(gguf_get_u32(g, "v.u32", &u) && u == 4000000000u, "u32");
+    CHECK(gguf_get_i64(g, "v.i32", &v) && v == -2000000000, "i32");
+    CHECK(gguf_get_f32(g, "v.f32", &f) && f == 3.25f, "f32");
+    CHECK(!gguf_get_i64(g, "v.f32", &v), "f32 as int");
+    CHECK(gguf_get_bool(g, "v.bool", &b) && b, "bool");
+    CHECK(!gguf_get_bool(g, "v.u8", &b), "u8 as bool");
+    CHECK(gguf_get_str(g, "v.str", &s) && str_eq(s, "h\xc3\xa9llo \"world\"\n"), "str");
+    CHECK(!gguf_get_i64(g, "v.u64", &v) && !gguf_get_u32(g, "v.u64", &u), "u64 max fits neither");
+    CHECK(gguf_get_i64(g, "v.i64", &v) && v == INT64_MIN, "i64 min");
+    CHECK(gguf_get_f32(g, "v.f64", &f) && isinf(f), "f64 1e300 -> inf f32");
+    CHECK(gguf_get_str(g, "v.empty", &s) && s.n == 0, "empty string");
+    CHECK(!gguf_get_str(g, "no.key", &s) && !gguf_get_i64(g, "no.key", &v), "absent");
 
-    sp_gguf_vtype et;
+    gguf_vtype et;
     uint64_t n;
     const void *data;
-    CHECK(sp_gguf_get_arr(g, "a.i32", &et, &n, &data) && et == SP_GGUF_INT32 && n == 4 &&
+    CHECK(gguf_get_arr(g, "a.i32", &et, &n, &data) && et == SP_GGUF_INT32 && n == 4 &&
           memcmp(data, ai, sizeof ai) == 0, "a.i32");
-    CHECK(sp_gguf_get_arr(g, "a.f64", &et, &n, &data) && et == SP_GGUF_FLOAT64 && n == 2 &&
+    CHECK(gguf_get_arr(g, "a.f64", &et, &n, &data) && et == SP_GGUF_FLOAT64 && n == 2 &&
           memcmp(data, ad, sizeof ad) == 0, "a.f64");
-    CHECK(sp_gguf_get_arr(g, "a.bool", &et, &n, &data) && et == SP_GGUF_BOOL && n == 3 &&
+    CHECK(gguf_get_arr(g, "a.bool", &et, &n, &data) && et == SP_GGUF_BOOL && n == 3 &&
           memcmp(data, ab, 3) == 0, "a.bool");
-    CHECK(sp_gguf_get_arr(g, "a.empty", &et, &n, &data) && et == SP_GGUF_UINT16 && n == 0, "a.empty");
-    CHECK(sp_gguf_get_arr(g, "a.str", &et, &n, &data) && et == SP_GGUF_STRING && n == 4, "a.str");
+    CHECK(gguf_get_arr(g, "a.empty", &et, &n, &data) && et == SP_GGUF_UINT16 && n == 0, "a.empty");
+    CHECK(gguf_get_arr(g, "a.str", &et, &n, &data) && et == SP_GGUF_STRING && n == 4, "a.str");
     for (int i = 0; i < 4; i++) {
-        sp_gguf_str e = sp_gguf_arr_str(g, "a.str", (uint64_t)i);
+        gguf_str e = gguf_arr_str(g, "a.str", (uint64_t)i);
         CHECK(e.p && e.n == strs[i].n && memcmp(e.p, strs[i].p, e.n) == 0, "a.str[%d]", i);
     }
-    CHECK(sp_gguf_get_arr(g, "a.nested", &et, &n, &data) && et == SP_GGUF_ARRAY && n == 3 &&
+    CHECK(gguf_get_arr(g, "a.nested", &et, &n, &data) && et == SP_GGUF_ARRAY && n == 3 &&
           memcmp(data, nest.p, nest.n) == 0, "a.nested");
-    CHECK(!sp_gguf_get_arr(g, "v.u8", &et, &n, &data), "scalar as array");
+    CHECK(!gguf_get_arr(g, "v.u8", &et, &n, &data), "scalar as array");
 
     /* formatting */
     static const struct { const char *key, *want; } fmts[] = {
@@ -530,20 +530,20 @@ static void test_writer_round_trip(size_t alignment) {
     };
     char fb[256];
     for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++) {
-        sp_gguf_kv_format(g, sp_gguf_find_key(g, fmts[i].key), fb, sizeof fb);
+        gguf_kv_format(g, gguf_find_key(g, fmts[i].key), fb, sizeof fb);
         CHECK(strcmp(fb, fmts[i].want) == 0, "%s formats as %s, want %s", fmts[i].key, fb, fmts[i].want);
     }
-    sp_gguf_kv_format(g, sp_gguf_find_key(g, "v.long"), fb, sizeof fb);
+    gguf_kv_format(g, gguf_find_key(g, "v.long"), fb, sizeof fb);
     CHECK(strlen(fb) < 80 && strstr(fb, "...") != NULL, "long string truncated: %s", fb);
     char tiny[8];
-    sp_gguf_kv_format(g, sp_gguf_find_key(g, "a.str"), tiny, sizeof tiny);
+    gguf_kv_format(g, gguf_find_key(g, "a.str"), tiny, sizeof tiny);
     CHECK(strlen(tiny) == 7 && memcmp(tiny, "[string", 7) == 0, "small buffer: %s", tiny);
 
-    CHECK(sp_gguf_n_tensors(g) == (int64_t)N_ROUND, "n_tensors");
+    CHECK(gguf_n_tensors(g) == (int64_t)N_ROUND, "n_tensors");
     for (size_t i = 0; i < N_ROUND; i++) {
         const tdesc *d = &round_tensors[i];
-        const sp_gguf_tensor *t = sp_gguf_find_tensor(g, d->name);
-        CHECK(t && t == sp_gguf_tensor_at(g, (int64_t)i), "%s", d->name);
+        const gguf_tensor *t = gguf_find_tensor(g, d->name);
+        CHECK(t && t == gguf_tensor_at(g, (int64_t)i), "%s", d->name);
         if (!t) continue;
         CHECK(t->type == d->type && t->n_dims == d->n_dims, "%s type/dims", d->name);
         CHECK(memcmp(t->ne, d->ne, sizeof t->ne) == 0, "%s shape", d->name);
@@ -551,23 +551,23 @@ static void test_writer_round_trip(size_t alignment) {
         CHECK(t->offset % alignment == 0, "%s offset %" PRIu64, d->name, t->offset);
     }
     check_generic(g, out);
-    sp_gguf_close(g);
+    gguf_close(g);
 
     /* The same file, streamed: declare, begin, append in 7-byte chunks. */
     {
         size_t n_orig = 0;
         char *orig = t_read_file(out, &n_orig);
-        sp_gguf_writer *w2 = sp_gguf_writer_create();
-        sp_gguf *src = sp_gguf_open(out, err, sizeof err);
+        gguf_writer *w2 = gguf_writer_create();
+        gguf_file *src = gguf_open(out, err, sizeof err);
         CHECK(src != NULL, "%s", err);
-        if (src) sp_gguf_copy_kv(w2, src, NULL);
+        if (src) gguf_copy_kv(w2, src, NULL);
         size_t total = 0;
         for (size_t i = 0; i < N_ROUND; i++) {
             const tdesc *d = &round_tensors[i];
             if (i == 2) /* one tensor with its own data amid streamed ones */
-                sp_gguf_add_tensor(w2, d->name, d->type, d->n_dims, d->ne, tdata[i], tn[i]);
+                gguf_add_tensor(w2, d->name, d->type, d->n_dims, d->ne, tdata[i], tn[i]);
             else {
-                sp_gguf_add_tensor_info(w2, d->name, d->type, d->n_dims, d->ne);
+                gguf_add_tensor_info(w2, d->name, d->type, d->n_dims, d->ne);
                 total += tn[i];
             }
         }
@@ -576,21 +576,21 @@ static void test_writer_round_trip(size_t alignment) {
         for (size_t i = 0; i < N_ROUND; i++)
             if (i != 2) { memcpy(all + pos, tdata[i], tn[i]); pos += tn[i]; }
         const char *out2 = tmp_path("round2.gguf");
-        int rc = sp_gguf_writer_begin(w2, out2, err, sizeof err);
+        int rc = gguf_writer_begin(w2, out2, err, sizeof err);
         CHECK(rc == 0, "%s", err);
         for (size_t off = 0; rc == 0 && off < total; off += 7) {
-            rc = sp_gguf_writer_append(w2, all + off, SP_MIN((size_t)7, total - off), err, sizeof err);
+            rc = gguf_writer_append(w2, all + off, SP_MIN((size_t)7, total - off), err, sizeof err);
             CHECK(rc == 0, "%s", err);
         }
-        CHECK(rc == 0 && sp_gguf_writer_end(w2, err, sizeof err) == 0, "%s", err);
-        sp_gguf_writer_free(w2);
+        CHECK(rc == 0 && gguf_writer_end(w2, err, sizeof err) == 0, "%s", err);
+        gguf_writer_free(w2);
         size_t n2 = 0;
         char *again = t_read_file(out2, &n2);
         CHECK(orig && again && n2 == n_orig && memcmp(orig, again, n2) == 0, "streamed file differs");
         free(orig);
         free(again);
         free(all);
-        sp_gguf_close(src);
+        gguf_close(src);
     }
 done:
     for (size_t i = 0; i < N_ROUND; i++) free(tdata[i]);
@@ -609,46 +609,46 @@ static void test_writer_errors(void) {
     static const char *const want[] = {"got 100 bytes", "duplicate tensor name", "row length 33",
                                        "power of two", "unknown type"};
     for (int k = 0; k < 5; k++) {
-        sp_gguf_writer *w = sp_gguf_writer_create();
-        sp_gguf_set_str(w, "general.architecture", "x");
-        if (k == 0) sp_gguf_add_tensor(w, "t", SP_TYPE_Q8_0, 2, ne, data, 100);
+        gguf_writer *w = gguf_writer_create();
+        gguf_set_str(w, "general.architecture", "x");
+        if (k == 0) gguf_add_tensor(w, "t", SP_TYPE_Q8_0, 2, ne, data, 100);
         if (k == 1) {
-            sp_gguf_add_tensor(w, "t", SP_TYPE_Q8_0, 2, ne, data, sizeof data);
-            sp_gguf_add_tensor(w, "t", SP_TYPE_Q8_0, 2, ne, data, sizeof data);
+            gguf_add_tensor(w, "t", SP_TYPE_Q8_0, 2, ne, data, sizeof data);
+            gguf_add_tensor(w, "t", SP_TYPE_Q8_0, 2, ne, data, sizeof data);
         }
-        if (k == 2) { int64_t bad[1] = {33}; sp_gguf_add_tensor_info(w, "t", SP_TYPE_Q8_0, 1, bad); }
-        if (k == 3) sp_gguf_set_u32(w, "general.alignment", 3);
-        if (k == 4) sp_gguf_add_tensor_info(w, "t", (sp_type)200, 2, ne);
+        if (k == 2) { int64_t bad[1] = {33}; gguf_add_tensor_info(w, "t", SP_TYPE_Q8_0, 1, bad); }
+        if (k == 3) gguf_set_u32(w, "general.alignment", 3);
+        if (k == 4) gguf_add_tensor_info(w, "t", (tensor_type)200, 2, ne);
         const char *out = tmp_path("bad.gguf");
         unlink(out);
         err[0] = 0;
-        CHECK(sp_gguf_writer_write(w, out, err, sizeof err) == -1, "case %d wrote", k);
+        CHECK(gguf_writer_write(w, out, err, sizeof err) == -1, "case %d wrote", k);
         CHECK(strstr(err, want[k]) != NULL, "case %d: %s", k, err);
         CHECK(access(out, F_OK) != 0, "case %d left a file", k);
-        sp_gguf_writer_free(w);
+        gguf_writer_free(w);
     }
     /* streaming: too little data, too much data, freed mid-way */
     for (int k = 0; k < 3; k++) {
-        sp_gguf_writer *w = sp_gguf_writer_create();
-        sp_gguf_add_tensor_info(w, "t", SP_TYPE_Q8_0, 2, ne);
+        gguf_writer *w = gguf_writer_create();
+        gguf_add_tensor_info(w, "t", SP_TYPE_Q8_0, 2, ne);
         const char *out = tmp_path("bad2.gguf");
-        CHECK(sp_gguf_writer_begin(w, out, err, sizeof err) == 0, "%s", err);
+        CHECK(gguf_writer_begin(w, out, err, sizeof err) == 0, "%s", err);
         if (k == 0) {
-            CHECK(sp_gguf_writer_append(w, data, 100, err, sizeof err) == 0, "%s", err);
-            CHECK(sp_gguf_writer_end(w, err, sizeof err) == -1 && strstr(err, "got 100 of its 136"), "%s", err);
+            CHECK(gguf_writer_append(w, data, 100, err, sizeof err) == 0, "%s", err);
+            CHECK(gguf_writer_end(w, err, sizeof err) == -1 && strstr(err, "got 100 of its 136"), "%s", err);
         } else if (k == 1) {
-            CHECK(sp_gguf_writer_append(w, data, 100, err, sizeof err) == 0, "%s", err);
+            CHECK(gguf_writer_append(w, data, 100, err, sizeof err) == 0, "%s", err);
             uint8_t more[100] = {0};
-            CHECK(sp_gguf_writer_append(w, more, 100, err, sizeof err) == -1 && strstr(err, "beyond"), "%s", err);
+            CHECK(gguf_writer_append(w, more, 100, err, sizeof err) == -1 && strstr(err, "beyond"), "%s", err);
         }
-        sp_gguf_writer_free(w);
+        gguf_writer_free(w);
         CHECK(access(out, F_OK) != 0, "streaming case %d left a file", k);
     }
     /* unwritable path */
-    sp_gguf_writer *w = sp_gguf_writer_create();
-    CHECK(sp_gguf_writer_write(w, "/nonexistent-dir/x.gguf", err, sizeof err) == -1 &&
+    gguf_writer *w = gguf_writer_create();
+    CHECK(gguf_writer_write(w, "/nonexistent-dir/x.gguf", err, sizeof err) == -1 &&
               strstr(err, "/nonexistent-dir/x.gguf"), "%s", err);
-    sp_gguf_writer_free(w);
+    gguf_writer_free(w);
 }
 
 /* ---- hostile inputs --------------------------------------------------- */
@@ -762,7 +762,7 @@ static void test_hostile(const hostile_case *hc) {
     const char *path = tmp_path("hostile.gguf");
     CHECK(write_bytes(path, b.p, b.n) == 0, "write");
     char err[512] = "";
-    sp_gguf *g = sp_gguf_open(path, err, sizeof err);
+    gguf_file *g = gguf_open(path, err, sizeof err);
     if (hc->want) {
         CHECK(g == NULL, "opened");
         CHECK(strstr(err, hc->want) != NULL, "error '%s' lacks '%s'", err, hc->want);
@@ -771,7 +771,7 @@ static void test_hostile(const hostile_case *hc) {
         CHECK(g != NULL, "%s", err);
         if (g) check_generic(g, path);
     }
-    sp_gguf_close(g);
+    gguf_close(g);
     free(b.p);
 }
 
@@ -782,21 +782,21 @@ static void test_valid_small(void) {
     const char *path = tmp_path("valid.gguf");
     write_bytes(path, b.p, b.n);
     char err[512];
-    sp_gguf *g = sp_gguf_open(path, err, sizeof err);
+    gguf_file *g = gguf_open(path, err, sizeof err);
     CHECK(g != NULL, "%s", err);
     if (g) {
-        CHECK(sp_gguf_n_kv(g) == 10 && sp_gguf_n_tensors(g) == 3, "counts");
-        CHECK(sp_gguf_file_size(g) == b.n, "size");
-        const sp_gguf_tensor *t = sp_gguf_find_tensor(g, "blk.0.c");
+        CHECK(gguf_n_kv(g) == 10 && gguf_n_tensors(g) == 3, "counts");
+        CHECK(gguf_file_size(g) == b.n, "size");
+        const gguf_tensor *t = gguf_find_tensor(g, "blk.0.c");
         CHECK(t && t->type == SP_TYPE_F16 && t->ne[0] == 16 && t->ne[1] == 2 && t->ne[2] == 1 &&
               t->offset == 192 && t->nbytes == 64 &&
-              (const uint8_t *)t->data == (const uint8_t *)sp_gguf_tensor_at(g, 0)->data + 192, "blk.0.c");
+              (const uint8_t *)t->data == (const uint8_t *)gguf_tensor_at(g, 0)->data + 192, "blk.0.c");
         CHECK(t && memcmp(t->data, t2_data, 64) == 0, "blk.0.c data");
-        CHECK(memcmp(sp_gguf_find_tensor(g, "blk.0.a")->data, b.p + L.data_off, 136) == 0, "blk.0.a data");
-        CHECK(str_eq(sp_gguf_arr_str(g, "test.strs", 2), "ccc"), "strs[2]");
-        CHECK(str_eq(sp_gguf_arr_str(g, "test.strs", 1), ""), "strs[1]");
+        CHECK(memcmp(gguf_find_tensor(g, "blk.0.a")->data, b.p + L.data_off, 136) == 0, "blk.0.a data");
+        CHECK(str_eq(gguf_arr_str(g, "test.strs", 2), "ccc"), "strs[2]");
+        CHECK(str_eq(gguf_arr_str(g, "test.strs", 1), ""), "strs[1]");
         check_generic(g, path);
-        sp_gguf_close(g);
+        gguf_close(g);
     }
     free(b.p);
 }
@@ -810,10 +810,10 @@ static void test_truncations(void) {
     for (size_t len = 0; len < b.n; len++) {
         write_bytes(path, b.p, len);
         char err[512] = "";
-        sp_gguf *g = sp_gguf_open(path, err, sizeof err);
+        gguf_file *g = gguf_open(path, err, sizeof err);
         if (g) {
             opened++;
-            sp_gguf_close(g);
+            gguf_close(g);
         } else if (!strstr(err, path) || (!strstr(err, "truncated") && !strstr(err, "exceeds") &&
                                           !strstr(err, "past the end"))) {
             if (silent++ < 3) fprintf(stderr, "  length %zu: %s\n", len, err);
@@ -827,28 +827,28 @@ static void test_truncations(void) {
 /* Seeded random mutations never crash: open either fails with a message or
  * succeeds and every accessor stays inside the mapping. */
 static uint64_t rng_state = SP_GOLDEN64;
-static uint64_t rng(void) { return sp_splitmix64(&rng_state); }
+static uint64_t rng(void) { return splitmix64(&rng_state); }
 
-static void exercise(const sp_gguf *g) {
+static void exercise(const gguf_file *g) {
     char fb[160];
     volatile uint64_t sink = 0;
-    for (int64_t i = 0; i < sp_gguf_n_kv(g); i++) {
-        const char *k = sp_gguf_key(g, i);
-        sp_gguf_kv_format(g, i, fb, sizeof fb);
-        int64_t v; uint32_t u; float f; bool b; sp_gguf_str s;
-        sp_gguf_get_i64(g, k, &v); sp_gguf_get_u32(g, k, &u); sp_gguf_get_f32(g, k, &f);
-        sp_gguf_get_bool(g, k, &b);
-        if (sp_gguf_get_str(g, k, &s) && s.n) sink += (uint8_t)s.p[s.n - 1];
-        sp_gguf_vtype et; uint64_t n; const void *data;
-        if (sp_gguf_get_arr(g, k, &et, &n, &data) && et == SP_GGUF_STRING)
+    for (int64_t i = 0; i < gguf_n_kv(g); i++) {
+        const char *k = gguf_key(g, i);
+        gguf_kv_format(g, i, fb, sizeof fb);
+        int64_t v; uint32_t u; float f; bool b; gguf_str s;
+        gguf_get_i64(g, k, &v); gguf_get_u32(g, k, &u); gguf_get_f32(g, k, &f);
+        gguf_get_bool(g, k, &b);
+        if (gguf_get_str(g, k, &s) && s.n) sink += (uint8_t)s.p[s.n - 1];
+        gguf_vtype et; uint64_t n; const void *data;
+        if (gguf_get_arr(g, k, &et, &n, &data) && et == SP_GGUF_STRING)
             for (uint64_t j = 0; j < n; j++) {
-                sp_gguf_str e = sp_gguf_arr_str(g, k, j);
+                gguf_str e = gguf_arr_str(g, k, j);
                 if (e.n) sink += (uint8_t)e.p[0] + (uint8_t)e.p[e.n - 1];
             }
     }
-    for (int64_t i = 0; i < sp_gguf_n_tensors(g); i++) {
-        const sp_gguf_tensor *t = sp_gguf_tensor_at(g, i);
-        if (sp_gguf_find_tensor(g, t->name) != t) abort();
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        if (gguf_find_tensor(g, t->name) != t) abort();
         if (t->nbytes) sink += ((const uint8_t *)t->data)[0] + ((const uint8_t *)t->data)[t->nbytes - 1];
     }
     (void)sink;
@@ -884,11 +884,11 @@ static void test_random_mutations(void) {
         }
         write_bytes(path, b.p, n);
         char err[512] = "";
-        sp_gguf *g = sp_gguf_open(path, err, sizeof err);
+        gguf_file *g = gguf_open(path, err, sizeof err);
         if (g) {
             opened++;
             exercise(g);
-            sp_gguf_close(g);
+            gguf_close(g);
         } else {
             failed++;
             if (!err[0] || !strstr(err, path)) no_msg++;
@@ -911,9 +911,9 @@ static void test_misc_open_errors(void) {
     const char *path = tmp_path("deep.gguf");
     write_bytes(path, b.p, b.n);
     char err[512] = "";
-    sp_gguf *g = sp_gguf_open(path, err, sizeof err);
+    gguf_file *g = gguf_open(path, err, sizeof err);
     CHECK(!g && strstr(err, "nested deeper"), "%s", err);
-    sp_gguf_close(g);
+    gguf_close(g);
     free(b.p);
 
     /* a vocab-style file: kvs only, no padding after the header */
@@ -921,14 +921,14 @@ static void test_misc_open_errors(void) {
     b_bytes(&v, "GGUF", 4); b_u32(&v, 3); b_u64(&v, 0); b_u64(&v, 1);
     b_kv(&v, "k", SP_GGUF_UINT8); b_u8(&v, 9);
     write_bytes(path, v.p, v.n);
-    g = sp_gguf_open(path, err, sizeof err);
-    CHECK(g && sp_gguf_n_tensors(g) == 0 && sp_gguf_n_kv(g) == 1, "%s", err);
-    sp_gguf_close(g);
+    g = gguf_open(path, err, sizeof err);
+    CHECK(g && gguf_n_tensors(g) == 0 && gguf_n_kv(g) == 1, "%s", err);
+    gguf_close(g);
     free(v.p);
 
-    g = sp_gguf_open(tmp_path("does-not-exist.gguf"), err, sizeof err);
+    g = gguf_open(tmp_path("does-not-exist.gguf"), err, sizeof err);
     CHECK(!g && strstr(err, "cannot open") && strstr(err, "does-not-exist.gguf"), "%s", err);
-    g = sp_gguf_open(tmpdir, err, sizeof err);
+    g = gguf_open(tmpdir, err, sizeof err);
     CHECK(!g && strstr(err, "not a regular file"), "%s", err);
 }
 

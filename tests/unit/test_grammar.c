@@ -122,9 +122,9 @@ static void check_masks(const char *vocab_name) {
     REQUIRE(mod, "vocabulary %s", vocab_name);
     const sp_vocab *v = sp_model_get_vocab(mod);
     char err[256];
-    double t0 = sp_time_ms();
+    double t0 = time_ms();
     sp_token_trie *t = sp_token_trie_create(v, err, sizeof(err));
-    double t_trie = sp_time_ms() - t0;
+    double t_trie = time_ms() - t0;
     CHECK(t, "%s", err);
     if (!t) {
         sp_model_free(mod);
@@ -147,10 +147,10 @@ static void check_masks(const char *vocab_name) {
             size_t n = strcspn(p, "\x01");
             sp_matcher_reset(m);
             CHECK(sp_matcher_accept_bytes(m, p, n), "grammar %zu prefix '%.*s'", gi, (int)n, p);
-            double t1 = sp_time_ms();
+            double t1 = time_ms();
             int32_t cnt = sp_matcher_mask(m, bits);
-            mask_ms += sp_time_ms() - t1;
-            if (getenv("GR_VERBOSE")) printf("#   grammar %zu prefix %.*s: %d tokens, %.3f ms\n", gi, (int)n, p, cnt, sp_time_ms() - t1);
+            mask_ms += time_ms() - t1;
+            if (getenv("GR_VERBOSE")) printf("#   grammar %zu prefix %.*s: %d tokens, %.3f ms\n", gi, (int)n, p, cnt, time_ms() - t1);
             int32_t brute = 0;
             for (sp_token tok = 0; tok < V; tok++) {
                 sp_matcher_reset(b);

@@ -63,9 +63,9 @@ static void *drive(void *arg) {
         snprintf(h->msg, sizeof(h->msg), "%s", err);
         return NULL;
     }
-    double t0 = sp_time_ms();
+    double t0 = time_ms();
     sp_matcher *m = sp_matcher_create(g, h->t, err, sizeof(err));
-    h->max_ms = sp_time_ms() - t0;
+    h->max_ms = time_ms() - t0;
     sp_grammar_free(g);
     if (!m) {
         h->n_other++;
@@ -75,12 +75,12 @@ static void *drive(void *arg) {
     const int32_t words = (h->t->n_vocab + 31) / 32;
     uint32_t *bits = calloc((size_t)words, 4);
     for (int step = 0; step < 8 && bits; step++) {
-        t0 = sp_time_ms();
+        t0 = time_ms();
         int32_t n = sp_matcher_mask(m, bits);
         bool took = false;
         for (int32_t w = 0; w < words && n > 0 && !took; w++)
             if (bits[w]) took = sp_matcher_accept_token(m, w * 32 + __builtin_ctz(bits[w]));
-        const double ms = sp_time_ms() - t0;
+        const double ms = time_ms() - t0;
         if (ms > h->max_ms) h->max_ms = ms;
         if (sp_matcher_error(m, err, sizeof(err))) {
             if (strstr(err, "budget")) h->n_budget++;

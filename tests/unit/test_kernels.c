@@ -1,16 +1,16 @@
 /* test_kernels.c: the compute kernels and the thread pool.
  *
  * Every check that involves SIMD runs once per level the CPU has (ref, avx2,
- * avx512), forced in-process with sp_kernels_force:
+ * avx512), forced in-process with kernels_force:
  *   - fp16/bf16 conversions against known bit patterns;
  *   - Q8_0 / Q8_K activation quantization bit-exact with hand-computed blocks
  *     (ties, sign of the largest value, zero blocks);
  *   - quantize -> dequantize error bounds for every supported type;
- *   - sp_vec_dot against the reference, sp_matmul against sp_matmul_ref for
+ *   - vec_dot against the reference, matmul against matmul_ref for
  *     shapes covering tile and group tails, with pools of 1, 2 and 3 threads;
  *     tolerance 1e-5 of sum |w_i x_i| (integer block sums are exact, only
  *     the f32 summation order differs), and for F32 weights the same bits
- *     (every level sums them in ggml's order, sp_f32_finish);
+ *     (every level sums them in ggml's order, f32_finish);
  *   - the pool: every thread runs every job once, also after the workers
  *     went to sleep.
  */
@@ -27,7 +27,7 @@
 
 static const char *LEVELS[] = {"ref", "avx2", "avx512"};
 #define N_LEVELS 3
-static const sp_type TYPES[] = {SP_TYPE_F32, SP_TYPE_F16, SP_TYPE_BF16, SP_TYPE_Q8_0,
+static const tensor_type TYPES[] = {SP_TYPE_F32, SP_TYPE_F16, SP_TYPE_BF16, SP_TYPE_Q8_0,
                                 SP_TYPE_Q4_0, SP_TYPE_Q4_K, SP_TYPE_Q6_K};
 #define N_TYPES 7
 
@@ -56,27 +56,27 @@ static float *rand_vec(int64_t n, float scale) {
 static float f32_of_bits(uint32_t b) { float f; memcpy(&f, &b, 4); return f; }
 
 /* n_rows rows of k random weights (with a few outliers), in type t */
-static void *make_weights(sp_type t, int64_t n_rows, int64_t k) {
-    const size_t rb = sp_row_size(t, k);
+static void *make_weights(tensor_type t, int64_t n_rows, int64_t k) {
+    const size_t rb = row_size(t, k);
     uint8_t *w = malloc(rb * (size_t)n_rows);
     float *row = malloc((size_t)k * sizeof *row);
     for (int64_t r = 0; r < n_rows; r++) {
         for (int64_t i = 0; i < k; i++) row[i] = rnd_gauss() * 0.05f;
         row[rnd_u32() % k] = 0.6f; /* an outlier per row */
-        sp_quantize_row(t, row, w + r * rb, k);
+        quantize_row(t, row, w + r * rb, k);
     }
     free(row);
     return w;
 }
 
 /* sum_i |w_i * x_i| with both sides as the kernels see them */
-static double abs_dot(sp_type wt, const void *w, const float *x, int64_t k) {
-    const sp_type vdt = sp_type_info(wt)->vec_dot_type;
+static double abs_dot(tensor_type wt, const void *w, const float *x, int64_t k) {
+    const tensor_type vdt = type_info(wt)->vec_dot_type;
     float *wd = malloc((size_t)k * sizeof *wd), *xd = malloc((size_t)k * sizeof *xd);
-    void *xq = malloc(sp_row_size(vdt, k));
-    sp_dequantize_row(wt, w, wd, k);
-    sp_quantize_row(vdt, x, xq, k);
-    sp_dequantize_row(vdt, xq, xd, k);
+    void *xq = malloc(row_size(vdt, k));
+    dequantize_row(wt, w, wd, k);
+    quantize_row(vdt, x, xq, k);
+    dequantize_row(vdt, xq, xd, k);
     double s = 0;
     for (int64_t i = 0; i < k; i++) s += fabs((double)wd[i] * xd[i]);
     free(wd); free(xd); free(xq);
@@ -99,7 +99,7 @@ static void test_traits(void) {
         {35, 256, 66, false},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        const sp_type_traits *t = sp_type_info(want[i].id);
+        const type_traits *t = type_info(want[i].id);
         CHECK(t != NULL, "type %d unknown", want[i].id);
         if (!t) continue;
         CHECK(t->blck == want[i].blck && t->block_bytes == want[i].bytes && t->supported == want[i].sup,
@@ -108,21 +108,21 @@ static void test_traits(void) {
     }
     const int unknown[] = {-1, 4, 5, 31, 32, 33, 36, 37, 38, 39, SP_TYPE_COUNT, 1000};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++)
-        CHECK(sp_type_info(unknown[i]) == NULL, "type %d should be unknown", unknown[i]);
-    CHECK(sizeof(sp_block_q4_0) == 18 && sizeof(sp_block_q8_0) == 34 && sizeof(sp_block_q4_K) == 144 &&
-              sizeof(sp_block_q6_K) == 210 && sizeof(sp_block_q8_K) == 292,
+        CHECK(type_info(unknown[i]) == NULL, "type %d should be unknown", unknown[i]);
+    CHECK(sizeof(block_q4_0) == 18 && sizeof(block_q8_0) == 34 && sizeof(block_q4_K) == 144 &&
+              sizeof(block_q6_K) == 210 && sizeof(block_q8_K) == 292,
           "block struct sizes");
-    CHECK(sp_row_size(SP_TYPE_Q4_K, 512) == 288, "q4_K row");
-    CHECK(sp_row_size(SP_TYPE_Q8_0, 33) == 0, "q8_0 partial block");
-    CHECK(sp_row_size(SP_TYPE_F16, 7) == 14, "f16 row");
-    CHECK(sp_row_size((sp_type)4, 32) == 0, "unknown type row");
-    CHECK(sp_type_info(SP_TYPE_Q4_K)->vec_dot_type == SP_TYPE_Q8_K &&
-              sp_type_info(SP_TYPE_Q4_0)->vec_dot_type == SP_TYPE_Q8_0 &&
-              sp_type_info(SP_TYPE_F16)->vec_dot_type == SP_TYPE_F16,
+    CHECK(row_size(SP_TYPE_Q4_K, 512) == 288, "q4_K row");
+    CHECK(row_size(SP_TYPE_Q8_0, 33) == 0, "q8_0 partial block");
+    CHECK(row_size(SP_TYPE_F16, 7) == 14, "f16 row");
+    CHECK(row_size((tensor_type)4, 32) == 0, "unknown type row");
+    CHECK(type_info(SP_TYPE_Q4_K)->vec_dot_type == SP_TYPE_Q8_K &&
+              type_info(SP_TYPE_Q4_0)->vec_dot_type == SP_TYPE_Q8_0 &&
+              type_info(SP_TYPE_F16)->vec_dot_type == SP_TYPE_F16,
           "vec_dot types");
 }
 
-/* SPECULA_KERNELS is read once, at the first sp_kernels_init: check it in
+/* SPECULA_KERNELS is read once, at the first kernels_init: check it in
  * forked children that have not initialised yet (run before main's init). */
 static int child_level(const char *env, char *name, size_t n) {
     int fd[2];
@@ -132,7 +132,7 @@ static int child_level(const char *env, char *name, size_t n) {
         close(fd[0]);
         setenv("SPECULA_KERNELS", env, 1);
         if (freopen("/dev/null", "w", stderr)) {} /* the refusal warning */
-        const char *lv = sp_kernels_init();
+        const char *lv = kernels_init();
         if (write(fd[1], lv, strlen(lv)) < 0) _exit(2);
         _exit(0);
     }
@@ -147,18 +147,18 @@ static int child_level(const char *env, char *name, size_t n) {
 
 static void test_env_override(void) {
     char name[32];
-    const char *best = sp_kernels_available("avx512") ? "avx512" : sp_kernels_available("avx2") ? "avx2" : "ref";
+    const char *best = kernels_available("avx512") ? "avx512" : kernels_available("avx2") ? "avx2" : "ref";
     CHECK(child_level("ref", name, sizeof name) == 0 && !strcmp(name, "ref"), "SPECULA_KERNELS=ref gave %s", name);
     CHECK(child_level("nonsense", name, sizeof name) == 0 && !strcmp(name, best), "unknown level gave %s", name);
     CHECK(child_level("", name, sizeof name) == 0 && !strcmp(name, best), "empty gave %s", name);
     for (int l = 1; l < N_LEVELS; l++) {
         CHECK(child_level(LEVELS[l], name, sizeof name) == 0 &&
-                  !strcmp(name, sp_kernels_available(LEVELS[l]) ? LEVELS[l] : best),
+                  !strcmp(name, kernels_available(LEVELS[l]) ? LEVELS[l] : best),
               "SPECULA_KERNELS=%s gave %s", LEVELS[l], name);
     }
 }
 
-static void *init_thread(void *arg) { return (void *)sp_kernels_init(); (void)arg; }
+static void *init_thread(void *arg) { return (void *)kernels_init(); (void)arg; }
 
 static void test_dispatch(void) {
     pthread_t th[4];
@@ -166,15 +166,15 @@ static void test_dispatch(void) {
     for (int i = 0; i < 4; i++) {
         void *r;
         pthread_join(th[i], &r);
-        CHECK(r && !strcmp((const char *)r, sp_kernels_init()), "concurrent init");
+        CHECK(r && !strcmp((const char *)r, kernels_init()), "concurrent init");
     }
-    const char *a = sp_kernels_init(), *b = sp_kernels_init();
+    const char *a = kernels_init(), *b = kernels_init();
     CHECK(a && b && !strcmp(a, b), "init is stable");
-    CHECK(sp_kernels_available("ref"), "ref always available");
-    CHECK(sp_kernels_force("nonsense") == -1, "unknown level refused");
-    CHECK(!strcmp(sp_kernels_init(), a), "refused force keeps the level");
-    printf("     (level chosen: %s; avx2 %s, avx512 %s)\n", a, sp_kernels_available("avx2") ? "yes" : "no",
-           sp_kernels_available("avx512") ? "yes" : "no");
+    CHECK(kernels_available("ref"), "ref always available");
+    CHECK(kernels_force("nonsense") == -1, "unknown level refused");
+    CHECK(!strcmp(kernels_init(), a), "refused force keeps the level");
+    printf("     (level chosen: %s; avx2 %s, avx512 %s)\n", a, kernels_available("avx2") ? "yes" : "no",
+           kernels_available("avx512") ? "yes" : "no");
 }
 
 /* ---- conversions -------------------------------------------------------- */
@@ -188,17 +188,17 @@ static void test_fp16_bf16(void) {
         {1.00146484375f, 0x3C02} /* tie -> even (up) */, {3.0517578125e-05f, 0x0200},
     };
     for (size_t i = 0; i < sizeof f16 / sizeof f16[0]; i++)
-        CHECK(sp_f32_to_f16(f16[i].f) == f16[i].h, "f16(%g) = %04x, want %04x", f16[i].f,
-              sp_f32_to_f16(f16[i].f), f16[i].h);
-    CHECK(sp_f32_to_f16(INFINITY) == 0x7C00 && sp_f32_to_f16(-INFINITY) == 0xFC00, "f16 inf");
-    CHECK((sp_f32_to_f16(NAN) & 0x7C00) == 0x7C00 && (sp_f32_to_f16(NAN) & 0x3FF), "f16 nan");
+        CHECK(f32_to_f16(f16[i].f) == f16[i].h, "f16(%g) = %04x, want %04x", f16[i].f,
+              f32_to_f16(f16[i].f), f16[i].h);
+    CHECK(f32_to_f16(INFINITY) == 0x7C00 && f32_to_f16(-INFINITY) == 0xFC00, "f16 inf");
+    CHECK((f32_to_f16(NAN) & 0x7C00) == 0x7C00 && (f32_to_f16(NAN) & 0x3FF), "f16 nan");
     int bad = 0;
     for (uint32_t h = 0; h < 0x10000; h++) {
         if ((h & 0x7C00) == 0x7C00 && (h & 0x3FF)) continue; /* nan */
-        if (sp_f32_to_f16(sp_f16_to_f32((sp_f16)h)) != h) bad++;
+        if (f32_to_f16(f16_to_f32((f16_t)h)) != h) bad++;
     }
     CHECK(bad == 0, "%d f16 values do not round-trip", bad);
-    CHECK(sp_f16_to_f32(0x3555) == 0.333251953125f && sp_f16_to_f32(0x0001) == 5.9604644775390625e-08f,
+    CHECK(f16_to_f32(0x3555) == 0.333251953125f && f16_to_f32(0x0001) == 5.9604644775390625e-08f,
           "f16 -> f32");
 
     const struct { uint32_t f; uint16_t b; } bf[] = {
@@ -207,13 +207,13 @@ static void test_fp16_bf16(void) {
         {0x00000001, 0x0000}, {0x80000000, 0x8000},
     };
     for (size_t i = 0; i < sizeof bf / sizeof bf[0]; i++)
-        CHECK(sp_f32_to_bf16(f32_of_bits(bf[i].f)) == bf[i].b, "bf16(%08x) = %04x, want %04x", bf[i].f,
-              sp_f32_to_bf16(f32_of_bits(bf[i].f)), bf[i].b);
-    const uint16_t nb = sp_f32_to_bf16(NAN);
+        CHECK(f32_to_bf16(f32_of_bits(bf[i].f)) == bf[i].b, "bf16(%08x) = %04x, want %04x", bf[i].f,
+              f32_to_bf16(f32_of_bits(bf[i].f)), bf[i].b);
+    const uint16_t nb = f32_to_bf16(NAN);
     CHECK((nb & 0x7F80) == 0x7F80 && (nb & 0x7F), "bf16 nan stays nan");
-    CHECK(sp_bf16_to_f32(0x4049) == 3.140625f, "bf16 -> f32");
+    CHECK(bf16_to_f32(0x4049) == 3.140625f, "bf16 -> f32");
 
-    /* the SIMD f16 quantizers must round exactly like sp_f32_to_f16 */
+    /* the SIMD f16 quantizers must round exactly like f32_to_f16 */
     const int64_t n = 1000;
     float *x = malloc(n * sizeof *x);
     for (int64_t i = 0; i < n; i++) {
@@ -221,12 +221,12 @@ static void test_fp16_bf16(void) {
         if (i % 50 == 0) x[i] = f32_of_bits(0x38000000u + (rnd_u32() & 0x1FFF) * 0x1000u); /* ties, subnormals */
     }
     x[7] = 70000.f; x[8] = -65520.f; x[9] = 1e-9f;
-    sp_f16 *h = malloc(n * sizeof *h);
+    f16_t *h = malloc(n * sizeof *h);
     for (int l = 0; l < N_LEVELS; l++) {
-        if (sp_kernels_force(LEVELS[l])) continue;
-        sp_quantize_row(SP_TYPE_F16, x, h, n - 3); /* odd length: exercises the tail */
+        if (kernels_force(LEVELS[l])) continue;
+        quantize_row(SP_TYPE_F16, x, h, n - 3); /* odd length: exercises the tail */
         int diff = 0;
-        for (int64_t i = 0; i < n - 3; i++) diff += h[i] != sp_f32_to_f16(x[i]);
+        for (int64_t i = 0; i < n - 3; i++) diff += h[i] != f32_to_f16(x[i]);
         CHECK(diff == 0, "%s: %d f16 conversions differ", LEVELS[l], diff);
     }
     free(x); free(h);
@@ -247,10 +247,10 @@ static void test_q8_0_hand(void) {
     x[64 + 31] = 63.5f;
     for (int i = 0; i < 32; i++) x[96 + i] = (float)(i - 16);
     for (int l = 0; l < N_LEVELS; l++) {
-        if (sp_kernels_force(LEVELS[l])) continue;
-        sp_block_q8_0 y[4];
+        if (kernels_force(LEVELS[l])) continue;
+        block_q8_0 y[4];
         memset(y, 0x55, sizeof y);
-        sp_quantize_row(SP_TYPE_Q8_0, x, y, 128);
+        quantize_row(SP_TYPE_Q8_0, x, y, 128);
         CHECK(y[0].d == 0x3C00, "%s: block 0 d = %04x", LEVELS[l], y[0].d);
         for (int i = 0; i < 32; i++) {
             const int want = i < 10 ? q0[i] : 0;
@@ -284,10 +284,10 @@ static void test_q8_K_hand(void) {
     x[256 + 11] = -127.f;
     x[256 + 12] = 2.5f;
     for (int l = 0; l < N_LEVELS; l++) {
-        if (sp_kernels_force(LEVELS[l])) continue;
-        sp_block_q8_K y[3];
+        if (kernels_force(LEVELS[l])) continue;
+        block_q8_K y[3];
         memset(y, 0x55, sizeof y);
-        sp_quantize_row(SP_TYPE_Q8_K, x, y, 3 * 256);
+        quantize_row(SP_TYPE_Q8_K, x, y, 3 * 256);
         CHECK(y[0].d == 1.0f, "%s: block 0 d = %g", LEVELS[l], y[0].d);
         CHECK(y[1].d == -1.0f, "%s: block 1 d = %g", LEVELS[l], y[1].d);
         CHECK(y[2].d == 0.0f, "%s: zero block d = %g", LEVELS[l], y[2].d);
@@ -321,12 +321,12 @@ static void test_q8_K_hand(void) {
     r[256 * 4 + 40] = -9.f, r[256 * 4 + 7] = 9.f;   /* +9 before -9 */
     r[256 * 5 + 200] = 9.f, r[256 * 5 + 201] = -9.f;
     memset(r + 256 * 6, 0, 256 * sizeof(float));
-    sp_block_q8_K want[NB], got[NB];
-    sp_ref_quantize_q8_K(r, want, NB * 256);
+    block_q8_K want[NB], got[NB];
+    ref_quantize_q8_K(r, want, NB * 256);
     for (int l = 0; l < N_LEVELS; l++) {
-        if (sp_kernels_force(LEVELS[l])) continue;
+        if (kernels_force(LEVELS[l])) continue;
         memset(got, 0x55, sizeof got);
-        sp_quantize_row(SP_TYPE_Q8_K, r, got, NB * 256);
+        quantize_row(SP_TYPE_Q8_K, r, got, NB * 256);
         for (int b = 0; b < NB; b++)
             CHECK(!memcmp(&got[b], &want[b], sizeof got[b]), "%s: random block %d differs from the reference",
                   LEVELS[l], b);
@@ -339,27 +339,27 @@ static void test_q8_K_hand(void) {
     for (int j = 0; j < 256; j++) xn[j] = (float)(j % 7) - 3.f;
     xn[255] = NAN;
     for (int l = 0; l < N_LEVELS; l++) {
-        if (sp_kernels_force(LEVELS[l])) continue;
-        sp_block_q8_K yn;
-        sp_quantize_row(SP_TYPE_Q8_K, xn, &yn, 256); /* what is checked: make asan */
+        if (kernels_force(LEVELS[l])) continue;
+        block_q8_K yn;
+        quantize_row(SP_TYPE_Q8_K, xn, &yn, 256); /* what is checked: make asan */
     }
     free(xn);
 }
 
 /* ---- quantize -> dequantize error -------------------------------------- */
 
-static void quant_roundtrip(sp_type t) {
+static void quant_roundtrip(tensor_type t) {
     const int64_t k = 4096;
     float *x = rand_vec(k, 1.0f);
     for (int i = 0; i < 256; i++) x[512 + i] = 0.0f; /* zero blocks */
     x[1000] = 40.0f;                                  /* an outlier */
     for (int i = 0; i < 32; i++) x[2048 + i] = 1e-3f * (i - 15);
-    void *q = malloc(sp_row_size(t, k));
+    void *q = malloc(row_size(t, k));
     float *y = malloc(k * sizeof *y);
     for (int l = 0; l < N_LEVELS; l++) {
-        if (sp_kernels_force(LEVELS[l])) continue;
-        sp_quantize_row(t, x, q, k);
-        sp_dequantize_row(t, q, y, k);
+        if (kernels_force(LEVELS[l])) continue;
+        quantize_row(t, x, q, k);
+        dequantize_row(t, q, y, k);
         double se = 0, sx = 0;
         int nbad = 0;
         for (int64_t i = 0; i < k; i++) {
@@ -385,23 +385,23 @@ static void quant_roundtrip(sp_type t) {
             default: bound = INFINITY; break; /* K-quants: RMS bound below */
             }
             if (e > bound && nbad++ < 3)
-                CHECK(e <= bound, "%s %s: x[%lld] = %g -> %g (bound %g)", LEVELS[l], sp_type_info(t)->name,
+                CHECK(e <= bound, "%s %s: x[%lld] = %g -> %g (bound %g)", LEVELS[l], type_info(t)->name,
                       (long long)i, x[i], y[i], bound);
         }
-        CHECK(nbad == 0, "%s %s: %d values beyond the bound", LEVELS[l], sp_type_info(t)->name, nbad);
+        CHECK(nbad == 0, "%s %s: %d values beyond the bound", LEVELS[l], type_info(t)->name, nbad);
         const double rel = sqrt(se / sx);
         const double max_rel = t == SP_TYPE_Q4_K ? 0.12 : t == SP_TYPE_Q6_K ? 0.03 : t == SP_TYPE_Q4_0 ? 0.15 : t == SP_TYPE_Q8_K ? 0.03 : 0.01;
-        CHECK(rel <= max_rel, "%s %s: relative rms error %g > %g", LEVELS[l], sp_type_info(t)->name, rel, max_rel);
-        for (int i = 512; i < 768; i++) CHECK(y[i] == 0.0f, "%s: zero block not zero at %d", sp_type_info(t)->name, i);
+        CHECK(rel <= max_rel, "%s %s: relative rms error %g > %g", LEVELS[l], type_info(t)->name, rel, max_rel);
+        for (int i = 512; i < 768; i++) CHECK(y[i] == 0.0f, "%s: zero block not zero at %d", type_info(t)->name, i);
     }
     free(x); free(q); free(y);
 }
 
 /* ---- vec_dot ------------------------------------------------------------ */
 
-static void vec_dot_case(sp_type t) {
-    const sp_type vdt = sp_type_info(t)->vec_dot_type;
-    const int64_t blck = sp_type_info(t)->blck;
+static void vec_dot_case(tensor_type t) {
+    const tensor_type vdt = type_info(t)->vec_dot_type;
+    const int64_t blck = type_info(t)->blck;
     const int64_t ks[] = {256, 512, 2304, blck == 1 ? 77 : blck == 32 ? 288 : 768};
     for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
         const int64_t k = ks[ki];
@@ -409,19 +409,19 @@ static void vec_dot_case(sp_type t) {
             void *w = make_weights(t, 1, k);
             float *x = rand_vec(k, rep == 3 ? 100.0f : 1.0f);
             if (rep == 2) for (int64_t i = 0; i < k && i < 256; i++) x[i] = 0; /* zero activation block */
-            void *xq = malloc(sp_row_size(vdt, k));
-            sp_kernels_force("ref");
-            sp_quantize_row(vdt, x, xq, k);
+            void *xq = malloc(row_size(vdt, k));
+            kernels_force("ref");
+            quantize_row(vdt, x, xq, k);
             float want;
-            sp_vec_dot(t, k, &want, w, xq);
+            vec_dot(t, k, &want, w, xq);
             const double tol = 1e-5 * abs_dot(t, w, x, k) + 1e-6;
             for (int l = 1; l < N_LEVELS; l++) {
-                if (sp_kernels_force(LEVELS[l])) continue;
+                if (kernels_force(LEVELS[l])) continue;
                 float got;
-                sp_vec_dot(t, k, &got, w, xq);
+                vec_dot(t, k, &got, w, xq);
                 CHECK(fabs((double)got - want) <= tol, "%s %s k=%lld: %.9g vs ref %.9g (tol %g)", LEVELS[l],
-                      sp_type_info(t)->name, (long long)k, got, want, tol);
-                /* F32 follows one order (ggml's, sp_f32_finish) at every level */
+                      type_info(t)->name, (long long)k, got, want, tol);
+                /* F32 follows one order (ggml's, f32_finish) at every level */
                 if (t == SP_TYPE_F32)
                     CHECK(!memcmp(&got, &want, sizeof got), "%s f32 k=%lld: %.9g, ref %.9g: not the same bits",
                           LEVELS[l], (long long)k, got, want);
@@ -433,8 +433,8 @@ static void vec_dot_case(sp_type t) {
 
 /* ---- matmul ------------------------------------------------------------- */
 
-static void matmul_case(sp_type t) {
-    const int64_t blck = sp_type_info(t)->blck;
+static void matmul_case(tensor_type t) {
+    const int64_t blck = type_info(t)->blck;
     /* K values: group tails for every layout (512-value groups for Q8_0/Q4_0/Q4_K,
      * 256 for Q6_K, 16 for floats) */
     int64_t kA, kB, kC, kD, kE; /* kD: long enough to be cut into K ranges when n_tok > 8 */
@@ -453,7 +453,7 @@ static void matmul_case(sp_type t) {
          * tile, and its 16-row blocks ending in a block of 3) */
         {35, kF, 5, 0},
     };
-    sp_pool *pools[3] = {NULL, sp_pool_create(2), sp_pool_create(3)};
+    thread_pool *pools[3] = {NULL, pool_create(2), pool_create(3)};
     CHECK(pools[1] && pools[2], "pool create");
     int n_packed[N_LEVELS] = {0}, n_rows8 = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -467,14 +467,14 @@ static void matmul_case(sp_type t) {
         float *first = malloc((size_t)(nt * ldy) * sizeof *first);
         float *alone = malloc((size_t)nr * sizeof *alone);
         double *tol = malloc((size_t)(nt * nr) * sizeof *tol);
-        sp_matmul_ref(w, t, nr, k, x, nt, want, ldy);
+        matmul_ref(w, t, nr, k, x, nt, want, ldy);
         /* the avx2 level's own bits (llama.cpp's order, but for Q8_0, Q4_K
          * and Q6_K matrices of 8-row multiples: kernels_avx2.c, the row-sum
          * order) */
         float *want2 = malloc((size_t)(nt * ldy) * sizeof *want2);
-        CHECK(sp_matmul_ref_level("avx2", w, t, nr, k, x, nt, want2, ldy) == 0, "avx2 has a plain-C twin");
-        CHECK(sp_matmul_ref_level("avx512", w, t, nr, k, x, nt, want2, ldy) == -1, "avx512 has none");
-        const size_t rb = sp_row_size(t, k);
+        CHECK(matmul_ref_level("avx2", w, t, nr, k, x, nt, want2, ldy) == 0, "avx2 has a plain-C twin");
+        CHECK(matmul_ref_level("avx512", w, t, nr, k, x, nt, want2, ldy) == -1, "avx512 has none");
+        const size_t rb = row_size(t, k);
         for (int64_t tt = 0; tt < nt; tt++)
             for (int64_t r = 0; r < nr; r++)
                 tol[tt * nr + r] = 1e-5 * abs_dot(t, (const uint8_t *)w + r * rb, x + tt * k, k) + 1e-6;
@@ -482,16 +482,16 @@ static void matmul_case(sp_type t) {
         for (int64_t tt = 0, nbad = 0; tt < nt; tt++)
             for (int64_t r = 0; r < nr; r++)
                 if (!(fabs((double)want2[tt * ldy + r] - want[tt * ldy + r]) <= tol[tt * nr + r]) && nbad++ < 3)
-                    CHECK(0, "avx2 twin %s rows %lld k %lld: y[%lld][%lld] = %.9g, ref %.9g", sp_type_info(t)->name,
+                    CHECK(0, "avx2 twin %s rows %lld k %lld: y[%lld][%lld] = %.9g, ref %.9g", type_info(t)->name,
                           (long long)nr, (long long)k, (long long)tt, (long long)r, want2[tt * ldy + r],
                           want[tt * ldy + r]);
-        const size_t ss = sp_matmul_scratch_size(t, k, nt);
+        const size_t ss = matmul_scratch_size(t, k, nt);
         uint8_t *scratch = malloc(ss + 8);
         for (int l = 0; l < N_LEVELS; l++) {
-            if (sp_kernels_force(LEVELS[l])) continue;
+            if (kernels_force(LEVELS[l])) continue;
             for (int p = 0; p < 3; p++) {
                 for (int64_t i = 0; i < nt * ldy; i++) got[i] = -12345.0f; /* padding must survive */
-                sp_matmul(pools[p], w, t, nr, k, x, nt, got, ldy, scratch + 8 * (p & 1) /* misaligned too */);
+                matmul(pools[p], w, t, nr, k, x, nt, got, ldy, scratch + 8 * (p & 1) /* misaligned too */);
                 int bad = 0;
                 for (int64_t tt = 0; tt < nt; tt++) {
                     for (int64_t r = 0; r < nr; r++) {
@@ -503,45 +503,45 @@ static void matmul_case(sp_type t) {
                         const double lim = t == SP_TYPE_F32 || avx2 ? 0 : tol[tt * nr + r];
                         if (!(e <= lim) && bad++ < 3)
                             CHECK(0, "%s %s rows %lld k %lld tok %lld pool %d: y[%lld][%lld] = %.9g, ref %.9g",
-                                  LEVELS[l], sp_type_info(t)->name, (long long)nr, (long long)k, (long long)nt,
-                                  sp_pool_size(pools[p]), (long long)tt, (long long)r, got[tt * ldy + r], wv);
+                                  LEVELS[l], type_info(t)->name, (long long)nr, (long long)k, (long long)nt,
+                                  pool_size(pools[p]), (long long)tt, (long long)r, got[tt * ldy + r], wv);
                     }
                     for (int64_t r = nr; r < ldy; r++)
                         CHECK(got[tt * ldy + r] == -12345.0f, "%s: wrote past n_rows", LEVELS[l]);
                 }
-                CHECK(bad == 0, "%s %s: %d mismatches", LEVELS[l], sp_type_info(t)->name, bad);
+                CHECK(bad == 0, "%s %s: %d mismatches", LEVELS[l], type_info(t)->name, bad);
                 /* the split across threads must not change a single bit */
                 if (p == 0) memcpy(first, got, (size_t)(nt * ldy) * sizeof *got);
                 else CHECK(!memcmp(first, got, (size_t)(nt * ldy) * sizeof *got), "%s %s: pool %d differs from 1 thread",
-                           LEVELS[l], sp_type_info(t)->name, sp_pool_size(pools[p]));
+                           LEVELS[l], type_info(t)->name, pool_size(pools[p]));
                 /* nor may the batch: each token alone gives the same bits
                  * (speculative verification equals plain decoding only so) */
                 if (p == 1)
                     for (int64_t tt = 0; tt < nt; tt++) {
-                        sp_matmul(pools[p], w, t, nr, k, x + tt * k, 1, alone, nr, scratch);
+                        matmul(pools[p], w, t, nr, k, x + tt * k, 1, alone, nr, scratch);
                         CHECK(!memcmp(alone, got + tt * ldy, (size_t)nr * sizeof *got),
                               "%s %s k %lld: token %lld of a batch of %lld differs from it alone",
-                              LEVELS[l], sp_type_info(t)->name, (long long)k, (long long)tt, (long long)nt);
+                              LEVELS[l], type_info(t)->name, (long long)k, (long long)tt, (long long)nt);
                     }
             }
             /* load-time repacking, where the level has it: the same bits
              * as the original rows, for the batch and each token alone */
-            const size_t psz = sp_matmul_packed_size(t, nr, k);
+            const size_t psz = matmul_packed_size(t, nr, k);
             if (psz) {
                 uint8_t *packed = malloc(psz + 1);
-                const char *lv = sp_matmul_pack(t, w, nr, k, packed + 1 /* unaligned */);
-                CHECK(lv && !strcmp(lv, LEVELS[l]) && !strcmp(sp_kernels_level(), LEVELS[l]),
-                      "sp_matmul_pack returned %s at %s", lv ? lv : "NULL", LEVELS[l]);
+                const char *lv = matmul_pack(t, w, nr, k, packed + 1 /* unaligned */);
+                CHECK(lv && !strcmp(lv, LEVELS[l]) && !strcmp(kernels_level(), LEVELS[l]),
+                      "matmul_pack returned %s at %s", lv ? lv : "NULL", LEVELS[l]);
                 for (int p = 0; p < 3; p++) {
                     float *pg = malloc((size_t)(nt * ldy) * sizeof *pg);
                     for (int64_t i = 0; i < nt * ldy; i++) pg[i] = -12345.0f;
-                    sp_matmul_packed(pools[p], packed + 1, t, nr, k, x, nt, pg, ldy, scratch);
+                    matmul_packed(pools[p], packed + 1, t, nr, k, x, nt, pg, ldy, scratch);
                     CHECK(!memcmp(pg, first, (size_t)(nt * ldy) * sizeof *pg), "%s %s rows %lld k %lld tok %lld pool %d: "
-                          "packed rows differ from the original ones", LEVELS[l], sp_type_info(t)->name,
-                          (long long)nr, (long long)k, (long long)nt, sp_pool_size(pools[p]));
-                    sp_matmul_packed(pools[p], packed + 1, t, nr, k, x + (nt - 1) * k, 1, alone, nr, scratch);
+                          "packed rows differ from the original ones", LEVELS[l], type_info(t)->name,
+                          (long long)nr, (long long)k, (long long)nt, pool_size(pools[p]));
+                    matmul_packed(pools[p], packed + 1, t, nr, k, x + (nt - 1) * k, 1, alone, nr, scratch);
                     CHECK(!memcmp(alone, first + (nt - 1) * ldy, (size_t)nr * sizeof *alone),
-                          "%s %s: packed, the last token alone differs", LEVELS[l], sp_type_info(t)->name);
+                          "%s %s: packed, the last token alone differs", LEVELS[l], type_info(t)->name);
                     free(pg);
                 }
                 n_packed[l]++;
@@ -550,7 +550,7 @@ static void matmul_case(sp_type t) {
         }
         free(w); free(x); free(want); free(want2); free(got); free(first); free(alone); free(tol); free(scratch);
     }
-    for (int p = 1; p < 3; p++) sp_pool_free(pools[p]);
+    for (int p = 1; p < 3; p++) pool_free(pools[p]);
     /* the avx512 level packs Q8_0, Q4_0, Q4_K and Q6_K, the avx2 level the
      * same types' matrices of 8-row multiples: a check that compared nothing there
      * would pass silently */
@@ -564,9 +564,9 @@ static void matmul_case(sp_type t) {
         if (!strcmp(LEVELS[l], "avx2") &&
             (t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K))
             want = n_rows8;
-        if (sp_kernels_available(LEVELS[l]))
+        if (kernels_available(LEVELS[l]))
             CHECK(n_packed[l] == want, "%s %s: %d shapes checked packed, %d expected", LEVELS[l],
-                  sp_type_info(t)->name, n_packed[l], want);
+                  type_info(t)->name, n_packed[l], want);
     }
 }
 
@@ -578,7 +578,7 @@ static void matmul_case(sp_type t) {
  * that bound. Each level against the exact product (integers, then one
  * rounding to f32 per super-block: within 1e-6), and the avx2 level against
  * its plain-C twin bit for bit, on the file's rows and packed. */
-static void set_q6(sp_block_q6_K *b, int e, int q) { /* element e of the block := q (0..63) */
+static void set_q6(block_q6_K *b, int e, int q) { /* element e of the block := q (0..63) */
     const int c = e / 32, l = e % 32, nn = c / 4, qd = c % 4;
     uint8_t *lo = &b->ql[nn * 64 + (qd & 1) * 32 + l], *hi = &b->qh[nn * 32 + l];
     const int ls = 4 * (qd >> 1), hs = 2 * qd;
@@ -588,15 +588,15 @@ static void set_q6(sp_block_q6_K *b, int e, int q) { /* element e of the block :
 
 static void test_q6_K_extremes(const char *level) {
     enum { NR = 16, K = 512, NT = 5 };
-    if (!sp_kernels_available(level)) {
+    if (!kernels_available(level)) {
         SKIP("this CPU cannot run the %s kernels", level);
         return;
     }
-    REQUIRE(!sp_kernels_force(level), "force %s", level); /* before the level's packed size below */
-    sp_block_q6_K *w = calloc(NR * K / 256, sizeof *w);
+    REQUIRE(!kernels_force(level), "force %s", level); /* before the level's packed size below */
+    block_q6_K *w = calloc(NR * K / 256, sizeof *w);
     float *x = malloc(sizeof(float) * NT * K);
-    uint8_t *scratch = malloc(sp_matmul_scratch_size(SP_TYPE_Q6_K, K, NT));
-    uint8_t *wp = malloc(sp_matmul_packed_size(SP_TYPE_Q6_K, NR, K) + 1);
+    uint8_t *scratch = malloc(matmul_scratch_size(SP_TYPE_Q6_K, K, NT));
+    uint8_t *wp = malloc(matmul_packed_size(SP_TYPE_Q6_K, NR, K) + 1);
     if (!w || !x || !scratch || !wp) {
         free(w); free(x); free(scratch); free(wp);
         REQUIRE(0, "allocation");
@@ -604,8 +604,8 @@ static void test_q6_K_extremes(const char *level) {
     int q[NR][K], sc[NR][K / 16];
     for (int r = 0; r < NR; r++)
         for (int b = 0; b < K / 256; b++) {
-            sp_block_q6_K *blk = &w[r * (K / 256) + b];
-            blk->d = sp_f32_to_f16(r < 8 ? 1.0f : 0.5f);
+            block_q6_K *blk = &w[r * (K / 256) + b];
+            blk->d = f32_to_f16(r < 8 ? 1.0f : 0.5f);
             for (int j = 0; j < 16; j++) {
                 const int s = r % 4 == 1 || r % 4 == 2 ? -128 : r % 4 == 3 ? (int)(rnd_u32() % 256) - 128 : 127;
                 sc[r][16 * b + j] = s;
@@ -629,15 +629,15 @@ static void test_q6_K_extremes(const char *level) {
     float want[NT * NR], twin[NT * NR], got[NT * NR];
     double mag[NT * NR]; /* sum over super-blocks of |its term|: the scale of one rounding each */
     for (int t = 0; t < NT; t++) {
-        sp_block_q8_K xq[K / 256];
-        sp_quantize_row(SP_TYPE_Q8_K, x + t * K, xq, K);
+        block_q8_K xq[K / 256];
+        quantize_row(SP_TYPE_Q8_K, x + t * K, xq, K);
         for (int r = 0; r < NR; r++) {
             double s = 0, m = 0;
             for (int b = 0; b < K / 256; b++) {
                 int64_t isum = 0;
                 for (int i = 256 * b; i < 256 * b + 256; i++)
                     isum += (int64_t)sc[r][i / 16] * (q[r][i] - 32) * xq[b].qs[i % 256];
-                const double term = (double)isum * xq[b].d * sp_f16_to_f32(w[r * (K / 256) + b].d);
+                const double term = (double)isum * xq[b].d * f16_to_f32(w[r * (K / 256) + b].d);
                 s += term;
                 m += fabs(term);
             }
@@ -646,16 +646,16 @@ static void test_q6_K_extremes(const char *level) {
         }
     }
     CHECK(fabsf(want[0] - 4064.0f * K) < 1e-3f * 4064 * K, "row 0, token 0: %g, want about %g", want[0], 4064.0 * K);
-    CHECK(sp_matmul_ref_level("avx2", w, SP_TYPE_Q6_K, NR, K, x, NT, twin, NR) == 0, "avx2 twin");
+    CHECK(matmul_ref_level("avx2", w, SP_TYPE_Q6_K, NR, K, x, NT, twin, NR) == 0, "avx2 twin");
     const int avx2 = !strcmp(level, "avx2");
     /* the file's rows, then the level's packed layout where it has one */
-    const size_t psz = sp_matmul_packed_size(SP_TYPE_Q6_K, NR, K);
+    const size_t psz = matmul_packed_size(SP_TYPE_Q6_K, NR, K);
     CHECK(!avx2 || psz, "the avx2 level packs Q6_K matrices of 8-row multiples");
     for (int packed = 0; packed < (psz ? 2 : 1); packed++) {
         if (packed) {
-            sp_matmul_pack(SP_TYPE_Q6_K, w, NR, K, wp);
-            sp_matmul_packed(NULL, wp, SP_TYPE_Q6_K, NR, K, x, NT, got, NR, scratch);
-        } else sp_matmul(NULL, w, SP_TYPE_Q6_K, NR, K, x, NT, got, NR, scratch);
+            matmul_pack(SP_TYPE_Q6_K, w, NR, K, wp);
+            matmul_packed(NULL, wp, SP_TYPE_Q6_K, NR, K, x, NT, got, NR, scratch);
+        } else matmul(NULL, w, SP_TYPE_Q6_K, NR, K, x, NT, got, NR, scratch);
         int bad = 0;
         for (int i = 0; i < NT * NR; i++) {
             const int ok = fabs((double)got[i] - want[i]) <= 1e-6 * mag[i] + 1e-3 && (!avx2 || got[i] == twin[i]);
@@ -741,13 +741,13 @@ static void long_fn(void *arg, int ith, int nth) {
 
 static void test_pool(void) {
     for (int n = 1; n <= 4; n++) {
-        sp_pool *p = sp_pool_create(n);
-        CHECK(p && sp_pool_size(p) == n, "create %d", n);
+        thread_pool *p = pool_create(n);
+        CHECK(p && pool_size(p) == n, "create %d", n);
         if (!p) continue;
         pool_job j = {.nth = n};
         const int runs = 4000;
         for (int r = 0; r < runs; r++) {
-            sp_pool_run(p, pool_fn, &j);
+            pool_run(p, pool_fn, &j);
             if (r % 1000 == 999) { /* let the workers go to sleep on the futex */
                 struct timespec ts = {0, 2000000};
                 nanosleep(&ts, NULL);
@@ -755,12 +755,12 @@ static void test_pool(void) {
         }
         for (int i = 0; i < n; i++) CHECK(atomic_load(&j.calls[i]) == runs, "n=%d thread %d ran %d times", n, i, atomic_load(&j.calls[i]));
         CHECK(atomic_load(&j.bad_nth) == 0, "bad ith/nth");
-        sp_pool_free(p);
+        pool_free(p);
     }
     /* A worker that loses its core in the middle of its slot (here: sleeps
      * 5 ms) stalls the caller; after four such runs the pool works alone
      * for a while instead of waiting on a core it does not get. */
-    sp_pool *p2 = sp_pool_create(2);
+    thread_pool *p2 = pool_create(2);
     CHECK(p2 != NULL, "create 2");
     if (p2) {
         stall_job sj = {.caller = pthread_self(), .force = 1};
@@ -768,35 +768,35 @@ static void test_pool(void) {
         int forced = 0;
         while (forced < 50 && solo == 0) { /* each forced run stalls the caller ~5 ms */
             atomic_store(&sj.started, 0);
-            sp_pool_run(p2, stall_fn, &sj);
+            pool_run(p2, stall_fn, &sj);
             forced++;
-            sp_pool_run(p2, stall_fn, &(stall_job){.caller = pthread_self()}); /* solo now? */
-            sp_pool_stats(p2, &runs, &solo, &stalls);
+            pool_run(p2, stall_fn, &(stall_job){.caller = pthread_self()}); /* solo now? */
+            pool_stats(p2, &runs, &solo, &stalls);
         }
         sj.force = 0;
         const int before = atomic_load(&sj.on_worker), slots_before = atomic_load(&sj.slots);
-        for (int r = 0; r < 100; r++) sp_pool_run(p2, stall_fn, &sj);
+        for (int r = 0; r < 100; r++) pool_run(p2, stall_fn, &sj);
         uint64_t runs2, solo2, stalls2;
-        sp_pool_stats(p2, &runs2, &solo2, &stalls2);
+        pool_stats(p2, &runs2, &solo2, &stalls2);
         CHECK(stalls >= 4 && solo2 - solo == 100 && atomic_load(&sj.on_worker) == before &&
                   atomic_load(&sj.slots) == slots_before + 200,
               "after %d forced stalls (%llu counted), 100 runs: %llu solo, %d slots on a worker, %d slots run",
               forced, (unsigned long long)stalls, (unsigned long long)(solo2 - solo),
               atomic_load(&sj.on_worker) - before, atomic_load(&sj.slots) - slots_before);
-        sp_pool_free(p2);
+        pool_free(p2);
     }
     /* long runs whose worker keeps its core are never stalls */
-    sp_pool *p3 = sp_pool_create(2);
+    thread_pool *p3 = pool_create(2);
     CHECK(p3 != NULL, "create 2");
     if (p3) {
         int clean = 0, tries = 0, false_stalls = 0;
         for (; clean < 8 && tries < 400; tries++) {
             long_job lj = {.caller = pthread_self()};
             uint64_t r0, s0, st0, r1, s1, st1;
-            sp_pool_stats(p3, &r0, &s0, &st0);
-            sp_pool_run(p3, long_fn, &lj);
+            pool_stats(p3, &r0, &s0, &st0);
+            pool_run(p3, long_fn, &lj);
             const double t_ret = clock_ms(CLOCK_MONOTONIC);
-            sp_pool_stats(p3, &r1, &s1, &st1);
+            pool_stats(p3, &r1, &s1, &st1);
             /* skipped: the worker did not run a slot, woke late (a vCPU
              * wake-up from idle takes ~1 ms here) or lost its core mid-slot,
              * or the caller got its core back late after the worker was done
@@ -811,7 +811,7 @@ static void test_pool(void) {
         /* a loaded machine leaves few clean runs; one is still a case */
         CHECK(clean >= 1 && false_stalls == 0,
               "%d of %d long runs kept both cores; %d of them counted as stalls", clean, tries, false_stalls);
-        sp_pool_free(p3);
+        pool_free(p3);
     }
     /* the rule itself: a wait is a stall past 300 us and past the caller's own work */
     static const struct { uint64_t wait_us, work_us; bool stall; } rule[] = {
@@ -822,31 +822,31 @@ static void test_pool(void) {
         {400, 500, false},
     };
     for (size_t i = 0; i < sizeof rule / sizeof rule[0]; i++)
-        CHECK(sp_pool_stalled(rule[i].wait_us * 1000, rule[i].work_us * 1000) == rule[i].stall,
+        CHECK(pool_stalled(rule[i].wait_us * 1000, rule[i].work_us * 1000) == rule[i].stall,
               "wait %llu us after %llu us of work: stall %d", (unsigned long long)rule[i].wait_us,
               (unsigned long long)rule[i].work_us, rule[i].stall);
-    CHECK(sp_pool_create(0) == NULL, "0 threads refused");
-    CHECK(sp_pool_size(NULL) == 1, "NULL pool is one thread");
+    CHECK(pool_create(0) == NULL, "0 threads refused");
+    CHECK(pool_size(NULL) == 1, "NULL pool is one thread");
     pool_job j = {.nth = 1};
-    sp_pool_run(NULL, pool_fn, &j);
+    pool_run(NULL, pool_fn, &j);
     CHECK(atomic_load(&j.calls[0]) == 1, "NULL pool runs on the caller");
 }
 
 int main(void) {
     RUN(test_env_override); /* before this process initialises the dispatcher */
-    const char *chosen = sp_kernels_init();
+    const char *chosen = kernels_init();
     RUN(test_traits);
     RUN(test_dispatch);
     RUN(test_fp16_bf16);
     RUN(test_q8_0_hand);
     RUN(test_q8_K_hand);
-    const sp_type rt[] = {SP_TYPE_F32, SP_TYPE_F16, SP_TYPE_BF16, SP_TYPE_Q8_0, SP_TYPE_Q4_0,
+    const tensor_type rt[] = {SP_TYPE_F32, SP_TYPE_F16, SP_TYPE_BF16, SP_TYPE_Q8_0, SP_TYPE_Q4_0,
                           SP_TYPE_Q4_K, SP_TYPE_Q6_K, SP_TYPE_Q8_K};
-    for (size_t i = 0; i < sizeof rt / sizeof rt[0]; i++) RUN_NAMED(quant_roundtrip, rt[i], sp_type_info(rt[i])->name);
-    for (int i = 0; i < N_TYPES; i++) RUN_NAMED(vec_dot_case, TYPES[i], sp_type_info(TYPES[i])->name);
-    for (int i = 0; i < N_TYPES; i++) RUN_NAMED(matmul_case, TYPES[i], sp_type_info(TYPES[i])->name);
+    for (size_t i = 0; i < sizeof rt / sizeof rt[0]; i++) RUN_NAMED(quant_roundtrip, rt[i], type_info(rt[i])->name);
+    for (int i = 0; i < N_TYPES; i++) RUN_NAMED(vec_dot_case, TYPES[i], type_info(TYPES[i])->name);
+    for (int i = 0; i < N_TYPES; i++) RUN_NAMED(matmul_case, TYPES[i], type_info(TYPES[i])->name);
     for (int l = 0; l < N_LEVELS; l++) RUN_NAMED(test_q6_K_extremes, LEVELS[l], LEVELS[l]);
     RUN(test_pool);
-    sp_kernels_force(chosen);
+    kernels_force(chosen);
     TEST_END();
 }

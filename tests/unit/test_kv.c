@@ -1,6 +1,6 @@
 /* test_kv.c: the paged KV store, its prefix cache and the block hash chain.
  *
- * Every case runs sp_kv_paged_check after each state change; the stress case
+ * Every case runs kv_paged_check after each state change; the stress case
  * keeps a shadow model of every sequence's tokens and verifies that the K/V
  * written for each (sequence content, position, layer) reads back unchanged
  * through span, also through blocks shared with other sequences.
@@ -16,37 +16,37 @@
 #define CHECK_INV(kv)                                                          \
     do {                                                                       \
         char e_[256] = "";                                                     \
-        int r_ = sp_kv_paged_check(kv, e_, sizeof(e_));                        \
+        int r_ = kv_paged_check(kv, e_, sizeof(e_));                        \
         CHECK(r_ == 0, "invariant: %s", e_);                                   \
     } while (0)
 
-static sp_kv_paged_params params(sp_type type, int32_t n_layer, int32_t kv_dim, int32_t bs,
+static kv_paged_params params(tensor_type type, int32_t n_layer, int32_t kv_dim, int32_t bs,
                                  int32_t n_blocks, int32_t n_seq, int32_t max_blocks,
                                  bool cache) {
-    return (sp_kv_paged_params){type, n_layer, kv_dim, bs, n_blocks, n_seq, max_blocks, cache};
+    return (kv_paged_params){type, n_layer, kv_dim, bs, n_blocks, n_seq, max_blocks, cache};
 }
 
-static sp_kv *mk(sp_kv_paged_params p) {
+static kv_store *mk(kv_paged_params p) {
     char err[256] = "";
-    sp_kv *kv = sp_kv_paged_create(p, err, sizeof(err));
+    kv_store *kv = kv_paged_create(p, err, sizeof(err));
     if (!kv) fprintf(stderr, "create: %s\n", err);
     return kv;
 }
 
-static void put(const sp_kv *kv, void *row, int d, float v) {
-    if (kv->type == SP_TYPE_F16) ((sp_f16 *)row)[d] = sp_f32_to_f16(v);
+static void put(const kv_store *kv, void *row, int d, float v) {
+    if (kv->type == SP_TYPE_F16) ((f16_t *)row)[d] = f32_to_f16(v);
     else ((float *)row)[d] = v;
 }
-static float get(const sp_kv *kv, const void *row, size_t idx) {
-    return kv->type == SP_TYPE_F16 ? sp_f16_to_f32(((const sp_f16 *)row)[idx])
+static float get(const kv_store *kv, const void *row, size_t idx) {
+    return kv->type == SP_TYPE_F16 ? f16_to_f32(((const f16_t *)row)[idx])
                                    : ((const float *)row)[idx];
 }
 
-static int same_hash(const sp_block_hash *a, const sp_block_hash *b) {
+static int same_hash(const block_digest *a, const block_digest *b) {
     return memcmp(a->b, b->b, 32) == 0;
 }
 
-static void hex_to_hash(const char *hex, sp_block_hash *h) {
+static void hex_to_hash(const char *hex, block_digest *h) {
     for (int i = 0; i < 32; i++) {
         unsigned v;
         sscanf(hex + 2 * i, "%2x", &v);
@@ -55,7 +55,7 @@ static void hex_to_hash(const char *hex, sp_block_hash *h) {
 }
 
 /* Runs fn(kv) in a child process and reports whether it died by SIGABRT. */
-static int dies(void (*fn)(sp_kv *), sp_kv *kv) {
+static int dies(void (*fn)(kv_store *), kv_store *kv) {
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
@@ -76,13 +76,13 @@ static void test_hash_chain(void) {
     int32_t tok[N];
     for (int i = 0; i < N; i++) tok[i] = (i * 7919) % 32000;
     const uint8_t extra[] = "llama-model-id", salt[] = "user-1";
-    sp_block_hash a[5], b[5];
+    block_digest a[5], b[5];
 
-    CHECK(sp_block_hash_chain(tok, N, BS, extra, sizeof(extra), salt, sizeof(salt), a) == 4,
+    CHECK(block_hash_chain(tok, N, BS, extra, sizeof(extra), salt, sizeof(salt), a) == 4,
           "partial trailing block is not hashed");
-    CHECK(sp_block_hash_chain(tok, 15, BS, extra, sizeof(extra), NULL, 0, b) == 0,
+    CHECK(block_hash_chain(tok, 15, BS, extra, sizeof(extra), NULL, 0, b) == 0,
           "less than a block: no hash");
-    CHECK(sp_block_hash_chain(tok, 64, BS, extra, sizeof(extra), salt, sizeof(salt), b) == 4,
+    CHECK(block_hash_chain(tok, 64, BS, extra, sizeof(extra), salt, sizeof(salt), b) == 4,
           "exactly 4 blocks");
     for (int i = 0; i < 4; i++) CHECK(same_hash(&a[i], &b[i]), "deterministic at block %d", i);
     for (int i = 0; i < 4; i++)
@@ -93,7 +93,7 @@ static void test_hash_chain(void) {
         int32_t t2[N];
         memcpy(t2, tok, sizeof(tok));
         t2[blk * BS + 5] += 1;
-        CHECK(sp_block_hash_chain(t2, N, BS, extra, sizeof(extra), salt, sizeof(salt), b) == 4,
+        CHECK(block_hash_chain(t2, N, BS, extra, sizeof(extra), salt, sizeof(salt), b) == 4,
               "count");
         for (int i = 0; i < 4; i++)
             CHECK(same_hash(&a[i], &b[i]) == (i < blk), "token changed in block %d: block %d", blk, i);
@@ -103,7 +103,7 @@ static void test_hash_chain(void) {
         int32_t t2[N];
         memcpy(t2, tok, sizeof(tok));
         t2[N - 1] ^= 1;
-        sp_block_hash_chain(t2, N, BS, extra, sizeof(extra), salt, sizeof(salt), b);
+        block_hash_chain(t2, N, BS, extra, sizeof(extra), salt, sizeof(salt), b);
         for (int i = 0; i < 4; i++) CHECK(same_hash(&a[i], &b[i]), "partial block ignored (%d)", i);
     }
 
@@ -121,14 +121,14 @@ static void test_hash_chain(void) {
     for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
         const char *e = rows[r].extra, *s = rows[r].salt;
         /* sizeof includes the NUL for a and b alike; here too */
-        sp_block_hash_chain(tok, N, BS, (const uint8_t *)e, e ? strlen(e) + 1 : 0,
+        block_hash_chain(tok, N, BS, (const uint8_t *)e, e ? strlen(e) + 1 : 0,
                             (const uint8_t *)s, s ? strlen(s) + 1 : 0, b);
         for (int i = 0; i < 4; i++)
             CHECK(!same_hash(&a[i], &b[i]), "%s changes block %d", rows[r].name, i);
     }
     /* The split ambiguity without NULs: ("ab","c") vs ("a","bc"). */
-    sp_block_hash_chain(tok, BS, BS, (const uint8_t *)"ab", 2, (const uint8_t *)"c", 1, a);
-    sp_block_hash_chain(tok, BS, BS, (const uint8_t *)"a", 1, (const uint8_t *)"bc", 2, b);
+    block_hash_chain(tok, BS, BS, (const uint8_t *)"ab", 2, (const uint8_t *)"c", 1, a);
+    block_hash_chain(tok, BS, BS, (const uint8_t *)"a", 1, (const uint8_t *)"bc", 2, b);
     CHECK(!same_hash(&a[0], &b[0]), "lengths keep extra and salt apart");
 }
 
@@ -141,8 +141,8 @@ static void test_hash_known_answer(void) {
     for (int i = BS; i < 2 * BS; i++) tok[i] = i * 3;
     const uint8_t extra[] = {'m', 'o', 'd', 'e', 'l', '-', 'i', 'd'};
     const uint8_t salt[] = {'s', 'a', 'l', 't', '!'};
-    sp_block_hash h[2];
-    CHECK(sp_block_hash_chain(tok, 2 * BS, BS, extra, sizeof(extra), salt, sizeof(salt), h) == 2,
+    block_digest h[2];
+    CHECK(block_hash_chain(tok, 2 * BS, BS, extra, sizeof(extra), salt, sizeof(salt), h) == 2,
           "two blocks");
 
     uint8_t msg[32 + 4 * BS + 8 + sizeof(extra) + 8 + sizeof(salt)];
@@ -165,7 +165,7 @@ static void test_hash_known_answer(void) {
     CHECK(EVP_Digest(msg, n, md, &mdlen, EVP_sha256(), NULL) == 1 && mdlen == 32, "EVP_Digest");
     CHECK(memcmp(md, h[0].b, 32) == 0, "block 0 equals SHA-256 of the documented layout");
 
-    sp_block_hash k0, k1;
+    block_digest k0, k1;
     hex_to_hash("4987d806a4be89d4ef304371e1c6f3a6bc67633a835ebb216743416b792ea407", &k0);
     hex_to_hash("5a394fa87c47f03bd8abf06d493fc0bac19f9373a81e2941c777b5a0eb7da9bb", &k1);
     CHECK(same_hash(&h[0], &k0), "block 0 known answer (hashlib)");
@@ -177,7 +177,7 @@ static void test_hash_known_answer(void) {
 static void test_create_errors(void) {
     struct {
         const char *name;
-        sp_kv_paged_params p;
+        kv_paged_params p;
     } rows[] = {
         {"type q8_0", params(SP_TYPE_Q8_0, 2, 8, 16, 8, 2, 4, true)},
         {"block_size 0", params(SP_TYPE_F16, 2, 8, 0, 8, 2, 4, true)},
@@ -192,13 +192,13 @@ static void test_create_errors(void) {
     };
     for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
         char err[256] = "";
-        sp_kv *kv = sp_kv_paged_create(rows[r].p, err, sizeof(err));
+        kv_store *kv = kv_paged_create(rows[r].p, err, sizeof(err));
         CHECK(!kv, "%s: refused", rows[r].name);
         CHECK(err[0], "%s: has a message", rows[r].name);
         if (kv) kv->ops->destroy(kv);
     }
-    CHECK(sp_kv_paged_block_bytes(SP_TYPE_F16, 22, 256, 16) == 2u * 22 * 16 * 256 * 2, "block bytes");
-    CHECK(sp_kv_paged_block_bytes(SP_TYPE_F32, 3, 8, 4) == 2u * 3 * 4 * 8 * 4, "block bytes f32");
+    CHECK(kv_paged_block_bytes(SP_TYPE_F16, 22, 256, 16) == 2u * 22 * 16 * 256 * 2, "block bytes");
+    CHECK(kv_paged_block_bytes(SP_TYPE_F32, 3, 8, 4) == 2u * 3 * 4 * 8 * 4, "block bytes f32");
 }
 
 static float val_basic(int32_t seq, int32_t pos, int32_t layer, int kv, int d) {
@@ -207,7 +207,7 @@ static float val_basic(int32_t seq, int32_t pos, int32_t layer, int kv, int d) {
 
 typedef struct {
     const char *name;
-    sp_type type;
+    tensor_type type;
     int32_t bs;
 } basic_row;
 
@@ -219,7 +219,7 @@ static void test_store_basic(const basic_row *row) {
     int32_t used = 0;
     for (int32_t q = 0; q < NSEQ; q++) used += (lens[q] + bs - 1) / bs;
     const int32_t NB = used + 5; /* 5 blocks left over */
-    sp_kv *kv = mk(params(row->type, NL, KVD, bs, NB, NSEQ, MB, true));
+    kv_store *kv = mk(params(row->type, NL, KVD, bs, NB, NSEQ, MB, true));
     CHECK(kv, "created");
     if (!kv) return;
     CHECK_INV(kv);
@@ -227,7 +227,7 @@ static void test_store_basic(const basic_row *row) {
         int32_t first = lens[q] / 2, rest = lens[q] - first;
         for (int step = 0; step < 2; step++) {
             int32_t n = step == 0 ? first : rest, at = kv->ops->len(kv, q);
-            CHECK(sp_kv_paged_blocks_needed(kv, q, n) ==
+            CHECK(kv_paged_blocks_needed(kv, q, n) ==
                       (at + n + bs - 1) / bs - (at + bs - 1) / bs,
                   "blocks_needed seq %d step %d", q, step);
             CHECK(kv->ops->reserve(kv, q, n) == 0, "reserve seq %d step %d", q, step);
@@ -262,16 +262,16 @@ static void test_store_basic(const basic_row *row) {
                     CHECK(kv->ops->k_row(kv, l, q, pos) == k, "k_row is span's first row");
                     CHECK(kv->ops->v_row(kv, l, q, pos) == v, "v_row is span's first row");
                 }
-    sp_kv_paged_stats st;
-    sp_kv_paged_get_stats(kv, &st);
+    kv_paged_stats st;
+    kv_paged_get_stats(kv, &st);
     CHECK(st.n_in_use == used && st.n_free == 5 && st.n_cached == 0, "in use %d free %d",
           st.n_in_use, st.n_free);
-    CHECK(st.block_bytes == sp_kv_paged_block_bytes(row->type, NL, KVD, bs), "block bytes");
+    CHECK(st.block_bytes == kv_paged_block_bytes(row->type, NL, KVD, bs), "block bytes");
 
     /* A failed reserve leaves everything unchanged. */
     int32_t ids_before[NSEQ][MB + 1];
     for (int32_t q = 0; q < NSEQ; q++)
-        for (int32_t i = 0; i <= MB; i++) ids_before[q][i] = sp_kv_paged_block_id(kv, q, i);
+        for (int32_t i = 0; i <= MB; i++) ids_before[q][i] = kv_paged_block_id(kv, q, i);
     struct {
         const char *name;
         int32_t seq, n;
@@ -283,35 +283,35 @@ static void test_store_basic(const basic_row *row) {
     for (size_t f = 0; f < sizeof(fails) / sizeof(fails[0]); f++) {
         CHECK(kv->ops->reserve(kv, fails[f].seq, fails[f].n) == -1, "%s: refused", fails[f].name);
         CHECK_INV(kv);
-        sp_kv_paged_stats s2;
-        sp_kv_paged_get_stats(kv, &s2);
+        kv_paged_stats s2;
+        kv_paged_get_stats(kv, &s2);
         CHECK(s2.n_free == 5 && s2.n_in_use == used, "%s: pool unchanged", fails[f].name);
         for (int32_t q = 0; q < NSEQ; q++) {
             CHECK(kv->ops->len(kv, q) == lens[q], "%s: len unchanged", fails[f].name);
             for (int32_t i = 0; i <= MB; i++)
-                CHECK(sp_kv_paged_block_id(kv, q, i) == ids_before[q][i], "%s: table unchanged",
+                CHECK(kv_paged_block_id(kv, q, i) == ids_before[q][i], "%s: table unchanged",
                       fails[f].name);
         }
     }
     /* Exactly using up the pool works; then one more block fails. */
     CHECK(kv->ops->reserve(kv, 3, 5 * bs) == 0, "reserve the whole rest");
-    CHECK(sp_kv_paged_available(kv) == 0, "pool empty");
+    CHECK(kv_paged_available(kv) == 0, "pool empty");
     CHECK_INV(kv);
     int32_t room = (bs - lens[2] % bs) % bs; /* free rows in seq 2's last block */
     CHECK(kv->ops->reserve(kv, 2, room + 1) == -1, "no block left for seq 2");
     CHECK(kv->ops->reserve(kv, 2, room) == 0, "seq 2's last block has %d free rows", room);
-    CHECK(sp_kv_paged_blocks_needed(kv, 2, room) == 0, "no block needed");
+    CHECK(kv_paged_blocks_needed(kv, 2, room) == 0, "no block needed");
     /* A smaller reservation gives blocks back. */
     CHECK(kv->ops->reserve(kv, 3, 1) == 0, "shrink the reservation");
-    CHECK(sp_kv_paged_available(kv) == 4, "4 blocks back, %d", sp_kv_paged_available(kv));
+    CHECK(kv_paged_available(kv) == 4, "4 blocks back, %d", kv_paged_available(kv));
     CHECK_INV(kv);
     kv->ops->set_len(kv, 3, 0); /* drops the reservation */
     CHECK_INV(kv);
-    CHECK(sp_kv_paged_available(kv) == 5, "all back");
+    CHECK(kv_paged_available(kv) == 5, "all back");
     /* Releasing everything frees every block (no hashes: nothing cached). */
     for (int32_t q = 0; q < NSEQ; q++) kv->ops->set_len(kv, q, 0);
     CHECK_INV(kv);
-    sp_kv_paged_get_stats(kv, &st);
+    kv_paged_get_stats(kv, &st);
     CHECK(st.n_free == NB && st.n_cached == 0 && st.n_in_use == 0, "all free");
     kv->ops->destroy(kv);
 }
@@ -331,7 +331,7 @@ static float content_val(const int32_t *tok, int32_t pos, int32_t layer, int kv,
 }
 
 /* Makes positions [len, n) of seq hold tokens' content and commits. */
-static int fill(sp_kv *kv, int32_t seq, const int32_t *tok, int32_t n) {
+static int fill(kv_store *kv, int32_t seq, const int32_t *tok, int32_t n) {
     int32_t at = kv->ops->len(kv, seq);
     if (kv->ops->reserve(kv, seq, n - at) != 0) return -1;
     for (int32_t pos = at; pos < n; pos++)
@@ -345,7 +345,7 @@ static int fill(sp_kv *kv, int32_t seq, const int32_t *tok, int32_t n) {
 }
 
 /* Whether seq's positions [0, len) read back as tokens' content. */
-static int content_ok(sp_kv *kv, int32_t seq, const int32_t *tok) {
+static int content_ok(kv_store *kv, int32_t seq, const int32_t *tok) {
     int32_t n = kv->ops->len(kv, seq);
     for (int32_t l = 0; l < kv->n_layer; l++)
         for (int32_t pos = 0; pos < n;) {
@@ -363,36 +363,36 @@ static int content_ok(sp_kv *kv, int32_t seq, const int32_t *tok) {
     return 1;
 }
 
-static void commit_all(sp_kv *kv, int32_t seq, const int32_t *tok, const uint8_t *salt,
+static void commit_all(kv_store *kv, int32_t seq, const int32_t *tok, const uint8_t *salt,
                        size_t salt_len) {
-    sp_block_hash h[64];
-    int32_t n = sp_block_hash_chain(tok, kv->ops->len(kv, seq), PBS, (const uint8_t *)"m", 1,
+    block_digest h[64];
+    int32_t n = block_hash_chain(tok, kv->ops->len(kv, seq), PBS, (const uint8_t *)"m", 1,
                                     salt, salt_len, h);
-    for (int32_t i = 0; i < n; i++) sp_kv_paged_commit(kv, seq, i, &h[i]);
+    for (int32_t i = 0; i < n; i++) kv_paged_commit(kv, seq, i, &h[i]);
 }
 
 static int32_t chain_bs(const int32_t *tok, int32_t n, int32_t bs, const char *salt,
-                        sp_block_hash *h) {
-    return sp_block_hash_chain(tok, n, bs, (const uint8_t *)"m", 1, (const uint8_t *)salt,
+                        block_digest *h) {
+    return block_hash_chain(tok, n, bs, (const uint8_t *)"m", 1, (const uint8_t *)salt,
                                salt ? strlen(salt) : 0, h);
 }
-static int32_t chain(const int32_t *tok, int32_t n, const char *salt, sp_block_hash *h) {
+static int32_t chain(const int32_t *tok, int32_t n, const char *salt, block_digest *h) {
     return chain_bs(tok, n, PBS, salt, h);
 }
 
-static void stats(sp_kv *kv, int32_t *fr, int32_t *ca, int32_t *iu) {
-    sp_kv_paged_stats st;
-    sp_kv_paged_get_stats(kv, &st);
+static void stats(kv_store *kv, int32_t *fr, int32_t *ca, int32_t *iu) {
+    kv_paged_stats st;
+    kv_paged_get_stats(kv, &st);
     *fr = st.n_free;
     *ca = st.n_cached;
     *iu = st.n_in_use;
 }
 
-static void write_block1_of_seq1(sp_kv *kv) { kv->ops->k_row(kv, 0, 1, PBS); }
-static void write_past_reserved(sp_kv *kv) { kv->ops->v_row(kv, 0, 2, 100); }
+static void write_block1_of_seq1(kv_store *kv) { kv->ops->k_row(kv, 0, 1, PBS); }
+static void write_past_reserved(kv_store *kv) { kv->ops->v_row(kv, 0, 2, 100); }
 
 static void test_prefix_share(void) {
-    sp_kv *kv = mk(params(SP_TYPE_F16, PNL, PKVD, PBS, 16, 3, 8, true));
+    kv_store *kv = mk(params(SP_TYPE_F16, PNL, PKVD, PBS, 16, 3, 8, true));
     if (!kv) { CHECK(0, "create"); return; }
     int32_t tokA[32], tokX[32];
     for (int i = 0; i < 32; i++) tokA[i] = 100 + i, tokX[i] = 100 + i;
@@ -401,29 +401,29 @@ static void test_prefix_share(void) {
 
     /* Seq 0 computes 14 tokens (3 full blocks + 2), commits its full blocks. */
     CHECK(fill(kv, 0, tokA, 14) == 0, "fill A");
-    sp_block_hash hA[8], hX[8], hS[8];
+    block_digest hA[8], hX[8], hS[8];
     CHECK(chain(tokA, 14, "s", hA) == 3, "3 full blocks");
-    CHECK(sp_kv_paged_match(kv, hA, 3) == 0, "nothing committed yet");
+    CHECK(kv_paged_match(kv, hA, 3) == 0, "nothing committed yet");
     commit_all(kv, 0, tokA, salt, 1);
     CHECK_INV(kv);
-    CHECK(sp_kv_paged_match(kv, hA, 3) == 3, "in-use hashed blocks match");
+    CHECK(kv_paged_match(kv, hA, 3) == 3, "in-use hashed blocks match");
     int32_t a_ids[4];
-    for (int i = 0; i < 4; i++) a_ids[i] = sp_kv_paged_block_id(kv, 0, i);
-    CHECK(sp_kv_paged_block_id(kv, 0, 4) == -1, "no entry 4");
+    for (int i = 0; i < 4; i++) a_ids[i] = kv_paged_block_id(kv, 0, i);
+    CHECK(kv_paged_block_id(kv, 0, 4) == -1, "no entry 4");
 
     /* A live sequence shares its committed blocks: refcount 2. */
-    CHECK(sp_kv_paged_attach(kv, 1, hA, 2) == 0, "attach to live blocks");
+    CHECK(kv_paged_attach(kv, 1, hA, 2) == 0, "attach to live blocks");
     CHECK_INV(kv);
     CHECK(kv->ops->len(kv, 1) == 2 * PBS, "attach sets len");
     for (int i = 0; i < 2; i++) {
-        CHECK(sp_kv_paged_block_id(kv, 1, i) == a_ids[i], "same block %d", i);
-        CHECK(sp_kv_paged_refcount(kv, a_ids[i]) == 2, "refcount 2 at %d", i);
+        CHECK(kv_paged_block_id(kv, 1, i) == a_ids[i], "same block %d", i);
+        CHECK(kv_paged_refcount(kv, a_ids[i]) == 2, "refcount 2 at %d", i);
     }
-    sp_kv_paged_stats st;
-    sp_kv_paged_get_stats(kv, &st);
+    kv_paged_stats st;
+    kv_paged_get_stats(kv, &st);
     CHECK(st.n_shared == 2, "2 shared, %d", st.n_shared);
     CHECK(content_ok(kv, 1, tokA), "shared content reads back for seq 1");
-    CHECK(sp_kv_paged_attach(kv, 1, hA, 1) == -1, "attach to a non-empty slot refused");
+    CHECK(kv_paged_attach(kv, 1, hA, 1) == -1, "attach to a non-empty slot refused");
     /* Writing into a shared/hashed block or past the reservation aborts. */
     CHECK(dies(write_block1_of_seq1, kv), "k_row into a shared block aborts");
     CHECK(dies(write_past_reserved, kv), "v_row past reserved aborts");
@@ -432,37 +432,37 @@ static void test_prefix_share(void) {
     CHECK(fill(kv, 1, tokX, 12) == 0, "fill seq 1 past the shared prefix");
     CHECK(content_ok(kv, 1, tokX), "seq 1 content");
     CHECK(content_ok(kv, 0, tokA), "seq 0 content intact");
-    CHECK(sp_kv_paged_block_id(kv, 1, 2) != a_ids[2], "own block 2");
+    CHECK(kv_paged_block_id(kv, 1, 2) != a_ids[2], "own block 2");
 
     /* Release seq 0 (tail first): blocks 3 (unhashed) FREE, 2 CACHED, 1 and 0
      * still used by seq 1. */
     kv->ops->set_len(kv, 0, 0);
     CHECK_INV(kv);
-    CHECK(sp_kv_paged_refcount(kv, a_ids[0]) == 1 && sp_kv_paged_refcount(kv, a_ids[1]) == 1,
+    CHECK(kv_paged_refcount(kv, a_ids[0]) == 1 && kv_paged_refcount(kv, a_ids[1]) == 1,
           "seq 1 still holds 0 and 1");
-    CHECK(sp_kv_paged_refcount(kv, a_ids[2]) == 0 && sp_kv_paged_refcount(kv, a_ids[3]) == 0,
+    CHECK(kv_paged_refcount(kv, a_ids[2]) == 0 && kv_paged_refcount(kv, a_ids[3]) == 0,
           "2 and 3 released");
     int32_t fr, ca, iu;
     stats(kv, &fr, &ca, &iu);
     CHECK(ca == 1 && iu == 3 && fr == 12, "free %d cached %d in use %d", fr, ca, iu);
-    CHECK(sp_kv_paged_match(kv, hA, 3) == 3, "all of A's chain still resident");
+    CHECK(kv_paged_match(kv, hA, 3) == 3, "all of A's chain still resident");
 
     /* A different salt or different tokens never match. */
     CHECK(chain(tokA, 14, "t", hS) == 3, "salted chain");
-    CHECK(sp_kv_paged_match(kv, hS, 3) == 0, "other salt never matches");
-    CHECK(sp_kv_paged_attach(kv, 2, hS, 1) == -1, "attach of an absent block refused");
+    CHECK(kv_paged_match(kv, hS, 3) == 0, "other salt never matches");
+    CHECK(kv_paged_attach(kv, 2, hS, 1) == -1, "attach of an absent block refused");
     CHECK(kv->ops->len(kv, 2) == 0, "nothing changed");
     CHECK(chain(tokX, 12, "s", hX) == 3, "X chain");
-    CHECK(sp_kv_paged_match(kv, hX, 3) == 2, "X shares 2 blocks with A");
+    CHECK(kv_paged_match(kv, hX, 3) == 2, "X shares 2 blocks with A");
     CHECK_INV(kv);
 
     /* Seq 2 attaches all 3 of A's blocks: the CACHED one becomes IN USE. */
-    CHECK(sp_kv_paged_attach(kv, 2, hA, 3) == 0, "attach 3");
+    CHECK(kv_paged_attach(kv, 2, hA, 3) == 0, "attach 3");
     CHECK_INV(kv);
     stats(kv, &fr, &ca, &iu);
     CHECK(ca == 0 && iu == 4, "cached %d in use %d", ca, iu);
-    CHECK(sp_kv_paged_refcount(kv, a_ids[2]) == 1, "cached block reattached");
-    CHECK(sp_kv_paged_refcount(kv, a_ids[0]) == 2, "block 0 shared again");
+    CHECK(kv_paged_refcount(kv, a_ids[2]) == 1, "cached block reattached");
+    CHECK(kv_paged_refcount(kv, a_ids[0]) == 2, "block 0 shared again");
     CHECK(fill(kv, 2, tokA, 14) == 0, "seq 2 recomputes the tail");
     CHECK(content_ok(kv, 2, tokA), "seq 2 content");
 
@@ -470,32 +470,32 @@ static void test_prefix_share(void) {
      * are (already hashed) and its block 2 gets X's hash (not resident). */
     commit_all(kv, 1, tokX, salt, 1);
     CHECK_INV(kv);
-    CHECK(sp_kv_paged_match(kv, hX, 3) == 3, "X's block 2 now resident");
+    CHECK(kv_paged_match(kv, hX, 3) == 3, "X's block 2 now resident");
     /* Release both; flush drops every cached block. */
     kv->ops->set_len(kv, 1, 0);
     kv->ops->set_len(kv, 2, 0);
     CHECK_INV(kv);
     stats(kv, &fr, &ca, &iu);
     CHECK(iu == 0 && ca == 4, "4 cached (A0, A1, A2, X2), %d", ca);
-    CHECK(sp_kv_paged_flush(kv) == 4, "flush 4");
+    CHECK(kv_paged_flush(kv) == 4, "flush 4");
     CHECK_INV(kv);
-    sp_kv_paged_get_stats(kv, &st);
+    kv_paged_get_stats(kv, &st);
     CHECK(st.n_free == 16 && st.n_cached == 0 && st.flushed == 4 && st.cached_bytes == 0, "flushed");
-    CHECK(sp_kv_paged_match(kv, hA, 3) == 0, "nothing matches after flush");
+    CHECK(kv_paged_match(kv, hA, 3) == 0, "nothing matches after flush");
     kv->ops->destroy(kv);
 }
 
 /* Two identical prompts computed independently: the first commit wins and
  * the second copy is never findable, so it becomes FREE on release. */
 static void test_prefix_duplicate(void) {
-    sp_kv *kv = mk(params(SP_TYPE_F32, PNL, PKVD, PBS, 8, 2, 4, true));
+    kv_store *kv = mk(params(SP_TYPE_F32, PNL, PKVD, PBS, 8, 2, 4, true));
     if (!kv) { CHECK(0, "create"); return; }
     int32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    sp_block_hash h[2];
+    block_digest h[2];
     chain(tok, 8, NULL, h);
     CHECK(fill(kv, 0, tok, 8) == 0 && fill(kv, 1, tok, 8) == 0, "fill both");
     for (int q = 0; q < 2; q++)
-        for (int i = 0; i < 2; i++) sp_kv_paged_commit(kv, q, i, &h[i]);
+        for (int i = 0; i < 2; i++) kv_paged_commit(kv, q, i, &h[i]);
     CHECK_INV(kv);
     kv->ops->set_len(kv, 1, 0);
     int32_t fr, ca, iu;
@@ -511,41 +511,41 @@ static void test_prefix_duplicate(void) {
 /* LRU: least recently released first; within one release tail before head;
  * an evicted block no longer matches. */
 static void test_lru_order(void) {
-    sp_kv *kv = mk(params(SP_TYPE_F16, 1, 2, PBS, 8, 3, 8, true));
+    kv_store *kv = mk(params(SP_TYPE_F16, 1, 2, PBS, 8, 3, 8, true));
     if (!kv) { CHECK(0, "create"); return; }
     int32_t tx[12], ty[12];
     for (int i = 0; i < 12; i++) tx[i] = i, ty[i] = 1000 + i;
-    sp_block_hash hx[3], hy[3];
+    block_digest hx[3], hy[3];
     chain(tx, 12, NULL, hx);
     chain(ty, 12, NULL, hy);
     CHECK(fill(kv, 0, tx, 12) == 0 && fill(kv, 1, ty, 12) == 0, "fill");
     commit_all(kv, 0, tx, NULL, 0);
     commit_all(kv, 1, ty, NULL, 0);
     int32_t idx[3], idy[3];
-    for (int i = 0; i < 3; i++) idx[i] = sp_kv_paged_block_id(kv, 0, i), idy[i] = sp_kv_paged_block_id(kv, 1, i);
+    for (int i = 0; i < 3; i++) idx[i] = kv_paged_block_id(kv, 0, i), idy[i] = kv_paged_block_id(kv, 1, i);
     kv->ops->set_len(kv, 0, 0); /* x released first */
     kv->ops->set_len(kv, 1, 0);
     CHECK_INV(kv);
     /* 2 FREE blocks, then evictions: x2, x1, x0, y2, y1, y0. */
     const int32_t expect[6] = {idx[2], idx[1], idx[0], idy[2], idy[1], idy[0]};
     CHECK(kv->ops->reserve(kv, 2, 2 * PBS) == 0, "take the free blocks");
-    sp_kv_paged_stats st;
-    sp_kv_paged_get_stats(kv, &st);
+    kv_paged_stats st;
+    kv_paged_get_stats(kv, &st);
     CHECK(st.evictions == 0 && st.n_cached == 6, "no eviction while FREE blocks exist");
     for (int e = 0; e < 6; e++) {
         CHECK(kv->ops->reserve(kv, 2, (3 + e) * PBS) == 0, "reserve evicting %d", e);
         CHECK_INV(kv);
-        CHECK(sp_kv_paged_block_id(kv, 2, 2 + e) == expect[e], "eviction %d took block %d, expected %d",
-              e, sp_kv_paged_block_id(kv, 2, 2 + e), expect[e]);
-        sp_kv_paged_get_stats(kv, &st);
+        CHECK(kv_paged_block_id(kv, 2, 2 + e) == expect[e], "eviction %d took block %d, expected %d",
+              e, kv_paged_block_id(kv, 2, 2 + e), expect[e]);
+        kv_paged_get_stats(kv, &st);
         CHECK(st.evictions == (uint64_t)e + 1, "eviction count");
         int32_t mx = e < 3 ? 2 - e : 0, my = e < 3 ? 3 : 5 - e;
-        CHECK(sp_kv_paged_match(kv, hx, 3) == mx, "after %d evictions x matches %d, want %d", e + 1,
-              sp_kv_paged_match(kv, hx, 3), mx);
-        CHECK(sp_kv_paged_match(kv, hy, 3) == my, "after %d evictions y matches %d", e + 1,
-              sp_kv_paged_match(kv, hy, 3));
+        CHECK(kv_paged_match(kv, hx, 3) == mx, "after %d evictions x matches %d, want %d", e + 1,
+              kv_paged_match(kv, hx, 3), mx);
+        CHECK(kv_paged_match(kv, hy, 3) == my, "after %d evictions y matches %d", e + 1,
+              kv_paged_match(kv, hy, 3));
     }
-    CHECK(sp_kv_paged_available(kv) == 0, "pool used up");
+    CHECK(kv_paged_available(kv) == 0, "pool used up");
     CHECK(kv->ops->reserve(kv, 2, 8 * PBS + 1) == -1, "table full");
     kv->ops->set_len(kv, 2, 0);
     CHECK_INV(kv);
@@ -553,33 +553,33 @@ static void test_lru_order(void) {
     CHECK(fill(kv, 0, tx, 12) == 0, "refill x");
     commit_all(kv, 0, tx, NULL, 0);
     kv->ops->set_len(kv, 0, 0);
-    CHECK(sp_kv_paged_match(kv, hx, 3) == 3, "x back");
-    CHECK(sp_kv_paged_attach(kv, 1, hx, 1) == 0, "attach x0");
-    for (int i = 0; i < 3; i++) CHECK(sp_kv_paged_match(kv, hx, 3) == 3, "match is read-only");
+    CHECK(kv_paged_match(kv, hx, 3) == 3, "x back");
+    CHECK(kv_paged_attach(kv, 1, hx, 1) == 0, "attach x0");
+    for (int i = 0; i < 3; i++) CHECK(kv_paged_match(kv, hx, 3) == 3, "match is read-only");
     CHECK(kv->ops->reserve(kv, 2, 7 * PBS) == 0, "reserve 7 blocks: 5 free + x2, x1 evicted");
-    CHECK(sp_kv_paged_match(kv, hx, 3) == 1, "x0 (attached) survives, %d", sp_kv_paged_match(kv, hx, 3));
+    CHECK(kv_paged_match(kv, hx, 3) == 1, "x0 (attached) survives, %d", kv_paged_match(kv, hx, 3));
     CHECK_INV(kv);
     kv->ops->destroy(kv);
 }
 
 static void test_cache_off(void) {
-    sp_kv *kv = mk(params(SP_TYPE_F16, PNL, PKVD, PBS, 8, 2, 4, false));
+    kv_store *kv = mk(params(SP_TYPE_F16, PNL, PKVD, PBS, 8, 2, 4, false));
     if (!kv) { CHECK(0, "create"); return; }
     int32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    sp_block_hash h[2];
+    block_digest h[2];
     chain(tok, 8, NULL, h);
     CHECK(fill(kv, 0, tok, 8) == 0, "fill");
     commit_all(kv, 0, tok, NULL, 0);
     CHECK_INV(kv);
-    CHECK(sp_kv_paged_match(kv, h, 2) == 0, "never hits while live");
-    CHECK(sp_kv_paged_attach(kv, 1, h, 1) == -1, "attach refused");
-    CHECK(sp_kv_paged_attach(kv, 1, h, 0) == 0, "attaching nothing is fine");
+    CHECK(kv_paged_match(kv, h, 2) == 0, "never hits while live");
+    CHECK(kv_paged_attach(kv, 1, h, 1) == -1, "attach refused");
+    CHECK(kv_paged_attach(kv, 1, h, 0) == 0, "attaching nothing is fine");
     kv->ops->set_len(kv, 0, 0);
     int32_t fr, ca, iu;
     stats(kv, &fr, &ca, &iu);
     CHECK(fr == 8 && ca == 0, "released blocks are FREE");
-    CHECK(sp_kv_paged_match(kv, h, 2) == 0, "never hits");
-    CHECK(sp_kv_paged_flush(kv) == 0, "nothing to flush");
+    CHECK(kv_paged_match(kv, h, 2) == 0, "never hits");
+    CHECK(kv_paged_flush(kv) == 0, "nothing to flush");
     CHECK_INV(kv);
     kv->ops->destroy(kv);
 }
@@ -588,7 +588,7 @@ static void test_cache_off(void) {
 
 typedef struct {
     const char *name;
-    sp_type type;
+    tensor_type type;
     int32_t bs, n_blocks, n_seq, max_blocks;
     uint64_t seed;
     int ops;
@@ -604,7 +604,7 @@ static uint32_t rnd(uint32_t n) { /* uniform-ish in [0, n) */
 
 /* Writes positions [a, b) of seq from the shadow tokens sq (sq[0] is the
  * salt marker, so position pos is content_val(sq, pos + 1)). */
-static void write_rows(sp_kv *kv, int32_t seq, const int32_t *sq, int32_t a, int32_t b) {
+static void write_rows(kv_store *kv, int32_t seq, const int32_t *sq, int32_t a, int32_t b) {
     for (int32_t pos = a; pos < b; pos++)
         for (int32_t l = 0; l < kv->n_layer; l++)
             for (int d = 0; d < kv->kv_dim; d++) {
@@ -614,7 +614,7 @@ static void write_rows(sp_kv *kv, int32_t seq, const int32_t *sq, int32_t a, int
 }
 
 /* Computes the rest of a prompt of n tokens after what is attached. */
-static int write_shifted(sp_kv *kv, int32_t seq, const int32_t *sq, int32_t n) {
+static int write_shifted(kv_store *kv, int32_t seq, const int32_t *sq, int32_t n) {
     int32_t at = kv->ops->len(kv, seq);
     if (kv->ops->reserve(kv, seq, n - at) != 0) return -1;
     write_rows(kv, seq, sq, at, n);
@@ -627,7 +627,7 @@ static int write_shifted(sp_kv *kv, int32_t seq, const int32_t *sq, int32_t n) {
 static void test_stress(const stress_row *row) {
     const int32_t bs = row->bs, NS = row->n_seq, MB = row->max_blocks, CAP = MB * bs;
     SP_ASSERT(CAP <= SMAX && NS <= 8);
-    sp_kv *kv = mk(params(row->type, 2, 3, bs, row->n_blocks, NS, MB, true));
+    kv_store *kv = mk(params(row->type, 2, 3, bs, row->n_blocks, NS, MB, true));
     if (!kv) { CHECK(0, "create"); return; }
     rng_state = row->seed;
     /* Shadow: each slot's tokens after a salt marker (-1 - salt at index 0,
@@ -657,16 +657,16 @@ static void test_stress(const stress_row *row) {
             salt_s[0] = (char)('a' + salt[q]);
             tok[q][0] = -1 - salt[q];
             for (int32_t i = 0; i < plen; i++) tq[i] = i < shared ? tmpl[t][i] : (int32_t)rnd(50);
-            sp_block_hash h[SMAX];
+            block_digest h[SMAX];
             int32_t nh = chain_bs(tq, plen, bs, salt_s, h);
-            int32_t m = sp_kv_paged_match(kv, h, nh);
+            int32_t m = kv_paged_match(kv, h, nh);
             CHECK(m >= 0 && m <= nh, "match %d of %d", m, nh);
             int32_t a = SP_MIN(m, (plen - 1) / bs);
             if (rnd(10) == 0 && m < nh) {
-                CHECK(sp_kv_paged_attach(kv, q, h, m + 1) == -1, "attach past the match refused");
+                CHECK(kv_paged_attach(kv, q, h, m + 1) == -1, "attach past the match refused");
                 CHECK(kv->ops->len(kv, q) == 0, "failed attach left the slot empty");
             }
-            CHECK(sp_kv_paged_attach(kv, q, h, a) == 0, "attach %d", a);
+            CHECK(kv_paged_attach(kv, q, h, a) == 0, "attach %d", a);
             CHECK(kv->ops->len(kv, q) == a * bs, "attached len");
             if (a) { n_attach++; n_attached_blocks += a; }
             committed[q] = a;
@@ -681,12 +681,12 @@ static void test_stress(const stress_row *row) {
             kv->ops->set_len(kv, q, L);
             committed[q] = SP_MIN(committed[q], L / bs);
         } else if (kind < 33) {
-            int32_t n = sp_kv_paged_flush(kv);
+            int32_t n = kv_paged_flush(kv);
             CHECK(n >= 0, "flush");
         } else if (len > 0 && kind < 45) {
             /* Reserve only (maybe a reservation that is then shrunk). */
             int32_t n = (int32_t)rnd((uint32_t)(3 * bs + 2));
-            int32_t need = sp_kv_paged_blocks_needed(kv, q, n), avail = sp_kv_paged_available(kv);
+            int32_t need = kv_paged_blocks_needed(kv, q, n), avail = kv_paged_available(kv);
             int r = kv->ops->reserve(kv, q, n);
             bool fits = need <= avail && len + n <= CAP;
             CHECK((r == 0) == fits, "reserve %d: r %d need %d avail %d", n, r, need, avail);
@@ -696,14 +696,14 @@ static void test_stress(const stress_row *row) {
             if (len + n > CAP) n = CAP - len;
             if (n <= 0) continue;
             for (int32_t i = len; i < len + n; i++) tq[i] = (int32_t)rnd(50);
-            int32_t need = sp_kv_paged_blocks_needed(kv, q, n), avail = sp_kv_paged_available(kv);
-            sp_kv_paged_stats before, after;
-            sp_kv_paged_get_stats(kv, &before);
+            int32_t need = kv_paged_blocks_needed(kv, q, n), avail = kv_paged_available(kv);
+            kv_paged_stats before, after;
+            kv_paged_get_stats(kv, &before);
             int32_t r = kv->ops->reserve(kv, q, n);
             if (r != 0) {
                 n_reserve_fail++;
                 CHECK(need > avail, "reserve failed though %d <= %d", need, avail);
-                sp_kv_paged_get_stats(kv, &after);
+                kv_paged_get_stats(kv, &after);
                 CHECK(after.n_free == before.n_free && after.n_cached == before.n_cached &&
                           after.evictions == before.evictions && kv->ops->len(kv, q) == len,
                       "failed reserve changed the pool");
@@ -718,9 +718,9 @@ static void test_stress(const stress_row *row) {
             int32_t l2 = kv->ops->len(kv, q);
             salt_s[0] = (char)('a' + salt[q]);
             if (l2 > 0) {
-                sp_block_hash h[SMAX];
+                block_digest h[SMAX];
                 int32_t nh = chain_bs(tq, l2, bs, salt_s, h);
-                for (int32_t i = 0; i < nh; i++) sp_kv_paged_commit(kv, q, i, &h[i]);
+                for (int32_t i = 0; i < nh; i++) kv_paged_commit(kv, q, i, &h[i]);
                 committed[q] = nh;
             }
         }
@@ -746,15 +746,15 @@ static void test_stress(const stress_row *row) {
                 }
         }
     }
-    sp_kv_paged_stats st;
-    sp_kv_paged_get_stats(kv, &st);
+    kv_paged_stats st;
+    kv_paged_get_stats(kv, &st);
     printf("     %s: %d attaches (%d blocks), %d failed reserves, %llu evictions, %llu flushed\n",
            row->name, n_attach, n_attached_blocks, n_reserve_fail, (unsigned long long)st.evictions,
            (unsigned long long)st.flushed);
     CHECK(n_attach > 0, "the stress exercised prefix reuse");
     for (int32_t s = 0; s < NS; s++) kv->ops->set_len(kv, s, 0);
     CHECK_INV(kv);
-    sp_kv_paged_get_stats(kv, &st);
+    kv_paged_get_stats(kv, &st);
     CHECK(st.n_in_use == 0 && st.n_free + st.n_cached == row->n_blocks, "all released");
     kv->ops->destroy(kv);
 }

@@ -38,8 +38,8 @@ static void new_dir(char *out, size_t cap) {
     snprintf(out, cap, "%s/d%d", root, dir_no++);
 }
 
-static sp_disk_tier_params tparams(const char *dir) {
-    sp_disk_tier_params p = {0};
+static disk_tier_params tparams(const char *dir) {
+    disk_tier_params p = {0};
     p.dir = dir;
     p.max_bytes = 64 << 20;
     for (int i = 0; i < 32; i++) p.fp[i] = (uint8_t)(i * 7 + 1);
@@ -51,8 +51,8 @@ static sp_disk_tier_params tparams(const char *dir) {
     return p;
 }
 
-static size_t bbytes(const sp_disk_tier_params *p) {
-    return sp_kv_paged_block_bytes((sp_type)p->kv_type, p->n_layer, p->kv_dim, p->block_size);
+static size_t bbytes(const disk_tier_params *p) {
+    return kv_paged_block_bytes((tensor_type)p->kv_type, p->n_layer, p->kv_dim, p->block_size);
 }
 
 static uint64_t rng_next(uint64_t *s) {
@@ -63,7 +63,7 @@ static uint64_t rng_next(uint64_t *s) {
 }
 
 /* Block number i's identity, tokens and bytes, all derived from i. */
-static void block_of(int i, const sp_disk_tier_params *p, sp_block_hash *h, int32_t *tok,
+static void block_of(int i, const disk_tier_params *p, block_digest *h, int32_t *tok,
                      uint8_t *kv) {
     uint64_t s = 0x1234567ull + (uint64_t)i * 0x9E3779B97F4A7C15ull;
     for (int j = 0; j < 32; j++) h->b[j] = (uint8_t)rng_next(&s);
@@ -73,27 +73,27 @@ static void block_of(int i, const sp_disk_tier_params *p, sp_block_hash *h, int3
 }
 
 typedef struct {
-    sp_block_hash h;
+    block_digest h;
     int32_t tok[64];
     uint8_t kv[4096];
 } blk;
 
-static void put_n(sp_disk_tier *t, const sp_disk_tier_params *p, int from, int n) {
+static void put_n(disk_tier *t, const disk_tier_params *p, int from, int n) {
     blk b;
     for (int i = from; i < from + n; i++) {
         block_of(i, p, &b.h, b.tok, b.kv);
-        sp_disk_tier_put(t, &b.h, b.tok, b.kv);
+        disk_tier_put(t, &b.h, b.tok, b.kv);
     }
-    sp_disk_tier_sync(t);
+    disk_tier_sync(t);
 }
 
 /* 0 restored and bit-identical, 1 missing, -1 rejected, -2 restored WRONG. */
-static int get_i(sp_disk_tier *t, const sp_disk_tier_params *p, int i) {
+static int get_i(disk_tier *t, const disk_tier_params *p, int i) {
     blk b;
     uint8_t out[4096];
     block_of(i, p, &b.h, b.tok, b.kv);
     memset(out, 0xAB, sizeof(out));
-    int rc = sp_disk_tier_get(t, &b.h, b.tok, out);
+    int rc = disk_tier_get(t, &b.h, b.tok, out);
     if (rc == 0 && memcmp(out, b.kv, bbytes(p))) return -2;
     return rc;
 }
@@ -106,45 +106,45 @@ static mode_t mode_of(const char *path) {
 static void roundtrip_and_restart(void) {
     char dir[300], err[512], path[400];
     new_dir(dir, sizeof(dir));
-    sp_disk_tier_params p = tparams(dir);
-    sp_disk_tier *t = sp_disk_tier_open(&p, err, sizeof(err));
+    disk_tier_params p = tparams(dir);
+    disk_tier *t = disk_tier_open(&p, err, sizeof(err));
     REQUIRE(t, "open: %s", err);
     put_n(t, &p, 0, 20);
     int good = 0;
     for (int i = 0; i < 20; i++) good += get_i(t, &p, i) == 0;
     CHECK(good == 20, "%d of 20 blocks restored bit-identical", good);
     CHECK(get_i(t, &p, 99) == 1, "a block never put is missing");
-    sp_disk_tier_stats st;
-    sp_disk_tier_get_stats(t, &st);
+    disk_tier_stats st;
+    disk_tier_get_stats(t, &st);
     CHECK(st.writes == 20 && st.blocks == 20 && st.hits == 20, "writes %llu blocks %llu hits %llu",
           (unsigned long long)st.writes, (unsigned long long)st.blocks,
           (unsigned long long)st.hits);
     /* a second put of a stored block is not queued */
     blk b;
     block_of(3, &p, &b.h, b.tok, b.kv);
-    CHECK(sp_disk_tier_put(t, &b.h, b.tok, b.kv) == 1, "a stored block was queued again");
+    CHECK(disk_tier_put(t, &b.h, b.tok, b.kv) == 1, "a stored block was queued again");
     /* other tokens under the same hash: rejected, never restored */
     b.tok[0] ^= 1;
     uint8_t out[4096];
-    CHECK(sp_disk_tier_get(t, &b.h, b.tok, out) == -1, "tokens that differ were not rejected");
+    CHECK(disk_tier_get(t, &b.h, b.tok, out) == -1, "tokens that differ were not rejected");
     /* a block just queued restores at once (from the queue's copy until the
      * writer has it), bit-identical; queued twice it is queued once */
     int now_ok = 0, dup = 0;
     for (int i = 500; i < 520; i++) {
         blk c;
         block_of(i, &p, &c.h, c.tok, c.kv);
-        sp_disk_tier_put(t, &c.h, c.tok, c.kv);
-        dup += sp_disk_tier_put(t, &c.h, c.tok, c.kv) == 0;
+        disk_tier_put(t, &c.h, c.tok, c.kv);
+        dup += disk_tier_put(t, &c.h, c.tok, c.kv) == 0;
         now_ok += get_i(t, &p, i) == 0;
     }
     CHECK(now_ok == 20 && dup == 0, "%d of 20 restored right after put; %d queued twice", now_ok,
           dup);
-    CHECK(sp_disk_tier_check(t, err, sizeof(err)) == 0, "check: %s", err);
+    CHECK(disk_tier_check(t, err, sizeof(err)) == 0, "check: %s", err);
     /* a second opener of the directory is refused with a clear message */
-    sp_disk_tier *t2 = sp_disk_tier_open(&p, err, sizeof(err));
+    disk_tier *t2 = disk_tier_open(&p, err, sizeof(err));
     CHECK(!t2 && strstr(err, "in use by another process"), "second open: %s", t2 ? "opened" : err);
-    sp_disk_tier_close(t2);
-    sp_disk_tier_close(t);
+    disk_tier_close(t2);
+    disk_tier_close(t);
     CHECK(mode_of(dir) == 0700, "DIR mode %o", (unsigned)mode_of(dir));
     snprintf(path, sizeof(path), "%s/kv.sqlite", dir);
     CHECK(mode_of(path) == 0600, "store mode %o", (unsigned)mode_of(path));
@@ -152,51 +152,51 @@ static void roundtrip_and_restart(void) {
     CHECK(mode_of(path) == 0600, "lock mode %o", (unsigned)mode_of(path));
     /* restart: the same model and layout find everything (block 3 was
      * rejected above and deleted) */
-    t = sp_disk_tier_open(&p, err, sizeof(err));
+    t = disk_tier_open(&p, err, sizeof(err));
     REQUIRE(t, "reopen: %s", err);
     good = 0;
     for (int i = 0; i < 20; i++) good += get_i(t, &p, i) == 0;
     CHECK(good == 19 && get_i(t, &p, 3) == 1 && get_i(t, &p, 510) == 0, "%d of 19 after a restart",
           good);
-    sp_disk_tier_close(t);
+    disk_tier_close(t);
     /* another model, KV type or layout never reads them (and has its own
      * rows beside them) */
     for (int v = 0; v < 5; v++) {
-        sp_disk_tier_params q = p;
+        disk_tier_params q = p;
         if (v == 0) q.fp[5] ^= 1;
         if (v == 1) q.kv_type = SP_TYPE_F32;
         if (v == 2) q.block_size = 8;
         if (v == 3) q.n_layer = 4;
         if (v == 4) q.kv_dim = 16;
-        t = sp_disk_tier_open(&q, err, sizeof(err));
+        t = disk_tier_open(&q, err, sizeof(err));
         REQUIRE(t, "open variant %d: %s", v, err);
         int seen = 0;
         for (int i = 0; i < 20; i++) {
             blk c;
             block_of(i, &p, &c.h, c.tok, c.kv);
-            seen += sp_disk_tier_has(t, &c.h);
+            seen += disk_tier_has(t, &c.h);
         }
         CHECK(seen == 0, "variant %d sees %d blocks of another model/layout", v, seen);
         put_n(t, &q, 100, 2);
         CHECK(get_i(t, &q, 100) == 0, "variant %d: its own block", v);
-        sp_disk_tier_close(t);
+        disk_tier_close(t);
     }
-    t = sp_disk_tier_open(&p, err, sizeof(err));
+    t = disk_tier_open(&p, err, sizeof(err));
     REQUIRE(t, "reopen: %s", err);
     CHECK(get_i(t, &p, 0) == 0 && get_i(t, &p, 100) == 1, "the variants' rows stayed theirs");
-    CHECK(sp_disk_tier_check(t, err, sizeof(err)) == 0, "check: %s", err);
-    sp_disk_tier_close(t);
+    CHECK(disk_tier_check(t, err, sizeof(err)) == 0, "check: %s", err);
+    disk_tier_close(t);
 }
 
 /* Builds a closed store of n blocks in a fresh dir; returns its file size. */
-static long make_store(char *dir, size_t cap, sp_disk_tier_params *p, int n) {
+static long make_store(char *dir, size_t cap, disk_tier_params *p, int n) {
     char err[512], path[400];
     new_dir(dir, cap);
     *p = tparams(dir);
-    sp_disk_tier *t = sp_disk_tier_open(p, err, sizeof(err));
+    disk_tier *t = disk_tier_open(p, err, sizeof(err));
     if (!t) return -1;
     put_n(t, p, 0, n);
-    sp_disk_tier_close(t);
+    disk_tier_close(t);
     snprintf(path, sizeof(path), "%s/kv.sqlite", dir);
     struct stat sb;
     return stat(path, &sb) ? -1 : (long)sb.st_size;
@@ -204,10 +204,10 @@ static long make_store(char *dir, size_t cap, sp_disk_tier_params *p, int n) {
 
 /* Opens a damaged store: it must open (after setting aside if needed), no
  * block may come back wrong, and the tier must keep working. */
-static void open_damaged(const char *label, sp_disk_tier_params *p, int n, int *set_aside,
+static void open_damaged(const char *label, disk_tier_params *p, int n, int *set_aside,
                          int *wrong, int *restored) {
     char err[512];
-    sp_disk_tier *t = sp_disk_tier_open(p, err, sizeof(err));
+    disk_tier *t = disk_tier_open(p, err, sizeof(err));
     CHECK(t != NULL, "%s: open failed: %s", label, err);
     if (!t) return;
     for (int i = 0; i < n; i++) {
@@ -215,16 +215,16 @@ static void open_damaged(const char *label, sp_disk_tier_params *p, int n, int *
         *wrong += rc == -2;
         *restored += rc == 0;
     }
-    sp_disk_tier_stats st;
-    sp_disk_tier_get_stats(t, &st);
+    disk_tier_stats st;
+    disk_tier_get_stats(t, &st);
     *set_aside += st.set_aside > 0;
     if (!st.broken) { /* it still takes writes, or finds the damage doing so and turns off */
         put_n(t, p, 1000, 1);
         int rc = get_i(t, p, 1000);
-        sp_disk_tier_get_stats(t, &st);
+        disk_tier_get_stats(t, &st);
         CHECK(rc == 0 || (rc == 1 && st.broken), "%s: a new block after the damage: %d", label, rc);
     }
-    sp_disk_tier_close(t);
+    disk_tier_close(t);
 }
 
 static void damage_file(const char *path, long off, int len, int mode) {
@@ -242,7 +242,7 @@ static void damage_file(const char *path, long off, int len, int mode) {
 
 static void corrupt_every_region(void) {
     char dir[300], path[400];
-    sp_disk_tier_params p;
+    disk_tier_params p;
     const int n = 24;
     long size = make_store(dir, sizeof(dir), &p, n);
     REQUIRE(size > 0, "making a store");
@@ -250,7 +250,7 @@ static void corrupt_every_region(void) {
     /* every 1 KB region of the file in turn, flipped, each on a fresh copy */
     for (long off = 0; off < size; off += 1024) {
         char d2[300];
-        sp_disk_tier_params q;
+        disk_tier_params q;
         if (make_store(d2, sizeof(d2), &q, n) != size) continue;
         snprintf(path, sizeof(path), "%s/kv.sqlite", d2);
         damage_file(path, off, 256, (int)(off / 1024) & 1);
@@ -269,7 +269,7 @@ static void corrupt_every_region(void) {
 
 static void truncated_foreign_older(void) {
     char dir[300], path[400], err[512];
-    sp_disk_tier_params p;
+    disk_tier_params p;
     int wrong = 0, set_aside = 0, restored = 0;
     /* truncated to half, to one page, to 10 bytes */
     const long cuts[] = {-2, 4096, 10};
@@ -323,46 +323,46 @@ static void truncated_foreign_older(void) {
              "c.execute('update blocks set kv = zeroblob(length(kv)) where id = 2'); c.commit()\"",
              dir);
     CHECK(system(cmd) == 0, "python3 sqlite3");
-    sp_disk_tier *t = sp_disk_tier_open(&p, err, sizeof(err));
+    disk_tier *t = disk_tier_open(&p, err, sizeof(err));
     REQUIRE(t, "open: %s", err);
     int rc[4];
     for (int i = 0; i < 4; i++) rc[i] = get_i(t, &p, i);
     CHECK(rc[0] == 0 && rc[1] == -1 && rc[2] == 0 && rc[3] == 0, "rows: %d %d %d %d", rc[0], rc[1],
           rc[2], rc[3]);
-    CHECK(sp_disk_tier_check(t, err, sizeof(err)) == 0, "the bad row was deleted: %s", err);
-    sp_disk_tier_close(t);
+    CHECK(disk_tier_check(t, err, sizeof(err)) == 0, "the bad row was deleted: %s", err);
+    disk_tier_close(t);
 }
 
 static void tiny_cap(void) {
     char dir[300], err[512];
     new_dir(dir, sizeof(dir));
-    sp_disk_tier_params p = tparams(dir);
+    disk_tier_params p = tparams(dir);
     const size_t row = bbytes(&p) + 4 * (size_t)p.block_size;
     p.max_bytes = row / 2; /* smaller than one block: nothing fits, all is skipped */
-    sp_disk_tier *t = sp_disk_tier_open(&p, err, sizeof(err));
+    disk_tier *t = disk_tier_open(&p, err, sizeof(err));
     REQUIRE(t, "open: %s", err);
     put_n(t, &p, 0, 5);
-    sp_disk_tier_stats st;
-    sp_disk_tier_get_stats(t, &st);
+    disk_tier_stats st;
+    disk_tier_get_stats(t, &st);
     CHECK(st.skipped_cap == 5 && st.blocks == 0, "skipped %llu", (unsigned long long)st.skipped_cap);
-    sp_disk_tier_close(t);
+    disk_tier_close(t);
     new_dir(dir, sizeof(dir));
     p = tparams(dir);
     p.max_bytes = 3 * (row + 200); /* three rows */
-    t = sp_disk_tier_open(&p, err, sizeof(err));
+    t = disk_tier_open(&p, err, sizeof(err));
     REQUIRE(t, "open: %s", err);
     put_n(t, &p, 0, 3);
     CHECK(get_i(t, &p, 0) == 0, "block 0"); /* now the most recently used */
-    sp_disk_tier_sync(t);
+    disk_tier_sync(t);
     put_n(t, &p, 3, 1);
-    sp_disk_tier_get_stats(t, &st);
+    disk_tier_get_stats(t, &st);
     CHECK(st.blocks == 3 && st.evictions == 1, "blocks %llu evictions %llu",
           (unsigned long long)st.blocks, (unsigned long long)st.evictions);
     CHECK(get_i(t, &p, 0) == 0 && get_i(t, &p, 1) == 1 && get_i(t, &p, 3) == 0,
           "LRU: the touched block stays, the oldest goes");
     put_n(t, &p, 10, 30);
-    CHECK(sp_disk_tier_check(t, err, sizeof(err)) == 0, "check: %s", err);
-    sp_disk_tier_close(t);
+    CHECK(disk_tier_check(t, err, sizeof(err)) == 0, "check: %s", err);
+    disk_tier_close(t);
 }
 
 /* The queue never blocks: with two slots and no pause, every put is
@@ -370,27 +370,27 @@ static void tiny_cap(void) {
 static void queue_full_skips(void) {
     char dir[300], err[512];
     new_dir(dir, sizeof(dir));
-    sp_disk_tier_params p = tparams(dir);
+    disk_tier_params p = tparams(dir);
     p.queue_blocks = 2;
-    sp_disk_tier *t = sp_disk_tier_open(&p, err, sizeof(err));
+    disk_tier *t = disk_tier_open(&p, err, sizeof(err));
     REQUIRE(t, "open: %s", err);
     blk b;
     int queued = 0, other = 0;
     for (int i = 0; i < 300; i++) {
         block_of(i, &p, &b.h, b.tok, b.kv);
-        int rc = sp_disk_tier_put(t, &b.h, b.tok, b.kv);
+        int rc = disk_tier_put(t, &b.h, b.tok, b.kv);
         queued += rc == 0;
         other += rc != 0;
     }
-    sp_disk_tier_sync(t);
-    sp_disk_tier_stats st;
-    sp_disk_tier_get_stats(t, &st);
+    disk_tier_sync(t);
+    disk_tier_stats st;
+    disk_tier_get_stats(t, &st);
     CHECK(st.writes == (uint64_t)queued && st.skipped_queue == (uint64_t)other &&
               queued + other == 300,
           "queued %d (written %llu), skipped %d (counted %llu)", queued,
           (unsigned long long)st.writes, other, (unsigned long long)st.skipped_queue);
-    CHECK(sp_disk_tier_check(t, err, sizeof(err)) == 0, "check: %s", err);
-    sp_disk_tier_close(t);
+    CHECK(disk_tier_check(t, err, sizeof(err)) == 0, "check: %s", err);
+    disk_tier_close(t);
 }
 
 /* Random puts, gets, bad-token gets, reopenings and cap pressure; after
@@ -398,13 +398,13 @@ static void queue_full_skips(void) {
 static void stress(void) {
     char dir[300], err[512];
     new_dir(dir, sizeof(dir));
-    sp_disk_tier_params p = tparams(dir);
+    disk_tier_params p = tparams(dir);
     const size_t row = bbytes(&p) + 4 * (size_t)p.block_size;
     p.max_bytes = 40 * (row + 200);
     p.queue_blocks = 8;
     uint64_t s = 777;
     int wrong = 0, checks_failed = 0, hits = 0;
-    sp_disk_tier *t = sp_disk_tier_open(&p, err, sizeof(err));
+    disk_tier *t = disk_tier_open(&p, err, sizeof(err));
     REQUIRE(t, "open: %s", err);
     for (int op = 0; op < 6000; op++) {
         int i = (int)(rng_next(&s) % 120);
@@ -412,7 +412,7 @@ static void stress(void) {
         if (what < 45) {
             blk b;
             block_of(i, &p, &b.h, b.tok, b.kv);
-            sp_disk_tier_put(t, &b.h, b.tok, b.kv);
+            disk_tier_put(t, &b.h, b.tok, b.kv);
         } else if (what < 90) {
             int rc = get_i(t, &p, i);
             wrong += rc == -2;
@@ -422,35 +422,35 @@ static void stress(void) {
             uint8_t out[4096];
             block_of(i, &p, &b.h, b.tok, b.kv);
             b.tok[p.block_size - 1] ^= 4;
-            wrong += sp_disk_tier_get(t, &b.h, b.tok, out) == 0;
+            wrong += disk_tier_get(t, &b.h, b.tok, out) == 0;
         } else if (what < 97) {
-            sp_disk_tier_close(t);
-            t = sp_disk_tier_open(&p, err, sizeof(err));
+            disk_tier_close(t);
+            t = disk_tier_open(&p, err, sizeof(err));
             REQUIRE(t, "reopen: %s", err);
-        } else if (sp_disk_tier_check(t, err, sizeof(err))) {
+        } else if (disk_tier_check(t, err, sizeof(err))) {
             if (!checks_failed++) fprintf(stderr, "  check at op %d: %s\n", op, err);
         }
     }
-    CHECK(sp_disk_tier_check(t, err, sizeof(err)) == 0, "final check: %s", err);
+    CHECK(disk_tier_check(t, err, sizeof(err)) == 0, "final check: %s", err);
     CHECK(wrong == 0 && checks_failed == 0 && hits > 100, "%d wrong, %d checks failed, %d hits",
           wrong, checks_failed, hits);
-    sp_disk_tier_close(t);
+    disk_tier_close(t);
 }
 
 static void checksum_sensitive(void) {
     uint8_t buf[1000];
     for (int i = 0; i < 1000; i++) buf[i] = (uint8_t)(i * 13);
-    const uint64_t base = sp_disk_sum(1, buf, sizeof(buf));
+    const uint64_t base = disk_sum(1, buf, sizeof(buf));
     int same = 0;
     for (int i = 0; i < 1000; i += 7)
         for (int bit = 0; bit < 8; bit += 3) {
             buf[i] ^= (uint8_t)(1 << bit);
-            same += sp_disk_sum(1, buf, sizeof(buf)) == base;
+            same += disk_sum(1, buf, sizeof(buf)) == base;
             buf[i] ^= (uint8_t)(1 << bit);
         }
     CHECK(same == 0, "%d single-bit flips unnoticed", same);
-    CHECK(sp_disk_sum(1, buf, 999) != sp_disk_sum(1, buf, 1000) &&
-              sp_disk_sum(2, buf, 1000) != base,
+    CHECK(disk_sum(1, buf, 999) != disk_sum(1, buf, 1000) &&
+              disk_sum(2, buf, 1000) != base,
           "length and seed change the sum");
 }
 
@@ -468,12 +468,12 @@ static void restore_rule(void) {
 /* ---- DIR and its files belong to the server ----------------------------------------- */
 
 /* Opening p is refused with a message naming want1 (and want2 when given). */
-static bool refused(const sp_disk_tier_params *p, const char *want1, const char *want2, char *err,
+static bool refused(const disk_tier_params *p, const char *want1, const char *want2, char *err,
                     size_t cap) {
     err[0] = 0;
-    sp_disk_tier *t = sp_disk_tier_open(p, err, cap);
+    disk_tier *t = disk_tier_open(p, err, cap);
     if (t) {
-        sp_disk_tier_close(t);
+        disk_tier_close(t);
         snprintf(err, cap, "it opened");
         return false;
     }
@@ -489,7 +489,7 @@ static void untrusted_dir(void) {
         new_dir(dir, sizeof(dir));
         const bool made = mkdir(dir, 0700) == 0 && chmod(dir, modes[i]) == 0;
         REQUIRE(made, "mkdir %s", dir);
-        sp_disk_tier_params p = tparams(dir);
+        disk_tier_params p = tparams(dir);
         CHECK(refused(&p, dir, "chmod 700", err, sizeof(err)), "DIR mode %o: %s",
               (unsigned)modes[i], err);
         CHECK(mode_of(dir) == modes[i], "DIR mode %o became %o", (unsigned)modes[i],
@@ -499,7 +499,7 @@ static void untrusted_dir(void) {
     new_dir(real, sizeof(real));
     bool made = mkdir(real, 0700) == 0 && symlink(real, dir) == 0;
     REQUIRE(made, "symlink %s", dir);
-    sp_disk_tier_params p = tparams(dir);
+    disk_tier_params p = tparams(dir);
     CHECK(refused(&p, dir, "symbolic link", err, sizeof(err)), "DIR a symlink: %s", err);
     /* below a directory anyone can write (not sticky): another user could
      * swap DIR; a sticky one (like /tmp) is fine */
@@ -511,9 +511,9 @@ static void untrusted_dir(void) {
     CHECK(refused(&p, parent, "above it", err, sizeof(err)), "below a 0777 directory: %s", err);
     made = chmod(parent, 01777) == 0;
     REQUIRE(made, "chmod");
-    sp_disk_tier *t = sp_disk_tier_open(&p, err, sizeof(err));
+    disk_tier *t = disk_tier_open(&p, err, sizeof(err));
     CHECK(t != NULL, "below a sticky 1777 directory: %s", err);
-    sp_disk_tier_close(t);
+    disk_tier_close(t);
 }
 
 /* Plants DIR/name as kind: 0 a regular file others can read, holding
@@ -549,7 +549,7 @@ static void untrusted_files(void) {
             const bool planted = mkdir(dir, 0700) == 0 && plant(dir, names[n], kind) == 0;
             REQUIRE(planted, "planting %s", names[n]);
             snprintf(path, sizeof(path), "%s/%s", dir, names[n]);
-            sp_disk_tier_params p = tparams(dir);
+            disk_tier_params p = tparams(dir);
             CHECK(refused(&p, path, why[kind], err, sizeof(err)), "%s (kind %d): %s", names[n],
                   kind, err);
             if (kind == 0) {
@@ -562,9 +562,9 @@ static void untrusted_files(void) {
             }
             /* the fix the message gives works: without the file, DIR opens */
             unlink(path);
-            sp_disk_tier *t = sp_disk_tier_open(&p, err, sizeof(err));
+            disk_tier *t = disk_tier_open(&p, err, sizeof(err));
             CHECK(t != NULL, "%s removed, the open still fails: %s", names[n], err);
-            sp_disk_tier_close(t);
+            disk_tier_close(t);
         }
 }
 
@@ -581,7 +581,7 @@ static void foreign_owner(void) {
     new_dir(dir, sizeof(dir));
     bool made = mkdir(dir, 0700) == 0 && chown(dir, other, other) == 0;
     REQUIRE(made, "chown %s", dir);
-    sp_disk_tier_params p = tparams(dir);
+    disk_tier_params p = tparams(dir);
     CHECK(refused(&p, dir, "owned by uid 65534", err, sizeof(err)), "DIR: %s", err);
     const char *names[] = {"lock", "kv.sqlite", "kv.sqlite-wal", "kv.sqlite-shm"};
     for (int n = 0; n < 4; n++) {
@@ -630,50 +630,50 @@ static int fake_hash(void *ctx, uint8_t out[32]) {
 static void model_hash_cache(void) {
     char dir[300], err[512];
     new_dir(dir, sizeof(dir));
-    sp_disk_tier_params p = tparams(dir);
+    disk_tier_params p = tparams(dir);
     fake_model f = {0};
     memset(f.sha, 0x5A, 32);
     p.hash_file = fake_hash;
     p.hash_ctx = &f;
-    p.file_id = (sp_disk_file_id){11, 22, 33, 44, 55};
-    sp_disk_tier *t = sp_disk_tier_open(&p, err, sizeof(err));
+    p.file_id = (disk_file_id){11, 22, 33, 44, 55};
+    disk_tier *t = disk_tier_open(&p, err, sizeof(err));
     REQUIRE(t, "open: %s", err);
     uint8_t fp1[32], fp2[32];
-    sp_disk_tier_fp(t, fp1);
-    sp_disk_tier_stats st;
-    sp_disk_tier_get_stats(t, &st);
+    disk_tier_fp(t, fp1);
+    disk_tier_stats st;
+    disk_tier_get_stats(t, &st);
     CHECK(f.calls == 1 && !st.hash_cached && memcmp(fp1, p.fp, 32),
           "cold: %d hashes, cached %d, fingerprint %s", f.calls, st.hash_cached,
           memcmp(fp1, p.fp, 32) ? "mixed" : "unmixed");
     put_n(t, &p, 0, 4);
-    sp_disk_tier_close(t);
-    t = sp_disk_tier_open(&p, err, sizeof(err));
+    disk_tier_close(t);
+    t = disk_tier_open(&p, err, sizeof(err));
     REQUIRE(t, "reopen: %s", err);
-    sp_disk_tier_fp(t, fp2);
-    sp_disk_tier_get_stats(t, &st);
+    disk_tier_fp(t, fp2);
+    disk_tier_get_stats(t, &st);
     CHECK(f.calls == 1 && st.hash_cached && !memcmp(fp1, fp2, 32) && get_i(t, &p, 0) == 0,
           "reopened: %d hashes, cached %d", f.calls, st.hash_cached);
-    sp_disk_tier_close(t);
+    disk_tier_close(t);
     /* the same file rewritten (each identity field in turn): hashed again,
      * and its new bytes key other rows */
     for (int k = 0; k < 5; k++) {
-        sp_disk_tier_params q = p;
+        disk_tier_params q = p;
         uint64_t *u[] = {&q.file_id.dev, &q.file_id.ino, &q.file_id.size};
         if (k < 3) (*u[k])++;
         else if (k == 3) q.file_id.mtime_ns++;
         else q.file_id.ctime_ns++;
         f.sha[0] = (uint8_t)(0x10 + k);
         const int before = f.calls;
-        t = sp_disk_tier_open(&q, err, sizeof(err));
+        t = disk_tier_open(&q, err, sizeof(err));
         REQUIRE(t, "open variant %d: %s", k, err);
-        sp_disk_tier_fp(t, fp2);
+        disk_tier_fp(t, fp2);
         CHECK(f.calls == before + 1 && memcmp(fp1, fp2, 32) && get_i(t, &q, 0) == 1,
               "identity field %d changed: %d hashes, the old rows %s", k, f.calls - before,
               get_i(t, &q, 0) == 1 ? "unseen" : "SEEN");
-        sp_disk_tier_close(t);
+        disk_tier_close(t);
     }
     f.fail = true;
-    sp_disk_tier_params q = p;
+    disk_tier_params q = p;
     q.file_id.ctime_ns += 100;
     CHECK(refused(&q, dir, "cannot hash the model", err, sizeof(err)), "a failed hash: %s", err);
 }
@@ -828,10 +828,10 @@ static void engine_model_changed(void) {
     snprintf(m1, sizeof(m1), "%s/model-a.gguf", root);
     snprintf(m2, sizeof(m2), "%s/model-b.gguf", root);
     snprintf(err, sizeof(err), "%s/models/ref-llama-spm-q8_0.gguf", t_ref_dir());
-    const sp_gguf_tensor *k = sp_gguf_find_tensor(model->gguf, "blk.0.attn_k.weight");
+    const gguf_tensor *k = gguf_find_tensor(model->gguf, "blk.0.attn_k.weight");
     REQUIRE(k, "no blk.0.attn_k.weight");
     const long off = (long)((const uint8_t *)k->data -
-                            (const uint8_t *)sp_gguf_file_bytes(model->gguf)) + (long)k->nbytes / 2;
+                            (const uint8_t *)gguf_file_bytes(model->gguf)) + (long)k->nbytes / 2;
     /* (REQUIRE evaluates its condition twice: side effects go before it) */
     bool made = copy_file(err, m1) == 0 && copy_file(err, m2) == 0 &&
                 flip_byte(m2, off, 0x01, false) == 0;
@@ -843,11 +843,11 @@ static void engine_model_changed(void) {
         CHECK(0, "loading the copies: %s", err);
         goto out;
     }
-    CHECK(sp_model_file_hash(a, ha) == 0 && sp_model_file_hash(b, hb) == 0 &&
-              sp_model_file_hash(a, ha2) == 0 && memcmp(ha, hb, 32) && !memcmp(ha, ha2, 32),
+    CHECK(model_file_hash(a, ha) == 0 && model_file_hash(b, hb) == 0 &&
+              model_file_hash(a, ha2) == 0 && memcmp(ha, hb, 32) && !memcmp(ha, ha2, 32),
           "the file hash misses a byte in the middle of blk.0.attn_k, or is unstable");
-    sp_model_fingerprint(a, fa);
-    sp_model_fingerprint(b, fb);
+    model_fingerprint(a, fa);
+    model_fingerprint(b, fb);
     printf("# the sampled fingerprint %s that byte\n", memcmp(fa, fb, 32) ? "sees" : "misses");
     new_dir(dir, sizeof(dir));
     sp_token x[64];
@@ -891,50 +891,50 @@ out:
 static void restored_kv_equals_computed(void) {
     const sp_model_info *h = sp_model_get_info(model);
     const int32_t kvd = h->n_head_kv * h->head_dim, bs = 16;
-    sp_kv_paged_params kp = {SP_TYPE_F16, h->n_layer, kvd, bs, 64, 2, 16, true};
+    kv_paged_params kp = {SP_TYPE_F16, h->n_layer, kvd, bs, 64, 2, 16, true};
     char err[512], dir[300];
-    sp_kv *kv = sp_kv_paged_create(kp, err, sizeof(err));
+    kv_store *kv = kv_paged_create(kp, err, sizeof(err));
     REQUIRE(kv, "%s", err);
     sp_context_params cp = sp_context_default_params();
     cp.n_threads = 2;
     cp.n_seq_max = 2;
     cp.n_ctx = 256;
     cp.n_batch = 256;
-    sp_context *c = sp_context_create_with_kv(model, cp, kv, NULL, err, sizeof(err));
+    sp_context *c = context_create_with_kv(model, cp, kv, NULL, err, sizeof(err));
     if (!c) kv->ops->destroy(kv);
     REQUIRE(c, "%s", err);
     new_dir(dir, sizeof(dir));
-    sp_disk_tier_params dp = tparams(dir);
-    sp_model_fingerprint(model, dp.fp);
+    disk_tier_params dp = tparams(dir);
+    model_fingerprint(model, dp.fp);
     dp.block_size = bs;
     dp.n_layer = h->n_layer;
     dp.kv_dim = kvd;
-    sp_disk_tier *t = sp_disk_tier_open(&dp, err, sizeof(err));
+    disk_tier *t = disk_tier_open(&dp, err, sizeof(err));
     sp_token toks[128];
     int n = sp_tokenize(sp_model_get_vocab(model), DOC, strlen(DOC), toks, 128, true, false);
-    sp_block_hash hs[4];
+    block_digest hs[4];
     if (!t || n < 49) {
         CHECK(0, "tier %s, prompt %d tokens", t ? "open" : err, n);
         goto out;
     }
-    sp_block_hash_chain(toks, 48, bs, dp.fp, 32, NULL, 0, hs);
+    block_hash_chain(toks, 48, bs, dp.fp, 32, NULL, 0, hs);
     int32_t pos[64], seq[64];
     for (int i = 0; i < 48; i++) pos[i] = i, seq[i] = 0;
     sp_batch b = {48, toks, pos, seq, NULL};
     CHECK(sp_decode(c, &b, err, sizeof(err)) == 0, "%s", err);
     for (int j = 0; j < 3; j++)
-        sp_disk_tier_put(t, &hs[j], toks + j * bs,
-                         sp_kv_paged_block_data(kv, sp_kv_paged_block_id(kv, 0, j)));
-    sp_disk_tier_sync(t);
+        disk_tier_put(t, &hs[j], toks + j * bs,
+                         kv_paged_block_data(kv, kv_paged_block_id(kv, 0, j)));
+    disk_tier_sync(t);
     /* seq 1 takes the three blocks from disk into fresh pool blocks (the
      * hashes are not in RAM: seq 0's blocks were never committed) */
     static uint8_t buf[1 << 20];
     int got = 0;
     for (int j = 0; j < 3; j++)
-        got += sp_disk_tier_get(t, &hs[j], toks + j * bs, buf) == 0 &&
-               sp_kv_paged_append(kv, 1, &hs[j], buf) == 0;
+        got += disk_tier_get(t, &hs[j], toks + j * bs, buf) == 0 &&
+               kv_paged_append(kv, 1, &hs[j], buf) == 0;
     CHECK(got == 3, "%d of 3 blocks restored", got);
-    CHECK(sp_kv_paged_check(kv, err, sizeof(err)) == 0, "%s", err);
+    CHECK(kv_paged_check(kv, err, sizeof(err)) == 0, "%s", err);
     int bad = 0;
     const size_t row = (size_t)kvd * 2;
     for (int l = 0; l < h->n_layer; l++)
@@ -955,7 +955,7 @@ static void restored_kv_equals_computed(void) {
     CHECK(l0 && l1 && !memcmp(l0, l1, (size_t)h->n_vocab * sizeof(float)),
           "logits after restored K/V differ");
 out:
-    sp_disk_tier_close(t);
+    disk_tier_close(t);
     sp_context_free(c);
     kv->ops->destroy(kv);
 }

@@ -36,28 +36,28 @@ typedef struct {
     const char *str;
 } row;
 
-static const sp_gguf *vocab;
+static const gguf_file *vocab;
 static float *noise; /* enough random floats for the largest tensor */
 
-static void add(sp_gguf_writer *w, const row *r, const char *name, int64_t n_in, int64_t n_out) {
+static void add(gguf_writer *w, const row *r, const char *name, int64_t n_in, int64_t n_out) {
     if (r->what == DROP_TENSOR && !strcmp(r->arg, name)) return;
     int64_t ne[2] = {n_in, n_out};
     if (r->what == BAD_SHAPE && !strcmp(r->arg, name)) ne[1] *= 2;
     if (r->what == BAD_TYPE && !strcmp(r->arg, name)) {
         size_t bytes = (size_t)(n_in / 32) * 20 * ne[1]; /* q4_1: 20 bytes / 32 */
-        sp_gguf_add_tensor(w, name, (sp_type)3, ne[1] == 1 ? 1 : 2, ne, noise, bytes);
+        gguf_add_tensor(w, name, (tensor_type)3, ne[1] == 1 ? 1 : 2, ne, noise, bytes);
         return;
     }
-    sp_gguf_add_tensor(w, name, SP_TYPE_F32, ne[1] == 1 ? 1 : 2, ne, noise,
+    gguf_add_tensor(w, name, SP_TYPE_F32, ne[1] == 1 ? 1 : 2, ne, noise,
                        (size_t)(ne[0] * ne[1]) * sizeof(float));
 }
 
 static int build(const row *r, const char *path) {
-    sp_gguf_writer *w = sp_gguf_writer_create();
-    sp_gguf_copy_kv(w, vocab, "tokenizer.");
+    gguf_writer *w = gguf_writer_create();
+    gguf_copy_kv(w, vocab, "tokenizer.");
     const char *arch = r->what == SET_ARCH ? r->arg : "llama";
     if (!(r->what == DROP_KEY && !strcmp(r->arg, "general.architecture")))
-        sp_gguf_set_str(w, "general.architecture", arch);
+        gguf_set_str(w, "general.architecture", arch);
     struct {
         const char *k;
         uint32_t v;
@@ -69,27 +69,27 @@ static int build(const row *r, const char *path) {
         uint32_t v = r->what == SET_U32 && !strcmp(r->arg, keys[i].k) ? r->value : keys[i].v;
         if (r->what == KEY_AS_ARRAY && !strcmp(r->arg, keys[i].k)) {
             uint32_t arr[L] = {v, v};
-            sp_gguf_set_arr(w, keys[i].k, SP_GGUF_UINT32, arr, L);
+            gguf_set_arr(w, keys[i].k, SP_GGUF_UINT32, arr, L);
         } else {
-            sp_gguf_set_u32(w, keys[i].k, v);
+            gguf_set_u32(w, keys[i].k, v);
         }
     }
     bool listed = false; /* a count the table above does not write */
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
         listed |= r->what == SET_U32 && !strcmp(r->arg, keys[i].k);
-    if (r->what == SET_U32 && !listed) sp_gguf_set_u32(w, r->arg, r->value);
+    if (r->what == SET_U32 && !listed) gguf_set_u32(w, r->arg, r->value);
     const char *eps = "llama.attention.layer_norm_rms_epsilon";
     if (!((r->what == SET_F32 || r->what == SET_F64 || r->what == SET_STR) && !strcmp(r->arg, eps)))
-        sp_gguf_set_f32(w, eps, 1e-5f);
-    if (r->what == SET_F32) sp_gguf_set_f32(w, r->arg, (float)r->f);
-    if (r->what == SET_F64) sp_gguf_set_scalar(w, r->arg, SP_GGUF_FLOAT64, &r->f);
-    if (r->what == SET_STR) sp_gguf_set_str(w, r->arg, r->str);
+        gguf_set_f32(w, eps, 1e-5f);
+    if (r->what == SET_F32) gguf_set_f32(w, r->arg, (float)r->f);
+    if (r->what == SET_F64) gguf_set_scalar(w, r->arg, SP_GGUF_FLOAT64, &r->f);
+    if (r->what == SET_STR) gguf_set_str(w, r->arg, r->str);
     if (r->what == SET_F32 && strstr(r->arg, "rope.scaling"))
-        sp_gguf_set_str(w, "llama.rope.scaling.type", "linear");
+        gguf_set_str(w, "llama.rope.scaling.type", "linear");
     uint64_t n_vocab;
-    sp_gguf_vtype et;
+    gguf_vtype et;
     const void *d;
-    sp_gguf_get_arr(vocab, "tokenizer.ggml.tokens", &et, &n_vocab, &d);
+    gguf_get_arr(vocab, "tokenizer.ggml.tokens", &et, &n_vocab, &d);
     add(w, r, "token_embd.weight", E, (int64_t)n_vocab);
     add(w, r, "output_norm.weight", E, 1);
     char name[64];
@@ -107,9 +107,9 @@ static int build(const row *r, const char *path) {
 #undef T
     }
     char err[256];
-    int rc = sp_gguf_writer_write(w, path, err, sizeof(err));
+    int rc = gguf_writer_write(w, path, err, sizeof(err));
     if (rc) fprintf(stderr, "  write: %s\n", err);
-    sp_gguf_writer_free(w);
+    gguf_writer_free(w);
     return rc;
 }
 
@@ -181,7 +181,7 @@ static void check_row(const row *r) {
 int main(void) {
     char path[512], err[512];
     snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-llama-spm.gguf", t_ref_dir());
-    sp_gguf *g = sp_gguf_open(path, err, sizeof(err));
+    gguf_file *g = gguf_open(path, err, sizeof(err));
     if (!g) {
         fprintf(stderr, "%s\n", err);
         printf("RESULT 0 1\n");
@@ -197,6 +197,6 @@ int main(void) {
     }
     for (size_t i = 0; i < sizeof(ROWS) / sizeof(ROWS[0]); i++) RUN_NAMED(check_row, &ROWS[i], ROWS[i].name);
     free(noise);
-    sp_gguf_close(g);
+    gguf_close(g);
     TEST_END();
 }

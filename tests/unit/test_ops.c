@@ -17,16 +17,16 @@ static float rnd(void) {
 }
 
 typedef struct {
-    sp_type type;
+    tensor_type type;
     int D, Hk, n_pos;
 } attn_row;
 
 /* A one-layer store of r's type and shape with n_seq sequences; sequence
  * seq holds n_pos positions of random K (in [-2, 2)) and V (in [-1, 1)). */
-static sp_kv *random_kv(const attn_row *r, int n_seq, int seq, int n_pos) {
+static kv_store *random_kv(const attn_row *r, int n_seq, int seq, int n_pos) {
     char err[128];
     const int kv_dim = r->D * r->Hk;
-    sp_kv *kv = sp_kv_simple_create(r->type, 1, kv_dim, n_seq, n_pos, err, sizeof(err));
+    kv_store *kv = kv_simple_create(r->type, 1, kv_dim, n_seq, n_pos, err, sizeof(err));
     CHECK(kv != NULL, "kv: %s", err);
     if (!kv) return NULL;
     CHECK(kv->ops->reserve(kv, seq, n_pos) == 0, "reserve");
@@ -35,8 +35,8 @@ static sp_kv *random_kv(const attn_row *r, int n_seq, int seq, int n_pos) {
         for (int i = 0; i < kv_dim; i++) {
             float a = rnd() * 2, b = rnd();
             if (r->type == SP_TYPE_F16) {
-                ((sp_f16 *)k)[i] = sp_f32_to_f16(a);
-                ((sp_f16 *)v)[i] = sp_f32_to_f16(b);
+                ((f16_t *)k)[i] = f32_to_f16(a);
+                ((f16_t *)v)[i] = f32_to_f16(b);
             } else {
                 ((float *)k)[i] = a;
                 ((float *)v)[i] = b;
@@ -52,7 +52,7 @@ static sp_kv *random_kv(const attn_row *r, int n_seq, int seq, int n_pos) {
  * needs it is then a counted skip, never a pass. */
 typedef struct {
     const char *name;
-    const sp_fwd_ops *ops;
+    const fwd_ops *ops;
 } variant;
 
 static variant get_variant(const char *name) {
@@ -62,9 +62,9 @@ static variant get_variant(const char *name) {
         __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    if (!strcmp(name, "ref")) v.ops = sp_fwd_ops_ref();
-    else if (!strcmp(name, "avx2") && avx2) v.ops = sp_fwd_ops_avx2();
-    else if (!strcmp(name, "avx512") && avx512) v.ops = sp_fwd_ops_avx512();
+    if (!strcmp(name, "ref")) v.ops = fwd_ops_ref();
+    else if (!strcmp(name, "avx2") && avx2) v.ops = fwd_ops_avx2();
+    else if (!strcmp(name, "avx512") && avx512) v.ops = fwd_ops_avx512();
     return v;
 }
 
@@ -75,7 +75,7 @@ typedef struct {
 
 static void attn_case(const job *j) {
     const attn_row *r = j->row;
-    const sp_fwd_ops *vs[1], *ref = sp_fwd_ops_ref();
+    const fwd_ops *vs[1], *ref = fwd_ops_ref();
     const char *vn[1] = {j->variant};
     vs[0] = get_variant(j->variant).ops;
     if (!vs[0]) {
@@ -84,7 +84,7 @@ static void attn_case(const job *j) {
     }
     const int n_var = 1;
     const int seq = 1; /* the second sequence, so offsets are exercised */
-    sp_kv *kv = random_kv(r, 2, seq, r->n_pos);
+    kv_store *kv = random_kv(r, 2, seq, r->n_pos);
     if (!kv) return;
     float *q = malloc(r->D * sizeof(float)), *o1 = malloc(r->D * sizeof(float)),
           *o2 = malloc(r->D * sizeof(float)), *sc = malloc(r->n_pos * sizeof(float)),
@@ -106,8 +106,8 @@ static void attn_case(const job *j) {
                 double bound = 1e-5 * (1 + fabsf(o1[d]));
                 if (r->type == SP_TYPE_F16)
                     for (int j = 0; j < n; j++) {
-                        const sp_f16 *v = (const sp_f16 *)kv->ops->v_row(kv, 0, seq, j) + g * r->D;
-                        bound += sc[j] / sum * 0x1p-10 * fabsf(sp_f16_to_f32(v[d]));
+                        const f16_t *v = (const f16_t *)kv->ops->v_row(kv, 0, seq, j) + g * r->D;
+                        bound += sc[j] / sum * 0x1p-10 * fabsf(f16_to_f32(v[d]));
                     }
                 b[d] = (float)bound;
             }
@@ -169,7 +169,7 @@ static bool run_bufs_alloc(run_bufs *b, int D, int heads, int n_ctx) {
  * the second on); the heads outside the run are left as they were. */
 static void run_case(const job *j) {
     const attn_row *r = j->row;
-    const sp_fwd_ops *ops[1] = {get_variant(j->variant).ops};
+    const fwd_ops *ops[1] = {get_variant(j->variant).ops};
     const char *names[1] = {j->variant};
     if (!ops[0]) {
         SKIP("this CPU cannot run the %s operations", j->variant);
@@ -177,7 +177,7 @@ static void run_case(const job *j) {
     }
     const int n_ops = 1;
     const int n_ctx = r->n_pos + SP_ATTN_MAX_Q;
-    sp_kv *kv = random_kv(r, 1, 0, n_ctx);
+    kv_store *kv = random_kv(r, 1, 0, n_ctx);
     if (!kv) return;
     enum { HEADS = 9 };
     const int QS = r->D * HEADS; /* query/output stride */
@@ -196,7 +196,7 @@ static void run_case(const job *j) {
                 for (int n0 = 1; n0 <= r->n_pos; n0 += (r->n_pos + 2) / 3) {
                     const int nq = nqs[a], nh = nhs[b], g = r->Hk - 1;
                     for (int i = 0; i < SP_ATTN_MAX_Q * QS; i++) o1[i] = -7.0f;
-                    sp_attn_run(ops[o], q + r->D, QS, nq, nh, kv, 0, 0, g, r->D, n0, scale, sc, n_ctx, q16,
+                    ops_attn_run(ops[o], q + r->D, QS, nq, nh, kv, 0, 0, g, r->D, n0, scale, sc, n_ctx, q16,
                                 o1 + r->D, QS);
                     int bad = 0, outside = 0;
                     for (int t = 0; t < SP_ATTN_MAX_Q; t++)
@@ -226,14 +226,14 @@ static void run_case(const job *j) {
  * K/V rows through spans. */
 static void paged_case(const job *j) {
     const attn_row *r = j->row;
-    const sp_fwd_ops *o = get_variant(j->variant).ops;
+    const fwd_ops *o = get_variant(j->variant).ops;
     if (!o) {
         SKIP("this CPU cannot run the %s operations", j->variant);
         return;
     }
     const int n_ctx = r->n_pos + SP_ATTN_MAX_Q, kv_dim = r->D * r->Hk;
     const size_t esz = r->type == SP_TYPE_F16 ? 2 : 4;
-    sp_kv *kv = random_kv(r, 1, 0, n_ctx);
+    kv_store *kv = random_kv(r, 1, 0, n_ctx);
     if (!kv) return;
     enum { HEADS = 8 };
     const int QS = r->D * HEADS;
@@ -249,8 +249,8 @@ static void paged_case(const job *j) {
     for (size_t bi = 0; bi < sizeof bss / sizeof bss[0]; bi++) {
         const int bs = bss[bi], nbps = (n_ctx + bs - 1) / bs;
         char err[128];
-        sp_kv_paged_params pp = {r->type, 1, kv_dim, bs, 2 * nbps, 2, nbps, false};
-        sp_kv *kp = sp_kv_paged_create(pp, err, sizeof err);
+        kv_paged_params pp = {r->type, 1, kv_dim, bs, 2 * nbps, 2, nbps, false};
+        kv_store *kp = kv_paged_create(pp, err, sizeof err);
         CHECK(kp != NULL, "paged store: %s", err);
         if (!kp) continue;
         for (int p0 = 0; p0 < n_ctx; p0 += bs) /* sequence 1 (the one read) and 0, block by block */
@@ -268,8 +268,8 @@ static void paged_case(const job *j) {
             for (size_t b = 0; b < sizeof nhs / sizeof nhs[0]; b++)
                 for (int n0 = 1; n0 <= r->n_pos; n0 += (r->n_pos + 2) / 3) {
                     const int nq = nqs[a], nh = nhs[b], g = r->Hk - 1;
-                    sp_attn_run(o, q, QS, nq, nh, kv, 0, 0, g, r->D, n0, scale, sc, n_ctx, q16, o1, QS);
-                    sp_attn_run(o, q, QS, nq, nh, kp, 0, 1, g, r->D, n0, scale, sc, n_ctx, q16, o2, QS);
+                    ops_attn_run(o, q, QS, nq, nh, kv, 0, 0, g, r->D, n0, scale, sc, n_ctx, q16, o1, QS);
+                    ops_attn_run(o, q, QS, nq, nh, kp, 0, 1, g, r->D, n0, scale, sc, n_ctx, q16, o2, QS);
                     int bad = 0;
                     for (int t = 0; t < nq; t++)
                         bad += memcmp(o1 + t * QS, o2 + t * QS, (size_t)nh * r->D * sizeof(float)) != 0;
@@ -283,7 +283,7 @@ static void paged_case(const job *j) {
 }
 
 static void swiglu_case(const char *variant) {
-    const sp_fwd_ops *simd = get_variant(variant).ops, *ref = sp_fwd_ops_ref();
+    const fwd_ops *simd = get_variant(variant).ops, *ref = fwd_ops_ref();
     if (!simd) {
         SKIP("this CPU cannot run the %s operations", variant);
         return;

@@ -444,8 +444,8 @@ static void test_large_vocab_draw(void) {
     static int64_t counts[LV];
     uint64_t x = 42;
     for (int i = 0; i < LV; i++) { /* a spread like a model's: a few high, a long tail */
-        double u1 = ((double)(sp_splitmix64(&x) >> 11) + 0.5) * 0x1.0p-53;
-        double u2 = ((double)(sp_splitmix64(&x) >> 11) + 0.5) * 0x1.0p-53;
+        double u1 = ((double)(splitmix64(&x) >> 11) + 0.5) * 0x1.0p-53;
+        double u2 = ((double)(splitmix64(&x) >> 11) + 0.5) * 0x1.0p-53;
         lg[i] = (float)(3.0 * sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
     }
     lg[17] = 14.0f;

@@ -302,7 +302,7 @@ static void verifier_distribution(void) {
                 }
             }
             sp_token out[3];
-            int32_t m = sp_spec_verify(s, logits, V, 5, d, 2, out);
+            int32_t m = spec_verify(s, logits, V, 5, d, 2, out);
             CHECK(m >= 1 && m <= 3, "m = %d", m);
             count[out[0]]++;
             sp_sampler_free(s);

@@ -38,10 +38,10 @@
 static char g_err[512];
 
 static sp_vocab *load_vocab(const char *path) {
-    sp_gguf *g = sp_gguf_open(path, g_err, sizeof(g_err));
+    gguf_file *g = gguf_open(path, g_err, sizeof(g_err));
     if (!g) return NULL;
-    sp_vocab *v = sp_vocab_load(g, g_err, sizeof(g_err));
-    sp_gguf_close(g); /* the vocabulary must not reference the file */
+    sp_vocab *v = vocab_load(g, g_err, sizeof(g_err));
+    gguf_close(g); /* the vocabulary must not reference the file */
     return v;
 }
 
@@ -300,7 +300,7 @@ static void test_generations(void) {
             continue;
         }
         if (strcmp(cur_model, model->valuestring) != 0) {
-            sp_vocab_free(v);
+            vocab_free(v);
             char rel[512];
             snprintf(rel, sizeof(rel), "models/%s.gguf", model->valuestring);
             v = load_ref(rel);
@@ -327,7 +327,7 @@ static void test_generations(void) {
     }
     printf("     generations.jsonl: %d/%d prompts match\n", n_ok, n_rec);
     CHECK(n_rec > 0, "no records in %s", path);
-    sp_vocab_free(v);
+    vocab_free(v);
     free(all);
 }
 
@@ -527,10 +527,10 @@ static void test_big_text(void) {
     char *s = big_text(&len);
     const sp_vocab *vs[2] = {g_spm, g_bpe};
     for (int k = 0; k < 2; k++) {
-        double t0 = sp_time_s();
+        double t0 = time_s();
         int n;
         int32_t *ids = tok(vs[k], s, len, false, false, &n);
-        double t1 = sp_time_s();
+        double t1 = time_s();
         CHECK(n > 1000, "big text: %d tokens", n);
         printf("     %s: %zu bytes -> %d tokens in %.3f s\n", k ? "bpe" : "spm", len, n, t1 - t0);
         if (n > 0) check_roundtrip(vs[k], s, len, ids, n, k ? "bpe big" : "spm big");
@@ -654,9 +654,9 @@ static void test_bounded_bytes(void) {
         char *s = malloc(len);
         memset(s, 'a', len);
         int n;
-        double t0 = sp_time_s();
+        double t0 = time_s();
         int32_t *out = tokb(vs[k], s, len, 100, NULL, &n);
-        double dt = sp_time_s() - t0;
+        double dt = time_s() - t0;
         CHECK(!out && n <= -101 && n >= -(int)len, "vocab %d: %zu bytes, n_max 100 -> %d", k, len,
               n);
         CHECK(dt < 0.01, "vocab %d: the byte bound took %.4f s", k, dt);
@@ -679,16 +679,16 @@ static void test_bounded_stops(void) {
     for (int k = 0; k < 2; k++) {
         int n_max = (int)(len / (size_t)sp_vocab_max_token_bytes(vs[k])) + 1; /* passes the bound */
         int nf;
-        double t0 = sp_time_s();
+        double t0 = time_s();
         int32_t *full = tok(vs[k], s, len, false, false, &nf);
-        double t_full = sp_time_s() - t0, t_b = 1e9;
+        double t_full = time_s() - t0, t_b = 1e9;
         free(full);
         CHECK(nf > 4 * n_max, "vocab %d: %d tokens, n_max %d: not a test", k, nf, n_max);
         int nb = 0;
         for (int rep = 0; rep < 3; rep++) { /* the best of three: a busy machine */
-            t0 = sp_time_s();
+            t0 = time_s();
             int32_t *b = tokb(vs[k], s, len, n_max, NULL, &nb);
-            double dt = sp_time_s() - t0;
+            double dt = time_s() - t0;
             if (dt < t_b) t_b = dt;
             free(b);
         }
@@ -724,16 +724,16 @@ static void test_spm_chunks(void) {
         if (!vs[k]) continue;
         int n1, n2;
         int32_t *cut = tok(vs[k], s, len, true, true, &n1);
-        size_t keep = sp_tok_spm_cut_after;
-        sp_tok_spm_cut_after = SIZE_MAX;
+        size_t keep = tok_spm_cut_after;
+        tok_spm_cut_after = SIZE_MAX;
         int32_t *whole = tok(vs[k], s, len, true, true, &n2);
-        sp_tok_spm_cut_after = keep;
+        tok_spm_cut_after = keep;
         CHECK(n1 == n2 && n1 > 0 && memcmp(cut, whole, (size_t)n1 * sizeof(int32_t)) == 0,
               "vocab %d: cut %d tokens, whole %d", k, n1, n2);
         free(cut);
         free(whole);
     }
-    sp_vocab_free(vs[1]);
+    vocab_free(vs[1]);
     free(s);
 }
 
@@ -790,11 +790,11 @@ static void test_special_spans(void) {
 static char g_tmp[256];
 
 /* Writes a small tokenizer GGUF; the callback adds or overrides keys. */
-static sp_vocab *load_crafted(const char *model, int n_tok, void (*extra)(sp_gguf_writer *)) {
-    sp_gguf_writer *w = sp_gguf_writer_create();
-    sp_gguf_set_str(w, "general.architecture", "llama");
-    sp_gguf_set_str(w, "tokenizer.ggml.model", model);
-    sp_gguf_str *toks = calloc((size_t)n_tok, sizeof(*toks));
+static sp_vocab *load_crafted(const char *model, int n_tok, void (*extra)(gguf_writer *)) {
+    gguf_writer *w = gguf_writer_create();
+    gguf_set_str(w, "general.architecture", "llama");
+    gguf_set_str(w, "tokenizer.ggml.model", model);
+    gguf_str *toks = calloc((size_t)n_tok, sizeof(*toks));
     char(*names)[16] = calloc((size_t)n_tok, 16);
     float *scores = calloc((size_t)n_tok, sizeof(float));
     for (int i = 0; i < n_tok; i++) {
@@ -802,13 +802,13 @@ static sp_vocab *load_crafted(const char *model, int n_tok, void (*extra)(sp_ggu
         toks[i].p = names[i];
         toks[i].n = strlen(names[i]);
     }
-    sp_gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)n_tok);
-    sp_gguf_set_arr(w, "tokenizer.ggml.scores", SP_GGUF_FLOAT32, scores, (uint64_t)n_tok);
-    sp_gguf_str merges[1] = {{"a b", 3}};
-    sp_gguf_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)n_tok);
+    gguf_set_arr(w, "tokenizer.ggml.scores", SP_GGUF_FLOAT32, scores, (uint64_t)n_tok);
+    gguf_str merges[1] = {{"a b", 3}};
+    gguf_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
     if (extra) extra(w);
-    int rc = sp_gguf_writer_write(w, g_tmp, g_err, sizeof(g_err));
-    sp_gguf_writer_free(w);
+    int rc = gguf_writer_write(w, g_tmp, g_err, sizeof(g_err));
+    gguf_writer_free(w);
     free(toks);
     free(names);
     free(scores);
@@ -820,31 +820,31 @@ static sp_vocab *load_crafted(const char *model, int n_tok, void (*extra)(sp_ggu
     return load_vocab(g_tmp);
 }
 
-static void x_bad_scores(sp_gguf_writer *w) {
+static void x_bad_scores(gguf_writer *w) {
     float s[3] = {0};
-    sp_gguf_set_arr(w, "tokenizer.ggml.scores", SP_GGUF_FLOAT32, s, 3);
+    gguf_set_arr(w, "tokenizer.ggml.scores", SP_GGUF_FLOAT32, s, 3);
 }
-static void x_bad_bos(sp_gguf_writer *w) { sp_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 99); }
-static void x_bad_pre(sp_gguf_writer *w) { sp_gguf_set_str(w, "tokenizer.ggml.pre", "nonesuch"); }
-static void x_bad_types(sp_gguf_writer *w) {
+static void x_bad_bos(gguf_writer *w) { gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 99); }
+static void x_bad_pre(gguf_writer *w) { gguf_set_str(w, "tokenizer.ggml.pre", "nonesuch"); }
+static void x_bad_types(gguf_writer *w) {
     int32_t t[2] = {1, 1};
-    sp_gguf_set_arr(w, "tokenizer.ggml.token_type", SP_GGUF_INT32, t, 2);
+    gguf_set_arr(w, "tokenizer.ggml.token_type", SP_GGUF_INT32, t, 2);
 }
-static void x_dup(sp_gguf_writer *w) {
-    sp_gguf_str t[3] = {{"x", 1}, {"y", 1}, {"x", 1}};
-    sp_gguf_set_arr_str(w, "tokenizer.ggml.tokens", t, 3);
+static void x_dup(gguf_writer *w) {
+    gguf_str t[3] = {{"x", 1}, {"y", 1}, {"x", 1}};
+    gguf_set_arr_str(w, "tokenizer.ggml.tokens", t, 3);
     float s[3] = {0};
-    sp_gguf_set_arr(w, "tokenizer.ggml.scores", SP_GGUF_FLOAT32, s, 3);
+    gguf_set_arr(w, "tokenizer.ggml.scores", SP_GGUF_FLOAT32, s, 3);
 }
 static const char *g_pre;
-static void x_pre_named(sp_gguf_writer *w) { sp_gguf_set_str(w, "tokenizer.ggml.pre", g_pre); }
-static void x_pre_qwen2(sp_gguf_writer *w) { sp_gguf_set_str(w, "tokenizer.ggml.pre", "qwen2"); }
+static void x_pre_named(gguf_writer *w) { gguf_set_str(w, "tokenizer.ggml.pre", g_pre); }
+static void x_pre_qwen2(gguf_writer *w) { gguf_set_str(w, "tokenizer.ggml.pre", "qwen2"); }
 
 static void test_load_errors(void) {
     snprintf(g_tmp, sizeof(g_tmp), "/tmp/specula_tok_%d.gguf", (int)getpid());
     const struct {
         const char *model;
-        void (*extra)(sp_gguf_writer *);
+        void (*extra)(gguf_writer *);
         const char *msg;
     } cases[] = {
         {"bert", NULL, "unsupported tokenizer model 'bert'"},
@@ -858,18 +858,18 @@ static void test_load_errors(void) {
         sp_vocab *v = load_crafted(cases[i].model, 40, cases[i].extra);
         CHECK(v == NULL && strstr(g_err, cases[i].msg), "case %zu: want error '%s', got '%s'", i,
               cases[i].msg, v ? "(loaded)" : g_err);
-        sp_vocab_free(v);
+        vocab_free(v);
     }
     /* a GPT-2 vocabulary without merges */
-    sp_gguf_writer *w = sp_gguf_writer_create();
-    sp_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
-    sp_gguf_str t[2] = {{"a", 1}, {"b", 1}};
-    sp_gguf_set_arr_str(w, "tokenizer.ggml.tokens", t, 2);
-    sp_gguf_writer_write(w, g_tmp, g_err, sizeof(g_err));
-    sp_gguf_writer_free(w);
+    gguf_writer *w = gguf_writer_create();
+    gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_str t[2] = {{"a", 1}, {"b", 1}};
+    gguf_set_arr_str(w, "tokenizer.ggml.tokens", t, 2);
+    gguf_writer_write(w, g_tmp, g_err, sizeof(g_err));
+    gguf_writer_free(w);
     sp_vocab *v = load_vocab(g_tmp);
     CHECK(v == NULL && strstr(g_err, "merges"), "missing merges: '%s'", g_err);
-    sp_vocab_free(v);
+    vocab_free(v);
     /* every pre-tokenizer name llama.cpp knows loads (its regexes compile)
      * and tokenizes */
     static const char *pres[] = {
@@ -892,13 +892,13 @@ static void test_load_errors(void) {
             CHECK(n >= 0, "pre '%s': tokenize failed", pres[i]);
             free(ids);
         }
-        sp_vocab_free(v);
+        vocab_free(v);
     }
     /* small valid ones load, with the defaults for their kind */
     v = load_crafted("llama", 40, NULL);
     CHECK(v && sp_vocab_add_bos(v) && sp_vocab_bos(v) == 1 && sp_vocab_eos(v) == 2,
           "small spm: %s", v ? "bad defaults" : g_err);
-    sp_vocab_free(v);
+    vocab_free(v);
     v = load_crafted("gpt2", 40, x_pre_qwen2);
     CHECK(v && strcmp(sp_vocab_pre_name(v), "qwen2") == 0 && !sp_vocab_add_bos(v),
           "small qwen2: %s", v ? "bad defaults" : g_err);
@@ -908,25 +908,25 @@ static void test_load_errors(void) {
         CHECK(n >= 0, "tokenize with a crafted vocab");
         free(ids);
     }
-    sp_vocab_free(v);
+    vocab_free(v);
     unlink(g_tmp);
 }
 
 /* A crafted vocabulary where "<x>" is USER_DEFINED: matched in plain text
  * (as llama.cpp does), but not outside the spans once listed as markup. */
-static void x_user_defined(sp_gguf_writer *w) {
+static void x_user_defined(gguf_writer *w) {
     int32_t types[40];
     for (int i = 0; i < 40; i++) types[i] = 1;
     types[5] = 4; /* USER_DEFINED */
-    sp_gguf_set_arr(w, "tokenizer.ggml.token_type", SP_GGUF_INT32, types, 40);
-    sp_gguf_str toks[40];
+    gguf_set_arr(w, "tokenizer.ggml.token_type", SP_GGUF_INT32, types, 40);
+    gguf_str toks[40];
     static char names[40][16];
     for (int i = 0; i < 40; i++) {
         snprintf(names[i], 16, "%c%d", 'a' + i % 26, i);
-        toks[i] = (sp_gguf_str){names[i], strlen(names[i])};
+        toks[i] = (gguf_str){names[i], strlen(names[i])};
     }
-    toks[5] = (sp_gguf_str){"<x>", 3};
-    sp_gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, 40);
+    toks[5] = (gguf_str){"<x>", 3};
+    gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, 40);
 }
 
 static void test_user_defined_markup(void) {
@@ -958,24 +958,24 @@ static void test_user_defined_markup(void) {
     for (int i = 0; i < n; i++) has |= a[i] == 5;
     CHECK(has, "listed as markup, inside a span: [%s]", ids_str(a, n));
     free(a);
-    sp_vocab_free(v);
+    vocab_free(v);
     unlink(g_tmp);
 }
 
 /* A byte-level vocabulary with tokens for four characters only. */
-static void x_four_chars(sp_gguf_writer *w) {
-    sp_gguf_set_str(w, "tokenizer.ggml.pre", "qwen2");
-    sp_gguf_str toks[40];
+static void x_four_chars(gguf_writer *w) {
+    gguf_set_str(w, "tokenizer.ggml.pre", "qwen2");
+    gguf_str toks[40];
     static char names[40][16];
     for (int i = 0; i < 40; i++) {
         snprintf(names[i], 16, "%c%d", 'a' + i % 26, i);
-        toks[i] = (sp_gguf_str){names[i], strlen(names[i])};
+        toks[i] = (gguf_str){names[i], strlen(names[i])};
     }
-    toks[0] = (sp_gguf_str){"a", 1};
-    toks[1] = (sp_gguf_str){"b", 1};
-    toks[2] = (sp_gguf_str){"c", 1};
-    toks[3] = (sp_gguf_str){"1", 1};
-    sp_gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, 40);
+    toks[0] = (gguf_str){"a", 1};
+    toks[1] = (gguf_str){"b", 1};
+    toks[2] = (gguf_str){"c", 1};
+    toks[3] = (gguf_str){"1", 1};
+    gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, 40);
 }
 
 /* A vocabulary that drops bytes it has no token for gives no byte bound;
@@ -999,7 +999,7 @@ static void test_bounded_no_byte_bound(void) {
     CHECK(!b && nb < -100 && -nb < nf / 2, "n_max 100 -> %d of %d", nb, nf);
     free(full);
     free(s);
-    sp_vocab_free(v);
+    vocab_free(v);
     unlink(g_tmp);
 }
 
@@ -1008,8 +1008,8 @@ static void test_bounded_no_byte_bound(void) {
 static char *g_names[256];
 static int g_n_names;
 
-static void x_arch_falcon(sp_gguf_writer *w) { sp_gguf_set_str(w, "general.architecture", "falcon"); }
-static void x_arch_bert(sp_gguf_writer *w) { sp_gguf_set_str(w, "general.architecture", "bert"); }
+static void x_arch_falcon(gguf_writer *w) { gguf_set_str(w, "general.architecture", "falcon"); }
+static void x_arch_bert(gguf_writer *w) { gguf_set_str(w, "general.architecture", "bert"); }
 
 /* Loads path vocab_only / meta_only / fully and checks what each says of
  * it, the metadata and tensor listing, and that such a model cannot run.
@@ -1119,17 +1119,17 @@ static void test_any_architecture(void) {
           n_unsupported);
 
     snprintf(g_tmp, sizeof(g_tmp), "/tmp/specula_tok_%d.gguf", (int)getpid());
-    sp_vocab_free(load_crafted("gpt2", 40, x_arch_falcon));
+    vocab_free(load_crafted("gpt2", 40, x_arch_falcon));
     CHECK(check_any_arch(g_tmp, "crafted falcon/gpt2", NULL) == 0, "crafted falcon: %s", g_err);
     /* no general.architecture at all: the tokenizer still loads */
-    sp_gguf_writer *w = sp_gguf_writer_create();
-    sp_gguf_set_str(w, "tokenizer.ggml.model", "llama");
-    sp_gguf_str t[4] = {{"<unk>", 5}, {"a", 1}, {"b", 1}, {"\xe2\x96\x81", 3}};
+    gguf_writer *w = gguf_writer_create();
+    gguf_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_str t[4] = {{"<unk>", 5}, {"a", 1}, {"b", 1}, {"\xe2\x96\x81", 3}};
     float sc[4] = {0, -1, -2, -3};
-    sp_gguf_set_arr_str(w, "tokenizer.ggml.tokens", t, 4);
-    sp_gguf_set_arr(w, "tokenizer.ggml.scores", SP_GGUF_FLOAT32, sc, 4);
-    int rc = sp_gguf_writer_write(w, g_tmp, g_err, sizeof(g_err));
-    sp_gguf_writer_free(w);
+    gguf_set_arr_str(w, "tokenizer.ggml.tokens", t, 4);
+    gguf_set_arr(w, "tokenizer.ggml.scores", SP_GGUF_FLOAT32, sc, 4);
+    int rc = gguf_writer_write(w, g_tmp, g_err, sizeof(g_err));
+    gguf_writer_free(w);
     REQUIRE(rc == 0, "cannot write %s: %s", g_tmp, g_err);
     sp_model_params mp = sp_model_default_params();
     mp.vocab_only = true;
@@ -1144,7 +1144,7 @@ static void test_any_architecture(void) {
     sp_model_free(m);
     /* a tokenizer type that is not implemented: refused by name
      * (vocab_only), described without a vocabulary (meta_only) */
-    sp_vocab_free(load_crafted("bert", 40, x_arch_bert));
+    vocab_free(load_crafted("bert", 40, x_arch_bert));
     m = sp_model_load(g_tmp, mp, g_err, sizeof(g_err));
     CHECK(!m && strstr(g_err, "unsupported tokenizer model 'bert'"), "bert vocab_only: %s",
           m ? "(loaded)" : g_err);
@@ -1219,7 +1219,7 @@ int main(void) {
     RUN(test_load_errors);
     RUN(test_user_defined_markup);
     RUN(test_bounded_no_byte_bound);
-    sp_vocab_free(g_spm);
-    sp_vocab_free(g_bpe);
+    vocab_free(g_spm);
+    vocab_free(g_bpe);
     TEST_END();
 }
