@@ -439,12 +439,15 @@ void sp_grammar_free(sp_grammar *g);
  * #/definitions/..., minimum/maximum (exclusive too) on integers, and
  * annotations (title, description, default, examples, format, $schema,
  * $id, $comment) which are ignored. Output is compact JSON: at most one
- * space between tokens, no newlines. Returns a malloc'd
- * NUL-terminated GBNF text (the caller frees it), or NULL + err naming an
- * unsupported keyword and where it is ("unsupported keyword 'allOf' at
- * /properties/a"), or the problem. sp_json_grammar: the same for any JSON
- * value whose top level is an object (OpenAI's json_object mode); static. */
-char *sp_json_schema_to_gbnf(const char *schema_json, size_t len, char *err, size_t errlen);
+ * space between tokens, no newlines. On SP_OK, *gbnf is a malloc'd
+ * NUL-terminated GBNF text (the caller frees it); otherwise *gbnf is NULL
+ * and err says what and where: SP_ERR_UNSUPPORTED for valid JSON Schema
+ * outside the subset ("unsupported keyword 'allOf' at /properties/a"),
+ * SP_ERR_INVALID for a schema that is wrong or over a limit, SP_ERR_NOMEM.
+ * sp_json_object_gbnf: the grammar of any JSON value whose top level is an
+ * object (OpenAI's json_object mode); static. */
+int sp_json_schema_to_gbnf(const char *schema_json, size_t len, char **gbnf, char *err,
+                           size_t errlen);
 const char *sp_json_object_gbnf(void);
 
 /* The byte strings of a vocabulary's tokens (sp_token_to_piece's bytes, no

@@ -115,8 +115,9 @@ struct sp_token_trie {
 
 /* A JSON Schema "pattern" (regex.c) as a GBNF expression for the body of a
  * JSON string, appended to out; the bounds of the matched strings' length in
- * characters (*max_len -1: none). SP_OK; SP_ERR_INVALID + err naming an
- * unsupported construct or a malformed pattern; SP_ERR_NOMEM. */
+ * characters (*max_len -1: none). SP_OK; SP_ERR_UNSUPPORTED + err naming a
+ * construct outside the supported subset; SP_ERR_INVALID + err for a
+ * malformed pattern; SP_ERR_NOMEM. */
 int gr_pattern_gbnf(const char *re, sbuf *out, double *min_len, double *max_len, char *err,
                     size_t errlen);
 

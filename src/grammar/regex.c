@@ -62,6 +62,7 @@ typedef struct {
     char *err;
     size_t errlen;
     bool failed;
+    int status;      /* on failure: SP_ERR_INVALID, or SP_ERR_UNSUPPORTED */
     int depth;
 } rx;
 
@@ -70,8 +71,13 @@ typedef struct {
 } span;
 
 static void rx_fail(rx *x, const char *fmt, const char *what) {
-    if (!x->failed) seterr(x->err, x->errlen, fmt, what);
+    if (!x->failed) seterr(x->err, x->errlen, fmt, what), x->status = SP_ERR_INVALID;
     x->failed = true;
+}
+
+/* A valid construct outside the supported subset. */
+static void rx_unsupported(rx *x, const char *fmt, const char *what) {
+    if (!x->failed) rx_fail(x, fmt, what), x->status = SP_ERR_UNSUPPORTED;
 }
 
 /* ---- sets of code points ---- */
@@ -231,7 +237,7 @@ static bool escape(rx *x, cset *s, uint32_t *cp, bool in_class) {
     if (strchr("^$\\.*+?()[]{}|/-", c) && c) return *cp = (unsigned char)c, false;
     char what[8];
     snprintf(what, sizeof(what), "\\%c", c);
-    rx_fail(x, "unsupported construct '%s' in pattern", what);
+    rx_unsupported(x, "unsupported construct '%s' in pattern", what);
     return false;
 }
 
@@ -281,7 +287,7 @@ static span parse_atom(rx *x) {
         x->p++;
         if (x->end - x->p >= 2 && x->p[0] == '?' && x->p[1] == ':') x->p += 2;
         else if (x->p < x->end && *x->p == '?')
-            return rx_fail(x, "unsupported construct '%s' in pattern", "(?"), (span){0, 0};
+            return rx_unsupported(x, "unsupported construct '%s' in pattern", "(?"), (span){0, 0};
         sb_str(x->out, "(");
         const span in = parse_alt(x, false);
         if (x->p >= x->end || *x->p != ')') rx_fail(x, "an unclosed group in the pattern%s", "");
@@ -303,7 +309,7 @@ static span parse_atom(rx *x) {
         return rx_fail(x, "'%s' with nothing to repeat in the pattern", what), (span){0, 0};
     } else if (c == '^' || c == '$') {
         char what[2] = {c, 0};
-        return rx_fail(x, "unsupported construct '%s' in pattern (only at the start or end of the "
+        return rx_unsupported(x, "unsupported construct '%s' in pattern (only at the start or end of the "
                       "pattern or of a top-level alternative)", what), (span){0, 0};
     } else {
         cp = next_char(x);
@@ -396,7 +402,7 @@ int gr_pattern_gbnf(const char *re, sbuf *out, double *min_len, double *max_len,
     sb_str(out, "(");
     const span s = parse_alt(&x, true);
     sb_str(out, ")");
-    if (x.failed) return SP_ERR_INVALID;
+    if (x.failed) return x.status;
     if (out->oom) return SP_ERR_NOMEM;
     *min_len = s.lo;
     *max_len = s.hi == RX_INF ? -1 : s.hi;

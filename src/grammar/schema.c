@@ -112,18 +112,42 @@ typedef struct {
     char *err;
     size_t errlen;
     bool failed;
+    int status; /* the first failure's: SP_ERR_INVALID, _UNSUPPORTED or _NOMEM */
 } conv;
 
-static int fail(conv *c, const char *fmt, ...) {
+static int vfail(conv *c, int status, const char *fmt, va_list ap) {
     if (!c->failed) {
         char msg[300];
-        va_list ap;
-        va_start(ap, fmt);
         vsnprintf(msg, sizeof(msg), fmt, ap);
-        va_end(ap);
         seterr(c->err, c->errlen, "%s", msg);
+        c->status = status;
     }
     c->failed = true;
+    return -1;
+}
+
+/* The schema is wrong (or over a limit). */
+static int fail(conv *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(c, SP_ERR_INVALID, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* The schema is valid JSON Schema outside the supported subset. */
+static int unsupported(conv *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(c, SP_ERR_UNSUPPORTED, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int oom(conv *c) {
+    c->failed = false; /* out of memory wins over an earlier failure */
+    fail(c, "out of memory");
+    c->status = SP_ERR_NOMEM;
     return -1;
 }
 
@@ -151,7 +175,7 @@ static void check_out(conv *c, const buf *b) {
     if (b->over)
         fail(c, "the schema's grammar is larger than %u bytes (the limit of a grammar)", MAX_OUT);
     else if (b->oom)
-        fail(c, "out of memory");
+        oom(c);
 }
 
 static void emit(conv *c, int id, buf *body) {
@@ -247,7 +271,7 @@ static int gen_object(conv *c, const cJSON *s, const char *path, int depth) {
         cJSON *k = cJSON_CreateString(key[i]);
         char *ks = k ? cJSON_PrintUnformatted(k) : NULL;
         cJSON_Delete(k);
-        if (!ks) return fail(c, "out of memory");
+        if (!ks) return oom(c);
         blit(&b, ks);
         free(ks);
         char vn[32];
@@ -281,7 +305,8 @@ static int gen_array(conv *c, const cJSON *s, const char *path, int depth) {
     int it = -7;
     if (items) {
         if (!cJSON_IsObject(items) && !cJSON_IsBool(items))
-            return fail(c, "'items' at %s must be a schema (tuple forms are not supported)", path);
+            return (cJSON_IsArray(items) ? unsupported : fail)(
+                c, "'items' at %s must be a schema (tuple forms are not supported)", path);
         char p[256];
         snprintf(p, sizeof(p), "%s/items", path);
         it = gen(c, items, p, depth + 1);
@@ -323,11 +348,12 @@ static int gen_pattern(conv *c, const cJSON *pat, double mn, double mx, const ch
     const int rc = gr_pattern_gbnf(pat->valuestring, &g, &lo, &hi, err, sizeof(err));
     if (rc) {
         sb_free(&g);
-        return fail(c, "%s at %s", rc == SP_ERR_NOMEM ? "out of memory" : err, path[0] ? path : "/");
+        if (rc == SP_ERR_NOMEM) return oom(c);
+        return (rc == SP_ERR_UNSUPPORTED ? unsupported : fail)(c, "%s at %s", err, path[0] ? path : "/");
     }
     if (lo < mn || (mx >= 0 && (hi < 0 || hi > mx))) {
         sb_free(&g);
-        return fail(c, "unsupported combination of 'pattern' with minLength/maxLength at %s (the "
+        return unsupported(c, "unsupported combination of 'pattern' with minLength/maxLength at %s (the "
                     "pattern's own lengths must lie within them)", path[0] ? path : "/");
     }
     buf b = {0};
@@ -376,7 +402,7 @@ static int gen_integer(conv *c, const cJSON *s, const char *path) {
     } else if (lo == 1 && hi == INFINITY) {
         bprintf(&b, "[1-9] [0-9]{0,15} space");
     } else {
-        return fail(c, "integer bounds at %s are beyond the supported subset (a range of at most "
+        return unsupported(c, "integer bounds at %s are beyond the supported subset (a range of at most "
                     "%d values, or minimum 0 or 1 alone)", path, MAX_ENUM_INT);
     }
     int id = new_rule(c);
@@ -389,7 +415,7 @@ static int gen_number(conv *c, const cJSON *s, const char *path) {
     const bool has_min = num_of(s, "minimum", &mn);
     if (num_of(s, "maximum", &v) || num_of(s, "exclusiveMinimum", &v) ||
         num_of(s, "exclusiveMaximum", &v) || (has_min && mn != 0))
-        return fail(c, "number bounds at %s are beyond the supported subset (minimum 0 only; "
+        return unsupported(c, "number bounds at %s are beyond the supported subset (minimum 0 only; "
                     "use an integer for other bounds)", path);
     if (!has_min) return -4;
     buf b = {0};
@@ -435,7 +461,7 @@ static int gen_ref(conv *c, const char *ref, const char *path, int depth) {
     if (!strncmp(ref, "#/$defs/", 8)) name = ref + 8, where = "$defs";
     else if (!strncmp(ref, "#/definitions/", 14)) name = ref + 14, where = "definitions";
     else if (!strcmp(ref, "#")) name = "", where = NULL;
-    else return fail(c, "unsupported $ref '%.80s' at %s (only #, #/$defs/... and #/definitions/...)", ref, path);
+    else return unsupported(c, "unsupported $ref '%.80s' at %s (only #, #/$defs/... and #/definitions/...)", ref, path);
     const cJSON *target = where ? cJSON_GetObjectItemCaseSensitive(
                                       cJSON_GetObjectItemCaseSensitive(c->root, where), name)
                                 : c->root;
@@ -503,7 +529,7 @@ static int gen(conv *c, const cJSON *s, const char *path, int depth) {
     cJSON_ArrayForEach(k, s) {
         bool ok = false;
         for (int i = 0; known[i] && !ok; i++) ok = !strcmp(k->string, known[i]);
-        if (!ok) return fail(c, "unsupported keyword '%.60s' at %s", k->string, path[0] ? path : "/");
+        if (!ok) return unsupported(c, "unsupported keyword '%.60s' at %s", k->string, path[0] ? path : "/");
     }
     const cJSON *x;
     if ((x = cJSON_GetObjectItemCaseSensitive(s, "$ref"))) {
@@ -523,13 +549,13 @@ static int gen(conv *c, const cJSON *s, const char *path, int depth) {
         const cJSON *v;
         if (cst) {
             char *t = cJSON_PrintUnformatted(cst);
-            if (!t) return fail(c, "out of memory");
+            if (!t) return oom(c);
             blit(&b, t);
             free(t);
         } else {
             cJSON_ArrayForEach(v, en) {
                 char *t = cJSON_PrintUnformatted(v);
-                if (!t) return fail(c, "out of memory");
+                if (!t) return oom(c);
                 if (i++) bprintf(&b, " | ");
                 blit(&b, t);
                 free(t);
@@ -569,16 +595,17 @@ static int gen(conv *c, const cJSON *s, const char *path, int depth) {
     return -7; /* any value */
 }
 
-char *sp_json_schema_to_gbnf(const char *text, size_t len, char *err, size_t errlen) {
+int sp_json_schema_to_gbnf(const char *text, size_t len, char **gbnf, char *err, size_t errlen) {
+    *gbnf = NULL;
     if (!text) {
         seterr(err, errlen, "no schema");
-        return NULL;
+        return SP_ERR_INVALID;
     }
     if (!len) len = strlen(text);
     cJSON *doc = cJSON_ParseWithLength(text, len);
     if (!doc) {
         seterr(err, errlen, "the schema is not valid JSON");
-        return NULL;
+        return SP_ERR_INVALID;
     }
     conv c = {.root = doc, .err = err, .errlen = errlen};
     int top = gen(&c, doc, "", 0);
@@ -602,6 +629,7 @@ char *sp_json_schema_to_gbnf(const char *text, size_t len, char *err, size_t err
             if (g) {
                 out = b.s;
             } else {
+                c.status = SP_ERR_INVALID;
                 seterr(err, errlen, "%s", strstr(gerr, "left recursion")
                               ? "the schema refers to itself ($ref) without any value in between"
                               : gerr);
@@ -612,7 +640,8 @@ char *sp_json_schema_to_gbnf(const char *text, size_t len, char *err, size_t err
     }
     free(c.out.s);
     cJSON_Delete(doc);
-    return out;
+    *gbnf = out;
+    return out ? SP_OK : c.status ? c.status : SP_ERR_INVALID;
 }
 
 const char *sp_json_object_gbnf(void) {

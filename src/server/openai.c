@@ -562,11 +562,13 @@ static int f_response_format(const cJSON *v, pctx *c, oai_error *e) {
     char *text = cJSON_PrintUnformatted(schema);
     if (!text) return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
     char err[300];
-    char *g = sp_json_schema_to_gbnf(text, 0, err, sizeof(err));
+    char *g;
+    const int rc = sp_json_schema_to_gbnf(text, 0, &g, err, sizeof(err));
     free(text);
-    if (!g)
+    if (rc == SP_ERR_NOMEM) return oai_status_error(e, rc, NULL, "out of memory");
+    if (rc)
         return oai_seterr(e, 400, "invalid_request_error", "response_format",
-                          strstr(err, "unsupported") ? "unsupported_parameter" : "invalid_value",
+                          rc == SP_ERR_UNSUPPORTED ? "unsupported_parameter" : "invalid_value",
                           "response_format.json_schema.schema: %s", err);
     return set_grammar(c, g, "response_format", e);
 }

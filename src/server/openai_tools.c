@@ -148,11 +148,13 @@ static int calls_grammar(const cJSON *tools, const char *only, const oai_tool_fm
         return BAD("tool_choice", only ? "tool_choice names '%.64s', which is not in tools"
                                        : "tool_choice needs tools%s", only ? only : "");
     char err[300];
-    char *call = sp_json_schema_to_gbnf(text, 0, err, sizeof(err));
+    char *call;
+    const int rc = sp_json_schema_to_gbnf(text, 0, &call, err, sizeof(err));
     free(text);
-    if (!call)
+    if (rc == SP_ERR_NOMEM) return oai_status_error(e, rc, NULL, "out of memory");
+    if (rc)
         return oai_seterr(e, 400, "invalid_request_error", "tools",
-                          strstr(err, "unsupported") ? "unsupported_parameter" : "invalid_value",
+                          rc == SP_ERR_UNSUPPORTED ? "unsupported_parameter" : "invalid_value",
                           "tools: a function's parameters: %s", err);
     static const char root[] = "root ::= ";
     sbuf b = {0};

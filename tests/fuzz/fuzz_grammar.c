@@ -138,7 +138,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     err[0] = 0;
-    char *gbnf = len ? sp_json_schema_to_gbnf(text, len, err, sizeof(err)) : NULL;
+    char *gbnf = NULL;
+    if (len) sp_json_schema_to_gbnf(text, len, &gbnf, err, sizeof(err));
     if (!gbnf) {
         if (len) FZ_ASSERT(err[0]);
         return 0;

@@ -75,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *gbnf = NULL;
     double t0 = time_ms();
     if (data[0] & 1) {
-        gbnf = sp_json_schema_to_gbnf(text, len, err, sizeof(err));
+        sp_json_schema_to_gbnf(text, len, &gbnf, err, sizeof(err));
     } else if (!memchr(text, 0, len) && (gbnf = malloc(len + 1))) {
         memcpy(gbnf, text, len);
         gbnf[len] = 0;

@@ -473,7 +473,8 @@ static void test_schema_table(void) {
     char err[256];
     for (size_t i = 0; i < sizeof(s_cases) / sizeof(s_cases[0]); i++) {
         const scase *c = &s_cases[i];
-        char *gbnf = sp_json_schema_to_gbnf(c->schema, 0, err, sizeof(err));
+        char *gbnf;
+        sp_json_schema_to_gbnf(c->schema, 0, &gbnf, err, sizeof(err));
         CHECK(gbnf, "schema %zu: %s", i, err);
         if (!gbnf) continue;
         sp_grammar *g = sp_grammar_compile(gbnf, 0, err, sizeof(err));
@@ -508,34 +509,36 @@ static void test_schema_table(void) {
 static void test_schema_refused(void) {
     static const struct {
         const char *schema, *why;
+        int status;
     } bad[] = {
-        {"{\"allOf\": [{}]}", "unsupported keyword 'allOf' at /"},
+        {"{\"allOf\": [{}]}", "unsupported keyword 'allOf' at /", SP_ERR_UNSUPPORTED},
         {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\", \"pattern\": \"^(?=a)\"}}}",
-         "unsupported construct '(?' in pattern at /properties/a"},
-        {"{\"type\": \"string\", \"pattern\": \"(a)\\\\1\"}", "unsupported construct '\\1' in pattern"},
-        {"{\"type\": \"string\", \"pattern\": \"\\\\bword\"}", "unsupported construct '\\b' in pattern"},
-        {"{\"type\": \"string\", \"pattern\": \"a^b\"}", "unsupported construct '^' in pattern"},
-        {"{\"type\": \"string\", \"pattern\": \"(a$)\"}", "unsupported construct '$' in pattern"},
-        {"{\"pattern\": \"^a$\"}", "needs \"type\": \"string\""},
-        {"{\"type\": \"string\", \"pattern\": \"^a+$\", \"maxLength\": 3}", "unsupported combination of 'pattern'"},
-        {"{\"type\": \"string\", \"pattern\": \"[z-a]\"}", "out of order"},
-        {"{\"type\": \"string\", \"pattern\": \"(ab\"}", "unclosed group"},
-        {"{\"type\": \"string\", \"pattern\": \"a{2000}\"}", "above 1000"},
-        {"{\"type\": \"string\", \"pattern\": \"*a\"}", "nothing to repeat"},
-        {"{\"type\": \"number\", \"maximum\": 3}", "number bounds"},
-        {"{\"$ref\": \"http://x/y\"}", "unsupported $ref"},
-        {"{\"$ref\": \"#/$defs/none\"}", "points nowhere"},
-        {"{\"type\": \"strin\"}", "unknown type 'strin'"},
-        {"[1", "not valid JSON"},
-        {"{\"type\": \"array\", \"minItems\": 3, \"maxItems\": 2}", "maxItems < minItems"},
-        {"{\"$ref\": \"#\"}", "refers to itself"},
+         "unsupported construct '(?' in pattern at /properties/a", SP_ERR_UNSUPPORTED},
+        {"{\"type\": \"string\", \"pattern\": \"(a)\\\\1\"}", "unsupported construct '\\1' in pattern", SP_ERR_UNSUPPORTED},
+        {"{\"type\": \"string\", \"pattern\": \"\\\\bword\"}", "unsupported construct '\\b' in pattern", SP_ERR_UNSUPPORTED},
+        {"{\"type\": \"string\", \"pattern\": \"a^b\"}", "unsupported construct '^' in pattern", SP_ERR_UNSUPPORTED},
+        {"{\"type\": \"string\", \"pattern\": \"(a$)\"}", "unsupported construct '$' in pattern", SP_ERR_UNSUPPORTED},
+        {"{\"pattern\": \"^a$\"}", "needs \"type\": \"string\"", SP_ERR_INVALID},
+        {"{\"type\": \"string\", \"pattern\": \"^a+$\", \"maxLength\": 3}", "unsupported combination of 'pattern'", SP_ERR_UNSUPPORTED},
+        {"{\"type\": \"string\", \"pattern\": \"[z-a]\"}", "out of order", SP_ERR_INVALID},
+        {"{\"type\": \"string\", \"pattern\": \"(ab\"}", "unclosed group", SP_ERR_INVALID},
+        {"{\"type\": \"string\", \"pattern\": \"a{2000}\"}", "above 1000", SP_ERR_INVALID},
+        {"{\"type\": \"string\", \"pattern\": \"*a\"}", "nothing to repeat", SP_ERR_INVALID},
+        {"{\"type\": \"number\", \"maximum\": 3}", "number bounds", SP_ERR_UNSUPPORTED},
+        {"{\"$ref\": \"http://x/y\"}", "unsupported $ref", SP_ERR_UNSUPPORTED},
+        {"{\"$ref\": \"#/$defs/none\"}", "points nowhere", SP_ERR_INVALID},
+        {"{\"type\": \"strin\"}", "unknown type 'strin'", SP_ERR_INVALID},
+        {"[1", "not valid JSON", SP_ERR_INVALID},
+        {"{\"type\": \"array\", \"minItems\": 3, \"maxItems\": 2}", "maxItems < minItems", SP_ERR_INVALID},
+        {"{\"$ref\": \"#\"}", "refers to itself", SP_ERR_INVALID},
     };
     char err[256];
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         err[0] = 0;
-        char *g = sp_json_schema_to_gbnf(bad[i].schema, 0, err, sizeof(err));
-        CHECK(!g && strstr(err, bad[i].why), "%s: got %s, want '%s'", bad[i].schema, g ? g : err,
-              bad[i].why);
+        char *g;
+        const int rc = sp_json_schema_to_gbnf(bad[i].schema, 0, &g, err, sizeof(err));
+        CHECK(!g && rc == bad[i].status && strstr(err, bad[i].why), "%s: got %d %s, want %d '%s'",
+              bad[i].schema, rc, g ? g : err, bad[i].status, bad[i].why);
         free(g);
     }
 }

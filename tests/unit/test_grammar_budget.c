@@ -54,7 +54,8 @@ typedef struct {
 static void *drive(void *arg) {
     hrun *h = arg;
     char err[256];
-    char *conv = h->gbnf[0] == '{' ? sp_json_schema_to_gbnf(h->gbnf, strlen(h->gbnf), err, sizeof(err)) : NULL;
+    char *conv = NULL;
+    if (h->gbnf[0] == '{') sp_json_schema_to_gbnf(h->gbnf, strlen(h->gbnf), &conv, err, sizeof(err));
     sp_grammar *g = h->gbnf[0] == '{' && !conv ? NULL
                                                 : sp_grammar_compile(conv ? conv : h->gbnf, 0, err, sizeof(err));
     free(conv);

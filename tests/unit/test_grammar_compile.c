@@ -217,7 +217,8 @@ static void test_names_and_nullable(void) {
 static char *schema_err(const char *schema, char *err, size_t errlen, double *secs) {
     err[0] = 0;
     const double t0 = now_s();
-    char *g = sp_json_schema_to_gbnf(schema, 0, err, errlen);
+    char *g;
+    sp_json_schema_to_gbnf(schema, 0, &g, err, errlen);
     if (secs) *secs = now_s() - t0;
     return g;
 }
