@@ -14,7 +14,7 @@
 static void batch_usage(FILE *f) {
     fprintf(f,
             "usage: specula batch [-m MODEL] -f PROMPTS.jsonl [--concurrency C] [engine options]\n"
-            "  -m MODEL          GGUF model (default: %s)\n"
+            "  -m MODEL          GGUF model; also --model MODEL, or MODEL alone (default: %s)\n"
             "  -f FILE           one JSON object per line: id, prompt, max_tokens (16),\n"
             "                    temperature (1), top_p (1), seed, stop (string or array),\n"
             "                    cache_salt\n"

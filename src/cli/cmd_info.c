@@ -11,19 +11,26 @@ int cmd_info(int argc, char **argv) {
     const char *model = cli_default_model();
     bool verbose = false;
     long n_ctx = 4096;
+    bool model_given = false;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+        const char *a = cli_alias(argv[i]);
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: specula info [-m MODEL] [-c N_CTX] [-v]\n"
-                   "  -v  also list every metadata key and tensor\n");
+                   "  -m MODEL  GGUF model; also --model MODEL, or MODEL alone (default: %s)\n"
+                   "  -c N_CTX  the context to cost the KV cache for (default 4096)\n"
+                   "  -v        also list every metadata key and tensor\n",
+                   model ? model : "none found");
             return 0;
-        } else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
-            model = argv[++i];
-        } else if (!strcmp(argv[i], "-c") && i + 1 < argc) {
+        } else if (!strcmp(a, "-m") && i + 1 < argc) {
+            model = argv[++i], model_given = true;
+        } else if (a[0] != '-' && !model_given) {
+            model = a, model_given = true;
+        } else if (!strcmp(a, "-c") && i + 1 < argc) {
             if (!parse_long(argv[++i], 1, 1 << 24, &n_ctx)) {
                 fprintf(stderr, "specula info: invalid context size '%s'\n", argv[i]);
                 return 2;
             }
-        } else if (!strcmp(argv[i], "-v")) {
+        } else if (!strcmp(a, "-v")) {
             verbose = true;
         } else {
             fprintf(stderr, "specula info: unknown or incomplete option '%s'\n", argv[i]);

@@ -14,7 +14,7 @@ static void run_usage(FILE *f) {
     fprintf(f,
             "usage: specula run [-m MODEL] (-p PROMPT | -f FILE) [options]\n"
             "       specula run [-m MODEL] --chat [--system TEXT] [--chat-template NAME] [options]\n"
-            "  -m MODEL          GGUF model (default: %s)\n"
+            "  -m MODEL          GGUF model; also --model MODEL, or MODEL alone (default: %s)\n"
             "  -p PROMPT         prompt text\n"
             "  -f FILE           read the prompt from FILE, byte for byte (- : standard input)\n"
             "  -n N              tokens to generate (default 128)\n"

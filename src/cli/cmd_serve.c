@@ -27,7 +27,7 @@
 static void serve_usage(FILE *f) {
     fprintf(f,
             "usage: specula serve [-m MODEL] [--host H] [--port P] [options] [engine options]\n"
-            "  -m MODEL               GGUF model (default: %s)\n"
+            "  -m MODEL               GGUF model; also --model MODEL, or MODEL alone (default: %s)\n"
             "  --host H               address to listen on (default 127.0.0.1)\n"
             "  --port P               TCP port (default 8080; 0: any free port, printed)\n"
             "  --api-key KEY          require 'Authorization: Bearer KEY'; repeat for several\n"

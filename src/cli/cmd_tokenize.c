@@ -7,6 +7,8 @@
 
 static void tok_usage(FILE *f) {
     fprintf(f, "usage: specula tokenize [-m MODEL] [--no-bos] [--no-parse-special] (-f FILE | TEXT)\n"
+               "  -m MODEL            GGUF model; also --model MODEL (a plain argument is the text)\n"
+               "  -f FILE             tokenize the file's bytes (\"-\": standard input)\n"
                "  --no-bos            add no special tokens at all (no BOS/EOS)\n"
                "  --no-parse-special  treat special-token text as plain text\n");
 }
@@ -15,7 +17,7 @@ int cmd_tokenize(int argc, char **argv) {
     const char *model = cli_default_model(), *file = NULL, *text = NULL;
     bool add_special = true, parse_special = true;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = cli_alias(argv[i]);
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             tok_usage(stdout);
             return 0;

@@ -25,7 +25,7 @@ const char *cli_engine_usage =
     "  --draft MODEL        the draft model for --spec draft (default: the bundled draft)\n";
 
 /* Other engines' spellings of the same options (llama-server, vLLM), so
- * that a command line a user already has works; README "Option names".
+ * that a command line a user already has works (docs/cli.md).
  * Only exact equivalents: llama-server's -c is the total over its slots,
  * Specula's -c is per request, so the mapping of -c itself is documented,
  * not aliased. */

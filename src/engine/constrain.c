@@ -41,9 +41,9 @@ static bool same(const char *a, const char *b) { return (!a && !b) || (a && b &&
  * NULL. Under gmu. */
 static sp_grammar *cache_find(sp_engine *e, const char *salt, const char *text) {
     for (int i = 0; i < SP_GCACHE; i++) {
-        struct gcache_entry *c = &e->gcache[i];
+        struct gcache_entry *c = &e->gram.cache[i];
         if (c->text && same(c->salt, salt) && !strcmp(c->text, text)) {
-            c->used = ++e->gcache_clock;
+            c->used = ++e->gram.clock;
             gr_retain(c->g);
             return c->g;
         }
@@ -54,9 +54,9 @@ static sp_grammar *cache_find(sp_engine *e, const char *salt, const char *text) 
 /* Keeps g for (salt, text) in place of the least recently used entry
  * (nothing when out of memory: it is only a cache). Under gmu. */
 static void cache_put(sp_engine *e, const char *salt, const char *text, sp_grammar *g) {
-    struct gcache_entry *old = &e->gcache[0];
+    struct gcache_entry *old = &e->gram.cache[0];
     for (int i = 1; i < SP_GCACHE; i++)
-        if (e->gcache[i].used < old->used) old = &e->gcache[i];
+        if (e->gram.cache[i].used < old->used) old = &e->gram.cache[i];
     char *t = strdup(text), *sl = salt ? strdup(salt) : NULL;
     if (!t || (salt && !sl)) {
         free(t), free(sl);
@@ -64,7 +64,7 @@ static void cache_put(sp_engine *e, const char *salt, const char *text, sp_gramm
     }
     free(old->text), free(old->salt);
     sp_grammar_free(old->g);
-    *old = (struct gcache_entry){sl, t, g, ++e->gcache_clock};
+    *old = (struct gcache_entry){sl, t, g, ++e->gram.clock};
     gr_retain(g);
 }
 
@@ -75,13 +75,13 @@ static void cache_put(sp_engine *e, const char *salt, const char *text, sp_gramm
  * text) runs outside gmu: other requests never wait for it. */
 static sp_grammar *grammar_for(sp_engine *e, const char *salt, const char *text, char *err,
                                size_t errlen) {
-    pthread_mutex_lock(&e->gmu);
+    pthread_mutex_lock(&e->gram.mu);
     sp_grammar *g = cache_find(e, salt, text);
-    pthread_mutex_unlock(&e->gmu);
+    pthread_mutex_unlock(&e->gram.mu);
     if (g) return g;
     if (!(g = sp_grammar_compile(text, 0, err, errlen))) return NULL;
-    __atomic_add_fetch(&e->g_compiles, 1, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&e->gmu);
+    __atomic_add_fetch(&e->gram.compiles, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&e->gram.mu);
     sp_grammar *had = cache_find(e, salt, text); /* compiled meanwhile by another request */
     if (had) {
         sp_grammar_free(g);
@@ -89,7 +89,7 @@ static sp_grammar *grammar_for(sp_engine *e, const char *salt, const char *text,
     } else {
         cache_put(e, salt, text, g);
     }
-    pthread_mutex_unlock(&e->gmu);
+    pthread_mutex_unlock(&e->gram.mu);
     return g;
 }
 
@@ -110,14 +110,14 @@ static bool gmem_take(sp_engine *e, size_t *used, size_t bytes) {
 }
 
 void eng_grammar_release(sp_engine *e, request *r) {
-    __atomic_sub_fetch(&e->gmem_gram, r->gmem_gram, __ATOMIC_RELAXED);
-    __atomic_sub_fetch(&e->gmem_match, r->gmem_match, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&e->gram.mem_gram, r->gmem_gram, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&e->gram.mem_match, r->gmem_match, __ATOMIC_RELAXED);
     r->gmem_gram = r->gmem_match = 0;
 }
 
 /* A matcher for r, set up as the request asked (jump-forward, a trigger). */
 static sp_matcher *matcher_of(sp_engine *e, const request *r, char *err, size_t errlen, int *rc) {
-    sp_matcher *m = sp_matcher_create(r->gram, e->trie, err, errlen);
+    sp_matcher *m = sp_matcher_create(r->gram, e->gram.trie, err, errlen);
     *rc = m ? sp_matcher_error(m, err, errlen) : SP_ERR_NOMEM;
     if (*rc) {
         sp_matcher_free(m);
@@ -163,16 +163,16 @@ int eng_grammar_take(sp_engine *e, request *r, const sp_request_params *rp, char
         return SP_ERR_INVALID;
     }
     if (!rp->grammar) return SP_OK;
-    pthread_mutex_lock(&e->gmu);
+    pthread_mutex_lock(&e->gram.mu);
     int rc = SP_OK;
-    if (!e->trie && !(e->trie = sp_token_trie_create(e->vocab, err, errlen))) rc = SP_ERR_NOMEM;
-    if (!rc && !e->mrows &&
-        !(e->mrows = malloc((size_t)(SP_SPEC_K_MAX + 1) * e->n_vocab * sizeof(float))))
+    if (!e->gram.trie && !(e->gram.trie = sp_token_trie_create(e->vocab, err, errlen))) rc = SP_ERR_NOMEM;
+    if (!rc && !e->gram.mrows &&
+        !(e->gram.mrows = malloc((size_t)(SP_SPEC_K_MAX + 1) * e->n_vocab * sizeof(float))))
         rc = SP_ERR_NOMEM;
-    pthread_mutex_unlock(&e->gmu);
+    pthread_mutex_unlock(&e->gram.mu);
     if (rc) return rc;
     if (!(r->gram = grammar_for(e, r->salt, rp->grammar, err, errlen))) return SP_ERR_INVALID;
-    if (!gmem_take(e, &e->gmem_gram, gr_bytes(r->gram))) {
+    if (!gmem_take(e, &e->gram.mem_gram, gr_bytes(r->gram))) {
         seterr(err, errlen, "the engine's memory for compiled grammars (%zu MiB) is held by "
                   "other requests' grammars; retry later", e->p.grammar_mem / 2 >> 20);
         return SP_ERR_BUSY;
@@ -186,7 +186,7 @@ int eng_grammar_take(sp_engine *e, request *r, const sp_request_params *rp, char
 
 int eng_grammar_admit(sp_engine *e, request *r) {
     if (!r->gram || r->gm) return 1;
-    if (!gmem_take(e, &e->gmem_match, GR_MATCHER_MAX_BYTES)) { /* waits for others' to end */
+    if (!gmem_take(e, &e->gram.mem_match, GR_MATCHER_MAX_BYTES)) { /* waits for others' to end */
         e->st.grammar_waits++;
         return 0;
     }
@@ -222,14 +222,23 @@ bool eng_grammar_throttled(request *r) {
     return r->gdebt > 0;
 }
 
+void eng_grammar_init(sp_engine *e) { pthread_mutex_init(&e->gram.mu, NULL); }
+
+void eng_grammar_stats(sp_engine *e, sp_engine_stats *st) {
+    st->grammar_compiles = __atomic_load_n(&e->gram.compiles, __ATOMIC_RELAXED);
+    st->grammar_mem_used = __atomic_load_n(&e->gram.mem_gram, __ATOMIC_RELAXED) +
+                           __atomic_load_n(&e->gram.mem_match, __ATOMIC_RELAXED);
+}
+
 void eng_grammar_free(sp_engine *e) {
     for (int i = 0; i < SP_GCACHE; i++) {
-        free(e->gcache[i].text);
-        free(e->gcache[i].salt);
-        sp_grammar_free(e->gcache[i].g);
+        free(e->gram.cache[i].text);
+        free(e->gram.cache[i].salt);
+        sp_grammar_free(e->gram.cache[i].g);
     }
-    sp_token_trie_free(e->trie);
-    free(e->mrows);
+    sp_token_trie_free(e->gram.trie);
+    free(e->gram.mrows);
+    pthread_mutex_destroy(&e->gram.mu);
 }
 
 void eng_grammar_dead_end(request *r) {
@@ -266,7 +275,7 @@ const float *eng_grammar_mask_rows(sp_engine *e, request *r, const float *rows, 
         const sp_token *ref;
         const int32_t n_ref = sp_matcher_free_at(r->gm, i, &ref);
         if (n_ref >= 0) { /* free (lazy grammar): only the listed tokens are refused */
-            float *o = e->mrows + (size_t)i * V;
+            float *o = e->gram.mrows + (size_t)i * V;
             memcpy(o, rows + (size_t)i * V, (size_t)V * sizeof(float));
             for (int32_t j = 0; j < n_ref; j++) o[ref[j]] = -INFINITY;
             continue;
@@ -275,7 +284,7 @@ const float *eng_grammar_mask_rows(sp_engine *e, request *r, const float *rows, 
             *n = i - 1;
             break;
         }
-        float *o = e->mrows + (size_t)i * V;
+        float *o = e->gram.mrows + (size_t)i * V;
         memcpy(o, rows + (size_t)i * V, (size_t)V * sizeof(float));
         sp_mask_apply(r->gmask, o, V);
         if (sp_matcher_can_end_at(r->gm, i)) /* the request's stop tokens end it as EOG does */
@@ -283,7 +292,7 @@ const float *eng_grammar_mask_rows(sp_engine *e, request *r, const float *rows, 
                 if (r->stop_toks[j] >= 0 && r->stop_toks[j] < V)
                     o[r->stop_toks[j]] = rows[(size_t)i * V + r->stop_toks[j]];
     }
-    return *n < 0 ? NULL : e->mrows;
+    return *n < 0 ? NULL : e->gram.mrows;
 }
 
 void eng_grammar_cut(sp_engine *e, request *r) {

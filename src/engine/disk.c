@@ -56,11 +56,11 @@ int eng_disk_open(sp_engine *e, char *err, size_t errlen) {
     dp.block_size = e->p.kv_block_size;
     dp.n_layer = h->n_layer;
     dp.kv_dim = h->n_head_kv * h->head_dim;
-    e->disk = disk_tier_open(&dp, err, errlen);
-    if (!e->disk) return SP_ERR_INVALID;
-    disk_tier_fp(e->disk, e->model_key);
-    e->disk_buf = malloc(disk_tier_block_bytes(e->disk));
-    if (!e->disk_buf) {
+    e->disk.tier = disk_tier_open(&dp, err, errlen);
+    if (!e->disk.tier) return SP_ERR_INVALID;
+    disk_tier_fp(e->disk.tier, e->model_key);
+    e->disk.buf = malloc(disk_tier_block_bytes(e->disk.tier));
+    if (!e->disk.buf) {
         seterr(err, errlen, "out of memory for the disk tier");
         return SP_ERR_NOMEM;
     }
@@ -68,24 +68,24 @@ int eng_disk_open(sp_engine *e, char *err, size_t errlen) {
 }
 
 void eng_disk_close(sp_engine *e) {
-    disk_tier_close(e->disk);
-    e->disk = NULL;
-    free(e->disk_buf);
-    e->disk_buf = NULL;
+    disk_tier_close(e->disk.tier);
+    e->disk.tier = NULL;
+    free(e->disk.buf);
+    e->disk.buf = NULL;
 }
 
 void eng_disk_put(sp_engine *e, request *r, int32_t block) {
-    if (!e->disk) return;
+    if (!e->disk.tier) return;
     const int32_t id = kv_paged_block_id(e->kv, r->slot, block);
     if (id < 0) return;
-    disk_tier_put(e->disk, &r->hashes[block], r->toks + (size_t)block * e->p.kv_block_size,
+    disk_tier_put(e->disk.tier, &r->hashes[block], r->toks + (size_t)block * e->p.kv_block_size,
                      kv_paged_block_data(e->kv, id));
 }
 
 void eng_disk_observe(sp_engine *e, int32_t n_tok, double ms) {
-    if (!e->disk || n_tok < PREFILL_MIN_TOKENS || ms <= 0) return;
+    if (!e->disk.tier || n_tok < PREFILL_MIN_TOKENS || ms <= 0) return;
     const double per = ms / n_tok;
-    e->prefill_ms_tok = e->prefill_ms_tok > 0 ? EMA_KEEP * e->prefill_ms_tok + (1 - EMA_KEEP) * per
+    e->disk.prefill_ms_tok = e->disk.prefill_ms_tok > 0 ? EMA_KEEP * e->disk.prefill_ms_tok + (1 - EMA_KEEP) * per
                                               : per;
 }
 
@@ -95,13 +95,13 @@ bool eng_disk_restore_pays(double restore_ms_block, double prefill_ms_tok, int32
 }
 
 static bool restore_pays(const sp_engine *e) {
-    return eng_disk_restore_pays(e->disk_ms_block, e->prefill_ms_tok, e->p.kv_block_size);
+    return eng_disk_restore_pays(e->disk.ms_block, e->disk.prefill_ms_tok, e->p.kv_block_size);
 }
 
 int32_t eng_disk_restore(sp_engine *e, request *r, int32_t from, int32_t usable,
                          int32_t *from_disk) {
     *from_disk = 0;
-    if (!e->disk) return 0;
+    if (!e->disk.tier) return 0;
     const int32_t bs = e->p.kv_block_size;
     int32_t got = 0;
     for (int32_t j = from; j < usable; j++, got++) {
@@ -111,28 +111,28 @@ int32_t eng_disk_restore(sp_engine *e, request *r, int32_t from, int32_t usable,
             continue;
         }
         if (!restore_pays(e)) {
-            for (int32_t k = j; k < usable && disk_tier_has(e->disk, &r->hashes[k]); k++)
-                e->disk_declined++;
+            for (int32_t k = j; k < usable && disk_tier_has(e->disk.tier, &r->hashes[k]); k++)
+                e->disk.declined++;
             break;
         }
         const double t0 = time_ms();
-        if (disk_tier_get(e->disk, h, r->toks + (size_t)j * bs, e->disk_buf)) break;
-        if (kv_paged_append(e->kv, r->slot, h, e->disk_buf)) break;
+        if (disk_tier_get(e->disk.tier, h, r->toks + (size_t)j * bs, e->disk.buf)) break;
+        if (kv_paged_append(e->kv, r->slot, h, e->disk.buf)) break;
         const double ms = time_ms() - t0;
-        e->disk_ms_block = e->disk_ms_block > 0
-                               ? EMA_KEEP * e->disk_ms_block + (1 - EMA_KEEP) * ms
+        e->disk.ms_block = e->disk.ms_block > 0
+                               ? EMA_KEEP * e->disk.ms_block + (1 - EMA_KEEP) * ms
                                : ms;
-        e->disk_restore_ms += ms;
-        e->disk_restored++;
+        e->disk.restore_ms += ms;
+        e->disk.restored++;
         (*from_disk)++;
     }
     return got;
 }
 
 void eng_disk_stats(sp_engine *e, sp_engine_stats *st) {
-    if (!e->disk) return;
+    if (!e->disk.tier) return;
     disk_tier_stats d;
-    disk_tier_get_stats(e->disk, &d);
+    disk_tier_get_stats(e->disk.tier, &d);
     st->disk_on = !d.broken;
     st->disk_blocks = d.blocks;
     st->disk_bytes = d.bytes;
@@ -144,7 +144,7 @@ void eng_disk_stats(sp_engine *e, sp_engine_stats *st) {
     st->disk_evictions = d.evictions;
     st->disk_corrupt = d.corrupt;
     st->disk_set_aside = d.set_aside;
-    st->disk_restored = e->disk_restored;
-    st->disk_restore_ms = e->disk_restore_ms;
-    st->disk_declined = e->disk_declined;
+    st->disk_restored = e->disk.restored;
+    st->disk_restore_ms = e->disk.restore_ms;
+    st->disk_declined = e->disk.declined;
 }

@@ -16,7 +16,7 @@
  *                buffers (struct step) live here, not in the engine
  *   speculate.c  speculation inside the step: proposals, the plan, the fit
  *                into budget and pool, verification, the acceptance
- *                estimate (spec_observe, its one writer)
+ *                estimate (eng_spec_observe, its one writer)
  *   output.c     what a committed token becomes: logprobs, text, stop
  *                rules, events
  *   disk.c       the prefix cache's disk tier: blocks written as they are
@@ -32,7 +32,7 @@
  * One round of the loop (engine_main), under the lock:
  *   serve_controls  flush / check asks, the debug invariant check
  *   reap            cancelled requests finish; final events still owed
- *   eng_step        schedule -> guard -> spec_prepare -> build the batch -> forward
+ *   eng_step        schedule -> guard -> eng_spec_prepare -> build the batch -> forward
  *                   pass (unlocked) -> commit each entry from its rows
  *                   (verify + roll back when it speculated) -> its event
  *   publish         the pool's stats snapshot (its one writer), the events
@@ -72,37 +72,31 @@ sp_engine_params sp_engine_default_params(void) {
 
 /* ---- the loop --------------------------------------------------------------- */
 
-static int64_t parts_held(const sp_engine *e) {
-    int64_t n = 0; /* every running request holds its partition, nothing else does */
-    for (int32_t s = 0; s < e->p.max_seqs; s++) n += e->slots[s] && e->slots[s]->part;
-    return n;
-}
-
 /* Serves flush/check asks (the pool is quiescent between steps) and, with
  * debug_check, checks the invariants after every step. */
 static void serve_controls(sp_engine *e) {
     if (e->p.debug_check) {
         char err[256];
         if ((kv_paged_check(e->kv, err, sizeof(err)) ||
-             spec_parts_check(e->parts, parts_held(e), false, err, sizeof(err))) &&
-            !e->check_failures++)
-            snprintf(e->first_failure, sizeof(e->first_failure), "%s", err);
+             eng_spec_check(e, err, sizeof(err))) &&
+            !e->ctl.check_failures++)
+            snprintf(e->ctl.first_failure, sizeof(e->ctl.first_failure), "%s", err);
     }
     bool served = false;
-    if (e->flush_req) {
-        e->flush_result = kv_paged_flush(e->kv);
-        e->flush_req = false;
+    if (e->ctl.flush_req) {
+        e->ctl.flush_result = kv_paged_flush(e->kv);
+        e->ctl.flush_req = false;
         served = true;
     }
-    if (e->check_req) {
-        e->check_rc = kv_paged_check(e->kv, e->check_err, sizeof(e->check_err));
-        if (!e->check_rc)
-            e->check_rc = spec_parts_check(e->parts, parts_held(e), false, e->check_err,
-                                              sizeof(e->check_err));
-        e->check_req = false;
+    if (e->ctl.check_req) {
+        e->ctl.check_rc = kv_paged_check(e->kv, e->ctl.check_err, sizeof(e->ctl.check_err));
+        if (!e->ctl.check_rc)
+            e->ctl.check_rc = eng_spec_check(e, e->ctl.check_err,
+                                              sizeof(e->ctl.check_err));
+        e->ctl.check_req = false;
         served = true;
     }
-    if (served) e->ctl_gen++; /* publish wakes the asker */
+    if (served) e->ctl.gen++; /* publish wakes the asker */
 }
 
 /* Finishes what was cancelled since the last step and collects the final
@@ -140,13 +134,13 @@ static void deliver(sp_engine *e) {
  * refreshed (before anyone hears of the round; the only place it is written),
  * the events go out, and every waiter looks again. */
 static void publish(sp_engine *e) {
-    kv_paged_get_stats(e->kv, &e->kv_snap);
+    kv_paged_get_stats(e->kv, &e->ctl.kv_snap);
     deliver(e);
     pthread_cond_broadcast(&e->changed);
 }
 
 static bool idle(const sp_engine *e) {
-    return !e->n_running && !e->n_waiting && !e->flush_req && !e->check_req && !e->stop;
+    return !e->n_running && !e->n_waiting && !e->ctl.flush_req && !e->ctl.check_req && !e->stop;
 }
 
 static void *engine_main(void *arg) {
@@ -270,34 +264,24 @@ sp_engine *sp_engine_create(const sp_model *m, sp_engine_params p, char *err, si
     e->p = p;
     if (!e->p.grammar_mem) e->p.grammar_mem = SP_GRAMMAR_MEM_DEFAULT;
     pthread_mutex_init(&e->mu, NULL);
-    pthread_mutex_init(&e->gmu, NULL);
+    eng_grammar_init(e);
     pthread_cond_init(&e->work, NULL);
     pthread_cond_init(&e->changed, NULL);
     sp_context_params cp;
     int64_t nb;
     if (create_target(e, &cp, &nb, err, errlen)) goto fail;
     if (eng_disk_open(e, err, errlen)) goto fail;
-    if (p.draft && !(e->drafter = drafter_create(p.draft, cp, p.kv_type, p.kv_block_size,
-                                                     (int32_t)nb, e->max_blocks, e->ctx, err,
-                                                     errlen)))
-        goto fail;
-    /* one partition per cache salt; at least max_seqs + 1, so that a request
-     * being admitted or finishing always finds one that no running request
-     * holds to make room (each running request holds one) */
-    const int32_t n_parts = SP_MAX(p.spec_partitions > 0 ? p.spec_partitions : 256, p.max_seqs + 1);
-    e->parts = spec_parts_create(p.suffix_store_tokens, n_parts, SP_SUFFIX_DEPTH);
     e->wait_cap = 64;
     e->waiting = malloc((size_t)e->wait_cap * sizeof(request *));
     e->slots = calloc((size_t)p.max_seqs, sizeof(request *));
-    if (!e->parts || !e->waiting || !e->slots ||
+    if (!e->waiting || !e->slots ||
         step_init(&e->step, p.max_batch_tokens, p.max_seqs)) {
         seterr(err, errlen, "out of memory creating the engine");
         goto fail;
     }
     publish(e); /* the first snapshot, before any caller can read it */
     e->next_id = 1;
-    spec_guard_init(&e->guard);
-    if (p.spec != SP_SPEC_OFF && p.spec_adaptive) eng_calibrate(e);
+    if (eng_spec_init(e, cp, nb, err, errlen)) goto fail;
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         seterr(err, errlen, "cannot start the engine thread");
         goto fail;
@@ -324,13 +308,11 @@ void sp_engine_free(sp_engine *e) {
         rq_free(r);
     }
     eng_disk_close(e); /* its writer drains the queue of block copies first */
-    drafter_free(e->drafter); /* first: it runs on the target context's threads */
+    eng_spec_free(e); /* before the context: the draft runs on its threads */
     sp_context_free(e->ctx);
     if (e->kv) e->kv->ops->destroy(e->kv);
-    spec_parts_free(e->parts);
     step_free(&e->step);
     eng_grammar_free(e);
-    pthread_mutex_destroy(&e->gmu);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->work);
     pthread_cond_destroy(&e->changed);
@@ -344,14 +326,8 @@ void sp_engine_free(sp_engine *e) {
 void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st) {
     pthread_mutex_lock(&e->mu);
     *st = e->st;
-    const kv_paged_stats ks = e->kv_snap;
-    const drafter *d = e->drafter;
-    st->cost_scale = e->calibrated ? e->tfit.s : 0;
-    st->cost_attn_ms_per_1k = e->calibrated ? e->tfit.c_attn : 0;
-    st->draft_cost_ms_1 = e->calibrated && d && d->cost.n ? d->cost.ms[0] : 0;
-    st->draft_cost_scale = e->calibrated && d && d->cost.n ? d->fit.s : 0;
-    st->spec_guard_off_steps = e->guard.off_steps;
-    st->spec_guard_switches = e->guard.switches;
+    const kv_paged_stats ks = e->ctl.kv_snap;
+    eng_spec_stats(e, st);
     st->evictions_pressure = ks.evictions;
     st->evictions_flush = ks.flushed;
     st->blocks_total = ks.n_blocks;
@@ -363,9 +339,7 @@ void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st) {
     st->kv_bytes_cached = ks.cached_bytes;
     st->running = e->n_running;
     st->waiting = e->n_waiting;
-    st->grammar_compiles = __atomic_load_n(&e->g_compiles, __ATOMIC_RELAXED);
-    st->grammar_mem_used = __atomic_load_n(&e->gmem_gram, __ATOMIC_RELAXED) +
-                           __atomic_load_n(&e->gmem_match, __ATOMIC_RELAXED);
+    eng_grammar_stats(e, st);
     eng_disk_stats(e, st);
     pthread_mutex_unlock(&e->mu);
 }
@@ -374,8 +348,7 @@ float sp_engine_spec_prior(sp_engine *e, const char *cache_salt, sp_spec_mode m)
     if (m <= SP_SPEC_OFF || m > SP_SPEC_DRAFT) return -1.0f;
     /* the engine thread changes the partitions only under the lock */
     pthread_mutex_lock(&e->mu);
-    const spec_part *pt = spec_parts_find(e->parts, cache_salt);
-    const float a = pt ? spec_part_prior(pt, m) : SP_SPEC_PRIOR0;
+    const float a = eng_spec_prior(e, cache_salt, m);
     pthread_mutex_unlock(&e->mu);
     return a;
 }
@@ -383,31 +356,31 @@ float sp_engine_spec_prior(sp_engine *e, const char *cache_salt, sp_spec_mode m)
 /* Asks the engine thread for a control action and waits until it is done. */
 static void control(sp_engine *e, bool *flag) {
     pthread_mutex_lock(&e->mu);
-    uint64_t gen = e->ctl_gen;
+    uint64_t gen = e->ctl.gen;
     *flag = true;
     pthread_cond_signal(&e->work);
-    while (e->ctl_gen == gen) pthread_cond_wait(&e->changed, &e->mu);
+    while (e->ctl.gen == gen) pthread_cond_wait(&e->changed, &e->mu);
     pthread_mutex_unlock(&e->mu);
 }
 
 int32_t sp_engine_flush_cache(sp_engine *e) {
-    control(e, &e->flush_req);
+    control(e, &e->ctl.flush_req);
     pthread_mutex_lock(&e->mu);
-    int32_t n = e->flush_result;
+    int32_t n = e->ctl.flush_result;
     pthread_mutex_unlock(&e->mu);
     return n;
 }
 
 int sp_engine_check(sp_engine *e, char *err, size_t errlen) {
-    control(e, &e->check_req);
+    control(e, &e->ctl.check_req);
     pthread_mutex_lock(&e->mu);
-    int rc = e->check_rc ? SP_ERR_INTERNAL : SP_OK;
-    if (!rc && e->check_failures) {
+    int rc = e->ctl.check_rc ? SP_ERR_INTERNAL : SP_OK;
+    if (!rc && e->ctl.check_failures) {
         rc = SP_ERR_INTERNAL;
         seterr(err, errlen, "%llu step(s) broke the pool invariant; first: %s",
-                  (unsigned long long)e->check_failures, e->first_failure);
+                  (unsigned long long)e->ctl.check_failures, e->ctl.first_failure);
     } else if (rc) {
-        seterr(err, errlen, "%s", e->check_err);
+        seterr(err, errlen, "%s", e->ctl.check_err);
     }
     pthread_mutex_unlock(&e->mu);
     return rc;

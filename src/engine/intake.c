@@ -178,7 +178,7 @@ static int take_spec(sp_engine *e, request *r, const sp_request_params *rp, char
         seterr(err, errlen, "unknown speculation mode %d", rp->spec);
         return SP_ERR_INVALID;
     }
-    if (r->spec == SP_SPEC_DRAFT && !e->drafter) {
+    if (r->spec == SP_SPEC_DRAFT && !eng_spec_draft_vocab(e)) {
         seterr(err, errlen, "draft speculation asked for, but the engine has no draft model");
         return SP_ERR_UNSUPPORTED;
     }
@@ -205,7 +205,7 @@ static int take_spec(sp_engine *e, request *r, const sp_request_params *rp, char
         /* logit biases: the draft proposes with them (more of its tokens are
          * accepted) unless one is past its vocabulary. Either way the output
          * honors them: verification draws from r->smp, which applies them */
-        const int32_t dv = e->drafter->n_vocab;
+        const int32_t dv = eng_spec_draft_vocab(e);
         for (int32_t i = 0; i < dp.n_logit_bias; i++)
             if (dp.logit_bias[i].token >= dv) dp.n_logit_bias = 0;
         r->dsmp = sp_sampler_create(dp, dv, err, errlen);

@@ -92,11 +92,11 @@ struct request {
     bool greedy;
     sp_token draft[SP_SPEC_K_MAX]; /* this step's proposals */
     int32_t n_draft;
-    float alpha;               /* acceptance estimate (spec_observe); starts from its
+    float alpha;               /* acceptance estimate (eng_spec_observe); starts from its
                                   partition's prior at the first admission, and a
                                   draft sequence follows that prior until it has
                                   verified something itself (n_obs) */
-    int32_t n_obs;             /* acceptance observations of its own (spec_observe) */
+    int32_t n_obs;             /* acceptance observations of its own (eng_spec_observe) */
     spec_part *part;        /* its salt's partition, held while it has a slot */
     /* A deterministic proposal the planner chose not to verify is still
      * checked against the token the target then commits: acceptance keeps
@@ -163,6 +163,66 @@ typedef struct {
     int32_t n_ev;
 } step;
 
+/* Each concern's state in the engine record is a substructure that one
+ * file owns: it creates, reads, changes and frees it; other engine files go
+ * through that file's functions (declared below, file by file). Policy
+ * lives in src/<concern>/ (src/speculate, src/grammar, src/kv); these files
+ * are its glue to the engine loop. */
+
+/* speculate.c: the proposers' shared state and what the planner measured */
+typedef struct {
+    drafter *drafter;          /* NULL without a draft model */
+    cost_model cost;           /* measured pass cost of the target */
+    cost_fit tfit;             /* the same, refitted to every pass since (planner.h) */
+    bool calibrated, calib_tried; /* tried: at creation or at the first speculating request */
+    spec_guard guard;          /* speculation on or off per batch shape, by measured
+                                  throughput (planner.h); adaptive engines only */
+    spec_parts *parts;         /* per cache salt: suffix store and acceptance priors */
+} eng_spec;
+
+/* disk.c: the prefix cache's disk tier; tier NULL without --kv-disk */
+typedef struct {
+    disk_tier *tier;
+    uint8_t *buf;              /* [block_bytes] a restored block before it enters the pool */
+    double ms_block;           /* restore cost per block (moving average; 0: not measured) */
+    double prefill_ms_tok;     /* prefill cost per token (moving average; 0: not measured) */
+    uint64_t restored, declined;
+    double restore_ms;
+} eng_disk;
+
+/* constrain.c: structured output, under mu: built at the first request with
+ * a grammar, then read-only */
+typedef struct {
+    pthread_mutex_t mu;
+    sp_token_trie *trie;
+    float *mrows;              /* [SP_SPEC_K_MAX + 1][V] masked logits rows */
+    size_t mem_gram, mem_match; /* grammar memory held by requests' compiled grammars and
+                                   matchers (atomic; each at most grammar_mem / 2) */
+    uint64_t compiles;         /* grammars compiled (atomic) */
+    struct gcache_entry {
+        char *salt;            /* the tenant's, NULL none */
+        char *text;
+        sp_grammar *g;
+        uint64_t used;
+    } cache[SP_GCACHE];
+    uint64_t clock;
+} eng_grammar;
+
+/* engine.c: the pool changes inside the forward pass, which runs unlocked,
+ * so other threads never touch it: they read kv_snap (written only by
+ * publish(), after every round of the loop) and ask the engine thread to
+ * flush or check */
+typedef struct {
+    kv_paged_stats kv_snap;
+    uint64_t gen;              /* bumped when the engine thread served a control ask */
+    bool flush_req, check_req;
+    int32_t flush_result;
+    int check_rc;
+    char check_err[256];
+    uint64_t check_failures;   /* debug_check: steps after which the checker failed */
+    char first_failure[256];
+} eng_ctl;
+
 struct sp_engine {
     const sp_model *m;
     const sp_vocab *vocab;
@@ -187,48 +247,10 @@ struct sp_engine {
     int32_t n_running;
     step step;
     sp_engine_stats st;
-    /* speculative decoding */
-    drafter *drafter;       /* NULL without a draft model */
-    cost_model cost;        /* measured pass cost of the target */
-    cost_fit tfit;          /* the same, refitted to every pass since (planner.h) */
-    bool calibrated, calib_tried; /* tried: at creation or at the first speculating request */
-    spec_guard guard;       /* speculation on or off per batch shape, by measured
-                                  throughput (planner.h); adaptive engines only */
-    spec_parts *parts;      /* per cache salt: suffix store and acceptance priors */
-    /* The pool changes inside the forward pass, which runs unlocked, so
-     * other threads never touch it: they read this snapshot (written only
-     * by publish(), after every round of the loop) and ask the engine
-     * thread to flush or check. */
-    kv_paged_stats kv_snap;
-    uint64_t ctl_gen;          /* bumped when the engine thread served a control ask */
-    bool flush_req, check_req;
-    int32_t flush_result;
-    int check_rc;
-    char check_err[256];
-    /* the disk tier (disk.c): NULL without --kv-disk */
-    disk_tier *disk;
-    uint8_t *disk_buf;         /* [block_bytes] a restored block before it enters the pool */
-    double disk_ms_block;      /* restore cost per block (moving average; 0: not measured) */
-    double prefill_ms_tok;     /* prefill cost per token (moving average; 0: not measured) */
-    uint64_t disk_restored, disk_declined;
-    double disk_restore_ms;
-    uint64_t check_failures;   /* debug_check: steps after which the checker failed */
-    char first_failure[256];
-    /* structured output (constrain.c), under gmu: built at the first
-     * request with a grammar, then read-only */
-    pthread_mutex_t gmu;
-    sp_token_trie *trie;
-    float *mrows;              /* [SP_SPEC_K_MAX + 1][V] masked logits rows */
-    size_t gmem_gram, gmem_match; /* grammar memory held by requests' compiled grammars and
-                                     matchers (atomic; each at most grammar_mem / 2) */
-    uint64_t g_compiles;       /* grammars compiled (atomic) */
-    struct gcache_entry {
-        char *salt;            /* the tenant's, NULL none */
-        char *text;
-        sp_grammar *g;
-        uint64_t used;
-    } gcache[SP_GCACHE];
-    uint64_t gcache_clock;
+    eng_spec spec;             /* speculative decoding (speculate.c) */
+    eng_disk disk;             /* the disk tier (disk.c) */
+    eng_grammar gram;          /* structured output (constrain.c) */
+    eng_ctl ctl;               /* control asks and the debug checker (engine.c) */
 };
 
 static inline int32_t kv_len(const sp_engine *e, const request *r) {
@@ -268,6 +290,8 @@ void eng_emit_token(sp_engine *e, request *r, sp_token t, const float *logits);
 void eng_make_event(sp_engine *e, request *r);
 
 /* constrain.c */
+void eng_grammar_init(sp_engine *e);
+void eng_grammar_stats(sp_engine *e, sp_engine_stats *st);
 int eng_grammar_take(sp_engine *e, request *r, const sp_request_params *rp, char *err, size_t errlen);
 void eng_grammar_free(sp_engine *e);
 /* At admission: r's matcher, made within the engine's grammar memory. 1:
@@ -286,10 +310,33 @@ void eng_grammar_cut(sp_engine *e, request *r);
 void eng_grammar_forced(sp_engine *e, request *r, int32_t cap);
 bool eng_grammar_commit(sp_engine *e, request *r, sp_token t);
 
-/* speculate.c */
-void eng_calibrate(sp_engine *e);
-void spec_prepare(sp_engine *e, step *s);
-void spec_commit(sp_engine *e, step *s, const step_entry *en);
-void spec_observe(request *r, float obs, bool to_prior);
+/* speculate.c. eng_spec_init: the draft (cp, n_blocks: the target
+ * context's parameters and pool), the partitions, the guard, and the
+ * calibration of an adaptive engine; -1 + err. eng_spec_free: before the
+ * target context is freed (the draft runs on its threads). */
+int eng_spec_init(sp_engine *e, sp_context_params cp, int64_t n_blocks, char *err, size_t errlen);
+void eng_spec_free(sp_engine *e);
+void eng_spec_stats(const sp_engine *e, sp_engine_stats *st);
+/* The partitions' invariants (debug_check, sp_engine_check). */
+int eng_spec_check(const sp_engine *e, char *err, size_t errlen);
+/* The acceptance prior of a salt's partition for mode m. */
+float eng_spec_prior(const sp_engine *e, const char *cache_salt, sp_spec_mode m);
+/* The draft model's vocabulary size; 0 without a draft. */
+int32_t eng_spec_draft_vocab(const sp_engine *e);
+/* A request takes its salt's partition at admission (eng_spec_admit),
+ * feeds its output to it when it finishes (eng_spec_learn), and gives it
+ * and its draft sequence back with its slot (eng_spec_release). */
+void eng_spec_admit(sp_engine *e, request *r);
+void eng_spec_learn(sp_engine *e, const request *r);
+void eng_spec_release(sp_engine *e, request *r);
+/* The guard (does a step of n_dec decoding sequences speculate?) and what
+ * each pass teaches the cost model and the guard. */
+bool eng_spec_guard_on(sp_engine *e, int32_t n_dec);
+void eng_spec_observe_pass(sp_engine *e, int32_t n_tok, double attn, double ms);
+void eng_spec_guard_observe(sp_engine *e, int32_t n_dec, bool measured, int32_t n_tokens, double ms);
+void eng_spec_calibrate(sp_engine *e);
+void eng_spec_prepare(sp_engine *e, step *s);
+void eng_spec_commit(sp_engine *e, step *s, const step_entry *en);
+void eng_spec_observe(request *r, float obs, bool to_prior);
 
 #endif

@@ -48,10 +48,8 @@ static void wait_remove(sp_engine *e, request *r) {
 /* Returns the slot's blocks to the pool (committed ones stay cached). */
 static void release_slot(sp_engine *e, request *r) {
     if (r->slot < 0) return;
-    spec_parts_release(e->parts, r->part);
-    r->part = NULL;
+    eng_spec_release(e, r);
     sp_seq_clear(e->ctx, r->slot);
-    if (e->drafter) drafter_clear(e->drafter, r->slot);
     e->slots[r->slot] = NULL;
     r->slot = -1;
     r->n_committed = 0;
@@ -61,14 +59,8 @@ static void release_slot(sp_engine *e, request *r) {
 void eng_finish(sp_engine *e, request *r, sp_finish_reason why) {
     if (r->state == RQ_DONE) return;
     if (r->state == RQ_WAITING) wait_remove(e, r);
-    /* the output feeds later suffix proposals of its own salt only; a
-     * request that waits after a preemption holds no partition, so it
-     * looks its own up (out of memory: nothing is learned, nothing breaks) */
-    if (why != SP_FINISH_ERROR && r->n_all > r->n_prompt) {
-        spec_part *pt = r->part ? r->part : spec_parts_acquire(e->parts, r->salt);
-        spec_parts_add(e->parts, pt, r->toks + r->n_prompt, r->n_all - r->n_prompt);
-        if (!r->part) spec_parts_release(e->parts, pt);
-    }
+    /* the output feeds later suffix proposals of its own salt only */
+    if (why != SP_FINISH_ERROR && r->n_all > r->n_prompt) eng_spec_learn(e, r);
     release_slot(e, r);
     eng_grammar_release(e, r);
     r->state = RQ_DONE;
@@ -175,11 +167,11 @@ static bool admit(sp_engine *e, request *r, int32_t reserved) {
     e->n_running++;
     r->slot = slot;
     /* the blocks restored take the place of blocks need counted as computed */
-    if (e->disk && hit < usable) hit += eng_disk_restore(e, r, hit, usable, &from_disk);
+    if (hit < usable) hit += eng_disk_restore(e, r, hit, usable, &from_disk);
     r->n_committed = hit;
     r->admit_no = e->next_admit++;
     /* NULL only out of memory: then it speculates from its own text alone */
-    r->part = spec_parts_acquire(e->parts, r->salt);
+    eng_spec_admit(e, r);
     if (!r->admitted_once) first_admission(e, r, hit * bs, from_disk * bs);
     return true;
 }

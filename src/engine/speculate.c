@@ -1,11 +1,11 @@
 /* speculate.c: speculative decoding inside the step. Before the pass,
- * spec_prepare gives each decoding request that speculates its proposals
+ * eng_spec_prepare gives each decoding request that speculates its proposals
  * (its own proposer, n-gram lookup, suffix match or the draft model), asks
  * the planner (src/speculate/planner.c) how many of them to verify, fits that
  * into the token budget and the pool, and grows the request's batch entry
- * to 1 + k tokens. After the pass, spec_commit verifies them
+ * to 1 + k tokens. After the pass, eng_spec_commit verifies them
  * (src/speculate/verify.c), commits what passes, rolls the KV back, and updates
- * the acceptance estimate (spec_observe, the only place that moves it).
+ * the acceptance estimate (eng_spec_observe, the only place that moves it).
  *
  * Isolation: what speculation learns from one request and uses for another
  * (the suffix store of earlier outputs, the acceptance prior per method)
@@ -37,29 +37,112 @@
 #define SP_DRAFT_COLD_BACKLOG SP_DRAFT_WINDOW
 #define SP_DRAFT_WARM_OBS 4
 
-void spec_observe(request *r, float obs, bool to_prior) {
+void eng_spec_observe(request *r, float obs, bool to_prior) {
     r->alpha = SP_ALPHA_KEEP * r->alpha + SP_ALPHA_RATE * obs;
     r->n_obs++;
     if (to_prior && r->part) /* the prior of later requests of the same salt */
         spec_part_observe(r->part, r->spec, obs);
 }
 
+/* ---- e->spec's life, and what the rest of the engine asks of it ---------- */
+
+int eng_spec_init(sp_engine *e, sp_context_params cp, int64_t n_blocks, char *err, size_t errlen) {
+    const sp_engine_params *p = &e->p;
+    if (p->draft && !(e->spec.drafter = drafter_create(p->draft, cp, p->kv_type, p->kv_block_size,
+                                                      (int32_t)n_blocks, e->max_blocks, e->ctx,
+                                                      err, errlen)))
+        return -1;
+    /* one partition per cache salt; at least max_seqs + 1, so that a request
+     * being admitted or finishing always finds one that no running request
+     * holds to make room (each running request holds one) */
+    const int32_t n_parts = SP_MAX(p->spec_partitions > 0 ? p->spec_partitions : 256, p->max_seqs + 1);
+    e->spec.parts = spec_parts_create(p->suffix_store_tokens, n_parts, SP_SUFFIX_DEPTH);
+    if (!e->spec.parts) {
+        seterr(err, errlen, "out of memory creating the engine");
+        return -1;
+    }
+    spec_guard_init(&e->spec.guard);
+    if (p->spec != SP_SPEC_OFF && p->spec_adaptive) eng_spec_calibrate(e);
+    return 0;
+}
+
+void eng_spec_free(sp_engine *e) {
+    drafter_free(e->spec.drafter);
+    e->spec.drafter = NULL;
+    spec_parts_free(e->spec.parts);
+    e->spec.parts = NULL;
+}
+
+void eng_spec_stats(const sp_engine *e, sp_engine_stats *st) {
+    const drafter *d = e->spec.drafter;
+    const bool cal = e->spec.calibrated;
+    st->cost_scale = cal ? e->spec.tfit.s : 0;
+    st->cost_attn_ms_per_1k = cal ? e->spec.tfit.c_attn : 0;
+    st->draft_cost_ms_1 = cal && d && d->cost.n ? d->cost.ms[0] : 0;
+    st->draft_cost_scale = cal && d && d->cost.n ? d->fit.s : 0;
+    st->spec_guard_off_steps = e->spec.guard.off_steps;
+    st->spec_guard_switches = e->spec.guard.switches;
+}
+
+int eng_spec_check(const sp_engine *e, char *err, size_t errlen) {
+    int64_t held = 0; /* every running request holds its partition, nothing else does */
+    for (int32_t s = 0; s < e->p.max_seqs; s++) held += e->slots[s] && e->slots[s]->part;
+    return spec_parts_check(e->spec.parts, held, false, err, errlen);
+}
+
+float eng_spec_prior(const sp_engine *e, const char *cache_salt, sp_spec_mode m) {
+    const spec_part *pt = spec_parts_find(e->spec.parts, cache_salt);
+    return pt ? spec_part_prior(pt, m) : SP_SPEC_PRIOR0;
+}
+
+int32_t eng_spec_draft_vocab(const sp_engine *e) {
+    return e->spec.drafter ? e->spec.drafter->n_vocab : 0;
+}
+
+void eng_spec_admit(sp_engine *e, request *r) {
+    r->part = spec_parts_acquire(e->spec.parts, r->salt);
+}
+
+void eng_spec_learn(sp_engine *e, const request *r) {
+    /* a request that waits after a preemption holds no partition, so it
+     * looks its own up (out of memory: nothing is learned, nothing breaks) */
+    spec_part *pt = r->part ? r->part : spec_parts_acquire(e->spec.parts, r->salt);
+    spec_parts_add(e->spec.parts, pt, r->toks + r->n_prompt, r->n_all - r->n_prompt);
+    if (!r->part) spec_parts_release(e->spec.parts, pt);
+}
+
+void eng_spec_release(sp_engine *e, request *r) {
+    spec_parts_release(e->spec.parts, r->part);
+    r->part = NULL;
+    if (e->spec.drafter) drafter_clear(e->spec.drafter, r->slot);
+}
+
+bool eng_spec_guard_on(sp_engine *e, int32_t n_dec) { return spec_guard_on(&e->spec.guard, n_dec); }
+
+void eng_spec_observe_pass(sp_engine *e, int32_t n_tok, double attn, double ms) {
+    if (e->spec.calibrated) cost_fit_observe(&e->spec.tfit, n_tok, attn, ms);
+}
+
+void eng_spec_guard_observe(sp_engine *e, int32_t n_dec, bool measured, int32_t n_tokens, double ms) {
+    spec_guard_observe(&e->spec.guard, n_dec, measured, n_tokens, ms);
+}
+
 /* Measures target (and draft) pass costs in a free slot; engine thread or
  * creation, pool quiescent. */
-void eng_calibrate(sp_engine *e) {
+void eng_spec_calibrate(sp_engine *e) {
     int32_t slot = 0;
     while (slot < e->p.max_seqs && e->slots[slot]) slot++;
     if (slot == e->p.max_seqs) return;
     const int32_t max_n = SP_MIN(e->p.max_batch_tokens, SP_COST_MAX_TOKENS);
-    e->calib_tried = true;
-    cost_measure(e->ctx, e->kv, slot, max_n, e->n_vocab, &e->cost);
-    const double ta = e->cost.n ? cost_measure_attn(e->ctx, e->kv, slot, e->p.n_ctx, e->n_vocab) : 0;
-    if (e->drafter) drafter_calibrate(e->drafter, slot, max_n, e->p.n_ctx);
-    e->calibrated = e->cost.n > 0;
-    if (e->drafter) e->drafter->fitting = e->calibrated;
-    cost_fit_init(&e->tfit, &e->cost, ta);
-    if (e->cost.n) e->st.cost_ms_1 = e->cost.ms[0];
-    e->st.cost_ms_16 = e->cost.n ? cost_at(&e->cost, 16) : 0;
+    e->spec.calib_tried = true;
+    cost_measure(e->ctx, e->kv, slot, max_n, e->n_vocab, &e->spec.cost);
+    const double ta = e->spec.cost.n ? cost_measure_attn(e->ctx, e->kv, slot, e->p.n_ctx, e->n_vocab) : 0;
+    if (e->spec.drafter) drafter_calibrate(e->spec.drafter, slot, max_n, e->p.n_ctx);
+    e->spec.calibrated = e->spec.cost.n > 0;
+    if (e->spec.drafter) e->spec.drafter->fitting = e->spec.calibrated;
+    cost_fit_init(&e->spec.tfit, &e->spec.cost, ta);
+    if (e->spec.cost.n) e->st.cost_ms_1 = e->spec.cost.ms[0];
+    e->st.cost_ms_16 = e->spec.cost.n ? cost_at(&e->spec.cost, 16) : 0;
 }
 
 /* Up to cap proposals for r into r->draft from its proposer; a draft-model
@@ -144,7 +227,7 @@ static void gather(sp_engine *e, step *s, batch_base *b) {
          * share. Counting it all would keep a new sequence from ever
          * drafting, so the plan sees what a drafting sequence carries from
          * step to step (the tokens of an accepted run, a few). */
-        const int32_t backlog = by_draft ? drafter_backlog(e->drafter, r->slot, r->n_all) : 0;
+        const int32_t backlog = by_draft ? drafter_backlog(e->spec.drafter, r->slot, r->n_all) : 0;
         if (by_draft && r->n_obs == 0) {
             /* cold: it follows its partition's prior, which the sequences
              * before it keep measuring, and while one of them is still
@@ -167,11 +250,11 @@ static void gather(sp_engine *e, step *s, batch_base *b) {
  * step's cost (a big batch, a long catch-up) rules drafting out, and
  * measuring acceptance would buy nothing. */
 static bool probe_pays(sp_engine *e, const step *s, int32_t c, const batch_base *b) {
-    if (!e->calibrated || !e->p.spec_adaptive) return true;
+    if (!e->spec.calibrated || !e->p.spec_adaptive) return true;
     spec_cand opt = s->cand[c];
     opt.alpha = SP_DRAFT_PROBE_ALPHA;
     int32_t k = 0;
-    return spec_plan(&e->tfit, &e->drafter->fit, b->used, b->attn, b->n_dec, &opt, 1, &k) > 0;
+    return spec_plan(&e->spec.tfit, &e->spec.drafter->fit, b->used, b->attn, b->n_dec, &opt, 1, &k) > 0;
 }
 
 /* Fits each candidate's planned k into the token budget and the pool, sets
@@ -194,7 +277,7 @@ static int32_t fit(sp_engine *e, step *s, const batch_base *b) {
                 r->shadow = r->draft[0];
                 r->shadow_pos = r->n_all;
             } else if (++r->idle_steps >= SP_DRAFT_PROBE_EVERY && room > 0 &&
-                       (r->n_obs > 0 || drafter_backlog(e->drafter, r->slot, r->n_all) <= SP_DRAFT_COLD_BACKLOG) &&
+                       (r->n_obs > 0 || drafter_backlog(e->spec.drafter, r->slot, r->n_all) <= SP_DRAFT_COLD_BACKLOG) &&
                        kv_paged_blocks_needed(e->kv, r->slot, 2) - base <= avail &&
                        probe_pays(e, s, c, b)) {
                 /* nothing to check without drafting: every so often draft
@@ -221,19 +304,19 @@ static int32_t fit(sp_engine *e, step *s, const batch_base *b) {
     return n_d;
 }
 
-void spec_prepare(sp_engine *e, step *s) {
-    if (e->p.spec_adaptive && !e->calib_tried) /* an engine without a default method
+void eng_spec_prepare(sp_engine *e, step *s) {
+    if (e->p.spec_adaptive && !e->spec.calib_tried) /* an engine without a default method
                                                   meets its first speculating request */
         for (int32_t i = 0; i < s->n_ent; i++)
             if (s->ent[i].r->spec != SP_SPEC_OFF) {
-                eng_calibrate(e);
+                eng_spec_calibrate(e);
                 break;
             }
     batch_base b;
     gather(e, s, &b);
     if (!s->n_cand) return;
-    if (e->p.spec_adaptive && e->calibrated)
-        spec_plan(&e->tfit, e->drafter ? &e->drafter->fit : NULL, b.used, b.attn, b.n_dec,
+    if (e->p.spec_adaptive && e->spec.calibrated)
+        spec_plan(&e->spec.tfit, e->spec.drafter ? &e->spec.drafter->fit : NULL, b.used, b.attn, b.n_dec,
                      s->cand, s->n_cand, s->cand_k);
     else
         for (int32_t c = 0; c < s->n_cand; c++) s->cand_k[c] = s->cand[c].k_cap;
@@ -244,7 +327,7 @@ void spec_prepare(sp_engine *e, step *s) {
     e->st.spec_plan_k_sum += (uint64_t)k_sum;
     e->st.spec_last_k = (float)k_sum / (float)s->n_cand;
     if (!n_d) return;
-    e->st.draft_ms += drafter_run(e->drafter, s->dseq, n_d);
+    e->st.draft_ms += drafter_run(e->spec.drafter, s->dseq, n_d);
     for (int32_t i = 0; i < n_d; i++) { /* what was drafted (0 for all when a pass failed) */
         step_entry *en = &s->ent[s->dseq_entry[i]];
         const int32_t planned = en->n - 1;
@@ -259,7 +342,7 @@ void spec_prepare(sp_engine *e, step *s) {
 
 /* Verifies the entry's proposals against the target's rows and commits
  * what passes. */
-void spec_commit(sp_engine *e, step *s, const step_entry *en) {
+void eng_spec_commit(sp_engine *e, step *s, const step_entry *en) {
     request *r = en->r;
     const int32_t V = e->n_vocab;
     SP_ASSERT(en->n_rows == r->n_draft + 1);
@@ -271,7 +354,7 @@ void spec_commit(sp_engine *e, step *s, const step_entry *en) {
     if (!rows) {
         eng_grammar_dead_end(r);
         sp_seq_truncate(e->ctx, r->slot, kv_before + 1);
-        if (e->drafter) drafter_truncate(e->drafter, r->slot, kv_before + 1);
+        if (e->spec.drafter) drafter_truncate(e->spec.drafter, r->slot, kv_before + 1);
         r->n_draft = 0;
         eng_finish(e, r, SP_FINISH_ERROR);
         return;
@@ -299,13 +382,13 @@ void spec_commit(sp_engine *e, step *s, const step_entry *en) {
     }
     /* acceptance per proposed token: accepted tokens are successes, the
      * first rejection one failure, tokens after it unobserved */
-    spec_observe(r, (float)acc / (float)(acc + (acc < n)), r->spec != SP_SPEC_OFF);
+    eng_spec_observe(r, (float)acc / (float)(acc + (acc < n)), r->spec != SP_SPEC_OFF);
     /* roll back what was not accepted: target KV keeps the input token and
      * the accepted proposals; the draft keeps no more than that, and none
      * of the grammar's forced tokens, which it never saw (it catches up on
      * them next time) */
     sp_seq_truncate(e->ctx, r->slot, kv_before + m);
-    if (e->drafter) drafter_truncate(e->drafter, r->slot, kv_before + SP_MIN(m, 1 + r->n_draft - r->n_forced));
+    if (e->spec.drafter) drafter_truncate(e->spec.drafter, r->slot, kv_before + SP_MIN(m, 1 + r->n_draft - r->n_forced));
     r->n_draft = 0;
     for (int32_t j = 0; j < m && r->state == RQ_RUNNING; j++)
         eng_emit_token(e, r, s->commit[j], rows + (size_t)j * V);

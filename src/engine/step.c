@@ -122,7 +122,7 @@ static void commit_plain(sp_engine *e, const step_entry *en) {
     sp_sampler_accept(r->smp, t);
     eng_emit_token(e, r, t, logits);
     if (r->shadow_pos == at && r->n_all > at) /* the proposal it did not verify */
-        spec_observe(r, r->toks[at] == r->shadow ? 1.0f : 0.0f, false);
+        eng_spec_observe(r, r->toks[at] == r->shadow ? 1.0f : 0.0f, false);
     r->shadow_pos = -1;
 }
 
@@ -161,8 +161,8 @@ void eng_step(sp_engine *e) {
     /* the guard decides for adaptive engines whether this shape speculates;
      * when it does not, the step does no speculative work at all */
     const bool guarded = e->p.spec_adaptive && shape(e, s, &n_dec, &dec_only);
-    if (!guarded || spec_guard_on(&e->guard, n_dec))
-        spec_prepare(e, s);
+    if (!guarded || eng_spec_guard_on(e, n_dec))
+        eng_spec_prepare(e, s);
     else
         for (int32_t i = 0; i < s->n_ent; i++) s->ent[i].r->n_draft = 0;
     const int32_t n_spec = build_batch(e, s);
@@ -175,7 +175,7 @@ void eng_step(sp_engine *e) {
     const double ms_pass = time_ms() - t_pass;
     pthread_mutex_lock(&e->mu);
     if (n_spec) e->st.verify_ms += ms_pass;
-    if (!rc && e->calibrated) cost_fit_observe(&e->tfit, s->n_tok, batch_attn(s), ms_pass);
+    if (!rc) eng_spec_observe_pass(e, s->n_tok, batch_attn(s), ms_pass);
     if (!rc) eng_disk_observe(e, s->n_tok, ms_pass);
     for (int32_t i = 0; i < s->n_ent; i++) {
         const step_entry *en = &s->ent[i];
@@ -185,13 +185,13 @@ void eng_step(sp_engine *e) {
             snprintf(r->err, sizeof(r->err), "forward pass failed: %s", err);
             eng_finish(e, r, SP_FINISH_ERROR);
         } else if (r->n_draft > 0) {
-            spec_commit(e, s, en);
+            eng_spec_commit(e, s, en);
         } else {
             commit_plain(e, en);
         }
         eng_make_event(e, r);
     }
     if (guarded)
-        spec_guard_observe(&e->guard, n_dec, dec_only && !rc, (int32_t)(e->st.decode_tokens - tok0),
+        eng_spec_guard_observe(e, n_dec, dec_only && !rc, (int32_t)(e->st.decode_tokens - tok0),
                               time_ms() - t_step);
 }
