@@ -38,7 +38,7 @@ echo "|---|---|"
 bin/bench "$out/tinyllama-shape-q4_k.gguf" "$threads" 128 16 --depth 1900 | tee "$out/bench-q4_k-depth.txt" | grep '^|'
 tail -n 1 "$out/bench-q4_k-depth.txt" > "$out/bench-q4_k-depth.json"
 
-# The serving engine (issue 4). Each run writes bench/out/engine-NAME.txt (the
+# The serving engine. Each run writes bench/out/engine-NAME.txt (the
 # tables) and engine-NAME.json (its last line). --cold-runs bounds how many
 # cache-off (cold) requests are timed: a cold request is the long part.
 engine_bench() { # NAME MODEL ARGS...
@@ -52,8 +52,9 @@ engine_bench() { # NAME MODEL ARGS...
     tail -n 1 "$out/engine-$name.txt" > "$out/engine-$name.json"
 }
 if [ "${BENCH_ENGINE:-1}" != 0 ]; then
-    # TinyLlama shape: the issue's shared document scaled to its 2048-token
-    # context (1,920 + 128 tokens, 8 requests), and batching at 1..64 requests.
+    # TinyLlama shape: the shared document (8 requests, one common prefix
+    # and a suffix each) scaled to its 2048-token context (1,920 + 128
+    # tokens), and batching at 1..64 requests.
     engine_bench tinyllama-shape-q8_0 "$out/tinyllama-shape-q8_0.gguf" \
         --shared-doc 1920,128,8 --cold-runs 3 --batching 32,1,4,16,64
     target=models/specula-code-target-f16.gguf
@@ -66,7 +67,7 @@ if [ "${BENCH_ENGINE:-1}" != 0 ]; then
     fi
 fi
 
-# Speculative decoding (issue 5). Each run writes bench/out/spec-NAME.txt (the
+# Speculative decoding. Each run writes bench/out/spec-NAME.txt (the
 # tables) and spec-NAME.json (its last line). bench_spec exits 1 when an
 # output differs from spec off (greedy decoding must be identical): the tables
 # are still written, and this script exits 1 at the end.
@@ -104,7 +105,7 @@ if [ "${BENCH_SPEC:-1}" != 0 ]; then
     fi
 fi
 
-# Structured output (issue 21): compile time of a tool schema, mask time per
+# Structured output: compile time of a tool schema, mask time per
 # token over decode time, constrained vs unconstrained tokens/s and what
 # n-gram speculation with jump-forward adds, on the TinyLlama-shaped Q8_0
 # model (32,000 tokens), a model of deepseek-llm's 102,400-token vocabulary
@@ -126,7 +127,7 @@ if [ "${BENCH_GRAMMAR:-1}" != 0 ]; then
     done
 fi
 
-# The HTTP server (issue 6): wrk against /v1/completions at 1, 8 and 32
+# The HTTP server: wrk against /v1/completions at 1, 8 and 32
 # connections, and the delivery overhead per streamed token
 # (bench/server/run.sh; BENCH_SERVER=0 skips it).
 [ "${BENCH_SERVER:-1}" = 0 ] || bench/server/run.sh || spec_failed=1

@@ -3,7 +3,8 @@
 # and with one busy process beside it (`yes > /dev/null`), for each binary
 # in $BINS (default bin/specula), alternated within each round so that the
 # machine's drift hits them alike. ROUNDS (3) and N (200 tokens) as given.
-# README "A shared CPU" was measured with BINS="OLD NEW".
+# BINS="OLD NEW" compares two builds (two thread pools, say) on the same
+# machine at the same time.
 set -u
 M=${1:-models/specula-code-target-f16.gguf}
 BINS=${BINS:-bin/specula}

@@ -1,4 +1,4 @@
-# The soak test (issue 8): `make soak` runs tests/soak/soak.py against
+# The soak test: `make soak` runs tests/soak/soak.py against
 # bin/specula for SOAK_SECONDS (default 300) with SOAK_CLIENTS streaming
 # clients; `make soak-asan` runs a shorter one against the ASan+UBSan build
 # (make asan's flags), whose LeakSanitizer report at the server's SIGTERM

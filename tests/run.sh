@@ -24,7 +24,7 @@
 # (below) that such a line reports as skipped is neither known nor missing.
 #
 # Known failures: tests/known_failures lists "TEST CASE" pairs, each with the
-# issue that tracks it. A FAIL line of a listed case is printed as it is and
+# reason it fails (docs/correctness.md explains them). A FAIL line of a listed case is printed as it is and
 # counted as a known failure rather than a failure; a listed case that
 # passes, or that the test no longer reports, is a failure (the list only
 # shrinks: remove the line in the commit that fixes it). The summary line

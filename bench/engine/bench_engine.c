@@ -1,4 +1,4 @@
-/* bench_engine.c: benchmark of the serving engine (issue 4) through the
+/* bench_engine.c: benchmark of the serving engine through the
  * public engine API: token-id prompts submitted with sp_engine_submit,
  * callbacks that only count and time, and the engine's own statistics.
  *

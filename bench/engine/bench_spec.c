@@ -1,4 +1,4 @@
-/* bench_spec.c: benchmark of speculative decoding (issue 5) through the
+/* bench_spec.c: benchmark of speculative decoding through the
  * public engine API only.
  *
  * usage: bin/bench_spec MODEL [-t THREADS] [--seed S] [--spec-k K] [--fixed-k]

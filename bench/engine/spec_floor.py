@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""bench/engine/spec_floor.py: speculation against --spec off, at every load
-(issue 19's "never below 0.97x" table).
+"""bench/engine/spec_floor.py: speculation against --spec off, at every load:
+the table of the floor (speculation never below 0.97x of off; BENCHMARKS.md,
+"Never below no speculation").
 
 For each concurrency C and each round, `specula batch` runs the same greedy
 completion prompts with --spec off and with each method, the order rotated
@@ -14,7 +15,7 @@ its round's cells, the A/A control's too, fell to 0.87-0.89x), and each method i
               to last answer: the steadier figure on a shared machine)
   wall ratio  off's wall_ms / the method's wall_ms
   decode      (C=1 only) off's summed per-request decode_ms / the method's:
-              the issue's "decode time", without prefill and start-up
+              decode time alone, without prefill and start-up
 
 Every method's tokens must equal off's, request by request (greedy decoding
 is exact); a difference is reported and the exit status is 1.
@@ -35,8 +36,8 @@ planner and the guard.
 Prompts: held-out files of build/corpus/heldout.txt (tools/train/corpus.py),
 each prompt a file's marker line plus ~prompt-chars characters cut at a line
 boundary, starting at the file's top or at a later def/class line, round-robin
-over the files: 8 prompts at C=1, 16 at 4, 32 at 16 and 128 at 64 (the
-README's table), 4C at another C.
+over the files: 8 prompts at C=1, 16 at 4, 32 at 16 and 128 at 64 (BENCHMARKS.md,
+"Never below no speculation"), 4C at another C.
 """
 import argparse
 import json
@@ -210,7 +211,7 @@ def main():
             else:
                 floor = min(floor, min(cl["cpu"]))
         print(row.rstrip())
-    if 1 in concs:  # one request at a time: its decode phase is the issue's "decode time"
+    if 1 in concs:  # one request at a time: its decode phase is the decode time alone
         print("\nC=1, decode time only (the requests' decode_ms summed; prefill excluded): " +
               ", ".join("%s %s" % (m, rng(cells[(1, m)]["decode"])) for m in methods))
     print("\ndrafted / accepted tokens over all rounds:")

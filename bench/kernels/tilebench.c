@@ -10,7 +10,7 @@
  * best of reps timings of 10 back-to-back matmul calls, per call and per
  * 256 weights and token. The best of many short runs is what survives a
  * shared machine; compare two builds by running them alternately, several
- * times each (the README's AVX2 figures were taken that way).
+ * times each (BENCHMARKS.md's tile figures are taken that way).
  * With threads > 1 the calls run on a pool of that many threads, as the
  * engine runs them: a matrix far past the caches then times the tile
  * streamed from memory by every core at once (N_TOK 5 against 1 is a

@@ -56,8 +56,8 @@ static bool mentions_make(parser *ps, mentions *m) {
  * alternative that mentions it, and a need reaching 0 makes that
  * alternative's rule nullable (a byte set is never nullable: its count
  * stays). Each mention is visited once: O(elements), where passes over all
- * rules until nothing changed were O(rules * elements). False when out of
- * memory. */
+ * rules until nothing changes would be O(rules * elements). False when out
+ * of memory. */
 static bool find_nullable(parser *ps, bool *nullable) {
     mentions m = {0};
     int32_t *queue = malloc((size_t)ps->n_rules * sizeof(int32_t));

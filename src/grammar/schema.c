@@ -198,8 +198,8 @@ static void rule_name(char out[32], int id) {
 /* Properties all optional, kept in order: the first present one has no
  * comma. tail[i] ::= ("," space kv[i])? tail[i+1] holds what may follow
  * the first, so the choice of first is one alternative each: n rules of
- * constant size, where writing each alternative's optional rest out was
- * n^2 / 2 groups (and 256 properties passed GR_MAX_RULES). */
+ * constant size, where writing each alternative's optional rest out would
+ * be n^2 / 2 groups (and 256 properties would pass GR_MAX_RULES). */
 static void optional_props(conv *c, const int *kv, int n, buf *b) {
     int tail[256];
     for (int i = n - 1; i >= 1; i--) {

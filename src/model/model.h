@@ -81,7 +81,7 @@ struct kv_store;
  * at the same time (the engine's target and draft run one after the other
  * on its thread). Two pools would each keep a worker spinning for a while
  * after its last run, on cores the other pool needs: on two cores, drafting
- * then verifying ran 15-30% slower. */
+ * then verifying runs 15-30% slower with two pools. */
 sp_context *context_create_with_kv(const sp_model *m, sp_context_params p, struct kv_store *kv,
                                       const sp_context *share_threads, char *err, size_t errlen);
 

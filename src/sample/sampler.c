@@ -174,8 +174,8 @@ static int cmp_desc(const void *a, const void *b, void *ctx) {
 
 /* The first index of the largest value (NaN never wins; 0 when all are
  * NaN). The maximum is found in 8 independent lanes (a chain through one
- * running maximum costs a load's latency per element: it was two thirds of
- * a full-vocabulary draw), then its first index. */
+ * running maximum costs a load's latency per element: two thirds of a
+ * full-vocabulary draw), then its first index. */
 static sp_token argmax(const float *w, int32_t n) {
     float m[8];
     for (int l = 0; l < 8; l++) m[l] = -INFINITY;

@@ -3,8 +3,8 @@
  * one table of the request fields (fields[] below): each field's JSON type,
  * range, and what each endpoint does with it: honors it, accepts it with no
  * effect, or refuses it (400 naming the field). A field not in the table
- * for the endpoint is refused as unknown, as OpenAI does. README.md's
- * "Request fields" is this table (tests/test_openai checks). OpenAI has no
+ * for the endpoint is refused as unknown, as OpenAI does. docs/server.md's
+ * "Request fields" is this table (test_chat checks). OpenAI has no
  * top-k or min-p, so both are off unless the top_k / min_p extensions are
  * given. */
 #include "server/openai.h"
@@ -260,7 +260,7 @@ typedef struct {
     bool lo_open;         /* the range is (lo, hi] */
     support cmpl, chat;   /* NA: not a field of that endpoint (refused as unknown) */
     apply_fn apply;
-    const char *type_doc; /* for README's table */
+    const char *type_doc; /* for docs/server.md's table */
     const char *note;
 } field;
 
@@ -766,7 +766,7 @@ int oai_parse(const char *body, size_t len, bool chat, int32_t n_vocab, oai_req 
     return 0;
 }
 
-/* ---- the table as Markdown (README.md's "Request fields") ---- */
+/* ---- the table as Markdown (docs/server.md's "Request fields") ---- */
 
 static const char *support_doc(support s) {
     static const char *const d[] = {"-", "honored", "no effect", "refused"};

@@ -77,7 +77,7 @@ enum {
 cJSON *oai_json_parse(const char *body, size_t len);
 /* Parses and validates a request body; 0, or -1 with e filled (400). */
 int oai_parse(const char *body, size_t len, bool chat, int32_t n_vocab, oai_req *r, oai_error *e);
-/* The request fields' table (openai.c) as a Markdown table: README.md's
+/* The request fields' table (openai.c) as a Markdown table: docs/server.md's
  * "Request fields" section holds exactly this. */
 void oai_fields_markdown(sbuf *out);
 /* 400 when the body (valid JSON) holds an escaped NUL ("\u0000") in any

@@ -82,7 +82,7 @@ int oai_detokenize(const char *body, size_t len, const sp_vocab *v, sbuf *out, o
     const cJSON *x;
     cJSON_ArrayForEach(x, t) {
         /* range first: converting 1e308 or NaN to int32_t is undefined
-         * (found by fuzzing: tests/fuzz/regress/request/detokenize_huge_id) */
+         * (tests/fuzz/regress/request/detokenize_huge_id) */
         if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble < n_vocab) ||
             x->valuedouble != (double)(int32_t)x->valuedouble) {
             cJSON_Delete(o);

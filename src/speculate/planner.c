@@ -114,7 +114,7 @@ void cost_measure(sp_context *c, kv_store *kv, int32_t slot, int32_t max_n, int3
     for (int32_t n = 1; n <= max_n && n <= SP_COST_MAX_TOKENS && out->n < SP_COST_POINTS; n *= 2) {
         if (kv_paged_blocks_needed(kv, slot, n) > kv_paged_available(kv)) break;
         /* rep 0 warms up (first touch of the pool's pages, cold caches: it
-         * was up to 10x slower, and a draft measured that slow would never
+         * is up to 10x slower, and a draft measured that slow would never
          * draft, so never be measured again); the best of the rest counts */
         double best = 1e30;
         for (int rep = 0; rep < 3; rep++) {
@@ -141,7 +141,7 @@ void cost_measure(sp_context *c, kv_store *kv, int32_t slot, int32_t max_n, int3
 
 /* The cost of attention per 1000 positions attended: one token at position
  * P against one at position 0, interleaved, best of 5 each (one quiet pass
- * of each is enough; a single early sample was often slower than the long
+ * of each is enough; a single early sample is often slower than the long
  * one). The P positions are only reserved, not computed (what they hold
  * does not change the time), so this costs ten passes whatever the model.
  * 0 when the pool or context is too small. */

@@ -22,8 +22,8 @@ struct kv_store;
 #define SP_COST_POINTS 12
 /* The largest pass measured at startup (beyond it the curve is extrapolated
  * linearly, as a compute-bound pass grows). Startup measures 2 x 63 tokens
- * and a warm-up pass per point: it was 4 x 127 (up to 64 tokens, best of
- * 3), a quarter to half a second of a short `specula batch` run. */
+ * and a warm-up pass per point: 4 x 127 (up to 64 tokens, best of 3) would
+ * take a quarter to half a second of a short `specula batch` run. */
 #define SP_COST_MAX_TOKENS 32
 
 /* Milliseconds of one forward pass as a function of the tokens in it,
@@ -47,9 +47,9 @@ double cost_at(const cost_model *c, double tokens);
  * predicted with weight SP_COST_RATE, each ratio clamped to [1/4, 4] so a
  * pass slowed by a preemption or the OS moves it little): whatever slows
  * the machine down since startup. One parameter, so it is identified by any
- * pass; fitting c_attn online as well was tried and is not: in steady
- * decoding the two terms move together and the fit drifted to
- * "everything is attention", which made verification look 5x dearer. */
+ * pass; c_attn is not fitted online as well: in steady decoding the two
+ * terms move together, and such a fit drifts to "everything is attention",
+ * which makes verification look 5x dearer. */
 #define SP_COST_RATE 0.05
 typedef struct {
     cost_model curve;

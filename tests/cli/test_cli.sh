@@ -69,7 +69,7 @@ else
     fail "info" "$(cat "$tmp/info.txt")"
 fi
 
-# other engines' option names (README "Option names from other engines"):
+# other engines' option names (docs/cli.md):
 # the same greedy output as Specula's own spelling, and the notes they imply
 tgt=models/specula-code-target-f16.gguf
 drf=models/specula-code-draft-f16.gguf
@@ -143,7 +143,7 @@ else
     fail "bundled draft" "$(head -c 300 "$tmp/bd.err")"
 fi
 
-# Issue 15: the tokenizer has nothing to do with the architecture. `tokenize`
+# The tokenizer has nothing to do with the architecture: `tokenize`
 # works on every reference vocabulary, gpt-neox and baichuan included (not
 # run by this build): three strings of each, exactly the reference's ids
 # (no BOS, no special-token parsing, as the .out files were made).

@@ -14,11 +14,10 @@
  * NUL cut short); every refusal must give a 4xx/5xx error whose JSON
  * (oai_error_json) parses back.
  *
- * /tokenize and /detokenize are parsed inside src/server/server.c, in
- * static handlers tied to libmicrohttpd connections; fzr_tokenize and
- * fzr_detokenize below follow those handlers step for step (keep them in
- * sync) up to the response body, which must be valid JSON. They differ
- * in one place, marked below, where server.c has a bug. */
+ * /tokenize and /detokenize go through oai_tokenize and oai_detokenize
+ * (src/server/openai_prompt.c), the functions the server's handlers
+ * (src/server/endpoints.c) call, up to the response body, which must be
+ * valid JSON. */
 #include <cjson/cJSON.h>
 #include <math.h>
 
@@ -145,7 +144,7 @@ static void fzr_generate(const char *body, size_t len, bool chat, chat_tmpl tmpl
     oai_req_free(&q);
 }
 
-/* POST /tokenize and /detokenize exactly as server.c answers them
+/* POST /tokenize and /detokenize as the server answers them
  * (oai_tokenize, oai_detokenize): a refusal is a well-formed error, an
  * answer is a JSON object, and detokenized text is valid UTF-8 (the
  * streaming detokenizer never splits a character). */

@@ -127,7 +127,7 @@ await check('errors: unknown model 404, n=2 400', async () => {
   }
 });
 
-// structured output (issue 21): what the client sends for JSON Schema and tools, unchanged
+// structured output: what the client sends for JSON Schema and tools, unchanged
 const pickSchema = { type: 'object', properties: { color: { enum: ['red', 'blue'] }, n: { type: 'integer', minimum: 0, maximum: 9 } },
                      required: ['color', 'n'], additionalProperties: false };
 await check('structured output: response_format json_schema (strict) gives a valid document', async () => {

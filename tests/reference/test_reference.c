@@ -21,7 +21,7 @@
  * log-probability agreement is judged on the trained model instead
  * (test_reference_trained). The line "log-probabilities within ... on N of
  * M steps" reports it per level. The ref level sums in llama.cpp's order
- * (README "Correctness") and passes every record; the avx2 level does too
+ * (docs/correctness.md) and passes every record; the avx2 level does too
  * but for its packed Q8_0, Q4_K and Q6_K matrices, and the avx512 level has
  * an order of its own: their failures are listed in tests/known_failures.
  */

@@ -13,7 +13,7 @@
 - a client that reads its stream slowly (SO_RCVBUF 4096, reading nothing
   for seconds) does not stall other clients, and gets its whole stream
   when it reads;
-- hostile connections (issue 13): 1,100 slowloris connections sending a
+- hostile connections: 1,100 slowloris connections sending a
   byte a second for 20 s while a normal client is served within a second;
   connections past --max-conns answer /health only; 100 keyless 7 MiB
   bodies answered 401 before the body with RSS growth bounded; eight
@@ -367,7 +367,7 @@ def slow_reader(tmp):
         stop_clean(srv, "slow-reader server")
 
 
-# ---- 5. hostile connections (issue 13) ---------------------------------------------
+# ---- 5. hostile connections ------------------------------------------------------
 
 def raise_nofile(n):
     import resource

@@ -14,8 +14,9 @@ SAME cache_salt "x<i>"; only the key differs). Medians of ROUNDS samples
 each, ratios with wide margins, so a loaded machine does not make it flaky;
 the cached_tokens assertions are exact.
 
-Then the same isolation for what speculative decoding learns (issue 13: the
-suffix store of earlier outputs was shared by every tenant). Two identical
+Then the same isolation for what speculative decoding learns (the suffix
+store of earlier outputs, which must not leak one tenant's outputs to
+another). Two identical
 servers with two keys and --spec-fixed-k (k is what the proposer has, so
 the counts are deterministic): "attacked", where tenant A sends a prompt
 and gets its greedy continuation, and "control", where A never does. Tenant
@@ -125,7 +126,7 @@ def completion(srv, key, prompt, max_tokens, salt=None, spec=None):
 
 
 def suffix_probe(report, scout, attacked, control):
-    """The attack of issue 13 against the suffix store, see the docstring."""
+    """The cross-tenant attack on the suffix store, see the docstring."""
     spec = {"method": "suffix", "k": 8}
     gen, half = 32, 16
     rows, same_acc, b_acc = [], 0, 0

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # test_bench_kv_disk.sh: the disk tier's benchmark scripts (bench/kv_disk/)
 # still run, at toy sizes, on the bundled target: each exits 0 and prints
-# its JSON with the fields the README's tables are read from, and the
-# counters mean what the tables say (the tier brings the working set's hit
-# rate back to unlimited RAM's; the restart is served from disk). They had
-# rotted unnoticed twice (a moved import, documents past -c 512).
+# its JSON with the fields BENCHMARKS.md's tables ("The prefix cache's disk
+# tier") are read from, and the counters mean what the tables say (the tier
+# brings the working set's hit rate back to unlimited RAM's; the restart is
+# served from disk). Scripts run only by hand break unnoticed (a moved
+# import, documents past -c 512); this keeps them running.
 # Prints "RESULT <passed> <failed> <skipped>".
 . "${SPECULA_TESTS_LIB:-tests/lib}/lib.sh"
 model=${SPECULA_MODEL:-models/specula-code-target-f16.gguf}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_fields.sh: every request field of /v1/completions and
-# /v1/chat/completions does what README.md's "Request fields" table in docs/server.md says
+# /v1/chat/completions does what the "Request fields" table of docs/server.md says
 # (tests/server/fields.py): honored fields change the output as documented
 # (logit_bias bans and forces tokens, and speculative output still equals
 # plain output with a bias set), fields with no effect change nothing,

@@ -466,9 +466,9 @@ static int prompt_of(const char *b, bool chat, const sp_vocab *v, int32_t max_pr
 }
 
 /* Message content that spells ChatML markup stays text: a user cannot open
- * a system turn (issue 13, finding 6), whether the vocabulary says CONTROL
- * or USER_DEFINED; content without markup gives exactly the tokens of the
- * rendered text with special tokens parsed. */
+ * a system turn, whether the vocabulary says CONTROL or USER_DEFINED;
+ * content without markup gives exactly the tokens of the rendered text with
+ * special tokens parsed. */
 static void content_cannot_forge_turns(void) {
     for (int k = 0; k < 2; k++) {
         sp_vocab *v = chatml_vocab(k ? 4 : 3, true);
@@ -590,8 +590,7 @@ static void bounds_prompts(void) {
 }
 
 /* An escaped NUL in any string is refused, naming the field (cJSON would
- * cut the string there: issue 13, finding 7); an escaped backslash before
- * "u0000" is text. */
+ * cut the string there); an escaped backslash before "u0000" is text. */
 static void refuses_escaped_nul(void) {
     bad("{\"prompt\": \"ab\\u0000cd\"}", false, "prompt");
     bad("{\"prompt\": [\"\\u0000\"]}", false, "prompt");

@@ -1,6 +1,6 @@
 /* test_grammar_budget: the matcher's budgets (src/grammar/match.c).
  *   - no recursion a grammar controls: hostile grammars run on a thread
- *     with a 128 KiB stack, where the old recursive expansion overflowed;
+ *     with a 128 KiB stack, where a recursive expansion would overflow;
  *   - work: every call on a hostile grammar either succeeds or fails with
  *     the work budget named, within a bounded time, and stays failed
  *     (empty masks, tokens refused);

@@ -2,17 +2,19 @@
  * parsing a request's logit_bias, may cost, whatever the input:
  *   - GBNF (grammar/gbnf.c): a ~960 KB grammar of rules referring to each
  *     other compiles in well under 2 s (quadratic name lookups and
- *     nullable passes took 10-30 s); a 60000-rule left chain compiles on a
- *     256 KiB stack (no recursion per rule); nested {m,n} stay within the
- *     limits, and every limit refused is named; the name table and the
- *     nullable worklist give the answers a plain reading does;
+ *     nullable passes would take 10-30 s); a 60000-rule left chain
+ *     compiles on a 256 KiB stack (no recursion per rule); nested {m,n}
+ *     stay within the limits, and every limit refused is named; the name
+ *     table and the nullable worklist give the answers a plain reading
+ *     does;
  *   - JSON Schema (grammar/schema.c, regex.c): a schema or pattern whose
  *     grammar would be large is refused with the limit named, a repeated
- *     type is refused (it multiplied the work per level), 256 optional
+ *     type is refused (it would multiply the work per level), 256 optional
  *     properties make a grammar linear in them, deep nesting is a clear
  *     error;
  *   - logit_bias (server/openai.c): 100000 keys parse in well under 2 s
- *     (a lookup per key was quadratic), with the same answers as before.
+ *     (a lookup per key would be quadratic), the first of a duplicate key
+ *     counting and the keys kept in the body's order.
  * Times (CPU time) are bounded with margins of 10x or more over what the
  * linear code takes; SPECULA_TIMEOUT_SCALE (make asan: 3) stretches them. */
 #include <pthread.h>
@@ -268,7 +270,7 @@ static void test_schema_output_limit(void) {
 }
 
 /* 256 properties, none required: linear in them (the alternatives written
- * out were 256^2 / 2 optional groups, past the compiler's 65536 rules). */
+ * out would be 256^2 / 2 optional groups, past the compiler's 65536 rules). */
 static void test_schema_optional_props(void) {
     char err[300];
     sbuf b = {0};

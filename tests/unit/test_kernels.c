@@ -710,7 +710,7 @@ static void stall_fn(void *arg, int ith, int nth) {
 
 /* A long run that keeps both cores: the caller's slot works 2 ms, the
  * worker's 3 ms, so the caller waits ~1 ms, less than it worked. That is a
- * chunk's tail, not a lost core; counting it as a stall had sent prefill
+ * chunk's tail, not a lost core; counting it as a stall would send prefill
  * and big batches solo on a quiet machine. The worker notes whether the
  * machine took its core during the slot (wall time beyond its CPU time);
  * start[] is when each slot began (0: the worker ran none). */

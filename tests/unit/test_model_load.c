@@ -129,7 +129,7 @@ static const row ROWS[] = {
     {"zero layers", SET_U32, "llama.block_count", 0, "inconsistent hyperparameters", 0, NULL},
     {"absurd embedding", SET_U32, "llama.embedding_length", 1u << 30, "inconsistent hyperparameters", 0, NULL},
     {"per-layer kv heads", KEY_AS_ARRAY, "llama.attention.head_count_kv", HK, "head_count_kv", 0, NULL},
-    /* non-finite or absurd hyperparameters (issue 13) */
+    /* non-finite or absurd hyperparameters */
     {"rope base inf", SET_F32, "llama.rope.freq_base", 0, "rope.freq_base = inf", INFINITY, NULL},
     {"rope base nan", SET_F32, "llama.rope.freq_base", 0, "rope.freq_base = nan", NAN, NULL},
     {"rope base below 1", SET_F32, "llama.rope.freq_base", 0, "rope.freq_base = 0.5", 0.5, NULL},

@@ -613,7 +613,7 @@ static bool same_spec(const result *a, const result *b) {
            a->st.spec_accepted == b->st.spec_accepted;
 }
 
-/* The attack of issue 13: tenant A generates; tenant B sends A's prompt
+/* The cross-tenant attack on the suffix store: tenant A generates; tenant B sends A's prompt
  * plus half of A's output with suffix speculation. B's drafted and accepted
  * counts (and so its timing) must be those of an engine that never saw A;
  * A's own salt must still draft its output (the feature), and requests

@@ -9,11 +9,11 @@
  *   - pieces, special tokens, the streaming detokenizer's UTF-8 handling, edge
  *     cases (empty, spaces, invalid UTF-8, a 100 KB text, a short output
  *     buffer) and load errors on crafted GGUF files;
- *   - any architecture (issue 15): every vocabulary loads vocab_only through
+ *   - any architecture: every vocabulary loads vocab_only through
  *     sp_model_load whatever its architecture, and meta_only, with its
  *     metadata and tensors listed; a full load names an architecture this
  *     build does not run; an unimplemented tokenizer type is refused by name;
- *   - bounded tokenizing (issue 13): the same tokens as sp_tokenize within
+ *   - bounded tokenizing: the same tokens as sp_tokenize within
  *     the bound, the byte bound, work that stops past the bound, SPM chunks
  *     that change nothing, and special tokens read only in given spans.
  */
@@ -209,8 +209,8 @@ static void test_vocab_file(const char *name) {
     sp_model *m = sp_model_load(path, mp, g_err, sizeof(g_err));
     const sp_vocab *v = m ? sp_model_get_vocab(m) : NULL;
     if (!m && strstr(g_err, "unsupported tokenizer model")) {
-        /* WPM/UGM/RWKV vocabularies are not implemented yet: loading them
-         * failed cleanly, but their vectors were not compared, which is a
+        /* WPM/UGM/RWKV vocabularies are not implemented: loading them
+         * fails cleanly, but their vectors are not compared, which is a
          * skip (counted as one, and a failure under SPECULA_NO_SKIP) */
         SKIP("%.80s: %.160s", name, g_err);
         return;
@@ -590,7 +590,7 @@ static void test_detok_stream(void) {
     CHECK(sp_detok_push(g_spm, &d, 2, out, sizeof(out)) == 0, "eos emits nothing");
 }
 
-/* ---------------------------------------------------------- bounded (issue 13) */
+/* ---------------------------------------------------------------------- bounded */
 
 /* sp_tokenize_bounded into a fresh array; *n the return value. */
 static int32_t *tokb(const sp_vocab *v, const char *s, size_t len, int n_max, const sp_tok_opts *o,
@@ -1003,7 +1003,7 @@ static void test_bounded_no_byte_bound(void) {
     unlink(g_tmp);
 }
 
-/* ------------------------------------------------- any architecture (issue 15) */
+/* ------------------------------------------------------------- any architecture */
 
 static char *g_names[256];
 static int g_n_names;
@@ -1114,7 +1114,7 @@ static void test_any_architecture(void) {
         snprintf(path, sizeof(path), "%s/vocab/%s", t_ref_dir(), g_names[i]);
         if (check_any_arch(path, g_names[i], "Hello world") == 0) n_unsupported++;
     }
-    /* the reference has gpt-neox and baichuan (README, vocab/) */
+    /* the reference has gpt-neox and baichuan (../shared/reference/README, vocab/) */
     CHECK(n_unsupported >= 2, "%d reference vocabularies of architectures this build does not run",
           n_unsupported);
 

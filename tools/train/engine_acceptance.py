@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """The draft's acceptance through the engine, at a fixed k, on held-back
-code-completion prompts (issue 23's measure: "0.38 at k = 4 today").
+code-completion prompts: the acceptance figures of models/README.md
+("Results", through the engine).
 
     tools/train/engine_acceptance.py [--bin bin/specula] [--model T.gguf]
         [--draft D.gguf] [--corpus build/corpus] [--prompts 32] [--gen 96]

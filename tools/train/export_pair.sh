@@ -2,7 +2,7 @@
 # Exports build/train/{target,draft}/model.pt to the bundled GGUF files and
 # measures them (the second half of `make models`; also run on its own
 # after training).
-# The environment chooses the run (defaults: the first edition, 512):
+# The environment chooses the run (defaults: the v1 pair, SCHEDULE=v1, 512):
 #   TARGET_PT, DRAFT_PT  the checkpoints; CTX_TRAIN  llama.context_length and
 #   the evaluation window; LOSS_RUNS  "CSV:LABEL ..." for the loss plot;
 #   EVAL_OUT  where eval.json / eval.txt go; MODELS_OUT  where the GGUF files

@@ -9,17 +9,17 @@
 # Every step is seeded. Needs python3-torch, python3-sentencepiece,
 # libopenblas0-pthread (PyTorch is ~15x slower without it) and bin/specula.
 #
-# The default, SCHEDULE=v2, is the second edition that ships
-# (tools/train/make_models_v2.sh, issue 23: both models at 2,048 tokens, the
-# draft distilled from the target and then on the target's own greedy
+# The default, SCHEDULE=v2, is the schedule of the shipped pair
+# (tools/train/make_models_v2.sh: both models at 2,048 tokens, the draft
+# distilled from the target and then trained on the target's own greedy
 # output; resumable, and each finished stage comes back from its carry file
 # in tools/train/carry/, so with those files it takes minutes).
 #
-# SCHEDULE=v1 replays the first edition (models/README.md, "The first
-# edition"), about two and a half hours on 2 cores: the target's cosine
-# schedule spans 560 steps but that run was cut at step 326 by its time
-# limit, so it stops there (--stop-step) and a 40-step cooldown from the
-# checkpoint decays the learning rate; the draft trains 400 steps.
+# SCHEDULE=v1 is the 512-token schedule of the v1 pair (models/README.md,
+# "The v1 pair"), about two and a half hours on 2 cores: the target's
+# cosine schedule spans 560 steps but stops at step 326 (--stop-step,
+# TARGET_STOP), and a 40-step cooldown from that checkpoint decays the
+# learning rate; the draft trains 400 steps.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ "${SCHEDULE:-v2}" = v2 ]; then exec tools/train/make_models_v2.sh; fi

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The bundled pair, second edition (issue 23): both models trained on
-# 2,048-token windows, the draft distilled from the target.  Run by
-# `make models` (tools/train/make_models.sh, SCHEDULE=v2, the default;
-# SCHEDULE=v1 replays the first edition).
+# The bundled pair's schedule: both models trained on 2,048-token windows,
+# the draft distilled from the target.  Run by `make models`
+# (tools/train/make_models.sh, SCHEDULE=v2, the default; SCHEDULE=v1 is the
+# 512-token schedule of the v1 pair).
 #
 #   target, phase 1   ctx $T1_CTX (512: attention is cheap there, so several
 #                     times the tokens per hour of 2048), cosine over $T1_STEPS
@@ -31,24 +31,23 @@
 # (kill, reboot, time limit) run this script again and it continues from the
 # last checkpoint; finished stages return at once.
 #
-# Measured 2026-12-01 with 3 steps each, 2 threads, while other work kept
-# the machine's load average at 3-4.5 on its 2 cores (the runs got ~1.7
-# cores), so idle cores should be faster (tools/train/README.md, "The plan
-# for 2,048 tokens"); tokens/s of the last step, peak resident memory:
+# Speed with 3 steps each, 2 threads, while other work kept the machine's
+# load average at 3-4.5 on its 2 cores (the runs got ~1.7 cores), so idle
+# cores are faster (tools/train/README.md, "Speed and memory"); tokens/s
+# of the last step, peak resident memory:
 #   target, ctx 512,  batch 8:                        ~560 tok/s, 3.0 GB
 #   target, ctx 2048, batch 8, --accum 4:             ~120 tok/s, 4.4 GB
 #   draft,  ctx 2048, batch 8, --accum 2:             ~680 tok/s, 2.2 GB
 #   draft,  ctx 2048, --accum 2, target as teacher:   ~140 tok/s, 3.0 GB
 #   draft,  ctx 512,  batch 8, target as teacher:     ~550 tok/s, 1.5 GB
-# So the bulk of both runs is at 512 and 2048 is a short extension.
-# Measured since: target phase 1 (750 steps) took 24,284 s of wall time
-# over three sessions, mostly beside other work (~140-180 tokens/s, not
-# 560: benchmarks and CI shared the cores, and the trainer was stopped for
-# quiet measurements); held-out loss 5.35 / 4.91 / 4.58 / 4.39 / 4.26 /
-# 4.13 / 4.04 at steps 100-700 and 4.039 at 750 (perplexity 56.8, against
-# the shipped target's 76.9 and draft's 66.3).  The
-# step counts below are that plan (about 4 hours on 2 loaded cores); change
-# them here (or in the environment) and the plan in the README together.
+# So the bulk of both runs is at 512 and 2048 is a short extension. Beside
+# other work (benchmarks and CI on the same cores) the target's phase 1
+# runs at ~140-180 tokens/s rather than 560; a 750-step phase 1 reaches
+# held-out loss 5.35 / 4.91 / 4.58 / 4.39 / 4.26 / 4.13 / 4.04 at steps
+# 100-700 and 4.039 at 750 (perplexity 56.8, against the v1 pair's target
+# 76.9 and draft 66.3). The step counts below are the schedule (about 4
+# hours on 2 loaded cores); change them here (or in the environment) and
+# the schedule in models/README.md and tools/train/README.md together.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 py=/usr/bin/python3
@@ -59,7 +58,7 @@ T1_CTX=${T1_CTX:-512}
 T1_STEPS=${T1_STEPS:-600}       # 8 x 512 = 4,096 tokens/step: 2.46M tokens (~0.7 epoch), 1.2-4 h
 T2_STEPS=${T2_STEPS:-20}        # 8 x 2048 = 16,384 tokens/step: 0.33M tokens, ~0.7 h
 D1_CTX=${D1_CTX:-512}
-D1_STEPS=${D1_STEPS:-400}       # 8 x 512, distilled: 1.64M tokens (the first draft's), ~1 h
+D1_STEPS=${D1_STEPS:-400}       # 8 x 512, distilled: 1.64M tokens (the v1 draft's), ~1 h
 D2_STEPS=${D2_STEPS:-10}        # 8 x 2048, distilled: 0.16M tokens, ~0.35 h
 D3_CTX=${D3_CTX:-2048}
 D3_STEPS=${D3_STEPS:-100}       # 8 x 2048, half on-policy: 1.6M tokens (~0.8M on-policy: ~2,100 sequences)
@@ -83,11 +82,11 @@ mkdir -p "$run"
 
 # Carry-over files (train.py --carry): each stage also keeps its f16
 # weights, data position and loss rows in $CARRY_DIR/NAME.pt (~22 MB for the
-# target), rewritten at every checkpoint. A session's machine keeps only
-# what is committed, so a session that stops mid-schedule commits these and
-# the next one continues from them (a fresh optimizer, re-warmed) instead of
-# from step 1; finished stages come back as their model.pt. CARRY_DIR=""
-# turns them off (a smoke test).
+# target), rewritten at every checkpoint. They are small enough to commit
+# (ckpt.pt, with Adam's moments, is 135 MB), so a machine that keeps only
+# the repository continues an interrupted schedule from them (a fresh
+# optimizer, re-warmed) instead of from step 1; finished stages come back
+# as their model.pt. CARRY_DIR="" turns them off (a smoke test).
 carry_dir=${CARRY_DIR-tools/train/carry}
 
 stage() { # NAME ARGS...: one resumable train.py run, its log appended to
@@ -158,9 +157,9 @@ if [ "$D3_STEPS" -gt 0 ]; then
 fi
 
 # The target's second pass, after the draft (whose teacher and on-policy
-# data stay the phase-2 target): the distilled draft had reached held-out
-# perplexity 52.7 against the phase-2 target's 56.1. The target's held-out loss
-# was still falling ~0.1 per 100 steps when phase 1 ended, so it gets
+# data stay the phase-2 target): the phase-3 draft reaches held-out
+# perplexity 52.7 against the phase-2 target's 56.1. The target's held-out
+# loss still falls ~0.1 per 100 steps at the end of phase 1, so it gets
 # another cosine at 512 (a warm restart, different windows by --seed) and
 # a short low-rate pass at 2048 to keep its later positions.
 target_final=$run/target2
@@ -179,9 +178,9 @@ if [ "$T3_STEPS" -gt 0 ]; then
     fi
 fi
 
-# The draft follows the target it ships with: the second pass moved the
-# target's greedy choices (held-out alpha of the phase-3 draft fell from
-# 0.814 against the phase-2 target to 0.664 against the phase-4 one), so
+# The draft follows the target it ships with: the second pass moves the
+# target's greedy choices (held-out alpha of the phase-3 draft is 0.814
+# against the phase-2 target and 0.664 against the phase-4 one), so
 # phase 4 of the draft trains on the final target's own continuations of
 # other training prompts (--seed 78), from the phase-3 draft.
 if [ "$T3_STEPS" -gt 0 ] && [ "$D3_STEPS" -gt 0 ] && [ "$D4_STEPS" -gt 0 ]; then
@@ -194,11 +193,11 @@ if [ "$T3_STEPS" -gt 0 ] && [ "$D3_STEPS" -gt 0 ] && [ "$D4_STEPS" -gt 0 ]; then
         --onpolicy "$run/onpolicy2.pt" --onpolicy-frac "$OP_FRAC"
     curve draft4 "draft-4-ctx$D3_CTX-on-policy-final"
     draft_final=$run/draft4
-    # Phase 5: draft4's held-out loss was still falling (4.010 / 3.989 /
-    # 3.974 / 3.968 at its steps 10-40) and it had seen a fifth of the
-    # on-policy data; acceptance at k = 4 stood at 0.478 against the issue's
-    # 0.48. More of the same data, other windows (--seed 10), a larger
-    # on-policy share: what greedy acceptance asks of the draft.
+    # Phase 5: draft4's held-out loss still falls at its end (4.010 / 3.989
+    # / 3.974 / 3.968 at its steps 10-40), it has seen a fifth of the
+    # on-policy data, and its acceptance at k = 4 is 0.478. More of the same
+    # data, other windows (--seed 10), a larger on-policy share: what greedy
+    # acceptance asks of the draft (0.514 at k = 4 after phase 5).
     if [ "$D5_STEPS" -gt 0 ]; then
         stage draft5 --preset "$D_PRESET" --steps "$D5_STEPS" --ctx "$D3_CTX" --batch 8 --accum "$D_ACCUM" --seed 10 \
             --lr "${D5_LR:-4e-4}" --min-lr-frac 0.1 --warmup 5 --eval-every 15 \

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The target's own greedy continuations of training-corpus prompts: on-policy
-data for distilling the draft (issue 23).
+data for distilling the draft.
 
     tools/train/onpolicy.py --target T.pt|T.gguf --out FILE.pt
         [--n 4096] [--prompt-len 256] [--gen 128] [--batch 64] [--seed 77]
@@ -33,8 +33,8 @@ differs at a few positions, measured below.
 
 Output: a torch file {ids: int16 (n, prompt_len + gen), prompt_len, gen,
 target, seed} that train.py --onpolicy reads.  Deterministic for a given
-seed and thread count.  Rate measured 2026-12-03 on a Zen 5 (2 threads):
-see tools/train/README.md.
+seed and thread count.  Its rate on a Zen 5 (2 threads): see
+tools/train/README.md, "Speed and memory".
 """
 import argparse
 import os

@@ -7,8 +7,9 @@ Writes OUT.model and OUT.vocab.  Needs Debian's python3-sentencepiece
 (run with /usr/bin/python3).
 
 Settings and why:
-  model_type=bpe, vocab_size=4096, byte_fallback=True: the issue's spec; every
-    byte that no piece covers becomes one <0xNN> token, so nothing is <unk>.
+  model_type=bpe, vocab_size=4096, byte_fallback=True: BPE with 4096 tokens;
+    every byte that no piece covers becomes one <0xNN> token, so nothing is
+    <unk>.
   normalization_rule_name=identity, remove_extra_whitespaces=False: the text
     the model sees is exactly the source (spaces are still escaped as U+2581,
     which both SentencePiece and the engine undo on decode).

@@ -20,7 +20,7 @@ are random windows drawn from a seeded generator.  Logs step, tokens seen,
 train loss, lr and seconds to OUT/loss.csv; evaluates held-out loss every
 --eval-every steps; saves OUT/model.pt (state dict + config).
 
-Long runs (issue 23):
+Long runs:
   --accum N      each step's --batch windows run as N micro-batches whose
                  gradients add up (the same windows and, up to float order,
                  the same step as --accum 1): a 2048-token batch fits in memory.
