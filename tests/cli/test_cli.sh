@@ -69,6 +69,24 @@ else
     fail "info" "$(cat "$tmp/info.txt")"
 fi
 
+# every command that loads a model takes it the same three ways: -m FILE,
+# --model FILE, or FILE alone (tokenize: -m and --model; its plain argument
+# is the text)
+q4=$ref/models/ref-qwen2-gpt2-q4_0.gguf
+for flag in -m --model ""; do
+    form="${flag:+$flag }$q4"
+    # shellcheck disable=SC2086 # the form is split on purpose
+    if "$bin" info $form >"$tmp/form.txt" 2>"$tmp/form.err" && grep -q "n_head 4, n_head_kv 2" "$tmp/form.txt" &&
+       "$bin" batch $form -f /dev/null >/dev/null 2>"$tmp/form_b.err" &&
+       "$bin" run $form -p "Hello" -n 2 --temp 0 -c 64 >/dev/null 2>"$tmp/form_r.err"; then
+        ok "info, batch and run take the model as ${flag:-a plain argument}"
+    else
+        fail "model given as ${flag:-a plain argument}" "$(head -c 300 "$tmp/form.err" "$tmp/form_b.err" "$tmp/form_r.err")"
+    fi
+done
+got=$("$bin" tokenize --model "$q8" --no-bos "Hello world" 2>"$tmp/tok3.err")
+[ "$got" = "[15043, 3186]" ] && ok "tokenize --model" || fail "tokenize --model" "$got $(head -c 200 "$tmp/tok3.err")"
+
 # other engines' option names (docs/cli.md):
 # the same greedy output as Specula's own spelling, and the notes they imply
 tgt=models/specula-code-target-f16.gguf
