@@ -353,8 +353,13 @@ int cmd_run(int argc, char **argv) {
                 s.st.ttft_ms);
     } else {
         printf("\n");
-        fprintf(stderr, "\nspecula: load %.0f ms, prefill %d tokens at %.1f tokens/s, decode %d tokens "
-                "at %.1f tokens/s\n", load_ms, n_prompt, prefill_tps, n_gen, decode_tps);
+        if (decode_tps > 0)
+            fprintf(stderr, "\nspecula: load %.0f ms, prefill %d tokens at %.1f tokens/s, decode %d tokens "
+                    "at %.1f tokens/s\n", load_ms, n_prompt, prefill_tps, n_gen, decode_tps);
+        else /* the only token came with the prefill: there is no decode rate */
+            fprintf(stderr, "\nspecula: load %.0f ms, prefill %d tokens at %.1f tokens/s, %d token%s "
+                    "generated, no decode step\n", load_ms, n_prompt, prefill_tps, n_gen,
+                    n_gen == 1 ? "" : "s");
     }
     rc = 0;
 done:

@@ -22,7 +22,11 @@
  *   disk.c       the prefix cache's disk tier: blocks written as they are
  *                cached, restored at admission when that costs less than
  *                computing them
- *   internal.h   the records (request, step, sp_engine) the files share
+ *   constrain.c  structured output inside the step: the grammar cache by
+ *                tenant, grammar memory, masked logits rows, proposals cut
+ *                at the grammar, jump-forward tokens
+ *   internal.h   the records (request, step, sp_engine and the
+ *                substructures each glue file owns) the files share
  * and in src/speculate/: draft.c (the draft proposer, its own KV and cost),
  * planner.c (cost model, its measurement and the choice of k), guard.c
  * (speculation on or off per batch shape, by measured throughput), verify.c
