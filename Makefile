@@ -20,7 +20,7 @@ AVX512_FLAGS = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -m
 SIMD_SAN ?=
 # added to the kernel files only, every level (make tsan sets it; see there)
 KERNELS_SAN ?=
-$(addprefix $(BUILD)/src/kernels/,kernels_ref.o kernels_avx2.o kernels_avx512.o): override CFLAGS += $(KERNELS_SAN)
+$(patsubst %.c,$(BUILD)/%.o,src/kernels/kernels_ref.c $(wildcard src/kernels/*_avx2.c src/kernels/*_avx512.c)): override CFLAGS += $(KERNELS_SAN)
 
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/loadgen/*' | sort)
 CLI_SRC  := $(wildcard src/cli/*.c src/loadgen/*.c)
@@ -123,7 +123,7 @@ asan:
 # ThreadSanitizer build of the multithreaded code (thread pool, matmul, the
 # forward pass, the engine thread and its callers, the KV pool it drives);
 # the single-threaded tests gain nothing from it. -O2, as make asan.
-# The kernel files (kernels_ref.c, kernels_avx2.c, kernels_avx512.c) are
+# The kernel files (kernels_ref.c, src/kernels/*_avx2.c, *_avx512.c) are
 # built without TSan's instrumentation. A kernel only reads its inputs and
 # writes what its caller handed it, and the callers (matmul.c, dispatch.c,
 # instrumented) declare those ranges to TSan around every call

@@ -2,7 +2,7 @@
  * (bin/floorbench, floorbench.c says what it is for).
  *
  * Dimensions: one unit is 8 rows x 32 weights (a Q4_K sub-block of the
- * 8-row packed group, kernels_avx2.c's q4_Kp8_sub) x 1 token, 256
+ * 8-row packed group, qk_avx2.c's q4_Kp8_sub) x 1 token, 256
  * multiply-adds; NT tokens per pass (FLOOR_NT).
  *
  * The loops below are the tile's inner loop and nothing else: per unit and

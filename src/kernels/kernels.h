@@ -7,8 +7,9 @@
  *   n_tok  activation rows (tokens in a batch)
  *
  * Every kernel has a plain-C reference (kernels_ref.c) and SIMD variants
- * (kernels_avx2.c, kernels_avx512.c) picked at run time by
- * kernels_init() from the CPU's features, so one binary runs on any x86-64.
+ * (the *_avx2.c and *_avx512.c files; kernels_avx2.c and kernels_avx512.c
+ * describe each level) picked at run time by kernels_init() from the CPU's
+ * features, so one binary runs on any x86-64.
  * tests/unit/test_kernels.c compares every variant with its reference.
  */
 #ifndef SP_KERNELS_H

@@ -383,7 +383,7 @@ static void vec_dot_q4_0r8_ref(int64_t k, float *s, const void *vw, const void *
 }
 
 /* Q8_0 in the avx2 level's order for matrices of 8-row multiples
- * (kernels_avx2.c, packed at load): the same as llama.cpp's repacked Q4_0. */
+ * (q8_avx2.c, packed at load): the same as llama.cpp's repacked Q4_0. */
 static void vec_dot_q8_0_rows8_ref(int64_t k, float *s, const void *vw, const void *vx) {
     const block_q8_0 *w = vw, *x = vx;
     float acc = 0.0f;
@@ -425,7 +425,7 @@ static void vec_dot_q4_K_ref(int64_t k, float *s, const void *vw, const void *vx
 }
 
 /* Q4_K in the avx2 level's order for matrices of 8-row multiples
- * (kernels_avx2.c, "the row-sum order"): per super-block the exact integer
+ * (qk_avx2.c, "the row-sum order"): per super-block the exact integer
  * sums of the scaled quants and of the scaled mins, then two FMAs. */
 static void vec_dot_q4_K_rows8_ref(int64_t k, float *s, const void *vw, const void *vx) {
     const block_q4_K *w = vw;

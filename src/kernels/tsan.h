@@ -1,8 +1,8 @@
 /* tsan.h: what an uninstrumented kernel reads and writes, told to
  * ThreadSanitizer by its caller.
  *
- * `make tsan` builds the kernel files (kernels_ref.c, kernels_avx2.c,
- * kernels_avx512.c) without TSan's instrumentation. Instrumented, every
+ * `make tsan` builds the kernel files (kernels_ref.c, the *_avx2.c and
+ * *_avx512.c files) without TSan's instrumentation. Instrumented, every
  * load is checked one by one, and gcc checks a 32-byte vector load through
  * the slow range path: the bundled pair's F16 matmul spent 85% of its time
  * there, and test_spec_engine ran past 2,400 s under TSan on a Zen 3 (161-196 s

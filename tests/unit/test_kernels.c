@@ -469,7 +469,7 @@ static void matmul_case(tensor_type t) {
         double *tol = malloc((size_t)(nt * nr) * sizeof *tol);
         matmul_ref(w, t, nr, k, x, nt, want, ldy);
         /* the avx2 level's own bits (llama.cpp's order, but for Q8_0, Q4_K
-         * and Q6_K matrices of 8-row multiples: kernels_avx2.c, the row-sum
+         * and Q6_K matrices of 8-row multiples: q8_avx2.c and qk_avx2.c, the row-sum
          * order) */
         float *want2 = malloc((size_t)(nt * ldy) * sizeof *want2);
         CHECK(matmul_ref_level("avx2", w, t, nr, k, x, nt, want2, ldy) == 0, "avx2 has a plain-C twin");

@@ -1,0 +1,211 @@
+/* q8_avx512.c: Q8_0 and Q4_0 weights (against Q8_0 activations) at the
+ * AVX-512 level: each group of 16 blocks of a row transposed into the
+ * one-lane-per-block layout (kernels_avx512.c) from the file's blocks, or
+ * loaded as such from rows packed at load (the "Packed layouts" below,
+ * written here too), then the tokens' dpbusd chains against it, the lanes
+ * of 16 rows summed at once.
+ */
+#include "kernels/simd_avx512.h"
+
+/* ---- weight repacking: one group of a row -> W[], S (, M) --------------- */
+
+AI void repack_q8_0(const block_q8_0 *b, __m512i W[8], __m512 *S) {
+    const uint8_t *p = (const uint8_t *)b;
+    tr16x8(p + 2, p + 2 + 8 * sizeof(block_q8_0), sizeof(block_q8_0), W);
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    _Pragma("GCC unroll 16")
+    for (int s = 0; s < 8; s++) W[s] = _mm512_xor_si512(W[s], bias); /* s8 -> u8 (+128) */
+    *S = gather_f16(p, sizeof(block_q8_0));
+}
+
+AI void repack_q4_0(const block_q4_0 *b, __m512i W[8], __m512 *S) {
+    const uint8_t *p = (const uint8_t *)b;
+    __m512i V[4];
+    tr16x4(p + 2, sizeof(block_q4_0), V);
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    _Pragma("GCC unroll 16")
+    for (int s = 0; s < 4; s++) {
+        W[s] = _mm512_and_si512(V[s], m4);                         /* elements 4s.. */
+        W[4 + s] = _mm512_and_si512(_mm512_srli_epi32(V[s], 4), m4); /* elements 16+4s.. */
+    }
+    *S = gather_f16(p, sizeof(block_q4_0));
+}
+
+/* ---- quantized tiles ---------------------------------------------------- */
+
+/* The tokens of a tile on one group of Q8_0 / Q4_0 weights (lane init and
+ * activation scale from scratch). */
+AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss, const int NT, int64_t g,
+                    __m512 F[8]) {
+    _Pragma("GCC unroll 16")
+    for (int t = 0; t < NT; t++) {
+        const uint8_t *xg = xs + t * xss + g * GROUP_BYTES_Q8;
+        const __m512i I = dot8(W, xg, _mm512_load_si512(xg + 512));
+        F[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(S, _mm512_load_ps(xg + 576)), F[t]);
+    }
+}
+
+/* Group loop for the types whose lane init comes from scratch (Q8_0, Q4_0),
+ * GROUP(row, blocks in a row, g, W, &S) loading group g of a row. Each
+ * row's accumulators (per K range and token) are summed 16 rows at a time
+ * (reduce16, as the Q4_K tile): a row of 2,048 weights is only 4 groups,
+ * and a horizontal sum per row and token was ~10% of a decode. The order
+ * is fixed per row, whatever the batch. */
+#define QTILE(NAME, GROUP)                                                                            \
+    /* one row's groups [g0, g1) -> F[t]; pf_ws: 0, or the row stride of a walk by range */           \
+    AI void NAME##_row(const uint8_t *wr, int64_t nb, int64_t g0, int64_t g1, const uint8_t *xs,      \
+                       size_t xss, const int NT, size_t pf_ws, __m512 F[8]) {                         \
+        _Pragma("GCC unroll 16")                                                                      \
+        for (int t = 0; t < NT; t++) F[t] = _mm512_setzero_ps();                                      \
+        for (int64_t g = g0; g < g1; g++) {                                                           \
+            __m512i W[8];                                                                             \
+            __m512 S;                                                                                 \
+            GROUP(wr, nb, g, W, &S, pf_ws);                                                           \
+            qdot_tokens(W, S, xs, xss, NT, g, F);                                                     \
+        }                                                                                             \
+    }                                                                                                 \
+    AI void NAME##_nt(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xs, size_t xss,         \
+                      const int NT, int64_t k, int64_t k0, int64_t k1, int64_t kc, float *y,          \
+                      int64_t ldy, int acc, const size_t ROW_PF) {                                    \
+        const int64_t nb = k / 32;                                                                    \
+        const int nq = (int)((k1 - k0 + kc - 1) / kc);                                                \
+        SP_ASSERT(nq <= SP_MM_KC_RANGES);                                                             \
+        float fb[SP_MM_KC_RANGES][8][16][16] __attribute__((aligned(64)));                            \
+        if (walk_by_range(nq, NT, xss)) {                                                             \
+            for (int64_t rb = 0; rb < nr; rb += 16) {                                                 \
+                const int n = (int)SP_MIN((int64_t)16, nr - rb);                                      \
+                for (int q = 0; q < nq; q++) {                                                        \
+                    const int64_t ka = k0 + q * kc;                                                   \
+                    for (int rr = 0; rr < n; rr++) {                                                  \
+                        __m512 F[8];                                                                  \
+                        NAME##_row(w + (rb + rr) * ws, nb, ka / 512, (SP_MIN(k1, ka + kc) + 511) / 512, \
+                                   xs, xss, NT, ws, F);                                               \
+                        _Pragma("GCC unroll 16")                                                      \
+                        for (int t = 0; t < NT; t++) _mm512_store_ps(fb[q][t][rr], F[t]);             \
+                    }                                                                                 \
+                }                                                                                     \
+                rows16_store(fb, nq, NT, y, ldy, rb, acc, n);                                         \
+            }                                                                                         \
+            return;                                                                                   \
+        }                                                                                             \
+        for (int64_t r = 0; r < nr; r++) {                                                            \
+            const int rr = (int)(r & 15);                                                             \
+            for (int q = 0; q < nq; q++) {                                                            \
+                const int64_t ka = k0 + q * kc;                                                       \
+                __m512 F[8];                                                                          \
+                NAME##_row(w + r * ws, nb, ka / 512, (SP_MIN(k1, ka + kc) + 511) / 512, xs, xss, NT,      \
+                           ROW_PF, F);                                                                \
+                _Pragma("GCC unroll 16")                                                              \
+                for (int t = 0; t < NT; t++) _mm512_store_ps(fb[q][t][rr], F[t]);                     \
+            }                                                                                         \
+            if (rr == 15) rows16_store(fb, nq, NT, y, ldy, r - 15, acc, 16);                          \
+        }                                                                                             \
+        if (nr & 15) rows16_store(fb, nq, NT, y, ldy, nr - (nr & 15), acc, (int)(nr & 15));           \
+    }
+
+/* Group g of a row of GGUF blocks: REPACK(blocks, W, &S) for a full group,
+ * on a zero-padded copy for the last, partial one. */
+#define GGUF_GROUP(NAME, BT, REPACK)                                                                  \
+    AI void NAME(const uint8_t *row, int64_t nb, int64_t g, __m512i W[8], __m512 *S, size_t pf_ws) {  \
+        const BT *wr = (const BT *)row;                                                               \
+        if (16 * g + 16 <= nb) {                                                                      \
+            prefetch_group(wr + 16 * g, 16 * sizeof(BT), pf_ws);                                      \
+            REPACK(wr + 16 * g, W, S);                                                                \
+        } else {                                                                                      \
+            BT tmp[16];                                                                               \
+            memset(tmp, 0, sizeof tmp);                                                               \
+            memcpy(tmp, wr + 16 * g, (size_t)(nb - 16 * g) * sizeof(BT));                             \
+            REPACK(tmp, W, S);                                                                        \
+        }                                                                                             \
+    }
+
+/* Packed layouts (load-time repacking, matmul_pack): each row is its
+ * groups of 512 weights in K order, each group what repack_* makes of it,
+ * stored, so the transposes and the scale gathers are paid once at load
+ * instead of on every pass (a Q8_0 group took ~35-50 cycles to unpack
+ * against ~11 per token, the most of a 5-token verification):
+ *   Q8_0: W[0..7] (64 B each: the transposed quants, already ^ 0x80) and
+ *         the 16 block scales as f16: 544 B, the size of 16 blocks;
+ *   Q4_0: the 4 transposed vectors of nibble bytes (W[s] = V & 15, W[4+s]
+ *         = V >> 4 & 15) and the 16 scales as f16: 288 B, as 16 blocks.
+ * The last group of a row is zero-padded like the unpacked tiles' copy, so
+ * every sum is the same, bit for bit (test_kernels). */
+
+AI void load_q8_0p(const uint8_t *p, __m512i W[8], __m512 *S) {
+    _Pragma("GCC unroll 8")
+    for (int s = 0; s < 8; s++) W[s] = _mm512_loadu_si512(p + 64 * s);
+    *S = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 512)));
+}
+
+AI void load_q4_0p(const uint8_t *p, __m512i W[8], __m512 *S) {
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    _Pragma("GCC unroll 4")
+    for (int s = 0; s < 4; s++) {
+        const __m512i v = _mm512_loadu_si512(p + 64 * s);
+        W[s] = _mm512_and_si512(v, m4);
+        W[4 + s] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+    }
+    *S = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 256)));
+}
+
+/* Group g of a packed row: every group whole (padded at packing). */
+#define PACKED_GROUP(NAME, GB, LOAD)                                                                  \
+    AI void NAME(const uint8_t *row, int64_t nb, int64_t g, __m512i W[8], __m512 *S, size_t pf_ws) {  \
+        (void)nb;                                                                                     \
+        prefetch_group(row + g * GB, GB, pf_ws);                                                      \
+        LOAD(row + g * GB, W, S);                                                                     \
+    }
+
+GGUF_GROUP(group_q8_0, block_q8_0, repack_q8_0)
+GGUF_GROUP(group_q4_0, block_q4_0, repack_q4_0)
+PACKED_GROUP(group_q8_0p, PACKED_GB_Q8_0, load_q8_0p)
+PACKED_GROUP(group_q4_0p, PACKED_GB_Q4_0, load_q4_0p)
+QTILE(q8_0, group_q8_0)
+QTILE(q4_0, group_q4_0)
+QTILE(q8_0p, group_q8_0p)
+QTILE(q4_0p, group_q4_0p)
+
+TILE_DISPATCH8(q8_0)
+TILE_DISPATCH8(q4_0)
+TILE_DISPATCH8(q8_0p)
+TILE_DISPATCH8(q4_0p)
+
+/* Rows of GGUF Q8_0 or Q4_0 blocks -> packed rows (see above). */
+void avx512_pack_rows_q8(tensor_type t, const void *src, void *dst, int64_t n_rows, int64_t k) {
+    const int64_t nb = k / 32, groups = (nb + 15) / 16;
+    const size_t bb = type_info(t)->block_bytes, srs = (size_t)nb * bb, drs = avx512_packed_row_size(t, k);
+    for (int64_t r = 0; r < n_rows; r++) {
+        const uint8_t *sr = (const uint8_t *)src + (size_t)r * srs;
+        uint8_t *dr = (uint8_t *)dst + (size_t)r * drs;
+        for (int64_t g = 0; g < groups; g++) {
+            uint8_t tmp[16 * 34];
+            const int64_t n = SP_MIN((int64_t)16, nb - 16 * g);
+            const uint8_t *b = sr + (size_t)(16 * g) * bb;
+            if (n < 16) { /* the last, partial group: zero-padded as the tiles pad it */
+                memset(tmp, 0, sizeof tmp);
+                memcpy(tmp, b, (size_t)n * bb);
+                b = tmp;
+            }
+            __m512i W[8];
+            __m512 S;
+            if (t == SP_TYPE_Q8_0) {
+                repack_q8_0((const block_q8_0 *)b, W, &S);
+                for (int i = 0; i < 8; i++) _mm512_storeu_si512(dr + g * PACKED_GB_Q8_0 + 64 * i, W[i]);
+                _mm256_storeu_si256((__m256i *)(dr + g * PACKED_GB_Q8_0 + 512),
+                                    _mm512_cvtps_ph(S, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            } else {
+                __m512i V[4];
+                tr16x4(b + 2, sizeof(block_q4_0), V);
+                S = gather_f16(b, sizeof(block_q4_0));
+                for (int i = 0; i < 4; i++) _mm512_storeu_si512(dr + g * PACKED_GB_Q4_0 + 64 * i, V[i]);
+                _mm256_storeu_si256((__m256i *)(dr + g * PACKED_GB_Q4_0 + 256),
+                                    _mm512_cvtps_ph(S, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            }
+        }
+    }
+}
+
+const mm_kernel avx512_mm_q8_0 = {512, GROUP_BYTES_Q8, avx512_xrow_unused, 8, avx512_conv_x_q8_0, q8_0_tile, 0, q8_0_tile_kc, q8_0_tile_warm};
+const mm_kernel avx512_mm_q4_0 = {512, GROUP_BYTES_Q8, avx512_xrow_unused, 8, avx512_conv_x_q4_0, q4_0_tile, 0, q4_0_tile_kc, q4_0_tile_warm};
+const mm_kernel avx512_mm_q8_0p = {512, GROUP_BYTES_Q8, avx512_xrow_unused, 8, avx512_conv_x_q8_0, q8_0p_tile, 0, q8_0p_tile_kc, q8_0p_tile_warm};
+const mm_kernel avx512_mm_q4_0p = {512, GROUP_BYTES_Q8, avx512_xrow_unused, 8, avx512_conv_x_q4_0, q4_0p_tile, 0, q4_0p_tile_kc, q4_0p_tile_warm};
