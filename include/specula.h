@@ -48,10 +48,13 @@ typedef enum {
     SP_ERR_IO = -7,          /* a file cannot be read, or is malformed */
     SP_ERR_NOT_FOUND = -8,   /* unknown id or name */
     SP_ERR_INTERNAL = -9,    /* a broken invariant (a bug) */
+    SP_ERR_GRAMMAR = -10,    /* the request's grammar cannot be used: it does not compile,
+                                no token can begin it, or it went over a budget */
 } sp_status;
 
 /* "ok", "invalid", "context", "nomem", "busy", "cancelled", "unsupported",
- * "io", "not_found", "internal"; "unknown" for anything else. Static. */
+ * "io", "not_found", "internal", "grammar"; "unknown" for anything else.
+ * Static. */
 const char *sp_status_str(int status);
 
 /* ---- model --------------------------------------------------------------- */
@@ -693,7 +696,7 @@ struct sp_event {
     bool finished;             /* last event of the request; stats are final */
     const sp_request_stats *stats;
     const char *error;         /* message when finish == SP_FINISH_ERROR, else NULL */
-    int error_status;          /* ... and its sp_status: SP_ERR_INVALID when the request
+    int error_status;          /* ... and its sp_status: SP_ERR_GRAMMAR when the request
                                   itself is at fault (its grammar went over a budget),
                                   SP_ERR_INTERNAL otherwise */
 };
@@ -731,7 +734,7 @@ typedef struct {
     /* Structured output: GBNF text (see sp_grammar_compile) the output must
      * be a string of (NULL: none). Compiled at submit (the engine keeps
      * compiled grammars by their text); a grammar that does not compile,
-     * or that no token of the vocabulary can begin, is SP_ERR_INVALID with
+     * or that no token of the vocabulary can begin, is SP_ERR_GRAMMAR with
      * the reason. Every token is drawn from the logits masked to what the
      * grammar allows (end-of-generation and stop tokens only where it may
      * end), speculative proposals are cut at the first token it refuses,
@@ -765,9 +768,12 @@ sp_request_params sp_request_default_params(void);
 /* Queues a request; the params (strings and arrays included) are copied.
  * Returns its id (> 0), or a negative sp_status + err: SP_ERR_CONTEXT when
  * prompt + max_tokens is beyond n_ctx, SP_ERR_UNSUPPORTED for draft
- * speculation on an engine without a draft model, SP_ERR_NOMEM, and
- * SP_ERR_INVALID for any other invalid request (empty prompt, bad sampling
- * parameters, token out of the vocabulary). A request with a callback is forgotten after its final
+ * speculation on an engine without a draft model, SP_ERR_GRAMMAR for a
+ * grammar that cannot be used (it does not compile, no token can begin it,
+ * or checking it went over a budget), SP_ERR_BUSY when the engine's memory
+ * for compiled grammars is full, SP_ERR_NOMEM, and SP_ERR_INVALID for any
+ * other invalid request (empty prompt, bad sampling parameters, token out
+ * of the vocabulary). A request with a callback is forgotten after its final
  * event; one without must be released with sp_engine_release. */
 int64_t sp_engine_submit(sp_engine *e, const sp_request_params *rp, char *err, size_t errlen);
 

@@ -171,7 +171,7 @@ int eng_grammar_take(sp_engine *e, request *r, const sp_request_params *rp, char
         rc = SP_ERR_NOMEM;
     pthread_mutex_unlock(&e->gram.mu);
     if (rc) return rc;
-    if (!(r->gram = grammar_for(e, r->salt, rp->grammar, err, errlen))) return SP_ERR_INVALID;
+    if (!(r->gram = grammar_for(e, r->salt, rp->grammar, err, errlen))) return SP_ERR_GRAMMAR;
     if (!gmem_take(e, &e->gram.mem_gram, gr_bytes(r->gram))) {
         seterr(err, errlen, "the engine's memory for compiled grammars (%zu MiB) is held by "
                   "other requests' grammars; retry later", e->p.grammar_mem / 2 >> 20);
@@ -181,7 +181,8 @@ int eng_grammar_take(sp_engine *e, request *r, const sp_request_params *rp, char
     r->gmask = malloc((size_t)(e->n_vocab + 31) / 32 * sizeof(uint32_t));
     if (!r->gmask || (trig && trig[0] && !(r->gtrigger = strdup(trig)))) return SP_ERR_NOMEM;
     r->gat_start = rp->grammar_at_start;
-    return check_start(e, r, err, errlen);
+    const int rc2 = check_start(e, r, err, errlen);
+    return rc2 == SP_ERR_INVALID ? SP_ERR_GRAMMAR : rc2; /* the grammar's own fault */
 }
 
 int eng_grammar_admit(sp_engine *e, request *r) {
@@ -193,7 +194,7 @@ int eng_grammar_admit(sp_engine *e, request *r) {
     r->gmem_match = GR_MATCHER_MAX_BYTES;
     int rc;
     if (!(r->gm = matcher_of(e, r, r->err, sizeof(r->err), &rc))) {
-        r->err_status = rc;
+        r->err_status = rc == SP_ERR_INVALID ? SP_ERR_GRAMMAR : rc;
         return -1;
     }
     r->gtrig_tok = sp_matcher_trigger_token(r->gm);
@@ -243,7 +244,7 @@ void eng_grammar_free(sp_engine *e) {
 
 void eng_grammar_dead_end(request *r) {
     if (r->gm && sp_matcher_error(r->gm, r->err, sizeof(r->err)))
-        r->err_status = SP_ERR_INVALID; /* the request's grammar: its fault, a 400 */
+        r->err_status = SP_ERR_GRAMMAR; /* the request's grammar: its fault, a 400 */
     else
         snprintf(r->err, sizeof(r->err), "no token of the vocabulary can continue the output here");
     /* the prefix says where the message comes from */

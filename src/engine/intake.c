@@ -70,6 +70,7 @@ const char *sp_status_str(int status) {
     case SP_ERR_IO: return "io";
     case SP_ERR_NOT_FOUND: return "not_found";
     case SP_ERR_INTERNAL: return "internal";
+    case SP_ERR_GRAMMAR: return "grammar";
     default: return "unknown";
     }
 }

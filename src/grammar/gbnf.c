@@ -702,6 +702,12 @@ static sp_grammar *flatten(parser *ps, int32_t root) {
 }
 
 sp_grammar *sp_grammar_compile(const char *text, size_t len, char *err, size_t errlen) {
+    return gr_compile(text, len, NULL, err, errlen);
+}
+
+sp_grammar *gr_compile(const char *text, size_t len, bool *left_recursive, char *err,
+                       size_t errlen) {
+    if (left_recursive) *left_recursive = false;
     if (!text) {
         seterr(err, errlen, "grammar: no text");
         return NULL;
@@ -757,6 +763,7 @@ sp_grammar *sp_grammar_compile(const char *text, size_t len, char *err, size_t e
     free(ps.rules);
     free(ps.sets);
     free(ps.names);
+    if (left_recursive) *left_recursive = ps.left_recursive;
     return g;
 }
 

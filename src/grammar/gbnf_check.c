@@ -151,6 +151,7 @@ bool gb_check(parser *ps) {
     free(nullable), free(state), free(stack);
     if (bad >= 0) {
         ps->p = ps->end;
+        ps->left_recursive = true;
         /* name the nearest named rule: generated ones are anonymous */
         gb_perr(ps, "left recursion: rule '%.60s' can reach itself without consuming input",
                 ps->rules[bad]->name ? ps->rules[bad]->name : "(a group or repetition)");

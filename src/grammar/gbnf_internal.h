@@ -36,6 +36,7 @@ typedef struct {
     char *err;
     size_t errlen;
     bool failed;
+    bool left_recursive;    /* it failed on a rule that reaches itself (gbnf_check.c) */
 } parser;
 
 /* The first error, with its place in the text (later ones are dropped);

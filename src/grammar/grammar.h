@@ -78,6 +78,10 @@ struct sp_grammar {
 #define GR_SHARED_BYTES ((size_t)8 << 20)
 
 void gr_retain(const sp_grammar *g);
+/* sp_grammar_compile, and on failure whether the grammar was refused for
+ * left recursion (a rule that reaches itself without consuming input). */
+sp_grammar *gr_compile(const char *text, size_t len, bool *left_recursive, char *err,
+                       size_t errlen);
 /* The bytes a compiled grammar holds (its shared masks aside). */
 static inline size_t gr_bytes(const sp_grammar *g) {
     return sizeof(*g) + (size_t)g->n_el * sizeof(gr_elem) + (size_t)g->n_sets * sizeof(gr_set) +

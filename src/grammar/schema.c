@@ -625,12 +625,13 @@ int sp_json_schema_to_gbnf(const char *text, size_t len, char **gbnf, char *err,
              * is left recursion: refuse the schema rather than give a grammar
              * that does not compile */
             char gerr[200];
-            sp_grammar *g = sp_grammar_compile(b.s, b.n, gerr, sizeof(gerr));
+            bool self_ref;
+            sp_grammar *g = gr_compile(b.s, b.n, &self_ref, gerr, sizeof(gerr));
             if (g) {
                 out = b.s;
             } else {
                 c.status = SP_ERR_INVALID;
-                seterr(err, errlen, "%s", strstr(gerr, "left recursion")
+                seterr(err, errlen, "%s", self_ref
                               ? "the schema refers to itself ($ref) without any value in between"
                               : gerr);
                 free(b.s);

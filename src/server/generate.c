@@ -149,7 +149,7 @@ static void take_finish(sreq *r, const sp_event *ev, double t) {
      * that reads /metrics after its response finds it there */
     double ttft_s = r->n_tok ? (r->t_first - r->t_arrive) / 1e3 : -1;
     metrics_finished(&s->met, &r->st, ttft_s, tpot, (t - r->t_arrive) / 1e3);
-    log_request(s, r->rid, r->tenant, r->st.finish != SP_FINISH_ERROR ? 200 : r->err_status == SP_ERR_INVALID ? 400 : 500, r,
+    log_request(s, r->rid, r->tenant, r->st.finish != SP_FINISH_ERROR ? 200 : r->err_status == SP_ERR_GRAMMAR ? 400 : 500, r,
                 r->t_arrive, t);
     pthread_mutex_lock(&s->mu);
     s->active--;
@@ -212,8 +212,8 @@ void sreq_abort(sreq *r) {
  * field when it was its own fault (its grammar over a budget), else a 500
  * (r->mu held). */
 static void finish_error(const sreq *r, oai_error *e) {
-    const bool own = r->err_status == SP_ERR_INVALID;
-    oai_status_error(e, own ? SP_ERR_INVALID : SP_ERR_INTERNAL, own ? r->err_param : NULL, "%s",
+    const bool own = r->err_status == SP_ERR_GRAMMAR;
+    oai_status_error(e, own ? SP_ERR_GRAMMAR : SP_ERR_INTERNAL, own ? r->err_param : NULL, "%s",
                      r->error[0] ? r->error : "error");
 }
 
@@ -509,8 +509,8 @@ static sreq *gen_submit(http_server *s, struct MHD_Connection *c, conn *cx, cons
         r->finished = true;
         pthread_mutex_unlock(&r->mu);
         oai_submit_error(e, (int)id, err);
-        if (q->grammar && id == SP_ERR_INVALID && strstr(err, "grammar"))
-            e->param = q->grammar_param; /* static strings: outlive the request */
+        if (id == SP_ERR_GRAMMAR && q->grammar_param)
+            e->param = q->grammar_param; /* the field that gave it; static strings */
         if (!cx) sreq_unref(r); /* no connection holds it */
         return NULL;
     }

@@ -119,7 +119,7 @@ typedef struct sreq {
     double t_stop;                 /* when the server's stop cancelled it (0: not) */
     sp_request_stats st;
     char error[256];
-    int err_status;                /* its sp_status (SP_ERR_INVALID: the request's fault) */
+    int err_status;                /* its sp_status (SP_ERR_GRAMMAR: the request's fault) */
     const char *err_param;         /* the field a request's fault is about (static), or NULL */
     double t_arrive, t_first, t_last;
     /* --stamp-chunks: text events not yet in a chunk, the oldest one's time */

@@ -19,6 +19,7 @@ static const struct {
     const char *type, *code, *submit_param;
 } status_table[] = {
     {SP_ERR_INVALID, 400, "invalid_request_error", "invalid_value", NULL},
+    {SP_ERR_GRAMMAR, 400, "invalid_request_error", "invalid_value", "grammar"},
     {SP_ERR_CONTEXT, 400, "invalid_request_error", "context_length_exceeded", "max_tokens"},
     {SP_ERR_UNSUPPORTED, 400, "invalid_request_error", "unsupported_value", "speculative"},
     {SP_ERR_NOT_FOUND, 404, "invalid_request_error", "not_found", NULL},

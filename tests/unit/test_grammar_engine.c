@@ -112,7 +112,15 @@ static void over_budget_refused(void) {
     char err[256];
     sp_request_params r = req("root ::= ((\"a\"?){0,1000}){0,1000}", NULL, 4);
     int64_t id = sp_engine_submit(e, &r, err, sizeof(err));
-    CHECK(id == SP_ERR_INVALID && strstr(err, "budget"), "%lld: %s", (long long)id, err);
+    CHECK(id == SP_ERR_GRAMMAR && strstr(err, "budget"), "%lld: %s", (long long)id, err);
+    /* the grammar's own faults are SP_ERR_GRAMMAR, the request's others not */
+    sp_request_params bad = req("root ::= [0-9", NULL, 4);
+    id = sp_engine_submit(e, &bad, err, sizeof(err));
+    CHECK(id == SP_ERR_GRAMMAR, "a grammar that does not compile: %lld: %s", (long long)id, err);
+    sp_request_params empty = req("root ::= \"a\"", NULL, 4);
+    empty.prompt = "";
+    id = sp_engine_submit(e, &empty, err, sizeof(err));
+    CHECK(id == SP_ERR_INVALID, "an empty prompt with a grammar: %lld: %s", (long long)id, err);
     sp_engine_stats st;
     sp_engine_get_stats(e, &st);
     CHECK(st.grammar_mem_used == 0, "%zu bytes still held", st.grammar_mem_used);
