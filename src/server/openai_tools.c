@@ -75,6 +75,22 @@ const oai_tool_fmt *oai_tool_format(chat_tmpl t) {
 
 /* ---- the grammar of the calls ---- */
 
+/* Whether a tool's parameters say "no arguments" as OpenAI reads them: none
+ * given, or an object schema with no properties that says nothing else of
+ * its keys or shape. Compiled as is, that would be a map of any keys, and
+ * the model would write arguments the function never takes. */
+static bool no_arguments(const cJSON *args) {
+    static const char *const shape[] = {"additionalProperties", "patternProperties", "anyOf",
+                                        "oneOf", "allOf", "$ref", "enum", "const", "items"};
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(args, "type");
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(args, "properties");
+    if ((t && !(cJSON_IsString(t) && !strcmp(t->valuestring, "object"))) || (p && p->child))
+        return false;
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
+        if (cJSON_GetObjectItemCaseSensitive(args, shape[i])) return false;
+    return true;
+}
+
 /* The schema of a call to tool f: {"name": const, args_key: params}. The
  * parameters' $defs are hoisted to the top (their $refs point there). */
 static cJSON *call_schema(const cJSON *f, cJSON *defs, const char *args_key) {
@@ -96,6 +112,8 @@ static cJSON *call_schema(const cJSON *f, cJSON *defs, const char *args_key) {
         }
         cJSON_Delete(d);
     }
+    if (no_arguments(args)) /* the call's arguments are {} */
+        cJSON_AddFalseToObject(args, "additionalProperties");
     if (!cJSON_GetObjectItemCaseSensitive(args, "type") && !cJSON_GetObjectItemCaseSensitive(args, "properties"))
         cJSON_AddStringToObject(args, "type", "object");
     cJSON_AddItemToObject(nm, "const", cJSON_Duplicate(n, false));

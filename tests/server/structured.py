@@ -432,6 +432,22 @@ def tools_checks(port, t):
         t.report("tools: %s call: tool_calls whose arguments validate" % label, err)
         t.report("tools: %s call streamed: piecewise deltas, the same call" % label,
                  stream_matches(port, body, call) if call else "no call to compare")
+    # a tool without arguments (parameters absent, or an object with no
+    # properties) is called with {}, as OpenAI means it, not with any object
+    for label, fn in (("absent", {"name": "now"}),
+                      ("empty object", {"name": "now", "parameters": {"type": "object", "properties": {}}})):
+        body = {"messages": [{"role": "user", "content": "what time is it?"}], "max_tokens": 60,
+                "temperature": 0.8, "seed": 5, "tools": [{"type": "function", "function": fn}],
+                "tool_choice": {"type": "function", "function": {"name": "now"}}}
+        st, d = post(port, "/v1/chat/completions", body)
+        calls = d["choices"][0]["message"].get("tool_calls") or [] if st == 200 else []
+        args = calls[0]["function"]["arguments"] if len(calls) == 1 else None
+        try:
+            empty = args is not None and json.loads(args) == {}
+        except ValueError:
+            empty = False
+        t.report("tools: a tool without arguments (parameters %s) is called with {}" % label,
+                 None if empty else "HTTP %d, %r" % (st, str(d)[:300]))
 
 
 def auto_checks(a, t, tmp):
