@@ -18,8 +18,9 @@ if [ ! -f include/specula.h ] || [ ! -d src ]; then
 fi
 
 # ---- no development history ------------------------------------------------
-# An issue number ("issue 13", "Issue #7", "issues 4 and 5", but not the
-# verb: "issues 2 per cycle") or a review's finding ("finding 6").
+# The word issue or issues followed by a number (with or without "#"),
+# except the verb followed by "per" (an instruction that issues N per
+# cycle), or the word finding followed by a number.
 history_re='\b[Ii]ssues? #?[0-9]+\b(?! per\b)|\b[Ff]inding [0-9]+\b'
 files_of() { # git-tracked files under the given paths, this test excluded
     git ls-files -- "$@" 2>/dev/null | grep -v -e '^tests/repo/test_repo.sh$' -e node_modules/ || true
