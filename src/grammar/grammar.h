@@ -125,4 +125,9 @@ struct sp_token_trie {
 int gr_pattern_gbnf(const char *re, sbuf *out, double *min_len, double *max_len, char *err,
                     size_t errlen);
 
+/* The GBNF of "a or b" (either.c): root ::= a-root | b-root, each
+ * grammar's rules renamed apart by the prefixes "a-" and "b-". Both must
+ * define root. A malloc'd string, or NULL when out of memory. */
+char *gr_gbnf_either(const char *a, const char *b);
+
 #endif

@@ -47,8 +47,8 @@ static oai_reply reply_of(const sreq *r) {
                        .toks = r->toks, .lps = r->lps, .top_ids = r->top_ids,
                        .top_lps = r->top_lps, .n_tok = r->n_tok, .n_top = r->n_top,
                        .text = r->text.p, .text_len = r->text.len, .st = &r->st,
-                       .finish = sp_finish_reason_str(r->st.finish), .tools = r->tools,
-                       .calls_required = r->calls_required};
+                       .finish = oai_finish_reason(r->st.finish), .tools = r->tools,
+                       .tool_mode = r->tool_mode};
 }
 
 /* ---- suspending a connection while the engine works ------------------- */
@@ -483,8 +483,8 @@ static sreq *gen_submit(http_server *s, struct MHD_Connection *c, conn *cx, cons
     r->include_usage = q->include_usage;
     if (q->tool_mode) {
         r->tools = oai_tool_format(s->tmpl);
-        r->calls_required = q->tool_mode == OAI_TOOLS_REQUIRED;
-        oai_calls_init(&r->calls, r->tools, r->calls_required);
+        r->tool_mode = q->tool_mode;
+        oai_calls_init(&r->calls, r->tools, r->tool_mode);
     }
     r->logprobs = q->logprobs;
     r->err_param = q->grammar_param;

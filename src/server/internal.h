@@ -101,7 +101,7 @@ typedef struct sreq {
     int64_t id;                    /* engine id (0 until submitted) */
     bool chat, stream, include_usage;
     const oai_tool_fmt *tools;     /* the output may hold tool calls in this format */
-    bool calls_required;           /* ... the whole output */
+    int tool_mode;                 /* OAI_TOOLS_*: where the output holds them */
     oai_calls calls;               /* a stream's reader of them (connection thread) */
     int logprobs;                  /* -1 off, else top-N */
     char rid[48];

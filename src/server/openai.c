@@ -525,8 +525,28 @@ static int f_grammar(const cJSON *v, pctx *c, oai_error *e) {
     return set_grammar(c, strdup(v->valuestring), "grammar", e);
 }
 
-/* {"type": "text"}, {"type": "json_object"}, or {"type": "json_schema",
- * "json_schema": {"name", "schema", "strict", "description"}} */
+/* A JSON Schema (an object, or true) compiled to the grammar of r's
+ * output; what="response_format.json_schema.schema" names it in errors. */
+static int schema_grammar(pctx *c, const cJSON *schema, const char *what, oai_error *e) {
+    if (!schema || !(cJSON_IsObject(schema) || cJSON_IsTrue(schema)))
+        return BAD("response_format", "'%s' must be a JSON Schema object", what);
+    char *text = cJSON_PrintUnformatted(schema);
+    if (!text) return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+    char err[300];
+    char *g;
+    const int rc = sp_json_schema_to_gbnf(text, 0, &g, err, sizeof(err));
+    free(text);
+    if (rc == SP_ERR_NOMEM) return oai_status_error(e, rc, NULL, "out of memory");
+    if (rc)
+        return oai_seterr(e, 400, "invalid_request_error", "response_format",
+                          rc == SP_ERR_UNSUPPORTED ? "unsupported_parameter" : "invalid_value",
+                          "%s: %s", what, err);
+    return set_grammar(c, g, "response_format", e);
+}
+
+/* {"type": "text"}, {"type": "json_object"} (with llama-server's optional
+ * "schema": a JSON Schema), or {"type": "json_schema", "json_schema":
+ * {"name", "schema", "strict", "description"}} */
 static int f_response_format(const cJSON *v, pctx *c, oai_error *e) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(v, "type"), *x;
     if (!cJSON_IsString(t))
@@ -534,12 +554,17 @@ static int f_response_format(const cJSON *v, pctx *c, oai_error *e) {
                    "json_schema");
     const char *ty = t->valuestring;
     cJSON_ArrayForEach(x, v) if (strcmp(x->string, "type") &&
-                                 (strcmp(x->string, "json_schema") || strcmp(ty, "json_schema")))
+                                 (strcmp(x->string, "json_schema") || strcmp(ty, "json_schema")) &&
+                                 (strcmp(x->string, "schema") || strcmp(ty, "json_object")))
         return oai_seterr(e, 400, "invalid_request_error", "response_format", "unknown_parameter",
                           "unknown field 'response_format.%.64s'", x->string);
     if (!strcmp(ty, "text")) return 0;
-    if (!strcmp(ty, "json_object"))
+    if (!strcmp(ty, "json_object")) {
+        const cJSON *schema = cJSON_GetObjectItemCaseSensitive(v, "schema");
+        if (schema && !cJSON_IsNull(schema))
+            return schema_grammar(c, schema, "response_format.schema", e);
         return set_grammar(c, strdup(sp_json_object_gbnf()), "response_format", e);
+    }
     if (strcmp(ty, "json_schema"))
         return BAD("response_format", "'response_format.type' must be text, json_object or "
                    "json_schema (got '%.40s')", ty);
@@ -556,21 +581,7 @@ static int f_response_format(const cJSON *v, pctx *c, oai_error *e) {
             return BAD("response_format", "'response_format.json_schema.%.64s' is not a field "
                        "(name, schema, strict, description) or has the wrong type", x->string);
     }
-    if (!schema || !(cJSON_IsObject(schema) || cJSON_IsTrue(schema)))
-        return BAD("response_format", "'response_format.json_schema.schema' must be a JSON "
-                   "Schema object");
-    char *text = cJSON_PrintUnformatted(schema);
-    if (!text) return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
-    char err[300];
-    char *g;
-    const int rc = sp_json_schema_to_gbnf(text, 0, &g, err, sizeof(err));
-    free(text);
-    if (rc == SP_ERR_NOMEM) return oai_status_error(e, rc, NULL, "out of memory");
-    if (rc)
-        return oai_seterr(e, 400, "invalid_request_error", "response_format",
-                          rc == SP_ERR_UNSUPPORTED ? "unsupported_parameter" : "invalid_value",
-                          "response_format.json_schema.schema: %s", err);
-    return set_grammar(c, g, "response_format", e);
+    return schema_grammar(c, schema, "response_format.json_schema.schema", e);
 }
 
 static int only_text_modality(const cJSON *v, pctx *c, oai_error *e) {
@@ -644,7 +655,8 @@ static const field fields[] = {
     {"suffix", K_STRING, 0, 0, false, REFUSED, NA, only_empty, "string",
      "\"\" only"},
     {"response_format", K_OBJECT, 0, 0, false, HONORED, HONORED, f_response_format, "object",
-     "text, json_object, json_schema (a JSON Schema subset: see Structured output); an "
+     "text, json_object (optionally with llama-server's \"schema\"), json_schema (a JSON "
+     "Schema subset: see Structured output); an "
      "unsupported keyword is a 400 naming it"},
     {"tools", K_ARRAY, 0, 0, false, NA, HONORED, f_tools, "array",
      "function tools, written in the chat template's own tool markup; see Structured output"},

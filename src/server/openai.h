@@ -70,6 +70,8 @@ enum {
     OAI_TOOLS_OFF = 0,    /* nowhere: plain content */
     OAI_TOOLS_AUTO,       /* after the format's trigger, if the model writes it */
     OAI_TOOLS_REQUIRED,   /* the whole output (tool_choice required or named) */
+    OAI_TOOLS_EITHER,     /* auto under response_format or grammar: calls from the
+                             start, or else an output in that format */
 };
 
 /* One JSON value and nothing after it but white space (cJSON alone would
@@ -96,8 +98,8 @@ int oai_tools_history(const cJSON *calls, int msg, oai_req *r, chat_msg *m, oai_
 /* After the fields, with the template known: the tools' definitions for
  * the template, and the grammar of the calls: the whole output
  * (tool_choice required or named), or lazy from the family's trigger on
- * (auto; not when 'grammar' or response_format constrain the output, which
- * then holds no calls). 0, or -1 + e (400 naming tools or tool_choice). */
+ * (auto), or either calls or the constrained answer (auto under 'grammar'
+ * or response_format). 0, or -1 + e (400 naming tools or tool_choice). */
 int oai_tools_apply(oai_req *r, chat_tmpl t, oai_error *e);
 
 /* How a family writes tool calls: where they begin and what surrounds
@@ -127,6 +129,7 @@ typedef struct {
     size_t sent;          /* bytes of content emitted */
     size_t from;          /* where the calls begin, SIZE_MAX: not (yet) */
     bool no_calls;        /* an anchored trigger did not come first */
+    bool anchored;        /* calls only at the start (the format's, or OAI_TOOLS_EITHER) */
     int depth;            /* JSON nesting inside the calls */
     bool in_str, esc;
     int st;               /* what comes next inside a call object */
@@ -135,8 +138,10 @@ typedef struct {
     bool in_args;
     int started, done;    /* calls named, calls complete */
 } oai_calls;
-/* required: the whole output is calls. */
-void oai_calls_init(oai_calls *c, const oai_tool_fmt *f, bool required);
+/* mode: OAI_TOOLS_REQUIRED, the whole output is calls; OAI_TOOLS_AUTO,
+ * calls from the trigger on; OAI_TOOLS_EITHER, calls when the output
+ * starts with the trigger, else it is all content. */
+void oai_calls_init(oai_calls *c, const oai_tool_fmt *f, int mode);
 /* Reads text[pos, len) (the whole output so far); final: nothing follows. */
 void oai_calls_feed(oai_calls *c, const char *text, size_t len, bool final, oai_calls_emit emit,
                     void *user);
@@ -211,7 +216,7 @@ typedef struct {
     const sp_request_stats *st;
     const char *finish;          /* sp_finish_reason_str(st->finish) */
     const oai_tool_fmt *tools;   /* the text may hold calls in this format (NULL: not) */
-    bool calls_required;         /* ... the whole text (tool_choice required / named) */
+    int tool_mode;               /* OAI_TOOLS_*: where the text holds them */
 } oai_reply;
 
 /* --stamp-chunks: the timing a text chunk carries (see server.h). */
@@ -220,6 +225,10 @@ typedef struct {
     int events;
 } oai_stamp;
 
+/* finish_reason as OpenAI's clients know it: stop, length (also a request
+ * cut short by shutdown, whose engine reason "cancelled" the "specula"
+ * statistics carry as "finish"), or "error". */
+const char *oai_finish_reason(sp_finish_reason r);
 /* The whole (non-streaming) response: "text_completion" or
  * "chat.completion" with usage and the "specula" statistics. */
 void oai_reply_full(sbuf *b, const oai_reply *o);

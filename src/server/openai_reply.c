@@ -190,8 +190,15 @@ static void json_usage(sbuf *b, const sp_request_stats *st) {
 }
 
 /* the "specula" extension: where the time went, and speculation's yield */
+const char *oai_finish_reason(sp_finish_reason r) {
+    return r == SP_FINISH_CANCELLED ? "length" : sp_finish_reason_str(r);
+}
+
 static void json_ext(sbuf *b, const sp_request_stats *st) {
-    sb_printf(b, "{\"queue_ms\": %.3f, \"prefill_ms\": %.3f, \"ttft_ms\": %.3f, \"decode_ms\": %.3f, "
+    /* the engine's own reason, which finish_reason may only approximate
+     * (a request cut short at shutdown: "length" there, "cancelled" here) */
+    sb_printf(b, "{\"finish\": \"%s\", ", sp_finish_reason_str(st->finish));
+    sb_printf(b, "\"queue_ms\": %.3f, \"prefill_ms\": %.3f, \"ttft_ms\": %.3f, \"decode_ms\": %.3f, "
                  "\"tpot_ms\": %.3f, \"preemptions\": %d, \"cached_tokens_disk\": %d, \"spec\": {\"steps\": %d, "
                  "\"drafted\": %d, \"accepted\": %d, \"acceptance_rate\": %.6g, \"mean_acceptance_length\": %.6g, "
                  "\"grammar_forced\": %d}}",
@@ -293,7 +300,7 @@ static void json_message(sbuf *b, const oai_reply *o, const char **finish) {
     found f = {0};
     oai_calls c = {0};
     if (o->tools) {
-        oai_calls_init(&c, o->tools, o->calls_required);
+        oai_calls_init(&c, o->tools, o->tool_mode);
         oai_calls_feed(&c, text, o->text_len, true, collect, &f);
     }
     sb_str(b, "\"message\": {\"role\": \"assistant\", \"content\": ");

@@ -16,6 +16,9 @@
  *     family's trigger ("<tool_call>", "[TOOL_CALLS]", or {"name" at the
  *     start), and a valid call from there on (the engine's
  *     sp_request_params.grammar_trigger);
+ *   auto under response_format (or grammar): either a call from the
+ *     output's start, or an answer that meets the format (both grammars
+ *     as one, src/grammar/either.c);
  *   none: no tools are offered.
  * The reply reads the calls back (oai_calls_feed): the text before the
  * trigger is content, each call becomes tool_calls[i] with finish_reason
@@ -26,6 +29,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "grammar/grammar.h"
 #include "server/openai.h"
 
 #define BAD(param, ...) oai_seterr(e, 400, "invalid_request_error", param, "invalid_value", __VA_ARGS__)
@@ -272,11 +276,21 @@ int oai_tools_apply(oai_req *r, chat_tmpl t, oai_error *e) {
     }
     if (str && !strcmp(tc->valuestring, "none")) return 0; /* no tools offered */
     if (tool_defs(r, e)) return -1;
-    if (!required && r->grammar) return 0; /* auto under a grammar: the output is the grammar's */
     if (required && r->grammar)
         return BAD("tool_choice", "a required tool call cannot be combined with 'grammar' or a "
                    "constraining 'response_format'");
     const oai_tool_fmt *f = oai_tool_format(t);
+    if (r->grammar) { /* auto under a constraint: a call, or an answer that meets it */
+        char *calls, *both;
+        if (calls_grammar(r->tools, NULL, f, r->parallel_calls, &calls, e)) return -1;
+        both = gr_gbnf_either(calls, r->grammar);
+        free(calls);
+        if (!both) return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+        free(r->grammar);
+        r->grammar = both;
+        r->tool_mode = OAI_TOOLS_EITHER;
+        return 0;
+    }
     if (calls_grammar(r->tools, named, f, r->parallel_calls, &r->grammar, e)) return -1;
     r->grammar_param = "tools";
     r->tool_mode = required ? OAI_TOOLS_REQUIRED : OAI_TOOLS_AUTO;
@@ -293,10 +307,11 @@ enum { S_KEY, S_INKEY, S_COLON, S_VALUE, S_INNAME, S_INVAL };
 
 static bool is_ws(char b) { return b == ' ' || b == '\n' || b == '\t' || b == '\r'; }
 
-void oai_calls_init(oai_calls *c, const oai_tool_fmt *f, bool required) {
+void oai_calls_init(oai_calls *c, const oai_tool_fmt *f, int mode) {
     memset(c, 0, sizeof(*c));
     c->f = f;
-    c->from = required ? 0 : SIZE_MAX;
+    c->from = mode == OAI_TOOLS_REQUIRED ? 0 : SIZE_MAX;
+    c->anchored = f->at_start || mode == OAI_TOOLS_EITHER;
 }
 
 /* Before the calls: where they begin (c->from, once seen), and the end of
@@ -305,7 +320,7 @@ static size_t find_calls(oai_calls *c, const char *text, size_t len, bool final)
     const char *tr = c->f->trigger;
     const size_t tl = strlen(tr);
     if (c->no_calls) return len;
-    if (c->f->at_start) {
+    if (c->anchored) {
         size_t ws = 0;
         while (ws < len && is_ws(text[ws])) ws++;
         const size_t m = SP_MIN(len - ws, tl);

@@ -41,8 +41,8 @@
  * Shutdown: server_drain refuses new generation requests (503) while
  * those in flight go on; /health answers 503 "draining" until the end.
  * server_stop then cancels what is left, lets each client get its final
- * event (a last chunk with finish_reason "cancelled" and [DONE], or a
- * 503), resumes whatever is still suspended and stops MHD. */
+ * event (a last chunk with finish_reason "length", its statistics'
+ * finish "cancelled", and [DONE]; or a 503), resumes whatever is still suspended and stops MHD. */
 #include "server/server.h"
 
 #include <arpa/inet.h>

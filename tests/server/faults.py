@@ -8,7 +8,7 @@
   stuck) with the same greedy output as one at a time;
 - SIGTERM with streams in flight: new connections are refused, the streams
   finish (within --drain-timeout) or end with a final chunk (finish_reason
-  "cancelled") and [DONE], a plain request gets its answer or a 503, and
+  "length", specula.finish "cancelled") and [DONE], a plain request gets its answer or a 503, and
   the server exits 0 within a bound;
 - a client that reads its stream slowly (SO_RCVBUF 4096, reading nothing
   for seconds) does not stall other clients, and gets its whole stream
@@ -159,6 +159,10 @@ def sse_summary(raw):
         for c in d.get("choices", []):
             chunks += 1
             finish = c.get("finish_reason") or finish
+        # a stream cut short at shutdown ends with finish_reason "length",
+        # the engine's reason in the statistics
+        if d.get("specula", {}).get("finish") == "cancelled" and finish == "length":
+            finish = "cancelled"
     return status, events, done, finish, chunks
 
 

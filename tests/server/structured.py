@@ -306,6 +306,7 @@ def main():
             ("finish_reason %s" % fin if fin != "stop" else schema_check(SCHEMAS[19][1])("".join(parts)))
         t.report("stream: the deltas join into a valid document", err)
         tools_checks(port, t)
+        either_checks(port, t)
         # a grammar that cannot finish within max_tokens: "length", the output a prefix
         st, d = post(port, "/v1/completions", {"prompt": PROMPT, "max_tokens": 12, "temperature": 0,
                                                "grammar": 'root ::= "ab"{200} "c"'})
@@ -448,6 +449,57 @@ def tools_checks(port, t):
             empty = False
         t.report("tools: a tool without arguments (parameters %s) is called with {}" % label,
                  None if empty else "HTTP %d, %r" % (st, str(d)[:300]))
+
+
+def either_checks(port, t):
+    """tool_choice auto under response_format (chatml): the output is either
+    a call from its start or an answer in the format, never plain text. A
+    logit bias on the first token of "<tool_call>" (which no JSON answer
+    starts with) makes it a call; without it the greedy answer is whichever
+    the model prefers, and must be one or the other. Each is the same with
+    n-gram speculation."""
+    st, _, raw = request(port, "POST", "/tokenize", json.dumps(
+        {"prompt": "<tool_call>", "add_special": False}).encode())
+    first = json.loads(raw)["tokens"][0] if st == 200 else None
+    fmt = SCHEMAS[17][1]
+    base = {"messages": [{"role": "user", "content": "add 2 and 3, or describe it"}], "max_tokens": 120,
+            "temperature": 0, "tools": TOOLS, "tool_choice": "auto",
+            "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": fmt}}}
+    for label, extra in (("biased to call", {"logit_bias": {str(first): 100}}), ("unbiased", {})):
+        body = dict(base, **extra)
+        outs = []
+        for spec in (None, {"method": "ngram", "k": 4}):
+            st, d = post(port, "/v1/chat/completions", dict(body, speculative=spec) if spec else body)
+            if st != 200:
+                outs.append(("HTTP %d %s" % (st, str(d)[:300]),))
+                continue
+            c = d["choices"][0]
+            m, calls = c["message"], c["message"].get("tool_calls") or []
+            if calls:
+                f = calls[0]["function"]
+                err = None if c["finish_reason"] == "tool_calls" and m.get("content") is None and \
+                    f["name"] in PARAMS else "finish %s, %r" % (c["finish_reason"], m)
+                err = err or schema_check(PARAMS[f["name"]])(f["arguments"])
+                outs.append(("call", f["name"], f["arguments"], err))
+            else:
+                err = schema_check(fmt)(m["content"]) if c["finish_reason"] == "stop" else \
+                    "finish_reason %s" % c["finish_reason"]
+                outs.append(("answer", m["content"], err))
+        err = next((o[-1] for o in outs if o[-1]), None)
+        if not err and label == "biased to call" and outs[0][0] != "call":
+            err = "an answer, not a call: %r" % (outs[0],)
+        t.report("auto + response_format (%s): a valid call or an answer in the format" % label, err)
+        t.report("auto + response_format (%s): the same with n-gram speculation" % label,
+                 None if outs[0] == outs[1] else "%r vs %r" % tuple(outs))
+    # llama-server's form: response_format json_object with a schema
+    st, d = post(port, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "a JSON object please"}], "max_tokens": 120,
+        "temperature": 0, "response_format": {"type": "json_object", "schema": fmt}})
+    c = d["choices"][0] if st == 200 else {}
+    t.report("response_format json_object with a schema: output validates",
+             ("HTTP %d %s" % (st, str(d)[:300])) if st != 200 else
+             schema_check(fmt)(c["message"]["content"]) if c["finish_reason"] == "stop"
+             else "finish_reason %s" % c["finish_reason"])
 
 
 def auto_checks(a, t, tmp):

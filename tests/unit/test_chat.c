@@ -180,7 +180,7 @@ static void got_emit(void *user, int kind, int index, const char *s, size_t n) {
 static got_calls read_calls(const oai_tool_fmt *f, bool required, const char *text, size_t step, int *done) {
     got_calls g = {0};
     oai_calls c;
-    oai_calls_init(&c, f, required);
+    oai_calls_init(&c, f, required ? OAI_TOOLS_REQUIRED : OAI_TOOLS_AUTO);
     const size_t len = strlen(text);
     for (size_t at = step ? SP_MIN(step, len) : len;; at = SP_MIN(at + step, len)) {
         oai_calls_feed(&c, text, at, at == len, got_emit, &g);

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "common.h"
+#include "grammar/grammar.h"
 #include "sbuf.h"
 #include "server/openai.h"
 #include "specula.h"
@@ -372,6 +373,22 @@ static void test_logit_bias_semantics(void) {
     }
 }
 
+/* gr_gbnf_either: two grammars with rules of the same names (root, and a
+ * shared "digit") as one; names inside literals, classes, repetition counts
+ * and comments are left alone. The union accepts each one's strings and
+ * nothing else. */
+static void test_either(void) {
+    const char *a = "root ::= \"<call>\" digit{2,3} # root digit\ndigit ::= [0-9]";
+    const char *b = "root ::= \"{\" digit \"root\" [a-z-]? \"}\"\ndigit ::= \"x\" | \"y\"";
+    char *g = gr_gbnf_either(a, b);
+    REQUIRE(g, "out of memory");
+    static const char *const yes[] = {"<call>12", "<call>123", "{xroot}", "{yrootq}", "{yroot-}"};
+    static const char *const no[] = {"<call>1", "<call>1234", "<call>x1", "{1root}", "{xa-root}", "a-root"};
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) CHECK(accepts(g, yes[i]), "must accept %s", yes[i]);
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) CHECK(!accepts(g, no[i]), "must reject %s", no[i]);
+    free(g);
+}
+
 int main(void) {
     RUN(test_big_grammars_linear);
     RUN(test_deep_chain_small_stack);
@@ -384,5 +401,6 @@ int main(void) {
     RUN(test_schema_deep);
     RUN(test_logit_bias_many);
     RUN(test_logit_bias_semantics);
+    RUN(test_either);
     TEST_END();
 }
