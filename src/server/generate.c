@@ -1,4 +1,6 @@
-/* generate.c: POST /v1/completions and /v1/chat/completions.
+/* generate.c: POST /v1/completions, /v1/chat/completions and
+ * /v1/responses (a chat request translated by responses.c, answered in
+ * its own shape).
  *
  * A request goes through four steps, each a function below:
  *   gen_parse   the body into an oai_req (openai.c's field table), and the
@@ -24,6 +26,7 @@
 
 #include "common.h"
 #include "server/internal.h"
+#include "server/responses.h"
 
 void sreq_unref(sreq *r) {
     pthread_mutex_lock(&r->mu);
@@ -37,6 +40,7 @@ void sreq_unref(sreq *r) {
     free(r->top_lps);
     sb_free(&r->text);
     sb_free(&r->out);
+    resp_free(r);
     free(r);
 }
 
@@ -246,6 +250,12 @@ static void stream_call(void *user, int kind, int index, const char *s, size_t n
 /* Appends to r->out the SSE events for what is new (r->mu held). */
 static void stream_build(sreq *r) {
     const oai_reply o = reply_of(r);
+    if (r->responses) {
+        oai_error e;
+        if (r->finished && r->st.finish == SP_FINISH_ERROR) finish_error(r, &e);
+        resp_stream_build(r, &o, r->finished && r->st.finish == SP_FINISH_ERROR ? &e : NULL);
+        return;
+    }
     if (r->chat && !r->sent_role) {
         oai_reply_chunk(&r->out, &o, NULL, 0, 0, 0, NULL, true, NULL);
         r->sent_role = true;
@@ -339,7 +349,8 @@ enum MHD_Result gen_answer(http_server *s, struct MHD_Connection *c, const char 
         oai_error_json(&e, &b);
     } else {
         const oai_reply o = reply_of(r);
-        oai_reply_full(&b, &o);
+        if (r->responses) resp_reply_full(&b, &o, r->resp_echo);
+        else oai_reply_full(&b, &o);
     }
     pthread_mutex_unlock(&r->mu);
     return srv_send_json(s, c, url, code, &b);
@@ -347,9 +358,28 @@ enum MHD_Result gen_answer(http_server *s, struct MHD_Connection *c, const char 
 
 /* ---- the steps of a generation request ----------------------------------- */
 
-/* Step 1: the body into q, then what only the server can check. */
-static int gen_parse(http_server *s, const conn *cx, bool chat, oai_req *q, oai_error *e) {
-    if (oai_parse(cx->body.p, cx->body.len, chat, s->n_vocab, q, e) < 0) return -1;
+/* Step 1: the body into q (a Responses request as the chat request it
+ * means), then what only the server can check. */
+static int gen_parse(http_server *s, const conn *cx, gen_api api, oai_req *q, oai_error *e) {
+    const bool chat = api != GEN_COMPLETIONS;
+    if (api == GEN_RESPONSES) {
+        sbuf body = {0};
+        char *echo;
+        if (resp_translate(cx->body.p, cx->body.len, &body, &echo, e)) {
+            memset(q, 0, sizeof(*q));
+            return -1;
+        }
+        const int rc = oai_parse(body.p, body.len, true, s->n_vocab, q, e);
+        sb_free(&body);
+        q->resp_echo = echo;
+        q->responses = true;
+        if (rc < 0) {
+            resp_error_param(e);
+            return -1;
+        }
+    } else if (oai_parse(cx->body.p, cx->body.len, chat, s->n_vocab, q, e) < 0) {
+        return -1;
+    }
     if (q->model && strcmp(q->model, s->served_name))
         return oai_seterr(e, 404, "invalid_request_error", "model", "model_not_found",
                           "the model '%.200s' does not exist (this server serves '%.200s')",
@@ -479,6 +509,14 @@ static sreq *gen_submit(http_server *s, struct MHD_Connection *c, conn *cx, cons
     r->s = s;
     r->refs = 2; /* the connection and the engine */
     r->chat = q->chat;
+    r->responses = q->responses;
+    if (q->resp_echo && !(r->resp_echo = strdup(q->resp_echo))) {
+        gen_release(s);
+        pthread_mutex_destroy(&r->mu);
+        free(r);
+        oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+        return NULL;
+    }
     r->stream = q->stream;
     r->include_usage = q->include_usage;
     if (q->tool_mode) {
@@ -492,7 +530,7 @@ static sreq *gen_submit(http_server *s, struct MHD_Connection *c, conn *cx, cons
     snprintf(r->tenant, sizeof(r->tenant), "%.12s", tenant ? tenant : "-");
     r->created = (long)time(NULL);
     r->c = c;
-    make_id(s, q->chat ? "chatcmpl-" : "cmpl-", r->rid, sizeof(r->rid));
+    make_id(s, q->responses ? "resp_" : q->chat ? "chatcmpl-" : "cmpl-", r->rid, sizeof(r->rid));
     p->rp.on_event = on_event;
     p->rp.user = r;
     /* the record is the connection's before the engine can call back */
@@ -584,13 +622,13 @@ enum MHD_Result gen_attach(http_server *s, struct MHD_Connection *c, const char 
 /* ---- the final call of a request ----------------------------------------- */
 
 enum MHD_Result gen_handle(http_server *s, struct MHD_Connection *c, const char *url, conn *cx,
-                           bool chat) {
+                           gen_api api) {
     const double t_arrive = now_ms();
     oai_req q;
     oai_error e;
     gen_plan p = {0};
     cx->t_arrive = t_arrive;
-    if (gen_parse(s, cx, chat, &q, &e) || gen_admit(s, &e)) goto fail;
+    if (gen_parse(s, cx, api, &q, &e) || gen_admit(s, &e)) goto fail;
     if (q.grammar) { /* compiled and checked off this event loop */
         gen_prep g = {.q = q, .tenant = cx->tenant, .c = c, .t_arrive = t_arrive};
         if (!prep_start(s, c, cx, &g)) return MHD_YES; /* MHD calls again: prep_answer */

@@ -100,6 +100,17 @@ typedef struct sreq {
     int refs;
     int64_t id;                    /* engine id (0 until submitted) */
     bool chat, stream, include_usage;
+    bool responses;                /* /v1/responses: its answer's shape */
+    char *resp_echo;               /* ... the settings its response object repeats (owned) */
+    struct {                       /* ... its stream (connection thread) */
+        int seq;                   /* the next event's sequence_number */
+        int items;                 /* output items opened */
+        int msg_index, call, call_index; /* the open message's output_index; the open
+                                      call's index (-1: none) and output_index */
+        bool started, msg_open;
+        char name[72];             /* the open call's name */
+        sbuf msg, args;            /* the open message's text, the open call's arguments */
+    } resp;
     const oai_tool_fmt *tools;     /* the output may hold tool calls in this format */
     int tool_mode;                 /* OAI_TOOLS_*: where the output holds them */
     oai_calls calls;               /* a stream's reader of them (connection thread) */
@@ -178,9 +189,11 @@ enum MHD_Result srv_send_error(http_server *s, struct MHD_Connection *c, const c
     } while (0)
 
 /* ---- generate.c ---- */
+/* Which API a generation request speaks. */
+typedef enum { GEN_COMPLETIONS, GEN_CHAT, GEN_RESPONSES } gen_api;
 /* The final call of a generation request (its body is in cx->body). */
 enum MHD_Result gen_handle(http_server *s, struct MHD_Connection *c, const char *url, conn *cx,
-                           bool chat);
+                           gen_api api);
 /* A later call of a plain (non-streaming) generation request: its answer
  * once the engine finished it, else the connection suspends again. */
 enum MHD_Result gen_answer(http_server *s, struct MHD_Connection *c, const char *url, sreq *r);

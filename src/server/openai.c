@@ -125,6 +125,7 @@ void oai_req_free(oai_req *r) {
     free(r->calls);
     for (int i = 0; i < r->n_tool_defs; i++) free(r->tool_defs[i]);
     free(r->tool_defs);
+    free(r->resp_echo);
     memset(r, 0, sizeof(*r));
 }
 

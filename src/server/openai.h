@@ -29,6 +29,8 @@ typedef struct {
 typedef struct {
     cJSON *doc;           /* the parsed body (the strings below point into it) */
     bool chat, stream, include_usage;
+    bool responses;       /* a /v1/responses request, translated (responses.c) */
+    char *resp_echo;      /* ... the settings its response object repeats (owned) */
     const char *model;    /* NULL when absent */
     const char *prompt;   /* completions: text, or NULL when given as token ids */
     sp_token *tokens;     /* completions: token ids */
@@ -229,6 +231,24 @@ typedef struct {
  * cut short by shutdown, whose engine reason "cancelled" the "specula"
  * statistics carry as "finish"), or "error". */
 const char *oai_finish_reason(sp_finish_reason r);
+/* The "specula" statistics object of a response. */
+void oai_json_ext(sbuf *b, const sp_request_stats *st);
+/* The calls read out of a whole text: content, and each call's name and
+ * arguments (raw holds the arguments, one run per call). */
+typedef struct {
+    sbuf content, raw;
+    struct {
+        char name[72];
+        size_t off, len;
+    } *call;
+    int n, cap;
+    int done;             /* calls complete */
+    bool oom;
+} oai_found;
+/* Reads o's text for calls (o->tools): true with f filled when it holds
+ * any (f freed by oai_found_free either way). */
+bool oai_find_calls(const oai_reply *o, oai_found *f);
+void oai_found_free(oai_found *f);
 /* The whole (non-streaming) response: "text_completion" or
  * "chat.completion" with usage and the "specula" statistics. */
 void oai_reply_full(sbuf *b, const oai_reply *o);

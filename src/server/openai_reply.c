@@ -189,12 +189,12 @@ static void json_usage(sbuf *b, const sp_request_stats *st) {
               st->cached_tokens);
 }
 
-/* the "specula" extension: where the time went, and speculation's yield */
 const char *oai_finish_reason(sp_finish_reason r) {
     return r == SP_FINISH_CANCELLED ? "length" : sp_finish_reason_str(r);
 }
 
-static void json_ext(sbuf *b, const sp_request_stats *st) {
+/* the "specula" extension: where the time went, and speculation's yield */
+void oai_json_ext(sbuf *b, const sp_request_stats *st) {
     /* the engine's own reason, which finish_reason may only approximate
      * (a request cut short at shutdown: "length" there, "cancelled" here) */
     sb_printf(b, "{\"finish\": \"%s\", ", sp_finish_reason_str(st->finish));
@@ -215,8 +215,6 @@ static void json_head(sbuf *b, const oai_reply *o, const char *object) {
     sb_printf(b, ", \"object\": \"%s\", \"created\": %ld, \"model\": ", object, o->created);
     sb_json_str(b, o->model, strlen(o->model));
 }
-
-/* ---- responses ---- */
 
 /* ---- tool calls ---- */
 
@@ -258,20 +256,8 @@ void oai_reply_call_chunk(sbuf *b, const oai_reply *o, int index, const char *na
     sb_str(b, "]}, \"logprobs\": null, \"finish_reason\": null}]}\n\n");
 }
 
-/* The calls read out of a whole text: content, and each call's name and
- * arguments (raw holds the arguments, one run per call). */
-typedef struct {
-    sbuf content, raw;
-    struct {
-        char name[72];
-        size_t off, len;
-    } *call;
-    int n, cap;
-    bool oom;
-} found;
-
 static void collect(void *user, int kind, int index, const char *s, size_t n) {
-    found *f = user;
+    oai_found *f = user;
     if (kind == OAI_CALL_CONTENT) {
         sb_add(&f->content, s, n);
     } else if (kind == OAI_CALL_START) {
@@ -295,16 +281,27 @@ static void collect(void *user, int kind, int index, const char *s, size_t n) {
 
 /* The chat answer's "message"; *finish becomes "tool_calls" when it holds
  * complete calls and the output ended by itself. */
+bool oai_find_calls(const oai_reply *o, oai_found *f) {
+    memset(f, 0, sizeof(*f));
+    if (!o->tools) return false;
+    oai_calls c;
+    oai_calls_init(&c, o->tools, o->tool_mode);
+    oai_calls_feed(&c, o->text ? o->text : "", o->text_len, true, collect, f);
+    if (!f->n || f->oom || f->content.oom || f->raw.oom) return false;
+    f->done = c.done;
+    return true;
+}
+
+void oai_found_free(oai_found *f) {
+    sb_free(&f->content), sb_free(&f->raw), free(f->call);
+}
+
 static void json_message(sbuf *b, const oai_reply *o, const char **finish) {
     const char *text = o->text ? o->text : "";
-    found f = {0};
-    oai_calls c = {0};
-    if (o->tools) {
-        oai_calls_init(&c, o->tools, o->tool_mode);
-        oai_calls_feed(&c, text, o->text_len, true, collect, &f);
-    }
+    oai_found f;
+    const bool calls = oai_find_calls(o, &f);
     sb_str(b, "\"message\": {\"role\": \"assistant\", \"content\": ");
-    if (!f.n || f.oom || f.content.oom || f.raw.oom) {
+    if (!calls) {
         sb_json_str(b, text, o->text_len);
     } else {
         if (f.content.len) sb_json_str(b, f.content.p, f.content.len);
@@ -316,10 +313,10 @@ static void json_message(sbuf *b, const oai_reply *o, const char **finish) {
                       f.call[i].len);
         }
         sb_str(b, "]");
-        if (c.done && o->st->finish == SP_FINISH_STOP) *finish = "tool_calls";
+        if (f.done && o->st->finish == SP_FINISH_STOP) *finish = "tool_calls";
     }
     sb_str(b, "}");
-    sb_free(&f.content), sb_free(&f.raw), free(f.call);
+    oai_found_free(&f);
 }
 
 void oai_reply_full(sbuf *b, const oai_reply *o) {
@@ -338,7 +335,7 @@ void oai_reply_full(sbuf *b, const oai_reply *o) {
     sb_printf(b, ", \"finish_reason\": \"%s\"}], \"usage\": ", finish);
     json_usage(b, o->st);
     sb_str(b, ", \"specula\": ");
-    json_ext(b, o->st);
+    oai_json_ext(b, o->st);
     sb_str(b, "}");
 }
 
@@ -372,7 +369,7 @@ void oai_reply_chunk(sbuf *b, const oai_reply *o, const char *text, size_t len, 
     sb_str(b, "}]");
     if (finish) {
         sb_str(b, ", \"specula\": ");
-        json_ext(b, o->st);
+        oai_json_ext(b, o->st);
     }
     if (stamp)
         sb_printf(b, ", \"specula_timing\": {\"emit_us\": %lld, \"events\": %d, \"built_us\": %lld}",

@@ -69,7 +69,7 @@
 /* ---- responses ---------------------------------------------------------- */
 
 const char *srv_endpoint_label(const char *url) {
-    static const char *known[] = {"/v1/completions", "/v1/chat/completions", "/v1/models",
+    static const char *known[] = {"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/models",
                                   "/health", "/metrics", "/tokenize", "/detokenize"};
     for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
         if (!strcmp(url, known[i])) return known[i];
@@ -206,8 +206,8 @@ static bool metrics_allowed(http_server *s, struct MHD_Connection *c) {
     return ok;
 }
 
-typedef enum { EP_OTHER, EP_HEALTH, EP_METRICS, EP_MODELS, EP_COMPLETIONS, EP_CHAT, EP_TOKENIZE,
-               EP_DETOKENIZE } endpoint;
+typedef enum { EP_OTHER, EP_HEALTH, EP_METRICS, EP_MODELS, EP_COMPLETIONS, EP_CHAT, EP_RESPONSES,
+               EP_TOKENIZE, EP_DETOKENIZE } endpoint;
 
 static endpoint route(const char *url) {
     if (!strcmp(url, "/health")) return EP_HEALTH;
@@ -215,6 +215,7 @@ static endpoint route(const char *url) {
     if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11)) return EP_MODELS;
     if (!strcmp(url, "/v1/completions")) return EP_COMPLETIONS;
     if (!strcmp(url, "/v1/chat/completions")) return EP_CHAT;
+    if (!strcmp(url, "/v1/responses")) return EP_RESPONSES;
     if (!strcmp(url, "/tokenize")) return EP_TOKENIZE;
     if (!strcmp(url, "/detokenize")) return EP_DETOKENIZE;
     return EP_OTHER;
@@ -341,7 +342,8 @@ static enum MHD_Result dispatch(http_server *s, struct MHD_Connection *c, const 
             (unsigned char)cx->body.p[bad], cx->body.p[bad] ? "not valid UTF-8" : "a NUL");
     if (ep == EP_TOKENIZE) return ep_tokenize(s, c, url, cx);
     if (ep == EP_DETOKENIZE) return ep_detokenize(s, c, url, cx);
-    return gen_handle(s, c, url, cx, ep == EP_CHAT);
+    return gen_handle(s, c, url, cx, ep == EP_CHAT ? GEN_CHAT : ep == EP_RESPONSES ? GEN_RESPONSES
+                                                                                   : GEN_COMPLETIONS);
 }
 
 static void peer_set_receiving(http_server *s, peer *p, bool receiving) {
