@@ -11,8 +11,8 @@
  * most, whatever the number of references; the types of a "type" array are
  * distinct), so the work is linear in the schema (a "required" list is
  * matched against at most 256 properties), except where a keyword asks for
- * more text than it takes (an integer range: up to MAX_ENUM_INT
- * alternatives). The
+ * more text than it takes (numeric bounds: up to 3 rules per digit of a
+ * bound, a few KB at most, "numeric bounds" below). The
  * text made is counted as it is made, and the conversion stops with an
  * error naming MAX_OUT once it would pass it; the compiler's own limits
  * (grammar.h) then bound what the repetitions ({m,n}) expand to. */
@@ -31,7 +31,6 @@
 #define MAX_DEPTH 64
 /* The grammar's text at most: as large as a grammar a request may give. */
 #define MAX_OUT (1u << 20)
-#define MAX_ENUM_INT 1000
 
 /* the JSON value grammar every schema's rules build on (and json_object mode) */
 #define JSON_PRIMITIVES \
@@ -157,7 +156,7 @@ static const char *const known[] = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
     "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "$ref", "$defs", "definitions",
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "title", "description",
-    "default", "examples", "format", "$schema", "$id", "$comment", "strict", "pattern", NULL};
+    "default", "examples", "format", "$schema", "$id", "$comment", "strict", "pattern", "multipleOf", NULL};
 
 static bool num_of(const cJSON *s, const char *k, double *v) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(s, k);
@@ -170,7 +169,7 @@ static bool num_of(const cJSON *s, const char *k, double *v) {
 static int new_rule(conv *c) { return c->n_rules++; }
 
 /* A limit met while writing out: the conversion stops (a schema could
- * otherwise ask for more work than its size, as an enum of integer ranges). */
+ * otherwise ask for more work than its size, as an anyOf of bounded numbers). */
 static void check_out(conv *c, const buf *b) {
     if (b->over)
         fail(c, "the schema's grammar is larger than %u bytes (the limit of a grammar)", MAX_OUT);
@@ -384,45 +383,373 @@ static int gen_string(conv *c, const cJSON *s, const char *path) {
     return id;
 }
 
-static int gen_integer(conv *c, const cJSON *s, const char *path) {
-    double lo = -INFINITY, hi = INFINITY, v;
-    if (num_of(s, "minimum", &v)) lo = ceil(v);
-    if (num_of(s, "exclusiveMinimum", &v)) lo = fmax(lo, floor(v) + 1);
-    if (num_of(s, "maximum", &v)) hi = floor(v);
-    if (num_of(s, "exclusiveMaximum", &v)) hi = fmin(hi, ceil(v) - 1);
-    if (lo == -INFINITY && hi == INFINITY) return -3;
-    if (lo > hi) return fail(c, "no integer fits the bounds at %s", path);
-    buf b = {0};
-    if (isfinite(lo) && isfinite(hi) && hi - lo < MAX_ENUM_INT) {
-        bprintf(&b, "(");
-        for (double x = lo; x <= hi; x++) bprintf(&b, x > lo ? " | \"%.0f\"" : "\"%.0f\"", x);
-        bprintf(&b, ") space");
-    } else if (lo == 0 && hi == INFINITY) {
-        bprintf(&b, "integral-part space");
-    } else if (lo == 1 && hi == INFINITY) {
-        bprintf(&b, "[1-9] [0-9]{0,15} space");
+/* ---- numeric bounds ----
+ *
+ * A bounded integer or number is its digits compared with the bounds, as
+ * llama.cpp's _build_min_max_int does for integers. Each value x is read
+ * scaled, x * 10^F as an integer (F = 0 for integers, NUM_FRAC for
+ * numbers), so every bound becomes inclusive: a lower bound rounds up, an
+ * upper one down, an exclusive one steps one unit (10^-F) inward when the
+ * rounding did not already. The grammar then writes sign, integer part
+ * and fraction: the integer part is compared by length, then digit by
+ * digit; the fraction (up to F digits, trailing zeros allowed) digit by
+ * digit as if padded with zeros. A bound is the shortest decimal that
+ * reads back as its double ("0.1" is 1/10, not the double next to it), and
+ * the comparison with it is exact. Forms: no exponent, no "-0" (nor
+ * "-0.0"), no leading zeros; the integer part has at most NUM_INT digits
+ * on an unbounded side (or the bound's digits). A bound of 2^63 or more in
+ * magnitude leaves that side unbounded when it loosens it (a minimum
+ * below -2^63, a maximum above 2^63) and is refused when it tightens it.
+ * The rules are linear in the digits (3 per digit and bound at most). */
+
+#define NUM_FRAC 16 /* a bounded number's fraction digits at most (as the number primitive) */
+#define NUM_INT 16  /* integer digits at most on an unbounded side (as integral-part) */
+#define NUM_DIG 48  /* a scaled bound's digits: < 2^63 * 10^16, 35 digits */
+
+typedef struct {
+    bool set, neg;     /* unset: unbounded; the sign of a non-zero value */
+    char mag[NUM_DIG]; /* |x| * 10^F in decimal, no leading zero ("0" for zero) */
+} nbound;
+
+static bool all_of(const char *s, char ch) {
+    for (; *s; s++)
+        if (*s != ch) return false;
+    return true;
+}
+
+static int mag_cmp(const char *a, const char *b) {
+    const size_t la = strlen(a), lb = strlen(b);
+    if (la != lb) return la < lb ? -1 : 1;
+    const int r = strcmp(a, b);
+    return (r > 0) - (r < 0);
+}
+
+static void mag_inc(char *a) {
+    const size_t n = strlen(a);
+    size_t i = n;
+    while (i > 0 && a[i - 1] == '9') a[--i] = '0';
+    if (i > 0) {
+        a[i - 1]++;
     } else {
-        return unsupported(c, "integer bounds at %s are beyond the supported subset (a range of at most "
-                    "%d values, or minimum 0 or 1 alone)", path, MAX_ENUM_INT);
+        memmove(a + 1, a, n + 1);
+        a[0] = '1';
     }
-    int id = new_rule(c);
+}
+
+/* a > 0 */
+static void mag_dec(char *a) {
+    const size_t n = strlen(a);
+    size_t i = n;
+    while (a[i - 1] == '0') a[--i] = '9';
+    a[i - 1]--;
+    if (a[0] == '0' && n > 1) memmove(a, a + 1, n);
+}
+
+static int nb_cmp(const nbound *a, const nbound *b) {
+    if (a->neg != b->neg) return a->neg ? -1 : 1;
+    const int r = mag_cmp(a->mag, b->mag);
+    return a->neg ? -r : r;
+}
+
+/* x + dir units */
+static void nb_step(nbound *x, int dir) {
+    if (x->neg == (dir < 0)) {
+        mag_inc(x->mag);
+    } else if (!strcmp(x->mag, "0")) {
+        strcpy(x->mag, "1");
+        x->neg = dir < 0;
+    } else {
+        mag_dec(x->mag);
+        if (!strcmp(x->mag, "0")) x->neg = false;
+    }
+}
+
+/* v * 10^F, v read as the shortest decimal that reads back as it, rounded
+ * up or down to an integer; *exact: nothing was rounded off. False when
+ * |v| >= 2^63 (or v is not finite). */
+static bool nb_from(double v, int F, bool up, nbound *x, bool *exact) {
+    const double a = fabs(v);
+    if (!(a < 9223372036854775808.0)) return false;
+    char t[64];
+    for (int p = 1; p <= 17; p++) {
+        snprintf(t, sizeof(t), "%.*e", p - 1, a);
+        if (strtod(t, NULL) == a) break;
+    }
+    char dig[32];
+    int nd = 0;
+    const char *q = t;
+    for (; *q && *q != 'e' && nd < 30; q++)
+        if (*q >= '0' && *q <= '9') dig[nd++] = *q;
+    const int e = *q == 'e' ? atoi(q + 1) : 0;
+    const int sh = e - (nd - 1) + F; /* a * 10^F = dig * 10^sh */
+    bool inexact = false;
+    int n = 0;
+    for (int i = 0; i < nd; i++) {
+        if (i < nd + sh) x->mag[n++] = dig[i];
+        else inexact |= dig[i] != '0';
+    }
+    for (int i = 0; i < sh && n < NUM_DIG - 2; i++) x->mag[n++] = '0';
+    x->mag[n] = 0;
+    int z = 0;
+    while (x->mag[z] == '0') z++;
+    memmove(x->mag, x->mag + z, (size_t)(n - z + 1));
+    if (!x->mag[0]) strcpy(x->mag, "0");
+    x->neg = v < 0;
+    if (inexact && up != x->neg) mag_inc(x->mag); /* away from zero */
+    if (!strcmp(x->mag, "0")) x->neg = false;
+    x->set = true;
+    *exact = !inexact;
+    return true;
+}
+
+/* The bounds at s as inclusive scaled values (unset: none): minimum,
+ * exclusiveMinimum, maximum, exclusiveMaximum, with numbers or as draft-04
+ * writes them (exclusiveMinimum: true beside minimum); the tighter wins. */
+static int read_bounds(conv *c, const cJSON *s, int F, const char *path, nbound *lo, nbound *hi) {
+    static const struct {
+        const char *kw, *draft4;
+        bool upper;
+    } K[] = {{"minimum", "exclusiveMinimum", false},
+             {"exclusiveMinimum", NULL, false},
+             {"maximum", "exclusiveMaximum", true},
+             {"exclusiveMaximum", NULL, true}};
+    const char *where = path[0] ? path : "/";
+    for (int i = 0; i < 4; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(s, K[i].kw);
+        if (!x) continue;
+        if (!cJSON_IsNumber(x)) {
+            if (!K[i].draft4 && cJSON_IsBool(x)) continue; /* draft-04: read with its minimum/maximum */
+            return fail(c, "'%s' at %s must be a number", K[i].kw, where);
+        }
+        const bool excl = !K[i].draft4 || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s, K[i].draft4));
+        nbound b;
+        bool exact;
+        if (!nb_from(x->valuedouble, F, !K[i].upper, &b, &exact)) {
+            if ((x->valuedouble < 0) != K[i].upper) continue; /* beyond the other end: no bound */
+            return unsupported(c, "'%s' at %s is beyond the supported bounds (a magnitude below 2^63)",
+                               K[i].kw, where);
+        }
+        if (excl && exact) nb_step(&b, K[i].upper ? -1 : 1);
+        nbound *t = K[i].upper ? hi : lo;
+        if (!t->set || (K[i].upper ? nb_cmp(&b, t) < 0 : nb_cmp(&b, t) > 0)) *t = b;
+    }
+    if (lo->set && hi->set && nb_cmp(lo, hi) > 0)
+        return fail(c, "no %s fits the bounds at %s", F ? "number (of at most 16 decimals)" : "integer", where);
+    return 0;
+}
+
+/* cls{lo,hi}, nothing when hi is 0 */
+static void b_rep(buf *b, const char *cls, int lo, int hi) {
+    if (hi <= 0) return;
+    if (lo == hi) bprintf(b, lo == 1 ? " %s" : " %s{%d}", cls, lo);
+    else bprintf(b, " %s{%d,%d}", cls, lo, hi);
+}
+
+/* The digits from position j on in state st (0: equal so far to both lo
+ * and hi, 1: to lo only, 2: to hi only) when they need no rule: none left,
+ * zeros only, or any digits. Written to b unless NULL. */
+static bool digits_inline(buf *b, const char *lo, const char *hi, int j, int kmin, int kmax, int st) {
+    const int a = SP_MAX(kmin - j, 0), n = kmax - j;
+    if (n == 0) return true;
+    if (st != 1 && all_of(hi + j, '0')) { /* lo's rest is zeros too (lo <= hi) */
+        if (b) b_rep(b, "[0]", a, n);
+        return true;
+    }
+    if ((st == 2 || all_of(lo + j, '0')) && (st == 1 || all_of(hi + j, '9'))) {
+        if (b) b_rep(b, "[0-9]", a, n);
+        return true;
+    }
+    return false;
+}
+
+static void digits_next(buf *b, const int id[][3], const char *lo, const char *hi, int j, int kmin, int kmax,
+                        int st) {
+    if (!digits_inline(b, lo, hi, j, kmin, kmax, st)) bprintf(b, " r%d", id[j][st]);
+}
+
+/* Strings of kmin..kmax digits whose value padded with zeros to kmax
+ * digits lies in [lo, hi] (kmax digits each, lo <= hi), appended to b: a
+ * rule per position and state of digits_inline, those reachable (a chain
+ * to where lo and hi part, then one along each), written last to first. */
+static void gen_digits(conv *c, buf *b, const char *lo, const char *hi, int kmin, int kmax) {
+    int id[NUM_DIG + 1][3];
+    bool reach[NUM_DIG + 1][3] = {{false}};
+    reach[0][0] = true;
+    for (int j = 0; j < kmax; j++)
+        for (int st = 0; st < 3; st++) {
+            if (!reach[j][st] || digits_inline(NULL, lo, hi, j, kmin, kmax, st)) continue;
+            if (st == 0 && lo[j] != hi[j]) reach[j + 1][1] = reach[j + 1][2] = true;
+            else reach[j + 1][st] = true;
+        }
+    for (int j = kmax - 1; j >= 0; j--)
+        for (int st = 0; st < 3; st++) {
+            if (!reach[j][st] || digits_inline(NULL, lo, hi, j, kmin, kmax, st)) continue;
+            const bool tl = st != 2, th = st != 1;
+            const char l = lo[j], h = hi[j];
+            buf r = {0};
+            bprintf(&r, "(");
+            if (st == 0 && l == h) {
+                bprintf(&r, " \"%c\"", l);
+                digits_next(&r, id, lo, hi, j + 1, kmin, kmax, 0);
+            } else {
+                /* l (h) joins the digits between when any digits may follow it */
+                const bool lfree = tl && all_of(lo + j + 1, '0'), hfree = th && all_of(hi + j + 1, '9');
+                int n = 0;
+                if (tl && !lfree) {
+                    bprintf(&r, " \"%c\"", l);
+                    digits_next(&r, id, lo, hi, j + 1, kmin, kmax, 1);
+                    n++;
+                }
+                const char ml = !tl || lfree ? (tl ? l : '0') : (char)(l + 1);
+                const char mh = !th || hfree ? (th ? h : '9') : (char)(h - 1);
+                if (ml <= mh) {
+                    if (n++) bprintf(&r, " |");
+                    bprintf(&r, ml == mh ? " \"%c\"" : " [%c-%c]", ml, mh);
+                    b_rep(&r, "[0-9]", SP_MAX(kmin - j - 1, 0), kmax - j - 1);
+                }
+                if (th && !hfree) {
+                    bprintf(&r, n ? " | \"%c\"" : " \"%c\"", h);
+                    digits_next(&r, id, lo, hi, j + 1, kmin, kmax, 2);
+                }
+            }
+            /* may end here: the rest pads with zeros, at or above lo's */
+            bprintf(&r, " )%s", j >= kmin && (!tl || all_of(lo + j, '0')) ? "?" : "");
+            id[j][st] = new_rule(c);
+            emit(c, id[j][st], &r);
+        }
+    digits_next(b, id, lo, hi, 0, kmin, kmax, 0);
+}
+
+/* Integer parts (no leading zero) from S to E, or to mmax digits (or S's)
+ * when E is NULL: by length, a range of digits at each end. */
+static void gen_int_range(conv *c, buf *b, const char *S, const char *E, int mmax) {
+    const int ls = (int)strlen(S), le = E ? (int)strlen(E) : SP_MAX(mmax, ls);
+    char t[NUM_DIG];
+    bprintf(b, " (");
+    if (E && ls == le) {
+        gen_digits(c, b, S, E, ls, ls);
+    } else {
+        memset(t, '9', (size_t)ls);
+        t[ls] = 0;
+        gen_digits(c, b, S, t, ls, ls);
+        const int top = E ? le - 1 : le; /* the lengths between, any digits */
+        if (top > ls) {
+            bprintf(b, " | [1-9]");
+            b_rep(b, "[0-9]", ls, top - 1);
+        }
+        if (E) {
+            memset(t, '0', (size_t)le);
+            t[0] = '1';
+            t[le] = 0;
+            bprintf(b, " |");
+            gen_digits(c, b, t, E, le, le);
+        }
+    }
+    bprintf(b, " )");
+}
+
+/* The fraction after an integer part: F digits at most, padded with zeros
+ * within [lo, hi] (F digits each); none when lo is zero. */
+static void gen_frac(conv *c, buf *b, const char *lo, const char *hi, int F) {
+    if (!F) return;
+    bprintf(b, " (\".\"");
+    gen_digits(c, b, lo, hi, 1, F);
+    bprintf(b, " )%s", all_of(lo, '0') ? "?" : "");
+}
+
+static void split_scaled(const char *m, int F, char *ip, char *fp) {
+    const int n = (int)strlen(m);
+    if (n <= F) {
+        strcpy(ip, "0");
+        memset(fp, '0', (size_t)(F - n));
+        memcpy(fp + F - n, m, (size_t)n);
+    } else {
+        memcpy(ip, m, (size_t)(n - F));
+        ip[n - F] = 0;
+        memcpy(fp, m + n - F, (size_t)F);
+    }
+    fp[F] = 0;
+}
+
+/* Magnitudes from A to B (scaled; B NULL: unbounded) as alternatives of
+ * b: A's integer part with a fraction at or above A's, the integer parts
+ * between with any fraction, B's integer part with a fraction up to B's. */
+static void gen_mag(conv *c, buf *b, const char *A, const char *B, int F) {
+    char aI[NUM_DIG], aF[NUM_FRAC + 1], bI[NUM_DIG], bF[NUM_FRAC + 1], zeros[NUM_FRAC + 1],
+        nines[NUM_FRAC + 1], from[NUM_DIG];
+    memset(zeros, '0', (size_t)F);
+    memset(nines, '9', (size_t)F);
+    zeros[F] = nines[F] = 0;
+    split_scaled(A, F, aI, aF);
+    if (B) split_scaled(B, F, bI, bF);
+    if (B && !strcmp(aI, bI)) {
+        bprintf(b, " \"%s\"", aI);
+        gen_frac(c, b, aF, bF, F);
+        return;
+    }
+    strcpy(from, aI);
+    const char *sep = "";
+    if (!all_of(aF, '0')) {
+        bprintf(b, " \"%s\"", aI);
+        gen_frac(c, b, aF, nines, F);
+        mag_inc(from);
+        sep = " |";
+    }
+    if (!B) {
+        bprintf(b, "%s", sep);
+        gen_int_range(c, b, from, NULL, SP_MAX(NUM_INT, (int)strlen(aI)));
+        gen_frac(c, b, zeros, nines, F);
+        return;
+    }
+    if (all_of(bF, '9')) { /* B's integer part takes any fraction */
+        bprintf(b, "%s", sep);
+        gen_int_range(c, b, from, bI, 0);
+        gen_frac(c, b, zeros, nines, F);
+        return;
+    }
+    char to[NUM_DIG];
+    strcpy(to, bI); /* bI > aI >= 0 */
+    mag_dec(to);
+    if (mag_cmp(from, to) <= 0) {
+        bprintf(b, "%s", sep);
+        gen_int_range(c, b, from, to, 0);
+        gen_frac(c, b, zeros, nines, F);
+        sep = " |";
+    }
+    bprintf(b, "%s \"%s\"", sep, bI);
+    gen_frac(c, b, zeros, bF, F);
+}
+
+/* A value in [lo, hi] (scaled by 10^F, inclusive; unset: unbounded). */
+static int gen_bounded(conv *c, const nbound *lo, const nbound *hi, int F) {
+    buf b = {0};
+    bprintf(&b, "(");
+    const bool nonneg = !hi->set || !hi->neg, neg = !lo->set || lo->neg;
+    if (nonneg) gen_mag(c, &b, lo->set && !lo->neg ? lo->mag : "0", hi->set ? hi->mag : NULL, F);
+    if (neg) { /* magnitudes from one unit up: never -0 */
+        bprintf(&b, "%s \"-\" (", nonneg ? " |" : "");
+        gen_mag(c, &b, hi->set && hi->neg ? hi->mag : "1", lo->set ? lo->mag : NULL, F);
+        bprintf(&b, " )");
+    }
+    bprintf(&b, " ) space");
+    const int id = new_rule(c);
     emit(c, id, &b);
     return id;
 }
 
+static int gen_integer(conv *c, const cJSON *s, const char *path) {
+    nbound lo = {0}, hi = {0};
+    if (read_bounds(c, s, 0, path, &lo, &hi)) return -1;
+    if (!lo.set && !hi.set) return -3;
+    return gen_bounded(c, &lo, &hi, 0);
+}
+
+/* With bounds, a number in plain decimals (no exponent). */
 static int gen_number(conv *c, const cJSON *s, const char *path) {
-    double v, mn = 0;
-    const bool has_min = num_of(s, "minimum", &mn);
-    if (num_of(s, "maximum", &v) || num_of(s, "exclusiveMinimum", &v) ||
-        num_of(s, "exclusiveMaximum", &v) || (has_min && mn != 0))
-        return unsupported(c, "number bounds at %s are beyond the supported subset (minimum 0 only; "
-                    "use an integer for other bounds)", path);
-    if (!has_min) return -4;
-    buf b = {0};
-    bprintf(&b, "integral-part (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,16})? space");
-    int id = new_rule(c);
-    emit(c, id, &b);
-    return id;
+    nbound lo = {0}, hi = {0};
+    if (read_bounds(c, s, NUM_FRAC, path, &lo, &hi)) return -1;
+    if (!lo.set && !hi.set) return -4;
+    return gen_bounded(c, &lo, &hi, NUM_FRAC);
 }
 
 /* A rule for one type name, or a negative code for a primitive. */
@@ -520,6 +847,26 @@ static bool types_distinct(conv *c, const cJSON *type, const char *path) {
     return true;
 }
 
+/* multipleOf is taken where it restricts nothing: 1 beside a type naming
+ * integer, any value beside types without numbers (which ignore it). */
+static bool type_takes_multiple(const char *t, double m) {
+    return strcmp(t, "number") && (strcmp(t, "integer") || m == 1);
+}
+
+static bool multiple_of_one(conv *c, const cJSON *s, const cJSON *m, const char *path) {
+    const char *where = path[0] ? path : "/";
+    if (!cJSON_IsNumber(m) || !(m->valuedouble > 0))
+        return fail(c, "'multipleOf' at %s must be a number above 0", where), false;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type"), *t;
+    bool ok = !cJSON_GetObjectItemCaseSensitive(s, "enum") && !cJSON_GetObjectItemCaseSensitive(s, "const");
+    if (cJSON_IsString(type)) ok = ok && type_takes_multiple(type->valuestring, m->valuedouble);
+    else if (cJSON_IsArray(type))
+        cJSON_ArrayForEach(t, type) ok = ok && cJSON_IsString(t) && type_takes_multiple(t->valuestring, m->valuedouble);
+    else ok = false; /* any value: numbers too */
+    if (!ok) return unsupported(c, "unsupported 'multipleOf' at %s (only 1, on integers)", where), false;
+    return true;
+}
+
 static int gen(conv *c, const cJSON *s, const char *path, int depth) {
     if (c->failed) return -1;
     if (depth > MAX_DEPTH) return fail(c, "schema nested deeper than %d at %s", MAX_DEPTH, path);
@@ -532,6 +879,7 @@ static int gen(conv *c, const cJSON *s, const char *path, int depth) {
         if (!ok) return unsupported(c, "unsupported keyword '%.60s' at %s", k->string, path[0] ? path : "/");
     }
     const cJSON *x;
+    if ((x = cJSON_GetObjectItemCaseSensitive(s, "multipleOf")) && !multiple_of_one(c, s, x, path)) return -1;
     if ((x = cJSON_GetObjectItemCaseSensitive(s, "$ref"))) {
         if (!cJSON_IsString(x)) return fail(c, "$ref at %s must be a string", path);
         return gen_ref(c, x->valuestring, path, depth);

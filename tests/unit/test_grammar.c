@@ -7,7 +7,8 @@
  *     matcher), and the lookahead states for speculation agree with
  *     committing token by token;
  *   - JSON Schema: schemas compiled to GBNF accept valid documents and
- *     reject invalid ones; unsupported keywords are named. */
+ *     reject invalid ones; unsupported keywords are named; numeric bounds
+ *     (random ones) accept a literal exactly when its value meets them. */
 #include <math.h>
 
 #include "common.h"
@@ -404,8 +405,8 @@ static void test_lazy_phases(void) {
 
 typedef struct {
     const char *schema;
-    const char *yes[5];
-    const char *no[5];
+    const char *yes[8];
+    const char *no[8];
 } scase;
 
 static const scase s_cases[] = {
@@ -467,6 +468,109 @@ static const scase s_cases[] = {
     {"{\"type\": \"string\", \"pattern\": \"^(?:\\\\d+|[xX])$|^-$\"}",
      {"\"42\"", "\"x\"", "\"-\""},
      {"\"4x\"", "\"--\""}},
+    /* numeric bounds (schema.c, "numeric bounds"): integers */
+    {"{\"type\": \"integer\", \"minimum\": -17, \"maximum\": 123}",
+     {"-17", "0", "123", "-9", "99", "100", "-10"},
+     {"-18", "124", "-0", "0123", "1.0", "1000", "-170", "00"}},
+    {"{\"type\": \"integer\", \"exclusiveMinimum\": -5.5, \"maximum\": 7.9}",
+     {"-5", "7", "0", "-1"}, {"-6", "8", "7.9", "-5.5"}},
+    {"{\"type\": \"integer\", \"exclusiveMinimum\": -3, \"exclusiveMaximum\": 3}",
+     {"-2", "2", "0", "1", "-1"}, {"-3", "3", "-0", "10", "-10"}},
+    {"{\"type\": \"integer\", \"exclusiveMaximum\": 0}",
+     {"-1", "-9999999999999999", "-10"}, {"0", "-0", "1", "-01"}},
+    {"{\"type\": \"integer\", \"minimum\": -50, \"maximum\": -10}",
+     {"-50", "-10", "-25", "-49"}, {"-51", "-9", "-5", "10", "-0", "-100"}},
+    {"{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 5}", {"5"}, {"4", "6", "05", "50", "-5"}},
+    /* zod 4 .int(): the safe integers, 16 digits */
+    {"{\"type\": \"integer\", \"minimum\": -9007199254740991, \"maximum\": 9007199254740991}",
+     {"9007199254740991", "-9007199254740991", "0", "1234567890123456", "-42", "9007199254740990", "8999999999999999"},
+     {"9007199254740992", "-9007199254740992", "10000000000000000", "9007199254741000", "1e3", "-0", "01"}},
+    /* zod 4 .int().nonnegative() */
+    {"{\"type\": \"integer\", \"minimum\": 0, \"maximum\": 9007199254740991}",
+     {"0", "9007199254740991", "8999999999999999", "7"},
+     {"-1", "9007199254740992", "9100000000000000", "-0"}},
+    /* beyond 2^63: the side is unbounded (integers of 16 digits) */
+    {"{\"type\": \"integer\", \"minimum\": -1e30, \"maximum\": 5}",
+     {"-9999999999999999", "5", "0"}, {"6", "-10000000000000000"}},
+    /* a bound of more digits than 16: the integers of its length and up */
+    {"{\"type\": \"integer\", \"minimum\": 100000000000000000}",
+     {"100000000000000000", "999999999999999999"}, {"99999999999999999", "0", "-100000000000000000"}},
+    /* 19 digits: a bound is the shortest decimal of its double (9223372036854775000 for 9223372036854774784) */
+    {"{\"type\": \"integer\", \"minimum\": -9223372036854775000, \"maximum\": 9223372036854775000}",
+     {"9223372036854775000", "-9223372036854775000", "1234567890123456789", "0", "-7"},
+     {"9223372036854775001", "-9223372036854775001", "10000000000000000000", "9300000000000000000"}},
+    /* draft-04: exclusiveMinimum true/false beside minimum */
+    {"{\"type\": \"integer\", \"minimum\": 1, \"exclusiveMinimum\": false}", {"1", "2"}, {"0"}},
+    {"{\"type\": \"integer\", \"minimum\": 1, \"exclusiveMinimum\": true, \"maximum\": 3, \"exclusiveMaximum\": true}",
+     {"2"}, {"1", "3"}},
+    {"{\"type\": \"integer\", \"multipleOf\": 1, \"minimum\": 3}", {"3", "40"}, {"2", "3.0"}},
+    /* numbers: plain decimals, trailing zeros allowed, no exponent */
+    {"{\"type\": \"number\", \"exclusiveMinimum\": 0}",
+     {"0.0000000000000001", "0.5", "3", "12.25", "0.10"},
+     {"0", "0.0", "-0.1", "0.0000000000000000", "1e3", "-0", "00.5", ".5"}},
+    {"{\"type\": \"number\", \"minimum\": 0, \"maximum\": 1}",
+     {"0", "1", "0.5", "1.0000", "0.999", "0.0", "1.0000000000000000"},
+     {"1.0000000000000001", "-0", "1.5", "-0.1", "2", "-0.0", "1.", "01"}},
+    {"{\"type\": \"number\", \"exclusiveMinimum\": 0.5}",
+     {"0.5000000000000001", "0.51", "1", "100", "0.6"},
+     {"0.5", "0.50", "0.4999", "0", "0.5000000000000000", "-1"}},
+    {"{\"type\": \"number\", \"minimum\": 0.5}",
+     {"0.5", "0.50", "0.500", "7", "0.5000000000000001"},
+     {"0.49", "0.4999999999999999", "0", "-0.5", "0.05"}},
+    {"{\"type\": \"number\", \"maximum\": 100}",
+     {"100", "100.0", "-5.25", "99.9999", "-9999999999999999.5", "0"},
+     {"100.0000000000000001", "100.01", "101", "1000", "1e2"}},
+    {"{\"type\": \"number\", \"minimum\": 0, \"exclusiveMinimum\": true, \"maximum\": 1, \"exclusiveMaximum\": true}",
+     {"0.5", "0.0000000000000001", "0.9999999999999999"}, {"0", "1", "1.0", "0.0", "-0.5"}},
+    {"{\"type\": \"number\", \"minimum\": -10.25, \"maximum\": -0.5}",
+     {"-10.25", "-0.5", "-3", "-0.50", "-10.2", "-10.250"},
+     {"-10.26", "-0.49", "0", "-0", "-10.2500000000000001", "-11", "0.5"}},
+    {"{\"type\": \"number\", \"exclusiveMinimum\": -1, \"maximum\": 2.5}",
+     {"-0.9999", "0", "2.5", "-0.5", "2.50", "1"},
+     {"-1", "-1.0", "2.51", "-0", "-0.0", "3", "-2"}},
+    {"{\"type\": \"number\", \"minimum\": 1e-20, \"maximum\": 0.001}",
+     {"0.0000000000000001", "0.001", "0.0005", "0.0010"},
+     {"0", "0.0010000000000001", "0.00100000000000001", "0.002"}},
+    {"{\"type\": \"number\", \"minimum\": 2.5, \"maximum\": 2.5}", {"2.5", "2.50"}, {"2.4", "2.51", "2", "3"}},
+    {"{\"type\": \"number\", \"minimum\": -1.5e2, \"maximum\": 2E3}",
+     {"-150", "2000", "2000.0", "-149.99", "0.5"}, {"-150.1", "2000.5", "2001", "-151"}},
+    {"{\"type\": \"number\", \"minimum\": 0.1, \"maximum\": 0.3}",
+     {"0.1", "0.3", "0.2", "0.30000"}, {"0.0999999999999999", "0.3000000000000001", "0.31", "0.09"}},
+    /* whole schemas as clients write them: zod 4 (.int(), .int().nonnegative(), .positive(), .min(1).max(10), .number().min(0).max(1)) */
+    {"{\"$schema\": \"https://json-schema.org/draft/2020-12/schema\", \"type\": \"object\", \"properties\": {"
+     "\"count\": {\"type\": \"integer\", \"minimum\": -9007199254740991, \"maximum\": 9007199254740991}, "
+     "\"n\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 9007199254740991}, "
+     "\"p\": {\"type\": \"number\", \"exclusiveMinimum\": 0}, "
+     "\"r\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 10}, "
+     "\"f\": {\"type\": \"number\", \"minimum\": 0, \"maximum\": 1}}, "
+     "\"required\": [\"count\", \"n\", \"p\", \"r\", \"f\"], \"additionalProperties\": false}",
+     {"{\"count\": -12, \"n\": 0, \"p\": 0.5, \"r\": 10, \"f\": 1}",
+      "{\"count\":9007199254740991,\"n\":9007199254740991,\"p\":3,\"r\":1,\"f\":0.25}"},
+     {"{\"count\": 9007199254740992, \"n\": 0, \"p\": 0.5, \"r\": 10, \"f\": 1}",
+      "{\"count\": 1, \"n\": -1, \"p\": 0.5, \"r\": 10, \"f\": 1}",
+      "{\"count\": 1, \"n\": 1, \"p\": 0, \"r\": 10, \"f\": 1}",
+      "{\"count\": 1, \"n\": 1, \"p\": 1, \"r\": 11, \"f\": 1}",
+      "{\"count\": 1, \"n\": 1, \"p\": 1, \"r\": 0, \"f\": 1.01}"}},
+    /* zod 3 (zod-to-json-schema, draft-07, and draft-04's boolean form) */
+    {"{\"$schema\": \"http://json-schema.org/draft-07/schema#\", \"type\": \"object\", \"properties\": {"
+     "\"age\": {\"type\": \"integer\", \"exclusiveMinimum\": 0}, "
+     "\"score\": {\"type\": \"number\", \"minimum\": 0, \"maximum\": 1}, "
+     "\"count\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 10}, "
+     "\"old\": {\"type\": \"number\", \"minimum\": 0, \"exclusiveMinimum\": true}}, "
+     "\"required\": [\"age\", \"score\", \"count\", \"old\"], \"additionalProperties\": false}",
+     {"{\"age\": 1, \"score\": 0.75, \"count\": 10, \"old\": 0.1}", "{\"age\": 120, \"score\": 0, \"count\": 1, \"old\": 5}"},
+     {"{\"age\": 0, \"score\": 0.75, \"count\": 10, \"old\": 0.1}", "{\"age\": 1, \"score\": 1.5, \"count\": 10, \"old\": 0.1}",
+      "{\"age\": 1, \"score\": 0.75, \"count\": 11, \"old\": 0.1}", "{\"age\": 1, \"score\": 0.75, \"count\": 1, \"old\": 0}"}},
+    /* Pydantic: conint(gt=0, lt=10), confloat(ge=0.5), Field(ge=-3, le=3), confloat(ge=0, le=1) */
+    {"{\"properties\": {\"a\": {\"exclusiveMaximum\": 10, \"exclusiveMinimum\": 0, \"title\": \"A\", \"type\": \"integer\"}, "
+     "\"b\": {\"minimum\": 0.5, \"title\": \"B\", \"type\": \"number\"}, "
+     "\"c\": {\"maximum\": 3, \"minimum\": -3, \"title\": \"C\", \"type\": \"integer\"}, "
+     "\"d\": {\"maximum\": 1.0, \"minimum\": 0.0, \"title\": \"D\", \"type\": \"number\"}}, "
+     "\"required\": [\"a\", \"b\", \"c\", \"d\"], \"title\": \"M\", \"type\": \"object\"}",
+     {"{\"a\": 9, \"b\": 0.5, \"c\": -3, \"d\": 0}", "{\"a\": 1, \"b\": 12.5, \"c\": 3, \"d\": 1.0}"},
+     {"{\"a\": 10, \"b\": 0.5, \"c\": -3, \"d\": 0}", "{\"a\": 0, \"b\": 0.5, \"c\": -3, \"d\": 0}",
+      "{\"a\": 1, \"b\": 0.4, \"c\": 0, \"d\": 0}", "{\"a\": 1, \"b\": 1, \"c\": -4, \"d\": 0}",
+      "{\"a\": 1, \"b\": 1, \"c\": 0, \"d\": 1.5}"}},
 };
 
 static void test_schema_table(void) {
@@ -483,12 +587,12 @@ static void test_schema_table(void) {
         if (!g) continue;
         sp_matcher *m = sp_matcher_create(g, NULL, err, sizeof(err));
         sp_grammar_free(g);
-        for (int j = 0; j < 5 && c->yes[j]; j++) {
+        for (int j = 0; j < 8 && c->yes[j]; j++) {
             sp_matcher_reset(m);
             CHECK(sp_matcher_accept_bytes(m, c->yes[j], strlen(c->yes[j])) && sp_matcher_can_end(m),
                   "schema %zu must accept %s", i, c->yes[j]);
         }
-        for (int j = 0; j < 5 && c->no[j]; j++) {
+        for (int j = 0; j < 8 && c->no[j]; j++) {
             sp_matcher_reset(m);
             CHECK(!(sp_matcher_accept_bytes(m, c->no[j], strlen(c->no[j])) && sp_matcher_can_end(m)),
                   "schema %zu must reject %s", i, c->no[j]);
@@ -504,6 +608,195 @@ static void test_schema_table(void) {
     sp_matcher_reset(m);
     CHECK(!sp_matcher_accept_bytes(m, "[1]", 3), "json_object: an array is not an object");
     sp_matcher_free(m);
+}
+
+/* ---- numeric bounds: randomized ----
+ * Random bounds (integers, decimals, 16-digit integers, exponent forms,
+ * draft-04's boolean exclusiveMinimum/Maximum; integer and number schemas)
+ * and literals around them: the grammar accepts a literal exactly when it
+ * is of the forms a bounded schema emits (no exponent, "-0" or leading
+ * zero; 16 digits at most on each side of the point; integers without a
+ * fraction) and its value meets every bound; bounds no value meets are
+ * refused. Values are exact: x 10^16 in 128 bits. */
+
+typedef __int128 i128;
+#define SC ((i128)10000000000000000LL) /* 10^16 */
+
+static uint64_t nr_state = 0x9E3779B97F4A7C15ull;
+static int nr(int n) {
+    nr_state ^= nr_state << 13;
+    nr_state ^= nr_state >> 7;
+    nr_state ^= nr_state << 17;
+    return (int)(nr_state % (uint64_t)n);
+}
+
+/* v / 10^16 in plain decimals, the fraction given `zeros` more trailing zeros (16 digits at most) */
+static void fmt_scaled(char *out, i128 v, int zeros) {
+    const bool neg = v < 0;
+    if (neg) v = -v;
+    char f[24];
+    snprintf(f, sizeof(f), "%016llu", (unsigned long long)(v % SC));
+    int fl = 16;
+    while (fl > 0 && f[fl - 1] == '0') fl--;
+    const int want = SP_MIN(fl + zeros, 16);
+    sprintf(out, "%s%llu", neg ? "-" : "", (unsigned long long)(v / SC));
+    if (want) sprintf(out + strlen(out), ".%.*s", want, f);
+}
+
+/* the same as digits and an exponent: 2.5 -> 25e-1, -3 -> -3e0 */
+static void fmt_exp(char *out, i128 v) {
+    char t[64];
+    fmt_scaled(t, v < 0 ? -v : v, 0);
+    const char *dot = strchr(t, '.'), *p = t;
+    const int fl = dot ? (int)strlen(dot + 1) : 0;
+    char d[64];
+    int n = 0;
+    for (; *p; p++)
+        if (*p != '.' && (n || *p != '0')) d[n++] = *p;
+    if (!n) d[n++] = '0';
+    d[n] = 0;
+    sprintf(out, "%s%se%s%d", v < 0 ? "-" : "", d, fl || nr(2) ? "-" : "", fl);
+}
+
+/* a literal of the forms a bounded schema emits: its value x 10^16 */
+static bool nb_parse(const char *s, bool integer, i128 *v) {
+    const bool neg = *s == '-';
+    s += neg;
+    if (*s < '0' || *s > '9' || (*s == '0' && s[1] >= '0' && s[1] <= '9')) return false;
+    i128 x = 0;
+    int n = 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        if (++n > 16) return false;
+        x = x * 10 + (*s - '0');
+    }
+    x *= SC;
+    if (*s == '.') {
+        if (integer || s[1] < '0' || s[1] > '9') return false;
+        i128 p = SC;
+        for (s++, n = 0; *s >= '0' && *s <= '9'; s++) {
+            if (++n > 16) return false;
+            p /= 10;
+            x += (*s - '0') * p;
+        }
+    }
+    if (*s || (neg && x == 0)) return false;
+    *v = neg ? -x : x;
+    return true;
+}
+
+static i128 nb_rand_bound(void) {
+    static const long long big[] = {9007199254740991LL, 123456789012345LL, 999999999999999LL,
+                                    1000000000000000LL};
+    switch (nr(10)) {
+    case 0: case 1: case 2: case 3: return (i128)(nr(61) - 30) * SC;
+    case 4: case 5: return (i128)(nr(6001) - 3000) * (SC / 100);
+    case 6: case 7: return (i128)(nr(60001) - 30000) * (SC / 1000);
+    case 8: return (i128)big[nr(4)] * SC * (nr(2) ? -1 : 1);
+    default: return (i128)(nr(21) - 10) * (SC / 10000);
+    }
+}
+
+static i128 floor_div(i128 a) { return a >= 0 ? a / SC : -((-a + SC - 1) / SC); }
+static i128 ceil_div(i128 a) { return -floor_div(-a); }
+
+static void test_schema_bounds_random(void) {
+    static const char *const kw[4] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    static const char *const malformed[] = {"-0", "-0.0", "01", "00", "1e1", "1.", ".5", "-", "5e0", "+1", "1.5E0", "0.00"};
+    char err[256], schema[512], lit[80];
+    int n_schemas = 0, n_empty = 0, n_values = 0, n_yes = 0, n_bad = 0;
+    if (getenv("NB_SEED")) nr_state = strtoull(getenv("NB_SEED"), NULL, 0) | 1;
+    for (int it = 0; it < 400; it++) {
+        const bool integer = nr(2);
+        bool has[4] = {false}, excl[4] = {false, true, false, true};
+        i128 b[4] = {0};
+        int d4[2] = {0, 0}; /* draft-04 boolean beside minimum/maximum: 0 none, 1 true, 2 false */
+        int n = 0;
+        for (int k = 0; k < 4; k++)
+            if ((has[k] = nr(100) < 40)) b[k] = nb_rand_bound(), n++;
+        if (!n) continue;
+        for (int side = 0; side < 2; side++)
+            if (has[2 * side] && !has[2 * side + 1] && nr(4) == 0) excl[2 * side] = (d4[side] = 1 + nr(2)) == 1;
+        int len = snprintf(schema, sizeof(schema), "{\"type\": \"%s\"", integer ? "integer" : "number");
+        for (int k = 0; k < 4; k++) {
+            if (!has[k]) continue;
+            if (nr(5) == 0) fmt_exp(lit, b[k]);
+            else fmt_scaled(lit, b[k], nr(4) == 0);
+            len += snprintf(schema + len, sizeof(schema) - (size_t)len, ", \"%s\": %s", kw[k], lit);
+        }
+        for (int side = 0; side < 2; side++)
+            if (d4[side])
+                len += snprintf(schema + len, sizeof(schema) - (size_t)len, ", \"%s\": %s", kw[2 * side + 1],
+                                d4[side] == 1 ? "true" : "false");
+        snprintf(schema + len, sizeof(schema) - (size_t)len, "}");
+        /* the least and greatest values of the emitted forms that meet the bounds */
+        bool lset = false, hset = false;
+        i128 L = 0, H = 0;
+        for (int k = 0; k < 4; k++) {
+            if (!has[k]) continue;
+            const bool up = k >= 2;
+            i128 v = b[k];
+            if (integer) v = (up ? floor_div(v) - (excl[k] && v % SC == 0) : ceil_div(v) + (excl[k] && v % SC == 0)) * SC;
+            else if (excl[k]) v += up ? -1 : 1;
+            if (up) H = hset && H < v ? H : v, hset = true;
+            else L = lset && L > v ? L : v, lset = true;
+        }
+        const bool empty = lset && hset && L > H;
+        char *gbnf = NULL;
+        const int rc = sp_json_schema_to_gbnf(schema, 0, &gbnf, err, sizeof(err));
+        n_schemas++;
+        if (empty) {
+            n_empty++;
+            if (!(rc == SP_ERR_INVALID && !gbnf && strstr(err, "fits the bounds at /")) && n_bad++ < 10)
+                fprintf(stderr, "  %s: no value fits, got %d %s\n", schema, rc, gbnf ? "a grammar" : err);
+            free(gbnf);
+            continue;
+        }
+        if (!gbnf) {
+            if (n_bad++ < 10) fprintf(stderr, "  %s: %s\n", schema, err);
+            continue;
+        }
+        sp_grammar *g = sp_grammar_compile(gbnf, 0, err, sizeof(err));
+        free(gbnf);
+        sp_matcher *m = g ? sp_matcher_create(g, NULL, err, sizeof(err)) : NULL;
+        sp_grammar_free(g);
+        if (!m) {
+            if (n_bad++ < 10) fprintf(stderr, "  %s: %s\n", schema, err);
+            continue;
+        }
+        /* literals: at, around and past each bound, rounded ones, random ones, malformed ones */
+        i128 vals[64];
+        int nv = 0;
+        static const long long deltas[] = {0, 1, -1, 10000000000000000LL, -10000000000000000LL,
+                                           1000000000000000LL, -1000000000000000LL, 100000000000000LL};
+        for (int k = 0; k < 4; k++) {
+            if (!has[k]) continue;
+            for (int d = 0; d < 8; d++) vals[nv++] = b[k] + deltas[d];
+            vals[nv++] = floor_div(b[k]) * SC;
+            vals[nv++] = ceil_div(b[k]) * SC;
+        }
+        while (nv < 56) vals[nv++] = nr(3) ? nb_rand_bound() + (nr(2) ? 0 : nr(3) - 1) : (i128)(nr(81) - 40) * SC;
+        for (int i = 0; i < nv + 12; i++) {
+            if (i < nv) fmt_scaled(lit, vals[i], nr(4) == 0 ? 1 + nr(3) : 0);
+            else snprintf(lit, sizeof(lit), "%s", malformed[i - nv]);
+            i128 v;
+            bool want = nb_parse(lit, integer, &v);
+            for (int k = 0; k < 4 && want; k++)
+                if (has[k]) want = k < 2 ? (excl[k] ? v > b[k] : v >= b[k]) : (excl[k] ? v < b[k] : v <= b[k]);
+            sp_matcher_reset(m);
+            const bool got = sp_matcher_accept_bytes(m, lit, strlen(lit)) && sp_matcher_can_end(m);
+            n_values++;
+            n_yes += got;
+            if (got != want && n_bad++ < 10)
+                fprintf(stderr, "  %s: %s %s, must %s\n", schema, lit, got ? "accepted" : "rejected",
+                        want ? "accept" : "reject");
+        }
+        sp_matcher_free(m);
+    }
+    printf("# %d schemas (%d with no value), %d literals, %d accepted\n", n_schemas, n_empty, n_values, n_yes);
+    CHECK(n_bad == 0, "%d literals or schemas where the grammar and the arithmetic differ", n_bad);
+    CHECK(n_schemas > 300 && n_empty > 10 && n_yes > n_values / 5 && n_yes < n_values * 4 / 5,
+          "the sample covers both answers: %d schemas, %d empty, %d of %d accepted", n_schemas, n_empty, n_yes,
+          n_values);
 }
 
 static void test_schema_refused(void) {
@@ -524,7 +817,16 @@ static void test_schema_refused(void) {
         {"{\"type\": \"string\", \"pattern\": \"(ab\"}", "unclosed group", SP_ERR_INVALID},
         {"{\"type\": \"string\", \"pattern\": \"a{2000}\"}", "above 1000", SP_ERR_INVALID},
         {"{\"type\": \"string\", \"pattern\": \"*a\"}", "nothing to repeat", SP_ERR_INVALID},
-        {"{\"type\": \"number\", \"maximum\": 3}", "number bounds", SP_ERR_UNSUPPORTED},
+        {"{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", "no integer fits the bounds at /", SP_ERR_INVALID},
+        {"{\"type\": \"number\", \"exclusiveMinimum\": 1, \"exclusiveMaximum\": 1}", "no number (of at most 16 decimals) fits the bounds at /", SP_ERR_INVALID},
+        {"{\"type\": \"number\", \"minimum\": 1, \"exclusiveMaximum\": 1}", "no number", SP_ERR_INVALID},
+        {"{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"integer\", \"minimum\": 1.2, \"maximum\": 1.8}}}",
+         "no integer fits the bounds at /properties/x", SP_ERR_INVALID},
+        {"{\"type\": \"integer\", \"minimum\": 1e19}", "'minimum' at / is beyond the supported bounds", SP_ERR_UNSUPPORTED},
+        {"{\"type\": \"number\", \"maximum\": -1e300}", "'maximum' at / is beyond the supported bounds", SP_ERR_UNSUPPORTED},
+        {"{\"type\": \"number\", \"maximum\": \"3\"}", "'maximum' at / must be a number", SP_ERR_INVALID},
+        {"{\"type\": \"number\", \"multipleOf\": 0.01}", "unsupported 'multipleOf' at /", SP_ERR_UNSUPPORTED},
+        {"{\"type\": \"integer\", \"multipleOf\": 2}", "unsupported 'multipleOf' at /", SP_ERR_UNSUPPORTED},
         {"{\"$ref\": \"http://x/y\"}", "unsupported $ref", SP_ERR_UNSUPPORTED},
         {"{\"$ref\": \"#/$defs/none\"}", "points nowhere", SP_ERR_INVALID},
         {"{\"type\": \"strin\"}", "unknown type 'strin'", SP_ERR_INVALID},
@@ -554,5 +856,6 @@ int main(void) {
     RUN(test_lazy_phases);
     RUN(test_schema_table);
     RUN(test_schema_refused);
+    RUN(test_schema_bounds_random);
     TEST_END();
 }

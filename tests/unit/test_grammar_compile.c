@@ -255,9 +255,15 @@ static void test_schema_output_limit(void) {
     char err[300];
     double t;
     sbuf b = {0};
-    /* 200 integer ranges of 1000 values: 8 KB of grammar each */
+    /* 200 times 4 numbers bounded at both ends with 14 to 16 digits: 8 KB of grammar each */
     sb_str(&b, "{\"type\": \"object\", \"properties\": {");
-    for (int i = 0; i < 200; i++) sb_printf(&b, "%s\"p%d\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 999}", i ? ", " : "", i);
+    for (int i = 0; i < 200; i++) {
+        sb_printf(&b, "%s\"p%d\": {\"anyOf\": [", i ? ", " : "", i);
+        for (int k = 0; k < 4; k++)
+            sb_printf(&b, "%s{\"type\": \"number\", \"minimum\": -%d234567.%d234567, \"maximum\": 7654321.765432%d}",
+                      k ? ", " : "", k + 1, k + 1, k + 1);
+        sb_str(&b, "]}");
+    }
     sb_str(&b, "}}");
     char *g = schema_err(b.p, err, sizeof(err), &t);
     CHECK(!g && strstr(err, "larger than 1048576 bytes"), "%s", g ? "converted" : err);
