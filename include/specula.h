@@ -881,52 +881,81 @@ float sp_engine_spec_prior(sp_engine *e, const char *cache_salt, sp_spec_mode m)
 
 /* ---- chat templates (src/chat) ------------------------------------------- */
 
-/* A chat template family, the one `specula serve` renders /v1/chat/completions
- * with. SP_CHAT_NONE: no template; other values come only from
- * sp_chat_template_for_model. */
-typedef int sp_chat_template;
-#define SP_CHAT_NONE 0
+/* A chat template: Jinja text (a model's tokenizer.chat_template, a file,
+ * or a family Specula names) compiled by Specula's sandboxed interpreter,
+ * which renders what Hugging Face's apply_chat_template renders (Python
+ * jinja2 with its settings). Immutable once loaded; any number of threads
+ * may render with it at once. */
+typedef struct sp_chat_template sp_chat_template;
 
 typedef struct {
-    const char *role;    /* "system", "developer" (read as system), "user", "assistant",
-                            "tool" (a tool's result, in the family's markup) */
+    const char *role;    /* "system", "developer", "user", "assistant", "tool" */
     const char *content; /* NULL reads as "" */
 } sp_chat_message;
 
-/* The template `specula serve` would use for m, by the same rule: the one
- * named by name when name is not NULL (chatml, qwen, qwen2, llama3, llama-3,
- * llama2, llama-2, mistral, phi3, phi-3, gemma: serve's --chat-template),
- * else the family recognized from m's tokenizer.chat_template metadata.
- * Returns a template (> 0); SP_CHAT_NONE when name is NULL and m has no
- * chat_template or one of no known family; -1 when name is not a template
- * (m is not read then and may be NULL). */
-sp_chat_template sp_chat_template_for_model(const sp_model *m, const char *name);
-/* The template's name ("chatml", "llama3", ...); "none" for SP_CHAT_NONE or a
- * value that is not a template. Static storage. */
-const char *sp_chat_template_name(sp_chat_template t);
-/* The text that ends an assistant turn ("<|im_end|>", "<|eot_id|>", "</s>",
- * ...), static storage; NULL for SP_CHAT_NONE or a value that is not a
- * template. */
-const char *sp_chat_template_eot(sp_chat_template t);
+/* The template `specula serve` would use for m, by the same rule: name when
+ * not NULL (serve's --chat-template: a family, chatml, qwen, qwen2, llama3,
+ * llama-3, llama2, llama-2, mistral, phi3, phi-3, gemma; or a Jinja file, a
+ * path with '/' or '.'), else m's own tokenizer.chat_template. Its
+ * bos_token and eos_token are the text of m's BOS and EOS tokens (m may be
+ * NULL with a name: then ""). Returns the template (free it with
+ * sp_chat_template_free), or NULL with err set: name is neither a family
+ * nor a readable file, m has no template, the text does not compile
+ * ("chat template NAME: line N: ..."), or out of memory. */
+sp_chat_template *sp_chat_template_load(const sp_model *m, const char *name, char *err, size_t errlen);
+void sp_chat_template_free(sp_chat_template *t);
+/* What the template is: the family's name ("chatml", "llama3", ...), "model"
+ * (the model's own) or the file's path. Valid while t is. */
+const char *sp_chat_template_name(const sp_chat_template *t);
+/* The text that ends an assistant turn in the template's family
+ * ("<|im_end|>", "<|eot_id|>", "</s>", ...), static storage; NULL when its
+ * markup is of no family Specula knows (then the model's end-of-turn token
+ * ends a turn). */
+const char *sp_chat_template_eot(const sp_chat_template *t);
 /* The single control token of v that ends an assistant turn (e.g. the id of
- * "<|im_end|>"), or -1 when the end of turn is not one control token of v;
- * then the generated text holds sp_chat_template_eot's text instead (stop on
- * that string). */
-int32_t sp_chat_eot_token(const sp_vocab *v, sp_chat_template t);
+ * "<|im_end|>"; for a template of no known family, v's end-of-turn token),
+ * or -1 when the end of turn is not one control token of v; then the
+ * generated text holds sp_chat_template_eot's text instead (stop on that
+ * string). */
+int32_t sp_chat_eot_token(const sp_vocab *v, const sp_chat_template *t);
 /* The conversation msgs[n] followed by the opening of the assistant's turn,
  * as the server renders it: a malloc'd NUL-terminated string the caller
- * frees (BOS not included: the tokenizer adds it). NULL + err for
- * SP_CHAT_NONE, an unknown role, or out of memory. */
-char *sp_chat_render(sp_chat_template t, const sp_chat_message *msgs, int n, char *err,
+ * frees. NULL + err when t is NULL, the template fails on it (e.g. a role it
+ * refuses: "chat template NAME: line N: ..."), or out of memory. */
+char *sp_chat_render(const sp_chat_template *t, const sp_chat_message *msgs, int n, char *err,
                      size_t errlen);
 /* sp_chat_render's text tokenized as the server tokenizes a chat prompt
- * (BOS/EOS as the vocabulary's add_bos/add_eos say; special tokens read only
- * in the template's own markup, so message content cannot forge a turn):
- * the same tokens the server would compute, so as a conversation grows turn
- * by turn the prefix cache finds its earlier turns again. Returns the count
- * with *out malloc'd (the caller frees it), or -1 + err with *out NULL. */
-int32_t sp_chat_tokenize(const sp_vocab *v, sp_chat_template t, const sp_chat_message *msgs, int n,
+ * (BOS/EOS as the vocabulary's add_bos/add_eos say, a BOS the template
+ * wrote not added twice; special tokens read only in the template's own
+ * text, so message content cannot forge a turn): the same tokens the server
+ * would compute, so as a conversation grows turn by turn the prefix cache
+ * finds its earlier turns again. Returns the count with *out malloc'd (the
+ * caller frees it), or -1 + err with *out NULL. */
+int32_t sp_chat_tokenize(const sp_vocab *v, const sp_chat_template *t, const sp_chat_message *msgs, int n,
                          int32_t **out, char *err, size_t errlen);
+
+/* A chat request rendered by a Jinja chat template, as Hugging Face's
+ * apply_chat_template renders it (Python jinja2's sandbox, trim_blocks,
+ * lstrip_blocks, loopcontrols, its tojson, raise_exception and
+ * strftime_now; `specula template`). request_json[len] is a JSON object
+ * with "messages" (required, an array; a message's content may be null,
+ * a string or a list of parts, as the template takes it), optionally
+ * "tools" (an array or null; null when absent, as "documents"),
+ * "add_generation_prompt" (default true), "bos_token" and "eos_token"
+ * (default: the text of m's BOS/EOS token; "" without a model or such a
+ * token), "chat_template_kwargs" (an object whose keys become template
+ * variables too, over the request's own: e.g. enable_thinking), and any
+ * other keys, passed through as variables. template_text: the template,
+ * NUL-terminated (NULL: m's tokenizer.chat_template metadata; m is then
+ * required). now: strftime_now's clock, Unix seconds UTC (0: the current
+ * time). The render is bounded (the interpreter's default limits on steps,
+ * output and nesting). Returns the rendered prompt (malloc'd,
+ * NUL-terminated; the caller frees it), or NULL with err set: "the request
+ * ..." when request_json is not such an object, "the model has no chat
+ * template ..." when there is no template, else the template's failure,
+ * "line N: message" (raise_exception's message included). */
+char *sp_chat_apply_template(const sp_model *m, const char *template_text, const char *request_json,
+                             size_t len, int64_t now, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,8 @@
 #   make floorbench    bin/floorbench, the AVX2 Q4_K tile against the floor
 #                      of its instruction stream, and what that leaves of a
 #                      5-token pass over a 1-token step (bench/kernels/)
+#   make template-bench  bin/template_bench and bench/template/run.sh: a chat
+#                      template's parse and render, per request and per turn
 #   make bench-peers   bench/peers/run.sh: Specula beside ik_llama.cpp and
 #                      llama.cpp (IK_BENCH, LLAMA_BENCH: their llama-bench)
 
@@ -28,6 +30,14 @@ $(BIN)/bench_spec: $(BUILD)/bench/engine/bench_spec.o $(BUILD)/bench/engine/benc
 $(BIN)/bench_grammar: $(BUILD)/bench/engine/bench_grammar.o $(LIB)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS) -lcjson
+
+# ---- bench/template: a chat template's parse and render (not run by `make
+# bench`): bench/template/run.sh over a 50-message conversation
+$(BIN)/template_bench: $(BUILD)/bench/template/template_bench.o $(LIB)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDFLAGS) $(LDLIBS) -lcjson
+template-bench: $(BIN)/template_bench
+	bench/template/run.sh
 
 # ---- bench/kernels: the kernels' microbenchmark (not run by `make bench`) --
 $(BIN)/kbench: $(BUILD)/bench/kernels/kbench.o $(LIB)
@@ -67,4 +77,4 @@ bench: $(BIN)/bench $(BIN)/bench_engine $(BIN)/bench_spec $(BIN)/bench_grammar $
 bench-peers: $(BIN)/bench $(BIN)/mkmodel
 	bench/peers/run.sh
 
-.PHONY: bench bench-server kbench tilebench floorbench bench-peers
+.PHONY: bench bench-server kbench tilebench floorbench bench-peers template-bench

@@ -20,7 +20,7 @@ FUZZ_CC       ?= clang-14
 FUZZ_BUILD    ?= build-fuzz
 FUZZ_TIME     ?= 60
 FUZZ_CI_TIME  ?= 10
-FUZZ_TARGETS  := gguf tokenizer request chat sse grammar grammar_cost kvstore
+FUZZ_TARGETS  := gguf tokenizer request chat sse grammar grammar_cost kvstore jinja
 FUZZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 # Largest input per target: GGUF seeds are up to 64 KB; text inputs beyond
 # a few KB only make each run slower.
@@ -33,6 +33,7 @@ FUZZ_MAX_LEN_grammar   = 4096
 # hostile grammars and patterns are a few KB (the cost target hunts them)
 FUZZ_MAX_LEN_grammar_cost = 8192
 FUZZ_MAX_LEN_kvstore   = 16384
+FUZZ_MAX_LEN_jinja     = 4096
 FUZZ_FLAGS    ?= -timeout=20 -rss_limit_mb=2048 -print_final_stats=1
 FUZZ_ENV      := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
@@ -47,7 +48,7 @@ FUZZ_LIB_SRC  := src/common.c src/gguf/gguf.c src/gguf/gguf_write.c src/kernels/
                  src/server/openai_prompt.c src/server/openai_tools.c \
                  src/chat/chat.c src/chat/chat_tokenize.c src/sbuf.c src/sample/sampler.c src/speculate/mode.c \
                  $(wildcard src/grammar/*.c) src/kv/disk_tier.c src/kv/disk_fs.c src/kv/disk_hash.c \
-                 src/kv/kv_paged.c
+                 src/kv/kv_paged.c $(wildcard src/template/*.c)
 FUZZ_LIB_OBJ  := $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/%.o)
 FUZZ_CFLAGS   := -std=c11 -O1 -g -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE \
                  -fno-math-errno -Iinclude -Isrc $(FUZZ_SAN)

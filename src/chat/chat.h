@@ -1,12 +1,19 @@
-/* chat.h: chat templates rendered in C (no Jinja): the family is recognized
- * from the model's tokenizer.chat_template text or named explicitly. Used by
- * the server (src/server) and, through the sp_chat_* functions of
- * specula.h, by the command line. */
+/* chat.h: chat templates. A conversation is rendered by a Jinja template
+ * (template.c, through the sandboxed interpreter of src/template): the
+ * model's own tokenizer.chat_template, a file, or one of the families
+ * Specula names (builtin.c). The family a template's markup belongs to is
+ * recognized from its text: it says how tool calls are written and read
+ * back, which text ends a turn, and which markup the tokenizer must read
+ * as tokens. Used by the server (src/server) and, through the sp_chat_*
+ * functions of specula.h, by the command line. */
 #ifndef SP_CHAT_CHAT_H
 #define SP_CHAT_CHAT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+struct cJSON;
 
 typedef enum {
     CHAT_NONE = 0,
@@ -16,6 +23,8 @@ typedef enum {
     CHAT_MISTRAL, /* [INST] ... [/INST] (no <<SYS>>) */
     CHAT_PHI3,    /* <|user|>\n...<|end|>\n */
     CHAT_GEMMA,   /* <start_of_turn>user\n...<end_of_turn>\n */
+    CHAT_CODE,    /* the bundled code models': a Python file, turns ended by "# ====" */
+    CHAT_N        /* (the number of families, CHAT_NONE included) */
 } chat_tmpl;
 
 /* A tool call an assistant message made (OpenAI's tool_calls[i]). */
@@ -31,19 +40,15 @@ typedef struct {
     const chat_call *calls; /* assistant: the tool calls it made */
     int n_calls;
     const char *call_id; /* tool: the id of the call it answers (NULL: none) */
+    const char *reasoning; /* assistant: its reasoning_content (NULL: none) */
 } chat_msg;
 
-/* The tools offered to the model: each tool's definition as JSON text
- * ({"type": "function", "function": {...}}), written as it is. */
-typedef struct {
-    const char *const *defs;
-    int n;
-} chat_tools;
-
-/* A template by name (chatml, qwen, llama3, llama2, mistral, phi3, gemma);
+/* A template by name (chatml, qwen, llama3, llama2, mistral, phi3, gemma,
+ * code);
  * -1 if unknown. */
 int chat_tmpl_parse(const char *name);
-/* The family of a Jinja template text; CHAT_NONE if not recognized. */
+/* The family of a Jinja template text (by the markup it writes); CHAT_NONE
+ * if not recognized. */
 chat_tmpl chat_tmpl_detect(const char *text);
 const char *chat_tmpl_name(chat_tmpl t);
 /* The text that ends an assistant turn ("<|im_end|>", "<|eot_id|>", ...). */
@@ -53,36 +58,56 @@ const char *chat_tmpl_eot(chat_tmpl t);
  * the ones that must never be read as tokens inside message content,
  * whatever type the vocabulary gives them. */
 const char *const *chat_tmpl_markup(chat_tmpl t);
-/* The conversation followed by the opening of the assistant's turn, as a
- * malloc'd string (BOS not included: the tokenizer adds it). NULL + err for
- * an unknown role or out of memory. Tools, a tool's result and an
- * assistant's tool calls are written in each family's own markup:
- *   chatml (Qwen 2.5, Hermes): the tools in the system turn inside
- *     <tools></tools>, calls as <tool_call>\n{"name", "arguments"}\n
- *     </tool_call>, results as <tool_response> in a user turn (a run of
- *     them in one turn);
- *   llama3 (Llama 3.1 JSON tool calling): the tools at the head of the
- *     first user message, a call as {"name", "parameters"}, a result in an
- *     ipython turn;
- *   mistral (v0.3): [AVAILABLE_TOOLS] [...][/AVAILABLE_TOOLS] before the
- *     last user turn, [TOOL_CALLS] [{"name", "arguments", "id"}], results
- *     as [TOOL_RESULTS] {"content", "call_id"}[/TOOL_RESULTS];
- *   the others (no tool markup of their own): the tools in the system text
- *     with the instruction to answer {"name", "arguments"}, a call as that
- *     JSON, a result as <tool_response> in a user turn. */
-char *chat_render(chat_tmpl t, const chat_msg *m, int n, char *err, size_t errlen);
-
 /* A byte range [off, off + len) of a rendered conversation. */
 typedef struct {
     size_t off, len;
 } chat_span;
-/* chat_render with tools (NULL: none), and in *spans (malloc'd, the caller frees; NULL when
- * *n_spans is 0) the parts of the text that are the template's own
- * markup, in order, disjoint and not adjoining: everything but message
- * content. The tokenizer reads special tokens only there (oai_prompt_tokens),
- * so content cannot forge a turn. spans NULL: as chat_render. */
-char *chat_render_spans(chat_tmpl t, const chat_msg *m, int n, const chat_tools *tools,
-                        chat_span **spans, int *n_spans, char *err, size_t errlen);
+
+/* ---- templates (template.c, builtin.c) ---- */
+
+/* A compiled template (specula.h's opaque sp_chat_template): immutable once
+ * made, shared by every request. */
+typedef struct sp_chat_template chat_template;
+/* The Jinja text of a family Specula names (builtin.c); NULL for CHAT_NONE. */
+const char *chat_builtin_source(chat_tmpl t);
+/* source[len] compiled; name names it in errors; family: its markup's
+ * family, or -1 to recognize it from the text; bos/eos: the bos_token and
+ * eos_token texts (NULL: ""). NULL + err ("chat template NAME: line N:
+ * ...") when it does not compile or out of memory. */
+chat_template *chat_template_new(const char *source, size_t len, const char *name, int family,
+                                 const char *bos, const char *eos, char *err, size_t errlen);
+/* The template to use: name a family's (chatml, qwen, llama3, ...) or a
+ * file's path (one with '/' or '.'); NULL: model_source, the model's own
+ * (NULL or "": none, an error). NULL + err otherwise. */
+chat_template *chat_template_choose(const char *model_source, const char *name, const char *bos,
+                                    const char *eos, char *err, size_t errlen);
+void chat_template_free(chat_template *t);
+chat_tmpl chat_template_family(const chat_template *t);
+const char *chat_template_name(const chat_template *t);
+const char *chat_template_source(const chat_template *t);
+/* Whether the template writes reasoning in <think>...</think> blocks. */
+bool chat_template_thinks(const chat_template *t);
+
+typedef struct {
+    const struct cJSON *tools;  /* the tools offered (an array; NULL or []: none) */
+    const struct cJSON *kwargs; /* chat_template_kwargs: more variables (an object), or NULL */
+    bool no_generation_prompt;  /* end after the last message (add_generation_prompt false) */
+    int64_t now;                /* strftime_now's clock (Unix s); 0: the current time */
+    bool *think_open;           /* out (NULL: not asked): the text ends inside a <think>
+                                   block, so the output starts in the reasoning */
+} chat_render_opts;
+/* The conversation m[n] rendered by t (o may be NULL: no tools, the
+ * assistant's turn opened), as a malloc'd string, and in *spans (when
+ * spans is not NULL; malloc'd, the caller frees) the parts of it the
+ * template wrote itself, in order, disjoint and not adjoining: everything
+ * but what came from the request. The tokenizer reads special tokens only
+ * there, so content cannot forge a turn. A call's arguments reach the
+ * template as the object their JSON spells (HF templates write them with
+ * tojson). NULL + err when t is NULL, the template fails ("chat template
+ * NAME: line N: ...", raise_exception's message included) or out of
+ * memory. */
+char *chat_template_render(const chat_template *t, const chat_msg *m, int n, const chat_render_opts *o,
+                           chat_span **spans, int *n_spans, char *err, size_t errlen);
 
 /* ---- a conversation's tokens (chat_tokenize.c) ---- */
 
@@ -93,16 +118,17 @@ enum {
     CHAT_TOK_NOMEM = -2,    /* out of memory */
     CHAT_TOK_TOO_LONG = -3, /* more than n_max tokens; *at_least is a lower bound */
 };
-/* The conversation rendered by t (chat_render_spans) and tokenized as a chat
- * prompt: BOS/EOS as the vocabulary's add_bos/add_eos say, special tokens read
+/* The conversation rendered by t (chat_template_render) and tokenized as a
+ * chat prompt: BOS/EOS as the vocabulary's add_bos/add_eos say (a BOS the
+ * template wrote itself is not added twice), special tokens read
  * only in the template's markup spans, and there the markup's tokens whatever
  * type the vocabulary gives them, so message content cannot forge a turn. At
  * most n_max tokens. Returns the count (>= 0) with *out malloc'd (the caller
  * frees it), or a CHAT_TOK_* code with *out NULL and err set. The one
  * tokenization of chat prompts: the server's (oai_prompt_tokens) and
  * sp_chat_tokenize's, so `run --chat` and the server compute the same tokens. */
-int32_t chat_tokenize(const struct sp_vocab *v, chat_tmpl t, const chat_msg *m, int n,
-                      const chat_tools *tools, int32_t n_max, int32_t **out, int32_t *at_least,
+int32_t chat_tokenize(const struct sp_vocab *v, const chat_template *t, const chat_msg *m, int n,
+                      const chat_render_opts *o, int32_t n_max, int32_t **out, int32_t *at_least,
                       char *err, size_t errlen);
 
 #endif

@@ -8,31 +8,40 @@
 #include <string.h>
 
 #include "chat/chat.h"
+#include "common.h"
 #include "specula.h"
 #include "tokenizer/tokenizer.h"
 
-_Static_assert(SP_CHAT_NONE == CHAT_NONE, "sp_chat_template values are chat_tmpl values");
-
-static bool valid(sp_chat_template t) { return t > CHAT_NONE && t <= CHAT_GEMMA; }
-
-sp_chat_template sp_chat_template_for_model(const sp_model *m, const char *name) {
-    if (name) return chat_tmpl_parse(name);
-    int len = m ? sp_model_meta_str(m, "tokenizer.chat_template", NULL, 0) : -1;
-    if (len <= 0) return SP_CHAT_NONE;
-    char *t = malloc((size_t)len + 1);
-    if (!t) return SP_CHAT_NONE;
-    sp_model_meta_str(m, "tokenizer.chat_template", t, (size_t)len + 1);
-    chat_tmpl r = chat_tmpl_detect(t);
-    free(t);
-    return r;
+/* The text of m's BOS or EOS token, "" when there is none. */
+static const char *special_text(const sp_model *m, bool bos) {
+    const sp_vocab *v = m ? sp_model_get_vocab(m) : NULL;
+    const sp_token t = !v ? -1 : bos ? sp_vocab_bos(v) : sp_vocab_eos(v);
+    const char *s = t >= 0 ? sp_vocab_token_text(v, t) : NULL;
+    return s ? s : "";
 }
 
-const char *sp_chat_template_name(sp_chat_template t) {
-    return chat_tmpl_name(valid(t) ? (chat_tmpl)t : CHAT_NONE);
+sp_chat_template *sp_chat_template_load(const sp_model *m, const char *name, char *err, size_t errlen) {
+    char *own = NULL;
+    const int len = !name && m ? sp_model_meta_str(m, "tokenizer.chat_template", NULL, 0) : -1;
+    if (len > 0) {
+        if (!(own = malloc((size_t)len + 1))) {
+            seterr(err, errlen, "out of memory");
+            return NULL;
+        }
+        sp_model_meta_str(m, "tokenizer.chat_template", own, (size_t)len + 1);
+    }
+    chat_template *t = chat_template_choose(own, name, special_text(m, true), special_text(m, false), err,
+                                            errlen);
+    free(own);
+    return t;
 }
 
-const char *sp_chat_template_eot(sp_chat_template t) {
-    return valid(t) ? chat_tmpl_eot((chat_tmpl)t) : NULL;
+void sp_chat_template_free(sp_chat_template *t) { chat_template_free(t); }
+
+const char *sp_chat_template_name(const sp_chat_template *t) { return chat_template_name(t); }
+
+const char *sp_chat_template_eot(const sp_chat_template *t) {
+    return chat_tmpl_eot(chat_template_family(t));
 }
 
 /* The messages as chat.c's type (the same two fields). */
@@ -42,43 +51,43 @@ static chat_msg *to_msgs(const sp_chat_message *msgs, int n) {
     return m;
 }
 
-char *sp_chat_render(sp_chat_template t, const sp_chat_message *msgs, int n, char *err,
+char *sp_chat_render(const sp_chat_template *t, const sp_chat_message *msgs, int n, char *err,
                      size_t errlen) {
-    if (!valid(t) || n < 0) {
-        snprintf(err, errlen, "no chat template");
+    if (!t || n < 0) {
+        seterr(err, errlen, "no chat template");
         return NULL;
     }
     chat_msg *m = to_msgs(msgs, n);
     if (!m) {
-        snprintf(err, errlen, "out of memory");
+        seterr(err, errlen, "out of memory");
         return NULL;
     }
-    char *s = chat_render((chat_tmpl)t, m, n, err, errlen);
+    char *s = chat_template_render(t, m, n, NULL, NULL, NULL, err, errlen);
     free(m);
     return s;
 }
 
-int32_t sp_chat_tokenize(const sp_vocab *v, sp_chat_template t, const sp_chat_message *msgs, int n,
+int32_t sp_chat_tokenize(const sp_vocab *v, const sp_chat_template *t, const sp_chat_message *msgs, int n,
                          int32_t **out, char *err, size_t errlen) {
     *out = NULL;
-    if (!valid(t) || n < 0) {
-        snprintf(err, errlen, "no chat template");
+    if (!t || n < 0) {
+        seterr(err, errlen, "no chat template");
         return -1;
     }
     chat_msg *m = to_msgs(msgs, n);
     if (!m) {
-        snprintf(err, errlen, "out of memory");
+        seterr(err, errlen, "out of memory");
         return -1;
     }
-    int32_t k = chat_tokenize(v, (chat_tmpl)t, m, n, NULL, INT32_MAX - 1, out, NULL, err, errlen);
+    int32_t k = chat_tokenize(v, t, m, n, NULL, INT32_MAX - 1, out, NULL, err, errlen);
     free(m);
-    if (k == CHAT_TOK_TOO_LONG) snprintf(err, errlen, "the conversation is too long");
+    if (k == CHAT_TOK_TOO_LONG) seterr(err, errlen, "the conversation is too long");
     return k < 0 ? -1 : k;
 }
 
-int32_t sp_chat_eot_token(const sp_vocab *v, sp_chat_template t) {
+int32_t sp_chat_eot_token(const sp_vocab *v, const sp_chat_template *t) {
     const char *eot = sp_chat_template_eot(t);
-    if (!eot) return -1;
+    if (!eot) return t ? sp_vocab_eot(v) : -1; /* a family Specula does not know: the model's own */
     int32_t tok[4];
     int n = sp_tokenize(v, eot, strlen(eot), tok, 4, false, true);
     return n == 1 && sp_vocab_token_type(v, tok[0]) != SP_TOKEN_NORMAL ? tok[0] : -1;

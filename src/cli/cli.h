@@ -57,6 +57,7 @@ int cmd_run(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_template(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 
 #endif

@@ -109,15 +109,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--chat")) o->chat = true;
         else if (!strcmp(a, "--verbose")) o->verbose = true;
         else if (!strcmp(a, "--system")) { NEEDV(); o->system = v; }
-        else if (!strcmp(a, "--chat-template")) {
-            NEEDV();
-            if (sp_chat_template_for_model(NULL, v) < 0) {
-                fprintf(stderr, "specula run: unknown chat template '%s' (chatml, llama3, llama2, "
-                        "mistral, phi3, gemma)\n", v);
-                return -1;
-            }
-            o->chat_template = v;
-        }
+        else if (!strcmp(a, "--chat-template")) { NEEDV(); o->chat_template = v; }
         else if (!strcmp(a, "--json")) o->json = true;
         else if (a[0] != '-' && !model_given) o->model = a, model_given = true; /* vLLM-style positional */
         else {
@@ -387,6 +379,7 @@ static int run_chat(run_opts *o) {
     int rc = 1;
     sp_model *m = NULL;
     sp_engine *eng = NULL;
+    sp_chat_template *t = NULL;
     sp_chat_message *msgs = NULL;
     int n_msgs = 0, cap_msgs = 0;
     char *line = NULL;
@@ -402,11 +395,9 @@ static int run_chat(run_opts *o) {
         goto done;
     }
     /* the template `serve` would use: --chat-template, else the model's own */
-    const sp_chat_template t = sp_chat_template_for_model(m, o->chat_template);
-    if (t <= SP_CHAT_NONE) {
-        fprintf(stderr, "specula run: %s has no chat template that Specula recognizes "
-                "(tokenizer.chat_template); choose one with --chat-template NAME (chatml, llama3, "
-                "llama2, mistral, phi3, gemma)\n", o->model);
+    t = sp_chat_template_load(m, o->chat_template, err, sizeof(err));
+    if (!t) {
+        fprintf(stderr, "specula run: %s: %s (--chat-template NAME|FILE chooses one)\n", o->model, err);
         goto done;
     }
     const sp_vocab *vocab = sp_model_get_vocab(m);
@@ -415,7 +406,7 @@ static int run_chat(run_opts *o) {
     const char *stops[17];
     int n_stop = 0;
     for (int i = 0; i < o->n_stop; i++) stops[n_stop++] = o->stop[i];
-    if (eot_tok < 0) stops[n_stop++] = sp_chat_template_eot(t);
+    if (eot_tok < 0 && sp_chat_template_eot(t)) stops[n_stop++] = sp_chat_template_eot(t);
     if (!o->ce.p.n_ctx) {
         const int32_t tr = sp_model_get_info(m)->n_ctx_train;
         o->ce.p.n_ctx = SP_MIN(tr > 0 ? tr : 2048, 8192);
@@ -513,6 +504,7 @@ done:
     free(line);
     free(toks);
     run_state_free(&s);
+    sp_chat_template_free(t);
     sp_model_free(m);
     return rc;
 }

@@ -382,10 +382,10 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "specula serve: %s\n", err);
         goto done;
     }
-    if (!strcmp(server_chat_template_name(s), "none"))
-        fprintf(stderr, "specula serve: warning: the model has no chat template and none was "
-                "chosen: /v1/chat/completions answers 400 (choose one with --chat-template; "
-                "/v1/completions works)\n");
+    if (server_chat_template_error(s))
+        fprintf(stderr, "specula serve: warning: %s: /v1/chat/completions answers 400 (choose a "
+                "template with --chat-template NAME|FILE; /v1/completions works)\n",
+                server_chat_template_error(s));
     fprintf(stderr, "specula serve: listening on http://%s:%d: model '%s', context %d, chat "
             "template %s, spec %s\n", o.host, server_port(s), o.served_name, n_ctx,
             server_chat_template_name(s), sp_spec_mode_str(ce.p.spec));

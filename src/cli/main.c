@@ -120,6 +120,7 @@ static void usage(FILE *f) {
             "  run       generate text from a prompt (streams it; --json for details)\n"
             "  batch     run the requests of a JSONL file through one engine\n"
             "  tokenize  print the token ids of a text as a JSON array\n"
+            "  template  render a chat request with a model's Jinja chat template\n"
             "  info      describe a model file\n"
             "  serve     OpenAI-compatible HTTP server\n"
             "  bench     serving benchmark against OpenAI-compatible servers\n"
@@ -137,6 +138,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "batch")) return cmd_batch(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "template")) return cmd_template(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return bench_main(argc - 1, argv + 1, &(bench_defaults){cli_default_model(), cli_default_draft()});
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {

@@ -1,6 +1,7 @@
 /* endpoints.c: the server's endpoints other than generation: /health,
- * /metrics, /v1/models, /tokenize and /detokenize. */
+ * /metrics, /v1/models, /tokenize, /detokenize and /apply-template. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "server/internal.h"
@@ -89,4 +90,40 @@ enum MHD_Result ep_detokenize(http_server *s, struct MHD_Connection *c, const ch
         return srv_send_error(s, c, url, &e);
     }
     return srv_send_json(s, c, url, 200, &b);
+}
+
+/* POST /apply-template (llama-server's): a chat request's messages (and
+ * tools, chat_template_kwargs) rendered by the server's chat template,
+ * exactly the text a chat completion would tokenize: {"prompt": text}.
+ * The body is checked as a chat completion's is. */
+enum MHD_Result ep_apply_template(http_server *s, struct MHD_Connection *c, const char *url,
+                                  conn *cx) {
+    oai_req q;
+    oai_error e;
+    sbuf b = {0};
+    if (oai_parse(cx->body.p, cx->body.len, true, s->n_vocab, &q, &e) < 0) goto fail;
+    if (!s->ct) {
+        oai_seterr(&e, 400, "invalid_request_error", "messages", "no_chat_template", "%s", s->tmpl_err);
+        goto fail;
+    }
+    if (oai_tools_apply(&q, s->tmpl, &e)) goto fail;
+    char err[512];
+    const chat_render_opts ro = {.tools = q.tools_offered, .kwargs = q.tmpl_kwargs};
+    char *text = chat_template_render(s->ct, q.msgs, q.n_msgs, &ro, NULL, NULL, err, sizeof(err));
+    if (!text) {
+        oai_seterr(&e, strcmp(err, "out of memory") ? 400 : 500,
+                   strcmp(err, "out of memory") ? "invalid_request_error" : "server_error", "messages",
+                   NULL, "%s", err);
+        goto fail;
+    }
+    sb_str(&b, "{\"prompt\": ");
+    sb_json_str(&b, text, strlen(text));
+    sb_str(&b, "}");
+    free(text);
+    oai_req_free(&q);
+    return srv_send_json(s, c, url, 200, &b);
+fail:
+    oai_req_free(&q);
+    sb_free(&b);
+    return srv_send_error(s, c, url, &e);
 }

@@ -44,15 +44,28 @@ void sreq_unref(sreq *r) {
     free(r);
 }
 
-/* What the response JSON needs of r (r->mu held while it is used). */
+/* What the response JSON needs of r (r->mu held while it is used); once
+ * it finished, with the reasoning of a template that thinks taken out of
+ * the text. */
 static oai_reply reply_of(const sreq *r) {
-    return (oai_reply){.chat = r->chat, .id = r->rid, .created = r->created,
-                       .model = r->s->served_name, .v = r->s->v, .logprobs = r->logprobs,
-                       .toks = r->toks, .lps = r->lps, .top_ids = r->top_ids,
-                       .top_lps = r->top_lps, .n_tok = r->n_tok, .n_top = r->n_top,
-                       .text = r->text.p, .text_len = r->text.len, .st = &r->st,
-                       .finish = oai_finish_reason(r->st.finish), .tools = r->tools,
-                       .tool_mode = r->tool_mode};
+    oai_reply o = {.chat = r->chat, .id = r->rid, .created = r->created,
+                   .model = r->s->served_name, .v = r->s->v, .logprobs = r->logprobs,
+                   .toks = r->toks, .lps = r->lps, .top_ids = r->top_ids,
+                   .top_lps = r->top_lps, .n_tok = r->n_tok, .n_top = r->n_top,
+                   .text = r->text.p, .text_len = r->text.len, .st = &r->st,
+                   .finish = oai_finish_reason(r->st.finish), .tools = r->tools,
+                   .tool_mode = r->tool_mode};
+    if (r->thinks && r->finished && r->text.p) {
+        oai_think th;
+        oai_think_split(r->text.p, r->text.len, r->think_open, true, &th);
+        if (th.any) {
+            o.reasoning = r->text.p + th.r_off;
+            o.reasoning_len = th.r_len;
+        }
+        o.text = r->text.p + th.c_off;
+        o.text_len = r->text.len - th.c_off;
+    }
+    return o;
 }
 
 /* ---- suspending a connection while the engine works ------------------- */
@@ -260,12 +273,29 @@ static void stream_build(sreq *r) {
         oai_reply_chunk(&r->out, &o, NULL, 0, 0, 0, NULL, true, NULL);
         r->sent_role = true;
     }
+    /* a template that thinks: the reasoning goes out as reasoning_content,
+     * and the answer (content, calls) starts after it, at base */
+    size_t base = 0;
+    if (r->thinks) {
+        oai_think th;
+        oai_think_split(r->text.p ? r->text.p : "", r->text.len, r->think_open, r->finished, &th);
+        const size_t from = SP_MAX(r->sent_reason, th.r_off), to = th.r_off + th.r_len;
+        if (to > from) oai_reply_reasoning_chunk(&r->out, &o, r->text.p + from, to - from);
+        r->sent_reason = SP_MAX(r->sent_reason, to);
+        if (th.c_off == SIZE_MAX) { /* the answer has not begun */
+            r->sent_tok = r->n_tok;
+            if (!r->finished) return;
+            th.c_off = r->text.len;
+        }
+        base = th.c_off;
+        r->sent_text = SP_MAX(r->sent_text, base);
+    }
     size_t nt = r->text.len - r->sent_text;
     int32_t ntok = r->n_tok - r->sent_tok;
     bool lp = r->logprobs >= 0 && ntok > 0;
     if (r->tools) {
         calls_out x = {r, &o, lp};
-        oai_calls_feed(&r->calls, r->text.p, r->text.len, r->finished, stream_call, &x);
+        oai_calls_feed(&r->calls, r->text.p + base, r->text.len - base, r->finished, stream_call, &x);
         if (x.lp) oai_reply_chunk(&r->out, &o, NULL, 0, r->sent_tok, r->n_tok, NULL, false, NULL);
     } else if (nt || lp) {
         oai_stamp stamp = {(long long)(r->t_pend * 1e3), (long long)(now_ms() * 1e3),
@@ -384,11 +414,11 @@ static int gen_parse(http_server *s, const conn *cx, gen_api api, oai_req *q, oa
         return oai_seterr(e, 404, "invalid_request_error", "model", "model_not_found",
                           "the model '%.200s' does not exist (this server serves '%.200s')",
                           q->model, s->served_name);
-    if (chat && s->tmpl == CHAT_NONE)
+    if (chat && !s->ct)
         return oai_seterr(e, 400, "invalid_request_error", "messages", "no_chat_template",
-                          "the model has no recognized chat template; start the server with "
-                          "--chat-template NAME (chatml, llama3, llama2, mistral, phi3, gemma) "
-                          "or use /v1/completions");
+                          "%s; start the server with --chat-template NAME|FILE (chatml, llama3, "
+                          "llama2, mistral, phi3, gemma, or a Jinja file) or use /v1/completions",
+                          s->tmpl_err);
     return chat ? oai_tools_apply(q, s->tmpl, e) : 0;
 }
 
@@ -421,6 +451,7 @@ typedef struct {
     const char *stops[OAI_MAX_STOP + 1];
     char salt[600];
     sp_token eot;
+    bool think_open;               /* the prompt ends inside a <think> block */
 } gen_plan;
 
 /* As OpenAI: without a seed, sampled output varies from request to request. */
@@ -440,7 +471,7 @@ static uint64_t fresh_seed(http_server *s) {
 static int gen_build(http_server *s, const oai_req *q, const char *tenant, gen_plan *p,
                      oai_error *e) {
     int32_t n = 0;
-    if (oai_prompt_tokens(q, q->chat ? s->tmpl : CHAT_NONE, s->v, s->n_ctx - 1, &p->toks, &n, e))
+    if (oai_prompt_tokens(q, q->chat ? s->ct : NULL, s->v, s->n_ctx - 1, &p->think_open, &p->toks, &n, e))
         return -1;
     sp_request_params *rp = &p->rp;
     *rp = sp_request_default_params();
@@ -525,6 +556,8 @@ static sreq *gen_submit(http_server *s, struct MHD_Connection *c, conn *cx, cons
         oai_calls_init(&r->calls, r->tools, r->tool_mode);
     }
     r->logprobs = q->logprobs;
+    r->thinks = q->chat && chat_template_thinks(s->ct);
+    r->think_open = p->think_open;
     r->err_param = q->grammar_param;
     r->t_arrive = t_arrive;
     snprintf(r->tenant, sizeof(r->tenant), "%.12s", tenant ? tenant : "-");

@@ -62,7 +62,9 @@ struct http_server {
     const sp_vocab *v;
     sp_engine *e;
     int32_t n_ctx, n_vocab;
-    chat_tmpl tmpl;
+    chat_template *ct;             /* the chat template (NULL: none, tmpl_err says why) */
+    char tmpl_err[300];
+    chat_tmpl tmpl;                /* its family (tool-call format, end of turn) */
     sp_token eot_token;            /* single-token end of turn, or -1 */
     pthread_mutex_t mu;
     int64_t active;                /* generation requests accepted, not finished */
@@ -107,7 +109,8 @@ typedef struct sreq {
         int items;                 /* output items opened */
         int msg_index, call, call_index; /* the open message's output_index; the open
                                       call's index (-1: none) and output_index */
-        bool started, msg_open;
+        int reason_index;          /* the reasoning item's output_index */
+        bool started, msg_open, reason_open, answered; /* answered: a message or call opened */
         char name[72];             /* the open call's name */
         sbuf msg, args;            /* the open message's text, the open call's arguments */
     } resp;
@@ -115,6 +118,9 @@ typedef struct sreq {
     int tool_mode;                 /* OAI_TOOLS_*: where the output holds them */
     oai_calls calls;               /* a stream's reader of them (connection thread) */
     int logprobs;                  /* -1 off, else top-N */
+    bool thinks, think_open;       /* chat: the template writes <think> blocks; the prompt
+                                      left one open (the output starts inside it) */
+    size_t sent_reason;            /* a stream's reasoning sent: its end in text */
     char rid[48];
     char tenant[13];               /* the log's tenant: a prefix of its key's hash, or "-" */
     long created;
@@ -244,6 +250,8 @@ enum MHD_Result ep_health(http_server *s, struct MHD_Connection *c, const char *
 enum MHD_Result ep_metrics(http_server *s, struct MHD_Connection *c, const char *url);
 enum MHD_Result ep_models(http_server *s, struct MHD_Connection *c, const char *url);
 enum MHD_Result ep_tokenize(http_server *s, struct MHD_Connection *c, const char *url, conn *cx);
+enum MHD_Result ep_apply_template(http_server *s, struct MHD_Connection *c, const char *url,
+                                  conn *cx);
 enum MHD_Result ep_detokenize(http_server *s, struct MHD_Connection *c, const char *url,
                               conn *cx);
 

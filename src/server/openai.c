@@ -123,8 +123,6 @@ void oai_req_free(oai_req *r) {
     free(r->grammar);
     for (int i = 0; i < r->n_calls; i++) free((char *)r->calls[i].arguments);
     free(r->calls);
-    for (int i = 0; i < r->n_tool_defs; i++) free(r->tool_defs[i]);
-    free(r->tool_defs);
     free(r->resp_echo);
     memset(r, 0, sizeof(*r));
 }
@@ -161,6 +159,11 @@ static int parse_messages(const cJSON *v, oai_req *r, oai_error *e) {
         if (call_id && !cJSON_IsNull(call_id) && (!cJSON_IsString(call_id) || strcmp(rs, "tool")))
             return BAD("messages", "messages[%d].tool_call_id must be a string, on a tool message", i);
         if (cJSON_IsString(call_id)) r->msgs[i].call_id = call_id->valuestring;
+        const cJSON *why = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
+        if (why && !cJSON_IsNull(why) && (!cJSON_IsString(why) || strcmp(rs, "assistant")))
+            return BAD("messages", "messages[%d].reasoning_content must be a string, on an "
+                       "assistant message", i);
+        if (cJSON_IsString(why)) r->msgs[i].reasoning = why->valuestring;
         r->msgs[i].role = rs;
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
         sbuf b = {0};
@@ -472,6 +475,11 @@ static int only_empty(const cJSON *v, pctx *c, oai_error *e) {
     return UNSUPPORTED(NULL, "'%s' is not supported", v->string);
 }
 
+static int f_template_kwargs(const cJSON *v, pctx *c, oai_error *e) {
+    c->r->tmpl_kwargs = v;
+    return 0;
+}
+
 static int f_tools(const cJSON *v, pctx *c, oai_error *e) {
     if (oai_tools_check(v, e)) return -1;
     c->r->tools = cJSON_GetArraySize(v) ? v : NULL;
@@ -678,6 +686,9 @@ static const field fields[] = {
      ""},
     {"web_search_options", K_OBJECT, 0, 0, false, NA, REFUSED, NULL, "object",
      ""},
+    {"chat_template_kwargs", K_OBJECT, 0, 0, false, NA, HONORED, f_template_kwargs, "object",
+     "extension (vLLM, llama-server): more variables for the chat template, e.g. "
+     "{\"enable_thinking\": false}"},
     {"grammar", K_STRING, 0, 0, false, HONORED, HONORED, f_grammar, "string",
      "extension (llama-server): GBNF the output must match; not with a constraining "
      "response_format"},

@@ -59,9 +59,9 @@ typedef struct {
     chat_call *calls;     /* the assistant messages' tool_calls (msgs point here;
                              arguments owned) */
     int n_calls;
-    char **tool_defs;     /* each tool's JSON for the template (owned); none with
-                             tool_choice "none" */
-    int n_tool_defs;
+    const cJSON *tools_offered; /* the tools the template lists (in doc): tools, but
+                             none with tool_choice "none" */
+    const cJSON *tmpl_kwargs; /* chat_template_kwargs (in doc) or NULL */
     int tool_mode;        /* OAI_TOOLS_*: whether and where the output holds calls */
     const char *grammar_trigger; /* auto: the lazy grammar's trigger (static) */
     bool grammar_at_start;
@@ -159,13 +159,14 @@ void oai_calls_feed(oai_calls *c, const char *text, size_t len, bool final, oai_
  * by the body. Returns 0 with *out malloc'd (the caller frees it) and *n
  * in 1..max_prompt; or -1 with *out NULL and e filled:
  *   400 context_length_exceeded (param "messages" or "prompt"): too long;
- *   400 invalid_value "messages": the template cannot render (no template
- *       for CHAT_NONE, an unknown role);
+ *   400 invalid_value "messages": the template cannot render (no template,
+ *       its raise_exception, a limit of the interpreter);
  *   400 invalid_value "prompt"/"messages": "the prompt is empty";
  *   500 server_error: out of memory.
- * Thread-safe; q is not modified. */
-int oai_prompt_tokens(const oai_req *q, chat_tmpl t, const sp_vocab *v, int32_t max_prompt,
-                      sp_token **out, int32_t *n, oai_error *e);
+ * think_open (may be NULL): set when the rendered chat prompt ends inside a
+ * <think> block. Thread-safe; q is not modified. */
+int oai_prompt_tokens(const oai_req *q, const chat_template *t, const sp_vocab *v, int32_t max_prompt,
+                      bool *think_open, sp_token **out, int32_t *n, oai_error *e);
 /* POST /tokenize and /detokenize: the body in, the 200 response's JSON
  * appended to out; or -1 with e filled (400 for the client's mistakes, 500
  * when memory runs out). n_ctx is reported as max_model_len. /tokenize
@@ -219,6 +220,9 @@ typedef struct {
     const char *finish;          /* sp_finish_reason_str(st->finish) */
     const oai_tool_fmt *tools;   /* the text may hold calls in this format (NULL: not) */
     int tool_mode;               /* OAI_TOOLS_*: where the text holds them */
+    const char *reasoning;       /* chat: the reasoning (<think>...</think>) taken out of
+                                    text, or NULL (oai_think_split) */
+    size_t reasoning_len;
 } oai_reply;
 
 /* --stamp-chunks: the timing a text chunk carries (see server.h). */
@@ -227,6 +231,19 @@ typedef struct {
     int events;
 } oai_stamp;
 
+/* Where a chat output of a template that thinks holds its reasoning
+ * (<think>...</think>, or from the start when the prompt left the block
+ * open) and where its answer starts. A stream's text still growing
+ * (final false) holds back what may yet be a tag. */
+typedef struct {
+    size_t r_off, r_len;  /* the reasoning (r_len 0: none so far) */
+    size_t c_off;         /* the answer's start (white space after </think> skipped);
+                             SIZE_MAX: not begun */
+    bool any;             /* a reasoning block was found */
+} oai_think;
+void oai_think_split(const char *text, size_t len, bool open, bool final, oai_think *t);
+/* A chat stream's chunk of reasoning: delta {"reasoning_content": text[len]}. */
+void oai_reply_reasoning_chunk(sbuf *b, const oai_reply *o, const char *text, size_t len);
 /* finish_reason as OpenAI's clients know it: stop, length (also a request
  * cut short by shutdown, whose engine reason "cancelled" the "specula"
  * statistics carry as "finish"), or "error". */

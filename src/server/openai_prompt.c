@@ -119,7 +119,7 @@ static int too_long(oai_error *e, const char *param, int32_t max_prompt, int32_t
                             exact ? "" : "at least ", least);
 }
 
-int oai_prompt_tokens(const oai_req *q, chat_tmpl t, const sp_vocab *v, int32_t max_prompt,
+int oai_prompt_tokens(const oai_req *q, const chat_template *t, const sp_vocab *v, int32_t max_prompt, bool *think_open,
                       sp_token **out, int32_t *n, oai_error *e) {
     const char *param = q->chat ? "messages" : "prompt";
     *out = NULL;
@@ -141,8 +141,9 @@ int oai_prompt_tokens(const oai_req *q, chat_tmpl t, const sp_vocab *v, int32_t 
     int32_t k, least = 0;
     if (q->chat) {
         char err[512];
-        const chat_tools tools = {(const char *const *)q->tool_defs, q->n_tool_defs};
-        k = chat_tokenize(v, t, q->msgs, q->n_msgs, &tools, max_prompt, &toks, &least, err,
+        const chat_render_opts ro = {.tools = q->tools_offered, .kwargs = q->tmpl_kwargs,
+                                     .think_open = think_open};
+        k = chat_tokenize(v, t, q->msgs, q->n_msgs, &ro, max_prompt, &toks, &least, err,
                           sizeof(err));
         if (k == CHAT_TOK_INVALID)
             return oai_seterr(e, 400, "invalid_request_error", "messages", "invalid_value", "%s",

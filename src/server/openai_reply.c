@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "server/openai.h"
 
 /* ---- errors ---- */
@@ -216,6 +217,56 @@ static void json_head(sbuf *b, const oai_reply *o, const char *object) {
     sb_json_str(b, o->model, strlen(o->model));
 }
 
+/* The length of the longest suffix of s[len] that begins tag (a tag that
+ * may still be coming). */
+static size_t partial_tag(const char *s, size_t len, const char *tag) {
+    const size_t tl = strlen(tag);
+    for (size_t k = SP_MIN(tl - 1, len); k > 0; k--)
+        if (!memcmp(s + len - k, tag, k)) return k;
+    return 0;
+}
+
+void oai_think_split(const char *s, size_t len, bool open, bool final, oai_think *t) {
+    static const char op[] = "<think>", cl[] = "</think>";
+    *t = (oai_think){0, 0, SIZE_MAX, open};
+    size_t start = 0;
+    if (!open) {
+        size_t w = 0;
+        while (w < len && strchr(" \t\r\n", s[w])) w++;
+        const size_t m = SP_MIN(len - w, sizeof(op) - 1);
+        if (memcmp(s + w, op, m)) {
+            t->c_off = 0; /* no reasoning: the whole text is the answer */
+            return;
+        }
+        if (m < sizeof(op) - 1) { /* "<thi" so far */
+            if (final) t->c_off = 0;
+            return;
+        }
+        t->any = true;
+        start = w + sizeof(op) - 1;
+    }
+    t->r_off = start;
+    const char *e = start < len ? memmem(s + start, len - start, cl, sizeof(cl) - 1) : NULL;
+    if (!e) {
+        t->r_len = len - start - (final ? 0 : partial_tag(s + start, len - start, cl));
+        if (final) t->c_off = len;
+        return;
+    }
+    t->r_len = (size_t)(e - s) - start;
+    size_t c = (size_t)(e - s) + sizeof(cl) - 1;
+    while (c < len && strchr(" \t\r\n", s[c])) c++;
+    t->c_off = c < len || final ? c : SIZE_MAX; /* white space only so far: the answer may follow */
+}
+
+void oai_reply_reasoning_chunk(sbuf *b, const oai_reply *o, const char *text, size_t len) {
+    sb_str(b, "data: ");
+    json_head(b, o, "chat.completion.chunk");
+    sb_str(b, ", \"choices\": [{\"index\": 0, \"delta\": {\"reasoning_content\": ");
+    sb_json_str(b, text, len);
+    sb_str(b, "}, \"logprobs\": null, \"finish_reason\": null}]}\n\n");
+}
+
+
 /* ---- tool calls ---- */
 
 void oai_call_id(char *out, size_t cap, const char *rid, int index) {
@@ -300,7 +351,13 @@ static void json_message(sbuf *b, const oai_reply *o, const char **finish) {
     const char *text = o->text ? o->text : "";
     oai_found f;
     const bool calls = oai_find_calls(o, &f);
-    sb_str(b, "\"message\": {\"role\": \"assistant\", \"content\": ");
+    sb_str(b, "\"message\": {\"role\": \"assistant\", ");
+    if (o->reasoning) {
+        sb_str(b, "\"reasoning_content\": ");
+        sb_json_str(b, o->reasoning, o->reasoning_len);
+        sb_str(b, ", ");
+    }
+    sb_str(b, "\"content\": ");
     if (!calls) {
         sb_json_str(b, text, o->text_len);
     } else {

@@ -1,8 +1,8 @@
 /* openai_tools.c: OpenAI function tools on /v1/chat/completions.
  *
  * The tools' definitions, an assistant's earlier tool_calls and the
- * "tool" messages are given to the chat template (src/chat/chat.c), which
- * writes them in the family's own markup. Each family writes calls its
+ * "tool" messages are given to the chat template (src/chat), which writes
+ * them in its own markup. Each family writes calls its
  * own way (oai_tool_format): Qwen 2.5 / Hermes (chatml) as
  * <tool_call>\n{"name", "arguments"}\n</tool_call>, Llama 3.1 as
  * {"name", "parameters"} at the start of its answer, Mistral v0.3 as
@@ -220,48 +220,6 @@ int oai_tools_history(const cJSON *calls, int msg, oai_req *r, chat_msg *m, oai_
     return 0;
 }
 
-/* v as JSON with ", " and ": " between items (as the families' templates
- * print tools: Python's json.dumps, Jinja's tojson). */
-static void json_spaced(sbuf *b, const cJSON *v) {
-    const bool obj = cJSON_IsObject(v);
-    if (!obj && !cJSON_IsArray(v)) {
-        char *s = cJSON_IsString(v) ? NULL : cJSON_PrintUnformatted(v);
-        if (cJSON_IsString(v)) sb_json_str(b, v->valuestring, strlen(v->valuestring));
-        else if (s) sb_str(b, s);
-        else b->oom = true;
-        free(s);
-        return;
-    }
-    sb_str(b, obj ? "{" : "[");
-    for (const cJSON *x = v->child; x; x = x->next) {
-        if (x != v->child) sb_str(b, ", ");
-        if (obj) {
-            sb_json_str(b, x->string, strlen(x->string));
-            sb_str(b, ": ");
-        }
-        json_spaced(b, x);
-    }
-    sb_str(b, obj ? "}" : "]");
-}
-
-static int tool_defs(oai_req *r, oai_error *e) {
-    const int n = cJSON_GetArraySize(r->tools);
-    if (!(r->tool_defs = calloc((size_t)n, sizeof(char *))))
-        return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
-    const cJSON *t;
-    cJSON_ArrayForEach(t, r->tools) {
-        sbuf b = {0};
-        json_spaced(&b, t);
-        sb_add(&b, "", 0);
-        if (b.oom) {
-            sb_free(&b);
-            return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
-        }
-        r->tool_defs[r->n_tool_defs++] = b.p;
-    }
-    return 0;
-}
-
 int oai_tools_apply(oai_req *r, chat_tmpl t, oai_error *e) {
     const cJSON *tc = r->tool_choice;
     const bool str = cJSON_IsString(tc);
@@ -275,7 +233,7 @@ int oai_tools_apply(oai_req *r, chat_tmpl t, oai_error *e) {
         return 0;
     }
     if (str && !strcmp(tc->valuestring, "none")) return 0; /* no tools offered */
-    if (tool_defs(r, e)) return -1;
+    r->tools_offered = r->tools;
     if (required && r->grammar)
         return BAD("tool_choice", "a required tool call cannot be combined with 'grammar' or a "
                    "constraining 'response_format'");

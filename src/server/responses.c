@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "server/internal.h"
 #include "server/responses.h"
 
@@ -413,6 +414,19 @@ static void call_item(sbuf *b, const char *rid, int i, const char *status, const
     sb_str(b, "}");
 }
 
+/* The reasoning of a template that thinks (<think>...</think>) as its own
+ * item, before the answer's. */
+static void reasoning_item(sbuf *b, const char *rid, const char *status, const char *text, size_t n) {
+    sb_printf(b, "{\"type\": \"reasoning\", \"id\": \"rs_%s\", \"status\": \"%s\", \"summary\": [], "
+                 "\"content\": [", suffix_of(rid), status);
+    if (text) {
+        sb_str(b, "{\"type\": \"reasoning_text\", \"text\": ");
+        sb_json_str(b, text, n);
+        sb_str(b, "}");
+    }
+    sb_str(b, "]}");
+}
+
 static void usage(sbuf *b, const sp_request_stats *st) {
     sb_printf(b, "{\"input_tokens\": %d, \"input_tokens_details\": {\"cached_tokens\": %d}, "
                  "\"output_tokens\": %d, \"output_tokens_details\": {\"reasoning_tokens\": 0}, "
@@ -448,15 +462,20 @@ static void response_object(sbuf *b, const oai_reply *o, const char *echo, bool 
     if (final && !err) {
         const char *item = o->st->finish == SP_FINISH_STOP ? "completed" : "incomplete";
         oai_found f;
+        int k = 0;
+        if (o->reasoning) reasoning_item(b, o->id, "completed", o->reasoning, o->reasoning_len), k++;
         if (oai_find_calls(o, &f)) {
-            int k = 0;
-            if (f.content.len) message_item(b, o->id, item, f.content.p, f.content.len), k++;
+            if (f.content.len) {
+                if (k) sb_str(b, ", ");
+                message_item(b, o->id, item, f.content.p, f.content.len), k++;
+            }
             for (int i = 0; i < f.n; i++, k++) {
                 if (k) sb_str(b, ", ");
                 call_item(b, o->id, i, i < f.done ? "completed" : "incomplete", f.call[i].name, f.raw.p ? f.raw.p + f.call[i].off : "",
                           f.call[i].len);
             }
         } else {
+            if (k) sb_str(b, ", ");
             message_item(b, o->id, item, o->text ? o->text : "", o->text_len);
         }
         oai_found_free(&f);
@@ -488,7 +507,7 @@ static void end_event(sreq *r) { sb_str(&r->out, "}\n\n"); }
 
 static void open_message(sreq *r) {
     if (r->resp.msg_open) return;
-    r->resp.msg_open = true;
+    r->resp.msg_open = r->resp.answered = true;
     r->resp.msg_index = r->resp.items++;
     begin_event(r, "response.output_item.added");
     sb_printf(&r->out, ", \"output_index\": %d, \"item\": ", r->resp.msg_index);
@@ -559,6 +578,7 @@ static void stream_event(void *user, int kind, int index, const char *s, size_t 
     } else if (kind == OAI_CALL_START) {
         close_message(r);
         close_call(r);
+        r->resp.answered = true;
         r->resp.call = index;
         r->resp.call_index = r->resp.items++;
         snprintf(r->resp.name, sizeof(r->resp.name), "%.*s", (int)n, s);
@@ -576,6 +596,43 @@ static void stream_event(void *user, int kind, int index, const char *s, size_t 
     }
 }
 
+/* A stream's reasoning (a template that thinks): its item opened on the
+ * first text, a delta per piece, closed where the answer begins. */
+static void reasoning_delta(sreq *r, const char *s, size_t n) {
+    const char *sfx = suffix_of(r->rid);
+    if (!r->resp.reason_open) {
+        r->resp.reason_open = true;
+        r->resp.reason_index = r->resp.items++;
+        begin_event(r, "response.output_item.added");
+        sb_printf(&r->out, ", \"output_index\": %d, \"item\": ", r->resp.reason_index);
+        reasoning_item(&r->out, r->rid, "in_progress", NULL, 0);
+        end_event(r);
+    }
+    if (!n) return;
+    sb_add(&r->resp.msg, s, n);
+    begin_event(r, "response.reasoning_text.delta");
+    sb_printf(&r->out, ", \"item_id\": \"rs_%s\", \"output_index\": %d, \"content_index\": 0, \"delta\": ", sfx,
+              r->resp.reason_index);
+    sb_json_str(&r->out, s, n);
+    end_event(r);
+}
+
+static void close_reasoning(sreq *r) {
+    if (!r->resp.reason_open) return;
+    r->resp.reason_open = false;
+    const char *t = r->resp.msg.p ? r->resp.msg.p : "";
+    begin_event(r, "response.reasoning_text.done");
+    sb_printf(&r->out, ", \"item_id\": \"rs_%s\", \"output_index\": %d, \"content_index\": 0, \"text\": ",
+              suffix_of(r->rid), r->resp.reason_index);
+    sb_json_str(&r->out, t, r->resp.msg.len);
+    end_event(r);
+    begin_event(r, "response.output_item.done");
+    sb_printf(&r->out, ", \"output_index\": %d, \"item\": ", r->resp.reason_index);
+    reasoning_item(&r->out, r->rid, "completed", t, r->resp.msg.len);
+    end_event(r);
+    r->resp.msg.len = 0; /* the buffer holds the answer's text from here */
+}
+
 void resp_stream_build(sreq *r, const oai_reply *o, const oai_error *err) {
     if (!r->resp.started) {
         r->resp.started = true;
@@ -589,8 +646,20 @@ void resp_stream_build(sreq *r, const oai_reply *o, const oai_error *err) {
         response_object(&r->out, o, r->resp_echo, false, NULL);
         end_event(r);
     }
+    size_t base = 0; /* where the answer starts (after the reasoning) */
+    if (r->thinks) {
+        oai_think th;
+        oai_think_split(r->text.p ? r->text.p : "", r->text.len, r->think_open, r->finished, &th);
+        const size_t from = SP_MAX(r->sent_reason, th.r_off), to = th.r_off + th.r_len;
+        if (th.any) reasoning_delta(r, r->text.p + from, to > from ? to - from : 0);
+        r->sent_reason = SP_MAX(r->sent_reason, to);
+        if (th.c_off == SIZE_MAX && !r->finished) return;
+        close_reasoning(r);
+        base = th.c_off == SIZE_MAX ? r->text.len : th.c_off;
+        r->sent_text = SP_MAX(r->sent_text, base);
+    }
     if (r->tools) {
-        oai_calls_feed(&r->calls, r->text.p, r->text.len, r->finished, stream_event, r);
+        oai_calls_feed(&r->calls, r->text.p + base, r->text.len - base, r->finished, stream_event, r);
     } else if (r->text.len > r->sent_text) {
         text_delta(r, r->text.p + r->sent_text, r->text.len - r->sent_text);
     }
@@ -610,7 +679,7 @@ void resp_stream_build(sreq *r, const oai_reply *o, const oai_error *err) {
         response_object(&r->out, o, r->resp_echo, true, err);
         end_event(r);
     } else {
-        if (!r->resp.items) open_message(r); /* an empty answer is still a message */
+        if (!r->resp.answered) open_message(r); /* an empty answer is still a message */
         close_message(r);
         close_call(r);
         const bool done = r->st.finish == SP_FINISH_STOP;

@@ -70,7 +70,7 @@
 
 const char *srv_endpoint_label(const char *url) {
     static const char *known[] = {"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/models",
-                                  "/health", "/metrics", "/tokenize", "/detokenize"};
+                                  "/health", "/metrics", "/tokenize", "/detokenize", "/apply-template"};
     for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
         if (!strcmp(url, known[i])) return known[i];
     if (!strncmp(url, "/v1/models/", 11)) return "/v1/models";
@@ -207,7 +207,7 @@ static bool metrics_allowed(http_server *s, struct MHD_Connection *c) {
 }
 
 typedef enum { EP_OTHER, EP_HEALTH, EP_METRICS, EP_MODELS, EP_COMPLETIONS, EP_CHAT, EP_RESPONSES,
-               EP_TOKENIZE, EP_DETOKENIZE } endpoint;
+               EP_TOKENIZE, EP_DETOKENIZE, EP_APPLY_TEMPLATE } endpoint;
 
 static endpoint route(const char *url) {
     if (!strcmp(url, "/health")) return EP_HEALTH;
@@ -218,6 +218,7 @@ static endpoint route(const char *url) {
     if (!strcmp(url, "/v1/responses")) return EP_RESPONSES;
     if (!strcmp(url, "/tokenize")) return EP_TOKENIZE;
     if (!strcmp(url, "/detokenize")) return EP_DETOKENIZE;
+    if (!strcmp(url, "/apply-template")) return EP_APPLY_TEMPLATE;
     return EP_OTHER;
 }
 
@@ -342,6 +343,7 @@ static enum MHD_Result dispatch(http_server *s, struct MHD_Connection *c, const 
             (unsigned char)cx->body.p[bad], cx->body.p[bad] ? "not valid UTF-8" : "a NUL");
     if (ep == EP_TOKENIZE) return ep_tokenize(s, c, url, cx);
     if (ep == EP_DETOKENIZE) return ep_detokenize(s, c, url, cx);
+    if (ep == EP_APPLY_TEMPLATE) return ep_apply_template(s, c, url, cx);
     return gen_handle(s, c, url, cx, ep == EP_CHAT ? GEN_CHAT : ep == EP_RESPONSES ? GEN_RESPONSES
                                                                                    : GEN_COMPLETIONS);
 }
@@ -588,12 +590,6 @@ http_server *server_start(const server_opts *o, char *err, size_t errlen) {
         server_free(s);
         return NULL;
     }
-    if (o->chat_template && chat_tmpl_parse(o->chat_template) < 0) {
-        snprintf(err, errlen, "unknown chat template '%s' (chatml, llama3, llama2, mistral, phi3, "
-                 "gemma)", o->chat_template);
-        server_free(s);
-        return NULL;
-    }
     if (o->n_api_keys) {
         s->key_hash = calloc((size_t)o->n_api_keys, sizeof(*s->key_hash));
         s->key_salt = calloc((size_t)o->n_api_keys, sizeof(*s->key_salt));
@@ -687,37 +683,23 @@ int server_ready(http_server *s, const sp_model *m, sp_engine *e, int32_t n_ctx,
     s->e = e;
     s->n_ctx = n_ctx;
     s->n_vocab = sp_vocab_n_tokens(s->v);
-    if (s->o.chat_template) {
-        int t = chat_tmpl_parse(s->o.chat_template);
-        if (t < 0) {
-            snprintf(err, errlen, "unknown chat template '%s' (chatml, llama3, llama2, mistral, "
-                     "phi3, gemma)", s->o.chat_template);
-            return -1;
-        }
-        s->tmpl = (chat_tmpl)t;
-    } else {
-        int len = sp_model_meta_str(m, "tokenizer.chat_template", NULL, 0);
-        if (len > 0) {
-            char *t = malloc((size_t)len + 1);
-            if (t) {
-                sp_model_meta_str(m, "tokenizer.chat_template", t, (size_t)len + 1);
-                s->tmpl = chat_tmpl_detect(t);
-                free(t);
-            }
-        }
+    /* the chat template: --chat-template's (which must load), else the
+     * model's own; without one, chat is a 400 that says why */
+    s->ct = sp_chat_template_load(m, s->o.chat_template, s->tmpl_err, sizeof(s->tmpl_err));
+    if (!s->ct && s->o.chat_template) {
+        snprintf(err, errlen, "--chat-template %s", s->tmpl_err);
+        return -1;
     }
+    s->tmpl = chat_template_family(s->ct);
     /* the end of turn as one control token when the vocabulary has it */
-    const char *eot = chat_tmpl_eot(s->tmpl);
-    if (eot) {
-        sp_token t[4];
-        int n = sp_tokenize(s->v, eot, strlen(eot), t, 4, false, true);
-        if (n == 1 && sp_vocab_token_type(s->v, t[0]) != SP_TOKEN_NORMAL) s->eot_token = t[0];
-    }
+    s->eot_token = s->ct ? sp_chat_eot_token(s->v, s->ct) : -1;
     s->ready = 1;
     return 0;
 }
 
-const char *server_chat_template_name(const http_server *s) { return chat_tmpl_name(s->tmpl); }
+const char *server_chat_template_name(const http_server *s) { return chat_template_name(s->ct); }
+
+const char *server_chat_template_error(const http_server *s) { return s->ct ? NULL : s->tmpl_err; }
 
 void server_drain(http_server *s) {
     /* the listening socket stays open: a load balancer's health check gets
@@ -785,5 +767,6 @@ void server_free(http_server *s) {
     free(s->key_salt);
     free(s->served_name);
     free(s->info);
+    chat_template_free(s->ct);
     free(s);
 }

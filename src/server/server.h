@@ -70,6 +70,9 @@ int server_ready(http_server *s, const sp_model *m, sp_engine *e, int32_t n_ctx,
                     char *err, size_t errlen);
 /* The chat template in use ("none" without one). */
 const char *server_chat_template_name(const http_server *s);
+/* Why the server has no chat template (chat requests get this as a 400),
+ * or NULL when it has one. */
+const char *server_chat_template_error(const http_server *s);
 /* Graceful shutdown, first step: new generation requests get 503 and
  * /health 503 "draining" (the server still listens, so load balancers see
  * the drain rather than a refused connection); the requests in flight go

@@ -2,7 +2,8 @@
 # test_cli.sh: the command-line front end, end to end: `run --json` gives
 # the reference's greedy tokens, `tokenize` its prompt tokens, `info`
 # describes models, `run --chat` holds a conversation (templated, the history
-# from the prefix cache), and bad input gives a message and a non-zero exit.
+# from the prefix cache), `template` renders a request with a Jinja chat
+# template exactly, and bad input gives a message and a non-zero exit.
 # A sanitizer report (AddressSanitizer, UBSan, LeakSanitizer, ThreadSanitizer:
 # SAN_RE in tests/lib/lib.sh, as in tests/lib/harness.py) on any stderr is a failure, even
 # where the exit status alone would pass (a refusal exits 1, and so does a
@@ -221,8 +222,8 @@ else
 fi
 # run --chat: two user turns piped in give two answers; the second turn's
 # prompt (the whole conversation, rendered again) finds the first in the
-# prefix cache. The bundled model has no chat template: named here, and
-# refused without one.
+# prefix cache. A template named here; the model's own without one; a
+# model without a template refused.
 printf 'def add(a, b):\nnow subtract\n' | "$bin" run -m "$tgt" --chat --chat-template chatml \
     --system "You write Python." -n 8 --temp 0 -t 2 --verbose >"$tmp/chat.txt" 2>"$tmp/chat.err"
 rc=$?
@@ -249,7 +250,14 @@ if printf 'hello\n/exit\nnot read\n' | "$bin" run -m "$tgt" --chat --chat-templa
 else
     fail "run --chat /exit" "$(head -c 300 "$tmp/chatx.err")"
 fi
-echo hi | "$bin" run -m "$tgt" --chat -n 4 -t 2 >"$tmp/chatn.out" 2>"$tmp/chatn.err"
+if printf 'a function that adds two numbers\n' | "$bin" run -m "$tgt" --chat -n 8 --temp 0 -t 2 --verbose \
+        >"$tmp/chatm.out" 2>"$tmp/chatm.err" && grep -q "chat template model" "$tmp/chatm.err" &&
+   grep -q "generated" "$tmp/chatm.err"; then
+    ok "run --chat: the bundled model's own template, without --chat-template"
+else
+    fail "run --chat with the model's template" "$(head -c 300 "$tmp/chatm.err")"
+fi
+echo hi | "$bin" run -m "$q8" --chat -n 4 -t 2 >"$tmp/chatn.out" 2>"$tmp/chatn.err"
 rc=$?
 if [ $rc -ne 0 ] && grep -q "no chat template" "$tmp/chatn.err" && grep -q -- "--chat-template NAME" "$tmp/chatn.err" \
    && [ ! -s "$tmp/chatn.out" ]; then
@@ -257,6 +265,76 @@ if [ $rc -ne 0 ] && grep -q "no chat template" "$tmp/chatn.err" && grep -q -- "-
 else
     fail "run --chat without a template" "exit $rc: $(head -c 300 "$tmp/chatn.err")"
 fi
+
+# `specula template`: a chat request rendered by a Jinja chat template, the
+# bytes exactly (tests/template/ compares published templates with Python
+# jinja2; here the command line itself). A template of the common
+# constructs, the BOS/EOS text from -m's vocabulary, chat_template_kwargs
+# and a null content as variables, strftime_now from --now.
+printf '%s' '{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{{ eos_token }}
+{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}{{ strftime_now("%d %b %Y") }}|{{ enable_thinking }}|{{ messages[1].content is none }}' >"$tmp/t.jinja"
+printf '%s' '{"messages": [{"role": "user", "content": "héllo 你好"}, {"role": "assistant", "content": null}], "chat_template_kwargs": {"enable_thinking": false}}' >"$tmp/t.json"
+printf '%s' '<s>[user]héllo 你好</s>
+[assistant]None</s>
+[assistant]29 Feb 2024|False|True' >"$tmp/t.want"
+if "$bin" template -m "$q8" --template "$tmp/t.jinja" --input "$tmp/t.json" --now 2024-02-29T23:59:59 >"$tmp/t.out" 2>"$tmp/t.err" &&
+   cmp -s "$tmp/t.out" "$tmp/t.want"; then
+    ok "template renders a request byte for byte (--template, the model's BOS/EOS, --now)"
+else
+    fail "template rendering" "$(head -c 300 "$tmp/t.out") | $(head -c 300 "$tmp/t.err")"
+fi
+# -m alone renders the model's own tokenizer.chat_template (a vocabulary-only
+# file of the fuzz corpus carries one), the request from standard input
+tplm=tests/fuzz/corpus/gguf/tiny_bpe_qwen2.gguf
+if printf '%s' '{"messages": [{"role": "user", "content": "hi"}]}' |
+       "$bin" template -m "$tplm" --input - >"$tmp/tm.out" 2>"$tmp/tm.err" &&
+   [ "$(od -An -c "$tmp/tm.out" | tr -s ' \n' ' ')" = "$(printf '<|im_start|>user\nhi<|im_end|>\n' | od -An -c | tr -s ' \n' ' ')" ]; then
+    ok "template -m renders the model's chat template on a request from standard input"
+else
+    fail "template -m" "$(head -c 300 "$tmp/tm.out") | $(head -c 300 "$tmp/tm.err")"
+fi
+printf '%s' '{% for m in messages %}
+{{ m.content }}
+{% if %}{% endif %}{% endfor %}' >"$tmp/syntax.jinja"
+"$bin" template --template "$tmp/syntax.jinja" --input "$tmp/t.json" >"$tmp/ts.out" 2>"$tmp/ts.err"; rc=$?
+if [ $rc -eq 1 ] && grep -qF "$tmp/syntax.jinja: line 3" "$tmp/ts.err" && [ ! -s "$tmp/ts.out" ]; then
+    ok "template: a syntax error exits 1 naming the file and the line"
+else
+    fail "template syntax error" "exit $rc: $(head -c 300 "$tmp/ts.err")"
+fi
+printf '%s' '{% for m in messages %}
+{% if m.role == "assistant" %}{{ raise_exception("Only user roles, please!") }}{% endif %}{% endfor %}' >"$tmp/raise.jinja"
+"$bin" template --template "$tmp/raise.jinja" --input "$tmp/t.json" >"$tmp/tr.out" 2>"$tmp/tr.err"; rc=$?
+if [ $rc -eq 1 ] && grep -qF "$tmp/raise.jinja: line 2" "$tmp/tr.err" && grep -qF "Only user roles, please!" "$tmp/tr.err" &&
+   [ ! -s "$tmp/tr.out" ]; then
+    ok "template: raise_exception exits 1 with its message and the line"
+else
+    fail "template raise_exception" "exit $rc: $(head -c 300 "$tmp/tr.err")"
+fi
+tbad=""
+for args in "--input $tmp/t.json" "--template $tmp/t.jinja" "--template $tmp/t.jinja --input $tmp/t.json --now 2024-02-30" \
+            "--template $tmp/t.jinja --input $tmp/t.json --bogus" "--template $tmp/t.jinja --input"; do
+    # shellcheck disable=SC2086 # the arguments are split on purpose
+    "$bin" template $args >/dev/null 2>"$tmp/tu.err"; rc=$?
+    [ $rc -eq 2 ] && [ -s "$tmp/tu.err" ] || tbad="$tbad [$args] exit $rc: $(head -c 150 "$tmp/tu.err");"
+done
+[ -z "$tbad" ] && ok "template: usage errors exit 2 with a message" || fail "template usage errors" "$tbad"
+printf '%s' '{"messages": [' >"$tmp/badreq.json"
+tbad=""
+while IFS='|' read -r want args; do
+    # shellcheck disable=SC2086 # the arguments are split on purpose
+    "$bin" template $args >"$tmp/tf.out" 2>"$tmp/tf.err"; rc=$?
+    { [ $rc -eq 1 ] && grep -qF -- "$want" "$tmp/tf.err" && [ ! -s "$tmp/tf.out" ]; } ||
+        tbad="$tbad [$args] exit $rc: $(head -c 150 "$tmp/tf.err");"
+done <<EOF2
+/nonexistent.jinja|--template /nonexistent.jinja --input $tmp/t.json
+/nonexistent.json|--template $tmp/t.jinja --input /nonexistent.json
+$tmp/badreq.json: the request is not valid JSON|--template $tmp/t.jinja --input $tmp/badreq.json
+no chat template|-m $q8 --input $tmp/t.json
+/nonexistent.gguf|-m /nonexistent.gguf --input $tmp/t.json
+EOF2
+[ -z "$tbad" ] && ok "template: a missing file, a bad request, a model without a template exit 1 naming them" ||
+    fail "template failures" "$tbad"
 
 # bad input: a message on stderr and a non-zero exit, never a crash
 printf 'GGUF\x03\x00\x00\x00garbage' >"$tmp/bad.gguf"

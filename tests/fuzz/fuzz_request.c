@@ -55,13 +55,23 @@ static void fzr_check_error(const oai_error *e) {
  * holds 1..FZR_MAX_PROMPT ids of the vocabulary, and a completion's text
  * gives exactly sp_tokenize's tokens (plain text, BOS as asked). */
 #define FZR_MAX_PROMPT 2047
+/* Family t's built-in template, compiled once (NULL for CHAT_NONE). */
+static const chat_template *fzr_template(chat_tmpl t) {
+    static chat_template *c[CHAT_N];
+    const char *src = chat_builtin_source(t);
+    char err[256];
+    if (!c[t] && src) c[t] = chat_template_new(src, strlen(src), chat_tmpl_name(t), t, "<s>", "</s>", err, sizeof(err));
+    FZ_ASSERT(!src || c[t]);
+    return c[t];
+}
+
 static void fzr_prompt_tokens(const oai_req *q, chat_tmpl tmpl, const sp_vocab *v) {
     if (!v) return;
     sp_token *t = NULL;
     int32_t n = 0;
     oai_error e;
     memset(&e, 0, sizeof(e));
-    if (oai_prompt_tokens(q, tmpl, v, FZR_MAX_PROMPT, &t, &n, &e)) {
+    if (oai_prompt_tokens(q, q->chat ? fzr_template(tmpl) : NULL, v, FZR_MAX_PROMPT, NULL, &t, &n, &e)) {
         fzr_check_error(&e);
         FZ_ASSERT(!t && (e.status == 400 || e.status == 500));
         if (q->chat && tmpl != CHAT_NONE && e.status == 400) /* roles were validated */
@@ -128,14 +138,15 @@ static void fzr_generate(const char *body, size_t len, bool chat, chat_tmpl tmpl
     if (q.tool_mode) { /* the calls' grammar compiles; auto is lazy from the format's trigger */
         char err[256];
         sp_grammar *g = sp_grammar_compile(q.grammar, 0, err, sizeof(err));
-        FZ_ASSERT(g && q.tool_defs && q.n_tool_defs > 0);
+        FZ_ASSERT(g && cJSON_GetArraySize(q.tools_offered) > 0);
         FZ_ASSERT((q.tool_mode == OAI_TOOLS_AUTO) == (q.grammar_trigger != NULL));
         sp_grammar_free(g);
     }
     if (chat) {
         char err[512];
-        const chat_tools tools = {(const char *const *)q.tool_defs, q.n_tool_defs};
-        char *text = chat_render_spans(tmpl, q.msgs, q.n_msgs, &tools, NULL, NULL, err, sizeof(err));
+        const chat_render_opts ro = {.tools = q.tools_offered, .kwargs = q.tmpl_kwargs};
+        char *text = chat_template_render(fzr_template(tmpl), q.msgs, q.n_msgs, &ro, NULL, NULL, err,
+                                          sizeof(err));
         if (tmpl == CHAT_NONE) FZ_ASSERT(!text);
         else FZ_ASSERT(text); /* roles were validated: rendering cannot fail */
         free(text);

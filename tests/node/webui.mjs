@@ -4,7 +4,7 @@
 // "WEBUI <passed> <failed>".
 //
 // usage: node webui.mjs CHROMIUM SHOTS_DIR CODE_URL CHAT_URL CHAT_KEY
-//   CODE_URL: the bundled code model (no chat template), --spec ngram, open
+//   CODE_URL: the bundled code model, --spec ngram, open
 //   CHAT_URL: a model with a chat template, --api-key CHAT_KEY
 import fs from 'node:fs';
 import path from 'node:path';

@@ -347,6 +347,17 @@ def c_cache_salt(ep):
     refused(ep, "cache_salt", "s" * 501)
 
 
+def c_chat_template_kwargs(ep):
+    """The template's own variables: the chatml template closes an empty
+    <think> block when enable_thinking is false (as Qwen3's does)."""
+    _, plain = gen(ep, max_tokens=1)
+    _, off = gen(ep, max_tokens=1, chat_template_kwargs={"enable_thinking": False})
+    _, on = gen(ep, max_tokens=1, chat_template_kwargs={"enable_thinking": True})
+    n = lambda d: d["usage"]["prompt_tokens"]  # noqa: E731
+    assert n(off) > n(plain) == n(on), "prompt tokens: plain %d, off %d, on %d" % (n(plain), n(off), n(on))
+    refused(ep, "chat_template_kwargs", ["enable_thinking"])
+
+
 def c_speculative(ep):
     kw = dict(max_tokens=32, ignore_eos=True)
     kw["prompt" if ep == "completions" else "messages"] = REPEAT if ep == "completions" else \
@@ -367,6 +378,7 @@ HONORED = {
     "logit_bias": c_logit_bias, "top_k": c_top_k, "min_p": c_min_p,
     "repeat_penalty": penalty("repeat_penalty", 5), "ignore_eos": c_ignore_eos,
     "cache_salt": c_cache_salt, "speculative": c_speculative,
+    "chat_template_kwargs": c_chat_template_kwargs,
     "response_format": c_response_format, "grammar": c_grammar,
     "tools": c_tools, "tool_choice": c_tool_choice, "parallel_tool_calls": c_parallel_tool_calls,
 }

@@ -11,9 +11,10 @@ general.description, general.file_type (1 = mostly F16, 0 = all F32), the
 llama.* hyperparameters (context_length, embedding_length, block_count,
 feed_forward_length, attention.head_count, attention.head_count_kv,
 attention.layer_norm_rms_epsilon, rope.freq_base, rope.dimension_count,
-vocab_size) and every tokenizer.* key of the vocabulary GGUF, copied with
+vocab_size), every tokenizer.* key of the vocabulary GGUF, copied with
 its type (any llama-tokenizer GGUF whose token count equals the model's
-vocab size will do; gguf_vocab.py writes ours).
+vocab size will do; gguf_vocab.py writes ours), and tokenizer.chat_template
+(chat_template.jinja beside this file).
 
 Tensors (llama.cpp's names; GGUF dims are innermost first, so a torch
 Linear weight of shape (out, in) has dims [in, out]):
@@ -99,6 +100,12 @@ def tokenizer_kv(vocab_path, n_vocab):
     return tok
 
 
+# The chat template of Specula's code models (the "code" family's, which
+# src/chat/builtin.c holds too): the conversation as a Python file.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat_template.jinja")) as _fh:
+    CHAT_TEMPLATE = _fh.read()
+
+
 def export(model_or_sd, c, out, vocab, ftype="f16", name="specula", description=None,
            license="PSF-2.0", context_length=None):
     """Write model weights (a train.Llama or its state_dict) with config c to out."""
@@ -121,7 +128,8 @@ def export(model_or_sd, c, out, vocab, ftype="f16", name="specula", description=
         ("llama.rope.freq_base", gguf.FLOAT32, float(c["rope_base"])),
         ("llama.rope.dimension_count", gguf.UINT32, hd),
         ("llama.vocab_size", gguf.UINT32, c["vocab"]),
-    ] + tokenizer_kv(vocab, c["vocab"])
+    ] + [x for x in tokenizer_kv(vocab, c["vocab"]) if x[0] != "tokenizer.chat_template"] + [
+        ("tokenizer.chat_template", CHAT_TEMPLATE)]
 
     def order(n):  # llama.cpp's order: token_embd, blk.0.., ..., output_norm, output
         g = gguf_name(n)

@@ -1,6 +1,7 @@
 /* app.js: the playground (GET /). Completion mode sends the prompt as is
- * (the bundled code model has no chat template); chat mode keeps the
- * conversation and sends it as messages. Answers stream (SSE over fetch);
+ * (what a code model is best at); chat mode keeps the conversation and
+ * sends it as messages (a model without a chat template falls back to
+ * completion mode). Answers stream (SSE over fetch);
  * Stop aborts the request, which cancels it on the server. */
 'use strict';
 (() => {
