@@ -46,7 +46,8 @@ FUZZ_ENV      := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=prin
 FUZZ_LIB_SRC  := src/common.c src/gguf/gguf.c src/gguf/gguf_write.c src/kernels/types.c \
                  $(wildcard src/tokenizer/*.c) src/server/openai.c src/server/openai_reply.c \
                  src/server/openai_prompt.c src/server/openai_tools.c \
-                 src/chat/chat.c src/chat/chat_tokenize.c src/sbuf.c src/sample/sampler.c src/speculate/mode.c \
+                 src/chat/chat.c src/chat/chat_tokenize.c src/chat/template.c src/chat/builtin.c \
+                 src/engine/status.c src/sbuf.c src/sample/sampler.c src/speculate/mode.c \
                  $(wildcard src/grammar/*.c) src/kv/disk_tier.c src/kv/disk_fs.c src/kv/disk_hash.c \
                  src/kv/kv_paged.c $(wildcard src/template/*.c)
 FUZZ_LIB_OBJ  := $(FUZZ_LIB_SRC:%.c=$(FUZZ_BUILD)/%.o)

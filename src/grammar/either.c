@@ -1,4 +1,5 @@
-/* either.c: two GBNF grammars as one that matches what either matches.
+/* either.c: two GBNF grammars as one that matches what either matches, and
+ * a grammar after a fixed text.
  * Each grammar's rule names are renamed apart by a prefix, so rules of the
  * same name (both have a root, and schema grammars share names such as
  * "string") cannot collide. A single pass over the text, which reads
@@ -42,6 +43,20 @@ static void renamed(sbuf *b, const char *g, const char *pre) {
         }
     }
     sb_str(b, "\n");
+}
+
+char *gr_gbnf_after(const char *lit, const char *g) {
+    sbuf o = {0};
+    sb_str(&o, "root ::= ");
+    sb_json_str(&o, lit, strlen(lit)); /* a GBNF literal: JSON's escapes are GBNF's */
+    sb_str(&o, " [ \\t\\r\\n]* b-root\n");
+    renamed(&o, g, "b-");
+    sb_add(&o, "", 1);
+    if (o.oom) {
+        sb_free(&o);
+        return NULL;
+    }
+    return o.p;
 }
 
 char *gr_gbnf_either(const char *a, const char *b) {

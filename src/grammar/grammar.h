@@ -129,5 +129,9 @@ int gr_pattern_gbnf(const char *re, sbuf *out, double *min_len, double *max_len,
  * grammar's rules renamed apart by the prefixes "a-" and "b-". Both must
  * define root. A malloc'd string, or NULL when out of memory. */
 char *gr_gbnf_either(const char *a, const char *b);
+/* The GBNF of the text lit, white space, then what g matches (its rules
+ * renamed "b-..."): a grammar that starts where a reasoning block ends
+ * (lit "</think>"). A malloc'd string, or NULL when out of memory. */
+char *gr_gbnf_after(const char *lit, const char *g);
 
 #endif

@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "common.h"
+#include "grammar/grammar.h"
 #include "server/internal.h"
 #include "server/responses.h"
 
@@ -452,6 +453,7 @@ typedef struct {
     char salt[600];
     sp_token eot;
     bool think_open;               /* the prompt ends inside a <think> block */
+    char *grammar;                 /* the request's grammar after the reasoning (owned) */
 } gen_plan;
 
 /* As OpenAI: without a seed, sampled output varies from request to request. */
@@ -504,6 +506,16 @@ static int gen_build(http_server *s, const oai_req *q, const char *tenant, gen_p
     rp->grammar = q->grammar;
     rp->grammar_trigger = q->grammar_trigger;
     rp->grammar_at_start = q->grammar_at_start;
+    if (p->think_open && q->grammar && !q->grammar_trigger) {
+        /* the output starts inside the reasoning: the constraint holds from
+         * its end on (a lazy grammar from "</think>"), as the answer is
+         * read from there */
+        if (!(p->grammar = gr_gbnf_after("</think>", q->grammar)))
+            return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
+        rp->grammar = p->grammar;
+        rp->grammar_trigger = "</think>";
+        rp->grammar_at_start = false;
+    }
     return 0;
 }
 
@@ -630,6 +642,7 @@ void gen_prepare(http_server *s, gen_prep *g) {
     if (gen_build(s, &g->q, g->tenant, &p, &g->e)) gen_release(s);
     else g->r = gen_submit(s, g->c, NULL, g->tenant, &g->q, &p, g->t_arrive, &g->e);
     free(p.toks);
+    free(p.grammar);
 }
 
 void gen_prepare_refuse(http_server *s, gen_prep *g, const char *why) {
@@ -673,10 +686,12 @@ enum MHD_Result gen_handle(http_server *s, struct MHD_Connection *c, const char 
     sreq *r = gen_submit(s, c, cx, cx->tenant, &q, &p, t_arrive, &e);
     if (!r) goto fail;
     free(p.toks);
+    free(p.grammar);
     oai_req_free(&q);
     return gen_respond(s, c, url, r);
 fail:
     free(p.toks);
+    free(p.grammar);
     oai_req_free(&q);
     return gen_fail(s, c, url, cx, &e);
 }

@@ -393,6 +393,12 @@ static void test_either(void) {
     for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) CHECK(accepts(g, yes[i]), "must accept %s", yes[i]);
     for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) CHECK(!accepts(g, no[i]), "must reject %s", no[i]);
     free(g);
+    /* a grammar after a reasoning block's end */
+    g = gr_gbnf_after("</think>", a);
+    REQUIRE(g, "out of memory");
+    CHECK(accepts(g, "</think><call>12") && accepts(g, "</think>\n\n<call>123"), "after </think>");
+    CHECK(!accepts(g, "<call>12") && !accepts(g, "</think>x<call>12"), "only after </think> and white space");
+    free(g);
 }
 
 int main(void) {
