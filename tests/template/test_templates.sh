@@ -30,6 +30,11 @@ if ! python3 -c 'import jinja2' 2>/dev/null; then
     finish
 fi
 
+if ! "$bin" template --help >/dev/null 2>&1; then
+    for t in "${templates[@]}"; do fail "template[$(name_of "$t")]" "$bin has no working template command"; done
+    finish
+fi
+
 mkdir -p "$tmp/ref"
 refok=1
 python3 "$dir/ref_render.py" --now "$now" --batch "$tmp/ref" "${templates[@]}" -- "${fixtures[@]}" \
