@@ -627,9 +627,10 @@ static void exec_for(jrt *r, jscope *sc, jnode *n, jbuf *out) {
     jinja_iter(r, it, &items);
     if (n->c) {
         jlist *f = jlist_new(r, 0);
+        jscope *fs = scope_new(r, sc);
         for (size_t i = 0; i < items->n; i++) {
             jinja_step(r, 1);
-            jscope *fs = scope_new(r, sc);
+            fs->n = 0; /* one scope, reused by every iteration */
             assign(r, fs, n->a, items->v[i]);
             if (jv_truthy(jinja_eval(r, fs, n->c))) jlist_push(r, f, items->v[i]);
         }
@@ -640,10 +641,14 @@ static void exec_for(jrt *r, jscope *sc, jnode *n, jbuf *out) {
     lp->length = (int64_t)items->n;
     jv lv = {.t = JV_LOOP};
     lv.u.loop = lp;
+    /* each iteration starts from an empty scope (jinja2: a set in one
+     * iteration is gone in the next); its memory is reused, so a loop costs
+     * no arena per iteration */
+    jscope *is = scope_new(r, sc);
     for (size_t i = 0; i < items->n; i++) {
         jinja_step(r, 1);
         lp->index0 = (int64_t)i;
-        jscope *is = scope_new(r, sc);
+        is->n = 0;
         scope_set(r, is, "loop", lv);
         r->line = n->line;
         assign(r, is, n->a, items->v[i]);

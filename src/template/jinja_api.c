@@ -64,7 +64,7 @@ int jinja_render(const jinja_tmpl *t, const cJSON *ctx, const char *const *marku
     r->max_output = lim && lim->max_output ? lim->max_output : (size_t)16 << 20;
     r->max_depth = lim && lim->max_depth > 0 ? lim->max_depth : 64;
     r->now = lim && lim->now ? lim->now : (int64_t)time(NULL);
-    r->arena.limit = ((size_t)64 << 20) + 4 * r->max_output + (t->arena.total);
+    r->arena.limit = ((size_t)128 << 20) + 4 * r->max_output + t->arena.total;
     r->arena.jmp = &r->jmp;
     r->arena.err = err;
     r->arena.errlen = errlen;

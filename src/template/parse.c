@@ -532,6 +532,8 @@ static jnode *parse_postfix(jparser *P, jnode *node) {
             }
             expect_op(P, "]");
             if (!args.n) pfail(P, t->line, "expected a subscript");
+            for (int i = 0; args.n > 1 && i < args.n; i++)
+                if (args.v[i]->kind == N_SLICE) pfail(P, t->line, "a slice in a tuple subscript is not supported");
             jnode *key;
             if (args.n == 1) {
                 key = args.v[0];

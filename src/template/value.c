@@ -703,7 +703,18 @@ jv jv_slice(jrt *r, jv v, jv vstart, jv vstop, jv vstep) {
         }
         return jv_strv(jb_finish(r, &b));
     }
-    jlist *l = jlist_new(r, 0);
+    jlist *l;
+    if (step == 1) {
+        /* lists are immutable here: a slice shares the items (a push on it
+         * copies, as n == cap) */
+        l = jinja_alloc(&r->arena, sizeof(jlist));
+        l->n = l->cap = stop > start ? (size_t)(stop - start) : 0;
+        l->v = l->n ? v.u.l->v + start : NULL;
+        jv o = jv_listv(l);
+        o.tuple = v.tuple;
+        return o;
+    }
+    l = jlist_new(r, 0);
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) jlist_push(r, l, v.u.l->v[i]);
     jv o = jv_listv(l);
     o.tuple = v.tuple;
