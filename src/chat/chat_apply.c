@@ -119,6 +119,11 @@ char *sp_chat_apply_template(const sp_model *m, const char *template_text, const
         seterr(err, errlen, "the request is not valid JSON (at byte %zu)", at);
         return NULL;
     }
+    if (jinja_json_keep_numbers(req, request_json, len)) { /* 1.0 stays a float */
+        cJSON_Delete(req);
+        seterr(err, errlen, "out of memory");
+        return NULL;
+    }
     if (!cJSON_IsObject(req)) {
         cJSON_Delete(req);
         seterr(err, errlen, "the request is not a JSON object");

@@ -132,7 +132,7 @@ chat_template *chat_template_choose(const char *model_source, const char *name, 
  * is not a JSON object. */
 static cJSON *arguments(const char *text) {
     cJSON *a = text ? cJSON_Parse(text) : NULL;
-    if (cJSON_IsObject(a)) return a;
+    if (cJSON_IsObject(a) && !jinja_json_keep_numbers(a, text, strlen(text))) return a;
     cJSON_Delete(a);
     return cJSON_CreateString(text ? text : "");
 }

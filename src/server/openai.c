@@ -8,6 +8,7 @@
  * top-k or min-p, so both are off unless the top_k / min_p extensions are
  * given. */
 #include "server/openai.h"
+#include "template/jinja.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -757,6 +758,10 @@ int oai_parse(const char *body, size_t len, bool chat, int32_t n_vocab, oai_req 
     if (!r->doc)
         return oai_seterr(e, 400, "invalid_request_error", NULL, "invalid_json",
                           "the body is not valid JSON");
+    /* the chat template reads tools and chat_template_kwargs as Python's
+     * json would: each number's text kept (1.0 a float) */
+    if (chat && jinja_json_keep_numbers(r->doc, body, len))
+        return oai_status_error(e, SP_ERR_NOMEM, NULL, "out of memory");
     const cJSON *o = r->doc;
     if (!cJSON_IsObject(o))
         return oai_seterr(e, 400, "invalid_request_error", NULL, "invalid_json",

@@ -41,4 +41,11 @@ int jinja_render(const jinja_tmpl *t, const struct cJSON *ctx, const char *const
                  const jinja_limits *lim, char **out, size_t *out_len,
                  unsigned char **content_mask, char *err, size_t errlen);
 
+/* Keeps in each number node of root (cJSON's parse of text[len]) the
+ * number's JSON text, as its valuestring (cJSON frees it), so that the
+ * context reads numbers as Python's json does: "1.0" a float, a large
+ * integer exact. 0, or -1 (out of memory, or root is not text's parse;
+ * the numbers kept so far stay). */
+int jinja_json_keep_numbers(struct cJSON *root, const char *text, size_t len);
+
 #endif

@@ -2,6 +2,7 @@
  * it: json.dumps(x, ensure_ascii=False, indent=..., separators=...,
  * sort_keys=...), Python's float repr and key conversions included. */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,8 +17,15 @@ jv jinja_from_json(jrt *r, const cJSON *j, int mk) {
     if (cJSON_IsBool(j)) {
         v = jv_bool(cJSON_IsTrue(j));
     } else if (cJSON_IsNumber(j)) {
+        /* the JSON text, when kept (jinja_json_keep_numbers), says int or
+         * float as Python's json reads it: 1.0 is a float, 10**18 exact */
+        const char *t = j->valuestring;
         double d = j->valuedouble;
-        if (d == floor(d) && fabs(d) < 9007199254740992.0) v = jv_int((int64_t)d);
+        char *end;
+        errno = 0;
+        long long ll = t && !strpbrk(t, ".eE") ? strtoll(t, &end, 10) : 0;
+        if (t && !strpbrk(t, ".eE") && !errno && !*end) v = jv_int((int64_t)ll);
+        else if (!t && d == floor(d) && fabs(d) < 9007199254740992.0) v = jv_int((int64_t)d);
         else v = jv_float(d);
     } else if (cJSON_IsString(j)) {
         const char *s = j->valuestring ? j->valuestring : "";
@@ -189,4 +197,56 @@ void jinja_tojson(jrt *r, jbuf *b, jv v, int indent, const char *isep, const cha
     default:
         jinja_fail(r, "Object of type %s is not JSON serializable", jv_typename(v));
     }
+}
+
+/* ---- numbers as their JSON text ---- */
+
+/* The next number token of text from *at (outside strings): its start and
+ * length, or false at the end. */
+static bool next_number(const char *text, size_t len, size_t *at, size_t *start, size_t *n) {
+    size_t i = *at;
+    while (i < len) {
+        const char c = text[i];
+        if (c == '"') { /* a string: up to its unescaped end */
+            for (i++; i < len && text[i] != '"'; i++)
+                if (text[i] == '\\') i++;
+            i++;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t j = i;
+            while (j < len && strchr("+-.eE0123456789", text[j])) j++;
+            *start = i, *n = j - i, *at = j;
+            return true;
+        } else {
+            i++;
+        }
+    }
+    *at = len;
+    return false;
+}
+
+int jinja_json_keep_numbers(cJSON *root, const char *text, size_t len) {
+    /* the tree in document order (depth first, children in order: cJSON's
+     * nesting limit bounds the stack), matched with the text's numbers */
+    enum { MAX_STACK = 1100 };
+    cJSON *stack[MAX_STACK];
+    int top = 0;
+    size_t at = 0;
+    if (root) stack[top++] = root;
+    while (top) {
+        cJSON *x = stack[--top];
+        if (cJSON_IsNumber(x)) {
+            size_t s, n;
+            if (!next_number(text, len, &at, &s, &n)) return -1;
+            if (!x->valuestring && !(x->valuestring = strndup(text + s, n))) return -1;
+            continue;
+        }
+        /* children pushed last first, so the first comes off first */
+        int k = 0;
+        for (cJSON *c = x->child; c; c = c->next) k++;
+        if (top + k > MAX_STACK) return -1;
+        int i = top + k;
+        for (cJSON *c = x->child; c; c = c->next) stack[--i] = c;
+        top += k;
+    }
+    return 0;
 }

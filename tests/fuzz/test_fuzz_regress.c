@@ -4,7 +4,7 @@
  * fixed and the targets' properties hold on every seed in a normal
  * `make test` (and under `make asan`).
  *
- * The six targets are included into this one file, each with its entry
+ * The targets are included into this one file, each with its entry
  * points renamed. A violated property aborts (as under the fuzzer); the
  * signal handler names the input first. The directory is tests/fuzz,
  * relative to the project root, or $SPECULA_FUZZ_DIR. */
@@ -54,6 +54,11 @@
 #undef rm_dir
 #undef LLVMFuzzerInitialize
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerInitialize fz_jinja_init
+#define LLVMFuzzerTestOneInput fz_jinja_one
+#include "fuzz_jinja.c"
+#undef LLVMFuzzerInitialize
+#undef LLVMFuzzerTestOneInput
 
 #include "test.h"
 
@@ -72,6 +77,7 @@ static const target targets[] = {
     {"grammar", fz_grammar_init, fz_grammar_one},
     {"grammar_cost", fz_grammar_cost_init, fz_grammar_cost_one},
     {"kvstore", fz_kvstore_init, fz_kvstore_one},
+    {"jinja", fz_jinja_init, fz_jinja_one},
 };
 
 static char current[1024]; /* the input being replayed, for the crash message */
