@@ -169,6 +169,9 @@ struct jinja_tmpl {
 enum {
     TK_EOF, TK_DATA, TK_VAR_BEGIN, TK_VAR_END, TK_BLOCK_BEGIN, TK_BLOCK_END,
     TK_NAME, TK_STRING, TK_INT, TK_FLOAT, TK_OP,
+    TK_ERROR, /* what the lexer could not read: its message (s); the parser
+                 fails with it only when it gets there, as jinja2 (whose
+                 lexer runs as the parser pulls tokens) does */
 };
 
 typedef struct {
@@ -187,6 +190,7 @@ typedef struct {
     size_t errlen;
     jtok *toks;
     size_t n, cap;
+    jmp_buf stop;  /* where jinja_lex_fail ends the lexing, after its TK_ERROR */
 } jlexer;
 
 void jinja_lex(jlexer *lx, const char *src, size_t len);

@@ -225,28 +225,27 @@ static bool next_number(const char *text, size_t len, size_t *at, size_t *start,
 }
 
 int jinja_json_keep_numbers(cJSON *root, const char *text, size_t len) {
-    /* the tree in document order (depth first, children in order: cJSON's
-     * nesting limit bounds the stack), matched with the text's numbers */
-    enum { MAX_STACK = 1100 };
+    /* the tree in document order (depth first, each node before its
+     * children, then its next sibling), matched with the text's numbers.
+     * A popped node pushes its next sibling, then its first child: the
+     * stack holds at most two entries per level of nesting, which cJSON
+     * limits */
+    enum { MAX_STACK = 2 * 1100 };
     cJSON *stack[MAX_STACK];
     int top = 0;
     size_t at = 0;
     if (root) stack[top++] = root;
     while (top) {
         cJSON *x = stack[--top];
+        if (x != root && x->next) stack[top++] = x->next;
         if (cJSON_IsNumber(x)) {
             size_t s, n;
             if (!next_number(text, len, &at, &s, &n)) return -1;
             if (!x->valuestring && !(x->valuestring = strndup(text + s, n))) return -1;
-            continue;
+        } else if (x->child) {
+            if (top == MAX_STACK) return -1;
+            stack[top++] = x->child;
         }
-        /* children pushed last first, so the first comes off first */
-        int k = 0;
-        for (cJSON *c = x->child; c; c = c->next) k++;
-        if (top + k > MAX_STACK) return -1;
-        int i = top + k;
-        for (cJSON *c = x->child; c; c = c->next) stack[--i] = c;
-        top += k;
     }
     return 0;
 }

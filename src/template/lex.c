@@ -9,14 +9,18 @@
 
 #include "template/jinja_internal.h"
 
+static jtok *lx_push(jlexer *lx, int type, int line);
+
 void jinja_lex_fail(jlexer *lx, int line, const char *fmt, ...) {
     char msg[200];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    if (lx->errlen) snprintf(lx->err, lx->errlen, "line %d: %s", line, msg);
-    longjmp(*lx->jmp, 1);
+    jtok *t = lx_push(lx, TK_ERROR, line);
+    t->s = jinja_strndup(lx->a, msg, strlen(msg));
+    t->len = strlen(msg);
+    longjmp(lx->stop, 1);
 }
 
 static jtok *lx_push(jlexer *lx, int type, int line) {
@@ -304,6 +308,7 @@ static size_t lx_is_tagword(const char *s, size_t n, size_t i, const char *word,
 }
 
 void jinja_lex(jlexer *lx, const char *src0, size_t len0) {
+    if (setjmp(lx->stop)) return; /* a TK_ERROR ends the tokens */
     /* newlines normalized; one trailing newline dropped */
     char *s = jinja_alloc(lx->a, len0 + 1);
     size_t n = 0;

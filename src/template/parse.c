@@ -57,10 +57,15 @@ static bool set_soft(jparser *P, bool soft) {
     return old;
 }
 
-static jtok *cur(jparser *P) { return &P->t[P->pos]; }
-static jtok *look(jparser *P) { return &P->t[P->pos + 1 < P->n ? P->pos + 1 : P->pos]; }
+/* A token the parser reaches; what the lexer could not read fails here. */
+static jtok *reached(jparser *P, jtok *t) {
+    if (t->type == TK_ERROR) pfail(P, t->line, "%s", t->s);
+    return t;
+}
+static jtok *cur(jparser *P) { return reached(P, &P->t[P->pos]); }
+static jtok *look(jparser *P) { return reached(P, &P->t[P->pos + 1 < P->n ? P->pos + 1 : P->pos]); }
 static jtok *next(jparser *P) {
-    jtok *t = &P->t[P->pos];
+    jtok *t = reached(P, &P->t[P->pos]);
     if (P->pos + 1 < P->n) P->pos++;
     return t;
 }
@@ -355,11 +360,11 @@ static jnode *parse_primary(jparser *P) {
         size_t k = P->pos;
         while (P->t[k].type == TK_STRING) tot += P->t[k++].len;
         char *buf = jinja_alloc(P->a, tot + 1);
-        memcpy(buf, t->s, t->len);
+        if (t->len) memcpy(buf, t->s, t->len);
         size_t o = t->len;
         while (cur(P)->type == TK_STRING) {
             jtok *s = next(P);
-            memcpy(buf + o, s->s, s->len);
+            if (s->len) memcpy(buf + o, s->s, s->len);
             o += s->len;
         }
         return mkconst(P, t->line, const_str(P, buf, o));
