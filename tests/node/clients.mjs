@@ -12,21 +12,10 @@ import { createOpenAI } from '@ai-sdk/openai';
 import { generateObject, generateText, tool, Output } from 'ai';
 import { ChatOpenAI } from '@langchain/openai';
 import { z } from 'zod';
+import { check, done, J } from './checks.mjs';
 
 const [base, model, key] = process.argv.slice(2);
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0, timeout: 120000 });
-let passed = 0, failed = 0;
-const ok = (name) => { console.log(`ok   node: ${name}`); passed++; };
-const fail = (name, why) => { console.log(`FAIL node: ${name}: ${why}`); failed++; };
-async function check(name, fn) {
-  try {
-    const why = await fn();
-    if (why) fail(name, why); else ok(name);
-  } catch (e) {
-    fail(name, `threw ${e && e.stack ? e.stack.split('\n').slice(0, 3).join(' | ') : e}`);
-  }
-}
-const J = (x) => JSON.stringify(x).slice(0, 400);
 
 // the field types zod 4 writes bounds for: .int() is ±(2^53 - 1),
 // .nonnegative() a minimum 0, .positive() an exclusiveMinimum 0
@@ -108,4 +97,4 @@ await check('LangChain useResponsesApi with withStructuredOutput', async () => {
   return valid(p) ? null : `object ${J(p)}`;
 });
 
-console.log(`NODE ${passed} ${failed}`);
+done();

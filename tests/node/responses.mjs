@@ -7,21 +7,10 @@ import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, streamText, generateObject, tool, jsonSchema } from 'ai';
 import { z } from 'zod';
+import { check, done, J } from './checks.mjs';
 
 const [base, model, key] = process.argv.slice(2);
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0, timeout: 120000 });
-let passed = 0, failed = 0;
-const ok = (name) => { console.log(`ok   node: ${name}`); passed++; };
-const fail = (name, why) => { console.log(`FAIL node: ${name}: ${why}`); failed++; };
-async function check(name, fn) {
-  try {
-    const why = await fn();
-    if (why) fail(name, why); else ok(name);
-  } catch (e) {
-    fail(name, `threw ${e && e.stack ? e.stack.split('\n').slice(0, 3).join(' | ') : e}`);
-  }
-}
-const J = (x) => JSON.stringify(x).slice(0, 400);
 
 const input = 'Write a Python function that adds two numbers.';
 let plain;
@@ -195,4 +184,4 @@ await check('AI SDK tools with a JSON schema and no arguments: called with {}', 
   return c && c.toolName === 'now' && J(c.input) === '{}' ? null : `toolCalls ${J(r.toolCalls)}`;
 });
 
-console.log(`NODE ${passed} ${failed}`);
+done();

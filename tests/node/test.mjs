@@ -4,22 +4,12 @@
 // reference model). Prints "ok ..." / "FAIL ..." lines and a last line
 // "NODE <passed> <failed>".
 import OpenAI from 'openai';
+import { check, done } from './checks.mjs';
 
 const [base, model] = process.argv.slice(2);
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60000 });
-let passed = 0, failed = 0;
 // waits are as much longer under a sanitizer as tests/run.sh's limits are
 const scale = Number(process.env.SPECULA_TIMEOUT_SCALE || 1);
-const ok = (name) => { console.log(`ok   node: ${name}`); passed++; };
-const fail = (name, why) => { console.log(`FAIL node: ${name}: ${why}`); failed++; };
-async function check(name, fn) {
-  try {
-    const why = await fn();
-    if (why) fail(name, why); else ok(name);
-  } catch (e) {
-    fail(name, `threw ${e && e.stack ? e.stack.split('\n').slice(0, 3).join(' | ') : e}`);
-  }
-}
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 async function metrics() {
   const text = await (await fetch(`${base}/metrics`)).text();
@@ -224,4 +214,4 @@ await check('abort mid-stream cancels the request and returns its blocks', async
   return `no cancellation seen in /metrics within ${5 * scale} s`;
 });
 
-console.log(`NODE ${passed} ${failed}`);
+done();
