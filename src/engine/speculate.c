@@ -32,8 +32,9 @@
 /* A draft sequence that has verified nothing yet ("cold") with a backlog
  * over this (its prompt, most often: the draft then restarts on a window,
  * draft.h) waits while another cold or warming one of its partition is
- * being measured, i.e. has fewer than SP_DRAFT_WARM_OBS verifications;
- * and it never probes. */
+ * being measured, i.e. has fewer than SP_DRAFT_WARM_OBS verifications,
+ * and then does not probe either; else its probe pays the catch-up once,
+ * so that a cold start is never final. */
 #define SP_DRAFT_COLD_BACKLOG SP_DRAFT_WINDOW
 #define SP_DRAFT_WARM_OBS 4
 
@@ -277,7 +278,8 @@ static int32_t fit(sp_engine *e, step *s, const batch_base *b) {
                 r->shadow = r->draft[0];
                 r->shadow_pos = r->n_all;
             } else if (++r->idle_steps >= SP_DRAFT_PROBE_EVERY && room > 0 &&
-                       (r->n_obs > 0 || drafter_backlog(e->spec.drafter, r->slot, r->n_all) <= SP_DRAFT_COLD_BACKLOG) &&
+                       (r->n_obs > 0 || drafter_backlog(e->spec.drafter, r->slot, r->n_all) <= SP_DRAFT_COLD_BACKLOG ||
+                        !draft_warming(s, s->cand_entry[c], r)) &&
                        kv_paged_blocks_needed(e->kv, r->slot, 2) - base <= avail &&
                        probe_pays(e, s, c, b)) {
                 /* nothing to check without drafting: every so often draft
