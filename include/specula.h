@@ -566,10 +566,14 @@ typedef enum {
     SP_SPEC_SUFFIX,       /* suffix matching over this request and the earlier outputs of
                              requests with the same cache salt */
     SP_SPEC_DRAFT,        /* a smaller model with the same vocabulary */
+    SP_SPEC_AUTO,         /* each step, the proposer the request's measured acceptance
+                             favours: the suffix or n-gram match that has proposals,
+                             else the draft when the engine has one; each is probed
+                             until measured (spec_*_by in the statistics) */
 } sp_spec_mode;
 
-/* "off", "ngram", "suffix", "draft"; sp_spec_mode_parse returns -2 for an
- * unknown name. */
+/* "off", "ngram", "suffix", "draft", "auto"; sp_spec_mode_parse returns -2
+ * for an unknown name. */
 const char *sp_spec_mode_str(sp_spec_mode m);
 int sp_spec_mode_parse(const char *s);
 
@@ -679,6 +683,8 @@ typedef struct {
     int32_t spec_accepted_per_pos[SP_SPEC_K_MAX]; /* [i]: steps that accepted draft token i */
     int32_t spec_grammar;      /* of the accepted: tokens the grammar forced (the only one
                                   it allowed), proposed by it (jump-forward) */
+    int32_t spec_drafted_by[SP_SPEC_DRAFT + 1]; /* spec_drafted and spec_accepted by the */
+    int32_t spec_accepted_by[SP_SPEC_DRAFT + 1]; /* proposer, indexed by sp_spec_mode */
 } sp_request_stats;
 
 typedef struct sp_event sp_event;

@@ -30,6 +30,7 @@ void cli_json_str(FILE *f, const char *s, size_t n);
 extern const char *cli_engine_usage;
 typedef struct {
     sp_engine_params p;
+    const char *model; /* the target's path (the command sets it before cli_engine_open) */
     const char *draft_path;
     sp_model *draft;   /* loaded by cli_engine_open */
     bool spec_set;     /* --spec was given (else --draft turns draft speculation on) */
@@ -41,6 +42,9 @@ typedef struct {
  * is not an alias. */
 const char *cli_alias(const char *a);
 int cli_engine_opt(const char *cmd, const char *a, const char *v, cli_engine *ce);
+/* The commands' engine settings before their options: the library's
+ * defaults, with speculation auto (the library's default is off). */
+cli_engine cli_engine_default(void);
 /* Loads the draft model when one is needed or given; -1 after a message. */
 int cli_engine_open(cli_engine *ce);
 void cli_engine_close(cli_engine *ce);

@@ -257,7 +257,7 @@ int cmd_batch(int argc, char **argv) {
     const char *model = cli_default_model(), *file = NULL;
     long conc = 1;
     bool stats = false;
-    cli_engine ce = {.p = sp_engine_default_params()};
+    cli_engine ce = cli_engine_default();
     bool model_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = cli_alias(argv[i]), *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -338,6 +338,7 @@ int cmd_batch(int argc, char **argv) {
         fprintf(stderr, "specula: %s\n", err);
         goto done;
     }
+    ce.model = model;
     if (cli_engine_open(&ce)) goto done;
     cli_warn_ctx("batch", m, ce.p.n_ctx);
     e = sp_engine_create(m, ce.p, err, sizeof(err));

@@ -56,7 +56,7 @@ static int parse(int argc, char **argv, run_opts *o) {
     o->model = cli_default_model();
     o->n = 128;
     o->sp = sp_sampler_default_params();
-    o->ce.p = sp_engine_default_params();
+    o->ce = cli_engine_default();
     o->ce.p.max_seqs = 1;
     o->ce.p.n_ctx = 0;
     bool model_given = false;
@@ -283,6 +283,7 @@ int cmd_run(int argc, char **argv) {
                 o.n, o.ce.p.n_ctx);
         goto done;
     }
+    o.ce.model = o.model;
     if (cli_engine_open(&o.ce)) goto done;
     cli_warn_ctx("run", m, o.ce.p.n_ctx);
     eng = sp_engine_create(m, o.ce.p, err, sizeof(err));
@@ -352,6 +353,15 @@ int cmd_run(int argc, char **argv) {
             fprintf(stderr, "\nspecula: load %.0f ms, prefill %d tokens at %.1f tokens/s, %d token%s "
                     "generated, no decode step\n", load_ms, n_prompt, prefill_tps, n_gen,
                     n_gen == 1 ? "" : "s");
+        if (s.st.spec_steps) { /* which proposers ran (auto picks per step), and what they bought */
+            fprintf(stderr, "specula: speculation %.2f tokens per pass;", 1.0 +
+                    (double)s.st.spec_accepted / s.st.spec_steps);
+            for (int m = SP_SPEC_NGRAM; m <= SP_SPEC_DRAFT; m++)
+                if (s.st.spec_drafted_by[m])
+                    fprintf(stderr, " %s %d drafted, %.0f%% accepted;", sp_spec_mode_str((sp_spec_mode)m),
+                            s.st.spec_drafted_by[m], 100.0 * s.st.spec_accepted_by[m] / s.st.spec_drafted_by[m]);
+            fprintf(stderr, "\n");
+        }
     }
     rc = 0;
 done:
@@ -411,6 +421,7 @@ static int run_chat(run_opts *o) {
         const int32_t tr = sp_model_get_info(m)->n_ctx_train;
         o->ce.p.n_ctx = SP_MIN(tr > 0 ? tr : 2048, 8192);
     }
+    o->ce.model = o->model;
     if (cli_engine_open(&o->ce)) goto done;
     cli_warn_ctx("run", m, o->ce.p.n_ctx);
     eng = sp_engine_create(m, o->ce.p, err, sizeof(err));

@@ -326,7 +326,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model = cli_default_model();
     const char *keys[MAX_KEYS];
     server_opts o = {.host = "127.0.0.1", .port = 8080, .api_keys = keys};
-    cli_engine ce = {.p = sp_engine_default_params()};
+    cli_engine ce = cli_engine_default();
     long drain_s = 10;
     int prc = parse_serve(argc, argv, &model, keys, &o, &ce, &drain_s);
     if (prc >= 0) return prc;
@@ -362,6 +362,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "specula serve: %s\n", err);
         goto done;
     }
+    ce.model = model;
     if (cli_engine_open(&ce)) goto done;
     cli_warn_ctx("serve", m, ce.p.n_ctx);
     e = sp_engine_create(m, ce.p, err, sizeof(err));

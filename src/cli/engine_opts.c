@@ -1,4 +1,6 @@
 /* engine_opts.c: the engine options `run` and `batch` share. */
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -19,7 +21,9 @@ const char *cli_engine_usage =
     "  --kv-disk-size SIZE  the disk tier's cap, e.g. 512M or 20G (default 4G)\n"
     "  --grammar-mem SIZE   memory for structured output (grammars, schemas, tools): half for\n"
     "                       compiled grammars, half for 32M per running request (default 1G)\n"
-    "  --spec MODE          speculative decoding: off, ngram, suffix, draft (default off)\n"
+    "  --spec MODE          speculative decoding: auto, off, ngram, suffix, draft (default\n"
+    "                       auto: each step the proposer that pays, the bundled draft\n"
+    "                       with the bundled target)\n"
     "  --spec-k K           most tokens proposed per step, 1..16 (default 4)\n"
     "  --spec-fixed-k       always propose K (no cost-based choice of k)\n"
     "  --draft MODEL        the draft model for --spec draft (default: the bundled draft)\n";
@@ -111,6 +115,19 @@ int cli_engine_opt(const char *cmd, const char *a, const char *v, cli_engine *ce
     return 2;
 }
 
+cli_engine cli_engine_default(void) {
+    cli_engine ce = {.p = sp_engine_default_params()};
+    ce.p.spec = SP_SPEC_AUTO;
+    return ce;
+}
+
+/* Whether path is the bundled target (the file itself, however named). */
+static bool is_bundled_target(const char *path) {
+    const char *def = cli_default_model();
+    char a[PATH_MAX], b[PATH_MAX];
+    return path && def && realpath(path, a) && realpath(def, b) && !strcmp(a, b);
+}
+
 int cli_engine_open(cli_engine *ce) {
     char err[512];
     /* a draft model given without --spec means draft speculation, as
@@ -120,7 +137,11 @@ int cli_engine_open(cli_engine *ce) {
         fprintf(stderr, "specula: --draft %s given: draft speculation on (--spec off loads no "
                 "draft)\n", ce->draft_path);
     }
-    const bool bundled = ce->p.spec == SP_SPEC_DRAFT && !ce->draft_path;
+    /* the bundled draft: for --spec draft, and for auto with the bundled
+     * target, the pair it was made for (auto does without one otherwise) */
+    const bool bundled = !ce->draft_path && (ce->p.spec == SP_SPEC_DRAFT ||
+                                             (ce->p.spec == SP_SPEC_AUTO && cli_default_draft() &&
+                                              is_bundled_target(ce->model)));
     if (bundled) ce->draft_path = cli_default_draft(), ce->draft_default = true;
     if (ce->p.spec == SP_SPEC_DRAFT && !ce->draft_path) {
         fprintf(stderr, "specula: --spec draft needs a draft model (--draft MODEL)\n");
@@ -164,7 +185,12 @@ void cli_print_spec(FILE *f, const sp_request_stats *st) {
     for (int i = 0; i < SP_SPEC_K_MAX; i++)
         if (st->spec_accepted_per_pos[i]) last = i + 1;
     for (int i = 0; i < last; i++) fprintf(f, "%s%d", i ? ", " : "", st->spec_accepted_per_pos[i]);
-    fprintf(f, "]}");
+    fprintf(f, "], \"by\": {");
+    for (int m = SP_SPEC_NGRAM, k = 0; m <= SP_SPEC_DRAFT; m++)
+        if (st->spec_drafted_by[m])
+            fprintf(f, "%s\"%s\": {\"drafted\": %d, \"accepted\": %d}", k++ ? ", " : "",
+                    sp_spec_mode_str((sp_spec_mode)m), st->spec_drafted_by[m], st->spec_accepted_by[m]);
+    fprintf(f, "}}");
 }
 
 void cli_warn_ctx(const char *cmd, const sp_model *m, int32_t n_ctx) {

@@ -185,7 +185,7 @@ static int check_params(const sp_engine_params *p, char *err, size_t errlen) {
                   p->n_ctx, p->kv_block_size, p->n_threads);
         return SP_ERR_INVALID;
     }
-    if (p->spec < SP_SPEC_OFF || p->spec > SP_SPEC_DRAFT || p->spec_k < 1 ||
+    if (p->spec < SP_SPEC_OFF || p->spec > SP_SPEC_AUTO || p->spec_k < 1 ||
         p->spec_k > SP_SPEC_K_MAX || p->ngram_min < 1 || p->ngram_max < p->ngram_min ||
         p->ngram_max > SP_ENGINE_MAX_NGRAM) {
         seterr(err, errlen, "invalid speculation parameters (mode %d, k %d, n-gram %d..%d; k "

@@ -148,7 +148,7 @@ static int take_stops(request *r, const sp_request_params *rp, char *err, size_t
 static int take_spec(sp_engine *e, request *r, const sp_request_params *rp, char *err,
                      size_t errlen) {
     r->spec = rp->spec == SP_SPEC_DEFAULT ? e->p.spec : rp->spec;
-    if (r->spec < SP_SPEC_OFF || r->spec > SP_SPEC_DRAFT) {
+    if (r->spec < SP_SPEC_OFF || r->spec > SP_SPEC_AUTO) {
         seterr(err, errlen, "unknown speculation mode %d", rp->spec);
         return SP_ERR_INVALID;
     }
@@ -163,12 +163,18 @@ static int take_spec(sp_engine *e, request *r, const sp_request_params *rp, char
     r->spec_k = rp->spec_k ? rp->spec_k : e->p.spec_k;
     r->propose = rp->propose;
     r->propose_user = rp->propose_user;
-    if (r->propose && r->spec == SP_SPEC_OFF) r->spec = SP_SPEC_NGRAM; /* a proposer implies speculation */
+    if (r->propose && (r->spec == SP_SPEC_OFF || r->spec == SP_SPEC_AUTO))
+        r->spec = SP_SPEC_NGRAM; /* a proposer implies speculation, its own */
     r->greedy = rp->sampling.temperature <= 0;
-    r->shadow_pos = -1;
+    r->shadow_pos = r->alt_pos = -1;
+    /* auto: the suffix match first, the others as the step finds them
+     * (speculate.c, propose_auto) */
+    r->spec_auto = r->spec == SP_SPEC_AUTO;
+    if (r->spec_auto) r->spec = SP_SPEC_SUFFIX;
     if (r->spec == SP_SPEC_SUFFIX && !r->propose && !(r->sfx = suffix_seq_create(SP_SUFFIX_DEPTH)))
         return SP_ERR_NOMEM;
-    if (r->spec == SP_SPEC_DRAFT && !r->greedy && !r->propose) {
+    if ((r->spec == SP_SPEC_DRAFT || (r->spec_auto && eng_spec_draft_vocab(e))) && !r->greedy &&
+        !r->propose) {
         /* the draft draws with the request's seed, so with the noise the
          * target's token at each position is drawn with (the coupling that
          * keeps its acceptance high), and without penalties (it keeps no

@@ -85,7 +85,14 @@ struct request {
     int32_t max_computed;      /* furthest kv_len ever reached (recompute accounting) */
     bool admitted_once;
     /* speculative decoding */
-    sp_spec_mode spec;         /* resolved: OFF, NGRAM, SUFFIX or DRAFT */
+    sp_spec_mode spec;         /* resolved: OFF, NGRAM, SUFFIX or DRAFT (under auto: this
+                                  step's proposer) */
+    bool spec_auto;            /* SP_SPEC_AUTO: the proposer is chosen each step */
+    float alpha_by[SP_SPEC_DRAFT + 1]; /* auto: each proposer's estimate (alpha, n_obs */
+    int32_t n_obs_by[SP_SPEC_DRAFT + 1]; /* are the chosen one's) */
+    sp_token alt_shadow;       /* auto: the first proposal of the proposer not chosen, */
+    int32_t alt_pos;           /* checked like shadow (-1: none) ... */
+    sp_spec_mode alt_spec;     /* ... for this proposer's estimate */
     int32_t spec_k;            /* most proposed per step */
     sp_propose_fn propose;
     void *propose_user;
@@ -338,5 +345,8 @@ void eng_spec_calibrate(sp_engine *e);
 void eng_spec_prepare(sp_engine *e, step *s);
 void eng_spec_commit(sp_engine *e, step *s, const step_entry *en);
 void eng_spec_observe(request *r, float obs, bool to_prior);
+/* auto: the first guess of the proposer not chosen, against the token
+ * committed at position at (its estimate only; none: nothing happens). */
+void eng_spec_check_alt(request *r, int32_t at);
 
 #endif

@@ -129,6 +129,10 @@ static void first_admission(sp_engine *e, request *r, int32_t hit_tokens, int32_
     r->admitted_once = true;
     /* the prior: how its method has done for requests of the same salt */
     r->alpha = r->part ? spec_part_prior(r->part, r->spec) : SP_SPEC_PRIOR0;
+    for (int m = SP_SPEC_NGRAM; r->spec_auto && m <= SP_SPEC_DRAFT; m++) { /* each proposer's */
+        r->alpha_by[m] = r->part ? spec_part_prior(r->part, (sp_spec_mode)m) : SP_SPEC_PRIOR0;
+        r->n_obs_by[m] = 0;
+    }
     r->t_sched = time_ms();
     r->st.queue_ms = r->t_sched - r->t_submit;
     r->st.cached_tokens = hit_tokens;

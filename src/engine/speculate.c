@@ -41,8 +41,21 @@
 void eng_spec_observe(request *r, float obs, bool to_prior) {
     r->alpha = SP_ALPHA_KEEP * r->alpha + SP_ALPHA_RATE * obs;
     r->n_obs++;
+    if (r->spec_auto) { /* the chosen proposer's own estimate */
+        r->alpha_by[r->spec] = r->alpha;
+        r->n_obs_by[r->spec] = r->n_obs;
+    }
     if (to_prior && r->part) /* the prior of later requests of the same salt */
         spec_part_observe(r->part, r->spec, obs);
+}
+
+void eng_spec_check_alt(request *r, int32_t at) {
+    if (r->alt_pos == at && r->n_all > at) {
+        const float obs = r->toks[at] == r->alt_shadow ? 1.0f : 0.0f;
+        r->alpha_by[r->alt_spec] = SP_ALPHA_KEEP * r->alpha_by[r->alt_spec] + SP_ALPHA_RATE * obs;
+        r->n_obs_by[r->alt_spec]++;
+    }
+    r->alt_pos = -1;
 }
 
 /* ---- e->spec's life, and what the rest of the engine asks of it ---------- */
@@ -171,6 +184,76 @@ static int32_t propose(sp_engine *e, request *r, int32_t cap) {
     }
 }
 
+/* Tokens a proposal of n is expected to get accepted at acceptance a. */
+static double expected_accepted(double a, int32_t n) {
+    double g = 0, p = 1;
+    for (int32_t i = 0; i < n; i++) g += (p *= a);
+    return g;
+}
+
+/* auto: committed tokens per unit of time that proposer m would give r
+ * this step with n proposals at its measured acceptance: a verification
+ * pass of 1 + n tokens, and for the draft n draft passes too (their costs
+ * as calibrated; uncalibrated, a draft pass counts a quarter of a target
+ * pass). */
+static double auto_rate(const sp_engine *e, const request *r, sp_spec_mode m, int32_t n) {
+    const bool cal = e->spec.calibrated;
+    const double ctx = r->n_all;
+    const double t = cal ? cost_fit_at(&e->spec.tfit, 1 + n, ctx * (1 + n)) : 1 + 0.05 * n;
+    const double d = m != SP_SPEC_DRAFT ? 0
+                   : cal ? n * cost_fit_at(&e->spec.drafter->fit, 1, ctx)
+                         : n * 0.25 * (cal ? cost_fit_at(&e->spec.tfit, 1, ctx) : 1);
+    return (1 + expected_accepted(r->alpha_by[m], n)) / (t + d > 0 ? t + d : 1);
+}
+
+/* auto: this step's proposer and its proposals. The suffix and n-gram
+ * matches cost nothing to ask, so both are asked; each proposer's worth is
+ * auto_rate at its measured acceptance, and the best proposes: the draft
+ * too once it has been measured (until then it proposes only where the
+ * matches have nothing, so a cold draft is probed where it is the only
+ * help). The best match's first guess, when it does not propose, is still
+ * checked against the token committed, so its estimate keeps being
+ * measured for free. Sets r->spec, r->alpha and r->n_obs to the chosen
+ * proposer's. */
+static int32_t propose_auto(sp_engine *e, request *r, int32_t cap) {
+    sp_token alt[SP_SPEC_K_MAX];
+    r->spec = SP_SPEC_SUFFIX;
+    const int32_t ns = propose(e, r, cap);
+    const int32_t nn = ngram_propose(r->toks, r->n_all, e->p.ngram_min, e->p.ngram_max, cap, alt);
+    const double rs = ns ? auto_rate(e, r, SP_SPEC_SUFFIX, ns) : -1;
+    const double rn = nn ? auto_rate(e, r, SP_SPEC_NGRAM, nn) : -1;
+    const bool draft = e->spec.drafter != NULL;
+    const double rd = draft && (r->n_obs_by[SP_SPEC_DRAFT] >= SP_DRAFT_WARM_OBS || (!ns && !nn))
+                          ? auto_rate(e, r, SP_SPEC_DRAFT, cap)
+                          : -1;
+    /* the best match (suffix on a tie) and whether the draft beats it */
+    const bool suffix = ns && rs >= rn;
+    const sp_spec_mode match = suffix ? SP_SPEC_SUFFIX : nn ? SP_SPEC_NGRAM : SP_SPEC_OFF;
+    const double rm = suffix ? rs : rn;
+    const sp_spec_mode pick = rd > rm ? SP_SPEC_DRAFT : match;
+    int32_t n = 0;
+    r->alt_pos = -1;
+    if (pick == SP_SPEC_NGRAM) {
+        if (ns) r->alt_shadow = r->draft[0], r->alt_spec = SP_SPEC_SUFFIX, r->alt_pos = r->n_all;
+        memcpy(r->draft, alt, (size_t)nn * sizeof(sp_token));
+        n = nn;
+    } else if (pick == SP_SPEC_SUFFIX) {
+        if (nn) r->alt_shadow = alt[0], r->alt_spec = SP_SPEC_NGRAM, r->alt_pos = r->n_all;
+        n = ns;
+    } else if (pick == SP_SPEC_DRAFT) {
+        if (match != SP_SPEC_OFF) {
+            r->alt_shadow = suffix ? r->draft[0] : alt[0];
+            r->alt_spec = match;
+            r->alt_pos = r->n_all;
+        }
+        n = cap; /* drafted once k is chosen */
+    }
+    r->spec = pick == SP_SPEC_OFF ? SP_SPEC_SUFFIX : pick;
+    r->alpha = r->alpha_by[r->spec];
+    r->n_obs = r->n_obs_by[r->spec];
+    return n;
+}
+
 /* Whether another draft sequence of r's partition is being measured: one
  * with 1..SP_DRAFT_WARM_OBS - 1 verifications, or a cold one gathered
  * earlier in this step (entries before i) that got proposals. */
@@ -215,7 +298,7 @@ static void gather(sp_engine *e, step *s, batch_base *b) {
         cap = SP_MIN(cap, r->max_tokens - (r->n_all - r->n_prompt) - 1);
         cap = SP_MIN(cap, e->p.n_ctx - r->n_all); /* positions up to n_all - 1 + k exist */
         if (cap <= 0) continue;
-        r->n_draft = forced_only ? 0 : propose(e, r, cap);
+        r->n_draft = forced_only ? 0 : r->spec_auto ? propose_auto(e, r, cap) : propose(e, r, cap);
         const bool by_draft = r->spec == SP_SPEC_DRAFT && !r->propose;
         r->n_forced = 0;
         if (!by_draft && r->gm) {
@@ -370,6 +453,8 @@ void eng_spec_commit(sp_engine *e, step *s, const step_entry *en) {
     r->st.spec_steps++;
     r->st.spec_drafted += n;
     r->st.spec_accepted += acc;
+    r->st.spec_drafted_by[r->spec] += n;
+    r->st.spec_accepted_by[r->spec] += acc;
     e->st.spec_steps++;
     e->st.spec_drafted += (uint64_t)n;
     e->st.spec_accepted += (uint64_t)acc;
@@ -392,8 +477,10 @@ void eng_spec_commit(sp_engine *e, step *s, const step_entry *en) {
     sp_seq_truncate(e->ctx, r->slot, kv_before + m);
     if (e->spec.drafter) drafter_truncate(e->spec.drafter, r->slot, kv_before + SP_MIN(m, 1 + r->n_draft - r->n_forced));
     r->n_draft = 0;
+    const int32_t at = r->n_all;
     for (int32_t j = 0; j < m && r->state == RQ_RUNNING; j++)
         eng_emit_token(e, r, s->commit[j], rows + (size_t)j * V);
+    eng_spec_check_alt(r, at);
     /* only now are the accepted tokens in r->toks, which the hashes cover */
     if (r->state == RQ_RUNNING) eng_commit_blocks(e, r);
 }

@@ -124,6 +124,7 @@ static void commit_plain(sp_engine *e, const step_entry *en) {
     if (r->shadow_pos == at && r->n_all > at) /* the proposal it did not verify */
         eng_spec_observe(r, r->toks[at] == r->shadow ? 1.0f : 0.0f, false);
     r->shadow_pos = -1;
+    eng_spec_check_alt(r, at);
 }
 
 /* The step's shape for the guard: its decoding entries (*n_dec), whether

@@ -371,7 +371,7 @@ static int f_speculative(const cJSON *v, pctx *c, oai_error *e) {
             if (!present(x)) continue;
             int m = cJSON_IsString(x) ? sp_spec_mode_parse(x->valuestring) : -1;
             if (m < 0)
-                return BAD("speculative", "speculative.method must be off, ngram, suffix or draft");
+                return BAD("speculative", "speculative.method must be auto, off, ngram, suffix or draft");
             c->r->spec = (sp_spec_mode)m;
         } else if (!strcmp(x->string, "k")) {
             if (!present(x)) continue;
@@ -704,7 +704,7 @@ static const field fields[] = {
     {"cache_salt", K_STRING, 0, 0, false, HONORED, HONORED, f_cache_salt, "string",
      "extension (vLLM); at most 500 bytes; prefix cache shared only within a salt"},
     {"speculative", K_OBJECT, 0, 0, false, HONORED, HONORED, f_speculative, "object",
-     "extension; {\"method\": off, ngram, suffix or draft, \"k\": 1..16}"},
+     "extension; {\"method\": auto, off, ngram, suffix or draft, \"k\": 1..16}"},
 };
 #define N_FIELDS ((int)(sizeof(fields) / sizeof(fields[0])))
 

@@ -202,12 +202,18 @@ void oai_json_ext(sbuf *b, const sp_request_stats *st) {
     sb_printf(b, "\"queue_ms\": %.3f, \"prefill_ms\": %.3f, \"ttft_ms\": %.3f, \"decode_ms\": %.3f, "
                  "\"tpot_ms\": %.3f, \"preemptions\": %d, \"cached_tokens_disk\": %d, \"spec\": {\"steps\": %d, "
                  "\"drafted\": %d, \"accepted\": %d, \"acceptance_rate\": %.6g, \"mean_acceptance_length\": %.6g, "
-                 "\"grammar_forced\": %d}}",
+                 "\"grammar_forced\": %d, \"by\": {",
               st->queue_ms, st->prefill_ms, st->ttft_ms, st->decode_ms, st->tpot_ms,
               st->preemptions, st->cached_tokens_disk, st->spec_steps, st->spec_drafted, st->spec_accepted,
               st->spec_drafted ? (double)st->spec_accepted / st->spec_drafted : 0.0,
               st->spec_steps ? (double)(st->spec_accepted + st->spec_steps) / st->spec_steps : 0.0,
               st->spec_grammar);
+    /* which proposer drafted how much (auto chooses per step) */
+    for (int m = SP_SPEC_NGRAM, k = 0; m <= SP_SPEC_DRAFT; m++)
+        if (st->spec_drafted_by[m])
+            sb_printf(b, "%s\"%s\": {\"drafted\": %d, \"accepted\": %d}", k++ ? ", " : "",
+                      sp_spec_mode_str((sp_spec_mode)m), st->spec_drafted_by[m], st->spec_accepted_by[m]);
+    sb_str(b, "}}}");
 }
 
 static void json_head(sbuf *b, const oai_reply *o, const char *object) {

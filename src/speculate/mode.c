@@ -10,13 +10,14 @@ const char *sp_spec_mode_str(sp_spec_mode m) {
     case SP_SPEC_NGRAM: return "ngram";
     case SP_SPEC_SUFFIX: return "suffix";
     case SP_SPEC_DRAFT: return "draft";
+    case SP_SPEC_AUTO: return "auto";
     default: return "default";
     }
 }
 
 int sp_spec_mode_parse(const char *s) {
-    static const char *names[] = {"off", "ngram", "suffix", "draft"};
-    for (int i = 0; i < 4; i++)
+    static const char *names[] = {"off", "ngram", "suffix", "draft", "auto"};
+    for (int i = 0; i < 5; i++)
         if (!strcmp(s, names[i])) return i;
     return -2;
 }

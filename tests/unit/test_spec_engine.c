@@ -76,7 +76,7 @@ static sp_engine *engine(sp_spec_mode mode, int32_t k, bool adaptive, int32_t ma
     p.spec = mode;
     p.spec_k = k;
     p.spec_adaptive = adaptive;
-    p.draft = mode == SP_SPEC_DRAFT ? draft : NULL;
+    p.draft = mode == SP_SPEC_DRAFT || mode == SP_SPEC_AUTO ? draft : NULL;
     char err[256];
     sp_engine *e = sp_engine_create(target, p, err, sizeof(err));
     if (!e) fprintf(stderr, "engine: %s\n", err);
@@ -196,6 +196,15 @@ static void greedy_identical(const proposer_case *pc) {
                 }
                 CHECK(per == t->spec_accepted, "per-position counts %d != accepted %d", per,
                       t->spec_accepted);
+                int32_t by_d = 0, by_a = 0; /* by proposer: the same counts */
+                for (int m = SP_SPEC_NGRAM; m <= SP_SPEC_DRAFT; m++) {
+                    by_d += t->spec_drafted_by[m];
+                    by_a += t->spec_accepted_by[m];
+                    if (pc->mode != SP_SPEC_AUTO && !pc->use_replay && m != (int)pc->mode)
+                        CHECK(!t->spec_drafted_by[m], "%s drafted by %s", pc->name, sp_spec_mode_str(m));
+                }
+                CHECK(by_d == t->spec_drafted && by_a == t->spec_accepted,
+                      "by proposer %d/%d vs %d/%d", by_d, by_a, t->spec_drafted, t->spec_accepted);
                 emitted += (uint64_t)res[i].n;
                 r_steps += (uint64_t)t->spec_steps;
                 r_drafted += (uint64_t)t->spec_drafted;
@@ -377,7 +386,8 @@ static void end_to_end_distribution_mode(sp_spec_mode mode) {
     sp.top_k = 0;
     sp.top_p = 1.0f;
     sp.min_p = 0.0f;
-    const bool drafting = mode == SP_SPEC_DRAFT;
+    /* auto: its own proposers (the matches, else the draft), no fixed guess */
+    const bool drafting = mode == SP_SPEC_DRAFT || mode == SP_SPEC_AUTO;
     sp_engine *e = engine(mode, drafting ? 4 : 1, false, 16);
     REQUIRE(e, "the engine could not be created");
     static int64_t ids[N];
@@ -413,7 +423,8 @@ static void end_to_end_distribution_mode(sp_spec_mode mode) {
     int df;
     double st = chi2(count, p2, V, best_n, &df);
     printf("  end-to-end (%s): p(token 1) = %.2f, %lld samples of token 2, accepted %llu of %llu "
-           "drafted: chi-square %.1f, %d df, critical %.1f\n", drafting ? "draft model, k = 4" :
+           "drafted: chi-square %.1f, %d df, critical %.1f\n", mode == SP_SPEC_AUTO ? "auto, k = 4" :
+           drafting ? "draft model, k = 4" :
            "one fixed guess", p1[best], (long long)best_n,
            (unsigned long long)s.spec_accepted, (unsigned long long)s.spec_drafted, st, df,
            chi2_crit(df));
@@ -426,6 +437,8 @@ static void end_to_end_distribution_mode(sp_spec_mode mode) {
 }
 
 static void end_to_end_distribution(void) { end_to_end_distribution_mode(SP_SPEC_NGRAM); }
+
+static void end_to_end_distribution_auto(void) { end_to_end_distribution_mode(SP_SPEC_AUTO); }
 
 static void end_to_end_distribution_draft(void) {
     if (!draft) {
@@ -898,13 +911,15 @@ int main(void) {
         {"ngram", SP_SPEC_NGRAM, false, 0},
         {"suffix", SP_SPEC_SUFFIX, false, 0},
         {"draft", SP_SPEC_DRAFT, false, 0},
+        {"auto", SP_SPEC_AUTO, false, 0},
         {"replay-0.8", SP_SPEC_NGRAM, true, 0.8f},
         {"replay-0.3", SP_SPEC_NGRAM, true, 0.3f},
     };
-    for (int i = 0; i < 5; i++) RUN_NAMED(greedy_identical, &cases[i], cases[i].name);
+    for (int i = 0; i < 6; i++) RUN_NAMED(greedy_identical, &cases[i], cases[i].name);
     RUN(verifier_distribution);
     RUN(end_to_end_distribution);
     RUN(end_to_end_distribution_draft);
+    RUN(end_to_end_distribution_auto);
     RUN(stops_inside_runs);
     RUN(lazy_grammar);
     RUN(cancel_mid_speculation);

@@ -118,6 +118,9 @@
     if (s.spec && s.spec.steps > 0) {
       item('acceptance', pct(s.spec.acceptance_rate), 'acceptance');
       item('tokens/step', fmt(s.spec.mean_acceptance_length), 'tokens_per_step');
+      /* which proposers drafted (auto picks per step): the most first */
+      const by = Object.entries(s.spec.by || {}).sort((x, y) => y[1].drafted - x[1].drafted);
+      if (by.length) item('proposer', by.map(([m, c]) => m + ' ' + pct(c.drafted ? c.accepted / c.drafted : 0)).join(', '), 'proposer');
     } else {
       item('speculation', 'none', 'acceptance');
     }
