@@ -468,7 +468,8 @@ def main():
     servers = {}
     try:
         margs = ["-m", a.model] if a.model else []
-        small = ["-c", "512", "--max-seqs", "4", "--max-queue", "4", "--max-body", "1M"] + margs
+        # --spec off: no draft is loaded, so a request for draft speculation is refused
+        small = ["-c", "512", "--max-seqs", "4", "--max-queue", "4", "--max-body", "1M", "--spec", "off"] + margs
         if any(r.get("server", "main") == "main" and r["cat"] != "model_file" for r in rows):
             servers["main"] = Server("main", a.bin, small + ["--chat-template", "chatml"], tmp)
         if any(r.get("server") == "big" for r in rows):  # bodies up to 8 MiB, 8 at once

@@ -70,7 +70,7 @@ main=$PID
 
 if req "GET /v1/models" GET /v1/models "" 200 && python3 -c '
 import json,sys; d=json.load(open(sys.argv[1])); assert d["object"]=="list" and d["data"][0]["id"]=="ref", d
-i=d["data"][0]["specula"]; assert i["model_file"]=="ref-llama-spm-q8_0.gguf" and i["spec"] in ("off","ngram","suffix","draft") \
+i=d["data"][0]["specula"]; assert i["model_file"]=="ref-llama-spm-q8_0.gguf" and i["spec"] in ("auto","off","ngram","suffix","draft") \
     and i["kv_block_size"]>0 and isinstance(i["prefix_cache"],bool), i' "$tmp/out" \
     && req "GET /v1/models/ref" GET /v1/models/ref "" 200 && req "GET /v1/models/x" GET /v1/models/x "" 404 \
     && is_error invalid_request_error model; then
@@ -188,7 +188,7 @@ sys.exit(bad)
 PY
 
 # speculative decoding per request: greedy output is that of plain decoding
-python3 - "$URL" <<'PY' && ok "per-request speculative (off, ngram, suffix): same greedy text; /metrics counts drafts" || fail "speculative" "see above"
+python3 - "$URL" <<'PY' && ok "per-request speculative (off, ngram, suffix, auto): same greedy text; /metrics counts drafts" || fail "speculative" "see above"
 import http.client, json, sys, urllib.parse
 url = urllib.parse.urlparse(sys.argv[1])
 def post(body):
@@ -204,11 +204,11 @@ def drafts():
         if l.startswith("specula_spec_draft_tokens_total "): return float(l.split()[1])
 p = "one two three four one two three four one two three four one two three four"
 before = drafts()
-out = {m: post({"prompt": p, "max_tokens": 24, "temperature": 0, "speculative": {"method": m, "k": 4}}) for m in ("off", "ngram", "suffix")}
+out = {m: post({"prompt": p, "max_tokens": 24, "temperature": 0, "speculative": {"method": m, "k": 4}}) for m in ("off", "ngram", "suffix", "auto")}
 texts = {m: d["choices"][0]["text"] for m, d in out.items()}
 bad = len(set(texts.values())) != 1
 if bad: print("  texts differ:", texts)
-drafted = out["ngram"]["specula"]["spec"]["drafted"] + out["suffix"]["specula"]["spec"]["drafted"]
+drafted = sum(out[m]["specula"]["spec"]["drafted"] for m in ("ngram", "suffix", "auto"))
 if drafted <= 0 or out["off"]["specula"]["spec"]["drafted"]: bad = True; print("  drafted:", {m: d["specula"]["spec"] for m, d in out.items()})
 if drafts() - before != drafted: bad = True; print("  metrics drafts %s != %s" % (drafts() - before, drafted))
 sys.exit(1 if bad else 0)
