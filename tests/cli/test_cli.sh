@@ -157,12 +157,16 @@ else
 fi
 # a cold start is not final: with a prompt far longer than the draft's
 # catch-up window, the adaptive planner (no --spec-fixed-k) still probes the
-# draft, measures it and drafts; the output is the plain one
+# draft, measures it and drafts; the output is the plain one. Whether
+# drafting can pay at all is measured: under a sanitizer (a timeout scale
+# over 1), a draft pass costs nearly a target pass and the probe is rightly
+# skipped, so there only the output is checked
 python3 -c 'import sys; sys.stdout.write(open(sys.argv[1]).read()[:1500])' src/grammar/either.c >"$tmp/long.py"
 if "$bin" run -m "$tgt" -f "$tmp/long.py" -n 96 --temp 0 --spec draft --json -t 2 >"$tmp/cold.json" 2>"$tmp/cold.err" &&
    "$bin" run -m "$tgt" -f "$tmp/long.py" -n 96 --temp 0 --spec off --json -t 2 >"$tmp/cold0.json" 2>>"$tmp/cold.err" &&
    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); o=json.load(open(sys.argv[2]));
-assert d["spec"]["drafted"] > 0, d["spec"]; assert d["text"] == o["text"], (d["text"], o["text"])' "$tmp/cold.json" "$tmp/cold0.json"; then
+assert d["spec"]["drafted"] > 0 or sys.argv[3] != "1", d["spec"]; assert d["text"] == o["text"], (d["text"], o["text"])' \
+       "$tmp/cold.json" "$tmp/cold0.json" "${SPECULA_TIMEOUT_SCALE:-1}"; then
     ok "--spec draft from a cold start with a long prompt: the draft is probed and drafts; the same output"
 else
     fail "draft cold start" "$(head -c 300 "$tmp/cold.err") $(head -c 300 "$tmp/cold.json")"
