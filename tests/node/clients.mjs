@@ -13,6 +13,11 @@ import { generateObject, generateText, tool, Output } from 'ai';
 import { ChatOpenAI } from '@langchain/openai';
 import { z } from 'zod';
 import { check, done, J } from './checks.mjs';
+import { webcrypto } from 'node:crypto';
+
+// Node 18 (Debian 12's) has no global crypto, which LangChain's tracing
+// ids use; Node 20 has it
+if (!globalThis.crypto) globalThis.crypto = webcrypto;
 
 const [base, model, key] = process.argv.slice(2);
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0, timeout: 120000 });
