@@ -226,14 +226,9 @@ static const char code[] =
     "{%- endfor -%}\n";
 
 const char *chat_builtin_source(chat_tmpl t) {
-    switch (t) {
-    case CHAT_CHATML: return chatml;
-    case CHAT_LLAMA3: return llama3;
-    case CHAT_LLAMA2: return llama2;
-    case CHAT_MISTRAL: return mistral;
-    case CHAT_PHI3: return phi3;
-    case CHAT_GEMMA: return gemma;
-    case CHAT_CODE: return code;
-    default: return NULL;
-    }
+    static const char *const src[CHAT_N] = {[CHAT_CHATML] = chatml, [CHAT_LLAMA3] = llama3,
+                                            [CHAT_LLAMA2] = llama2, [CHAT_MISTRAL] = mistral,
+                                            [CHAT_PHI3] = phi3,     [CHAT_GEMMA] = gemma,
+                                            [CHAT_CODE] = code};
+    return t > CHAT_NONE && t < CHAT_N ? src[t] : NULL;
 }
