@@ -118,6 +118,10 @@ typedef struct {
     uint64_t tok_embd_bytes; /* of which the token embedding table */
     uint64_t repacked_bytes; /* weights repacked at load (sp_model_params.no_repack) */
     double repack_s;         /* seconds the repacking took */
+    int32_t n_rot;           /* dimensions of each head RoPE rotates (head_dim, or fewer) */
+    int32_t n_swa;           /* sliding window of the sliding layers, 0 = none */
+    int32_t n_swa_layers;    /* layers that attend through the window (0 .. n_layer) */
+    int32_t n_nope_layers;   /* layers without RoPE */
 } sp_model_info;
 
 const sp_model_info *sp_model_get_info(const sp_model *m);

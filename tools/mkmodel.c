@@ -1,9 +1,11 @@
-/* mkmodel: writes a GGUF model of any llama/qwen2 shape and tensor type with
- * seeded random weights and a vocabulary copied from another GGUF.
+/* mkmodel: writes a GGUF model of any llama/qwen2/qwen3/gemma3/phi3/smollm3
+ * shape and tensor type with seeded random weights and a vocabulary copied
+ * from another GGUF.
  *
- * The tensor names, shapes, order and metadata keys are those of llama.cpp's
- * own llama/qwen2 files, so the output loads in llama.cpp as well as here
- * (which is how reference outputs for arbitrary shapes are produced).
+ * The tensor names, shapes and metadata keys are those of llama.cpp's own
+ * files of each family (as its convert_hf_to_gguf.py writes them), so the
+ * output loads in llama.cpp as well as here (which is how reference outputs
+ * for arbitrary shapes are produced).
  *
  * Weights are generated and quantized row by row, in parallel, and streamed
  * to the file, so memory stays bounded (a few tens of MB) whatever the model
@@ -38,11 +40,24 @@ static const struct {
     [WT_Q6_K] = {"q6_k", SP_TYPE_Q6_K, 18}, [WT_Q4_K_M] = {"q4_k_m", SP_TYPE_Q4_K, 15},
 };
 
+typedef enum { A_LLAMA, A_QWEN2, A_QWEN3, A_GEMMA3, A_PHI3, A_SMOLLM3 } arch_id;
+
+static const char *const arch_names[] = {
+    [A_LLAMA] = "llama", [A_QWEN2] = "qwen2", [A_QWEN3] = "qwen3",
+    [A_GEMMA3] = "gemma3", [A_PHI3] = "phi3", [A_SMOLLM3] = "smollm3",
+};
+
 typedef struct {
     const char *out, *vocab, *arch, *name;
+    arch_id a;
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, ctx;
+    int64_t head_dim;  /* --head-dim, 0: n_embd / n_head (resolved in parse_args) */
+    int64_t rope_dims; /* --rope-dims, 0: the head dimension (resolved) */
+    int64_t swa;       /* --swa, -1: not given */
+    int64_t lr_orig;   /* --longrope ORIGCTX, 0: off */
+    float rope_linear; /* --rope-linear, 0: off */
     wtype wt;
-    bool tied;
+    bool tied, head_dim_set;
     float rope_base, eps;
     uint64_t seed;
     bool llama3;
@@ -56,7 +71,10 @@ static void usage(FILE *f) {
             "\n"
             "Writes a GGUF model with seeded random weights and the tokenizer of VOCAB.gguf.\n"
             "\n"
-            "  --arch llama|qwen2       architecture (default llama; qwen2 adds q/k/v biases)\n"
+            "  --arch A                 architecture: llama (default), qwen2 (q/k/v biases),\n"
+            "                           qwen3 (per-head q/k RMSNorm), gemma3 (q/k norms, sandwich\n"
+            "                           norms, GELU, 5 sliding layers per global one), phi3 (fused\n"
+            "                           qkv and gate|up), smollm3 (no RoPE on every 4th layer)\n"
             "  --n-embd N               embedding width (default 256)\n"
             "  --n-layer N              layers (default 4)\n"
             "  --n-head N               attention heads (default 8)\n"
@@ -65,11 +83,21 @@ static void usage(FILE *f) {
             "  --type T                 weight type: f32 f16 bf16 q8_0 q4_0 q4_k q6_k q4_k_m\n"
             "                           (default f16; norms and biases are always f32)\n"
             "  --tied                   no output.weight: the output reuses token_embd\n"
-            "  --rope-base F            RoPE frequency base (default 10000)\n"
+            "  --rope-base F            RoPE frequency base (default 10000; gemma3: 1000000,\n"
+            "                           its global layers' base: the sliding ones use 10000)\n"
+            "  --head-dim N             head dimension when not n_embd/n_head (attention.key_length\n"
+            "                           and value_length; not phi3)\n"
+            "  --swa N                  sliding window (gemma3: its sliding layers, default 512;\n"
+            "                           phi3: every layer, default 0 = none)\n"
+            "  --rope-dims N            phi3: rotate only the first N dims of each head\n"
+            "  --longrope ORIGCTX       phi3: LongRoPE short/long factors (rope_factors_short/long),\n"
+            "                           original_context_length ORIGCTX (< --ctx) and the\n"
+            "                           converter's attn_factor sqrt(1 + ln(ctx/orig) / ln(orig))\n"
+            "  --rope-linear F          gemma3: linear RoPE scaling by F on the global layers\n"
             "  --eps F                  RMSNorm epsilon (default 1e-5)\n"
             "  --ctx N                  context length (default 2048)\n"
             "  --seed N                 weight seed (default 42)\n"
-            "  --name NAME              general.name (default specula-random-ARCH)\n"
+            "  --name NAME              general.name (default specula-random-ARCH; phi3: -phi)\n"
             "  --rope-scaling-llama3 FACTOR,LOW,HIGH,ORIGCTX\n"
             "                           llama 3.1 RoPE scaling (writes rope_freqs.weight)\n"
             "  --threads N              worker threads (default: all CPUs)\n");
@@ -95,9 +123,9 @@ static bool parse_f32(const char *s, float *out) {
 
 /* Returns 0, or 2 after printing a message (the caller exits). */
 static int parse_args(int argc, char **argv, opts *o) {
-    *o = (opts){.arch = "llama", .n_embd = 256, .n_layer = 4, .n_head = 8, .n_head_kv = 4,
-                .n_ff = 688, .ctx = 2048, .wt = WT_F16, .rope_base = 10000.0f, .eps = 1e-5f,
-                .seed = 42, .threads = 0};
+    *o = (opts){.arch = "llama", .a = A_LLAMA, .n_embd = 256, .n_layer = 4, .n_head = 8, .n_head_kv = 4,
+                .n_ff = 688, .ctx = 2048, .wt = WT_F16, .rope_base = 0, .eps = 1e-5f,
+                .seed = 42, .threads = 0, .swa = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -119,8 +147,9 @@ static int parse_args(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--vocab-from")) o->vocab = v;
         else if (!strcmp(a, "--name")) o->name = v;
         else if (!strcmp(a, "--arch")) {
-            ok = !strcmp(v, "llama") || !strcmp(v, "qwen2");
-            o->arch = v;
+            ok = false;
+            for (size_t k = 0; k < sizeof arch_names / sizeof arch_names[0]; k++)
+                if (!strcmp(v, arch_names[k])) { o->a = (arch_id)k; o->arch = arch_names[k]; ok = true; }
         } else if (!strcmp(a, "--type")) {
             ok = false;
             for (size_t t = 0; t < sizeof wtypes / sizeof wtypes[0]; t++)
@@ -132,6 +161,13 @@ static int parse_args(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--n-head-kv")) ok = parse_i64(v, 1, 4096, &o->n_head_kv);
         else if (!strcmp(a, "--n-ff")) ok = parse_i64(v, 1, 1 << 20, &o->n_ff);
         else if (!strcmp(a, "--ctx")) ok = parse_i64(v, 1, INT32_MAX, &o->ctx);
+        else if (!strcmp(a, "--head-dim")) {
+            ok = parse_i64(v, 2, 1 << 14, &o->head_dim);
+            o->head_dim_set = true;
+        } else if (!strcmp(a, "--rope-dims")) ok = parse_i64(v, 2, 1 << 14, &o->rope_dims);
+        else if (!strcmp(a, "--swa")) ok = parse_i64(v, 0, INT32_MAX, &o->swa);
+        else if (!strcmp(a, "--longrope")) ok = parse_i64(v, 2, INT32_MAX, &o->lr_orig);
+        else if (!strcmp(a, "--rope-linear")) ok = parse_f32(v, &o->rope_linear) && o->rope_linear > 0;
         else if (!strcmp(a, "--rope-base")) ok = parse_f32(v, &o->rope_base) && o->rope_base > 0;
         else if (!strcmp(a, "--eps")) ok = parse_f32(v, &o->eps) && o->eps > 0;
         else if (!strcmp(a, "--seed")) {
@@ -158,22 +194,60 @@ static int parse_args(int argc, char **argv, opts *o) {
         fprintf(stderr, "mkmodel: -o and --vocab-from are required\n");
         return 2;
     }
-    if (o->n_embd % o->n_head) {
+    if (o->head_dim_set && o->a == A_PHI3) {
+        /* llama.cpp's phi3 takes the head size as n_embd / n_head (the fused
+         * qkv's K starts at row n_embd) and its converter writes no key_length */
+        fprintf(stderr, "mkmodel: --head-dim does not apply to --arch phi3\n");
+        return 2;
+    }
+    if (!o->head_dim_set && o->n_embd % o->n_head) {
         fprintf(stderr, "mkmodel: --n-embd %" PRId64 " is not a multiple of --n-head %" PRId64 "\n", o->n_embd,
                 o->n_head);
         return 2;
     }
-    if ((o->n_embd / o->n_head) % 2) {
-        fprintf(stderr, "mkmodel: head dimension %" PRId64 " must be even (RoPE rotates pairs)\n",
-                o->n_embd / o->n_head);
+    if (!o->head_dim_set) o->head_dim = o->n_embd / o->n_head;
+    if (o->head_dim % 2) {
+        fprintf(stderr, "mkmodel: head dimension %" PRId64 " must be even (RoPE rotates pairs)\n", o->head_dim);
         return 2;
     }
+    if (o->rope_dims && o->a != A_PHI3) {
+        fprintf(stderr, "mkmodel: --rope-dims applies to --arch phi3 only\n");
+        return 2;
+    }
+    if (o->rope_dims && (o->rope_dims % 2 || o->rope_dims > o->head_dim)) {
+        fprintf(stderr, "mkmodel: --rope-dims %" PRId64 " must be even and at most the head dimension %" PRId64 "\n",
+                o->rope_dims, o->head_dim);
+        return 2;
+    }
+    if (!o->rope_dims) o->rope_dims = o->head_dim;
+    if (o->swa >= 0 && o->a != A_GEMMA3 && o->a != A_PHI3) {
+        fprintf(stderr, "mkmodel: --swa applies to --arch gemma3 and phi3 only\n");
+        return 2;
+    }
+    if (o->a == A_GEMMA3 && o->swa == 0) {
+        fprintf(stderr, "mkmodel: gemma3 needs a sliding window (--swa N, N > 0)\n");
+        return 2;
+    }
+    if (o->swa < 0) o->swa = o->a == A_GEMMA3 ? 512 : 0;
+    if (o->lr_orig && o->a != A_PHI3) {
+        fprintf(stderr, "mkmodel: --longrope applies to --arch phi3 only\n");
+        return 2;
+    }
+    if (o->lr_orig && o->lr_orig >= o->ctx) {
+        fprintf(stderr, "mkmodel: --longrope %" PRId64 " must be below --ctx %" PRId64 "\n", o->lr_orig, o->ctx);
+        return 2;
+    }
+    if (o->rope_linear > 0 && o->a != A_GEMMA3) {
+        fprintf(stderr, "mkmodel: --rope-linear applies to --arch gemma3 only\n");
+        return 2;
+    }
+    if (o->rope_base == 0) o->rope_base = o->a == A_GEMMA3 ? 1000000.0f : 10000.0f;
     if (o->n_head % o->n_head_kv) {
         fprintf(stderr, "mkmodel: --n-head %" PRId64 " is not a multiple of --n-head-kv %" PRId64 "\n",
                 o->n_head, o->n_head_kv);
         return 2;
     }
-    if (o->llama3 && strcmp(o->arch, "llama") != 0) {
+    if (o->llama3 && o->a != A_LLAMA) {
         fprintf(stderr, "mkmodel: --rope-scaling-llama3 applies to --arch llama only\n");
         return 2;
     }
@@ -273,7 +347,7 @@ static void rng_for_row(rng *r, uint64_t seed, uint64_t tensor, int64_t row) {
 
 /* ---- the tensor plan -------------------------------------------------- */
 
-typedef enum { K_MATRIX, K_NORM, K_BIAS, K_ROPE_FREQS } kind;
+typedef enum { K_MATRIX, K_NORM, K_BIAS, K_ROPE_FREQS, K_ROPE_LONG, K_ROPE_SHORT } kind;
 
 typedef struct {
     char name[64];
@@ -331,9 +405,10 @@ static tensor_type matrix_type(const char *name, tensor_type want, int64_t k) {
 }
 
 static void make_plan(const opts *o, int64_t n_vocab, plan *p) {
-    const int64_t E = o->n_embd, F = o->n_ff, hd = o->n_embd / o->n_head;
+    const int64_t E = o->n_embd, F = o->n_ff, hd = o->head_dim;
     const int64_t QD = o->n_head * hd, KD = o->n_head_kv * hd;
-    const bool qwen2 = !strcmp(o->arch, "qwen2");
+    const bool qwen2 = o->a == A_QWEN2, phi3 = o->a == A_PHI3, gemma3 = o->a == A_GEMMA3;
+    const bool qk_norm = o->a == A_QWEN3 || gemma3;
     const tensor_type base = wtypes[o->wt].type;
     const bool mix = o->wt == WT_Q4_K_M;
     char nm[64];
@@ -347,6 +422,13 @@ static void make_plan(const opts *o, int64_t n_vocab, plan *p) {
         t->type = matrix_type(t->name, mix ? SP_TYPE_Q6_K : base, E);
     }
     if (o->llama3) plan_add(p, K_ROPE_FREQS, "rope_freqs.weight", hd / 2, 0, 0);
+    /* LongRoPE factors: one per rotated pair, n_rot/2, as llama.cpp's
+     * converter writes them (ik_llama.cpp's loader wants head_dim/2: the same
+     * unless --rope-dims is below the head dimension) */
+    if (o->lr_orig) {
+        plan_add(p, K_ROPE_LONG, "rope_factors_long.weight", o->rope_dims / 2, 0, 0);
+        plan_add(p, K_ROPE_SHORT, "rope_factors_short.weight", o->rope_dims / 2, 0, 0);
+    }
     for (int64_t l = 0; l < o->n_layer; l++) {
         tensor_type v_type = mix && use_more_bits(l, o->n_layer) ? SP_TYPE_Q6_K : base;
 #define ADD(k, suffix, ne0, ne1, std, ty)                                                  \
@@ -356,19 +438,35 @@ static void make_plan(const opts *o, int64_t n_vocab, plan *p) {
             if (k == K_MATRIX) t->type = matrix_type(nm, ty, ne0);                          \
         } while (0)
         ADD(K_NORM, "attn_norm.weight", E, 0, 0.1f, 0);
-        ADD(K_MATRIX, "attn_q.weight", E, QD, 0.02f, base);
-        ADD(K_MATRIX, "attn_k.weight", E, KD, 0.02f, base);
-        ADD(K_MATRIX, "attn_v.weight", E, KD, 0.02f, v_type);
+        if (phi3) {
+            /* one fused matrix: q rows, then k, then v (llama.cpp's Q4_K_M
+             * would make it Q5_K, which mkmodel cannot write: the base type) */
+            ADD(K_MATRIX, "attn_qkv.weight", E, QD + 2 * KD, 0.02f, base);
+        } else {
+            ADD(K_MATRIX, "attn_q.weight", E, QD, 0.02f, base);
+            ADD(K_MATRIX, "attn_k.weight", E, KD, 0.02f, base);
+            ADD(K_MATRIX, "attn_v.weight", E, KD, 0.02f, v_type);
+        }
         if (qwen2) {
             ADD(K_BIAS, "attn_q.bias", QD, 0, 0.05f, 0);
             ADD(K_BIAS, "attn_k.bias", KD, 0, 0.05f, 0);
             ADD(K_BIAS, "attn_v.bias", KD, 0, 0.05f, 0);
         }
+        if (qk_norm) { /* per-head RMSNorm weights, one head's width */
+            ADD(K_NORM, "attn_q_norm.weight", hd, 0, 0.1f, 0);
+            ADD(K_NORM, "attn_k_norm.weight", hd, 0, 0.1f, 0);
+        }
         ADD(K_MATRIX, "attn_output.weight", QD, E, 0.02f, base);
+        if (gemma3) ADD(K_NORM, "post_attention_norm.weight", E, 0, 0.1f, 0);
         ADD(K_NORM, "ffn_norm.weight", E, 0, 0.1f, 0);
-        ADD(K_MATRIX, "ffn_gate.weight", E, F, 0.02f, base);
-        ADD(K_MATRIX, "ffn_up.weight", E, F, 0.02f, base);
+        if (phi3) { /* fused: the first F outputs are the gate, the next F the up */
+            ADD(K_MATRIX, "ffn_up.weight", E, 2 * F, 0.02f, base);
+        } else {
+            ADD(K_MATRIX, "ffn_gate.weight", E, F, 0.02f, base);
+            ADD(K_MATRIX, "ffn_up.weight", E, F, 0.02f, base);
+        }
         ADD(K_MATRIX, "ffn_down.weight", F, E, 0.02f, v_type);
+        if (gemma3) ADD(K_NORM, "post_ffw_norm.weight", E, 0, 0.1f, 0);
 #undef ADD
     }
 }
@@ -389,6 +487,19 @@ static void llama3_factors(const opts *o, float *out, int64_t n) {
             f = 1.0 / ((1 - smooth) / o->l3_factor + smooth);
         }
         out[i] = (float)f;
+    }
+}
+
+/* LongRoPE factors (the model divides each rotation frequency by its
+ * factor), seeded: the short ones near 1, the long ones clearly larger from
+ * the first (fastest) pair on, so that using the wrong set shows at once. */
+static void longrope_factors(const opts *o, const char *name, bool lng, float *out, int64_t n) {
+    rng r;
+    rng_for_row(&r, o->seed, name_hash(name), 0);
+    for (int64_t i = 0; i < n; i++) {
+        double t = n > 1 ? (double)i / (double)(n - 1) : 0.0;
+        double j = fabs(norm_from_bits((uint32_t)(rng_next(&r) >> 32)));
+        out[i] = (float)(lng ? 1.5 + 6.0 * t + 0.5 * j : 1.0 + 0.1 * t + 0.05 * j);
     }
 }
 
@@ -554,7 +665,10 @@ int main(int argc, char **argv) {
     char key[128], name[128], desc[256];
 #define AK(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
     gguf_writer *w = gguf_writer_create();
-    snprintf(name, sizeof name, "specula-random-%s", arch);
+    /* not "...phi3" for phi3: llama.cpp's vocabulary loader gives a model
+     * whose general.name contains "phi3" or "phi-3" Phi-3's special-token
+     * attributes, and fails on a vocabulary without <|endoftext|> */
+    snprintf(name, sizeof name, "specula-random-%s", o.a == A_PHI3 ? "phi" : arch);
     gguf_set_str(w, "general.architecture", arch);
     gguf_set_str(w, "general.name", o.name ? o.name : name);
     gguf_set_u32(w, AK("context_length"), (uint32_t)o.ctx);
@@ -565,7 +679,25 @@ int main(int argc, char **argv) {
     gguf_set_u32(w, AK("attention.head_count_kv"), (uint32_t)o.n_head_kv);
     gguf_set_f32(w, AK("rope.freq_base"), o.rope_base);
     gguf_set_f32(w, AK("attention.layer_norm_rms_epsilon"), o.eps);
-    gguf_set_u32(w, AK("rope.dimension_count"), (uint32_t)(o.n_embd / o.n_head));
+    /* llama.cpp's converter writes no rope.dimension_count for qwen3 and
+     * gemma3 (it defaults to key_length there), which they always have */
+    if (o.a != A_QWEN3 && o.a != A_GEMMA3) gguf_set_u32(w, AK("rope.dimension_count"), (uint32_t)o.rope_dims);
+    if (o.head_dim_set || o.a == A_QWEN3 || o.a == A_GEMMA3) {
+        gguf_set_u32(w, AK("attention.key_length"), (uint32_t)o.head_dim);
+        gguf_set_u32(w, AK("attention.value_length"), (uint32_t)o.head_dim);
+    }
+    if (o.a == A_GEMMA3 || o.a == A_PHI3) gguf_set_u32(w, AK("attention.sliding_window"), (uint32_t)o.swa);
+    if (o.a == A_PHI3) {
+        gguf_set_u32(w, AK("rope.scaling.original_context_length"), (uint32_t)(o.lr_orig ? o.lr_orig : o.ctx));
+        if (o.lr_orig) {
+            double scale = (double)o.ctx / (double)o.lr_orig;
+            gguf_set_f32(w, AK("rope.scaling.attn_factor"), (float)sqrt(1 + log(scale) / log((double)o.lr_orig)));
+        }
+    }
+    if (o.rope_linear > 0) {
+        gguf_set_str(w, AK("rope.scaling.type"), "linear");
+        gguf_set_f32(w, AK("rope.scaling.factor"), o.rope_linear);
+    }
     gguf_set_u32(w, AK("vocab_size"), (uint32_t)n_vocab);
     gguf_set_u32(w, "general.file_type", wtypes[o.wt].ftype);
     gguf_set_str(w, "general.license", "MIT");
@@ -589,6 +721,8 @@ int main(int argc, char **argv) {
         float *x = malloc((size_t)t->ne[0] * sizeof(float));
         if (!x) { fprintf(stderr, "mkmodel: out of memory\n"); return 1; }
         if (t->k == K_ROPE_FREQS) llama3_factors(&o, x, t->ne[0]);
+        else if (t->k == K_ROPE_LONG || t->k == K_ROPE_SHORT)
+            longrope_factors(&o, t->name, t->k == K_ROPE_LONG, x, t->ne[0]);
         else fill_row(t, o.seed, 0, x);
         gguf_add_tensor(w, t->name, SP_TYPE_F32, 1, t->ne, x, (size_t)t->ne[0] * sizeof(float));
         free(x);

@@ -1,13 +1,23 @@
-/* arch.c: the architecture table. Adding a family whose block is the
- * llama block with a different RoPE layout or biases is one row here. */
+/* arch.c: the architecture table. A family whose block is the llama block
+ * with its own switches (RoPE layout, biases, q/k norms, sandwich norms,
+ * fused matrices, activation, sliding window, NoPE layers) is one row here;
+ * the GGUF names are those llama.cpp's converter writes. */
 #include "model/model.h"
 
 #include <string.h>
 
 static const model_arch ARCHS[] = {
-    /* name     rope          qkv_bias eps    rope base */
-    {"llama", SP_ROPE_NORM, false, 1e-5f, 10000.0f},
-    {"qwen2", SP_ROPE_NEOX, true, 1e-6f, 1000000.0f},
+    /* name      rope          bias   qk_norm sandwich embd_scale fused  longrope act
+     *           swa_every swa_rope_base nope_every eps  rope base */
+    {"llama", SP_ROPE_NORM, false, false, false, false, false, false, SP_ACT_SILU, 0, 0.0f, 0, 1e-5f, 10000.0f},
+    {"qwen2", SP_ROPE_NEOX, true, false, false, false, false, false, SP_ACT_SILU, 0, 0.0f, 0, 1e-6f, 1000000.0f},
+    {"qwen3", SP_ROPE_NEOX, false, true, false, false, false, false, SP_ACT_SILU, 0, 0.0f, 0, 1e-6f, 1000000.0f},
+    /* Gemma 3: five sliding layers (local base 10000) to one global */
+    {"gemma3", SP_ROPE_NEOX, false, true, true, true, false, false, SP_ACT_GELU, 6, 10000.0f, 0, 1e-6f, 1000000.0f},
+    /* Phi-3/3.5/4-mini: every layer slides where the file sets a window */
+    {"phi3", SP_ROPE_NEOX, false, false, false, false, true, true, SP_ACT_SILU, 1, 0.0f, 0, 1e-5f, 10000.0f},
+    /* SmolLM3: every fourth layer without RoPE */
+    {"smollm3", SP_ROPE_NORM, false, false, false, false, false, false, SP_ACT_SILU, 0, 0.0f, 4, 1e-6f, 10000.0f},
 };
 
 const model_arch *arch_find(const char *name) {
@@ -16,4 +26,4 @@ const model_arch *arch_find(const char *name) {
     return NULL;
 }
 
-const char *sp_arch_names(void) { return "llama, qwen2"; }
+const char *sp_arch_names(void) { return "llama, qwen2, qwen3, gemma3, phi3, smollm3"; }

@@ -45,9 +45,11 @@ void model_fingerprint(const sp_model *m, uint8_t out[32]) {
     fp_weight(h, &m->tok_embd);
     fp_weight(h, &m->output);
     for (int32_t l = 0; m->layers && l < i->n_layer; l++) {
-        const model_layer *y = &m->layers[l];
-        const model_weight *ws[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
-        for (int k = 0; k < 7; k++) fp_weight(h, ws[k]);
+        model_layer *y = &m->layers[l];
+        model_weight *ws[MODEL_LAYER_MATS];
+        model_layer_mats(y, ws);
+        for (int k = 0; k < MODEL_LAYER_MATS; k++)
+            if (ws[k]->data) fp_weight(h, ws[k]);
         EVP_DigestUpdate(h, y->attn_norm, (size_t)i->n_embd * sizeof(float));
     }
     unsigned int len = 32;

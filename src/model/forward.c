@@ -34,7 +34,10 @@ struct sp_context {
     float *att;      /* [B][H*D] attention output */
     float *gate;     /* [B][F] */
     float *up;       /* [B][F] */
-    float *rope_cs;  /* [B][D/2][2] cos, sin of each token's RoPE angles */
+    float *rope_cs;  /* [B][n_rot/2][2] cos, sin of each token's RoPE angles */
+    float *rope_cs_swa; /* [B][n_rot/2][2] the same at the sliding layers' base, or NULL */
+    const float *rope_factors; /* [n_rot/2] frequency divisors for this context, or NULL */
+    float *fused;    /* [B][max(H + 2Hk) D, 2F)] output of a fused matrix, or NULL */
     float *scores;   /* [n_threads][SP_ATTN_MAX_Q][n_ctx] attention scores */
     uint16_t *q16;   /* [n_threads][D] f16 copy of a query head */
     int32_t *runs;   /* [2][B][2] attention runs (first batch index, tokens): of
@@ -64,10 +67,10 @@ static size_t max_scratch(const sp_model *m, int64_t B) {
     const model_weight *ws[] = {&m->tok_embd, &m->output};
     for (int i = 0; i < 2; i++) s = SP_MAX(s, matmul_scratch_size(ws[i]->type, ws[i]->n_in, B));
     for (int l = 0; l < m->info.n_layer; l++) {
-        const model_layer *y = &m->layers[l];
-        const model_weight *lw[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
-        for (int i = 0; i < 7; i++)
-            s = SP_MAX(s, matmul_scratch_size(lw[i]->type, lw[i]->n_in, B));
+        model_weight *lw[MODEL_LAYER_MATS];
+        model_layer_mats(&m->layers[l], lw);
+        for (int i = 0; i < MODEL_LAYER_MATS; i++)
+            if (lw[i]->data) s = SP_MAX(s, matmul_scratch_size(lw[i]->type, lw[i]->n_in, B));
     }
     return s;
 }
@@ -118,6 +121,16 @@ static sp_context *context_create(const sp_model *m, sp_context_params p, kv_sto
     c->gate = malloc(B * F * sizeof(float));
     c->up = malloc(B * F * sizeof(float));
     c->rope_cs = malloc(B * D * sizeof(float));
+    bool swa_base = false, fused = false;
+    for (int32_t l = 0; l < h->n_layer; l++) {
+        swa_base |= m->layers[l].rope_swa;
+        fused |= m->layers[l].wqkv.data != NULL || m->layers[l].w_gate.data == NULL;
+    }
+    if (swa_base && !(c->rope_cs_swa = malloc(B * D * sizeof(float)))) goto oom;
+    if (fused && !(c->fused = malloc(B * SP_MAX(QD + 2 * KD, 2 * F) * sizeof(float)))) goto oom;
+    /* LongRoPE: the long factors where a sequence may run past the context
+     * the model was first trained on, as llama.cpp chooses per context */
+    c->rope_factors = m->rope_long ? (p.n_ctx > m->rope_orig_ctx ? m->rope_long : m->rope_short) : m->rope_factors;
     c->scores = malloc((size_t)p.n_threads * SP_ATTN_MAX_Q * p.n_ctx * sizeof(float));
     c->runs = malloc((size_t)4 * B * sizeof(int32_t));
     c->q16 = malloc((size_t)p.n_threads * D * sizeof(uint16_t));
@@ -163,6 +176,8 @@ void sp_context_free(sp_context *c) {
     free(c->gate);
     free(c->up);
     free(c->rope_cs);
+    free(c->rope_cs_swa);
+    free(c->fused);
     free(c->scores);
     free(c->q16);
     free(c->runs);
@@ -205,29 +220,32 @@ static void weight_matmul(sp_context *c, const model_weight *w, const float *x, 
         matmul(c->pool, w->data, w->type, w->n_out, w->n_in, x, n_tok, y, w->n_out, c->mm_scratch);
 }
 
-/* RoPE angles of one position: cs[i] = (cos, sin) of pos * base^(-2i/D),
- * divided by the llama3 frequency factor and scaled. theta is built by
- * repeated multiplication, as llama.cpp's rope cache does, so the angles
- * agree to the last bit. Computed once per token, shared by all layers. */
-static void rope_angles(float *cs, int32_t D, int32_t pos, float base, float freq_scale,
-                        const float *factors) {
-    const float theta_scale = powf(base, -2.0f / (float)D);
+/* RoPE angles of one position: cs[i] = (cos, sin) of pos * base^(-2i/R)
+ * (R = n_rot, the rotated dimensions), divided by the frequency factor
+ * (llama3's or LongRoPE's), scaled, and times mscale (LongRoPE's attention
+ * factor, 1 elsewhere). theta is built by repeated multiplication, as
+ * llama.cpp's rope cache does, so the angles agree to the last bit.
+ * Computed once per token, shared by all layers. */
+static void rope_angles(float *cs, int32_t R, int32_t pos, float base, float freq_scale,
+                        const float *factors, float mscale) {
+    const float theta_scale = powf(base, -2.0f / (float)R);
     float theta = (float)pos;
-    for (int32_t i = 0; i < D / 2; i++) {
+    for (int32_t i = 0; i < R / 2; i++) {
         float t = theta / (factors ? factors[i] : 1.0f) * freq_scale;
-        cs[2 * i] = cosf(t);
-        cs[2 * i + 1] = sinf(t);
+        cs[2 * i] = cosf(t) * mscale;
+        cs[2 * i + 1] = sinf(t) * mscale;
         theta *= theta_scale;
     }
 }
 
-/* Rotates one head vector in place. NORM rotates adjacent pairs
- * (2i, 2i+1), NEOX rotates (i, i + D/2): a' = fma(a, cos, -(b sin)),
+/* Rotates the first R dimensions of one head vector in place (the rest, a
+ * partial RoPE's, stay as they are). NORM rotates adjacent pairs
+ * (2i, 2i+1), NEOX rotates (i, i + R/2): a' = fma(a, cos, -(b sin)),
  * b' = fma(a, sin, b cos), as llama.cpp's compiled rope rounds. */
-static void rope(float *x, int32_t D, const float *cs, rope_kind kind) {
-    for (int32_t i = 0; i < D / 2; i++) {
+static void rope(float *x, int32_t R, const float *cs, rope_kind kind) {
+    for (int32_t i = 0; i < R / 2; i++) {
         int32_t a = kind == SP_ROPE_NEOX ? i : 2 * i;
-        int32_t b = kind == SP_ROPE_NEOX ? i + D / 2 : 2 * i + 1;
+        int32_t b = kind == SP_ROPE_NEOX ? i + R / 2 : 2 * i + 1;
         float x0 = x[a], x1 = x[b];
         /* llama.cpp's rope (ggml-cpu, built -march=native with the default
          * -ffp-contract) fuses the first product of each line into an FMA:
@@ -286,7 +304,8 @@ static void attn_worker(void *arg, int ith, int nth) {
     /* chunks per KV head: at least as many items as threads, where the
      * heads allow (every slot derives the same count) */
     const int32_t items = t->n_runs * Hk, NC = items < nth ? SP_MIN(G, (nth + items - 1) / items) : 1;
-    const float scale = 1.0f / sqrtf((float)D);
+    const float scale = c->m->attn_scale;
+    const int32_t win = c->m->layers[t->layer].window;
     float *scores = c->scores + (size_t)ith * SP_ATTN_MAX_Q * c->p.n_ctx;
     uint16_t *q16 = c->q16 + (size_t)ith * D;
     const int64_t per_run = (int64_t)Hk * NC, n_items = (int64_t)t->n_runs * per_run;
@@ -296,7 +315,7 @@ static void attn_worker(void *arg, int ith, int nth) {
         const int32_t i = t->runs[2 * r], nq = t->runs[2 * r + 1];
         const int32_t h0 = g * G + ch * G / NC, h1 = g * G + (ch + 1) * G / NC; /* heads [h0, h1) */
         ops_attn_run(c->ops, c->q + ((size_t)i * H + h0) * D, (size_t)H * D, nq, h1 - h0, c->kv, t->layer,
-                    t->b->seq[i], g, D, t->b->pos[i] + 1, scale, scores, c->p.n_ctx, q16,
+                    t->b->seq[i], g, D, t->b->pos[i] + 1, win, scale, scores, c->p.n_ctx, q16,
                     c->att + ((size_t)i * H + h0) * D, (size_t)H * D);
     }
 }
@@ -311,7 +330,18 @@ static void glu_worker(void *arg, int ith, int nth) {
     int64_t chunk = (t->n + nth - 1) / nth;
     chunk = (chunk + 15) & ~(int64_t)15;
     int64_t i0 = (int64_t)ith * chunk, i1 = SP_MIN(t->n, i0 + chunk);
-    if (i0 < i1) t->c->ops->swiglu(i1 - i0, t->c->gate + i0, t->c->up + i0, t->c->gate + i0);
+    if (i0 >= i1) return;
+    if (t->c->m->arch->act == SP_ACT_GELU) ops_geglu(i1 - i0, t->c->gate + i0, t->c->up + i0, t->c->gate + i0);
+    else t->c->ops->swiglu(i1 - i0, t->c->gate + i0, t->c->up + i0, t->c->gate + i0);
+}
+
+/* Rows [n] of a fused matrix's output (row stride a + b) split into
+ * out_a [n][a] and out_b [n][b]. */
+static void split_rows(const float *in, int32_t n, int64_t a, int64_t b, float *out_a, float *out_b) {
+    for (int32_t i = 0; i < n; i++) {
+        memcpy(out_a + (size_t)i * a, in + (size_t)i * (a + b), (size_t)a * sizeof(float));
+        memcpy(out_b + (size_t)i * b, in + (size_t)i * (a + b) + a, (size_t)b * sizeof(float));
+    }
 }
 
 static int validate(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
@@ -389,10 +419,19 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
     for (int32_t i = 0; i < B; i++)
         dequantize_row(m->tok_embd.type, (const char *)m->tok_embd.data + (size_t)b->token[i] * erow,
                           c->x + (size_t)i * E, E);
+    if (m->arch->embd_scale) { /* gemma: the embeddings times sqrt(n_embd) */
+        const float es = sqrtf((float)E);
+        for (int64_t j = 0; j < (int64_t)B * E; j++) c->x[j] *= es;
+    }
 
-    for (int32_t i = 0; i < B; i++)
-        rope_angles(c->rope_cs + (size_t)i * D, D, b->pos[i], h->rope_base, h->rope_freq_scale,
-                    m->rope_factors);
+    const int32_t R = h->n_rot;
+    for (int32_t i = 0; i < B; i++) {
+        rope_angles(c->rope_cs + (size_t)i * D, R, b->pos[i], h->rope_base, h->rope_freq_scale,
+                    c->rope_factors, m->rope_attn_factor);
+        if (c->rope_cs_swa) /* the sliding layers' own base, unscaled */
+            rope_angles(c->rope_cs_swa + (size_t)i * D, R, b->pos[i], m->arch->swa_rope_base, 1.0f, NULL,
+                        m->rope_attn_factor);
+    }
     const bool f16kv = c->kv->type == SP_TYPE_F16;
     int32_t *runs_out = c->runs + 2 * B;
     const int32_t n_runs = make_runs(b, NULL, B, c->runs);
@@ -402,9 +441,19 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
         const model_layer *y = &m->layers[l];
         for (int32_t i = 0; i < B; i++)
             ops_rmsnorm(c->x + (size_t)i * E, y->attn_norm, c->xn + (size_t)i * E, E, h->norm_eps);
-        weight_matmul(c, &y->wq, c->xn, B, c->q);
-        weight_matmul(c, &y->wk, c->xn, B, c->k);
-        weight_matmul(c, &y->wv, c->xn, B, c->v);
+        if (y->wqkv.data) { /* fused: q, k and v rows of one matrix */
+            weight_matmul(c, &y->wqkv, c->xn, B, c->fused);
+            for (int32_t i = 0; i < B; i++) {
+                const float *f = c->fused + (size_t)i * (QD + 2 * KD);
+                memcpy(c->q + (size_t)i * QD, f, (size_t)QD * sizeof(float));
+                memcpy(c->k + (size_t)i * KD, f + QD, (size_t)KD * sizeof(float));
+                memcpy(c->v + (size_t)i * KD, f + QD + KD, (size_t)KD * sizeof(float));
+            }
+        } else {
+            weight_matmul(c, &y->wq, c->xn, B, c->q);
+            weight_matmul(c, &y->wk, c->xn, B, c->k);
+            weight_matmul(c, &y->wv, c->xn, B, c->v);
+        }
         for (int32_t i = 0; i < B; i++) {
             float *q = c->q + (size_t)i * QD, *k = c->k + (size_t)i * KD, *v = c->v + (size_t)i * KD;
             if (y->bq) {
@@ -412,9 +461,15 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
                 for (int32_t j = 0; j < KD; j++) k[j] += y->bk[j];
                 for (int32_t j = 0; j < KD; j++) v[j] += y->bv[j];
             }
-            const float *cs = c->rope_cs + (size_t)i * D;
-            for (int32_t hd = 0; hd < H; hd++) rope(q + (size_t)hd * D, D, cs, m->arch->rope);
-            for (int32_t hd = 0; hd < Hk; hd++) rope(k + (size_t)hd * D, D, cs, m->arch->rope);
+            if (y->q_norm) { /* each head normalized before it is rotated */
+                for (int32_t hd = 0; hd < H; hd++) ops_rmsnorm(q + (size_t)hd * D, y->q_norm, q + (size_t)hd * D, D, h->norm_eps);
+                for (int32_t hd = 0; hd < Hk; hd++) ops_rmsnorm(k + (size_t)hd * D, y->k_norm, k + (size_t)hd * D, D, h->norm_eps);
+            }
+            if (y->rope) {
+                const float *cs = (y->rope_swa ? c->rope_cs_swa : c->rope_cs) + (size_t)i * D;
+                for (int32_t hd = 0; hd < H; hd++) rope(q + (size_t)hd * D, R, cs, m->arch->rope);
+                for (int32_t hd = 0; hd < Hk; hd++) rope(k + (size_t)hd * D, R, cs, m->arch->rope);
+            }
             void *kr = c->kv->ops->k_row(c->kv, l, b->seq[i], b->pos[i]);
             void *vr = c->kv->ops->v_row(c->kv, l, b->seq[i], b->pos[i]);
             if (f16kv) { /* the dispatched converter: F16C where the CPU has it */
@@ -443,15 +498,26 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
             if (nb == 0) break;
         }
         weight_matmul(c, &y->wo, c->att, nb, c->xn);
+        if (y->post_attn_norm) /* sandwich: the sub-block's output normalized before the add */
+            for (int32_t i = 0; i < nb; i++)
+                ops_rmsnorm(c->xn + (size_t)i * E, y->post_attn_norm, c->xn + (size_t)i * E, E, h->norm_eps);
         for (int64_t j = 0; j < (int64_t)nb * E; j++) c->x[j] += c->xn[j];
 
         for (int32_t i = 0; i < nb; i++)
             ops_rmsnorm(c->x + (size_t)i * E, y->ffn_norm, c->xn + (size_t)i * E, E, h->norm_eps);
-        weight_matmul(c, &y->w_gate, c->xn, nb, c->gate);
-        weight_matmul(c, &y->w_up, c->xn, nb, c->up);
+        if (y->w_gate.data) {
+            weight_matmul(c, &y->w_gate, c->xn, nb, c->gate);
+            weight_matmul(c, &y->w_up, c->xn, nb, c->up);
+        } else { /* fused: gate then up in each row */
+            weight_matmul(c, &y->w_up, c->xn, nb, c->fused);
+            split_rows(c->fused, nb, F, F, c->gate, c->up);
+        }
         glu_task gt = {c, (int64_t)nb * F};
         pool_run(c->pool, glu_worker, &gt);
         weight_matmul(c, &y->w_down, c->gate, nb, c->xn);
+        if (y->post_ffn_norm)
+            for (int32_t i = 0; i < nb; i++)
+                ops_rmsnorm(c->xn + (size_t)i * E, y->post_ffn_norm, c->xn + (size_t)i * E, E, h->norm_eps);
         for (int64_t j = 0; j < (int64_t)nb * E; j++) c->x[j] += c->xn[j];
     }
 

@@ -123,6 +123,48 @@ static bool load_vec(loader *l, const char *name, int64_t n, bool required, floa
     return true;
 }
 
+/* The per-layer layout: which layers slide (and with what window and RoPE
+ * base), which have no RoPE, and the attention scale. */
+static bool load_layout(loader *l) {
+    sp_model *m = l->m;
+    sp_model_info *h = &m->info;
+    const model_arch *a = m->arch;
+    uint32_t v;
+    h->n_swa = 0;
+    if (a->swa_every) {
+        char key[160];
+        snprintf(key, sizeof(key), "%s.attention.sliding_window", a->name);
+        if (gguf_find_key(m->gguf, key) >= 0) {
+            if (!get_u32_key(l, "attention.sliding_window", &v, true)) return false;
+            h->n_swa = (int32_t)SP_MIN(v, (uint32_t)INT32_MAX);
+        } else if (a->swa_every > 1) { /* gemma3: its window is part of the block */
+            seterr(l->err, l->errlen, "%s: missing metadata %s", l->path, key);
+            return false;
+        } else if ((h->n_layer == 32 || h->n_layer == 40) && h->n_ctx_train == 4096) {
+            h->n_swa = 2047; /* Phi-3-mini/medium-4k files written before the key existed */
+        }
+    }
+    /* a window that covers the whole trained context is no window */
+    if (h->n_swa >= h->n_ctx_train) h->n_swa = 0;
+    for (int32_t i = 0; i < h->n_layer; i++) {
+        model_layer *y = &m->layers[i];
+        const bool slides = h->n_swa > 0 && (a->swa_every == 1 || (i + 1) % a->swa_every != 0);
+        y->window = slides ? h->n_swa : 0;
+        y->rope_swa = slides && a->swa_rope_base > 0;
+        y->rope = !(a->nope_every && (i + 1) % a->nope_every == 0);
+        h->n_swa_layers += slides;
+        h->n_nope_layers += !y->rope;
+    }
+    /* Gemma 3 27B scales by n_embd / n_head (its query_pre_attn_scalar), the
+     * others by head_dim, as llama.cpp decides by the layer count */
+    float qpa = a == arch_find("gemma3") && h->n_layer == 62 ? (float)h->n_embd / h->n_head : (float)h->head_dim;
+    if (!get_f32_key(l, "attention.query_pre_attn_scalar", 1e-3f, 1e6f, &qpa)) return false;
+    m->attn_scale = 1.0f / sqrtf(qpa);
+    m->rope_orig_ctx = h->n_ctx_train;
+    if (get_u32_key(l, "rope.scaling.original_context_length", &v, false)) m->rope_orig_ctx = (int32_t)SP_MIN(v, (uint32_t)INT32_MAX);
+    return true;
+}
+
 static bool load_hparams(loader *l) {
     sp_model *m = l->m;
     sp_model_info *h = &m->info;
@@ -155,9 +197,12 @@ static bool load_hparams(loader *l) {
         }
         h->n_ctx_train = (int32_t)v;
     }
+    char key[160];
+    snprintf(key, sizeof(key), "%s.attention.key_length", m->arch->name);
+    const bool key_len = gguf_find_key(m->gguf, key) >= 0; /* else head_dim = n_embd / n_head */
     if (h->n_embd <= 0 || h->n_embd > (1 << 16) || h->n_layer <= 0 || h->n_layer > 1024 ||
         h->n_head <= 0 || h->n_head > 1024 || h->n_head_kv <= 0 || h->n_ff <= 0 ||
-        h->n_ff > (1 << 20) || h->n_head % h->n_head_kv != 0 || h->n_embd % h->n_head != 0) {
+        h->n_ff > (1 << 20) || h->n_head % h->n_head_kv != 0 || (!key_len && h->n_embd % h->n_head != 0)) {
         seterr(l->err, l->errlen,
                   "%s: inconsistent hyperparameters (n_embd %d, n_layer %d, n_head %d, "
                   "n_head_kv %d, n_ff %d)", l->path, h->n_embd, h->n_layer, h->n_head,
@@ -165,15 +210,18 @@ static bool load_hparams(loader *l) {
         return false;
     }
     h->head_dim = h->n_embd / h->n_head;
-    if (get_u32_key(l, "attention.key_length", &v, false)) h->head_dim = (int32_t)v;
+    if (key_len && !get_u32_key(l, "attention.key_length", &v, true)) return false;
+    if (key_len) h->head_dim = (int32_t)v;
     uint32_t rope_dims = (uint32_t)h->head_dim;
     if (get_u32_key(l, "rope.dimension_count", &v, false)) rope_dims = v;
-    if (h->head_dim <= 0 || h->head_dim > 1024 || h->head_dim % 2 ||
-        rope_dims != (uint32_t)h->head_dim) {
+    /* partial RoPE (Phi-4-mini: 96 of 128): the first n_rot of each head rotate */
+    if (h->head_dim <= 0 || h->head_dim > 1024 || h->head_dim % 2 || rope_dims == 0 || rope_dims % 2 ||
+        rope_dims > (uint32_t)h->head_dim) {
         seterr(l->err, l->errlen, "%s: head_dim %d with rope.dimension_count %u is not "
-                  "supported (partial RoPE)", l->path, h->head_dim, rope_dims);
+                  "supported (an even count of at most head_dim)", l->path, h->head_dim, rope_dims);
         return false;
     }
+    h->n_rot = (int32_t)rope_dims;
     /* the value head must be the key head: one head_dim throughout */
     if (get_u32_key(l, "attention.value_length", &v, false) && v != (uint32_t)h->head_dim) {
         seterr(l->err, l->errlen, "%s: attention.value_length %u differs from the key length "
@@ -190,7 +238,8 @@ static bool load_hparams(loader *l) {
     if (!get_f32_key(l, "attention.layer_norm_rms_epsilon", 1e-30f, 1.0f, &h->norm_eps))
         return false;
     h->rope_freq_scale = 1.0f;
-    char key[160];
+    m->rope_attn_factor = 1.0f;
+    if (!get_f32_key(l, "rope.scaling.attn_factor", 1e-3f, 1e3f, &m->rope_attn_factor)) return false;
     snprintf(key, sizeof(key), "%s.rope.scaling.type", m->arch->name);
     gguf_str st;
     if (gguf_get_str(m->gguf, key, &st) && st.n == 6 && memcmp(st.p, "linear", 6) == 0) {
@@ -219,41 +268,66 @@ static bool load_tensors(loader *l) {
     if (!load_weight(l, "output.weight", E, V, false, &m->output)) return false;
     h->tied_output = m->output.data == NULL;
     if (h->tied_output) m->output = m->tok_embd;
-    const gguf_tensor *rf = gguf_find_tensor(m->gguf, "rope_freqs.weight");
-    if (rf && !load_vec(l, "rope_freqs.weight", h->head_dim / 2, true, &m->rope_factors))
-        return false;
-    /* the RoPE angles are divided by these */
-    for (int32_t i = 0; m->rope_factors && i < h->head_dim / 2; i++)
-        if (!isfinite(m->rope_factors[i]) || !(m->rope_factors[i] > 0)) {
-            seterr(l->err, l->errlen, "%s: rope_freqs.weight[%d] = %g (the frequency factors "
-                      "must be finite and positive)", l->path, i, m->rope_factors[i]);
+    /* RoPE frequency divisors: llama3's, or LongRoPE's pair (phi3) */
+    static const char *const fnames[] = {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"};
+    float **fdst[] = {&m->rope_factors, &m->rope_long, &m->rope_short};
+    for (int f = 0; f < 3; f++) {
+        if (f && !m->arch->longrope) continue;
+        if (gguf_find_tensor(m->gguf, fnames[f]) && !load_vec(l, fnames[f], h->n_rot / 2, true, fdst[f]))
             return false;
-        }
-    h->rope_freq_factors = m->rope_factors != NULL;
+        /* the RoPE angles are divided by these */
+        for (int32_t i = 0; *fdst[f] && i < h->n_rot / 2; i++)
+            if (!isfinite((*fdst[f])[i]) || !((*fdst[f])[i] > 0)) {
+                seterr(l->err, l->errlen, "%s: %s[%d] = %g (the frequency factors "
+                          "must be finite and positive)", l->path, fnames[f], i, (*fdst[f])[i]);
+                return false;
+            }
+    }
+    if (!m->rope_long != !m->rope_short) {
+        seterr(l->err, l->errlen, "%s: LongRoPE needs both rope_factors_long and rope_factors_short", l->path);
+        return false;
+    }
+    h->rope_freq_factors = m->rope_factors != NULL || m->rope_long != NULL;
 
     m->layers = calloc((size_t)h->n_layer, sizeof(model_layer));
     if (!m->layers) {
         seterr(l->err, l->errlen, "out of memory");
         return false;
     }
+    if (!load_layout(l)) return false;
+    const model_arch *a = m->arch;
     char name[96];
 #define NAME(fmt) (snprintf(name, sizeof(name), "blk.%d." fmt, i), name)
     for (int i = 0; i < h->n_layer; i++) {
         model_layer *y = &m->layers[i];
-        bool bias = m->arch->qkv_bias;
+        bool bias = a->qkv_bias;
+        /* phi3 writes fused matrices; a converter may also split them */
+        const bool fqkv = a->fused && gguf_find_tensor(m->gguf, NAME("attn_qkv.weight"));
+        const bool fup = a->fused && !gguf_find_tensor(m->gguf, NAME("ffn_gate.weight"));
         if (!load_vec(l, NAME("attn_norm.weight"), E, true, &y->attn_norm) ||
-            !load_weight(l, NAME("attn_q.weight"), E, QD, true, &y->wq) ||
-            !load_weight(l, NAME("attn_k.weight"), E, KD, true, &y->wk) ||
-            !load_weight(l, NAME("attn_v.weight"), E, KD, true, &y->wv) ||
+            (fqkv && !load_weight(l, NAME("attn_qkv.weight"), E, QD + 2 * KD, true, &y->wqkv)) ||
+            (!fqkv && (!load_weight(l, NAME("attn_q.weight"), E, QD, true, &y->wq) ||
+                       !load_weight(l, NAME("attn_k.weight"), E, KD, true, &y->wk) ||
+                       !load_weight(l, NAME("attn_v.weight"), E, KD, true, &y->wv))) ||
             !load_weight(l, NAME("attn_output.weight"), QD, E, true, &y->wo) ||
             !load_vec(l, NAME("attn_q.bias"), QD, bias, &y->bq) ||
             !load_vec(l, NAME("attn_k.bias"), KD, bias, &y->bk) ||
             !load_vec(l, NAME("attn_v.bias"), KD, bias, &y->bv) ||
+            !load_vec(l, NAME("attn_q_norm.weight"), h->head_dim, a->qk_norm, &y->q_norm) ||
+            !load_vec(l, NAME("attn_k_norm.weight"), h->head_dim, a->qk_norm, &y->k_norm) ||
+            !load_vec(l, NAME("post_attention_norm.weight"), E, a->sandwich, &y->post_attn_norm) ||
             !load_vec(l, NAME("ffn_norm.weight"), E, true, &y->ffn_norm) ||
-            !load_weight(l, NAME("ffn_gate.weight"), E, F, true, &y->w_gate) ||
-            !load_weight(l, NAME("ffn_up.weight"), E, F, true, &y->w_up) ||
+            !load_vec(l, NAME("post_ffw_norm.weight"), E, a->sandwich, &y->post_ffn_norm) ||
+            (!fup && !load_weight(l, NAME("ffn_gate.weight"), E, F, true, &y->w_gate)) ||
+            !load_weight(l, NAME("ffn_up.weight"), E, fup ? 2 * F : F, true, &y->w_up) ||
             !load_weight(l, NAME("ffn_down.weight"), F, E, true, &y->w_down))
             return false;
+        /* a file of an arch without them must not carry them unread */
+        if (!a->qk_norm && (gguf_find_tensor(m->gguf, NAME("attn_q_norm.weight")) ||
+                            gguf_find_tensor(m->gguf, NAME("attn_k_norm.weight")))) {
+            seterr(l->err, l->errlen, "%s: tensor %s is not part of a %s block", l->path, name, a->name);
+            return false;
+        }
     }
 #undef NAME
     return true;
@@ -267,23 +341,23 @@ static bool load_tensors(loader *l) {
  * Not an error when it cannot be done: the file's layout serves. */
 static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-/* Matrix i of the 1 + 7 * n_layer that matmul multiplies by: the output
- * head, then each layer's. */
+/* Matrix i of the 1 + MODEL_LAYER_MATS * n_layer that matmul multiplies
+ * by: the output head, then each layer's (empty ones have no data). */
 static model_weight *matrix_at(sp_model *m, int i) {
     if (i == 0) return &m->output;
-    model_layer *y = &m->layers[(i - 1) / 7];
-    model_weight *lw[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
-    return lw[(i - 1) % 7];
+    model_weight *lw[MODEL_LAYER_MATS];
+    model_layer_mats(&m->layers[(i - 1) / MODEL_LAYER_MATS], lw);
+    return lw[(i - 1) % MODEL_LAYER_MATS];
 }
 
 static void repack_weights(sp_model *m) {
     const char *env = getenv("SPECULA_REPACK");
     if (env && !strcmp(env, "0")) return;
-    const int n = 1 + 7 * m->info.n_layer;
+    const int n = 1 + MODEL_LAYER_MATS * m->info.n_layer;
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         const model_weight *w = matrix_at(m, i);
-        total += align_up(matmul_packed_size(w->type, w->n_out, w->n_in), 64);
+        if (w->data) total += align_up(matmul_packed_size(w->type, w->n_out, w->n_in), 64);
     }
     if (!total) return;
     const double t0 = time_s();
@@ -294,7 +368,7 @@ static void repack_weights(sp_model *m) {
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         model_weight *w = matrix_at(m, i);
-        const size_t sz = matmul_packed_size(w->type, w->n_out, w->n_in);
+        const size_t sz = w->data ? matmul_packed_size(w->type, w->n_out, w->n_in) : 0;
         if (!sz) continue;
         w->packed_level = matmul_pack(w->type, w->data, w->n_out, w->n_in, (uint8_t *)mem + off);
         w->packed = (uint8_t *)mem + off;
@@ -379,11 +453,17 @@ void sp_model_free(sp_model *m) {
             free(y->bq);
             free(y->bk);
             free(y->bv);
+            free(y->q_norm);
+            free(y->k_norm);
+            free(y->post_attn_norm);
+            free(y->post_ffn_norm);
         }
         free(m->layers);
     }
     free(m->output_norm);
     free(m->rope_factors);
+    free(m->rope_long);
+    free(m->rope_short);
     if (m->packed) munmap(m->packed, m->packed_len);
     vocab_free(m->vocab);
     gguf_close(m->gguf);
@@ -465,9 +545,11 @@ void sp_model_print_info(const sp_model *m, int n_ctx, void *file) {
             gguf_n_kv(m->gguf));
     fprintf(f, "name:          %s\n", h->name[0] ? h->name : "(none)");
     if (m->arch)
-        fprintf(f, "architecture:  %s (rope %s%s)\n", h->arch,
+        fprintf(f, "architecture:  %s (rope %s%s%s%s%s%s)\n", h->arch,
                 m->arch->rope == SP_ROPE_NEOX ? "neox" : "norm",
-                m->arch->qkv_bias ? ", qkv bias" : "");
+                m->arch->qkv_bias ? ", qkv bias" : "", m->arch->qk_norm ? ", q/k norm" : "",
+                m->arch->sandwich ? ", sandwich norms" : "", m->arch->act == SP_ACT_GELU ? ", GELU" : "",
+                m->arch->fused ? ", fused qkv/gate-up" : "");
     else
         fprintf(f, "architecture:  %s (not supported by this build, which runs: %s)\n",
                 h->arch[0] ? h->arch : "(none)", sp_arch_names());
@@ -487,8 +569,12 @@ void sp_model_print_info(const sp_model *m, int n_ctx, void *file) {
     fprintf(f, "n_embd %d, n_layer %d, n_head %d, n_head_kv %d, head_dim %d, n_ff %d, n_ctx_train %d\n",
             h->n_embd, h->n_layer, h->n_head, h->n_head_kv, h->head_dim, h->n_ff, h->n_ctx_train);
     fprintf(f, "rope base %g, freq scale %g%s, rms eps %g, output %s\n", h->rope_base,
-            h->rope_freq_scale, h->rope_freq_factors ? ", llama3 frequency factors" : "",
+            h->rope_freq_scale, m->rope_long ? ", LongRoPE factors" : h->rope_freq_factors ? ", llama3 frequency factors" : "",
             h->norm_eps, h->tied_output ? "tied to token_embd" : "separate");
+    if (h->n_rot != h->head_dim || h->n_swa || h->n_nope_layers)
+        fprintf(f, "attention:     RoPE on %d of %d dimensions; sliding window %d on %d of %d layers; "
+                   "%d layers without RoPE\n", h->n_rot, h->head_dim, h->n_swa, h->n_swa_layers, h->n_layer,
+                h->n_nope_layers);
     print_tensor_types(m, f);
     fprintf(f, "parameters:    %.2f M, weights %.1f MiB\n", h->n_params / 1e6,
             h->weight_bytes / 1048576.0);

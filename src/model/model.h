@@ -16,13 +16,30 @@
 #include "tokenizer/tokenizer.h"
 
 typedef enum { SP_ROPE_NORM = 0, SP_ROPE_NEOX = 2 } rope_kind;
+typedef enum { SP_ACT_SILU = 0, SP_ACT_GELU } ffn_act; /* the gated FFN's activation */
 
 /* One row per architecture: what differs between families is data here,
- * not a fork of the forward pass. */
+ * not a fork of the forward pass. Every block is the llama block (pre-norm
+ * attention and gated FFN, RMSNorm, RoPE, GQA) with these switches. */
 typedef struct {
     const char *name;       /* general.architecture */
     rope_kind rope;      /* NORM: adjacent pairs (llama); NEOX: halves */
     bool qkv_bias;          /* attn_{q,k,v}.bias present (qwen2) */
+    bool qk_norm;           /* attn_{q,k}_norm: RMSNorm of each q and k head before RoPE
+                               (qwen3, gemma3) */
+    bool sandwich;          /* post_attention_norm and post_ffw_norm on each sub-block's
+                               output before the residual add (gemma3) */
+    bool embd_scale;        /* token embeddings times sqrt(n_embd) (gemma3) */
+    bool fused;             /* attn_qkv [E -> (H + 2Hk) D] and ffn_up [E -> 2F] (gate
+                               then up) may stand for the separate matrices (phi3) */
+    bool longrope;          /* rope_factors_long/short, chosen by the context (phi3) */
+    ffn_act act;
+    /* sliding window (attention.sliding_window): 0 = the key is not read;
+     * 1 = every layer slides when the file sets a window (phi3); N > 1 =
+     * layer l is global when (l + 1) % N == 0, else it slides (gemma3: 6) */
+    int32_t swa_every;
+    float swa_rope_base;    /* the sliding layers' RoPE base (0: the model's) */
+    int32_t nope_every;     /* layer l has no RoPE when (l + 1) % N == 0 (smollm3: 4); 0 never */
     float default_eps;      /* when the rms-eps key is absent */
     float default_rope_base;
 } model_arch;
@@ -43,16 +60,31 @@ typedef struct {
 
 typedef struct {
     float *attn_norm;      /* [E] (owned f32 copy) */
-    model_weight wq;          /* [E -> H*D] */
-    model_weight wk;          /* [E -> Hk*D] */
-    model_weight wv;          /* [E -> Hk*D] */
+    model_weight wq;          /* [E -> H*D] (empty: data NULL, when wqkv holds it) */
+    model_weight wk;          /* [E -> Hk*D] (empty with wqkv) */
+    model_weight wv;          /* [E -> Hk*D] (empty with wqkv) */
     model_weight wo;          /* [H*D -> E] */
     float *bq, *bk, *bv;   /* [H*D], [Hk*D], [Hk*D] or NULL */
+    float *q_norm, *k_norm; /* [D] each, or NULL (arch qk_norm) */
+    float *post_attn_norm;  /* [E] or NULL (arch sandwich) */
     float *ffn_norm;       /* [E] */
-    model_weight w_gate;      /* [E -> F] */
-    model_weight w_up;        /* [E -> F] */
+    float *post_ffn_norm;  /* [E] or NULL */
+    model_weight w_gate;      /* [E -> F] (empty when w_up is fused) */
+    model_weight w_up;        /* [E -> F], or [E -> 2F] gate then up when w_gate is empty */
     model_weight w_down;      /* [F -> E] */
+    model_weight wqkv;        /* [E -> (H + 2Hk)*D] fused q, k, v rows, or empty */
+    int32_t window;        /* sliding window in positions, 0 = global attention */
+    bool rope;             /* false: a NoPE layer (no rotation at all) */
+    bool rope_swa;         /* rotate with the sliding layers' base (rope_cs_swa) */
 } model_layer;
+
+/* The matrices of a layer that matmul multiplies by, in a fixed order
+ * (the fingerprint hashes them in it); empty ones have data NULL. */
+#define MODEL_LAYER_MATS 8
+static inline void model_layer_mats(model_layer *y, model_weight *out[MODEL_LAYER_MATS]) {
+    out[0] = &y->wq, out[1] = &y->wk, out[2] = &y->wv, out[3] = &y->wo;
+    out[4] = &y->w_gate, out[5] = &y->w_up, out[6] = &y->w_down, out[7] = &y->wqkv;
+}
 
 struct sp_model {
     gguf_file *gguf;         /* the mapping every model_weight points into */
@@ -66,7 +98,11 @@ struct sp_model {
     model_weight tok_embd;    /* [E -> V]: row t is token t's embedding */
     float *output_norm;    /* [E] */
     model_weight output;      /* [E -> V] (== tok_embd when tied) */
-    float *rope_factors;   /* [D/2] llama3-style frequency divisors, or NULL */
+    float *rope_factors;   /* [n_rot/2] llama3-style frequency divisors, or NULL */
+    float *rope_long, *rope_short; /* [n_rot/2] LongRoPE divisors (phi3), or NULL */
+    int32_t rope_orig_ctx; /* LongRoPE: contexts above this use rope_long */
+    float rope_attn_factor; /* multiplies RoPE's cos and sin (rope.scaling.attn_factor; 1) */
+    float attn_scale;      /* the attention logits' scale (1/sqrt(D) but for gemma3 27B) */
     model_layer *layers;      /* [L] */
     void *packed;          /* anonymous mapping of every packed weight, or NULL */
     size_t packed_len;

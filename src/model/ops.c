@@ -55,7 +55,7 @@ static float kv_at(const void *base, size_t i, bool f16) {
 
 /* The order of ops.h, one lane at a time. */
 static void ref_attn_head(const float *q, kv_store *kv, int32_t layer, int32_t seq, int32_t g,
-                          int32_t D, int32_t n_pos, float scale, float *scores, uint16_t *q16,
+                          int32_t D, int32_t n_pos, int32_t win, float scale, float *scores, uint16_t *q16,
                           float *out) {
     const bool f16 = kv->type == SP_TYPE_F16;
     const int32_t kv_dim = kv->kv_dim;
@@ -63,8 +63,9 @@ static void ref_attn_head(const float *q, kv_store *kv, int32_t layer, int32_t s
     SP_ASSERT(D <= SP_HEAD_DIM_MAX);
     float qr[SP_HEAD_DIM_MAX];
     for (int d = 0; d < D; d++) qr[d] = f16 ? round16(q[d]) : q[d];
+    const int32_t lo = attn_window_lo(n_pos, win);
     float max = -INFINITY;
-    for (int32_t p = 0; p < n_pos;) {
+    for (int32_t p = lo; p < n_pos;) {
         const void *kb, *vb;
         const int32_t n = kv->ops->span(kv, layer, seq, p, n_pos, &kb, &vb);
         for (int32_t j = 0; j < n; j++) {
@@ -77,11 +78,11 @@ static void ref_attn_head(const float *q, kv_store *kv, int32_t layer, int32_t s
         }
         p += n;
     }
-    const float inv = ops_softmax_exp(scores, n_pos, max);
+    const float inv = ops_softmax_exp(scores + lo, n_pos - lo, max);
     float part[16][SP_HEAD_DIM_MAX];
     for (int r = 0; r < 16; r++) {
         for (int d = 0; d < D; d++) part[r][d] = 0.0f;
-        for (int32_t p = 0; p < n_pos;) {
+        for (int32_t p = lo; p < n_pos;) {
             const void *kb, *vb;
             const int32_t n = kv->ops->span(kv, layer, seq, p, n_pos, &kb, &vb);
             for (int32_t j = (r - p % 16 + 16) % 16; j < n; j += 16) {
@@ -105,17 +106,17 @@ static void ref_swiglu(int64_t n, const float *g, const float *u, float *y) {
 }
 
 void ops_attn_run(const fwd_ops *o, const float *q, size_t q_stride, int32_t nq, int32_t nh, kv_store *kv,
-                 int32_t layer, int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
+                 int32_t layer, int32_t seq, int32_t g, int32_t D, int32_t n_pos0, int32_t win, float scale,
                  float *scores, size_t sc_stride, uint16_t *q16, float *out, size_t out_stride) {
     if (o->attn_run) {
-        o->attn_run(q, q_stride, nq, nh, kv, layer, seq, g, D, n_pos0, scale, scores, sc_stride, q16, out,
+        o->attn_run(q, q_stride, nq, nh, kv, layer, seq, g, D, n_pos0, win, scale, scores, sc_stride, q16, out,
                     out_stride);
         return;
     }
     (void)sc_stride;
     for (int32_t t = 0; t < nq; t++)
         for (int32_t j = 0; j < nh; j++)
-            o->attn_head(q + (size_t)t * q_stride + (size_t)j * D, kv, layer, seq, g, D, n_pos0 + t, scale,
+            o->attn_head(q + (size_t)t * q_stride + (size_t)j * D, kv, layer, seq, g, D, n_pos0 + t, win, scale,
                          scores, q16, out + (size_t)t * out_stride + (size_t)j * D);
 }
 
@@ -131,6 +132,18 @@ void ops_attn_rows(kv_store *kv, int32_t layer, int32_t seq, int32_t p0, int32_t
             for (size_t o = 0; o < (size_t)D * esz; o += 64) __builtin_prefetch(r + o, 0, 3);
         }
         p += n;
+    }
+}
+
+/* GELU's tanh form in float, as ik_llama.cpp's CPU backend computes it
+ * (its SIMD path, no f16 table): the argument itself at or above 10, where
+ * the vector exp would overflow. */
+void ops_geglu(int64_t n, const float *g, const float *u, float *y) {
+    const float c = 0.044715f, s2pi = 0.79788456080286535587989211986876f;
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i];
+        const float a = x >= 10.0f ? x : 0.5f * x * (1.0f + tanhf(s2pi * x * (1.0f + c * x * x)));
+        y[i] = a * u[i];
     }
 }
 

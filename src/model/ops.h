@@ -22,9 +22,16 @@ typedef struct {
      * p = r mod 16 (FMA in order of p) summed by ops_reduce16. Every token
      * takes this order, in any batch (llama.cpp's single-token steps take
      * another, which would make a token's logits depend on its batch).
-     * scores must hold n_pos floats; q16 D halves (scratch). */
+     * scores must hold n_pos floats; q16 D halves (scratch).
+     * win > 0: a sliding window, positions [max(0, n_pos - win), n_pos)
+     * only (the query is at n_pos - 1 and sees the win last positions, its
+     * own included, as llama.cpp's standard window); no row before the
+     * window is read, so a store may have given those back. The partial
+     * sums of V keep each position's residue mod 16, so a query gets the
+     * same bits alone or in a run; the softmax's groups of 16 start at the
+     * window's first position. win <= 0: every position. */
     void (*attn_head)(const float *q, kv_store *kv, int32_t layer, int32_t seq, int32_t g,
-                      int32_t D, int32_t n_pos, float scale, float *scores, uint16_t *q16,
+                      int32_t D, int32_t n_pos, int32_t win, float scale, float *scores, uint16_t *q16,
                       float *out);
     /* The same for the nq x nh queries of one sequence that share KV head g:
      * nq consecutive positions times nh heads. Query (t, j) (t < nq, j < nh)
@@ -39,7 +46,7 @@ typedef struct {
      * token's logits. NULL in a variant that has nothing to share
      * (ops_attn_run loops attn_head). */
     void (*attn_run)(const float *q, size_t q_stride, int32_t nq, int32_t nh, kv_store *kv, int32_t layer,
-                     int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
+                     int32_t seq, int32_t g, int32_t D, int32_t n_pos0, int32_t win, float scale,
                      float *scores, size_t sc_stride, uint16_t *q16, float *out,
                      size_t out_stride);
     /* y[i] = silu(g[i]) * u[i] */
@@ -58,28 +65,33 @@ const fwd_ops *fwd_ops_avx2(void);
 const fwd_ops *fwd_ops_avx512(void);
 
 /* One query of an attention run: its head's q, where it writes, and the
- * positions [0, n) it attends to. */
+ * positions [lo, n) it attends to (lo > 0 in a sliding window). */
 typedef struct {
     const float *q;
     float *out;
     int32_t n;
+    int32_t lo;
 } attn_query;
+
+/* The first position a query attending to [0, n) sees through a window of
+ * win positions (0 for win <= 0: no window). */
+static inline int32_t attn_window_lo(int32_t n, int32_t win) { return win > 0 && n > win ? n - win : 0; }
 
 /* aq[0 .. qn) = queries i0 .. i0 + qn - 1 of an attn_run's nq x nh, taken
  * token by token (a token's heads attend to the same positions): the
  * variants' attn_run cut a run into groups this way. */
 static inline void attn_queries(const float *q, size_t q_stride, int32_t nh, int32_t D, int32_t n_pos0,
-                                   float *out, size_t out_stride, int32_t i0, int qn, attn_query *aq) {
+                                   int32_t win, float *out, size_t out_stride, int32_t i0, int qn, attn_query *aq) {
     for (int i = 0; i < qn; i++) {
         const int32_t t = (i0 + i) / nh, j = (i0 + i) % nh;
         aq[i] = (attn_query){q + (size_t)t * q_stride + (size_t)j * D, out + (size_t)t * out_stride + (size_t)j * D,
-                                n_pos0 + t};
+                                n_pos0 + t, attn_window_lo(n_pos0 + t, win)};
     }
 }
 
 /* o's attn_run, or attn_head per query when o has none. */
 void ops_attn_run(const fwd_ops *o, const float *q, size_t q_stride, int32_t nq, int32_t nh, kv_store *kv,
-                 int32_t layer, int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
+                 int32_t layer, int32_t seq, int32_t g, int32_t D, int32_t n_pos0, int32_t win, float scale,
                  float *scores, size_t sc_stride, uint16_t *q16, float *out, size_t out_stride);
 
 /* scores[i] = exp(scores[i] - max) in place; returns 1 / their sum (the
@@ -116,5 +128,8 @@ void ops_attn_rows(kv_store *kv, int32_t layer, int32_t seq, int32_t p0, int32_t
 
 /* y[n] = x / rms(x) * w  (sum of squares in double, as llama.cpp) */
 void ops_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
+
+/* y[i] = gelu(g[i]) * u[i], GELU's tanh form in float (gemma's FFN). */
+void ops_geglu(int64_t n, const float *g, const float *u, float *y);
 
 #endif

@@ -77,12 +77,12 @@ static inline __m256 load8(const void *base, size_t i, bool f16) {
 
 /* The order of ops.h with 16-lane groups as two 8-lane halves. */
 static void avx2_attn_head(const float *q, kv_store *kv, int32_t layer, int32_t seq, int32_t g,
-                           int32_t D, int32_t n_pos, float scale, float *scores, uint16_t *q16,
+                           int32_t D, int32_t n_pos, int32_t win, float scale, float *scores, uint16_t *q16,
                            float *out) {
     const bool f16 = kv->type == SP_TYPE_F16;
-    const int32_t kv_dim = kv->kv_dim;
+    const int32_t kv_dim = kv->kv_dim, lo = attn_window_lo(n_pos, win);
     if (D % 16 || D > 256) { /* other head sizes take the reference path */
-        fwd_ops_ref()->attn_head(q, kv, layer, seq, g, D, n_pos, scale, scores, q16, out);
+        fwd_ops_ref()->attn_head(q, kv, layer, seq, g, D, n_pos, win, scale, scores, q16, out);
         return;
     }
     float qf[256];
@@ -92,30 +92,30 @@ static void avx2_attn_head(const float *q, kv_store *kv, int32_t layer, int32_t 
         _mm256_storeu_ps(qf + d, v);
     }
     float max = -INFINITY;
-    for (int32_t p = 0; p < n_pos;) {
+    for (int32_t p = lo; p < n_pos;) {
         const void *kb, *vb;
         const int32_t n = kv->ops->span(kv, layer, seq, p, n_pos, &kb, &vb);
         for (int32_t j = 0; j < n; j++) {
             const size_t o = (size_t)j * kv_dim + (size_t)g * D;
-            __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+            __m256 l8 = _mm256_setzero_ps(), h8 = _mm256_setzero_ps();
             for (int d = 0; d < D; d += 16) {
-                lo = _mm256_fmadd_ps(_mm256_loadu_ps(qf + d), load8(kb, o + d, f16), lo);
-                hi = _mm256_fmadd_ps(_mm256_loadu_ps(qf + d + 8), load8(kb, o + d + 8, f16), hi);
+                l8 = _mm256_fmadd_ps(_mm256_loadu_ps(qf + d), load8(kb, o + d, f16), l8);
+                h8 = _mm256_fmadd_ps(_mm256_loadu_ps(qf + d + 8), load8(kb, o + d + 8, f16), h8);
             }
-            const float s = reduce16(lo, hi) * scale;
+            const float s = reduce16(l8, h8) * scale;
             scores[p + j] = s;
             if (s > max) max = s;
         }
         p += n;
     }
-    const float inv = softmax_exp256(scores, n_pos, max);
+    const float inv = softmax_exp256(scores + lo, n_pos - lo, max);
     /* 16 partial sums, one per residue of the position mod 16, in one pass
      * over V (each still accumulates its positions in increasing order; see
      * ops_avx512.c) */
     float part[16][256] __attribute__((aligned(32)));
     for (int r = 0; r < 16; r++)
         for (int d = 0; d < D; d += 8) _mm256_store_ps(&part[r][d], _mm256_setzero_ps());
-    for (int32_t p = 0; p < n_pos;) {
+    for (int32_t p = lo; p < n_pos;) {
         const void *kb, *vb;
         const int32_t n = kv->ops->span(kv, layer, seq, p, n_pos, &kb, &vb);
         for (int32_t j = 0; j < n; j++) {
@@ -168,11 +168,13 @@ static inline __attribute__((always_inline)) void avx2_attn_group(const attn_que
     const bool f16 = kv->type == SP_TYPE_F16;
     const size_t esz = f16 ? 2 : 4;
     float qf[QG2][256] __attribute__((aligned(32)));
-    int32_t lim[QG2] = {0}, n_end = 0;
+    int32_t lim[QG2] = {0}, lo[QG2] = {0}, n_end = 0, n_beg = INT32_MAX;
     float mx[QG2];
     for (int t = 0; t < qn; t++) {
         lim[t] = aq[t].n;
+        lo[t] = aq[t].lo;
         n_end = SP_MAX(n_end, lim[t]);
+        n_beg = SP_MIN(n_beg, lo[t]);
         mx[t] = -INFINITY;
         for (int d = 0; d < D; d += 8) {
             __m256 v = _mm256_loadu_ps(aq[t].q + d);
@@ -181,25 +183,26 @@ static inline __attribute__((always_inline)) void avx2_attn_group(const attn_que
         }
     }
     const char *rows[2][VB2]; /* this block's rows and the next's */
-    const int32_t n_blk = (n_end + VB2 - 1) / VB2;
-    if (n_blk) ops_attn_rows(kv, layer, seq, 0, SP_MIN(VB2, n_end), g * D, D, esz, 0, rows[0]);
+    /* K: blocks of VB2 positions from the first one any query sees */
+    int32_t n_blk = (n_end - n_beg + VB2 - 1) / VB2;
+    if (n_blk) ops_attn_rows(kv, layer, seq, n_beg, SP_MIN(n_beg + VB2, n_end), g * D, D, esz, 0, rows[0]);
     for (int32_t bk = 0; bk < n_blk; bk++) {
         const char **kr = (const char **)rows[bk & 1];
-        const int32_t b0 = bk * VB2, b1 = SP_MIN(b0 + VB2, n_end);
+        const int32_t b0 = n_beg + bk * VB2, b1 = SP_MIN(b0 + VB2, n_end);
         if (bk + 1 < n_blk) ops_attn_rows(kv, layer, seq, b1, SP_MIN(b1 + VB2, n_end), g * D, D, esz, 0, rows[(bk + 1) & 1]);
         for (int32_t P = b0; P < b1; P++) {
-            __m256 lo[QG2], hi[QG2];
-            _Pragma("GCC unroll 4") for (int t = 0; t < qn; t++) lo[t] = hi[t] = _mm256_setzero_ps();
+            __m256 l8[QG2], h8[QG2];
+            _Pragma("GCC unroll 4") for (int t = 0; t < qn; t++) l8[t] = h8[t] = _mm256_setzero_ps();
             for (int d = 0; d < D; d += 16) {
                 const __m256 kl = load8(kr[P - b0], d, f16), kh = load8(kr[P - b0], d + 8, f16);
                 _Pragma("GCC unroll 4") for (int t = 0; t < qn; t++) {
-                    lo[t] = _mm256_fmadd_ps(_mm256_load_ps(qf[t] + d), kl, lo[t]);
-                    hi[t] = _mm256_fmadd_ps(_mm256_load_ps(qf[t] + d + 8), kh, hi[t]);
+                    l8[t] = _mm256_fmadd_ps(_mm256_load_ps(qf[t] + d), kl, l8[t]);
+                    h8[t] = _mm256_fmadd_ps(_mm256_load_ps(qf[t] + d + 8), kh, h8[t]);
                 }
             }
             _Pragma("GCC unroll 4") for (int t = 0; t < qn; t++) {
-                if (P >= lim[t]) continue;
-                const float sv = reduce16(lo[t], hi[t]) * scale;
+                if (P >= lim[t] || P < lo[t]) continue;
+                const float sv = reduce16(l8[t], h8[t]) * scale;
                 scores[(size_t)t * sc_stride + P] = sv;
                 if (sv > mx[t]) mx[t] = sv;
             }
@@ -208,8 +211,8 @@ static inline __attribute__((always_inline)) void avx2_attn_group(const attn_que
     /* scores -> probabilities in place, as attn_head forms each one */
     for (int t = 0; t < qn; t++) {
         float *st = scores + (size_t)t * sc_stride;
-        const float inv = softmax_exp256(st, lim[t], mx[t]);
-        for (int32_t p = 0; p < lim[t]; p++) {
+        const float inv = softmax_exp256(st + lo[t], lim[t] - lo[t], mx[t]);
+        for (int32_t p = lo[t]; p < lim[t]; p++) {
             float pj = st[p] * inv;
             if (f16) pj = _cvtsh_ss(_cvtss_sh(pj, _MM_FROUND_TO_NEAREST_INT));
             st[p] = pj;
@@ -223,19 +226,26 @@ static inline __attribute__((always_inline)) void avx2_attn_group(const attn_que
     for (int t = 0; t < qn; t++)
         for (int r = 0; r < 16; r++)
             for (int d = 0; d < D; d += 8) _mm256_store_ps(PART(t, r) + d, _mm256_setzero_ps());
-    if (n_blk) ops_attn_rows(kv, layer, seq, 0, SP_MIN(VB2, n_end), g * D, D, esz, 1, rows[0]);
+    /* V: blocks of VB2 positions aligned to 16 from below the first one
+     * any query sees, so that part[r] holds the positions of residue r mod
+     * 16 whatever the window (a query's bits do not depend on its group);
+     * rows before n_beg are neither gathered nor read */
+    const int32_t v_beg = n_beg & ~15;
+    n_blk = (n_end - v_beg + VB2 - 1) / VB2;
+    if (n_blk) ops_attn_rows(kv, layer, seq, n_beg, SP_MIN(v_beg + VB2, n_end), g * D, D, esz, 1, rows[0] + (n_beg - v_beg));
     for (int32_t bk = 0; bk < n_blk; bk++) {
         const char **vr = (const char **)rows[bk & 1];
-        const int32_t b0 = bk * VB2, b1 = SP_MIN(b0 + VB2, n_end);
+        const int32_t b0 = v_beg + bk * VB2, b1 = SP_MIN(b0 + VB2, n_end);
         if (bk + 1 < n_blk) ops_attn_rows(kv, layer, seq, b1, SP_MIN(b1 + VB2, n_end), g * D, D, esz, 1, rows[(bk + 1) & 1]);
         for (int r = 0; r < 16 && b0 + r < b1; r++)
             for (int d = 0; d < D; d += 8) {
                 __m256 A[QG2];
                 _Pragma("GCC unroll 4") for (int t = 0; t < qn; t++) A[t] = _mm256_load_ps(PART(t, r) + d);
                 for (int32_t P = b0 + r; P < b1; P += 16) {
+                    if (P < n_beg) continue;
                     const __m256 v = load8(vr[P - b0], d, f16);
                     _Pragma("GCC unroll 4") for (int t = 0; t < qn; t++) {
-                        if (P < lim[t])
+                        if (P < lim[t] && P >= lo[t])
                             A[t] = _mm256_fmadd_ps(_mm256_set1_ps(scores[(size_t)t * sc_stride + P]), v, A[t]);
                     }
                 }
@@ -255,11 +265,11 @@ static inline __attribute__((always_inline)) void avx2_attn_group(const attn_que
 /* The nq x nh queries token by token (a token's heads attend to the same
  * positions), QG2 at a time (2 past D = 128: their partial sums' room). */
 static void avx2_attn_run(const float *q, size_t q_stride, int32_t nq, int32_t nh, kv_store *kv, int32_t layer,
-                          int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
+                          int32_t seq, int32_t g, int32_t D, int32_t n_pos0, int32_t win, float scale,
                           float *scores, size_t sc_stride, uint16_t *q16, float *out,
                           size_t out_stride) {
     if (D % 16 || D > 256) { /* other head sizes: the reference, one query at a time */
-        ops_attn_run(fwd_ops_ref(), q, q_stride, nq, nh, kv, layer, seq, g, D, n_pos0, scale, scores, sc_stride,
+        ops_attn_run(fwd_ops_ref(), q, q_stride, nq, nh, kv, layer, seq, g, D, n_pos0, win, scale, scores, sc_stride,
                     q16, out, out_stride);
         return;
     }
@@ -267,7 +277,7 @@ static void avx2_attn_run(const float *q, size_t q_stride, int32_t nq, int32_t n
     for (int32_t i0 = 0; i0 < nall; i0 += qg) {
         attn_query aq[QG2];
         const int qn = (int)SP_MIN(qg, nall - i0);
-        attn_queries(q, q_stride, nh, D, n_pos0, out, out_stride, i0, qn, aq);
+        attn_queries(q, q_stride, nh, D, n_pos0, win, out, out_stride, i0, qn, aq);
         switch (qn) {
         case 1: avx2_attn_group(aq, 1, kv, layer, seq, g, D, scale, scores, sc_stride); break;
         case 2: avx2_attn_group(aq, 2, kv, layer, seq, g, D, scale, scores, sc_stride); break;

@@ -108,11 +108,14 @@ AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, kv_
     const int32_t D = 16 * DC, kv_dim = kv->kv_dim;
     const size_t esz = f16 ? 2 : 4;
     __m512 Q[4][8] = {{_mm512_setzero_ps()}}; /* rows t >= qn stay unused */
-    int32_t lim[4] = {0}, n_end = 0; /* lim[t] = 0 for t >= qn: nothing to do */
+    /* query t sees [lo[t], lim[t]); lim[t] = 0 for t >= qn: nothing to do */
+    int32_t lim[4] = {0}, lo[4] = {0}, n_end = 0, n_beg = INT32_MAX;
     _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
         if (t >= qn) continue;
         lim[t] = aq[t].n;
+        lo[t] = aq[t].lo;
         n_end = SP_MAX(n_end, lim[t]);
+        n_beg = SP_MIN(n_beg, lo[t]);
         _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) {
             __m512 v = _mm512_loadu_ps(aq[t].q + 16 * c);
             /* an f16 store: q rounded to f16 as llama.cpp does */
@@ -133,17 +136,17 @@ AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, kv_
     }
     enum { VB = SP_ATTN_ROWS };
     const char *krow[2][VB]; /* K rows (this KV head's slice) of this block and the next */
-    const int32_t n_kb = (n_end + VB - 1) / VB;
-    if (n_kb) ops_attn_rows(kv, layer, seq, 0, SP_MIN(VB, n_end), g * D, D, esz, 0, krow[0]);
+    const int32_t n_kb = (n_end - n_beg + VB - 1) / VB;
+    if (n_kb) ops_attn_rows(kv, layer, seq, n_beg, SP_MIN(n_beg + VB, n_end), g * D, D, esz, 0, krow[0]);
     for (int32_t bk = 0; bk < n_kb; bk++) {
         const char **kr = krow[bk & 1];
-        const int32_t b0 = bk * VB, b1 = SP_MIN(b0 + VB, n_end);
+        const int32_t b0 = n_beg + bk * VB, b1 = SP_MIN(b0 + VB, n_end);
         if (bk + 1 < n_kb) ops_attn_rows(kv, layer, seq, b1, SP_MIN(b1 + VB, n_end), g * D, D, esz, 0, krow[(bk + 1) & 1]);
         for (int32_t P = b0; P < b1; P++) {
             __m512 K[8];
             _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) K[c] = load_row(kr[P - b0], c, f16);
             _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
-                if (P >= lim[t]) continue;
+                if (P >= lim[t] || P < lo[t]) continue;
                 __m512 a = _mm512_mul_ps(Q[t][0], K[0]);
                 _Pragma("GCC unroll 8") for (int c = 1; c < DC; c++) a = _mm512_fmadd_ps(Q[t][c], K[c], a);
                 _mm512_store_ps(acc[t][P & 15], a);
@@ -151,9 +154,10 @@ AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, kv_
             if ((P & 15) == 15 || P == n_end - 1) {
                 const int32_t base = P & ~15;
                 _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
-                    if (base >= lim[t]) continue;
-                    const int32_t m = SP_MIN(lim[t], P + 1) - base; /* lanes [0, m) */
-                    const __mmask16 k = m >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << m) - 1);
+                    if (base >= lim[t] || P < lo[t]) continue;
+                    /* lanes [a, m): the group's positions the query sees */
+                    const int32_t m = SP_MIN(lim[t], P + 1) - base, a = SP_MAX(lo[t] - base, 0);
+                    const __mmask16 k = (__mmask16)((m >= 16 ? 0xFFFFu : (1u << m) - 1) & ~((1u << a) - 1));
                     const __m512 s = _mm512_mul_ps(reduce16x16((const float(*)[16])acc[t]), _mm512_set1_ps(scale));
                     _mm512_mask_storeu_ps(scores + (size_t)t * sc_stride + base, k, s);
                     /* max(s, mx): a NaN score is skipped, as `s > mx` skips it */
@@ -165,18 +169,19 @@ AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, kv_
     /* scores -> probabilities in place: exp(s - max) * (1 / sum), rounded
      * to f16 with an f16 store (as llama.cpp does), 16 at a time (the
      * roundings of one at a time) */
-    int32_t lo = n_end; /* positions every query of the group attends to */
+    int32_t all_end = n_end, all_beg = 0; /* positions every query of the group attends to */
     _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
         if (t >= qn) continue;
         float *st = scores + (size_t)t * sc_stride;
-        const __m512 iv = _mm512_set1_ps(softmax_exp512(st, lim[t], _mm512_reduce_max_ps(mx[t])));
-        for (int32_t i = 0; i < lim[t]; i += 16) {
+        const __m512 iv = _mm512_set1_ps(softmax_exp512(st + lo[t], lim[t] - lo[t], _mm512_reduce_max_ps(mx[t])));
+        for (int32_t i = lo[t]; i < lim[t]; i += 16) {
             const __mmask16 k = lim[t] - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (lim[t] - i)) - 1);
             __m512 pr = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, st + i), iv);
             if (f16) pr = _mm512_cvtph_ps(_mm512_cvtps_ph(pr, _MM_FROUND_TO_NEAREST_INT));
             _mm512_mask_storeu_ps(st + i, k, pr);
         }
-        lo = SP_MIN(lo, lim[t]);
+        all_end = SP_MIN(all_end, lim[t]);
+        all_beg = SP_MAX(all_beg, lo[t]);
     }
     /* out = 16 partial sums over the positions of each residue mod 16,
      * reduced as ops_reduce16 (ops.h); each partial sum accumulates its
@@ -192,13 +197,18 @@ AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, kv_
         for (int r = 0; r < 16; r++)
             _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) _mm512_store_ps(&part[t][r][16 * c], _mm512_setzero_ps());
     }
+    /* the blocks: VB positions from a multiple of 16 (residue r of a block
+     * is residue r mod 16) inside [all_beg, all_end); before and after
+     * them, one position at a time */
     const char *vrow[2][VB]; /* V rows (this KV head's slice) of this block and the next */
-    const int32_t n_blk = lo / VB;
-    if (n_blk) ops_attn_rows(kv, layer, seq, 0, VB, g * D, D, esz, 1, vrow[0]);
+    const int32_t blk0 = (all_beg + 15) & ~15;
+    const int32_t n_blk = all_end > blk0 ? (all_end - blk0) / VB : 0, blk1 = blk0 + n_blk * VB;
+    if (n_blk) ops_attn_rows(kv, layer, seq, blk0, blk0 + VB, g * D, D, esz, 1, vrow[0]);
     for (int32_t bk = 0; bk < n_blk; bk++) {
         const char **vr = vrow[bk & 1];
-        if (bk + 1 < n_blk) ops_attn_rows(kv, layer, seq, (bk + 1) * VB, (bk + 2) * VB, g * D, D, esz, 1, vrow[(bk + 1) & 1]);
-        const int32_t base = bk * VB;
+        if (bk + 1 < n_blk)
+            ops_attn_rows(kv, layer, seq, blk0 + (bk + 1) * VB, blk0 + (bk + 2) * VB, g * D, D, esz, 1, vrow[(bk + 1) & 1]);
+        const int32_t base = blk0 + bk * VB;
         for (int r = 0; r < 16; r++) {
             __m512 A[4][8];
             _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++)
@@ -220,16 +230,18 @@ AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, kv_
             }
         }
     }
-    for (int32_t p = n_blk * VB; p < n_end;) {
+    for (int32_t p = n_beg; p < n_end;) {
+        if (p == blk0 && n_blk) p = blk1; /* the blocks did these */
+        if (p >= n_end) break;
         const void *kb, *vb;
-        const int32_t n = kv->ops->span(kv, layer, seq, p, n_end, &kb, &vb);
+        const int32_t n = kv->ops->span(kv, layer, seq, p, p < blk0 && n_blk ? blk0 : n_end, &kb, &vb);
         for (int32_t j = 0; j < n; j++) {
             const int32_t P = p + j;
             const char *vr = (const char *)vb + ((size_t)j * kv_dim + (size_t)g * D) * esz;
             __m512 V[8];
             _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) V[c] = load_row(vr, c, f16);
             _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
-                if (P >= lim[t]) continue;
+                if (P >= lim[t] || P < lo[t]) continue;
                 const __m512 pv = _mm512_set1_ps(scores[(size_t)t * sc_stride + P]);
                 float *a = part[t][P & 15];
                 _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++)
@@ -256,39 +268,39 @@ AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, kv_
  * queries are taken token by token (the heads of a token attend to the same
  * positions), QG at a time. */
 AI void run_dc(const int DC, const float *q, size_t q_stride, int32_t nq, int32_t nh, kv_store *kv, int32_t layer,
-               int32_t seq, int32_t g, int32_t n_pos0, float scale, float *scores, size_t sc_stride,
+               int32_t seq, int32_t g, int32_t n_pos0, int32_t win, float scale, float *scores, size_t sc_stride,
                float *out, size_t out_stride) {
     const int QG = 16 / DC > 4 ? 4 : 16 / DC;
     const int32_t D = 16 * DC, nall = nq * nh;
     for (int32_t i0 = 0; i0 < nall; i0 += QG) {
         attn_query aq[4];
         const int qn = (int)SP_MIN((int32_t)QG, nall - i0);
-        attn_queries(q, q_stride, nh, D, n_pos0, out, out_stride, i0, qn, aq);
+        attn_queries(q, q_stride, nh, D, n_pos0, win, out, out_stride, i0, qn, aq);
         attn_group(aq, QG, DC, qn, kv, layer, seq, g, scale, scores, sc_stride);
     }
 }
 
 static void avx512_attn_run(const float *q, size_t q_stride, int32_t nq, int32_t nh, kv_store *kv, int32_t layer,
-                            int32_t seq, int32_t g, int32_t D, int32_t n_pos0, float scale,
+                            int32_t seq, int32_t g, int32_t D, int32_t n_pos0, int32_t win, float scale,
                             float *scores, size_t sc_stride, uint16_t *q16, float *out,
                             size_t out_stride) {
     switch (D % 16 ? 0 : D / 16) {
 #define DC_CASE(N)                                                                                   \
     case N:                                                                                          \
-        run_dc(N, q, q_stride, nq, nh, kv, layer, seq, g, n_pos0, scale, scores, sc_stride, out, out_stride); \
+        run_dc(N, q, q_stride, nq, nh, kv, layer, seq, g, n_pos0, win, scale, scores, sc_stride, out, out_stride); \
         return;
         DC_CASE(1) DC_CASE(2) DC_CASE(3) DC_CASE(4) DC_CASE(5) DC_CASE(6) DC_CASE(7) DC_CASE(8)
 #undef DC_CASE
     default: /* other head sizes: AVX2's runs */
-        ops_attn_run(fwd_ops_avx2(), q, q_stride, nq, nh, kv, layer, seq, g, D, n_pos0, scale, scores,
+        ops_attn_run(fwd_ops_avx2(), q, q_stride, nq, nh, kv, layer, seq, g, D, n_pos0, win, scale, scores,
                     sc_stride, q16, out, out_stride);
     }
 }
 
 static void avx512_attn_head(const float *q, kv_store *kv, int32_t layer, int32_t seq, int32_t g,
-                             int32_t D, int32_t n_pos, float scale, float *scores, uint16_t *q16,
+                             int32_t D, int32_t n_pos, int32_t win, float scale, float *scores, uint16_t *q16,
                              float *out) {
-    avx512_attn_run(q, (size_t)D, 1, 1, kv, layer, seq, g, D, n_pos, scale, scores, (size_t)n_pos, q16, out,
+    avx512_attn_run(q, (size_t)D, 1, 1, kv, layer, seq, g, D, n_pos, win, scale, scores, (size_t)n_pos, q16, out,
                     (size_t)D);
 }
 

@@ -1,12 +1,17 @@
 #!/usr/bin/python3
-"""ref_forward.py: an independent float64 forward pass in NumPy for llama
-and qwen2 GGUF files with F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K weights
-(dequantized from ggml's block layouts, then computed in float64), written
-from the architecture's definition rather than from Specula's C code. Used by test_independent.sh to
-check head layouts, GQA, RoPE variants, biases and tied heads on models that
-tools/mkmodel generates.
+"""ref_forward.py: an independent float64 forward pass in NumPy for llama,
+qwen2, qwen3, gemma3, phi3 and smollm3 GGUF files with F32, F16, BF16, Q8_0,
+Q4_0, Q4_K or Q6_K weights (dequantized from ggml's block layouts, then
+computed in float64), written from the architectures' definitions rather than
+from Specula's C code. Used by test_independent.sh to check head layouts, GQA,
+RoPE variants (NORM/NEOX, partial rotation, llama3 and LongRoPE factors,
+linear scaling, none at all), biases, q/k norms, sandwich norms, sliding
+windows and tied heads on models that tools/mkmodel generates.
 
-usage: ref_forward.py MODEL.gguf RUN.json TOL [emulate]
+usage: ref_forward.py MODEL.gguf RUN.json TOL [emulate] [--ctx N]
+  --ctx N: the context size (per sequence) of the run; needed for a model
+  with LongRoPE factors (phi3's rope_factors_short/long: short when N is at
+  most rope.scaling.original_context_length, else long).
   RUN.json is the output of `specula run --json --logprobs K` on MODEL. For
   every generated step, the log-probabilities of the listed top tokens must
   be within TOL of the reference's, and the greedy token must be the
@@ -185,40 +190,71 @@ def dequantize(data, off, typ, n, name="tensor"):
     return y.astype(f32).reshape(-1)
 
 
-def rope(x, pos, base, scale, factors, neox):
-    # x: [n_heads, D]
-    D = x.shape[-1]
+def rope(x, pos, base, scale, factors, neox, n_rot=None, mscale=1.0):
+    # x: [n_heads, D]; rotates the first n_rot dims of each head (all when
+    # None): pairs (i, i + n_rot/2) for NEOX, (2i, 2i+1) otherwise, by
+    # pos * scale * base^(-2i/n_rot) / factors[i]; cos and sin are multiplied
+    # by mscale (LongRoPE's attn_factor); the other dims pass unchanged
+    D = x.shape[-1] if n_rot is None else n_rot
     i = np.arange(D // 2)
     inv = base ** (-2.0 * i / D)
     if factors is not None:
-        inv = inv / factors
+        inv = inv / factors[: D // 2]
     ang = pos * inv * scale
-    c, s = np.cos(ang), np.sin(ang)
+    c, s = np.cos(ang) * mscale, np.sin(ang) * mscale
     y = x.copy()
     if neox:
-        a, b = x[:, : D // 2], x[:, D // 2:]
+        a, b = x[:, : D // 2], x[:, D // 2:D]
         y[:, : D // 2] = a * c - b * s
-        y[:, D // 2:] = a * s + b * c
+        y[:, D // 2:D] = a * s + b * c
     else:
-        a, b = x[:, 0::2], x[:, 1::2]
-        y[:, 0::2] = a * c - b * s
-        y[:, 1::2] = a * s + b * c
+        a, b = x[:, 0:D:2], x[:, 1:D:2]
+        y[:, 0:D:2] = a * c - b * s
+        y[:, 1:D:2] = a * s + b * c
     return y
 
 
-def forward(kv, T, tokens):
+def gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def forward(kv, T, tokens, n_ctx=None):
+    """Log-softmax of the logits at every position of tokens."""
     arch = kv["general.architecture"]
     g = lambda k, d=None: kv.get(f"{arch}.{k}", d)
     E, L, H = g("embedding_length"), g("block_count"), g("attention.head_count")
     Hk = g("attention.head_count_kv", H)
-    D = E // H
+    Dk = g("attention.key_length", E // H)
+    Dv = g("attention.value_length", E // H)
+    n_rot = g("rope.dimension_count", Dk)
     eps = g("attention.layer_norm_rms_epsilon", 1e-5)
     base = g("rope.freq_base", 10000.0)
     scale = 1.0
     if g("rope.scaling.type") == "linear":
         scale = 1.0 / g("rope.scaling.factor", 1.0)
-    neox = arch == "qwen2"
+    neox = arch in ("qwen2", "qwen3", "gemma3", "phi3")
+    mscale = g("rope.scaling.attn_factor", 1.0)
     factors = T.get("rope_freqs.weight")
+    if "rope_factors_short.weight" in T:
+        # LongRoPE: short factors while the context fits the original one
+        if n_ctx is None:
+            raise SystemExit("this model has LongRoPE factors: give the run's context size (--ctx N)")
+        orig = g("rope.scaling.original_context_length", g("context_length"))
+        factors = T["rope_factors_long.weight" if n_ctx > orig else "rope_factors_short.weight"]
+    # sliding layers: gemma3's but every 6th (RoPE base 10000, unscaled, and
+    # the window), every layer of phi3 when it has a window
+    n_swa = g("attention.sliding_window", 0) or 0
+    if arch == "gemma3":
+        sliding = lambda l: (l + 1) % 6 != 0
+    elif arch == "phi3":
+        sliding = lambda l: n_swa > 0
+    else:
+        sliding = lambda l: False
+    # smollm3: no RoPE at all on every 4th layer
+    use_rope = (lambda l: (l + 1) % 4 != 0) if arch == "smollm3" else (lambda l: True)
+    kq_scale = 1.0 / np.sqrt(Dk)
+    if arch == "gemma3" and L == 62:  # the 27B: query_pre_attn_scalar = n_embd / n_head
+        kq_scale = 1.0 / np.sqrt(E // H)
     emb = T["token_embd.weight"]
 
     def norm(x, w):
@@ -226,39 +262,72 @@ def forward(kv, T, tokens):
 
     n = len(tokens)
     x = emb[tokens]  # [n, E]
+    if arch == "gemma3":
+        x = x * np.sqrt(E)
+    pos = np.arange(n)
+    causal = pos[:, None] >= pos[None, :]
     for l in range(L):
         p = lambda s: T[f"blk.{l}.{s}"]
+        has = lambda s: f"blk.{l}.{s}" in T
         h = norm(x, p("attn_norm.weight"))
         mm = lambda a, nm: matmul(a, T, f"blk.{l}.{nm}")
-        q, k, v = mm(h, "attn_q.weight"), mm(h, "attn_k.weight"), mm(h, "attn_v.weight")
-        if f"blk.{l}.attn_q.bias" in T:
+        if has("attn_qkv.weight"):  # fused: q rows, then k, then v
+            qkv = mm(h, "attn_qkv.weight")
+            q, k, v = np.split(qkv, [H * Dk, H * Dk + Hk * Dk], axis=1)
+        else:
+            q, k, v = mm(h, "attn_q.weight"), mm(h, "attn_k.weight"), mm(h, "attn_v.weight")
+        if has("attn_q.bias"):
             q, k, v = q + p("attn_q.bias"), k + p("attn_k.bias"), v + p("attn_v.bias")
-        q = np.stack([rope(q[t].reshape(H, D), t, base, scale, factors, neox) for t in range(n)])
-        k = np.stack([rope(k[t].reshape(Hk, D), t, base, scale, factors, neox) for t in range(n)])
-        v = v.reshape(n, Hk, D)
-        att = np.zeros((n, H, D))
-        mask = np.triu(np.full((n, n), -np.inf), 1)
+        q, k, v = q.reshape(n, H, Dk), k.reshape(n, Hk, Dk), v.reshape(n, Hk, Dv)
+        if has("attn_q_norm.weight"):  # per-head RMSNorm before RoPE
+            q, k = norm(q, p("attn_q_norm.weight")), norm(k, p("attn_k_norm.weight"))
+        swa = sliding(l)
+        b_l, s_l = (10000.0, 1.0) if arch == "gemma3" and swa else (base, scale)
+        if use_rope(l):
+            q = np.stack([rope(q[t], t, b_l, s_l, factors, neox, n_rot, mscale) for t in range(n)])
+            k = np.stack([rope(k[t], t, b_l, s_l, factors, neox, n_rot, mscale) for t in range(n)])
+        # a key more than n_swa - 1 positions back is out of the window
+        allowed = causal & (pos[:, None] - pos[None, :] < n_swa) if swa and n_swa > 0 else causal
+        mask = np.where(allowed, 0.0, -np.inf)
+        att = np.zeros((n, H, Dv))
         for hd in range(H):
             kh, vh = k[:, hd // (H // Hk)], v[:, hd // (H // Hk)]
-            s = q[:, hd] @ kh.T / np.sqrt(D) + mask
+            s = q[:, hd] @ kh.T * kq_scale + mask
             s = np.exp(s - s.max(axis=1, keepdims=True))
             att[:, hd] = (s / s.sum(axis=1, keepdims=True)) @ vh
-        x = x + mm(att.reshape(n, H * D), "attn_output.weight")
+        a = mm(att.reshape(n, H * Dv), "attn_output.weight")
+        if has("post_attention_norm.weight"):
+            a = norm(a, p("post_attention_norm.weight"))
+        x = x + a
         h = norm(x, p("ffn_norm.weight"))
-        gt, up = mm(h, "ffn_gate.weight"), mm(h, "ffn_up.weight")
-        x = x + mm(gt / (1 + np.exp(-gt)) * up, "ffn_down.weight")
+        if has("ffn_gate.weight"):
+            gt, up = mm(h, "ffn_gate.weight"), mm(h, "ffn_up.weight")
+        else:  # fused: the gate's F outputs, then the up's
+            gt, up = np.split(mm(h, "ffn_up.weight"), 2, axis=1)
+        act = gelu_tanh(gt) if arch == "gemma3" else gt / (1 + np.exp(-gt))
+        f = mm(act * up, "ffn_down.weight")
+        if has("post_ffw_norm.weight"):
+            f = norm(f, p("post_ffw_norm.weight"))
+        x = x + f
     logits = matmul(norm(x, T["output_norm.weight"]), T, "output.weight" if "output.weight" in T else "token_embd.weight")
     m = logits.max(axis=1, keepdims=True)
     return logits - m - np.log(np.exp(logits - m).sum(axis=1, keepdims=True))
 
 
 if __name__ == "__main__":
-    EMULATE = len(sys.argv) > 4 and sys.argv[4] == "emulate"
-    kv, T = read_gguf(sys.argv[1])
-    run = json.load(open(sys.argv[2]))
-    tol = float(sys.argv[3])
+    args, n_ctx = [], None
+    it = iter(sys.argv[1:])
+    for a in it:
+        if a == "--ctx":
+            n_ctx = int(next(it))
+        else:
+            args.append(a)
+    EMULATE = len(args) > 3 and args[3] == "emulate"
+    kv, T = read_gguf(args[0])
+    run = json.load(open(args[1]))
+    tol = float(args[2])
     seq = run["prompt_tokens"] + run["tokens"]
-    lp = forward(kv, T, seq)
+    lp = forward(kv, T, seq, n_ctx)
     n_p = len(run["prompt_tokens"])
     worst, bad, per_step = 0.0, [], []
     if not run["steps"] or not run["prompt_tokens"]:

@@ -21,6 +21,11 @@ typedef struct {
     int D, Hk, n_pos;
 } attn_row;
 
+/* sliding windows every case runs with: none, the query alone, a window
+ * shorter than most rows' positions (0: every position) */
+static const int WINS[] = {0, 1, 13};
+enum { N_WINS = 3 };
+
 /* A one-layer store of r's type and shape with n_seq sequences; sequence
  * seq holds n_pos positions of random K (in [-2, 2)) and V (in [-1, 1)). */
 static kv_store *random_kv(const attn_row *r, int n_seq, int seq, int n_pos) {
@@ -90,32 +95,34 @@ static void attn_case(const job *j) {
           *o2 = malloc(r->D * sizeof(float)), *sc = malloc(r->n_pos * sizeof(float)),
           *b = malloc(r->D * sizeof(float)); /* allowed |ref - simd| per output */
     uint16_t *q16 = malloc(r->D * sizeof(uint16_t));
+    for (int w = 0; w < N_WINS; w++)
     for (int g = 0; g < r->Hk; g++)
         for (int n = 1; n <= r->n_pos; n += (r->n_pos + 4) / 5) { /* causal prefixes */
+            const int win = WINS[w], lo = attn_window_lo(n, win);
             for (int d = 0; d < r->D; d++) q[d] = rnd() * 2;
             const float scale = 1.0f / sqrtf((float)r->D);
-            ref->attn_head(q, kv, 0, seq, g, r->D, n, scale, sc, q16, o1);
+            ref->attn_head(q, kv, 0, seq, g, r->D, n, win, scale, sc, q16, o1);
             /* sc now holds exp(s - max). With an f16 store the probabilities
              * are rounded to f16 (as llama.cpp does), and a score that differs
              * in its last float bit between the two summation orders may put a
              * probability one f16 step (2^-10 relative at most) apart: the
              * bound allows that for every position, nothing more. */
             double sum = 0;
-            for (int j = 0; j < n; j++) sum += sc[j];
+            for (int j = lo; j < n; j++) sum += sc[j];
             for (int d = 0; d < r->D; d++) {
                 double bound = 1e-5 * (1 + fabsf(o1[d]));
                 if (r->type == SP_TYPE_F16)
-                    for (int j = 0; j < n; j++) {
+                    for (int j = lo; j < n; j++) {
                         const f16_t *v = (const f16_t *)kv->ops->v_row(kv, 0, seq, j) + g * r->D;
                         bound += sc[j] / sum * 0x1p-10 * fabsf(f16_to_f32(v[d]));
                     }
                 b[d] = (float)bound;
             }
             for (int vi = 0; vi < n_var; vi++) {
-                vs[vi]->attn_head(q, kv, 0, seq, g, r->D, n, scale, sc, q16, o2);
+                vs[vi]->attn_head(q, kv, 0, seq, g, r->D, n, win, scale, sc, q16, o2);
                 for (int d = 0; d < r->D; d++)
-                    CHECK(fabsf(o1[d] - o2[d]) <= b[d], "%s g %d n %d d %d: ref %g simd %g (bound %g)",
-                          vn[vi], g, n, d, o1[d], o2[d], b[d]);
+                    CHECK(fabsf(o1[d] - o2[d]) <= b[d], "%s win %d g %d n %d d %d: ref %g simd %g (bound %g)",
+                          vn[vi], win, g, n, d, o1[d], o2[d], b[d]);
             }
         }
     free(q);
@@ -191,27 +198,28 @@ static void run_case(const job *j) {
     const float scale = 1.0f / sqrtf((float)r->D);
     static const int nqs[] = {1, 2, 3, 5, 9, SP_ATTN_MAX_Q}, nhs[] = {1, 3, 8};
     for (int o = 0; o < n_ops; o++)
+      for (int w = 0; w < N_WINS; w++)
         for (size_t a = 0; a < sizeof nqs / sizeof nqs[0]; a++)
             for (size_t b = 0; b < sizeof nhs / sizeof nhs[0]; b++)
                 for (int n0 = 1; n0 <= r->n_pos; n0 += (r->n_pos + 2) / 3) {
-                    const int nq = nqs[a], nh = nhs[b], g = r->Hk - 1;
+                    const int nq = nqs[a], nh = nhs[b], g = r->Hk - 1, win = WINS[w];
                     for (int i = 0; i < SP_ATTN_MAX_Q * QS; i++) o1[i] = -7.0f;
-                    ops_attn_run(ops[o], q + r->D, QS, nq, nh, kv, 0, 0, g, r->D, n0, scale, sc, n_ctx, q16,
+                    ops_attn_run(ops[o], q + r->D, QS, nq, nh, kv, 0, 0, g, r->D, n0, win, scale, sc, n_ctx, q16,
                                 o1 + r->D, QS);
                     int bad = 0, outside = 0;
                     for (int t = 0; t < SP_ATTN_MAX_Q; t++)
                         for (int hd = 0; hd < HEADS; hd++) {
                             const float *ot = o1 + t * QS + hd * r->D;
                             if (t < nq && hd >= 1 && hd <= nh) {
-                                ops[o]->attn_head(q + t * QS + hd * r->D, kv, 0, 0, g, r->D, n0 + t, scale, sc,
-                                                  q16, o2);
+                                ops[o]->attn_head(q + t * QS + hd * r->D, kv, 0, 0, g, r->D, n0 + t, win, scale,
+                                                  sc, q16, o2);
                                 bad += memcmp(ot, o2, (size_t)r->D * sizeof(float)) != 0;
                             } else {
                                 for (int d = 0; d < r->D; d++) outside += ot[d] != -7.0f;
                             }
                         }
-                    CHECK(!bad, "%s nq %d nh %d n_pos0 %d: %d queries differ from attn_head alone", names[o],
-                          nq, nh, n0, bad);
+                    CHECK(!bad, "%s win %d nq %d nh %d n_pos0 %d: %d queries differ from attn_head alone",
+                          names[o], win, nq, nh, n0, bad);
                     CHECK(!outside, "%s nq %d nh %d n_pos0 %d: %d values written outside the run", names[o], nq,
                           nh, n0, outside);
                 }
@@ -264,17 +272,18 @@ static void paged_case(const job *j) {
             memcpy(kp->ops->v_row(kp, 0, 1, p), kv->ops->v_row(kv, 0, 0, p), (size_t)kv_dim * esz);
         }
         static const int nqs[] = {1, 5, SP_ATTN_MAX_Q}, nhs[] = {1, 8};
+        for (int w = 0; w < N_WINS; w++)
         for (size_t a = 0; a < sizeof nqs / sizeof nqs[0]; a++)
             for (size_t b = 0; b < sizeof nhs / sizeof nhs[0]; b++)
                 for (int n0 = 1; n0 <= r->n_pos; n0 += (r->n_pos + 2) / 3) {
-                    const int nq = nqs[a], nh = nhs[b], g = r->Hk - 1;
-                    ops_attn_run(o, q, QS, nq, nh, kv, 0, 0, g, r->D, n0, scale, sc, n_ctx, q16, o1, QS);
-                    ops_attn_run(o, q, QS, nq, nh, kp, 0, 1, g, r->D, n0, scale, sc, n_ctx, q16, o2, QS);
+                    const int nq = nqs[a], nh = nhs[b], g = r->Hk - 1, win = WINS[w];
+                    ops_attn_run(o, q, QS, nq, nh, kv, 0, 0, g, r->D, n0, win, scale, sc, n_ctx, q16, o1, QS);
+                    ops_attn_run(o, q, QS, nq, nh, kp, 0, 1, g, r->D, n0, win, scale, sc, n_ctx, q16, o2, QS);
                     int bad = 0;
                     for (int t = 0; t < nq; t++)
                         bad += memcmp(o1 + t * QS, o2 + t * QS, (size_t)nh * r->D * sizeof(float)) != 0;
-                    CHECK(!bad, "%s blocks of %d, nq %d nh %d n_pos0 %d: %d tokens differ from the contiguous store",
-                          j->variant, bs, nq, nh, n0, bad);
+                    CHECK(!bad, "%s blocks of %d, win %d, nq %d nh %d n_pos0 %d: %d tokens differ from the "
+                          "contiguous store", j->variant, bs, win, nq, nh, n0, bad);
                 }
         kp->ops->destroy(kp);
     }
