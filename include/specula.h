@@ -827,8 +827,12 @@ typedef struct {
     uint64_t evictions_pressure; /* cached blocks reused because the pool ran out */
     uint64_t evictions_flush;    /* cached blocks dropped by sp_engine_flush_cache */
     int32_t blocks_total, blocks_free, blocks_cached, blocks_in_use, block_size;
-    size_t kv_bytes_total;
+    size_t kv_bytes_total;       /* both pools */
     size_t kv_bytes_cached;      /* K/V kept only for reuse (blocks_cached) */
+    /* models with sliding-window layers: their K/V live in a pool of their
+     * own where a sequence holds about one window (0 without such layers) */
+    int32_t window_blocks_total, window_blocks_in_use;
+    size_t kv_bytes_window;      /* of kv_bytes_total: the window pool */
     int32_t running, waiting;
     /* structured output */
     uint64_t grammar_compiles;   /* grammars compiled (a tenant's repeat finds its own) */

@@ -60,7 +60,8 @@ int eng_disk_open(sp_engine *e, char *err, size_t errlen) {
     if (!e->disk.tier) return SP_ERR_INVALID;
     disk_tier_fp(e->disk.tier, e->model_key);
     e->disk.buf = malloc(disk_tier_block_bytes(e->disk.tier));
-    if (!e->disk.buf) {
+    e->disk.put_buf = malloc(disk_tier_block_bytes(e->disk.tier));
+    if (!e->disk.buf || !e->disk.put_buf) {
         seterr(err, errlen, "out of memory for the disk tier");
         return SP_ERR_NOMEM;
     }
@@ -71,15 +72,16 @@ void eng_disk_close(sp_engine *e) {
     disk_tier_close(e->disk.tier);
     e->disk.tier = NULL;
     free(e->disk.buf);
-    e->disk.buf = NULL;
+    free(e->disk.put_buf);
+    e->disk.buf = e->disk.put_buf = NULL;
 }
 
 void eng_disk_put(sp_engine *e, request *r, int32_t block) {
     if (!e->disk.tier) return;
-    const int32_t id = kv_paged_block_id(e->kv, r->slot, block);
-    if (id < 0) return;
+    /* a copy of every layer's K/V (with sliding layers, from both pools) */
+    if (kv_paged_block_read(e->kv, r->slot, block, e->disk.put_buf)) return;
     disk_tier_put(e->disk.tier, &r->hashes[block], r->toks + (size_t)block * e->p.kv_block_size,
-                     kv_paged_block_data(e->kv, id));
+                     e->disk.put_buf);
 }
 
 void eng_disk_observe(sp_engine *e, int32_t n_tok, double ms) {

@@ -211,12 +211,29 @@ static int create_target(sp_engine *e, sp_context_params *cp, int64_t *n_blocks,
     const sp_model_info *h = sp_model_get_info(e->m);
     const sp_engine_params *p = &e->p;
     const tensor_type kt = p->kv_type == SP_KV_F16 ? SP_TYPE_F16 : SP_TYPE_F32;
-    const int32_t kv_dim = h->n_head_kv * h->head_dim;
-    const size_t bb = kv_paged_block_bytes(kt, h->n_layer, kv_dim, p->kv_block_size);
-    e->max_blocks = (p->n_ctx + p->kv_block_size - 1) / p->kv_block_size;
+    const int32_t kv_dim = h->n_head_kv * h->head_dim, bs = p->kv_block_size;
+    e->max_blocks = (p->n_ctx + bs - 1) / bs;
+    /* Sliding layers keep their K/V in a pool of their own, sized so that it
+     * never decides admission: each running sequence holds at most its
+     * window, a prefill chunk and a verification (plus two partial blocks),
+     * and as much again stays cached for prefixes to find their last
+     * window. The main pool (the other layers) gets the rest of the memory. */
+    bool slides[1024] = {false};
+    int32_t n_win = 0;
+    for (int32_t l = 0; l < h->n_layer; l++) n_win += slides[l] = e->m->layers[l].window > 0 && h->n_swa < p->n_ctx;
+    const int64_t per_seq = n_win ? (h->n_swa + p->max_batch_tokens + SP_SPEC_K_MAX + bs - 1) / bs + 2 : 0;
+    const int64_t win_nb = SP_MIN(2 * per_seq * p->max_seqs, (int64_t)INT32_MAX / 2);
+    const size_t wbb = kv_paged_block_bytes(kt, n_win, kv_dim, bs);
+    const size_t bb = kv_paged_block_bytes(kt, h->n_layer - n_win, kv_dim, bs), win_bytes = (size_t)win_nb * wbb;
     size_t mem = p->kv_mem;
-    if (!mem) mem = SP_MIN((size_t)p->max_seqs * e->max_blocks * bb, (size_t)1 << 30);
-    int64_t nb = (int64_t)(mem / bb);
+    if (!mem) mem = SP_MIN((size_t)p->max_seqs * e->max_blocks * bb + win_bytes, ((size_t)1 << 30) + win_bytes);
+    if (mem < win_bytes) {
+        seterr(err, errlen, "--kv-mem %zu bytes cannot hold the sliding layers' %zu (a window of %d "
+                  "positions for each of %d sequences)", p->kv_mem, win_bytes, h->n_swa, p->max_seqs);
+        return SP_ERR_INVALID;
+    }
+    /* every layer slides: the main pool's blocks hold no data (a table only) */
+    int64_t nb = bb ? (int64_t)((mem - win_bytes) / bb) : (int64_t)p->max_seqs * e->max_blocks + e->max_blocks + 1;
     if (nb < e->max_blocks + 1) {
         /* one request of a full context must always fit, or the scheduler
          * could wait forever */
@@ -230,8 +247,8 @@ static int create_target(sp_engine *e, sp_context_params *cp, int64_t *n_blocks,
     }
     if (nb > INT32_MAX / 2) nb = INT32_MAX / 2;
     *n_blocks = nb;
-    kv_paged_params kp = {kt, h->n_layer, kv_dim, p->kv_block_size, (int32_t)nb, p->max_seqs,
-                             e->max_blocks, p->prefix_cache};
+    kv_paged_params kp = {kt, h->n_layer, kv_dim, bs, (int32_t)nb, p->max_seqs,
+                             e->max_blocks, p->prefix_cache, n_win ? h->n_swa : 0, slides, (int32_t)win_nb};
     e->kv = kv_paged_create(kp, err, errlen);
     if (!e->kv) return SP_ERR_NOMEM;
     *cp = sp_context_default_params();
@@ -339,7 +356,10 @@ void sp_engine_get_stats(sp_engine *e, sp_engine_stats *st) {
     st->blocks_cached = ks.n_cached;
     st->blocks_in_use = ks.n_in_use;
     st->block_size = ks.block_size;
-    st->kv_bytes_total = (size_t)ks.n_blocks * ks.block_bytes;
+    st->kv_bytes_total = ks.pool_bytes;
+    st->window_blocks_total = ks.win_blocks;
+    st->window_blocks_in_use = ks.win_in_use;
+    st->kv_bytes_window = (size_t)ks.win_blocks * ks.win_block_bytes;
     st->kv_bytes_cached = ks.cached_bytes;
     st->running = e->n_running;
     st->waiting = e->n_waiting;

@@ -191,6 +191,7 @@ typedef struct {
 typedef struct {
     disk_tier *tier;
     uint8_t *buf;              /* [block_bytes] a restored block before it enters the pool */
+    uint8_t *put_buf;          /* [block_bytes] a committed block copied out of the pools for the tier */
     double ms_block;           /* restore cost per block (moving average; 0: not measured) */
     double prefill_ms_tok;     /* prefill cost per token (moving average; 0: not measured) */
     uint64_t restored, declined;

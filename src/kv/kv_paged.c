@@ -25,7 +25,7 @@ enum { BLK_FREE = 0, BLK_CACHED = 1, BLK_IN_USE = 2 };
 
 #define MAX_BLOCKS (1 << 28)
 
-typedef struct {
+typedef struct kv_paged {
     kv_store base;
     kv_paged_params p;
     size_t esize;        /* bytes per element (2 or 4) */
@@ -53,12 +53,22 @@ typedef struct {
     int32_t n_hashed;
 
     /* per slot */
-    int32_t *table;      /* [S][max_blocks_per_seq] block ids, -1 past n_table */
+    int32_t *table;      /* [S][max_blocks_per_seq] block ids, -1 past n_table
+                            (and, in a window pool, before first) */
     int32_t *n_table;    /* [S] entries in use = ceil(reserved / bs) */
     int32_t *len;        /* [S] committed positions */
     int32_t *reserved;   /* [S] writable positions, >= len */
+    int32_t *first;      /* [S] first entry held: 0 but in a window pool, whose
+                            entries before it were given back */
 
     uint64_t evictions, flushed;
+
+    /* sliding layers: their pool (its p.n_layer counts them; base.n_layer
+     * of this store counts every layer) and where each layer lives */
+    struct kv_paged *win;
+    bool window_pool;    /* this is a window pool (entries before first[] are given back) */
+    int32_t window;
+    int32_t *lmap;       /* [base.n_layer] index in this pool, or -1 - index in win's */
 } kv_paged;
 
 static const kv_ops kp_ops;
@@ -195,9 +205,38 @@ static void table_truncate(kv_paged *s, int32_t seq, int32_t nb) {
     int32_t *t = s->table + (size_t)seq * s->p.max_blocks_per_seq;
     while (s->n_table[seq] > nb) {
         int32_t i = --s->n_table[seq];
-        block_release(s, t[i]);
+        if (t[i] >= 0) block_release(s, t[i]); /* not a given-back window entry */
         t[i] = -1;
     }
+    if (s->first[seq] > nb) s->first[seq] = nb;
+}
+
+/* A window pool gives back seq's entries wholly before position pos (the
+ * first its next query sees); hashed ones stay findable as CACHED. */
+static void window_drop(kv_paged *w, int32_t seq, int32_t pos) {
+    const int32_t upto = SP_MIN(pos > 0 ? pos / w->p.block_size : 0, w->n_table[seq]);
+    int32_t *t = w->table + (size_t)seq * w->p.max_blocks_per_seq;
+    for (int32_t i = w->first[seq]; i < upto; i++) {
+        block_release(w, t[i]);
+        t[i] = -1;
+    }
+    if (upto > w->first[seq]) w->first[seq] = upto;
+}
+
+/* The first position a query at pos sees in a window of w positions. */
+static int32_t window_lo(int32_t pos, int32_t w) { return pos - w + 1 > 0 ? pos - w + 1 : 0; }
+
+/* Where layer lives: its pool (the main one or the window one) and its
+ * index there. */
+static kv_paged *pool_of(kv_paged *s, int32_t *layer) {
+    if (!s->win) return s;
+    const int32_t l = s->lmap[*layer];
+    if (l >= 0) {
+        *layer = l;
+        return s;
+    }
+    *layer = -1 - l;
+    return s->win;
 }
 
 /* ---- kv_store ops ----------------------------------------------------------- */
@@ -207,14 +246,31 @@ static unsigned char *row_ptr(const kv_paged *s, int32_t layer, int32_t seq, int
     int32_t bi = pos / s->p.block_size;
     int32_t off = pos - bi * s->p.block_size;
     int32_t b = s->table[(size_t)seq * s->p.max_blocks_per_seq + bi];
+    SP_ASSERT(b >= 0); /* never a window entry given back */
     return s->data + (size_t)b * s->block_bytes + (size_t)layer * s->layer_bytes +
            (size_t)kv * s->half_bytes + (size_t)off * s->row_bytes;
 }
+
+static int reserve_one(kv_paged *s, int32_t seq, int32_t n_new);
 
 static int kp_reserve(kv_store *kv, int32_t seq, int32_t n_new) {
     kv_paged *s = KP(kv);
     SP_ASSERT(seq >= 0 && seq < s->p.n_seq);
     if (n_new < 0) return -1;
+    if (!s->win) return reserve_one(s, seq, n_new);
+    const int32_t before = s->reserved[seq] - s->len[seq];
+    if (reserve_one(s, seq, n_new)) return -1;
+    /* the queries of this pass start at len: what they cannot see goes back
+     * first (rollbacks never cut below the committed len) */
+    window_drop(s->win, seq, window_lo(s->len[seq], s->window));
+    if (reserve_one(s->win, seq, n_new)) {
+        reserve_one(s, seq, before); /* all or nothing */
+        return -1;
+    }
+    return 0;
+}
+
+static int reserve_one(kv_paged *s, int32_t seq, int32_t n_new) {
     int64_t target = (int64_t)s->len[seq] + n_new;
     if (target > (int64_t)s->p.max_blocks_per_seq * s->p.block_size) return -1;
     int32_t need = ceil_div((int32_t)target, s->p.block_size);
@@ -232,7 +288,7 @@ static int kp_reserve(kv_store *kv, int32_t seq, int32_t n_new) {
 }
 
 static void *kp_k_row(kv_store *kv, int32_t layer, int32_t seq, int32_t pos) {
-    kv_paged *s = (kv_paged *)kv;
+    kv_paged *s = pool_of((kv_paged *)kv, &layer);
     SP_ASSERT(seq >= 0 && seq < s->p.n_seq && layer >= 0 && layer < s->p.n_layer);
     SP_ASSERT(pos >= 0 && pos < s->reserved[seq]);
     int32_t b = s->table[(size_t)seq * s->p.max_blocks_per_seq + pos / s->p.block_size];
@@ -241,7 +297,7 @@ static void *kp_k_row(kv_store *kv, int32_t layer, int32_t seq, int32_t pos) {
 }
 
 static void *kp_v_row(kv_store *kv, int32_t layer, int32_t seq, int32_t pos) {
-    kv_paged *s = (kv_paged *)kv;
+    kv_paged *s = pool_of((kv_paged *)kv, &layer);
     SP_ASSERT(seq >= 0 && seq < s->p.n_seq && layer >= 0 && layer < s->p.n_layer);
     SP_ASSERT(pos >= 0 && pos < s->reserved[seq]);
     int32_t b = s->table[(size_t)seq * s->p.max_blocks_per_seq + pos / s->p.block_size];
@@ -251,7 +307,7 @@ static void *kp_v_row(kv_store *kv, int32_t layer, int32_t seq, int32_t pos) {
 
 static int32_t kp_span(kv_store *kv, int32_t layer, int32_t seq, int32_t pos, int32_t end,
                        const void **k, const void **v) {
-    kv_paged *s = (kv_paged *)kv;
+    kv_paged *s = pool_of((kv_paged *)kv, &layer);
     SP_ASSERT(seq >= 0 && seq < s->p.n_seq && layer >= 0 && layer < s->p.n_layer);
     SP_ASSERT(pos >= 0 && pos < end && end <= s->reserved[seq]);
     int32_t blk_end = (pos / s->p.block_size + 1) * s->p.block_size;
@@ -266,18 +322,29 @@ static int32_t kp_len(const kv_store *kv, int32_t seq) {
     return s->len[seq];
 }
 
-static void kp_set_len(kv_store *kv, int32_t seq, int32_t len) {
-    kv_paged *s = KP(kv);
-    SP_ASSERT(seq >= 0 && seq < s->p.n_seq);
+static void set_len_one(kv_paged *s, int32_t seq, int32_t len) {
     SP_ASSERT(len >= 0 && len <= s->reserved[seq]);
     table_truncate(s, seq, ceil_div(len, s->p.block_size));
     s->len[seq] = len;
     s->reserved[seq] = len;
 }
 
+static void kp_set_len(kv_store *kv, int32_t seq, int32_t len) {
+    kv_paged *s = KP(kv);
+    SP_ASSERT(seq >= 0 && seq < s->p.n_seq);
+    set_len_one(s, seq, len);
+    if (!s->win) return;
+    set_len_one(s->win, seq, len);
+    /* a query at len must still find its window */
+    SP_ASSERT(len == 0 || (int64_t)s->win->first[seq] * s->p.block_size <= window_lo(len, s->window));
+}
+
 static void kp_destroy(kv_store *kv) {
     kv_paged *s = (kv_paged *)kv;
     if (!s) return;
+    if (s->win) kp_destroy(&s->win->base);
+    free(s->lmap);
+    free(s->first);
     free(s->data);
     free(s->refcount);
     free(s->state);
@@ -305,13 +372,15 @@ size_t kv_paged_block_bytes(tensor_type type, int32_t n_layer, int32_t kv_dim, i
     return 2 * (size_t)n_layer * (size_t)block_size * (size_t)kv_dim * esize;
 }
 
-kv_store *kv_paged_create(kv_paged_params p, char *err, size_t errlen) {
+/* One pool; n_layer 0 only for the main pool of a store whose every layer
+ * slides (its blocks then hold no data: table, hashes and refcounts only). */
+static kv_paged *create_one(kv_paged_params p, bool empty_ok, char *err, size_t errlen) {
     kv_paged *s = NULL;
     if (p.type != SP_TYPE_F16 && p.type != SP_TYPE_F32) {
         seterr(err, errlen, "KV element type must be f16 or f32");
         return NULL;
     }
-    if (p.n_layer < 1 || p.kv_dim < 1 || p.n_seq < 1) {
+    if (p.n_layer < (empty_ok ? 0 : 1) || p.kv_dim < 1 || p.n_seq < 1) {
         seterr(err, errlen, "paged KV: n_layer (%d), kv_dim (%d) and n_seq (%d) must be >= 1",
                   p.n_layer, p.kv_dim, p.n_seq);
         return NULL;
@@ -334,7 +403,7 @@ kv_store *kv_paged_create(kv_paged_params p, char *err, size_t errlen) {
     size_t esize = p.type == SP_TYPE_F16 ? 2 : 4;
     /* block_bytes = 2 * n_layer * bs * kv_dim * esize: each factor < 2^31, so
      * check the products against SIZE_MAX in steps. */
-    if ((size_t)p.kv_dim > SIZE_MAX / 8 / (size_t)p.block_size / (size_t)p.n_layer ||
+    if ((size_t)p.kv_dim > SIZE_MAX / 8 / (size_t)p.block_size / (size_t)SP_MAX(p.n_layer, 1) ||
         bb > SIZE_MAX / 2 / (size_t)p.n_blocks) {
         seterr(err, errlen, "paged KV: pool size overflows");
         return NULL;
@@ -353,7 +422,7 @@ kv_store *kv_paged_create(kv_paged_params p, char *err, size_t errlen) {
     size_t nb = (size_t)p.n_blocks, ns = (size_t)p.n_seq;
     /* 64-byte aligned for the SIMD attention; the pool is not zeroed (its
      * pages are touched only as blocks are written). */
-    s->data = aligned_alloc(64, (pool + 63) / 64 * 64);
+    s->data = aligned_alloc(64, (pool + 64) / 64 * 64); /* never 0 bytes */
     s->refcount = calloc(nb, sizeof(int32_t));
     s->state = calloc(nb, 1);
     s->hashed = calloc(nb, 1);
@@ -370,9 +439,10 @@ kv_store *kv_paged_create(kv_paged_params p, char *err, size_t errlen) {
     s->n_table = calloc(ns, sizeof(int32_t));
     s->len = calloc(ns, sizeof(int32_t));
     s->reserved = calloc(ns, sizeof(int32_t));
+    s->first = calloc(ns, sizeof(int32_t));
     if (!s->data || !s->refcount || !s->state || !s->hashed || !s->hash || !s->lru_prev ||
         !s->lru_next || !s->free_stack || !s->scratch || !s->ht || !s->table || !s->n_table ||
-        !s->len || !s->reserved)
+        !s->len || !s->reserved || !s->first)
         goto oom;
     for (size_t i = 0; i < nb; i++) s->lru_prev[i] = s->lru_next[i] = -1;
     s->lru_head = s->lru_tail = -1;
@@ -380,7 +450,7 @@ kv_store *kv_paged_create(kv_paged_params p, char *err, size_t errlen) {
     for (size_t i = 0; i < ns * (size_t)p.max_blocks_per_seq; i++) s->table[i] = -1;
     /* Pushed in reverse so the first allocations hand out 0, 1, 2, ... */
     for (int32_t b = p.n_blocks - 1; b >= 0; b--) free_push(s, b);
-    return &s->base;
+    return s;
 oom:
     seterr(err, errlen, "out of memory allocating a paged KV store of %d blocks (%zu bytes)",
               p.n_blocks, pool);
@@ -388,33 +458,77 @@ oom:
     return NULL;
 }
 
+kv_store *kv_paged_create(kv_paged_params p, char *err, size_t errlen) {
+    int32_t n_win = 0;
+    for (int32_t l = 0; p.window > 0 && p.slides && l < p.n_layer; l++) n_win += p.slides[l];
+    if (!n_win) {
+        p.window = 0;
+        kv_paged *s = create_one(p, false, err, errlen);
+        return s ? &s->base : NULL;
+    }
+    if (p.window_blocks < 1) {
+        seterr(err, errlen, "paged KV: a window pool of %d blocks", p.window_blocks);
+        return NULL;
+    }
+    kv_paged_params mp = p, wp = p;
+    mp.n_layer = p.n_layer - n_win;
+    wp.n_layer = n_win;
+    wp.n_blocks = p.window_blocks;
+    kv_paged *s = create_one(mp, true, err, errlen);
+    if (!s) return NULL;
+    s->base.n_layer = p.n_layer;
+    s->window = p.window;
+    s->lmap = malloc((size_t)p.n_layer * sizeof(int32_t));
+    if (!s->lmap || !(s->win = create_one(wp, false, err, errlen))) {
+        if (!s->lmap) seterr(err, errlen, "out of memory");
+        kp_destroy(&s->base);
+        return NULL;
+    }
+    s->win->window_pool = true;
+    for (int32_t l = 0, nf = 0, nw = 0; l < p.n_layer; l++) s->lmap[l] = p.slides[l] ? -1 - nw++ : nf++;
+    return &s->base;
+}
+
 /* ---- prefix cache -------------------------------------------------------- */
+
+/* The window pool's first block a continuation after n blocks needs. */
+static int32_t window_first(const kv_paged *s, int32_t n) {
+    return window_lo(n * s->p.block_size, s->window) / s->p.block_size;
+}
+
+static bool all_found(const kv_paged *s, const block_digest *h, int32_t from, int32_t n) {
+    for (int32_t i = from; i < n; i++)
+        if (ht_find(s, &h[i]) < 0) return false;
+    return true;
+}
 
 int32_t kv_paged_match(const kv_store *kv, const block_digest *h, int32_t n) {
     const kv_paged *s = KPC(kv);
     if (!s->p.prefix_cache) return 0;
     int32_t i = 0;
     while (i < n && ht_find(s, &h[i]) >= 0) i++;
+    /* the longest of those prefixes whose last window is held too */
+    while (s->win && i > 0 && !all_found(s->win, h, window_first(s, i), i)) i--;
     return i;
 }
 
-int kv_paged_attach(kv_store *kv, int32_t seq, const block_digest *h, int32_t n) {
-    kv_paged *s = KP(kv);
-    SP_ASSERT(seq >= 0 && seq < s->p.n_seq);
+/* Attaches h[from..n) at table entries from..n-1 (those before from stay
+ * given back: a window pool's). */
+static int attach_one(kv_paged *s, int32_t seq, const block_digest *h, int32_t from, int32_t n) {
     if (n < 0 || n > s->p.max_blocks_per_seq) return -1;
     if (s->n_table[seq] != 0 || s->len[seq] != 0 || s->reserved[seq] != 0) return -1;
     int32_t *t = s->table + (size_t)seq * s->p.max_blocks_per_seq;
     /* First pass: look every block up (the empty table is the scratch), so a
      * miss changes nothing. */
-    for (int32_t i = 0; i < n; i++) {
+    for (int32_t i = from; i < n; i++) {
         int32_t b = s->p.prefix_cache ? ht_find(s, &h[i]) : -1;
         if (b < 0) {
-            for (int32_t j = 0; j < i; j++) t[j] = -1;
+            for (int32_t j = from; j < i; j++) t[j] = -1;
             return -1;
         }
         t[i] = b;
     }
-    for (int32_t i = 0; i < n; i++) {
+    for (int32_t i = from; i < n; i++) {
         int32_t b = t[i];
         if (s->state[b] == BLK_CACHED) {
             lru_remove(s, b);
@@ -425,8 +539,29 @@ int kv_paged_attach(kv_store *kv, int32_t seq, const block_digest *h, int32_t n)
         if (++s->refcount[b] == 2) s->n_shared++;
     }
     s->n_table[seq] = n;
+    s->first[seq] = from;
     s->len[seq] = s->reserved[seq] = n * s->p.block_size;
     return 0;
+}
+
+int kv_paged_attach(kv_store *kv, int32_t seq, const block_digest *h, int32_t n) {
+    kv_paged *s = KP(kv);
+    SP_ASSERT(seq >= 0 && seq < s->p.n_seq);
+    if (s->win && (n < 0 || !s->p.prefix_cache || !all_found(s->win, h, window_first(s, n), n))) return -1;
+    if (attach_one(s, seq, h, 0, n)) return -1;
+    if (s->win && attach_one(s->win, seq, h, window_first(s, n), n)) { /* cannot fail: checked */
+        set_len_one(s, seq, 0);
+        return -1;
+    }
+    return 0;
+}
+
+static void commit_one(kv_paged *s, int32_t seq, int32_t block, const block_digest *h) {
+    int32_t b = s->table[(size_t)seq * s->p.max_blocks_per_seq + block];
+    if (b < 0 || s->hashed[b] || ht_find(s, h) >= 0) return; /* given back, or known */
+    SP_ASSERT(s->state[b] == BLK_IN_USE && s->refcount[b] == 1);
+    s->hash[b] = *h;
+    ht_insert(s, b);
 }
 
 void kv_paged_commit(kv_store *kv, int32_t seq, int32_t block, const block_digest *h) {
@@ -435,16 +570,26 @@ void kv_paged_commit(kv_store *kv, int32_t seq, int32_t block, const block_diges
     SP_ASSERT(block >= 0 && block < s->n_table[seq]);
     SP_ASSERT((int64_t)(block + 1) * s->p.block_size <= s->len[seq]); /* full and committed */
     if (!s->p.prefix_cache) return;
-    int32_t b = s->table[(size_t)seq * s->p.max_blocks_per_seq + block];
-    if (s->hashed[b] || ht_find(s, h) >= 0) return;
-    SP_ASSERT(s->state[b] == BLK_IN_USE && s->refcount[b] == 1);
-    s->hash[b] = *h;
-    ht_insert(s, b);
+    commit_one(s, seq, block, h);
+    if (s->win) commit_one(s->win, seq, block, h);
 }
+
+static int append_one(kv_paged *s, int32_t seq, const block_digest *h, const void *data);
 
 int kv_paged_append(kv_store *kv, int32_t seq, const block_digest *h, const void *data) {
     kv_paged *s = KP(kv);
     SP_ASSERT(seq >= 0 && seq < s->p.n_seq);
+    if (!s->win) return append_one(s, seq, h, data);
+    if (append_one(s, seq, h, data)) return -1;
+    if (append_one(s->win, seq, h, data ? (const unsigned char *)data + s->block_bytes : NULL)) {
+        set_len_one(s, seq, s->len[seq] - s->p.block_size); /* all or nothing */
+        return -1;
+    }
+    window_drop(s->win, seq, window_lo(s->len[seq], s->window)); /* nothing reserved past len */
+    return 0;
+}
+
+static int append_one(kv_paged *s, int32_t seq, const block_digest *h, const void *data) {
     const int32_t n = s->n_table[seq];
     if (!s->p.prefix_cache || n >= s->p.max_blocks_per_seq || s->len[seq] != n * s->p.block_size ||
         s->reserved[seq] != s->len[seq])
@@ -473,17 +618,30 @@ int kv_paged_append(kv_store *kv, int32_t seq, const block_digest *h, const void
 
 bool kv_paged_resident(const kv_store *kv, const block_digest *h) {
     const kv_paged *s = KPC(kv);
-    return s->p.prefix_cache && ht_find(s, h) >= 0;
+    return s->p.prefix_cache && ht_find(s, h) >= 0 && (!s->win || ht_find(s->win, h) >= 0);
 }
 
-const void *kv_paged_block_data(const kv_store *kv, int32_t block_id) {
+int kv_paged_block_read(const kv_store *kv, int32_t seq, int32_t block, void *out) {
     const kv_paged *s = KPC(kv);
-    SP_ASSERT(block_id >= 0 && block_id < s->p.n_blocks);
-    return s->data + (size_t)block_id * s->block_bytes;
+    if (seq < 0 || seq >= s->p.n_seq || block < 0 || block >= s->n_table[seq]) return -1;
+    const int32_t b = s->table[(size_t)seq * s->p.max_blocks_per_seq + block];
+    const int32_t wb = s->win ? s->win->table[(size_t)seq * s->p.max_blocks_per_seq + block] : 0;
+    if (b < 0 || wb < 0) return -1;
+    memcpy(out, s->data + (size_t)b * s->block_bytes, s->block_bytes);
+    if (s->win)
+        memcpy((unsigned char *)out + s->block_bytes, s->win->data + (size_t)wb * s->win->block_bytes,
+               s->win->block_bytes);
+    return 0;
 }
+
+static int32_t flush_one(kv_paged *s);
 
 int32_t kv_paged_flush(kv_store *kv) {
     kv_paged *s = KP(kv);
+    return flush_one(s) + (s->win ? flush_one(s->win) : 0);
+}
+
+static int32_t flush_one(kv_paged *s) {
     int32_t n = 0;
     while (s->lru_head >= 0) {
         int32_t b = s->lru_head;
@@ -510,7 +668,17 @@ void kv_paged_get_stats(const kv_store *kv, kv_paged_stats *st) {
         .flushed = s->flushed,
         .block_bytes = s->block_bytes,
         .cached_bytes = (size_t)s->n_cached * s->block_bytes,
+        .pool_bytes = (size_t)s->p.n_blocks * s->block_bytes,
     };
+    if (s->win) {
+        const kv_paged *w = s->win;
+        st->win_blocks = w->p.n_blocks;
+        st->win_in_use = w->n_in_use;
+        st->win_cached = w->n_cached;
+        st->win_block_bytes = w->block_bytes;
+        st->cached_bytes += (size_t)w->n_cached * w->block_bytes;
+        st->pool_bytes += (size_t)w->p.n_blocks * w->block_bytes;
+    }
 }
 
 int32_t kv_paged_blocks_needed(const kv_store *kv, int32_t seq, int32_t n_new) {
@@ -546,8 +714,31 @@ int32_t kv_paged_refcount(const kv_store *kv, int32_t block_id) {
         return -1;                                                             \
     } while (0)
 
+static int check_one(const kv_paged *s, char *err, size_t errlen);
+
 int kv_paged_check(const kv_store *kv, char *err, size_t errlen) {
     const kv_paged *s = KPC(kv);
+    if (check_one(s, err, errlen)) return -1;
+    if (!s->win) return 0;
+    const kv_paged *w = s->win;
+    if (check_one(w, err, errlen)) {
+        char e2[256];
+        snprintf(e2, sizeof(e2), "window pool: %s", err);
+        seterr(err, errlen, "%s", e2);
+        return -1;
+    }
+    for (int32_t q = 0; q < s->p.n_seq; q++) {
+        if (w->len[q] != s->len[q] || w->reserved[q] != s->reserved[q])
+            FAIL("seq %d: window pool len %d / reserved %d, main pool %d / %d", q, w->len[q], w->reserved[q],
+                 s->len[q], s->reserved[q]);
+        if (s->len[q] && (int64_t)w->first[q] * s->p.block_size > window_lo(s->len[q], s->window))
+            FAIL("seq %d: the window pool gave back block %d, which a query at %d sees", q, w->first[q] - 1,
+                 s->len[q]);
+    }
+    return 0;
+}
+
+static int check_one(const kv_paged *s, char *err, size_t errlen) {
     const int32_t NB = s->p.n_blocks, bs = s->p.block_size, mb = s->p.max_blocks_per_seq;
     int32_t *refs = s->scratch; /* scratch is the checker's own: writing it is no state change */
 
@@ -561,10 +752,12 @@ int kv_paged_check(const kv_store *kv, char *err, size_t errlen) {
         if (s->n_table[q] != ceil_div(s->reserved[q], bs))
             FAIL("seq %d: table has %d blocks, reserved %d needs %d", q, s->n_table[q],
                  s->reserved[q], ceil_div(s->reserved[q], bs));
+        if (s->first[q] < 0 || (s->first[q] > 0 && s->first[q] > s->n_table[q]) || (!s->window_pool && s->first[q]))
+            FAIL("seq %d: first held entry %d of %d", q, s->first[q], s->n_table[q]);
         for (int32_t i = 0; i < mb; i++) {
             int32_t b = t[i];
-            if (i >= s->n_table[q]) {
-                if (b != -1) FAIL("seq %d: table entry %d past the end names block %d", q, i, b);
+            if (i >= s->n_table[q] || i < s->first[q]) {
+                if (b != -1) FAIL("seq %d: table entry %d past the end or given back names block %d", q, i, b);
                 continue;
             }
             if (b < 0 || b >= NB) FAIL("seq %d: table entry %d = %d out of range", q, i, b);

@@ -48,9 +48,21 @@ typedef struct {
     int32_t n_seq;       /* sequence slots */
     int32_t max_blocks_per_seq; /* block-table length: ceil(n_ctx / block_size) */
     bool prefix_cache;   /* false: commit() never caches, match() never hits */
+    /* Sliding-window layers (0 / NULL: none). Layer l with slides[l] attends
+     * only to the last `window` positions; its K/V live in a second pool of
+     * window_blocks blocks (block_size positions of the sliding layers
+     * only), where a sequence holds only the blocks its next query can
+     * see: reserve() gives back every block wholly before len - window + 1
+     * (a hashed one stays CACHED, findable). n_layer counts every layer;
+     * the main pool's blocks hold the others (possibly none). */
+    int32_t window;
+    const bool *slides;   /* [n_layer], read at creation only */
+    int32_t window_blocks;
 } kv_paged_params;
 
-/* Bytes of K+V one block holds: 2 * n_layer * block_size * kv_dim * elem. */
+/* Bytes of K+V one block holds: 2 * n_layer * block_size * kv_dim * elem
+ * (n_layer: every layer; with sliding layers, the main pool's block holds
+ * the others and the window pool's block the sliding ones, together this). */
 size_t kv_paged_block_bytes(tensor_type type, int32_t n_layer, int32_t kv_dim, int32_t block_size);
 
 /* Creates the store with all blocks FREE. NULL + err on bad parameters or
@@ -95,13 +107,17 @@ int32_t block_hash_extend(const int32_t *tokens, int32_t n, int32_t block_size,
                              size_t salt_len, block_digest *out, int32_t from);
 
 /* Number of leading hashes whose blocks are resident (IN USE or CACHED),
- * 0 when the cache is off. Read-only: changes no LRU order. */
+ * 0 when the cache is off. With sliding layers: the longest such prefix
+ * of n' blocks for which the window pool also holds the blocks a query at
+ * position n' * block_size sees (an evicted window block makes the prefix
+ * shorter, never wrong). Read-only: changes no LRU order. */
 int32_t kv_paged_match(const kv_store *kv, const block_digest *h, int32_t n);
 
 /* Points an empty slot's first n table entries at the resident blocks of
  * h[0..n) (a CACHED block leaves the LRU and becomes IN USE; refcounts +1)
- * and sets len = n * block_size. The caller has checked with match() in the
- * same step. -1 if the slot is not empty or a block is not resident. */
+ * and sets len = n * block_size; in the window pool only the blocks of the
+ * last window. The caller has checked with match() in the same step. -1
+ * if the slot is not empty or a block is not resident. */
 int kv_paged_attach(kv_store *kv, int32_t seq, const block_digest *h, int32_t n);
 
 /* Marks table entry `block` of seq (full of committed tokens: asserts
@@ -121,12 +137,15 @@ void kv_paged_commit(kv_store *kv, int32_t seq, int32_t block, const block_diges
  * changed (table full, no block available, h not resident and no data). */
 int kv_paged_append(kv_store *kv, int32_t seq, const block_digest *h, const void *data);
 
-/* Whether a block with hash h is resident (IN USE or CACHED). */
+/* Whether a block with hash h is resident (IN USE or CACHED), in the
+ * window pool too where there is one. */
 bool kv_paged_resident(const kv_store *kv, const block_digest *h);
 
-/* The block_bytes of pool block id (read only: a committed block's K/V for
- * the disk tier). */
-const void *kv_paged_block_data(const kv_store *kv, int32_t block_id);
+/* Copies the K/V of table entry `block` of seq into out (block_bytes of
+ * every layer: the main pool's part, then the window pool's), for the disk
+ * tier. 0, or -1 when seq holds no such block (or no longer its window
+ * part). */
+int kv_paged_block_read(const kv_store *kv, int32_t seq, int32_t block, void *out);
 
 /* Evicts every CACHED block (they become FREE). Returns how many. */
 int32_t kv_paged_flush(kv_store *kv);
@@ -139,6 +158,10 @@ typedef struct {
     uint64_t flushed;            /* CACHED blocks dropped by flush */
     size_t block_bytes;
     size_t cached_bytes;         /* n_cached * block_bytes: KV kept for reuse */
+    /* the window pool (all 0 without sliding layers) */
+    int32_t win_blocks, win_in_use, win_cached;
+    size_t win_block_bytes;
+    size_t pool_bytes;           /* both pools */
 } kv_paged_stats;
 
 void kv_paged_get_stats(const kv_store *kv, kv_paged_stats *st);

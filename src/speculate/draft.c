@@ -21,7 +21,7 @@ drafter *drafter_create(const sp_model *draft, sp_context_params cp, sp_kv_type 
     /* as many blocks as the target (a draft position never outnumbers a
      * target one, bar k - 1 in flight) plus one spare per slot */
     kv_paged_params dp = {kt, dh->n_layer, kv_dim, block_size, n_blocks + cp.n_seq_max,
-                             cp.n_seq_max, max_blocks_per_seq + 1, false};
+                             cp.n_seq_max, max_blocks_per_seq + 1, false, 0, NULL, 0};
     d->m = draft;
     d->kv = kv_paged_create(dp, err, errlen);
     if (!d->kv) goto fail;

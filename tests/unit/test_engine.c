@@ -258,7 +258,7 @@ static void other_model_never_hits(void) {
     block_hash_chain(toks, 64, 16, k2, 32, NULL, 0, h2);
     for (int i = 0; i < 4; i++) CHECK(memcmp(&h1[i], &h2[i], 32) != 0, "block %d collides", i);
     /* in a store: blocks committed under model 1 never match model 2's chain */
-    kv_paged_params kp = {SP_TYPE_F32, 1, 8, 16, 8, 2, 4, true};
+    kv_paged_params kp = {SP_TYPE_F32, 1, 8, 16, 8, 2, 4, true, 0, NULL, 0};
     char err[256];
     kv_store *kv = kv_paged_create(kp, err, sizeof(err));
     CHECK(kv != NULL, "%s", err);
@@ -276,7 +276,7 @@ static void other_model_never_hits(void) {
 static void reused_kv_equals_recomputed(void) {
     const sp_model_info *h = sp_model_get_info(model);
     const int32_t kvd = h->n_head_kv * h->head_dim, bs = 16;
-    kv_paged_params kp = {SP_TYPE_F16, h->n_layer, kvd, bs, 64, 3, 16, true};
+    kv_paged_params kp = {SP_TYPE_F16, h->n_layer, kvd, bs, 64, 3, 16, true, 0, NULL, 0};
     char err[256];
     kv_store *kv = kv_paged_create(kp, err, sizeof(err));
     CHECK(kv != NULL, "%s", err);

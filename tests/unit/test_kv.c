@@ -23,7 +23,7 @@
 static kv_paged_params params(tensor_type type, int32_t n_layer, int32_t kv_dim, int32_t bs,
                                  int32_t n_blocks, int32_t n_seq, int32_t max_blocks,
                                  bool cache) {
-    return (kv_paged_params){type, n_layer, kv_dim, bs, n_blocks, n_seq, max_blocks, cache};
+    return (kv_paged_params){type, n_layer, kv_dim, bs, n_blocks, n_seq, max_blocks, cache, 0, NULL, 0};
 }
 
 static kv_store *mk(kv_paged_params p) {

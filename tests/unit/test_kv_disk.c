@@ -891,7 +891,7 @@ out:
 static void restored_kv_equals_computed(void) {
     const sp_model_info *h = sp_model_get_info(model);
     const int32_t kvd = h->n_head_kv * h->head_dim, bs = 16;
-    kv_paged_params kp = {SP_TYPE_F16, h->n_layer, kvd, bs, 64, 2, 16, true};
+    kv_paged_params kp = {SP_TYPE_F16, h->n_layer, kvd, bs, 64, 2, 16, true, 0, NULL, 0};
     char err[512], dir[300];
     kv_store *kv = kv_paged_create(kp, err, sizeof(err));
     REQUIRE(kv, "%s", err);
@@ -922,9 +922,12 @@ static void restored_kv_equals_computed(void) {
     for (int i = 0; i < 48; i++) pos[i] = i, seq[i] = 0;
     sp_batch b = {48, toks, pos, seq, NULL};
     CHECK(sp_decode(c, &b, err, sizeof(err)) == 0, "%s", err);
-    for (int j = 0; j < 3; j++)
-        disk_tier_put(t, &hs[j], toks + j * bs,
-                         kv_paged_block_data(kv, kv_paged_block_id(kv, 0, j)));
+    static uint8_t blk[1 << 20];
+    for (int j = 0; j < 3; j++) {
+        REQUIRE(kv_paged_block_bytes(SP_TYPE_F16, h->n_layer, kvd, bs) <= sizeof blk, "block size");
+        CHECK(kv_paged_block_read(kv, 0, j, blk) == 0, "block %d read", j);
+        disk_tier_put(t, &hs[j], toks + j * bs, blk);
+    }
     disk_tier_sync(t);
     /* seq 1 takes the three blocks from disk into fresh pool blocks (the
      * hashes are not in RAM: seq 0's blocks were never committed) */

@@ -257,7 +257,7 @@ static void paged_case(const job *j) {
     for (size_t bi = 0; bi < sizeof bss / sizeof bss[0]; bi++) {
         const int bs = bss[bi], nbps = (n_ctx + bs - 1) / bs;
         char err[128];
-        kv_paged_params pp = {r->type, 1, kv_dim, bs, 2 * nbps, 2, nbps, false};
+        kv_paged_params pp = {r->type, 1, kv_dim, bs, 2 * nbps, 2, nbps, false, 0, NULL, 0};
         kv_store *kp = kv_paged_create(pp, err, sizeof err);
         CHECK(kp != NULL, "paged store: %s", err);
         if (!kp) continue;
