@@ -230,7 +230,8 @@ static void print_stats(sp_engine *e, double wall_ms, double cpu) {
             "\"recomputed_tokens\": %llu, \"cache_query_tokens\": %llu, \"cache_hit_tokens\": %llu, "
             "\"evictions_pressure\": %llu, \"evictions_flush\": %llu, \"blocks_total\": %d, "
             "\"blocks_free\": %d, \"blocks_cached\": %d, \"blocks_in_use\": %d, "
-            "\"kv_bytes_total\": %zu, \"kv_bytes_cached\": %zu, \"h_tokens_hist\": [",
+            "\"kv_bytes_total\": %zu, \"kv_bytes_cached\": %zu, \"kv_bytes_window\": %zu, "
+            "\"window_blocks_total\": %d, \"h_tokens_hist\": [",
             (unsigned long long)s.steps, (unsigned long long)s.submitted,
             (unsigned long long)s.finished, (unsigned long long)s.preemptions,
             (unsigned long long)s.prompt_tokens, (unsigned long long)s.prefill_tokens,
@@ -238,7 +239,7 @@ static void print_stats(sp_engine *e, double wall_ms, double cpu) {
             (unsigned long long)s.cache_query_tokens, (unsigned long long)s.cache_hit_tokens,
             (unsigned long long)s.evictions_pressure, (unsigned long long)s.evictions_flush,
             s.blocks_total, s.blocks_free, s.blocks_cached, s.blocks_in_use, s.kv_bytes_total,
-            s.kv_bytes_cached);
+            s.kv_bytes_cached, s.kv_bytes_window, s.window_blocks_total);
     for (int i = 0; i < 11; i++)
         fprintf(stderr, "%s%llu", i ? ", " : "", (unsigned long long)s.h_tokens_hist[i]);
     fprintf(stderr, "], \"cache_hit_tokens_disk\": %llu, \"disk\": {\"on\": %s, \"blocks\": %llu, "

@@ -18,8 +18,9 @@ int cmd_info(int argc, char **argv) {
             printf("usage: specula info [-m MODEL] [-c N_CTX] [-v]\n"
                    "  -m MODEL  GGUF model; also --model MODEL, or MODEL alone (default: %s)\n"
                    "  -c N_CTX  the context to cost the KV cache for (default 4096)\n"
-                   "  -v        also list every metadata key and tensor\n",
-                   model ? model : "none found");
+                   "  -v        also list every metadata key and tensor\n"
+                   "Architectures this build runs: %s.\n",
+                   model ? model : "none found", sp_arch_names());
             return 0;
         } else if (!strcmp(a, "-m") && i + 1 < argc) {
             model = argv[++i], model_given = true;

@@ -578,9 +578,12 @@ void sp_model_print_info(const sp_model *m, int n_ctx, void *file) {
     print_tensor_types(m, f);
     fprintf(f, "parameters:    %.2f M, weights %.1f MiB\n", h->n_params / 1e6,
             h->weight_bytes / 1048576.0);
-    size_t kv = 2ull * h->n_layer * (size_t)n_ctx * h->n_head_kv * h->head_dim * 2;
-    fprintf(f, "memory:        weights %.1f MiB (mapped) + f16 KV %.1f MiB per %d-token sequence\n",
-            h->weight_bytes / 1048576.0, kv / 1048576.0, n_ctx);
+    /* a sliding layer holds about its window (and a block) per sequence */
+    const size_t win = h->n_swa ? (size_t)SP_MIN(h->n_swa + 16, n_ctx) : (size_t)n_ctx;
+    size_t kv = 2ull * ((size_t)(h->n_layer - h->n_swa_layers) * (size_t)n_ctx + (size_t)h->n_swa_layers * win) *
+                h->n_head_kv * h->head_dim * 2;
+    fprintf(f, "memory:        weights %.1f MiB (mapped) + f16 KV %.1f MiB per %d-token sequence%s\n",
+            h->weight_bytes / 1048576.0, kv / 1048576.0, n_ctx, h->n_swa_layers ? " (the sliding layers: their window)" : "");
     if (h->repacked_bytes)
         fprintf(f, "repacked:      %.1f MiB of them for the %s kernels in %.2f s (a copy; the file's pages are "
                    "released; SPECULA_REPACK=0 keeps the file's layout)\n",
