@@ -304,7 +304,10 @@ int sp_detok_flush(sp_detok *d, char *out, int cap);
 
 /* ---- context and the batched forward pass ------------------------------- */
 
-typedef enum { SP_KV_F16 = 1, SP_KV_F32 = 0 } sp_kv_type;
+/* Element type of cached K/V. Q8_0: blocks of 32 values with an f16 scale
+ * (34 bytes per 32 against F16's 64), read directly by the attention
+ * kernels; it needs a head size that is a multiple of 32. */
+typedef enum { SP_KV_F16 = 1, SP_KV_F32 = 0, SP_KV_Q8_0 = 2 } sp_kv_type;
 
 typedef struct {
     int32_t n_threads;  /* compute threads (default: online CPUs) */

@@ -129,7 +129,7 @@ static void serve_info(char *out, size_t cap, const char *model, const cli_engin
     cJSON_AddStringToObject(o, "spec", sp_spec_mode_str(ce->p.spec));
     cJSON_AddNumberToObject(o, "spec_k", ce->p.spec_k);
     cJSON_AddBoolToObject(o, "spec_adaptive", ce->p.spec_adaptive);
-    cJSON_AddStringToObject(o, "kv_type", ce->p.kv_type == SP_KV_F16 ? "f16" : "f32");
+    cJSON_AddStringToObject(o, "kv_type", ce->p.kv_type == SP_KV_F16 ? "f16" : ce->p.kv_type == SP_KV_Q8_0 ? "q8_0" : "f32");
     cJSON_AddNumberToObject(o, "kv_block_size", ce->p.kv_block_size);
     cJSON_AddBoolToObject(o, "prefix_cache", ce->p.prefix_cache);
     cJSON_AddNumberToObject(o, "max_seqs", ce->p.max_seqs);

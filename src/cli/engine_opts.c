@@ -9,7 +9,7 @@
 const char *cli_engine_usage =
     "  -t N                 compute threads (default: all cores)\n"
     "  -c N                 positions per request (default: the model's context, at most 8192)\n"
-    "  --kv f16|f32         KV element type (default f16)\n"
+    "  --kv f16|f32|q8_0    KV element type (default f16; q8_0: about half the memory)\n"
     "  --kv-mem SIZE        KV block pool size, e.g. 512M or 2G (default: max-seqs full contexts,\n"
     "                       at most 1G)\n"
     "  --block-size N       positions per KV block (default 16)\n"
@@ -92,6 +92,7 @@ int cli_engine_opt(const char *cmd, const char *a, const char *v, cli_engine *ce
     else if (!strcmp(a, "--kv")) {
         if (!strcmp(v, "f32")) p->kv_type = SP_KV_F32;
         else if (!strcmp(v, "f16")) p->kv_type = SP_KV_F16;
+        else if (!strcmp(v, "q8_0")) p->kv_type = SP_KV_Q8_0;
         else ok = false;
     } else if (!strcmp(a, "--kv-mem")) ok = parse_size(v, &p->kv_mem);
     else if (!strcmp(a, "--kv-disk")) ok = v[0] != 0, p->kv_disk_dir = v;

@@ -52,7 +52,7 @@ int eng_disk_open(sp_engine *e, char *err, size_t errlen) {
     dp.file_id = (disk_file_id){id.dev, id.ino, id.size, id.mtime_ns, id.ctime_ns};
     dp.hash_file = hash_model;
     dp.hash_ctx = (void *)e->m;
-    dp.kv_type = e->p.kv_type == SP_KV_F16 ? SP_TYPE_F16 : SP_TYPE_F32;
+    dp.kv_type = kv_tensor_type(e->p.kv_type);
     dp.block_size = e->p.kv_block_size;
     dp.n_layer = h->n_layer;
     dp.kv_dim = h->n_head_kv * h->head_dim;

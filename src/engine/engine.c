@@ -178,7 +178,7 @@ static int check_params(const sp_engine_params *p, char *err, size_t errlen) {
     if (p->max_seqs <= 0 || p->max_seqs > SP_ENGINE_MAX_SEQS || p->max_batch_tokens <= 0 ||
         p->max_batch_tokens > SP_ENGINE_MAX_BATCH || p->n_ctx > SP_ENGINE_MAX_CTX ||
         p->kv_block_size <= 0 || p->kv_block_size > SP_ENGINE_MAX_BLOCK ||
-        (p->kv_type != SP_KV_F16 && p->kv_type != SP_KV_F32) || p->n_threads <= 0 ||
+        (p->kv_type != SP_KV_F16 && p->kv_type != SP_KV_F32 && p->kv_type != SP_KV_Q8_0) || p->n_threads <= 0 ||
         p->n_threads > SP_ENGINE_MAX_THREADS) {
         seterr(err, errlen, "invalid engine parameters (max_seqs %d, max_batch_tokens %d, "
                   "n_ctx %d, block size %d, threads %d)", p->max_seqs, p->max_batch_tokens,
@@ -210,8 +210,13 @@ static int create_target(sp_engine *e, sp_context_params *cp, int64_t *n_blocks,
                          size_t errlen) {
     const sp_model_info *h = sp_model_get_info(e->m);
     const sp_engine_params *p = &e->p;
-    const tensor_type kt = p->kv_type == SP_KV_F16 ? SP_TYPE_F16 : SP_TYPE_F32;
+    const tensor_type kt = kv_tensor_type(p->kv_type);
     const int32_t kv_dim = h->n_head_kv * h->head_dim, bs = p->kv_block_size;
+    if (kt == SP_TYPE_Q8_0 && h->head_dim % 32) {
+        seterr(err, errlen, "a q8_0 KV cache needs a head size that is a multiple of 32 (this model's: %d)",
+                  h->head_dim);
+        return SP_ERR_INVALID;
+    }
     e->max_blocks = (p->n_ctx + bs - 1) / bs;
     /* Sliding layers keep their K/V in a pool of their own, sized so that it
      * never decides admission: each running sequence holds at most its

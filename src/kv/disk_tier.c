@@ -457,7 +457,7 @@ disk_tier *disk_tier_open(const disk_tier_params *p, char *err, size_t errlen) {
         seterr(err, errlen, "--kv-disk: no directory, or its name is too long");
         return NULL;
     }
-    if ((p->kv_type != SP_TYPE_F16 && p->kv_type != SP_TYPE_F32) || p->block_size < 1 ||
+    if (!kv_type_ok((tensor_type)p->kv_type, p->kv_dim) || p->block_size < 1 ||
         p->n_layer < 1 || p->kv_dim < 1) {
         seterr(err, errlen, "--kv-disk: invalid layout");
         return NULL;

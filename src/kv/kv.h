@@ -11,6 +11,7 @@
 #ifndef SP_KV_H
 #define SP_KV_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kernels/kernels.h"
@@ -38,11 +39,21 @@ typedef struct {
 
 struct kv_store {
     const kv_ops *ops;
-    tensor_type type;     /* SP_TYPE_F16 or SP_TYPE_F32 */
+    tensor_type type;     /* SP_TYPE_F16, SP_TYPE_F32 or SP_TYPE_Q8_0 (blocks of 32 along kv_dim) */
     int32_t n_layer;
     int32_t kv_dim;
     int32_t n_seq;
 };
+
+/* The element type of a public sp_kv_type (an int: kv.h stays below specula.h). */
+static inline tensor_type kv_tensor_type(int sp_kv_type) {
+    return sp_kv_type == 1 ? SP_TYPE_F16 : sp_kv_type == 2 ? SP_TYPE_Q8_0 : SP_TYPE_F32;
+}
+
+/* Whether t can hold K/V rows of kv_dim elements (Q8_0: a multiple of 32). */
+static inline bool kv_type_ok(tensor_type t, int32_t kv_dim) {
+    return t == SP_TYPE_F16 || t == SP_TYPE_F32 || (t == SP_TYPE_Q8_0 && kv_dim % 32 == 0);
+}
 
 /* A contiguous store: n_seq sequences of up to n_ctx positions each, all
  * allocated up front ([n_seq][n_layer][n_ctx][kv_dim] for K and for V).

@@ -28,8 +28,7 @@ enum { BLK_FREE = 0, BLK_CACHED = 1, BLK_IN_USE = 2 };
 typedef struct kv_paged {
     kv_store base;
     kv_paged_params p;
-    size_t esize;        /* bytes per element (2 or 4) */
-    size_t row_bytes;    /* kv_dim * esize: one K or V row */
+    size_t row_bytes;    /* one K or V row: kv_dim elements of the type */
     size_t half_bytes;   /* bs * row_bytes: one layer's K (or V) of a block */
     size_t layer_bytes;  /* 2 * half_bytes */
     size_t block_bytes;  /* n_layer * layer_bytes */
@@ -368,16 +367,15 @@ static const kv_ops kp_ops = {kp_reserve, kp_k_row,   kp_v_row,  kp_span,
 /* ---- creation ------------------------------------------------------------ */
 
 size_t kv_paged_block_bytes(tensor_type type, int32_t n_layer, int32_t kv_dim, int32_t block_size) {
-    size_t esize = type == SP_TYPE_F16 ? 2 : 4;
-    return 2 * (size_t)n_layer * (size_t)block_size * (size_t)kv_dim * esize;
+    return 2 * (size_t)n_layer * (size_t)block_size * row_size(type, kv_dim);
 }
 
 /* One pool; n_layer 0 only for the main pool of a store whose every layer
  * slides (its blocks then hold no data: table, hashes and refcounts only). */
 static kv_paged *create_one(kv_paged_params p, bool empty_ok, char *err, size_t errlen) {
     kv_paged *s = NULL;
-    if (p.type != SP_TYPE_F16 && p.type != SP_TYPE_F32) {
-        seterr(err, errlen, "KV element type must be f16 or f32");
+    if (!kv_type_ok(p.type, p.kv_dim)) {
+        seterr(err, errlen, "KV element type must be f16, f32 or q8_0 (q8_0: K/V rows of a multiple of 32)");
         return NULL;
     }
     if (p.n_layer < (empty_ok ? 0 : 1) || p.kv_dim < 1 || p.n_seq < 1) {
@@ -400,9 +398,8 @@ static kv_paged *create_one(kv_paged_params p, bool empty_ok, char *err, size_t 
         return NULL;
     }
     size_t bb = kv_paged_block_bytes(p.type, p.n_layer, p.kv_dim, p.block_size);
-    size_t esize = p.type == SP_TYPE_F16 ? 2 : 4;
-    /* block_bytes = 2 * n_layer * bs * kv_dim * esize: each factor < 2^31, so
-     * check the products against SIZE_MAX in steps. */
+    /* block_bytes = 2 * n_layer * bs * row bytes (<= 4 kv_dim): each factor
+     * < 2^31, so check the products against SIZE_MAX in steps. */
     if ((size_t)p.kv_dim > SIZE_MAX / 8 / (size_t)p.block_size / (size_t)SP_MAX(p.n_layer, 1) ||
         bb > SIZE_MAX / 2 / (size_t)p.n_blocks) {
         seterr(err, errlen, "paged KV: pool size overflows");
@@ -414,8 +411,7 @@ static kv_paged *create_one(kv_paged_params p, bool empty_ok, char *err, size_t 
     if (!s) goto oom;
     s->base = (kv_store){&kp_ops, p.type, p.n_layer, p.kv_dim, p.n_seq};
     s->p = p;
-    s->esize = esize;
-    s->row_bytes = (size_t)p.kv_dim * esize;
+    s->row_bytes = row_size(p.type, p.kv_dim);
     s->half_bytes = (size_t)p.block_size * s->row_bytes;
     s->layer_bytes = 2 * s->half_bytes;
     s->block_bytes = bb;

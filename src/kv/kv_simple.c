@@ -10,7 +10,7 @@
 typedef struct {
     kv_store base;
     int32_t n_ctx;
-    size_t esize;        /* bytes per element */
+    size_t row_bytes;    /* one K or V row (kv_dim elements of the type) */
     unsigned char *k;    /* [n_seq][n_layer][n_ctx][kv_dim] */
     unsigned char *v;    /* [n_seq][n_layer][n_ctx][kv_dim] */
     int32_t *len;        /* [n_seq] committed positions */
@@ -19,7 +19,7 @@ typedef struct {
 
 static size_t row_off(const kv_simple *s, int32_t layer, int32_t seq, int32_t pos) {
     size_t row = ((size_t)seq * s->base.n_layer + layer) * s->n_ctx + pos;
-    return row * s->base.kv_dim * s->esize;
+    return row * s->row_bytes;
 }
 
 static int ks_reserve(kv_store *kv, int32_t seq, int32_t n_new) {
@@ -74,21 +74,20 @@ static const kv_ops ks_ops = {ks_reserve, ks_k_row, ks_v_row, ks_span,
 
 size_t kv_simple_bytes(tensor_type type, int32_t n_layer, int32_t kv_dim, int32_t n_seq,
                           int32_t n_ctx) {
-    size_t esize = type == SP_TYPE_F16 ? 2 : 4;
-    return 2 * (size_t)n_seq * n_layer * n_ctx * kv_dim * esize;
+    return 2 * (size_t)n_seq * n_layer * n_ctx * row_size(type, kv_dim);
 }
 
 kv_store *kv_simple_create(tensor_type type, int32_t n_layer, int32_t kv_dim, int32_t n_seq,
                            int32_t n_ctx, char *err, size_t errlen) {
-    if (type != SP_TYPE_F16 && type != SP_TYPE_F32) {
-        seterr(err, errlen, "KV element type must be f16 or f32");
+    if (!kv_type_ok(type, kv_dim)) {
+        seterr(err, errlen, "KV element type must be f16, f32 or q8_0 (q8_0: K/V rows of a multiple of 32)");
         return NULL;
     }
     kv_simple *s = calloc(1, sizeof(*s));
     if (!s) goto oom;
     s->base = (kv_store){&ks_ops, type, n_layer, kv_dim, n_seq};
     s->n_ctx = n_ctx;
-    s->esize = type == SP_TYPE_F16 ? 2 : 4;
+    s->row_bytes = row_size(type, kv_dim);
     size_t half = kv_simple_bytes(type, n_layer, kv_dim, n_seq, n_ctx) / 2;
     s->k = malloc(half);
     s->v = malloc(half);

@@ -85,7 +85,7 @@ static sp_context *context_create(const sp_model *m, sp_context_params p, kv_sto
     if (p.n_ctx <= 0) p.n_ctx = SP_MIN(h->n_ctx_train, 4096);
     if (p.n_threads <= 0 || p.n_threads > 256 || p.n_seq_max <= 0 || p.n_seq_max > 4096 ||
         p.n_batch <= 0 || p.n_batch > 65536 || p.n_ctx > (1 << 24) ||
-        (p.kv_type != SP_KV_F16 && p.kv_type != SP_KV_F32)) {
+        (p.kv_type != SP_KV_F16 && p.kv_type != SP_KV_F32 && p.kv_type != SP_KV_Q8_0)) {
         seterr(err, errlen, "invalid context parameters (threads %d, sequences %d, n_ctx %d, "
                   "n_batch %d)", p.n_threads, p.n_seq_max, p.n_ctx, p.n_batch);
         return NULL;
@@ -105,7 +105,11 @@ static sp_context *context_create(const sp_model *m, sp_context_params p, kv_sto
         }
         c->kv = kv;
     } else {
-        c->kv = kv_simple_create(p.kv_type == SP_KV_F16 ? SP_TYPE_F16 : SP_TYPE_F32,
+        if (p.kv_type == SP_KV_Q8_0 && D % 32) {
+            seterr(err, errlen, "a q8_0 KV cache needs a head size that is a multiple of 32 (this model's: %d)", (int)D);
+            goto fail;
+        }
+        c->kv = kv_simple_create(kv_tensor_type(p.kv_type),
                                     h->n_layer, (int32_t)KD, p.n_seq_max, p.n_ctx, err, errlen);
         if (!c->kv) goto fail;
         c->own_kv = true;
@@ -432,7 +436,7 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
             rope_angles(c->rope_cs_swa + (size_t)i * D, R, b->pos[i], m->arch->swa_rope_base, 1.0f, NULL,
                         m->rope_attn_factor);
     }
-    const bool f16kv = c->kv->type == SP_TYPE_F16;
+    const bool f32kv = c->kv->type == SP_TYPE_F32;
     int32_t *runs_out = c->runs + 2 * B;
     const int32_t n_runs = make_runs(b, NULL, B, c->runs);
     const int32_t n_runs_out = n_out < B ? make_runs(b, c->out_rows, n_out, runs_out) : 0;
@@ -472,9 +476,9 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
             }
             void *kr = c->kv->ops->k_row(c->kv, l, b->seq[i], b->pos[i]);
             void *vr = c->kv->ops->v_row(c->kv, l, b->seq[i], b->pos[i]);
-            if (f16kv) { /* the dispatched converter: F16C where the CPU has it */
-                quantize_row(SP_TYPE_F16, k, kr, KD);
-                quantize_row(SP_TYPE_F16, v, vr, KD);
+            if (!f32kv) { /* f16 (the dispatched converter: F16C where the CPU has it) or q8_0 */
+                quantize_row(c->kv->type, k, kr, KD);
+                quantize_row(c->kv->type, v, vr, KD);
             } else {
                 memcpy(kr, k, (size_t)KD * sizeof(float));
                 memcpy(vr, v, (size_t)KD * sizeof(float));

@@ -49,16 +49,21 @@ float ops_softmax_exp(float *scores, int32_t n, float max) {
 
 static float round16(float x) { return f16_to_f32(f32_to_f16(x)); }
 
-static float kv_at(const void *base, size_t i, bool f16) {
-    return f16 ? f16_to_f32(((const f16_t *)base)[i]) : ((const float *)base)[i];
+/* Element d of a head's K/V slice that starts at row (see kv_kind). */
+static float kv_at(const char *row, int32_t d, int kind) {
+    if (kind == KV_F16) return f16_to_f32(((const f16_t *)row)[d]);
+    if (kind == KV_F32) return ((const float *)row)[d];
+    const block_q8_0 *b = (const block_q8_0 *)row + d / 32;
+    return (float)b->qs[d % 32] * f16_to_f32(b->d);
 }
 
 /* The order of ops.h, one lane at a time. */
 static void ref_attn_head(const float *q, kv_store *kv, int32_t layer, int32_t seq, int32_t g,
                           int32_t D, int32_t n_pos, int32_t win, float scale, float *scores, uint16_t *q16,
                           float *out) {
-    const bool f16 = kv->type == SP_TYPE_F16;
-    const int32_t kv_dim = kv->kv_dim;
+    const int kind = kv_kind(kv);
+    const bool f16 = kind == KV_F16;
+    const size_t rb = kv_row_bytes(kv), hoff = kv_head_off(kv, g, D);
     (void)q16;
     SP_ASSERT(D <= SP_HEAD_DIM_MAX);
     float qr[SP_HEAD_DIM_MAX];
@@ -70,8 +75,8 @@ static void ref_attn_head(const float *q, kv_store *kv, int32_t layer, int32_t s
         const int32_t n = kv->ops->span(kv, layer, seq, p, n_pos, &kb, &vb);
         for (int32_t j = 0; j < n; j++) {
             float acc[16] = {0};
-            const size_t o = (size_t)j * kv_dim + (size_t)g * D;
-            for (int d = 0; d < D; d++) acc[d % 16] = fmaf(qr[d], kv_at(kb, o + d, f16), acc[d % 16]);
+            const char *kr = (const char *)kb + (size_t)j * rb + hoff;
+            for (int d = 0; d < D; d++) acc[d % 16] = fmaf(qr[d], kv_at(kr, d, kind), acc[d % 16]);
             const float s = ops_reduce16(acc) * scale;
             scores[p + j] = s;
             if (s > max) max = s;
@@ -88,8 +93,8 @@ static void ref_attn_head(const float *q, kv_store *kv, int32_t layer, int32_t s
             for (int32_t j = (r - p % 16 + 16) % 16; j < n; j += 16) {
                 float pj = scores[p + j] * inv;
                 if (f16) pj = round16(pj);
-                const size_t o = (size_t)j * kv_dim + (size_t)g * D;
-                for (int d = 0; d < D; d++) part[r][d] = fmaf(pj, kv_at(vb, o + d, f16), part[r][d]);
+                const char *vr = (const char *)vb + (size_t)j * rb + hoff;
+                for (int d = 0; d < D; d++) part[r][d] = fmaf(pj, kv_at(vr, d, kind), part[r][d]);
             }
             p += n;
         }
@@ -120,16 +125,16 @@ void ops_attn_run(const fwd_ops *o, const float *q, size_t q_stride, int32_t nq,
                          scores, q16, out + (size_t)t * out_stride + (size_t)j * D);
 }
 
-void ops_attn_rows(kv_store *kv, int32_t layer, int32_t seq, int32_t p0, int32_t p1, int32_t off, int32_t D, size_t esz,
+void ops_attn_rows(kv_store *kv, int32_t layer, int32_t seq, int32_t p0, int32_t p1, int32_t g, int32_t D,
                   int v, const char **rows) {
-    const size_t rs = (size_t)kv->kv_dim * esz;
+    const size_t rs = kv_row_bytes(kv), off = kv_head_off(kv, g, D), len = row_size(kv->type, D);
     for (int32_t p = p0; p < p1;) {
         const void *kb, *vb;
         const int32_t n = kv->ops->span(kv, layer, seq, p, p1, &kb, &vb);
         for (int32_t j = 0; j < n; j++) {
-            const char *r = (const char *)(v ? vb : kb) + j * rs + (size_t)off * esz;
+            const char *r = (const char *)(v ? vb : kb) + j * rs + off;
             rows[p - p0 + j] = r;
-            for (size_t o = 0; o < (size_t)D * esz; o += 64) __builtin_prefetch(r + o, 0, 3);
+            for (size_t o = 0; o < len; o += 64) __builtin_prefetch(r + o, 0, 3);
         }
         p += n;
     }

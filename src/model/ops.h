@@ -112,16 +112,30 @@ float ops_exp_ggml(float x);
 float ops_reduce16(const float v[16]);
 
 /* rows[i] = position p0 + i's K (v = 0) or V (v = 1) row of seq in layer,
- * from element off on, for p0 + i < p1 (p1 - p0 <= SP_ATTN_ROWS), each
- * prefetched (D elements of esz bytes). The attention variants walk a KV
+ * from KV head g's first element on (D elements), for p0 + i < p1
+ * (p1 - p0 <= SP_ATTN_ROWS), each prefetched. The attention variants walk a KV
  * head's slice of every kv_dim-wide row: a strided walk the hardware
  * prefetchers did not follow, and past a few hundred positions every
  * layer's K and V no longer stay in cache beside the weights; a block's
  * rows are gathered (and prefetched) while the block before it is worked
  * on, ~64 rows ahead. */
 #define SP_ATTN_ROWS 64
-void ops_attn_rows(kv_store *kv, int32_t layer, int32_t seq, int32_t p0, int32_t p1, int32_t off, int32_t D, size_t esz,
+void ops_attn_rows(kv_store *kv, int32_t layer, int32_t seq, int32_t p0, int32_t p1, int32_t g, int32_t D,
                   int v, const char **rows);
+
+/* Bytes of a K/V row, and where KV head g's D elements begin in it (a Q8_0
+ * store: D a multiple of 32, so a head is whole blocks). */
+static inline size_t kv_row_bytes(const kv_store *kv) { return row_size(kv->type, kv->kv_dim); }
+static inline size_t kv_head_off(const kv_store *kv, int32_t g, int32_t D) { return row_size(kv->type, (int64_t)g * D); }
+
+/* How the variants read a K/V element: f32, f16, or Q8_0 (its int8 times
+ * the block's f16 scale, one product, as ggml dequantizes). With an f16
+ * store q and the probabilities are rounded to f16 as llama.cpp does;
+ * with f32 and Q8_0 they stay f32. */
+enum { KV_F32 = 0, KV_F16 = 1, KV_Q8 = 2 };
+static inline int kv_kind(const kv_store *kv) {
+    return kv->type == SP_TYPE_F16 ? KV_F16 : kv->type == SP_TYPE_Q8_0 ? KV_Q8 : KV_F32;
+}
 
 /* Largest head size the attention variants take. */
 #define SP_HEAD_DIM_MAX 1024

@@ -70,17 +70,23 @@ static float softmax_exp256(float *s, int32_t n, float max) {
     return (float)(1.0 / sum);
 }
 
-static inline __m256 load8(const void *base, size_t i, bool f16) {
-    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)))
-               : _mm256_loadu_ps((const float *)base + i);
+/* Elements i..i+7 (i a multiple of 8) of a head's K/V slice at base. */
+static inline __m256 load8(const void *base, size_t i, int kind) {
+    if (kind == KV_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)));
+    if (kind == KV_F32) return _mm256_loadu_ps((const float *)base + i);
+    const block_q8_0 *b = (const block_q8_0 *)base + i / 32;
+    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + i % 32))));
+    return _mm256_mul_ps(q, _mm256_set1_ps(f16_to_f32(b->d)));
 }
 
 /* The order of ops.h with 16-lane groups as two 8-lane halves. */
 static void avx2_attn_head(const float *q, kv_store *kv, int32_t layer, int32_t seq, int32_t g,
                            int32_t D, int32_t n_pos, int32_t win, float scale, float *scores, uint16_t *q16,
                            float *out) {
-    const bool f16 = kv->type == SP_TYPE_F16;
-    const int32_t kv_dim = kv->kv_dim, lo = attn_window_lo(n_pos, win);
+    const int kind = kv_kind(kv);
+    const bool f16 = kind == KV_F16;
+    const size_t rb = kv_row_bytes(kv), hoff = kv_head_off(kv, g, D);
+    const int32_t lo = attn_window_lo(n_pos, win);
     if (D % 16 || D > 256) { /* other head sizes take the reference path */
         fwd_ops_ref()->attn_head(q, kv, layer, seq, g, D, n_pos, win, scale, scores, q16, out);
         return;
@@ -96,11 +102,11 @@ static void avx2_attn_head(const float *q, kv_store *kv, int32_t layer, int32_t 
         const void *kb, *vb;
         const int32_t n = kv->ops->span(kv, layer, seq, p, n_pos, &kb, &vb);
         for (int32_t j = 0; j < n; j++) {
-            const size_t o = (size_t)j * kv_dim + (size_t)g * D;
+            const char *kr = (const char *)kb + (size_t)j * rb + hoff;
             __m256 l8 = _mm256_setzero_ps(), h8 = _mm256_setzero_ps();
             for (int d = 0; d < D; d += 16) {
-                l8 = _mm256_fmadd_ps(_mm256_loadu_ps(qf + d), load8(kb, o + d, f16), l8);
-                h8 = _mm256_fmadd_ps(_mm256_loadu_ps(qf + d + 8), load8(kb, o + d + 8, f16), h8);
+                l8 = _mm256_fmadd_ps(_mm256_loadu_ps(qf + d), load8(kr, d, kind), l8);
+                h8 = _mm256_fmadd_ps(_mm256_loadu_ps(qf + d + 8), load8(kr, d + 8, kind), h8);
             }
             const float s = reduce16(l8, h8) * scale;
             scores[p + j] = s;
@@ -122,10 +128,10 @@ static void avx2_attn_head(const float *q, kv_store *kv, int32_t layer, int32_t 
             float pj = scores[p + j] * inv;
             if (f16) pj = _cvtsh_ss(_cvtss_sh(pj, _MM_FROUND_TO_NEAREST_INT));
             const __m256 pv = _mm256_set1_ps(pj);
-            const size_t o = (size_t)j * kv_dim + (size_t)g * D;
+            const char *vr = (const char *)vb + (size_t)j * rb + hoff;
             float *acc = part[(p + j) & 15];
             for (int d = 0; d < D; d += 8)
-                _mm256_store_ps(acc + d, _mm256_fmadd_ps(pv, load8(vb, o + d, f16), _mm256_load_ps(acc + d)));
+                _mm256_store_ps(acc + d, _mm256_fmadd_ps(pv, load8(vr, d, kind), _mm256_load_ps(acc + d)));
         }
         p += n;
     }
@@ -162,11 +168,10 @@ enum { QG2 = 4, VB2 = SP_ATTN_ROWS };
  * queries' chains and sums stay in registers (with a variable count they
  * go through the stack: 1024 positions, 5 tokens, 15% slower than one
  * query at a time) */
-static inline __attribute__((always_inline)) void avx2_attn_group(const attn_query *aq, const int qn, kv_store *kv,
-                                                                  int32_t layer, int32_t seq, int32_t g, int32_t D,
-                                                                  float scale, float *scores, size_t sc_stride) {
-    const bool f16 = kv->type == SP_TYPE_F16;
-    const size_t esz = f16 ? 2 : 4;
+static inline __attribute__((always_inline)) void avx2_attn_group(const attn_query *aq, const int qn, const int kind,
+                                                                  kv_store *kv, int32_t layer, int32_t seq, int32_t g,
+                                                                  int32_t D, float scale, float *scores, size_t sc_stride) {
+    const bool f16 = kind == KV_F16;
     float qf[QG2][256] __attribute__((aligned(32)));
     int32_t lim[QG2] = {0}, lo[QG2] = {0}, n_end = 0, n_beg = INT32_MAX;
     float mx[QG2];
@@ -185,16 +190,16 @@ static inline __attribute__((always_inline)) void avx2_attn_group(const attn_que
     const char *rows[2][VB2]; /* this block's rows and the next's */
     /* K: blocks of VB2 positions from the first one any query sees */
     int32_t n_blk = (n_end - n_beg + VB2 - 1) / VB2;
-    if (n_blk) ops_attn_rows(kv, layer, seq, n_beg, SP_MIN(n_beg + VB2, n_end), g * D, D, esz, 0, rows[0]);
+    if (n_blk) ops_attn_rows(kv, layer, seq, n_beg, SP_MIN(n_beg + VB2, n_end), g, D, 0, rows[0]);
     for (int32_t bk = 0; bk < n_blk; bk++) {
         const char **kr = (const char **)rows[bk & 1];
         const int32_t b0 = n_beg + bk * VB2, b1 = SP_MIN(b0 + VB2, n_end);
-        if (bk + 1 < n_blk) ops_attn_rows(kv, layer, seq, b1, SP_MIN(b1 + VB2, n_end), g * D, D, esz, 0, rows[(bk + 1) & 1]);
+        if (bk + 1 < n_blk) ops_attn_rows(kv, layer, seq, b1, SP_MIN(b1 + VB2, n_end), g, D, 0, rows[(bk + 1) & 1]);
         for (int32_t P = b0; P < b1; P++) {
             __m256 l8[QG2], h8[QG2];
             _Pragma("GCC unroll 4") for (int t = 0; t < qn; t++) l8[t] = h8[t] = _mm256_setzero_ps();
             for (int d = 0; d < D; d += 16) {
-                const __m256 kl = load8(kr[P - b0], d, f16), kh = load8(kr[P - b0], d + 8, f16);
+                const __m256 kl = load8(kr[P - b0], d, kind), kh = load8(kr[P - b0], d + 8, kind);
                 _Pragma("GCC unroll 4") for (int t = 0; t < qn; t++) {
                     l8[t] = _mm256_fmadd_ps(_mm256_load_ps(qf[t] + d), kl, l8[t]);
                     h8[t] = _mm256_fmadd_ps(_mm256_load_ps(qf[t] + d + 8), kh, h8[t]);
@@ -232,18 +237,18 @@ static inline __attribute__((always_inline)) void avx2_attn_group(const attn_que
      * rows before n_beg are neither gathered nor read */
     const int32_t v_beg = n_beg & ~15;
     n_blk = (n_end - v_beg + VB2 - 1) / VB2;
-    if (n_blk) ops_attn_rows(kv, layer, seq, n_beg, SP_MIN(v_beg + VB2, n_end), g * D, D, esz, 1, rows[0] + (n_beg - v_beg));
+    if (n_blk) ops_attn_rows(kv, layer, seq, n_beg, SP_MIN(v_beg + VB2, n_end), g, D, 1, rows[0] + (n_beg - v_beg));
     for (int32_t bk = 0; bk < n_blk; bk++) {
         const char **vr = (const char **)rows[bk & 1];
         const int32_t b0 = v_beg + bk * VB2, b1 = SP_MIN(b0 + VB2, n_end);
-        if (bk + 1 < n_blk) ops_attn_rows(kv, layer, seq, b1, SP_MIN(b1 + VB2, n_end), g * D, D, esz, 1, rows[(bk + 1) & 1]);
+        if (bk + 1 < n_blk) ops_attn_rows(kv, layer, seq, b1, SP_MIN(b1 + VB2, n_end), g, D, 1, rows[(bk + 1) & 1]);
         for (int r = 0; r < 16 && b0 + r < b1; r++)
             for (int d = 0; d < D; d += 8) {
                 __m256 A[QG2];
                 _Pragma("GCC unroll 4") for (int t = 0; t < qn; t++) A[t] = _mm256_load_ps(PART(t, r) + d);
                 for (int32_t P = b0 + r; P < b1; P += 16) {
                     if (P < n_beg) continue;
-                    const __m256 v = load8(vr[P - b0], d, f16);
+                    const __m256 v = load8(vr[P - b0], d, kind);
                     _Pragma("GCC unroll 4") for (int t = 0; t < qn; t++) {
                         if (P < lim[t] && P >= lo[t])
                             A[t] = _mm256_fmadd_ps(_mm256_set1_ps(scores[(size_t)t * sc_stride + P]), v, A[t]);
@@ -274,16 +279,25 @@ static void avx2_attn_run(const float *q, size_t q_stride, int32_t nq, int32_t n
         return;
     }
     const int32_t nall = nq * nh, qg = D > 128 ? 2 : QG2;
+    const int kind = kv_kind(kv);
     for (int32_t i0 = 0; i0 < nall; i0 += qg) {
         attn_query aq[QG2];
         const int qn = (int)SP_MIN(qg, nall - i0);
         attn_queries(q, q_stride, nh, D, n_pos0, win, out, out_stride, i0, qn, aq);
+        /* one copy per query count and element kind: constants in the loops */
+#define GROUP(QN)                                                                                    \
+    do {                                                                                             \
+        if (kind == KV_F16) avx2_attn_group(aq, QN, KV_F16, kv, layer, seq, g, D, scale, scores, sc_stride); \
+        else if (kind == KV_Q8) avx2_attn_group(aq, QN, KV_Q8, kv, layer, seq, g, D, scale, scores, sc_stride); \
+        else avx2_attn_group(aq, QN, KV_F32, kv, layer, seq, g, D, scale, scores, sc_stride);      \
+    } while (0)
         switch (qn) {
-        case 1: avx2_attn_group(aq, 1, kv, layer, seq, g, D, scale, scores, sc_stride); break;
-        case 2: avx2_attn_group(aq, 2, kv, layer, seq, g, D, scale, scores, sc_stride); break;
-        case 3: avx2_attn_group(aq, 3, kv, layer, seq, g, D, scale, scores, sc_stride); break;
-        default: avx2_attn_group(aq, QG2, kv, layer, seq, g, D, scale, scores, sc_stride); break;
+        case 1: GROUP(1); break;
+        case 2: GROUP(2); break;
+        case 3: GROUP(3); break;
+        default: GROUP(QG2); break;
         }
+#undef GROUP
     }
 }
 

@@ -36,9 +36,13 @@
 
 #define AI static inline __attribute__((always_inline))
 
-AI __m512 load_row(const void *base, int c, bool f16) {
-    return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + 16 * c)))
-               : _mm512_loadu_ps((const float *)base + 16 * c);
+/* Elements 16c..16c+15 of a head's K/V slice at base (kind: ops.h). */
+AI __m512 load_row(const void *base, int c, int kind) {
+    if (kind == KV_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + 16 * c)));
+    if (kind == KV_F32) return _mm512_loadu_ps((const float *)base + 16 * c);
+    const block_q8_0 *b = (const block_q8_0 *)base + c / 2;
+    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16 * (c & 1)))));
+    return _mm512_mul_ps(q, _mm512_set1_ps(f16_to_f32(b->d)));
 }
 
 /* ggml's AVX-512 vector exp (ops_exp_ggml in every lane). */
@@ -102,11 +106,11 @@ AI __m512 reduce16x16(const float (*v)[16]) {
 
 /* The qn (<= QG) queries aq[] of KV head g of one sequence; query t keeps
  * its scores in scores + t * sc_stride. */
-AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, kv_store *kv, int32_t layer,
-                   int32_t seq, int32_t g, float scale, float *scores, size_t sc_stride) {
-    const bool f16 = kv->type == SP_TYPE_F16;
-    const int32_t D = 16 * DC, kv_dim = kv->kv_dim;
-    const size_t esz = f16 ? 2 : 4;
+AI void attn_group(const attn_query *aq, const int QG, const int DC, const int kind, int qn, kv_store *kv,
+                   int32_t layer, int32_t seq, int32_t g, float scale, float *scores, size_t sc_stride) {
+    const bool f16 = kind == KV_F16;
+    const int32_t D = 16 * DC;
+    const size_t rb = kv_row_bytes(kv), hoff = kv_head_off(kv, g, D);
     __m512 Q[4][8] = {{_mm512_setzero_ps()}}; /* rows t >= qn stay unused */
     /* query t sees [lo[t], lim[t]); lim[t] = 0 for t >= qn: nothing to do */
     int32_t lim[4] = {0}, lo[4] = {0}, n_end = 0, n_beg = INT32_MAX;
@@ -137,14 +141,14 @@ AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, kv_
     enum { VB = SP_ATTN_ROWS };
     const char *krow[2][VB]; /* K rows (this KV head's slice) of this block and the next */
     const int32_t n_kb = (n_end - n_beg + VB - 1) / VB;
-    if (n_kb) ops_attn_rows(kv, layer, seq, n_beg, SP_MIN(n_beg + VB, n_end), g * D, D, esz, 0, krow[0]);
+    if (n_kb) ops_attn_rows(kv, layer, seq, n_beg, SP_MIN(n_beg + VB, n_end), g, D, 0, krow[0]);
     for (int32_t bk = 0; bk < n_kb; bk++) {
         const char **kr = krow[bk & 1];
         const int32_t b0 = n_beg + bk * VB, b1 = SP_MIN(b0 + VB, n_end);
-        if (bk + 1 < n_kb) ops_attn_rows(kv, layer, seq, b1, SP_MIN(b1 + VB, n_end), g * D, D, esz, 0, krow[(bk + 1) & 1]);
+        if (bk + 1 < n_kb) ops_attn_rows(kv, layer, seq, b1, SP_MIN(b1 + VB, n_end), g, D, 0, krow[(bk + 1) & 1]);
         for (int32_t P = b0; P < b1; P++) {
             __m512 K[8];
-            _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) K[c] = load_row(kr[P - b0], c, f16);
+            _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) K[c] = load_row(kr[P - b0], c, kind);
             _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
                 if (P >= lim[t] || P < lo[t]) continue;
                 __m512 a = _mm512_mul_ps(Q[t][0], K[0]);
@@ -203,11 +207,11 @@ AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, kv_
     const char *vrow[2][VB]; /* V rows (this KV head's slice) of this block and the next */
     const int32_t blk0 = (all_beg + 15) & ~15;
     const int32_t n_blk = all_end > blk0 ? (all_end - blk0) / VB : 0, blk1 = blk0 + n_blk * VB;
-    if (n_blk) ops_attn_rows(kv, layer, seq, blk0, blk0 + VB, g * D, D, esz, 1, vrow[0]);
+    if (n_blk) ops_attn_rows(kv, layer, seq, blk0, blk0 + VB, g, D, 1, vrow[0]);
     for (int32_t bk = 0; bk < n_blk; bk++) {
         const char **vr = vrow[bk & 1];
         if (bk + 1 < n_blk)
-            ops_attn_rows(kv, layer, seq, blk0 + (bk + 1) * VB, blk0 + (bk + 2) * VB, g * D, D, esz, 1, vrow[(bk + 1) & 1]);
+            ops_attn_rows(kv, layer, seq, blk0 + (bk + 1) * VB, blk0 + (bk + 2) * VB, g, D, 1, vrow[(bk + 1) & 1]);
         const int32_t base = blk0 + bk * VB;
         for (int r = 0; r < 16; r++) {
             __m512 A[4][8];
@@ -217,7 +221,7 @@ AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, kv_
             _Pragma("GCC unroll 4") for (int i = 0; i < VB / 16; i++) {
                 const int32_t P = base + 16 * i + r;
                 __m512 V[8];
-                _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) V[c] = load_row(vr[16 * i + r], c, f16);
+                _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) V[c] = load_row(vr[16 * i + r], c, kind);
                 _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
                     if (t >= qn) continue;
                     const __m512 pv = _mm512_set1_ps(scores[(size_t)t * sc_stride + P]);
@@ -237,9 +241,9 @@ AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, kv_
         const int32_t n = kv->ops->span(kv, layer, seq, p, p < blk0 && n_blk ? blk0 : n_end, &kb, &vb);
         for (int32_t j = 0; j < n; j++) {
             const int32_t P = p + j;
-            const char *vr = (const char *)vb + ((size_t)j * kv_dim + (size_t)g * D) * esz;
+            const char *vr = (const char *)vb + (size_t)j * rb + hoff;
             __m512 V[8];
-            _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) V[c] = load_row(vr, c, f16);
+            _Pragma("GCC unroll 8") for (int c = 0; c < DC; c++) V[c] = load_row(vr, c, kind);
             _Pragma("GCC unroll 4") for (int t = 0; t < QG; t++) {
                 if (P >= lim[t] || P < lo[t]) continue;
                 const __m512 pv = _mm512_set1_ps(scores[(size_t)t * sc_stride + P]);
@@ -267,7 +271,7 @@ AI void attn_group(const attn_query *aq, const int QG, const int DC, int qn, kv_
  * accumulators) plus one K/V row fit the 32 zmm registers. The nq x nh
  * queries are taken token by token (the heads of a token attend to the same
  * positions), QG at a time. */
-AI void run_dc(const int DC, const float *q, size_t q_stride, int32_t nq, int32_t nh, kv_store *kv, int32_t layer,
+AI void run_dc(const int DC, const int kind, const float *q, size_t q_stride, int32_t nq, int32_t nh, kv_store *kv, int32_t layer,
                int32_t seq, int32_t g, int32_t n_pos0, int32_t win, float scale, float *scores, size_t sc_stride,
                float *out, size_t out_stride) {
     const int QG = 16 / DC > 4 ? 4 : 16 / DC;
@@ -276,7 +280,7 @@ AI void run_dc(const int DC, const float *q, size_t q_stride, int32_t nq, int32_
         attn_query aq[4];
         const int qn = (int)SP_MIN((int32_t)QG, nall - i0);
         attn_queries(q, q_stride, nh, D, n_pos0, win, out, out_stride, i0, qn, aq);
-        attn_group(aq, QG, DC, qn, kv, layer, seq, g, scale, scores, sc_stride);
+        attn_group(aq, QG, DC, kind, qn, kv, layer, seq, g, scale, scores, sc_stride);
     }
 }
 
@@ -284,10 +288,21 @@ static void avx512_attn_run(const float *q, size_t q_stride, int32_t nq, int32_t
                             int32_t seq, int32_t g, int32_t D, int32_t n_pos0, int32_t win, float scale,
                             float *scores, size_t sc_stride, uint16_t *q16, float *out,
                             size_t out_stride) {
+    /* one copy per head size and element kind, so that both are constants
+     * in the loops */
+    const int kind = kv_kind(kv);
     switch (D % 16 ? 0 : D / 16) {
 #define DC_CASE(N)                                                                                   \
     case N:                                                                                          \
-        run_dc(N, q, q_stride, nq, nh, kv, layer, seq, g, n_pos0, win, scale, scores, sc_stride, out, out_stride); \
+        if (kind == KV_F16)                                                                          \
+            run_dc(N, KV_F16, q, q_stride, nq, nh, kv, layer, seq, g, n_pos0, win, scale, scores, sc_stride, out, \
+                   out_stride);                                                                      \
+        else if (kind == KV_Q8)                                                                      \
+            run_dc(N, KV_Q8, q, q_stride, nq, nh, kv, layer, seq, g, n_pos0, win, scale, scores, sc_stride, out,  \
+                   out_stride);                                                                      \
+        else                                                                                         \
+            run_dc(N, KV_F32, q, q_stride, nq, nh, kv, layer, seq, g, n_pos0, win, scale, scores, sc_stride, out, \
+                   out_stride);                                                                      \
         return;
         DC_CASE(1) DC_CASE(2) DC_CASE(3) DC_CASE(4) DC_CASE(5) DC_CASE(6) DC_CASE(7) DC_CASE(8)
 #undef DC_CASE

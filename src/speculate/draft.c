@@ -17,7 +17,7 @@ drafter *drafter_create(const sp_model *draft, sp_context_params cp, sp_kv_type 
     if (!d) goto oom;
     const sp_model_info *dh = sp_model_get_info(draft);
     const int32_t kv_dim = dh->n_head_kv * dh->head_dim;
-    const tensor_type kt = kv_type == SP_KV_F16 ? SP_TYPE_F16 : SP_TYPE_F32;
+    const tensor_type kt = kv_tensor_type(kv_type);
     /* as many blocks as the target (a draft position never outnumbers a
      * target one, bar k - 1 in flight) plus one spare per slot */
     kv_paged_params dp = {kt, dh->n_layer, kv_dim, block_size, n_blocks + cp.n_seq_max,

@@ -35,19 +35,20 @@ static kv_store *random_kv(const attn_row *r, int n_seq, int seq, int n_pos) {
     CHECK(kv != NULL, "kv: %s", err);
     if (!kv) return NULL;
     CHECK(kv->ops->reserve(kv, seq, n_pos) == 0, "reserve");
+    float *a = malloc(sizeof(float) * kv_dim), *b = malloc(sizeof(float) * kv_dim);
     for (int p = 0; p < n_pos; p++) {
         void *k = kv->ops->k_row(kv, 0, seq, p), *v = kv->ops->v_row(kv, 0, seq, p);
-        for (int i = 0; i < kv_dim; i++) {
-            float a = rnd() * 2, b = rnd();
-            if (r->type == SP_TYPE_F16) {
-                ((f16_t *)k)[i] = f32_to_f16(a);
-                ((f16_t *)v)[i] = f32_to_f16(b);
-            } else {
-                ((float *)k)[i] = a;
-                ((float *)v)[i] = b;
-            }
+        for (int i = 0; i < kv_dim; i++) a[i] = rnd() * 2, b[i] = rnd();
+        if (r->type == SP_TYPE_F32) {
+            memcpy(k, a, sizeof(float) * kv_dim);
+            memcpy(v, b, sizeof(float) * kv_dim);
+        } else { /* f16, or q8_0 blocks */
+            quantize_row(r->type, a, k, kv_dim);
+            quantize_row(r->type, b, v, kv_dim);
         }
     }
+    free(a);
+    free(b);
     kv->ops->set_len(kv, seq, n_pos);
     return kv;
 }
@@ -240,7 +241,7 @@ static void paged_case(const job *j) {
         return;
     }
     const int n_ctx = r->n_pos + SP_ATTN_MAX_Q, kv_dim = r->D * r->Hk;
-    const size_t esz = r->type == SP_TYPE_F16 ? 2 : 4;
+    const size_t rbytes = row_size(r->type, kv_dim);
     kv_store *kv = random_kv(r, 1, 0, n_ctx);
     if (!kv) return;
     enum { HEADS = 8 };
@@ -268,8 +269,8 @@ static void paged_case(const job *j) {
                 kp->ops->set_len(kp, sq, p0 + n);
             }
         for (int p = 0; p < n_ctx; p++) {
-            memcpy(kp->ops->k_row(kp, 0, 1, p), kv->ops->k_row(kv, 0, 0, p), (size_t)kv_dim * esz);
-            memcpy(kp->ops->v_row(kp, 0, 1, p), kv->ops->v_row(kv, 0, 0, p), (size_t)kv_dim * esz);
+            memcpy(kp->ops->k_row(kp, 0, 1, p), kv->ops->k_row(kv, 0, 0, p), rbytes);
+            memcpy(kp->ops->v_row(kp, 0, 1, p), kv->ops->v_row(kv, 0, 0, p), rbytes);
         }
         static const int nqs[] = {1, 5, SP_ATTN_MAX_Q}, nhs[] = {1, 8};
         for (int w = 0; w < N_WINS; w++)
@@ -319,13 +320,16 @@ int main(void) {
         {SP_TYPE_F16, 256, 1, 9},  {SP_TYPE_F32, 8, 3, 17},   {SP_TYPE_F16, 12, 2, 20},
         {SP_TYPE_F32, 32, 4, 1},   {SP_TYPE_F16, 80, 2, 40},  {SP_TYPE_F16, 64, 5, 300},
         {SP_TYPE_F16, 16, 2, 50},  {SP_TYPE_F32, 112, 1, 30},
+        /* a q8_0 store (heads of whole 32-blocks) */
+        {SP_TYPE_Q8_0, 64, 2, 70}, {SP_TYPE_Q8_0, 128, 1, 33}, {SP_TYPE_Q8_0, 32, 4, 300},
+        {SP_TYPE_Q8_0, 256, 1, 9},
     };
     /* every SIMD variant against the plain-C one; every variant, plain C
      * included, for runs of queries against single queries */
     static const char *simd[] = {"avx2", "avx512"}, *all[] = {"ref", "avx2", "avx512"};
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         char name[96];
-        const char *ty = rows[i].type == SP_TYPE_F16 ? "f16" : "f32";
+        const char *ty = rows[i].type == SP_TYPE_F16 ? "f16" : rows[i].type == SP_TYPE_Q8_0 ? "q8_0" : "f32";
         for (int v = 0; v < 2; v++) {
             job j = {&rows[i], simd[v]};
             snprintf(name, sizeof(name), "%s %s D=%d Hk=%d n=%d", simd[v], ty, rows[i].D, rows[i].Hk, rows[i].n_pos);

@@ -11,7 +11,8 @@
  *     sampled output identical with the prefix cache on and off and with
  *     n-gram speculation (rollbacks) on and off, a second request sharing
  *     a prefix longer than the window served from the cache, and the
- *     window pool holding about a window per sequence.
+ *     window pool holding about a window per sequence; with an f16 and a
+ *     q8_0 KV cache.
  * Models come from bin/mkmodel (SPECULA_MKMODEL) with seeded random weights. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,10 +214,11 @@ static void engine_identical(sp_model **mp) {
         }
     }
     static result base[2 * NT], other[2 * NT];
-    /* the reference: no cache, no speculation */
+    /* the reference: no cache, no speculation; per KV type */
     const struct { bool cache; sp_spec_mode spec; const char *what; } runs[] = {
         {false, SP_SPEC_OFF, "reference"}, {true, SP_SPEC_OFF, "prefix cache"}, {true, SP_SPEC_NGRAM, "cache + ngram"},
         {false, SP_SPEC_SUFFIX, "suffix"}};
+    for (int kt = 0; kt < 2; kt++)
     for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
         sp_engine_params p = sp_engine_default_params();
         p.n_threads = 2;
@@ -226,6 +228,7 @@ static void engine_identical(sp_model **mp) {
         p.debug_check = true;
         p.prefix_cache = runs[ri].cache;
         p.spec = runs[ri].spec;
+        p.kv_type = kt ? SP_KV_Q8_0 : SP_KV_F16;
         char err[256];
         sp_engine *e = sp_engine_create(m, p, err, sizeof(err));
         CHECK(e, "%s: %s", runs[ri].what, err);
@@ -241,7 +244,7 @@ static void engine_identical(sp_model **mp) {
         if (!ri) continue;
         for (int i = 0; i < 2 * NT; i++) {
             CHECK(out[i].n == base[i].n && !memcmp(out[i].toks, base[i].toks, sizeof(sp_token) * (size_t)out[i].n),
-                  "%s: request %d differs from the reference", runs[ri].what, i);
+                  "%s (%s KV): request %d differs from the reference", runs[ri].what, kt ? "q8_0" : "f16", i);
             if (runs[ri].cache && i > 0)
                 CHECK(out[i].st.cached_tokens >= 48, "%s: request %d found %d cached tokens (prompt %d)",
                       runs[ri].what, i, out[i].st.cached_tokens, out[i].st.prompt_tokens);
