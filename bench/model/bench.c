@@ -1,11 +1,13 @@
 /* bench.c: `make bench`: engine-core throughput on a model file, against the
  * machine's memory-bandwidth roofline measured in the same run.
  *
- * usage: bin/bench MODEL [threads] [prompt_tokens] [decode_tokens] [--depth N] [--pp-tg]
+ * usage: bin/bench MODEL [threads] [prompt_tokens] [decode_tokens] [--depth N] [--kv f16|q8_0|f32] [--pp-tg]
+ * --kv: the KV cache's element type (default f16).
  * Prints one Markdown table row per metric and a JSON line for tooling.
  * --depth N: decode and the verification passes start after N positions
  * of context (filled in prompt-sized chunks) instead of after the prompt:
- * attention's share of a step grows with the context.
+ * attention's share of a step grows with the context. The fill's rate is
+ * reported too (prefill of a long prompt, chunk by chunk).
  * Reported numbers are the best of several repetitions (the machine is
  * shared; the best run is the least disturbed one).
  *
@@ -104,17 +106,22 @@ static void pp_tg(sp_context *c, const char *path, const char *level, int thread
 
 int main(int argc, char **argv) {
     int pp_tg_mode = 0, depth = 0;
+    sp_kv_type kv_type = SP_KV_F16;
     {   /* the options, wherever they are; the positional arguments keep their order */
         int n = 1;
         for (int i = 1; i < argc; i++) {
             if (!strcmp(argv[i], "--pp-tg")) pp_tg_mode = 1;
             else if (!strcmp(argv[i], "--depth") && i + 1 < argc) depth = atoi(argv[++i]);
+            else if (!strcmp(argv[i], "--kv") && i + 1 < argc) {
+                const char *v = argv[++i];
+                kv_type = !strcmp(v, "q8_0") ? SP_KV_Q8_0 : !strcmp(v, "f32") ? SP_KV_F32 : SP_KV_F16;
+            }
             else argv[n++] = argv[i];
         }
         argc = n;
     }
     if (argc < 2) {
-        fprintf(stderr, "usage: bench MODEL [threads] [prompt_tokens] [decode_tokens] [--depth N] [--pp-tg]\n");
+        fprintf(stderr, "usage: bench MODEL [threads] [prompt_tokens] [decode_tokens] [--depth N] [--kv f16|q8_0|f32] [--pp-tg]\n");
         return 2;
     }
     const char *path = argv[1];
@@ -141,6 +148,7 @@ int main(int argc, char **argv) {
     const int base = depth ? depth : n_prompt; /* where decode and verification start */
     cp.n_ctx = SP_MAX(n_prompt, base) + n_decode + 16;
     cp.n_batch = n_prompt;
+    cp.kv_type = kv_type;
     sp_context *c = sp_context_create(m, cp, err, sizeof(err));
     if (!c) {
         fprintf(stderr, "bench: %s\n", err);
@@ -180,9 +188,10 @@ int main(int argc, char **argv) {
         if (dt < best_prefill) best_prefill = dt;
     }
     /* --depth: the context decode and verification start after */
+    double fill_s = 0;
     if (depth) {
         sp_seq_clear(c, 0);
-        for (int p = 0; p < depth; p += n_prompt) decode_once(c, toks, SP_MIN(n_prompt, depth - p), p, 0);
+        for (int p = 0; p < depth; p += n_prompt) fill_s += decode_once(c, toks, SP_MIN(n_prompt, depth - p), p, 0);
     }
     /* decode: single-token steps after the prompt. This machine's bandwidth
      * varies by 2x over minutes, so each round measures the bandwidth right
@@ -237,7 +246,8 @@ int main(int argc, char **argv) {
     printf("| prefill (%d-token prompt) | %.1f tokens/s |\n", n_prompt, n_prompt / best_prefill);
     printf("| decode (best)%s | %.2f tokens/s (%.1f ms/token) |\n", depth ? ", after --depth positions" : "", decode_tps,
            best_decode * 1e3);
-    if (depth) printf("| depth (positions before decode and verification) | %d |\n", depth);
+    if (depth) printf("| depth (positions before decode and verification) | %d, filled at %.2f tokens/s |\n", depth,
+                      depth / fill_s);
     printf("| decode / roofline, median of %d rounds | %.1f%% (%.2f tokens/s at %.1f GB/s) |\n",
            ROUNDS, 100.0 * frac[med], dec_tps[med], bw_r[med]);
     printf("| decode / roofline, best round | %.1f%% |\n", 100.0 * best_frac);
@@ -247,9 +257,10 @@ int main(int argc, char **argv) {
     printf("{\"model\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"bandwidth_gbs\": %.2f, "
            "\"prefill_tps\": %.2f, \"decode_tps\": %.3f, \"roofline_frac_median\": %.4f, "
            "\"roofline_frac_best\": %.4f, \"verify_ratio\": {\"2\": %.3f, \"4\": %.3f, \"5\": %.3f, "
-           "\"8\": %.3f}, \"depth\": %d, \"verify_1_ms\": %.3f}\n",
+           "\"8\": %.3f}, \"depth\": %d, \"verify_1_ms\": %.3f, \"fill_tps\": %.3f, \"kv\": \"%s\"}\n",
            path, threads, level, bw, n_prompt / best_prefill, decode_tps, frac[med], best_frac,
-           tk[1] / tk[0], tk[2] / tk[0], tk[3] / tk[0], tk[4] / tk[0], base, tk[0] * 1e3);
+           tk[1] / tk[0], tk[2] / tk[0], tk[3] / tk[0], tk[4] / tk[0], base, tk[0] * 1e3,
+           depth ? depth / fill_s : 0.0, kv_type == SP_KV_Q8_0 ? "q8_0" : kv_type == SP_KV_F32 ? "f32" : "f16");
     free(toks);
     sp_context_free(c);
     sp_model_free(m);
