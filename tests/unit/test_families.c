@@ -1,4 +1,5 @@
-/* test_swa.c: sliding-window layers in the paged KV store and the engine.
+/* test_families.c: the newer families (qwen3, gemma3, phi3, smollm3) through
+ * the engine, and sliding-window layers in the paged KV store.
  *   - the store with a window pool: a sequence holds only the window
  *     blocks its next query can see, the invariant checker holds after
  *     every operation, prefix match/attach need the last window, append
@@ -6,13 +7,14 @@
  *   - the forward pass over the paged store, fed in chunks (blocks given
  *     back between them), gives the logits it gives over the contiguous
  *     store that keeps every position, bit for bit;
- *   - the engine on a Gemma 3 shaped model (window 16 on five layers of
- *     six) and a Phi-3 shaped one (window on every layer): greedy and seeded
- *     sampled output identical with the prefix cache on and off and with
- *     n-gram speculation (rollbacks) on and off, a second request sharing
- *     a prefix longer than the window served from the cache, and the
- *     window pool holding about a window per sequence; with an f16 and a
- *     q8_0 KV cache.
+ *   - the engine on each family (Gemma 3 shaped: window 16 on five layers
+ *     of six; Phi-3 shaped: a window on every layer; Qwen3 and SmolLM3
+ *     shaped): greedy and seeded sampled output identical with the prefix
+ *     cache on and off, with the n-gram, suffix and draft proposers (the
+ *     model drafting for itself) on and off, and restored from the disk
+ *     tier by a second engine; a second request sharing a prefix longer than
+ *     the window served from the cache, and the window pool holding about a
+ *     window per sequence; with an f16 and a q8_0 KV cache.
  * Models come from bin/mkmodel (SPECULA_MKMODEL) with seeded random weights. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +26,7 @@
 #include "specula.h"
 #include "test.h"
 
-static sp_model *gemma, *phi;
+static sp_model *gemma, *phi, *qwen3, *smollm3;
 
 /* ---- the store ------------------------------------------------------------ */
 
@@ -215,9 +217,15 @@ static void engine_identical(sp_model **mp) {
     }
     static result base[2 * NT], other[2 * NT];
     /* the reference: no cache, no speculation; per KV type */
-    const struct { bool cache; sp_spec_mode spec; const char *what; } runs[] = {
-        {false, SP_SPEC_OFF, "reference"}, {true, SP_SPEC_OFF, "prefix cache"}, {true, SP_SPEC_NGRAM, "cache + ngram"},
-        {false, SP_SPEC_SUFFIX, "suffix"}};
+    const struct { bool cache; sp_spec_mode spec; int disk; const char *what; } runs[] = {
+        {false, SP_SPEC_OFF, 0, "reference"}, {true, SP_SPEC_OFF, 0, "prefix cache"},
+        {true, SP_SPEC_NGRAM, 0, "cache + ngram"}, {false, SP_SPEC_SUFFIX, 0, "suffix"},
+        {true, SP_SPEC_DRAFT, 0, "cache + draft (itself)"}, {true, SP_SPEC_OFF, 1, "disk tier, writing"},
+        {true, SP_SPEC_OFF, 2, "disk tier, restored"}};
+    const bool windowed = sp_model_get_info(m)->n_swa > 0;
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/specula-test-families-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getpid());
     for (int kt = 0; kt < 2; kt++)
     for (size_t ri = 0; ri < sizeof runs / sizeof runs[0]; ri++) {
         sp_engine_params p = sp_engine_default_params();
@@ -228,6 +236,8 @@ static void engine_identical(sp_model **mp) {
         p.debug_check = true;
         p.prefix_cache = runs[ri].cache;
         p.spec = runs[ri].spec;
+        if (p.spec == SP_SPEC_DRAFT) p.draft = m;
+        if (runs[ri].disk) p.kv_disk_dir = dir;
         p.kv_type = kt ? SP_KV_Q8_0 : SP_KV_F16;
         char err[256];
         sp_engine *e = sp_engine_create(m, p, err, sizeof(err));
@@ -238,9 +248,17 @@ static void engine_identical(sp_model **mp) {
         sp_engine_stats st;
         sp_engine_get_stats(e, &st);
         CHECK(sp_engine_check(e, err, sizeof(err)) == 0, "%s: %s", runs[ri].what, err);
-        CHECK(st.window_blocks_total > 0 && st.window_blocks_in_use == 0 && st.blocks_in_use == 0,
+        CHECK((st.window_blocks_total > 0) == windowed && st.window_blocks_in_use == 0 && st.blocks_in_use == 0,
               "%s: window pool %d blocks, %d in use", runs[ri].what, st.window_blocks_total, st.window_blocks_in_use);
+        if (runs[ri].disk == 2)
+            CHECK(out[0].st.cached_tokens_disk >= 48, "%s: the first request restored %d tokens from disk",
+                  runs[ri].what, out[0].st.cached_tokens_disk);
         sp_engine_free(e);
+        if (runs[ri].disk == 2) {
+            char cmd[300];
+            snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+            CHECK(system(cmd) == 0, "rm");
+        }
         if (!ri) continue;
         for (int i = 0; i < 2 * NT; i++) {
             CHECK(out[i].n == base[i].n && !memcmp(out[i].toks, base[i].toks, sizeof(sp_token) * (size_t)out[i].n),
@@ -255,7 +273,7 @@ static void engine_identical(sp_model **mp) {
 static sp_model *make(const char *name, const char *opts) {
     const char *mk = getenv("SPECULA_MKMODEL") ? getenv("SPECULA_MKMODEL") : "bin/mkmodel";
     char path[256], cmd[1024], err[256];
-    snprintf(path, sizeof path, "%s/specula-test-swa-%d-%s.gguf", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+    snprintf(path, sizeof path, "%s/specula-test-families-%d-%s.gguf", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
              (int)getpid(), name);
     snprintf(cmd, sizeof cmd, "%s -o %s --vocab-from %s/vocab/ggml-vocab-llama-spm.gguf %s --threads 2 >/dev/null 2>&1",
              mk, path, t_ref_dir(), opts);
@@ -274,12 +292,20 @@ int main(void) {
                            "--head-dim 32 --n-ff 256 --tied --swa 16 --ctx 1024 --seed 11");
     phi = make("phi3", "--arch phi3 --type f16 --n-embd 128 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 256 "
                        "--swa 24 --ctx 1024 --seed 12");
+    qwen3 = make("qwen3", "--arch qwen3 --type q8_0 --n-embd 128 --n-layer 3 --n-head 4 --n-head-kv 2 "
+                          "--head-dim 64 --n-ff 256 --ctx 1024 --seed 13");
+    smollm3 = make("smollm3", "--arch smollm3 --type f16 --n-embd 128 --n-layer 4 --n-head 4 --n-head-kv 2 "
+                              "--n-ff 256 --ctx 1024 --seed 14");
     RUN(store_window);
     RUN_NAMED(forward_paged, &gemma, "forward_paged gemma3");
     RUN_NAMED(forward_paged, &phi, "forward_paged phi3");
     RUN_NAMED(engine_identical, &gemma, "engine_identical gemma3");
     RUN_NAMED(engine_identical, &phi, "engine_identical phi3");
+    RUN_NAMED(engine_identical, &qwen3, "engine_identical qwen3");
+    RUN_NAMED(engine_identical, &smollm3, "engine_identical smollm3");
     sp_model_free(gemma);
     sp_model_free(phi);
+    sp_model_free(qwen3);
+    sp_model_free(smollm3);
     TEST_END();
 }
