@@ -33,9 +33,20 @@
 # first or last after a model switch. Peers run with their own defaults
 # otherwise (ik: flash attention on; llama.cpp b4753: off).
 #
-# Models (bench/models.sh, cached in bench/out/): the TinyLlama-1.1B shape
-# and the Qwen2-1.5B shape with the 100K-token deepseek-llm vocabulary, in
-# Q8_0, Q4_K_M, Q4_0 and Q6_K.
+# Models (bench/models.sh, cached in bench/out/, random weights): the
+# TinyLlama-1.1B shape and the Qwen2-1.5B shape with the 100K-token
+# deepseek-llm vocabulary, in Q8_0, Q4_K_M, Q4_0 and Q6_K (bin/mkmodel's
+# quantization); and the families, the shapes of Qwen3-0.6B and Qwen3-1.7B
+# (Qwen's 152K-token vocabulary) and Gemma-3-1B (the 32K Llama vocabulary in
+# place of Gemma's 262K: a smaller output matmul), in Q8_0 and Q4_K_M, made
+# from bin/mkmodel's F16 by ik_llama.cpp's llama-quantize ($IK_QUANTIZE, by
+# default the llama-quantize beside $IK_BENCH; Gemma's Q4_K_M has Q4_0 and
+# Q8_0 where llama-quantize would fall back to Q5_0 and Q6_0, which Specula
+# does not read: bench/models.sh says which tensors). Without a llama-quantize
+# the default run leaves the families out, with a note. BENCH_PEERS_SHAPES
+# takes shape names and the groups "base" (tinyllama qwen2) and "families"
+# (qwen3-0.6b qwen3-1.7b gemma3-1b); each shape's default types are in
+# bench/models.sh (bench_types_SHAPE).
 #
 # A shared machine: the peers' threads spin while they wait for each other,
 # so another process on a core costs them far more than it costs Specula
@@ -52,9 +63,10 @@
 # load average, the waits and the repeats per round.
 #
 # Knobs: BENCH_ROUNDS (4), BENCH_THREADS (2), BENCH_PROMPT (128),
-# BENCH_GEN (32), BENCH_PEERS_SHAPES ("tinyllama qwen2"),
-# BENCH_PEERS_TYPES ("q8_0 q4_k_m q4_0 q6_k"), BENCH_QUIET_PCT (100 turns
-# the gate off), BENCH_QUIET_WAIT_S, BENCH_TRIES.
+# BENCH_GEN (32), BENCH_PEERS_SHAPES ("base families"), BENCH_PEERS_TYPES
+# (every shape's types, in place of each shape's own: "q8_0 q4_k_m q4_0
+# q6_k" for base, "q8_0 q4_k_m" for families), IK_QUANTIZE, BENCH_QUIET_PCT
+# (100 turns the gate off), BENCH_QUIET_WAIT_S, BENCH_TRIES.
 #
 # Output, bench/out/peers/: results.tsv (every kept run: tokens/s, cores busy
 # in the phase (Specula's CPU s / wall s), wall time, others' share, tries),
@@ -76,8 +88,15 @@ quiet_pct=${BENCH_QUIET_PCT:-10}
 quiet_wait=${BENCH_QUIET_WAIT_S:-600}
 tries=${BENCH_TRIES:-4}
 export BENCH_QUIET_PCT=$quiet_pct # peers.py marks the runs above it
-read -r -a shapes <<< "${BENCH_PEERS_SHAPES:-tinyllama qwen2}"
-read -r -a types <<< "${BENCH_PEERS_TYPES:-q8_0 q4_k_m q4_0 q6_k}"
+read -r -a shape_args <<< "${BENCH_PEERS_SHAPES:-base families}"
+shapes=()
+for s in "${shape_args[@]}"; do
+    case $s in
+        base) shapes+=(tinyllama qwen2) ;;
+        families) shapes+=(qwen3-0.6b qwen3-1.7b gemma3-1b) ;;
+        *) shapes+=("$s") ;;
+    esac
+done
 out=bench/out/peers
 
 die() {
@@ -107,10 +126,29 @@ else
     echo "note: IK_BENCH is not set: no ik_llama.cpp columns"
 fi
 
+# the families' quantized files come from ik_llama.cpp's llama-quantize: the
+# default run leaves them out when there is none (and none is built yet)
+quantizer=${IK_QUANTIZE:-}
+[ -n "$quantizer" ] || [ -z "${IK_BENCH:-}" ] || quantizer=$(dirname "$IK_BENCH")/llama-quantize
 models=()
 for s in "${shapes[@]}"; do
+    v=${s//[.-]/_}
+    declare -p "bench_shape_$v" > /dev/null 2>&1 || die "unknown shape $s (bench/models.sh)"
+    if [ -n "${BENCH_PEERS_TYPES:-}" ]; then
+        read -r -a types <<< "$BENCH_PEERS_TYPES"
+    else
+        declare -n shape_types=bench_types_$v
+        types=("${shape_types[@]}")
+        unset -n shape_types
+    fi
     for t in "${types[@]}"; do
-        models+=("$(bench_model "$s" "$t")")
+        if [ -z "${BENCH_PEERS_SHAPES:-}" ] && [[ $bench_ik_quantized == *" $s "* ]] &&
+            [ ! -s "bench/out/$s-shape-$t.gguf" ] && [ ! -x "$quantizer" ]; then
+            echo "note: no llama-quantize (IK_QUANTIZE, or beside IK_BENCH) to make $s $t: left out"
+            continue
+        fi
+        m=$(bench_model "$s" "$t") || die "could not build the $s $t model"
+        models+=("$m")
     done
 done
 
