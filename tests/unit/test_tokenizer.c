@@ -1,6 +1,8 @@
 /* test_tokenizer.c: the tokenizer against llama.cpp's own outputs.
  *
- *   - every vocab/X.gguf of the reference data: each test string of X.gguf.inp
+ *   - every vocab/X.gguf of the reference data, and every X.gguf of the
+ *     repository's tests/data/vocab/ (the new families' vocabularies, with
+ *     vectors from ik_llama.cpp's tokenizer): each test string of X.gguf.inp
  *     tokenized (no special tokens, no special-token parsing) must give the
  *     ids of the matching line of X.gguf.out, and decode back to itself, also
  *     through the streaming detokenizer;
@@ -200,9 +202,8 @@ static void check_roundtrip(const sp_vocab *v, const char *s, size_t len, const 
 /* Through the public door, as `specula tokenize` loads a file: vocab_only,
  * whatever the architecture (gptneox, baichuan: architectures Specula does
  * not run, whose tokenizers must match all the same). */
-static void test_vocab_file(const char *name) {
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/vocab/%s", t_ref_dir(), name);
+static void test_vocab_file(const char *path) {
+    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     sp_model_params mp = sp_model_default_params();
     mp.vocab_only = true;
     g_err[0] = 0;
@@ -1109,11 +1110,9 @@ static int check_any_arch(const char *path, const char *what, const char *text) 
  * not implement is refused by name, and meta_only still opens the file. */
 static void test_any_architecture(void) {
     int n_unsupported = 0;
-    for (int i = 0; i < g_n_names; i++) {
-        char path[1024];
-        snprintf(path, sizeof(path), "%s/vocab/%s", t_ref_dir(), g_names[i]);
-        if (check_any_arch(path, g_names[i], "Hello world") == 0) n_unsupported++;
-    }
+    for (int i = 0; i < g_n_names; i++)
+        if (check_any_arch(g_names[i], strrchr(g_names[i], '/') + 1, "Hello world") == 0)
+            n_unsupported++;
     /* the reference has gpt-neox and baichuan (../shared/reference/README, vocab/) */
     CHECK(n_unsupported >= 2, "%d reference vocabularies of architectures this build does not run",
           n_unsupported);
@@ -1174,29 +1173,52 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int main(void) {
-    /* one case per reference vocabulary */
-    char dir[1024];
-    snprintf(dir, sizeof(dir), "%s/vocab", t_ref_dir());
+/* Appends the paths of dir's *.gguf files to names[*nn..], sorted. */
+static int list_gguf(const char *dir, char **names, int nn, int max) {
     DIR *dp = opendir(dir);
-    char *names[256];
-    int nn = 0;
+    const int first = nn;
     if (dp) {
         struct dirent *e;
-        while ((e = readdir(dp)) && nn < 256) {
+        while ((e = readdir(dp)) && nn < max) {
             size_t l = strlen(e->d_name);
-            if (l > 5 && strcmp(e->d_name + l - 5, ".gguf") == 0) names[nn++] = strdup(e->d_name);
+            if (l > 5 && strcmp(e->d_name + l - 5, ".gguf") == 0) {
+                char p[1024];
+                snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+                names[nn++] = strdup(p);
+            }
         }
         closedir(dp);
     }
-    qsort(names, (size_t)nn, sizeof(names[0]), cmp_str);
+    qsort(names + first, (size_t)(nn - first), sizeof(names[0]), cmp_str);
+    return nn;
+}
+
+/* The repository's own vocabularies (tests/data/vocab/README.md). */
+#define DATA_VOCAB_DIR "tests/data/vocab"
+
+int main(void) {
+    /* one case per reference vocabulary, then one per vocabulary of the
+     * repository's tests/data/vocab (the tests run from the root) */
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s/vocab", t_ref_dir());
+    char *names[256];
+    int nn = list_gguf(dir, names, 0, 256);
     if (nn == 0) {
         t_case_failures = 0;
         CHECK(0, "no vocabularies in %s", dir);
         t_cases_failed++;
         printf("FAIL vocab files\n");
     }
-    for (int i = 0; i < nn; i++) RUN_NAMED(test_vocab_file, names[i], names[i]);
+    const int n_ref = nn;
+    nn = list_gguf(DATA_VOCAB_DIR, names, nn, 256);
+    if (nn == n_ref) {
+        t_case_failures = 0;
+        CHECK(0, "no vocabularies in %s", DATA_VOCAB_DIR);
+        t_cases_failed++;
+        printf("FAIL data vocab files\n");
+    }
+    for (int i = 0; i < nn; i++)
+        RUN_NAMED(test_vocab_file, names[i], i < n_ref ? strrchr(names[i], '/') + 1 : names[i]);
     for (int i = 0; i < nn; i++) g_names[i] = names[i];
     g_n_names = nn;
     RUN(test_any_architecture);
