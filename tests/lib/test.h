@@ -44,8 +44,17 @@ static char t_skip_why[256];
  * pass). Only in functions returning void. */
 #define REQUIRE(cond, ...)                                                     \
     do {                                                                       \
-        CHECK(cond, __VA_ARGS__);                                              \
-        if (!(cond)) return;                                                   \
+        const int t_req_ok = !!(cond); /* evaluated once: cond may act */      \
+        t_case_checks++;                                                       \
+        if (!t_req_ok) {                                                       \
+            if (t_case_failures++ < 20) {                                      \
+                fprintf(stderr, "  check failed %s:%d: %s: ", __FILE__,        \
+                        __LINE__, #cond);                                      \
+                fprintf(stderr, __VA_ARGS__);                                  \
+                fprintf(stderr, "\n");                                         \
+            }                                                                  \
+            return;                                                            \
+        }                                                                      \
     } while (0)
 
 /* Marks the current case skipped, with a reason (printf-style). The case
