@@ -45,6 +45,12 @@ struct kv_store {
     int32_t n_seq;
 };
 
+/* The first position a query seeing positions [0, n) sees through a sliding
+ * window of win positions (its own included); 0 for win <= 0 (no window).
+ * The attention kernels skip what lies before it; the paged store gives the
+ * blocks wholly before it back. */
+static inline int32_t kv_window_lo(int32_t n, int32_t win) { return win > 0 && n > win ? n - win : 0; }
+
 /* The element type of a public sp_kv_type (an int: kv.h stays below specula.h). */
 static inline tensor_type kv_tensor_type(int sp_kv_type) {
     return sp_kv_type == 1 ? SP_TYPE_F16 : sp_kv_type == 2 ? SP_TYPE_Q8_0 : SP_TYPE_F32;

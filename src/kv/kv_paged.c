@@ -222,8 +222,6 @@ static void window_drop(kv_paged *w, int32_t seq, int32_t pos) {
     if (upto > w->first[seq]) w->first[seq] = upto;
 }
 
-/* The first position a query at pos sees in a window of w positions. */
-static int32_t window_lo(int32_t pos, int32_t w) { return pos - w + 1 > 0 ? pos - w + 1 : 0; }
 
 /* Where layer lives: its pool (the main one or the window one) and its
  * index there. */
@@ -261,7 +259,7 @@ static int kp_reserve(kv_store *kv, int32_t seq, int32_t n_new) {
     if (reserve_one(s, seq, n_new)) return -1;
     /* the queries of this pass start at len: what they cannot see goes back
      * first (rollbacks never cut below the committed len) */
-    window_drop(s->win, seq, window_lo(s->len[seq], s->window));
+    window_drop(s->win, seq, kv_window_lo(s->len[seq] + 1, s->window));
     if (reserve_one(s->win, seq, n_new)) {
         reserve_one(s, seq, before); /* all or nothing */
         return -1;
@@ -335,7 +333,7 @@ static void kp_set_len(kv_store *kv, int32_t seq, int32_t len) {
     if (!s->win) return;
     set_len_one(s->win, seq, len);
     /* a query at len must still find its window */
-    SP_ASSERT(len == 0 || (int64_t)s->win->first[seq] * s->p.block_size <= window_lo(len, s->window));
+    SP_ASSERT(len == 0 || (int64_t)s->win->first[seq] * s->p.block_size <= kv_window_lo(len + 1, s->window));
 }
 
 static void kp_destroy(kv_store *kv) {
@@ -489,7 +487,7 @@ kv_store *kv_paged_create(kv_paged_params p, char *err, size_t errlen) {
 
 /* The window pool's first block a continuation after n blocks needs. */
 static int32_t window_first(const kv_paged *s, int32_t n) {
-    return window_lo(n * s->p.block_size, s->window) / s->p.block_size;
+    return kv_window_lo(n * s->p.block_size + 1, s->window) / s->p.block_size;
 }
 
 static bool all_found(const kv_paged *s, const block_digest *h, int32_t from, int32_t n) {
@@ -581,7 +579,7 @@ int kv_paged_append(kv_store *kv, int32_t seq, const block_digest *h, const void
         set_len_one(s, seq, s->len[seq] - s->p.block_size); /* all or nothing */
         return -1;
     }
-    window_drop(s->win, seq, window_lo(s->len[seq], s->window)); /* nothing reserved past len */
+    window_drop(s->win, seq, kv_window_lo(s->len[seq] + 1, s->window)); /* nothing reserved past len */
     return 0;
 }
 
@@ -727,7 +725,7 @@ int kv_paged_check(const kv_store *kv, char *err, size_t errlen) {
         if (w->len[q] != s->len[q] || w->reserved[q] != s->reserved[q])
             FAIL("seq %d: window pool len %d / reserved %d, main pool %d / %d", q, w->len[q], w->reserved[q],
                  s->len[q], s->reserved[q]);
-        if (s->len[q] && (int64_t)w->first[q] * s->p.block_size > window_lo(s->len[q], s->window))
+        if (s->len[q] && (int64_t)w->first[q] * s->p.block_size > kv_window_lo(s->len[q] + 1, s->window))
             FAIL("seq %d: the window pool gave back block %d, which a query at %d sees", q, w->first[q] - 1,
                  s->len[q]);
     }

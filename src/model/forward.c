@@ -339,13 +339,14 @@ static void glu_worker(void *arg, int ith, int nth) {
     else t->c->ops->swiglu(i1 - i0, t->c->gate + i0, t->c->up + i0, t->c->gate + i0);
 }
 
-/* Rows [n] of a fused matrix's output (row stride a + b) split into
- * out_a [n][a] and out_b [n][b]. */
-static void split_rows(const float *in, int32_t n, int64_t a, int64_t b, float *out_a, float *out_b) {
-    for (int32_t i = 0; i < n; i++) {
-        memcpy(out_a + (size_t)i * a, in + (size_t)i * (a + b), (size_t)a * sizeof(float));
-        memcpy(out_b + (size_t)i * b, in + (size_t)i * (a + b) + a, (size_t)b * sizeof(float));
-    }
+/* The n rows of a fused matrix's output, each its parts side by side
+ * (widths w[0..parts)), split into out[p] [n][w[p]]. */
+static void split_rows(const float *in, int32_t n, int parts, const int64_t *w, float *const *out) {
+    int64_t stride = 0;
+    for (int p = 0; p < parts; p++) stride += w[p];
+    for (int32_t i = 0; i < n; i++)
+        for (int p = 0, off = 0; p < parts; off += (int)w[p], p++)
+            memcpy(out[p] + (size_t)i * w[p], in + (size_t)i * stride + off, (size_t)w[p] * sizeof(float));
 }
 
 static int validate(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
@@ -447,12 +448,7 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
             ops_rmsnorm(c->x + (size_t)i * E, y->attn_norm, c->xn + (size_t)i * E, E, h->norm_eps);
         if (y->wqkv.data) { /* fused: q, k and v rows of one matrix */
             weight_matmul(c, &y->wqkv, c->xn, B, c->fused);
-            for (int32_t i = 0; i < B; i++) {
-                const float *f = c->fused + (size_t)i * (QD + 2 * KD);
-                memcpy(c->q + (size_t)i * QD, f, (size_t)QD * sizeof(float));
-                memcpy(c->k + (size_t)i * KD, f + QD, (size_t)KD * sizeof(float));
-                memcpy(c->v + (size_t)i * KD, f + QD + KD, (size_t)KD * sizeof(float));
-            }
+            split_rows(c->fused, B, 3, (const int64_t[]){QD, KD, KD}, (float *const[]){c->q, c->k, c->v});
         } else {
             weight_matmul(c, &y->wq, c->xn, B, c->q);
             weight_matmul(c, &y->wk, c->xn, B, c->k);
@@ -514,7 +510,7 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
             weight_matmul(c, &y->w_up, c->xn, nb, c->up);
         } else { /* fused: gate then up in each row */
             weight_matmul(c, &y->w_up, c->xn, nb, c->fused);
-            split_rows(c->fused, nb, F, F, c->gate, c->up);
+            split_rows(c->fused, nb, 2, (const int64_t[]){F, F}, (float *const[]){c->gate, c->up});
         }
         glu_task gt = {c, (int64_t)nb * F};
         pool_run(c->pool, glu_worker, &gt);

@@ -68,7 +68,7 @@ static void ref_attn_head(const float *q, kv_store *kv, int32_t layer, int32_t s
     SP_ASSERT(D <= SP_HEAD_DIM_MAX);
     float qr[SP_HEAD_DIM_MAX];
     for (int d = 0; d < D; d++) qr[d] = f16 ? round16(q[d]) : q[d];
-    const int32_t lo = attn_window_lo(n_pos, win);
+    const int32_t lo = kv_window_lo(n_pos, win);
     float max = -INFINITY;
     for (int32_t p = lo; p < n_pos;) {
         const void *kb, *vb;

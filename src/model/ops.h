@@ -73,9 +73,6 @@ typedef struct {
     int32_t lo;
 } attn_query;
 
-/* The first position a query attending to [0, n) sees through a window of
- * win positions (0 for win <= 0: no window). */
-static inline int32_t attn_window_lo(int32_t n, int32_t win) { return win > 0 && n > win ? n - win : 0; }
 
 /* aq[0 .. qn) = queries i0 .. i0 + qn - 1 of an attn_run's nq x nh, taken
  * token by token (a token's heads attend to the same positions): the
@@ -85,7 +82,7 @@ static inline void attn_queries(const float *q, size_t q_stride, int32_t nh, int
     for (int i = 0; i < qn; i++) {
         const int32_t t = (i0 + i) / nh, j = (i0 + i) % nh;
         aq[i] = (attn_query){q + (size_t)t * q_stride + (size_t)j * D, out + (size_t)t * out_stride + (size_t)j * D,
-                                n_pos0 + t, attn_window_lo(n_pos0 + t, win)};
+                                n_pos0 + t, kv_window_lo(n_pos0 + t, win)};
     }
 }
 

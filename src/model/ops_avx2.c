@@ -86,7 +86,7 @@ static void avx2_attn_head(const float *q, kv_store *kv, int32_t layer, int32_t 
     const int kind = kv_kind(kv);
     const bool f16 = kind == KV_F16;
     const size_t rb = kv_row_bytes(kv), hoff = kv_head_off(kv, g, D);
-    const int32_t lo = attn_window_lo(n_pos, win);
+    const int32_t lo = kv_window_lo(n_pos, win);
     if (D % 16 || D > 256) { /* other head sizes take the reference path */
         fwd_ops_ref()->attn_head(q, kv, layer, seq, g, D, n_pos, win, scale, scores, q16, out);
         return;

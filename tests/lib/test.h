@@ -26,17 +26,20 @@ static int t_cases_passed, t_cases_failed, t_cases_skipped;
 static int t_case_failures, t_case_checks, t_case_skip;
 static char t_skip_why[256];
 
+/* Counts a check and reports it when it failed (at most 20 per case);
+ * returns ok. */
+#define T_CHECK(ok, expr, ...)                                                 \
+    (t_case_checks++, (ok) ? 1                                                 \
+                           : (t_case_failures++ < 20                           \
+                                  ? (fprintf(stderr, "  check failed %s:%d: %s: ", \
+                                             __FILE__, __LINE__, expr),        \
+                                     fprintf(stderr, __VA_ARGS__),             \
+                                     fprintf(stderr, "\n"), 0)                 \
+                                  : 0))
+
 #define CHECK(cond, ...)                                                       \
     do {                                                                       \
-        t_case_checks++;                                                       \
-        if (!(cond)) {                                                         \
-            if (t_case_failures++ < 20) {                                      \
-                fprintf(stderr, "  check failed %s:%d: %s: ", __FILE__,        \
-                        __LINE__, #cond);                                      \
-                fprintf(stderr, __VA_ARGS__);                                  \
-                fprintf(stderr, "\n");                                         \
-            }                                                                  \
-        }                                                                      \
+        (void)T_CHECK(cond, #cond, __VA_ARGS__);                               \
     } while (0)
 
 /* A setup step the rest of the case depends on: a failed CHECK, then the
@@ -44,17 +47,8 @@ static char t_skip_why[256];
  * pass). Only in functions returning void. */
 #define REQUIRE(cond, ...)                                                     \
     do {                                                                       \
-        const int t_req_ok = !!(cond); /* evaluated once: cond may act */      \
-        t_case_checks++;                                                       \
-        if (!t_req_ok) {                                                       \
-            if (t_case_failures++ < 20) {                                      \
-                fprintf(stderr, "  check failed %s:%d: %s: ", __FILE__,        \
-                        __LINE__, #cond);                                      \
-                fprintf(stderr, __VA_ARGS__);                                  \
-                fprintf(stderr, "\n");                                         \
-            }                                                                  \
-            return;                                                            \
-        }                                                                      \
+        /* cond evaluated once: it may act (an attach, an allocation) */       \
+        if (!T_CHECK(cond, #cond, __VA_ARGS__)) return;                        \
     } while (0)
 
 /* Marks the current case skipped, with a reason (printf-style). The case

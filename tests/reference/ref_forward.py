@@ -81,7 +81,7 @@ def read_gguf(path):
 
 
 # --- optional emulation of the engine's activation rounding ----------------
-# With EMULATE set, each matrix product first rounds its input the way a
+# With EMULATE set, each matrix product first quantizes its input the way a
 # llama.cpp-style CPU engine does for the weight's type (f16 for F16, bf16 for
 # BF16, Q8_0 blocks for Q8_0/Q4_0, Q8_K blocks for Q4_K/Q6_K), so that the
 # comparison isolates everything else (layouts, head mapping, RoPE, norms) at

@@ -99,7 +99,7 @@ static void attn_case(const job *j) {
     for (int w = 0; w < N_WINS; w++)
     for (int g = 0; g < r->Hk; g++)
         for (int n = 1; n <= r->n_pos; n += (r->n_pos + 4) / 5) { /* causal prefixes */
-            const int win = WINS[w], lo = attn_window_lo(n, win);
+            const int win = WINS[w], lo = kv_window_lo(n, win);
             for (int d = 0; d < r->D; d++) q[d] = rnd() * 2;
             const float scale = 1.0f / sqrtf((float)r->D);
             ref->attn_head(q, kv, 0, seq, g, r->D, n, win, scale, sc, q16, o1);
