@@ -77,9 +77,9 @@
 /* Bytes of a packed row of k weights of type t (layouts: q8_avx512.c,
  * qk_avx512.c). */
 size_t avx512_packed_row_size(tensor_type t, int64_t k) {
-    const int64_t groups = (k / 32 + 15) / 16;
-    return t == SP_TYPE_Q8_0 ? (size_t)groups * PACKED_GB_Q8_0
-         : t == SP_TYPE_Q4_0 ? (size_t)groups * PACKED_GB_Q4_0
+    const int64_t whole = k / 32 / 16, tail = k / 32 % 16; /* the tail group is compact */
+    return t == SP_TYPE_Q8_0 ? (size_t)whole * PACKED_GB_Q8_0 + (size_t)tail * 34
+         : t == SP_TYPE_Q4_0 ? (size_t)whole * PACKED_GB_Q4_0 + (size_t)tail * 18
          : t == SP_TYPE_Q4_K ? (size_t)((k / SP_QK_K + 1) / 2) * 288
          : t == SP_TYPE_Q6_K ? (size_t)(k / SP_QK_K) * PACKED_GB_Q6_K : 0;
 }

@@ -128,8 +128,15 @@ AI void qdot_tokens(const __m512i W[8], __m512 S, const uint8_t *xs, size_t xss,
  *         the 16 block scales as f16: 544 B, the size of 16 blocks;
  *   Q4_0: the 4 transposed vectors of nibble bytes (W[s] = V & 15, W[4+s]
  *         = V >> 4 & 15) and the 16 scales as f16: 288 B, as 16 blocks.
- * The last group of a row is zero-padded like the unpacked tiles' copy, so
- * every sum is the same, bit for bit (test_kernels). */
+ * The last group of a row, when a row's blocks are not a multiple of 16
+ * (n < 16 blocks: K = 1,152 in Gemma 3 leaves 4), is stored compact, with
+ * no padding: each of its vectors' first 4n bytes, then its n scales, so
+ * n blocks take n blocks' bytes (34n, 18n) as in the file. Padding it to a
+ * whole group read a third more bytes per row at K = 1,152 (1,632 for
+ * 1,224), and decode reads every byte. It is loaded with zeroed lanes past
+ * n (a zero scale), which adds nothing to any sum, as the unpacked tiles'
+ * zero-padded copy adds nothing, so every sum is the same, bit for bit
+ * (test_kernels). */
 
 AI void load_q8_0p(const uint8_t *p, __m512i W[8], __m512 *S) {
     _Pragma("GCC unroll 8")
@@ -148,12 +155,36 @@ AI void load_q4_0p(const uint8_t *p, __m512i W[8], __m512 *S) {
     *S = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 256)));
 }
 
-/* Group g of a packed row: every group whole (padded at packing). */
+/* The compact last group of n < 16 blocks: lanes past n read as zero. */
+AI void load_q8_0p_tail(const uint8_t *p, int n, __m512i W[8], __m512 *S) {
+    const __mmask64 m = (__mmask64)((1ULL << (4 * n)) - 1);
+    _Pragma("GCC unroll 8")
+    for (int s = 0; s < 8; s++) W[s] = _mm512_maskz_loadu_epi8(m, p + 4 * n * s);
+    *S = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1), p + 32 * n));
+}
+
+AI void load_q4_0p_tail(const uint8_t *p, int n, __m512i W[8], __m512 *S) {
+    const __mmask64 m = (__mmask64)((1ULL << (4 * n)) - 1);
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    _Pragma("GCC unroll 4")
+    for (int s = 0; s < 4; s++) {
+        const __m512i v = _mm512_maskz_loadu_epi8(m, p + 4 * n * s);
+        W[s] = _mm512_and_si512(v, m4);
+        W[4 + s] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+    }
+    *S = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1), p + 16 * n));
+}
+
+/* Group g of a packed row: whole groups, then the compact tail. */
 #define PACKED_GROUP(NAME, GB, LOAD)                                                                  \
     AI void NAME(const uint8_t *row, int64_t nb, int64_t g, __m512i W[8], __m512 *S, size_t pf_ws) {  \
-        (void)nb;                                                                                     \
-        prefetch_group(row + g * GB, GB, pf_ws);                                                      \
-        LOAD(row + g * GB, W, S);                                                                     \
+        if (16 * g + 16 <= nb) {                                                                      \
+            prefetch_group(row + g * GB, GB, pf_ws);                                                  \
+            LOAD(row + g * GB, W, S);                                                                 \
+        } else {                                                                                      \
+            prefetch_group(row + g * GB, (int)(nb - 16 * g) * (GB / 16), pf_ws);                      \
+            LOAD##_tail(row + g * GB, (int)(nb - 16 * g), W, S);                                      \
+        }                                                                                             \
     }
 
 GGUF_GROUP(group_q8_0, block_q8_0, repack_q8_0)
@@ -174,33 +205,37 @@ TILE_DISPATCH8(q4_0p)
 void avx512_pack_rows_q8(tensor_type t, const void *src, void *dst, int64_t n_rows, int64_t k) {
     const int64_t nb = k / 32, groups = (nb + 15) / 16;
     const size_t bb = type_info(t)->block_bytes, srs = (size_t)nb * bb, drs = avx512_packed_row_size(t, k);
+    const size_t gb = t == SP_TYPE_Q8_0 ? PACKED_GB_Q8_0 : PACKED_GB_Q4_0;
     for (int64_t r = 0; r < n_rows; r++) {
         const uint8_t *sr = (const uint8_t *)src + (size_t)r * srs;
         uint8_t *dr = (uint8_t *)dst + (size_t)r * drs;
         for (int64_t g = 0; g < groups; g++) {
             uint8_t tmp[16 * 34];
-            const int64_t n = SP_MIN((int64_t)16, nb - 16 * g);
+            const int n = (int)SP_MIN((int64_t)16, nb - 16 * g);
             const uint8_t *b = sr + (size_t)(16 * g) * bb;
-            if (n < 16) { /* the last, partial group: zero-padded as the tiles pad it */
+            if (n < 16) { /* the last, partial group: transposed from a zero-padded copy */
                 memset(tmp, 0, sizeof tmp);
                 memcpy(tmp, b, (size_t)n * bb);
                 b = tmp;
             }
+            /* a whole group's vectors are 64 bytes apart; the tail's 4n */
+            const size_t vs = n < 16 ? 4 * (size_t)n : 64;
+            const __mmask64 m = n < 16 ? (__mmask64)((1ULL << (4 * n)) - 1) : ~(__mmask64)0;
+            const __mmask16 m16 = (__mmask16)((1u << n) - 1);
+            uint8_t *o = dr + g * gb;
             __m512i W[8];
             __m512 S;
+            int nv;
             if (t == SP_TYPE_Q8_0) {
                 repack_q8_0((const block_q8_0 *)b, W, &S);
-                for (int i = 0; i < 8; i++) _mm512_storeu_si512(dr + g * PACKED_GB_Q8_0 + 64 * i, W[i]);
-                _mm256_storeu_si256((__m256i *)(dr + g * PACKED_GB_Q8_0 + 512),
-                                    _mm512_cvtps_ph(S, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                nv = 8;
             } else {
-                __m512i V[4];
-                tr16x4(b + 2, sizeof(block_q4_0), V);
+                tr16x4(b + 2, sizeof(block_q4_0), W);
                 S = gather_f16(b, sizeof(block_q4_0));
-                for (int i = 0; i < 4; i++) _mm512_storeu_si512(dr + g * PACKED_GB_Q4_0 + 64 * i, V[i]);
-                _mm256_storeu_si256((__m256i *)(dr + g * PACKED_GB_Q4_0 + 256),
-                                    _mm512_cvtps_ph(S, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                nv = 4;
             }
+            for (int i = 0; i < nv; i++) _mm512_mask_storeu_epi8(o + vs * i, m, W[i]);
+            _mm256_mask_storeu_epi16(o + vs * nv, m16, _mm512_cvtps_ph(S, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         }
     }
 }

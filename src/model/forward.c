@@ -335,7 +335,7 @@ static void glu_worker(void *arg, int ith, int nth) {
     chunk = (chunk + 15) & ~(int64_t)15;
     int64_t i0 = (int64_t)ith * chunk, i1 = SP_MIN(t->n, i0 + chunk);
     if (i0 >= i1) return;
-    if (t->c->m->arch->act == SP_ACT_GELU) ops_geglu(i1 - i0, t->c->gate + i0, t->c->up + i0, t->c->gate + i0);
+    if (t->c->m->arch->act == SP_ACT_GELU) t->c->ops->geglu(i1 - i0, t->c->gate + i0, t->c->up + i0, t->c->gate + i0);
     else t->c->ops->swiglu(i1 - i0, t->c->gate + i0, t->c->up + i0, t->c->gate + i0);
 }
 

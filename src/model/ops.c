@@ -140,19 +140,19 @@ void ops_attn_rows(kv_store *kv, int32_t layer, int32_t seq, int32_t p0, int32_t
     }
 }
 
-/* GELU's tanh form in float, as ik_llama.cpp's CPU backend computes it
- * (its SIMD path, no f16 table): the argument itself at or above 10, where
- * the vector exp would overflow. */
-void ops_geglu(int64_t n, const float *g, const float *u, float *y) {
-    const float c = 0.044715f, s2pi = 0.79788456080286535587989211986876f;
-    for (int64_t i = 0; i < n; i++) {
-        const float x = g[i];
-        const float a = x >= 10.0f ? x : 0.5f * x * (1.0f + tanhf(s2pi * x * (1.0f + c * x * x)));
-        y[i] = a * u[i];
-    }
+/* 0.5 x (1 + tanh z) = x / (1 + exp(-2z)): one exp, no tanh, in the
+ * SIMD variants' order of operations (no fused multiply-adds). */
+float ops_gelu_lane(float x) {
+    if (x >= 10.0f) return x;
+    const float e = ops_exp_ggml((SP_GELU_M2S2PI * x) * (1.0f + SP_GELU_C * (x * x)));
+    return x / (1.0f + e);
 }
 
-static const fwd_ops REF = {ref_attn_head, NULL, ref_swiglu};
+static void ref_geglu(int64_t n, const float *g, const float *u, float *y) {
+    for (int64_t i = 0; i < n; i++) y[i] = ops_gelu_lane(g[i]) * u[i];
+}
+
+static const fwd_ops REF = {ref_attn_head, NULL, ref_swiglu, ref_geglu};
 
 const fwd_ops *fwd_ops_ref(void) { return &REF; }
 

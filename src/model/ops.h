@@ -51,6 +51,10 @@ typedef struct {
                      size_t out_stride);
     /* y[i] = silu(g[i]) * u[i] */
     void (*swiglu)(int64_t n, const float *g, const float *u, float *y);
+    /* y[i] = gelu(g[i]) * u[i], GELU's tanh form written as
+     * x / (1 + exp(-2z)), z = sqrt(2/pi) (x + 0.044715 x^3), as ggml's CPU
+     * backend computes it (ops_exp_ggml's exp; x itself at or above 10) */
+    void (*geglu)(int64_t n, const float *g, const float *u, float *y);
 } fwd_ops;
 
 /* Tokens per attention run (the forward pass cuts longer runs), and rows
@@ -134,13 +138,16 @@ static inline int kv_kind(const kv_store *kv) {
     return kv->type == SP_TYPE_F16 ? KV_F16 : kv->type == SP_TYPE_Q8_0 ? KV_Q8 : KV_F32;
 }
 
+/* GELU (tanh form) of one lane as every geglu variant computes it: -2
+ * sqrt(2/pi) and 0.044715 are its constants. */
+#define SP_GELU_M2S2PI (-1.5957691216057308f)
+#define SP_GELU_C 0.044715f
+float ops_gelu_lane(float x);
+
 /* Largest head size the attention variants take. */
 #define SP_HEAD_DIM_MAX 1024
 
 /* y[n] = x / rms(x) * w  (sum of squares in double, as llama.cpp) */
 void ops_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps);
-
-/* y[i] = gelu(g[i]) * u[i], GELU's tanh form in float (gemma's FFN). */
-void ops_geglu(int64_t n, const float *g, const float *u, float *y);
 
 #endif

@@ -313,5 +313,19 @@ static void avx2_swiglu(int64_t n, const float *g, const float *u, float *y) {
     for (; i < n; i++) y[i] = g[i] / (1.0f + ops_exp_ggml(0.0f - g[i])) * u[i];
 }
 
-static const fwd_ops AVX2 = {avx2_attn_head, avx2_attn_run, avx2_swiglu};
+static void avx2_geglu(int64_t n, const float *g, const float *u, float *y) {
+    int64_t i = 0;
+    const __m256 one = _mm256_set1_ps(1.0f), m = _mm256_set1_ps(SP_GELU_M2S2PI), c = _mm256_set1_ps(SP_GELU_C);
+    const __m256 ten = _mm256_set1_ps(10.0f);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256 z = _mm256_mul_ps(_mm256_mul_ps(m, x), _mm256_add_ps(one, _mm256_mul_ps(c, _mm256_mul_ps(x, x))));
+        __m256 a = _mm256_div_ps(x, _mm256_add_ps(one, exp256(z)));
+        a = _mm256_blendv_ps(a, x, _mm256_cmp_ps(x, ten, _CMP_GE_OQ));
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(a, _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) y[i] = ops_gelu_lane(g[i]) * u[i];
+}
+
+static const fwd_ops AVX2 = {avx2_attn_head, avx2_attn_run, avx2_swiglu, avx2_geglu};
 const fwd_ops *fwd_ops_avx2(void) { return &AVX2; }

@@ -323,5 +323,17 @@ static void avx512_swiglu(int64_t n, const float *g, const float *u, float *y) {
     fwd_ops_avx2()->swiglu(n, g, u, y);
 }
 
-static const fwd_ops AVX512 = {avx512_attn_head, avx512_attn_run, avx512_swiglu};
+static void avx512_geglu(int64_t n, const float *g, const float *u, float *y) {
+    const __m512 one = _mm512_set1_ps(1.0f), m = _mm512_set1_ps(SP_GELU_M2S2PI), c = _mm512_set1_ps(SP_GELU_C);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 x = _mm512_maskz_loadu_ps(k, g + i);
+        const __m512 z = _mm512_mul_ps(_mm512_mul_ps(m, x), _mm512_add_ps(one, _mm512_mul_ps(c, _mm512_mul_ps(x, x))));
+        __m512 a = _mm512_div_ps(x, _mm512_add_ps(one, exp512(z)));
+        a = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(10.0f), _CMP_GE_OQ), a, x);
+        _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(a, _mm512_maskz_loadu_ps(k, u + i)));
+    }
+}
+
+static const fwd_ops AVX512 = {avx512_attn_head, avx512_attn_run, avx512_swiglu, avx512_geglu};
 const fwd_ops *fwd_ops_avx512(void) { return &AVX512; }

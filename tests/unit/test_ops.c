@@ -314,6 +314,34 @@ static void swiglu_case(const char *variant) {
               y1[i], y2[i]);
 }
 
+/* GELU-gated rows: each variant against the plain-C one, and the plain-C
+ * one against GELU's tanh form in double. */
+static void geglu_case(const char *variant) {
+    const fwd_ops *simd = get_variant(variant).ops, *ref = fwd_ops_ref();
+    if (!simd) {
+        SKIP("this CPU cannot run the %s operations", variant);
+        return;
+    }
+    enum { N = 1003 }; /* not a multiple of 8 or 16 */
+    float g[N], u[N], y1[N], y2[N];
+    for (int i = 0; i < N; i++) {
+        g[i] = rnd() * 24; /* both tails, and the x >= 10 cut */
+        u[i] = rnd() * 4;
+    }
+    g[0] = -100.0f;
+    g[1] = 100.0f;
+    g[2] = 0.0f;
+    g[3] = 10.0f;
+    g[4] = 9.999f;
+    ref->geglu(N, g, u, y1);
+    simd->geglu(N, g, u, y2);
+    for (int i = 0; i < N; i++) {
+        const double x = g[i], want = 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))) * u[i];
+        CHECK(fabsf(y1[i] - y2[i]) <= 4e-7f * (1 + fabsf(y1[i])), "i %d g %g: ref %g simd %g", i, g[i], y1[i], y2[i]);
+        CHECK(fabs(y1[i] - want) <= 2e-6 * (1 + fabs(want)), "i %d g %g: ref %g, tanh form %g", i, g[i], y1[i], want);
+    }
+}
+
 int main(void) {
     static const attn_row rows[] = {
         {SP_TYPE_F16, 64, 2, 70},  {SP_TYPE_F32, 64, 2, 70},  {SP_TYPE_F16, 128, 1, 33},
@@ -347,5 +375,7 @@ int main(void) {
     }
     /* the AVX-512 SwiGLU is the AVX2 one */
     RUN_NAMED(swiglu_case, "avx2", "avx2");
+    RUN_NAMED(geglu_case, "avx2", "geglu avx2");
+    RUN_NAMED(geglu_case, "avx512", "geglu avx512");
     TEST_END();
 }
