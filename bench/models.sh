@@ -27,7 +27,7 @@
 # llama-quantize, as a published GGUF would be (Q4_K_M: its mix of Q4_K with
 # Q6_K for output/token_embd and some attn_v/ffn_down, and its fallbacks for
 # rows that are not a multiple of 256: Gemma 3's 1152-wide rows get Q5_0 for
-# Q4_K and Q8_0 for Q6_K). llama-quantize is $IK_QUANTIZE, by default the
+# Q4_K, Q5_1 for Q5_K and Q8_0 for Q6_K). llama-quantize is $IK_QUANTIZE, by default the
 # llama-quantize beside $IK_BENCH; its log is kept as FILE.gguf.log.
 bench_vocab_dir=${SPECULA_REF_DIR:-../shared/reference}/vocab
 bench_shape_tinyllama=(--arch llama --n-embd 2048 --n-layer 22 --n-head 32 --n-head-kv 4 --n-ff 5632
@@ -49,16 +49,12 @@ bench_shape_gemma3_1b=(--arch gemma3 --n-embd 1152 --n-layer 26 --n-head 4 --n-h
 # the shapes whose quantized files come from ik_llama.cpp's llama-quantize
 bench_ik_quantized=" qwen3-0.6b qwen3-1.7b gemma3-1b "
 # llama-quantize's extra arguments for one shape and type (SHAPE_TYPE, the
-# shape as in the variables above). Gemma 3's Q4_K_M: K-quants need rows of
-# a multiple of 256, and llama-quantize's fallbacks for the 1152-wide rows
-# are Q5_0 (for Q4_K; mainline llama.cpp's too), ik's own Q6_0 (for Q5_K,
-# half the attn_v; mainline: Q5_1) and Q8_0 (for Q6_K, the other attn_v and
-# token_embd); Specula reads neither Q5_0 nor Q6_0 (nor Q5_1). So here
-# attn_q, attn_k, ffn_gate and ffn_up (Q4_K wanted, 4.5 bits a weight) are
-# Q4_0 (4.5 bits), every attn_v is Q8_0; ffn_down and attn_output (6912- and
-# 1024-wide rows) keep Q4_K_M's Q4_K / Q6_K mix, token_embd its Q8_0.
+# shape as in the variables above). Gemma 3's Q4_K_M: where mainline
+# llama.cpp falls back from Q5_K to Q5_1 (the attn_v of the layers below),
+# ik's llama-quantize writes a type of its own (Q6_0) that only ik reads;
+# here they are Q5_1, as in the files people download.
 bench_quantize_gemma3_1b_q4_k_m=(--custom-q
-    'blk\.[0-9]+\.(attn_q|attn_k|ffn_gate|ffn_up)\.weight=q4_0,blk\.[0-9]+\.attn_v\.weight=q8_0')
+    'blk\.(3|4|6|7|9|10|12|13|15|16|18|19|21)\.attn_v\.weight=q5_1')
 # each shape's default types in bench/peers/run.sh (BENCH_PEERS_TYPES overrides)
 bench_types_tinyllama=(q8_0 q4_k_m q4_0 q6_k)
 bench_types_qwen2=(q8_0 q4_k_m q4_0 q6_k)

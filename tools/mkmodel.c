@@ -27,7 +27,7 @@
 
 /* ---- options ---------------------------------------------------------- */
 
-typedef enum { WT_F32, WT_F16, WT_BF16, WT_Q8_0, WT_Q4_0, WT_Q4_K, WT_Q6_K, WT_Q4_K_M } wtype;
+typedef enum { WT_F32, WT_F16, WT_BF16, WT_Q8_0, WT_Q4_0, WT_Q5_0, WT_Q5_1, WT_Q4_K, WT_Q6_K, WT_Q4_K_M } wtype;
 
 static const struct {
     const char *name;
@@ -36,7 +36,8 @@ static const struct {
 } wtypes[] = {
     [WT_F32] = {"f32", SP_TYPE_F32, 0},     [WT_F16] = {"f16", SP_TYPE_F16, 1},
     [WT_BF16] = {"bf16", SP_TYPE_BF16, 32}, [WT_Q8_0] = {"q8_0", SP_TYPE_Q8_0, 7},
-    [WT_Q4_0] = {"q4_0", SP_TYPE_Q4_0, 2},  [WT_Q4_K] = {"q4_k", SP_TYPE_Q4_K, 14},
+    [WT_Q4_0] = {"q4_0", SP_TYPE_Q4_0, 2},  [WT_Q5_0] = {"q5_0", SP_TYPE_Q5_0, 8},
+    [WT_Q5_1] = {"q5_1", SP_TYPE_Q5_1, 9},  [WT_Q4_K] = {"q4_k", SP_TYPE_Q4_K, 14},
     [WT_Q6_K] = {"q6_k", SP_TYPE_Q6_K, 18}, [WT_Q4_K_M] = {"q4_k_m", SP_TYPE_Q4_K, 15},
 };
 
@@ -80,7 +81,7 @@ static void usage(FILE *f) {
             "  --n-head N               attention heads (default 8)\n"
             "  --n-head-kv N            key/value heads (default 4)\n"
             "  --n-ff N                 feed-forward width (default 688)\n"
-            "  --type T                 weight type: f32 f16 bf16 q8_0 q4_0 q4_k q6_k q4_k_m\n"
+            "  --type T                 weight type: f32 f16 bf16 q8_0 q4_0 q5_0 q5_1 q4_k q6_k q4_k_m\n"
             "                           (default f16; norms and biases are always f32)\n"
             "  --tied                   no output.weight: the output reuses token_embd\n"
             "  --rope-base F            RoPE frequency base (default 10000; gemma3: 1000000,\n"
@@ -385,12 +386,13 @@ static plan_t *plan_add(plan *p, kind k, const char *name, int64_t ne0, int64_t 
 static bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
 /* The type for a matrix whose rows have k elements: the wanted one, or a
- * fallback when k is not a multiple of its block size (as llama.cpp does,
- * minus the types we have no quantizer for): Q8_0 if k allows it, else F16. */
+ * fallback when k is not a multiple of its block size, llama.cpp's where k
+ * allows it (Q4_K -> Q5_0, Q6_K -> Q8_0), else F16. */
 static tensor_type matrix_type(const char *name, tensor_type want, int64_t k) {
     const type_traits *tr = type_info(want);
     if (k % tr->blck == 0) return want;
-    tensor_type fb = k % SP_QK8_0 == 0 && tr->blck > SP_QK8_0 ? SP_TYPE_Q8_0 : SP_TYPE_F16;
+    tensor_type fb = k % SP_QK8_0 != 0 || tr->blck <= SP_QK8_0 ? SP_TYPE_F16
+                   : want == SP_TYPE_Q4_K ? SP_TYPE_Q5_0 : SP_TYPE_Q8_0;
     /* Say it once per tensor kind, not once per layer. */
     static char said[16][48];
     static int n_said;

@@ -79,7 +79,8 @@ void avx512_quantize_q8_K(const float *x, void *vy, int64_t k) {
 
 /* Q8_0 / Q4_0 activations: quantize (bit-exact with the reference), then
  * transpose each group of 16 blocks; `shift` makes the lane init
- * -(sum << shift): 7 for Q8_0 weights (+128 bias), 3 for Q4_0 (q - 8). */
+ * -(sum << shift): 7 for Q8_0 weights (+128 bias), 3 for Q4_0 (q - 8), 4
+ * for Q5_0 (q - 16). */
 AI void conv_q8_0_layout(const float *x, int64_t k, uint8_t *xs, const int shift) {
     const int64_t nb = k / 32;
     const __m512i ones = _mm512_set1_epi8(1);
@@ -104,6 +105,7 @@ AI void conv_q8_0_layout(const float *x, int64_t k, uint8_t *xs, const int shift
 
 void avx512_conv_x_q8_0(const float *x, int64_t k, void *xs) { conv_q8_0_layout(x, k, xs, 7); }
 void avx512_conv_x_q4_0(const float *x, int64_t k, void *xs) { conv_q8_0_layout(x, k, xs, 3); }
+void avx512_conv_x_q5_0(const float *x, int64_t k, void *xs) { conv_q8_0_layout(x, k, xs, 4); }
 
 void avx512_conv_x_q4_K(const float *x, int64_t k, void *vxs) {
     uint8_t *xs = vxs;

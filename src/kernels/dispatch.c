@@ -104,6 +104,8 @@ void quantize_row(tensor_type t, const float *src, void *dst, int64_t n) {
     }
     switch (t) { /* weight-only types: reference quantizers (tools, not the hot path) */
     case SP_TYPE_Q4_0: ref_quantize_q4_0(src, dst, n); return;
+    case SP_TYPE_Q5_0: ref_quantize_q5_0(src, dst, n); return;
+    case SP_TYPE_Q5_1: ref_quantize_q5_1(src, dst, n); return;
     case SP_TYPE_Q4_K: ref_quantize_q4_K(src, dst, n); return;
     case SP_TYPE_Q6_K: ref_quantize_q6_K(src, dst, n); return;
     default: SP_ASSERT(!"quantize: no quantizer for type");

@@ -26,6 +26,8 @@ typedef enum {
     SP_TYPE_F32 = 0,
     SP_TYPE_F16 = 1,
     SP_TYPE_Q4_0 = 2,
+    SP_TYPE_Q5_0 = 6,
+    SP_TYPE_Q5_1 = 7,
     SP_TYPE_Q8_0 = 8,
     SP_TYPE_Q4_K = 12,
     SP_TYPE_Q6_K = 14,
@@ -44,6 +46,23 @@ typedef struct {
     f16_t d;               /* scale */
     uint8_t qs[SP_QK4_0 / 2]; /* nibbles: low = elements 0..15, high = 16..31; value = q - 8 */
 } block_q4_0;            /* 18 bytes / 32 weights */
+
+/* The 5-bit types: element j's low 4 bits in qs (as block_q4_0's
+ * nibbles), its fifth bit bit j of qh (little-endian); Q5_0 value =
+ * (q - 16) * d, Q5_1 value = q * d + m. Q4_K_M and Q5_K_M files carry
+ * them for matrices whose rows are not a multiple of 256 (Gemma 3 1B's
+ * 1,152). */
+typedef struct {
+    f16_t d;
+    uint8_t qh[4];
+    uint8_t qs[16];
+} block_q5_0; /* 22 bytes / 32 weights */
+
+typedef struct {
+    f16_t d, m;
+    uint8_t qh[4];
+    uint8_t qs[16];
+} block_q5_1; /* 24 bytes / 32 weights */
 
 typedef struct {
     f16_t d;           /* scale */

@@ -80,6 +80,7 @@ size_t avx512_packed_row_size(tensor_type t, int64_t k) {
     const int64_t whole = k / 32 / 16, tail = k / 32 % 16; /* the tail group is compact */
     return t == SP_TYPE_Q8_0 ? (size_t)whole * PACKED_GB_Q8_0 + (size_t)tail * 34
          : t == SP_TYPE_Q4_0 ? (size_t)whole * PACKED_GB_Q4_0 + (size_t)tail * 18
+         : t == SP_TYPE_Q5_0 ? (size_t)whole * PACKED_GB_Q5_0 + (size_t)tail * 22
          : t == SP_TYPE_Q4_K ? (size_t)((k / SP_QK_K + 1) / 2) * 288
          : t == SP_TYPE_Q6_K ? (size_t)(k / SP_QK_K) * PACKED_GB_Q6_K : 0;
 }
@@ -93,6 +94,10 @@ static void pack_rows(tensor_type t, const void *src, void *dst, int64_t n_rows,
         avx512_pack_rows_q6_K(src, dst, n_rows, k);
         return;
     }
+    if (t == SP_TYPE_Q5_0) {
+        avx512_pack_rows_q5_0(src, dst, n_rows, k);
+        return;
+    }
     avx512_pack_rows_q8(t, src, dst, n_rows, k);
 }
 
@@ -104,6 +109,8 @@ const kernel_ops kernel_ops_avx512 = {
         [SP_TYPE_BF16] = avx512_vec_dot_bf16,
         [SP_TYPE_Q8_0] = avx2_vec_dot_q8_0,
         [SP_TYPE_Q4_0] = avx2_vec_dot_q4_0,
+        [SP_TYPE_Q5_0] = avx2_vec_dot_q5_0,
+        [SP_TYPE_Q5_1] = avx2_vec_dot_q5_1,
         [SP_TYPE_Q4_K] = avx2_vec_dot_q4_K,
         [SP_TYPE_Q6_K] = avx2_vec_dot_q6_K,
     },
@@ -120,12 +127,15 @@ const kernel_ops kernel_ops_avx512 = {
         [SP_TYPE_BF16] = &avx512_mm_bf16,
         [SP_TYPE_Q8_0] = &avx512_mm_q8_0,
         [SP_TYPE_Q4_0] = &avx512_mm_q4_0,
+        [SP_TYPE_Q5_0] = &avx512_mm_q5_0,
+        [SP_TYPE_Q5_1] = &avx2_mm_q5_1,
         [SP_TYPE_Q4_K] = &avx512_mm_q4_K,
         [SP_TYPE_Q6_K] = &avx512_mm_q6_K,
     },
     .mm_packed = {
         [SP_TYPE_Q8_0] = &avx512_mm_q8_0p,
         [SP_TYPE_Q4_0] = &avx512_mm_q4_0p,
+        [SP_TYPE_Q5_0] = &avx512_mm_q5_0p,
         [SP_TYPE_Q4_K] = &avx512_mm_q4_Kp,
         [SP_TYPE_Q6_K] = &avx512_mm_q6_Kp,
     },

@@ -109,10 +109,14 @@ extern const kernel_ops kernel_ops_avx512;
 /* The avx2 level's functions that the avx512 level reuses (every CPU with
  * AVX-512 has AVX2): its Q8_0 quantizer and single-row quantized dots. */
 quant_kernel avx2_quantize_q8_0;
-vec_dot_kernel avx2_vec_dot_q8_0, avx2_vec_dot_q4_0, avx2_vec_dot_q4_K, avx2_vec_dot_q6_K;
+vec_dot_kernel avx2_vec_dot_q8_0, avx2_vec_dot_q4_0, avx2_vec_dot_q4_K, avx2_vec_dot_q6_K, avx2_vec_dot_q5_0,
+    avx2_vec_dot_q5_1;
 /* kernels_ref.c: the twins of the avx2 level's own orders for matrices of
  * 8-row multiples (Q8_0, Q4_K, Q6_K) */
 extern const mm_kernel ref_mm_q8_0_rows8;
+/* The 5-bit types' tiles at the avx2 level; the avx512 level has its own
+ * for Q5_0 and uses the avx2 one for Q5_1 (rare: Q5_K_M's fallback). */
+extern const mm_kernel avx2_mm_q5_0, avx2_mm_q5_1;
 extern const mm_kernel ref_mm_q4_K_rows8;
 extern const mm_kernel ref_mm_q6_K_rows8;
 
@@ -123,6 +127,8 @@ const kernel_ops *kernel_ops_get(void);
 void ref_quantize_q8_0(const float *x, void *y, int64_t k);
 void ref_quantize_q8_K(const float *x, void *y, int64_t k);
 void ref_quantize_q4_0(const float *x, void *y, int64_t k);
+void ref_quantize_q5_0(const float *x, void *y, int64_t k);
+void ref_quantize_q5_1(const float *x, void *y, int64_t k);
 void ref_quantize_q4_K(const float *x, void *y, int64_t k);
 void ref_quantize_q6_K(const float *x, void *y, int64_t k);
 void ref_quantize_f16(const float *x, void *y, int64_t k);

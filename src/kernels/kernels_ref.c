@@ -94,6 +94,60 @@ void ref_quantize_q4_0(const float *x, void *vy, int64_t k) {
     }
 }
 
+/* ggml's 5-bit quantizers: Q5_0 symmetric (d = the largest magnitude's
+ * value / -16), Q5_1 over [min, max] in 31 steps. */
+static void q5_store(uint8_t qs[16], uint8_t qh[4], const int xi[32]) {
+    uint32_t h = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (uint8_t)((xi[j] & 0xF) | ((xi[j + 16] & 0xF) << 4));
+        h |= (uint32_t)((xi[j] >> 4) & 1) << j;
+        h |= (uint32_t)((xi[j + 16] >> 4) & 1) << (j + 16);
+    }
+    for (int b = 0; b < 4; b++) qh[b] = (uint8_t)(h >> (8 * b));
+}
+
+void ref_quantize_q5_0(const float *x, void *vy, int64_t k) {
+    block_q5_0 *y = vy;
+    for (int64_t i = 0; i < k / 32; i++, x += 32) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < 32; j++)
+            if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+        const float d = max / -16;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        int xi[32];
+        for (int j = 0; j < 32; j++) xi[j] = SP_MIN(31, (int8_t)(x[j] * id + 16.5f));
+        y[i].d = f32_to_f16(d);
+        q5_store(y[i].qs, y[i].qh, xi);
+    }
+}
+
+void ref_quantize_q5_1(const float *x, void *vy, int64_t k) {
+    block_q5_1 *y = vy;
+    for (int64_t i = 0; i < k / 32; i++, x += 32) {
+        float min = x[0], max = x[0];
+        for (int j = 1; j < 32; j++) {
+            if (x[j] < min) min = x[j];
+            if (x[j] > max) max = x[j];
+        }
+        const float d = (max - min) / 31;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        int xi[32];
+        for (int j = 0; j < 32; j++) xi[j] = SP_MIN(31, (int)(uint8_t)((x[j] - min) * id + 0.5f));
+        y[i].d = f32_to_f16(d);
+        y[i].m = f32_to_f16(min);
+        q5_store(y[i].qs, y[i].qh, xi);
+    }
+}
+
+/* Block b's 32 five-bit values q (0..31) in element order. */
+static void q5_unpack(const uint8_t qs[16], const uint8_t qh[4], uint8_t q[32]) {
+    const uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+    for (int j = 0; j < 16; j++) {
+        q[j] = (uint8_t)((qs[j] & 0xF) | ((h >> j) & 1) << 4);
+        q[j + 16] = (uint8_t)((qs[j] >> 4) | ((h >> (j + 16)) & 1) << 4);
+    }
+}
+
 /* Best scale for x ~ scale * q - min over a sub-block of n values with
  * q in [0, nmax], min >= 0 fixed at -min(0, min(x)); tries a few scales
  * around range/nmax and keeps the one with the least squared error. */
@@ -237,6 +291,26 @@ void ref_dequantize(tensor_type t, const void *src, float *dst, int64_t n) {
         }
         return;
     }
+    case SP_TYPE_Q5_0: {
+        const block_q5_0 *b = src;
+        for (int64_t i = 0; i < n / 32; i++, dst += 32) {
+            uint8_t q[32];
+            q5_unpack(b[i].qs, b[i].qh, q);
+            const float d = f16_to_f32(b[i].d);
+            for (int j = 0; j < 32; j++) dst[j] = (q[j] - 16) * d;
+        }
+        return;
+    }
+    case SP_TYPE_Q5_1: {
+        const block_q5_1 *b = src;
+        for (int64_t i = 0; i < n / 32; i++, dst += 32) {
+            uint8_t q[32];
+            q5_unpack(b[i].qs, b[i].qh, q);
+            const float d = f16_to_f32(b[i].d), m = f16_to_f32(b[i].m);
+            for (int j = 0; j < 32; j++) dst[j] = q[j] * d + m;
+        }
+        return;
+    }
     case SP_TYPE_Q4_K: {
         const block_q4_K *b = src;
         for (int64_t i = 0; i < n / SP_QK_K; i++) {
@@ -357,6 +431,42 @@ static void vec_dot_q4_0_ref(int64_t k, float *s, const void *vw, const void *vx
         int8_t q[32];
         q4_0_unpack(&w[i], q);
         block8(q, x[i].qs, f16_to_f32(w[i].d) * f16_to_f32(x[i].d), F);
+    }
+    *s = hsum8(F);
+}
+
+/* The 5-bit types in the avx2 level's order (q5_avx2.c): Q5_0 as Q4_0
+ * (signed values, block8); Q5_1 lane by lane, the scale's product and
+ * then the minimum's: F[l] = fma(q . x, dw * dx, F[l]), then
+ * fma(sum x, m * dx, F[l]). */
+static void vec_dot_q5_0_ref(int64_t k, float *s, const void *vw, const void *vx) {
+    const block_q5_0 *w = vw;
+    const block_q8_0 *x = vx;
+    float F[8] = {0};
+    for (int64_t i = 0; i < k / 32; i++) {
+        uint8_t u[32];
+        int8_t q[32];
+        q5_unpack(w[i].qs, w[i].qh, u);
+        for (int j = 0; j < 32; j++) q[j] = (int8_t)(u[j] - 16);
+        block8(q, x[i].qs, f16_to_f32(w[i].d) * f16_to_f32(x[i].d), F);
+    }
+    *s = hsum8(F);
+}
+
+static void vec_dot_q5_1_ref(int64_t k, float *s, const void *vw, const void *vx) {
+    const block_q5_1 *w = vw;
+    const block_q8_0 *x = vx;
+    float F[8] = {0};
+    for (int64_t i = 0; i < k / 32; i++) {
+        uint8_t q[32];
+        q5_unpack(w[i].qs, w[i].qh, q);
+        const float dx = f16_to_f32(x[i].d), d = f16_to_f32(w[i].d) * dx, md = f16_to_f32(w[i].m) * dx;
+        for (int l = 0; l < 8; l++) {
+            int p = 0, sx = 0;
+            for (int j = 4 * l; j < 4 * l + 4; j++) p += q[j] * x[i].qs[j], sx += x[i].qs[j];
+            F[l] = fmaf((float)p, d, F[l]);
+            F[l] = fmaf((float)sx, md, F[l]);
+        }
     }
     *s = hsum8(F);
 }
@@ -513,6 +623,8 @@ static void vec_dot_q6_K_rows8_ref(int64_t k, float *s, const void *vw, const vo
 #define vec_dot_q8_0_dot vec_dot_q8_0_ref
 #define vec_dot_q4_0_dot vec_dot_q4_0_ref
 #define vec_dot_q4_0r8_dot vec_dot_q4_0r8_ref
+#define vec_dot_q5_0_dot vec_dot_q5_0_ref
+#define vec_dot_q5_1_dot vec_dot_q5_1_ref
 #define vec_dot_q4_K_dot vec_dot_q4_K_ref
 #define vec_dot_q4_K_rows8_dot vec_dot_q4_K_rows8_ref
 #define vec_dot_q6_K_dot vec_dot_q6_K_ref
@@ -524,6 +636,8 @@ REF_MM(vec_dot_bf16, SP_TYPE_BF16, SP_TYPE_BF16, ref_quantize_bf16)
 REF_MM(vec_dot_q8_0, SP_TYPE_Q8_0, SP_TYPE_Q8_0, ref_quantize_q8_0)
 REF_MM(vec_dot_q4_0, SP_TYPE_Q4_0, SP_TYPE_Q8_0, ref_quantize_q8_0)
 REF_MM(vec_dot_q4_0r8, SP_TYPE_Q4_0, SP_TYPE_Q8_0, ref_quantize_q8_0)
+REF_MM(vec_dot_q5_0, SP_TYPE_Q5_0, SP_TYPE_Q8_0, ref_quantize_q8_0)
+REF_MM(vec_dot_q5_1, SP_TYPE_Q5_1, SP_TYPE_Q8_0, ref_quantize_q8_0)
 REF_MM(vec_dot_q4_K, SP_TYPE_Q4_K, SP_TYPE_Q8_K, ref_quantize_q8_K)
 REF_MM(vec_dot_q6_K, SP_TYPE_Q6_K, SP_TYPE_Q8_K, ref_quantize_q8_K)
 REF_MM(vec_dot_q4_K_rows8, SP_TYPE_Q4_K, SP_TYPE_Q8_K, ref_quantize_q8_K)
@@ -545,6 +659,8 @@ const kernel_ops kernel_ops_ref = {
         [SP_TYPE_BF16] = vec_dot_bf16_ref,
         [SP_TYPE_Q8_0] = vec_dot_q8_0_ref,
         [SP_TYPE_Q4_0] = vec_dot_q4_0_ref,
+        [SP_TYPE_Q5_0] = vec_dot_q5_0_ref,
+        [SP_TYPE_Q5_1] = vec_dot_q5_1_ref,
         [SP_TYPE_Q4_K] = vec_dot_q4_K_ref,
         [SP_TYPE_Q6_K] = vec_dot_q6_K_ref,
     },
@@ -561,6 +677,8 @@ const kernel_ops kernel_ops_ref = {
         [SP_TYPE_BF16] = &vec_dot_bf16_mm,
         [SP_TYPE_Q8_0] = &vec_dot_q8_0_mm,
         [SP_TYPE_Q4_0] = &vec_dot_q4_0_mm,
+        [SP_TYPE_Q5_0] = &vec_dot_q5_0_mm,
+        [SP_TYPE_Q5_1] = &vec_dot_q5_1_mm,
         [SP_TYPE_Q4_K] = &vec_dot_q4_K_mm,
         [SP_TYPE_Q6_K] = &vec_dot_q6_K_mm,
     },

@@ -1,5 +1,5 @@
-/* q8_avx2.c: Q8_0 and Q4_0 weights (both against Q8_0 activations) at the
- * AVX2 level.
+/* q8_avx2.c: Q8_0, Q4_0, Q5_0 and Q5_1 weights (all against Q8_0
+ * activations) at the AVX2 level.
  *
  * The single-row dots and the matmul tiles in ggml's order (one weight row
  * at a time against up to 8 tokens, each block loaded and unpacked once for
@@ -77,8 +77,63 @@ AI void q4_0_row(const block_q4_0 *w, const uint8_t *xs, size_t xss, const int N
     }
 }
 
+/* A 5-bit block's 32 values (0..31) as bytes in element order: the
+ * nibbles as Q4_0's, bit 4 from qh (each byte of the broadcast word picks
+ * qh's byte i / 8, then tests its own bit i % 8). */
+AI __m256i q5_values(const uint8_t *qs, const uint8_t *qh) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0xF));
+    const __m256i sel = _mm256_shuffle_epi8(_mm256_set1_epi32(load_i32(qh)),
+                                            _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                              0x0101010101010101, 0));
+    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201);
+    const __m256i hb = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(sel, bit), bit), _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(nib, hb);
+}
+
+/* Q5_0: the signed values (q - 16), then as Q8_0's blocks (ggml's order) */
+AI void q5_0_row(const block_q5_0 *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+                 int64_t b1, __m256 *F, __m128 *M) {
+    (void)M;
+    const __m256i sixteen = _mm256_set1_epi8(16);
+    for (int64_t b = b0; b < b1; b++) {
+        if (!(b & 3)) prefetch_ahead(&w[b], 4 * (int)sizeof(block_q5_0));
+        const __m256i q = _mm256_sub_epi8(q5_values(w[b].qs, w[b].qh), sixteen);
+        const block_q8_0 *xb = (const block_q8_0 *)xs + b;
+        q8_block_tokens(q, f16f(w[b].d), (const uint8_t *)xb->qs, (const uint8_t *)&xb->d, xss, NT, F, 0);
+    }
+}
+
+/* Q5_1: q . x times dw * dx, then the sum of x times m * dx, lane by lane
+ * (the values are unsigned: maddubs takes them as they are) */
+AI void q5_1_row(const block_q5_1 *w, const uint8_t *xs, size_t xss, const int NT, int64_t b0,
+                 int64_t b1, __m256 *F, __m128 *M) {
+    (void)M;
+    const __m256i ones = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1);
+    for (int64_t b = b0; b < b1; b++) {
+        if (!(b & 3)) prefetch_ahead(&w[b], 4 * (int)sizeof(block_q5_1));
+        const __m256i q = q5_values(w[b].qs, w[b].qh);
+        const float dw = f16f(w[b].d), mw = f16f(w[b].m);
+        const uint8_t *xq = (const uint8_t *)((const block_q8_0 *)xs + b);
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *xb = xq + t * xss;
+            f16_t h;
+            memcpy(&h, xb, sizeof h);
+            const float dx = f16f(h);
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(xb + sizeof(f16_t)));
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), ones);
+            const __m256i sx = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, x), ones);
+            F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * dx), F[t]);
+            F[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sx), _mm256_set1_ps(mw * dx), F[t]);
+        }
+    }
+}
+
 QTILE2(q8_0, block_q8_0, 32, q8_0_rowa, q8_0_row, 0)
 QTILE(q4_0, block_q4_0, 32, q4_0_row, 0)
+QTILE(q5_0, block_q5_0, 32, q5_0_row, 0)
+QTILE(q5_1, block_q5_1, 32, q5_1_row, 0)
 
 /* ---- Q4_0 matrices of 8-row multiples: ggml's repacked order ----------- */
 
@@ -289,6 +344,8 @@ void avx2_put_q8_0(const void *vb, uint8_t *o, int i) {
 /* kgroup 256: the scratch row is whole groups of 8 blocks (Q8A_BYTES) */
 const mm_kernel avx2_mm_q8_0 = {256, Q8A_BYTES, NULL, 8, avx2_conv_q8_0a, q8_0_tile, 1, NULL, NULL};
 const mm_kernel avx2_mm_q4_0 = {32, sizeof(block_q8_0), NULL, 8, avx2_conv_q8_0, q4_0_tile, 1, NULL, NULL};
+const mm_kernel avx2_mm_q5_0 = {32, sizeof(block_q8_0), NULL, 8, avx2_conv_q8_0, q5_0_tile, 1, NULL, NULL};
+const mm_kernel avx2_mm_q5_1 = {32, sizeof(block_q8_0), NULL, 8, avx2_conv_q8_0, q5_1_tile, 1, NULL, NULL};
 const mm_kernel avx2_mm_q4_0r8 = {32, sizeof(block_q8_0), NULL, 4, avx2_conv_q8_0, q4_0r8_tile, 1, NULL, NULL};
 const mm_kernel avx2_mm_q4_0p8 = {32, Q4_0R8_XBLOCK, NULL, 4, avx2_conv_q4_0p8, q4_0p8_tile, 1, NULL, NULL};
 const mm_kernel avx2_mm_q8_0r8 = {32, sizeof(block_q8_0), NULL, 4, avx2_conv_q8_0, q8_0r8_tile, 1, NULL, NULL};

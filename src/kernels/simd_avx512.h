@@ -218,13 +218,14 @@ AI void rows16_store(float (*fb)[8][16][16], int nq, const int NT, float *y, int
 /* ---- bytes of a packed group (layouts: q8_avx512.c, qk_avx512.c) ------- */
 #define PACKED_GB_Q8_0 544
 #define PACKED_GB_Q4_0 288
+#define PACKED_GB_Q5_0 352
 #define PACKED_GB_Q6_K 210
 
 /* ---- from one file of the level to another ------------------------------ */
 
 /* act_avx512.c */
 quant_kernel avx512_quantize_q8_K, avx512_quantize_f16;
-convert_kernel avx512_conv_x_q8_0, avx512_conv_x_q4_0, avx512_conv_x_q4_K, avx512_conv_x_q6_K, avx512_conv_x_f32,
+convert_kernel avx512_conv_x_q8_0, avx512_conv_x_q4_0, avx512_conv_x_q5_0, avx512_conv_x_q4_K, avx512_conv_x_q6_K, avx512_conv_x_f32,
     avx512_conv_x_f16, avx512_conv_x_bf16;
 size_t avx512_xrow_unused(int64_t k);
 
@@ -233,8 +234,10 @@ vec_dot_kernel avx512_vec_dot_f32, avx512_vec_dot_f16, avx512_vec_dot_bf16;
 extern const mm_kernel avx512_mm_f32, avx512_mm_f16, avx512_mm_bf16;
 
 /* q8_avx512.c */
-extern const mm_kernel avx512_mm_q8_0, avx512_mm_q4_0, avx512_mm_q8_0p, avx512_mm_q4_0p;
+extern const mm_kernel avx512_mm_q8_0, avx512_mm_q4_0, avx512_mm_q8_0p, avx512_mm_q4_0p, avx512_mm_q5_0,
+    avx512_mm_q5_0p;
 void avx512_pack_rows_q8(tensor_type t, const void *src, void *dst, int64_t n_rows, int64_t k);
+void avx512_pack_rows_q5_0(const void *src, void *dst, int64_t n_rows, int64_t k);
 
 /* qk_avx512.c */
 extern const mm_kernel avx512_mm_q4_K, avx512_mm_q4_Kp, avx512_mm_q6_K, avx512_mm_q6_Kp;

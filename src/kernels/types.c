@@ -15,8 +15,8 @@ static const type_traits TYPE_TRAITS[SP_TYPE_COUNT] = {
     T_(SP_TYPE_F16, "f16", 1, 2, true, SP_TYPE_F16),
     T_(SP_TYPE_Q4_0, "q4_0", 32, 18, true, SP_TYPE_Q8_0),
     T_(3, "q4_1", 32, 20, false, 9),               /* d, m (f16), 16 nibble bytes; dots with q8_1 */
-    T_(6, "q5_0", 32, 22, false, SP_TYPE_Q8_0),    /* d, qh[4], qs[16] */
-    T_(7, "q5_1", 32, 24, false, 9),               /* d, m, qh[4], qs[16] */
+    T_(SP_TYPE_Q5_0, "q5_0", 32, 22, true, SP_TYPE_Q8_0),
+    T_(SP_TYPE_Q5_1, "q5_1", 32, 24, true, SP_TYPE_Q8_0), /* Q8_0 activations here, not ggml's Q8_1 */
     T_(SP_TYPE_Q8_0, "q8_0", 32, 34, true, SP_TYPE_Q8_0),
     T_(9, "q8_1", 32, 36, false, 9),               /* d, s (f16), qs[32] */
     T_(10, "q2_K", 256, 84, false, SP_TYPE_Q8_K),  /* scales[16], qs[64], d, dmin */

@@ -83,7 +83,7 @@ static bool load_weight(loader *l, const char *name, int64_t n_in, int64_t n_out
     const type_traits *tt = type_info(t->type);
     if (!tt || !tt->supported) {
         seterr(l->err, l->errlen, "%s: tensor %s has type %s, which Specula does not support "
-                  "(supported: f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)",
+                  "(supported: f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_K, q6_K)",
                   l->path, name, tt ? tt->name : "unknown");
         return false;
     }

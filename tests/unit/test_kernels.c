@@ -27,9 +27,9 @@
 
 static const char *LEVELS[] = {"ref", "avx2", "avx512"};
 #define N_LEVELS 3
-static const tensor_type TYPES[] = {SP_TYPE_F32, SP_TYPE_F16, SP_TYPE_BF16, SP_TYPE_Q8_0,
-                                SP_TYPE_Q4_0, SP_TYPE_Q4_K, SP_TYPE_Q6_K};
-#define N_TYPES 7
+static const tensor_type TYPES[] = {SP_TYPE_F32,  SP_TYPE_F16,  SP_TYPE_BF16, SP_TYPE_Q8_0, SP_TYPE_Q4_0,
+                                    SP_TYPE_Q5_0, SP_TYPE_Q5_1, SP_TYPE_Q4_K, SP_TYPE_Q6_K};
+#define N_TYPES 9
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -88,7 +88,7 @@ static double abs_dot(tensor_type wt, const void *w, const float *x, int64_t k) 
 static void test_traits(void) {
     struct { int id; int64_t blck; size_t bytes; bool sup; } want[] = {
         {SP_TYPE_F32, 1, 4, true},    {SP_TYPE_F16, 1, 2, true},     {SP_TYPE_Q4_0, 32, 18, true},
-        {3, 32, 20, false},           {6, 32, 22, false},            {7, 32, 24, false},
+        {3, 32, 20, false},           {SP_TYPE_Q5_0, 32, 22, true},  {SP_TYPE_Q5_1, 32, 24, true},
         {SP_TYPE_Q8_0, 32, 34, true}, {9, 32, 36, false},            {10, 256, 84, false},
         {11, 256, 110, false},        {SP_TYPE_Q4_K, 256, 144, true}, {13, 256, 176, false},
         {SP_TYPE_Q6_K, 256, 210, true}, {SP_TYPE_Q8_K, 256, 292, false}, {16, 256, 66, false},
@@ -109,7 +109,8 @@ static void test_traits(void) {
     const int unknown[] = {-1, 4, 5, 31, 32, 33, 36, 37, 38, 39, SP_TYPE_COUNT, 1000};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++)
         CHECK(type_info(unknown[i]) == NULL, "type %d should be unknown", unknown[i]);
-    CHECK(sizeof(block_q4_0) == 18 && sizeof(block_q8_0) == 34 && sizeof(block_q4_K) == 144 &&
+    CHECK(sizeof(block_q4_0) == 18 && sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 &&
+              sizeof(block_q8_0) == 34 && sizeof(block_q4_K) == 144 &&
               sizeof(block_q6_K) == 210 && sizeof(block_q8_K) == 292,
           "block struct sizes");
     CHECK(row_size(SP_TYPE_Q4_K, 512) == 288, "q4_K row");
@@ -376,6 +377,8 @@ static void quant_roundtrip(tensor_type t) {
             case SP_TYPE_BF16: bound = fabs(x[i]) * 0x1p-8; break;
             case SP_TYPE_Q8_0: bound = amax / 127 * 0.501 + amax * 0x1p-11; break;
             case SP_TYPE_Q4_0: bound = amax / 8 * 1.001 + amax * 0x1p-10; break;
+            case SP_TYPE_Q5_0: bound = amax / 16 * 1.001 + amax * 0x1p-10; break;
+            case SP_TYPE_Q5_1: bound = amax / 31 * 1.001 + amax * 0x1p-9; break; /* half a step, (max - min) / 62 */
             case SP_TYPE_Q8_K: { /* scale per 256 */
                 double am = 0;
                 for (int j = 0; j < 256; j++) am = fmax(am, fabs(x[i / 256 * 256 + j]));
@@ -390,7 +393,8 @@ static void quant_roundtrip(tensor_type t) {
         }
         CHECK(nbad == 0, "%s %s: %d values beyond the bound", LEVELS[l], type_info(t)->name, nbad);
         const double rel = sqrt(se / sx);
-        const double max_rel = t == SP_TYPE_Q4_K ? 0.12 : t == SP_TYPE_Q6_K ? 0.03 : t == SP_TYPE_Q4_0 ? 0.15 : t == SP_TYPE_Q8_K ? 0.03 : 0.01;
+        const double max_rel = t == SP_TYPE_Q4_K ? 0.12 : t == SP_TYPE_Q6_K ? 0.03 : t == SP_TYPE_Q4_0 ? 0.15
+                             : t == SP_TYPE_Q5_0 ? 0.08 : t == SP_TYPE_Q5_1 ? 0.05 : t == SP_TYPE_Q8_K ? 0.03 : 0.01;
         CHECK(rel <= max_rel, "%s %s: relative rms error %g > %g", LEVELS[l], type_info(t)->name, rel, max_rel);
         for (int i = 512; i < 768; i++) CHECK(y[i] == 0.0f, "%s: zero block not zero at %d", type_info(t)->name, i);
     }
@@ -551,15 +555,15 @@ static void matmul_case(tensor_type t) {
         free(w); free(x); free(want); free(want2); free(got); free(first); free(alone); free(tol); free(scratch);
     }
     for (int p = 1; p < 3; p++) pool_free(pools[p]);
-    /* the avx512 level packs Q8_0, Q4_0, Q4_K and Q6_K, the avx2 level the
-     * same types' matrices of 8-row multiples: a check that compared nothing there
+    /* the avx512 level packs Q8_0, Q4_0, Q5_0, Q4_K and Q6_K, the avx2 level
+     * Q8_0, Q4_0, Q4_K and Q6_K matrices of 8-row multiples: a check that compared nothing there
      * would pass silently */
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) n_rows8 += shapes[si].n_rows % 8 == 0;
     CHECK(n_rows8 >= 2, "the shapes have %d matrices of 8-row multiples", n_rows8);
     for (int l = 0; l < N_LEVELS; l++) {
         int want = 0;
         if (!strcmp(LEVELS[l], "avx512") &&
-            (t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K))
+            (t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0 || t == SP_TYPE_Q5_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K))
             want = (int)(sizeof shapes / sizeof shapes[0]);
         if (!strcmp(LEVELS[l], "avx2") &&
             (t == SP_TYPE_Q8_0 || t == SP_TYPE_Q4_0 || t == SP_TYPE_Q4_K || t == SP_TYPE_Q6_K))
@@ -840,8 +844,8 @@ int main(void) {
     RUN(test_fp16_bf16);
     RUN(test_q8_0_hand);
     RUN(test_q8_K_hand);
-    const tensor_type rt[] = {SP_TYPE_F32, SP_TYPE_F16, SP_TYPE_BF16, SP_TYPE_Q8_0, SP_TYPE_Q4_0,
-                          SP_TYPE_Q4_K, SP_TYPE_Q6_K, SP_TYPE_Q8_K};
+    const tensor_type rt[] = {SP_TYPE_F32,  SP_TYPE_F16,  SP_TYPE_BF16, SP_TYPE_Q8_0, SP_TYPE_Q4_0,
+                              SP_TYPE_Q5_0, SP_TYPE_Q5_1, SP_TYPE_Q4_K, SP_TYPE_Q6_K, SP_TYPE_Q8_K};
     for (size_t i = 0; i < sizeof rt / sizeof rt[0]; i++) RUN_NAMED(quant_roundtrip, rt[i], type_info(rt[i])->name);
     for (int i = 0; i < N_TYPES; i++) RUN_NAMED(vec_dot_case, TYPES[i], type_info(TYPES[i])->name);
     for (int i = 0; i < N_TYPES; i++) RUN_NAMED(matmul_case, TYPES[i], type_info(TYPES[i])->name);

@@ -6,6 +6,7 @@
 #
 #   IK=/work/ik tests/reference/ik/make_golden.sh             # build only
 #   IK=/work/ik tests/reference/ik/make_golden.sh golden      # the golden files
+#   IK=/work/ik tests/reference/ik/make_golden.sh golden NAME... # only these rows
 #   IK=/work/ik tests/reference/ik/make_golden.sh MODEL.gguf [PROMPTS.jsonl] [ik_ref options]
 #
 # `golden` rewrites tests/reference/ik/golden/NAME.jsonl for every row of
@@ -87,6 +88,8 @@ build "$HERE/ik_tok.c" "$(dirname "$OUT")/ik_tok"   # tokenizer vectors: ik_tok 
 [ $# -ge 1 ] || exit 0
 
 if [ "$1" = golden ]; then
+    shift
+    ONLY=" $* "
     G=$HERE/golden
     REF=${SPECULA_REF_DIR:-../shared/reference}
     spm=$REF/vocab/ggml-vocab-llama-spm.gguf
@@ -96,6 +99,7 @@ if [ "$1" = golden ]; then
     trap 'rm -rf "$T"' EXIT
     grep -v '^#' "$G/models.txt" | while IFS='|' read -r name mkopts ctx; do
         [ -n "$name" ] || continue
+        [ "$ONLY" = "  " ] || case "$ONLY" in *" $name "*) ;; *) continue ;; esac
         mkopts=$(printf '%s' "$mkopts" | sed -e "s|\$spm|$spm|g" -e "s|\$gpt2|$gpt2|g")
         # shellcheck disable=SC2086 # the options are words
         bin/mkmodel -o "$T/$name.gguf" $mkopts >"$T/mk.log" 2>&1 || { cat "$T/mk.log" >&2; exit 1; }
