@@ -122,6 +122,9 @@ typedef struct {
     int32_t n_swa;           /* sliding window of the sliding layers, 0 = none */
     int32_t n_swa_layers;    /* layers that attend through the window (0 .. n_layer) */
     int32_t n_nope_layers;   /* layers without RoPE */
+    int32_t n_expert;        /* experts of each mixture-of-experts FFN, 0 = a dense model */
+    int32_t n_expert_used;   /* experts each token is routed to (k) */
+    int32_t n_ff_exp;        /* an expert's hidden size */
 } sp_model_info;
 
 const sp_model_info *sp_model_get_info(const sp_model *m);

@@ -41,17 +41,18 @@ static const struct {
     [WT_Q6_K] = {"q6_k", SP_TYPE_Q6_K, 18}, [WT_Q4_K_M] = {"q4_k_m", SP_TYPE_Q4_K, 15},
 };
 
-typedef enum { A_LLAMA, A_QWEN2, A_QWEN3, A_GEMMA3, A_PHI3, A_SMOLLM3 } arch_id;
+typedef enum { A_LLAMA, A_QWEN2, A_QWEN3, A_GEMMA3, A_PHI3, A_SMOLLM3, A_QWEN3MOE } arch_id;
 
 static const char *const arch_names[] = {
     [A_LLAMA] = "llama", [A_QWEN2] = "qwen2", [A_QWEN3] = "qwen3",
-    [A_GEMMA3] = "gemma3", [A_PHI3] = "phi3", [A_SMOLLM3] = "smollm3",
+    [A_GEMMA3] = "gemma3", [A_PHI3] = "phi3", [A_SMOLLM3] = "smollm3", [A_QWEN3MOE] = "qwen3moe",
 };
 
 typedef struct {
     const char *out, *vocab, *arch, *name;
     arch_id a;
     int64_t n_embd, n_layer, n_head, n_head_kv, n_ff, ctx;
+    int64_t n_expert, n_expert_used, n_ff_exp; /* qwen3moe */
     int64_t head_dim;  /* --head-dim, 0: n_embd / n_head (resolved in parse_args) */
     int64_t rope_dims; /* --rope-dims, 0: the head dimension (resolved) */
     int64_t swa;       /* --swa, -1: not given */
@@ -75,7 +76,11 @@ static void usage(FILE *f) {
             "  --arch A                 architecture: llama (default), qwen2 (q/k/v biases),\n"
             "                           qwen3 (per-head q/k RMSNorm), gemma3 (q/k norms, sandwich\n"
             "                           norms, GELU, 5 sliding layers per global one), phi3 (fused\n"
-            "                           qkv and gate|up), smollm3 (no RoPE on every 4th layer)\n"
+            "                           qkv and gate|up), smollm3 (no RoPE on every 4th layer),\n"
+            "                           qwen3moe (qwen3 with a mixture-of-experts FFN)\n"
+            "  --n-expert N             qwen3moe: experts per layer (default 8)\n"
+            "  --n-expert-used N        qwen3moe: experts per token (default 2)\n"
+            "  --n-ff-exp N             qwen3moe: an expert's hidden size (default --n-ff)\n"
             "  --n-embd N               embedding width (default 256)\n"
             "  --n-layer N              layers (default 4)\n"
             "  --n-head N               attention heads (default 8)\n"
@@ -161,6 +166,9 @@ static int parse_args(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--n-head")) ok = parse_i64(v, 1, 4096, &o->n_head);
         else if (!strcmp(a, "--n-head-kv")) ok = parse_i64(v, 1, 4096, &o->n_head_kv);
         else if (!strcmp(a, "--n-ff")) ok = parse_i64(v, 1, 1 << 20, &o->n_ff);
+        else if (!strcmp(a, "--n-expert")) ok = parse_i64(v, 1, 1024, &o->n_expert);
+        else if (!strcmp(a, "--n-expert-used")) ok = parse_i64(v, 1, 64, &o->n_expert_used);
+        else if (!strcmp(a, "--n-ff-exp")) ok = parse_i64(v, 1, 1 << 20, &o->n_ff_exp);
         else if (!strcmp(a, "--ctx")) ok = parse_i64(v, 1, INT32_MAX, &o->ctx);
         else if (!strcmp(a, "--head-dim")) {
             ok = parse_i64(v, 2, 1 << 14, &o->head_dim);
@@ -207,6 +215,18 @@ static int parse_args(int argc, char **argv, opts *o) {
         return 2;
     }
     if (!o->head_dim_set) o->head_dim = o->n_embd / o->n_head;
+    if ((o->n_expert || o->n_expert_used || o->n_ff_exp) && o->a != A_QWEN3MOE) {
+        fprintf(stderr, "mkmodel: --n-expert, --n-expert-used and --n-ff-exp apply to --arch qwen3moe only\n");
+        return 2;
+    }
+    if (!o->n_expert) o->n_expert = 8;
+    if (!o->n_expert_used) o->n_expert_used = 2;
+    if (!o->n_ff_exp) o->n_ff_exp = o->n_ff;
+    if (o->n_expert_used > o->n_expert) {
+        fprintf(stderr, "mkmodel: --n-expert-used %" PRId64 " is more than --n-expert %" PRId64 "\n",
+                o->n_expert_used, o->n_expert);
+        return 2;
+    }
     if (o->head_dim % 2) {
         fprintf(stderr, "mkmodel: head dimension %" PRId64 " must be even (RoPE rotates pairs)\n", o->head_dim);
         return 2;
@@ -355,7 +375,7 @@ typedef struct {
     kind k;
     tensor_type type;
     int n_dims;
-    int64_t ne[2];
+    int64_t ne[3];
     float std; /* matrices and biases: N(0, std); norms: 1 + N(0, std) */
 } plan_t;
 
@@ -378,9 +398,13 @@ static plan_t *plan_add(plan *p, kind k, const char *name, int64_t ne0, int64_t 
     t->n_dims = ne1 ? 2 : 1;
     t->ne[0] = ne0;
     t->ne[1] = ne1 ? ne1 : 1;
+    t->ne[2] = 1;
     t->std = std;
     return t;
 }
+
+/* Rows of a tensor: of all its matrices (experts) together. */
+static int64_t rows_of(const plan_t *t) { return t->ne[1] * t->ne[2]; }
 
 /* llama.cpp's rule for the layers that get more bits in Q4_K_M. */
 static bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
@@ -410,7 +434,8 @@ static void make_plan(const opts *o, int64_t n_vocab, plan *p) {
     const int64_t E = o->n_embd, F = o->n_ff, hd = o->head_dim;
     const int64_t QD = o->n_head * hd, KD = o->n_head_kv * hd;
     const bool qwen2 = o->a == A_QWEN2, phi3 = o->a == A_PHI3, gemma3 = o->a == A_GEMMA3;
-    const bool qk_norm = o->a == A_QWEN3 || gemma3;
+    const bool moe = o->a == A_QWEN3MOE;
+    const bool qk_norm = o->a == A_QWEN3 || gemma3 || moe;
     const tensor_type base = wtypes[o->wt].type;
     const bool mix = o->wt == WT_Q4_K_M;
     char nm[64];
@@ -461,13 +486,24 @@ static void make_plan(const opts *o, int64_t n_vocab, plan *p) {
         ADD(K_MATRIX, "attn_output.weight", QD, E, 0.02f, base);
         if (gemma3) ADD(K_NORM, "post_attention_norm.weight", E, 0, 0.1f, 0);
         ADD(K_NORM, "ffn_norm.weight", E, 0, 0.1f, 0);
-        if (phi3) { /* fused: the first F outputs are the gate, the next F the up */
+        if (moe) {
+            /* the router stays F32 (llama.cpp's quantizer keeps it so);
+             * each expert [E -> Fx] (down [Fx -> E]) is ne2's index */
+            const int64_t X = o->n_expert, Fx = o->n_ff_exp;
+            ADD(K_MATRIX, "ffn_gate_inp.weight", E, X, 0.05f, SP_TYPE_F32);
+            ADD(K_MATRIX, "ffn_gate_exps.weight", E, Fx, 0.02f, base);
+            t->ne[2] = X, t->n_dims = 3;
+            ADD(K_MATRIX, "ffn_up_exps.weight", E, Fx, 0.02f, base);
+            t->ne[2] = X, t->n_dims = 3;
+            ADD(K_MATRIX, "ffn_down_exps.weight", Fx, E, 0.02f, v_type);
+            t->ne[2] = X, t->n_dims = 3;
+        } else if (phi3) { /* fused: the first F outputs are the gate, the next F the up */
             ADD(K_MATRIX, "ffn_up.weight", E, 2 * F, 0.02f, base);
         } else {
             ADD(K_MATRIX, "ffn_gate.weight", E, F, 0.02f, base);
             ADD(K_MATRIX, "ffn_up.weight", E, F, 0.02f, base);
         }
-        ADD(K_MATRIX, "ffn_down.weight", F, E, 0.02f, v_type);
+        if (!moe) ADD(K_MATRIX, "ffn_down.weight", F, E, 0.02f, v_type);
         if (gemma3) ADD(K_NORM, "post_ffw_norm.weight", E, 0, 0.1f, 0);
 #undef ADD
     }
@@ -572,14 +608,14 @@ static int stream_matrices(gguf_writer *w, const plan *p, const opts *o, char *e
         if (t->k != K_MATRIX) continue;
         size_t rb = row_size(t->type, t->ne[0]);
         int64_t per = SP_MAX((int64_t)1, (int64_t)(CHUNK_BYTES / rb));
-        for (int64_t r0 = 0; r0 < t->ne[1]; r0 += per) {
+        for (int64_t r0 = 0; r0 < rows_of(t); r0 += per) {
             if (nc == cap) {
                 cap = cap ? 2 * cap : 256;
                 chunk *n = realloc(cs, cap * sizeof *cs);
                 if (!n) { free(cs); snprintf(err, errlen, "out of memory"); return -1; }
                 cs = n;
             }
-            cs[nc] = (chunk){t, r0, SP_MIN(per, t->ne[1] - r0), rb};
+            cs[nc] = (chunk){t, r0, SP_MIN(per, rows_of(t) - r0), rb};
             max_bytes = SP_MAX(max_bytes, (size_t)cs[nc].n_rows * rb);
             nc++;
         }
@@ -683,8 +719,14 @@ int main(int argc, char **argv) {
     gguf_set_f32(w, AK("attention.layer_norm_rms_epsilon"), o.eps);
     /* llama.cpp's converter writes no rope.dimension_count for qwen3 and
      * gemma3 (it defaults to key_length there), which they always have */
-    if (o.a != A_QWEN3 && o.a != A_GEMMA3) gguf_set_u32(w, AK("rope.dimension_count"), (uint32_t)o.rope_dims);
-    if (o.head_dim_set || o.a == A_QWEN3 || o.a == A_GEMMA3) {
+    const bool qwen3_like = o.a == A_QWEN3 || o.a == A_QWEN3MOE;
+    if (!qwen3_like && o.a != A_GEMMA3) gguf_set_u32(w, AK("rope.dimension_count"), (uint32_t)o.rope_dims);
+    if (o.a == A_QWEN3MOE) {
+        gguf_set_u32(w, AK("expert_count"), (uint32_t)o.n_expert);
+        gguf_set_u32(w, AK("expert_used_count"), (uint32_t)o.n_expert_used);
+        gguf_set_u32(w, AK("expert_feed_forward_length"), (uint32_t)o.n_ff_exp);
+    }
+    if (o.head_dim_set || qwen3_like || o.a == A_GEMMA3) {
         gguf_set_u32(w, AK("attention.key_length"), (uint32_t)o.head_dim);
         gguf_set_u32(w, AK("attention.value_length"), (uint32_t)o.head_dim);
     }
@@ -715,7 +757,7 @@ int main(int argc, char **argv) {
     uint64_t total = 0;
     for (int i = 0; i < p.n; i++) {
         const plan_t *t = &p.t[i];
-        total += row_size(t->type, t->ne[0]) * (uint64_t)t->ne[1];
+        total += row_size(t->type, t->ne[0]) * (uint64_t)rows_of(t);
         if (t->k == K_MATRIX) {
             gguf_add_tensor_info(w, t->name, t->type, t->n_dims, t->ne);
             continue;

@@ -16,6 +16,7 @@
 
 #include "kv/kv.h"
 #include "model/model.h"
+#include "model/moe.h"
 #include "model/ops.h"
 
 struct sp_context {
@@ -49,6 +50,7 @@ struct sp_context {
     int32_t n_out;
     int32_t *out_rows;  /* [B] batch indices that produce logits */
     int32_t *seq_n;     /* [n_seq] tokens of each sequence in this batch */
+    moe_scratch moe;    /* a mixture-of-experts model's routing and expert buffers */
 };
 
 sp_context_params sp_context_default_params(void) {
@@ -128,9 +130,10 @@ static sp_context *context_create(const sp_model *m, sp_context_params p, kv_sto
     bool swa_base = false, fused = false;
     for (int32_t l = 0; l < h->n_layer; l++) {
         swa_base |= m->layers[l].rope_swa;
-        fused |= m->layers[l].wqkv.data != NULL || m->layers[l].w_gate.data == NULL;
+        fused |= m->layers[l].wqkv.data != NULL || (m->layers[l].w_gate.data == NULL && m->layers[l].w_up.data);
     }
     if (swa_base && !(c->rope_cs_swa = malloc(B * D * sizeof(float)))) goto oom;
+    if (h->n_expert && moe_scratch_init(&c->moe, h, B)) goto oom;
     if (fused && !(c->fused = malloc(B * SP_MAX(QD + 2 * KD, 2 * F) * sizeof(float)))) goto oom;
     /* LongRoPE: the long factors where a sequence may run past the context
      * the model was first trained on, as llama.cpp chooses per context */
@@ -182,6 +185,7 @@ void sp_context_free(sp_context *c) {
     free(c->rope_cs);
     free(c->rope_cs_swa);
     free(c->fused);
+    moe_scratch_free(&c->moe);
     free(c->scores);
     free(c->q16);
     free(c->runs);
@@ -216,12 +220,7 @@ int32_t sp_n_outputs(const sp_context *c) { return c->n_out; }
 /* ---- the pass ------------------------------------------------------------ */
 
 static void weight_matmul(sp_context *c, const model_weight *w, const float *x, int64_t n_tok, float *y) {
-    /* the packed rows only while the level that packed them runs (a test
-     * may force another one after the load) */
-    if (w->packed && w->packed_level == kernels_level())
-        matmul_packed(c->pool, w->packed, w->type, w->n_out, w->n_in, x, n_tok, y, w->n_out, c->mm_scratch);
-    else
-        matmul(c->pool, w->data, w->type, w->n_out, w->n_in, x, n_tok, y, w->n_out, c->mm_scratch);
+    weight_rows_matmul(c->pool, w, 0, w->n_out, x, n_tok, y, c->mm_scratch);
 }
 
 /* RoPE angles of one position: cs[i] = (cos, sin) of pos * base^(-2i/R)
@@ -505,6 +504,11 @@ int sp_decode(sp_context *c, const sp_batch *b, char *err, size_t errlen) {
 
         for (int32_t i = 0; i < nb; i++)
             ops_rmsnorm(c->x + (size_t)i * E, y->ffn_norm, c->xn + (size_t)i * E, E, h->norm_eps);
+        if (y->ffn_gate_inp.data) {
+            moe_ffn(y, h, &c->moe, c->pool, c->ops, c->mm_scratch, c->xn, nb);
+            for (int64_t j = 0; j < (int64_t)nb * E; j++) c->x[j] += c->moe.out[j];
+            continue;
+        }
         if (y->w_gate.data) {
             weight_matmul(c, &y->w_gate, c->xn, nb, c->gate);
             weight_matmul(c, &y->w_up, c->xn, nb, c->up);

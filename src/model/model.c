@@ -63,23 +63,25 @@ static bool get_f32_key(loader *l, const char *suffix, float lo, float hi, float
     return true;
 }
 
-/* Finds a 2-D weight [n_in -> n_out]; fails with a message on absence (when
- * required), wrong shape or a type without kernels. */
-static bool load_weight(loader *l, const char *name, int64_t n_in, int64_t n_out, bool required,
-                        model_weight *w) {
+/* Finds a weight of n_mat matrices [n_in -> n_out] (ne2 = n_mat: experts),
+ * kept as one matrix of n_mat * n_out rows; fails with a message on
+ * absence (when required), wrong shape or a type without kernels. */
+static bool load_weight_n(loader *l, const char *name, int64_t n_in, int64_t n_out, int64_t n_mat, bool required,
+                          model_weight *w) {
     const gguf_tensor *t = gguf_find_tensor(l->m->gguf, name);
     memset(w, 0, sizeof(*w));
     if (!t) {
         if (required) seterr(l->err, l->errlen, "%s: missing tensor %s", l->path, name);
         return !required;
     }
-    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != 1 || t->ne[3] != 1) {
+    if (t->ne[0] != n_in || t->ne[1] != n_out || t->ne[2] != n_mat || t->ne[3] != 1) {
         seterr(l->err, l->errlen,
                   "%s: tensor %s has shape [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
-                  "], expected [%" PRId64 ", %" PRId64 "]",
-                  l->path, name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], n_in, n_out);
+                  "], expected [%" PRId64 ", %" PRId64 ", %" PRId64 "]",
+                  l->path, name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], n_in, n_out, n_mat);
         return false;
     }
+    n_out *= n_mat;
     const type_traits *tt = type_info(t->type);
     if (!tt || !tt->supported) {
         seterr(l->err, l->errlen, "%s: tensor %s has type %s, which Specula does not support "
@@ -87,10 +89,15 @@ static bool load_weight(loader *l, const char *name, int64_t n_in, int64_t n_out
                   l->path, name, tt ? tt->name : "unknown");
         return false;
     }
-    *w = (model_weight){t->data, t->type, n_in, n_out, NULL, NULL};
+    *w = (model_weight){t->data, t->type, n_in, n_out, NULL, NULL, n_mat};
     l->m->info.n_params += (uint64_t)(n_in * n_out);
     l->m->info.weight_bytes += t->nbytes;
     return true;
+}
+
+static bool load_weight(loader *l, const char *name, int64_t n_in, int64_t n_out, bool required,
+                        model_weight *w) {
+    return load_weight_n(l, name, n_in, n_out, 1, required, w);
 }
 
 /* A 1-D vector of n values converted to an owned f32 array. */
@@ -209,6 +216,23 @@ static bool load_hparams(loader *l) {
                   h->n_head_kv, h->n_ff);
         return false;
     }
+    if (m->arch->moe) {
+        /* qwen3moe: the router's experts, the k each token takes, their
+         * hidden size (feed_forward_length when absent, as llama.cpp) */
+        if (!get_u32_key(l, "expert_count", &v, true)) return false;
+        h->n_expert = (int32_t)SP_MIN(v, (uint32_t)INT32_MAX);
+        if (!get_u32_key(l, "expert_used_count", &v, true)) return false;
+        h->n_expert_used = (int32_t)SP_MIN(v, (uint32_t)INT32_MAX);
+        h->n_ff_exp = h->n_ff;
+        if (get_u32_key(l, "expert_feed_forward_length", &v, false)) h->n_ff_exp = (int32_t)SP_MIN(v, (uint32_t)INT32_MAX);
+        if (h->n_expert < 1 || h->n_expert > SP_MAX_EXPERTS || h->n_expert_used < 1 ||
+            h->n_expert_used > SP_MIN(h->n_expert, SP_MAX_EXPERTS_USED) || h->n_ff_exp < 1 || h->n_ff_exp > (1 << 20)) {
+            seterr(l->err, l->errlen, "%s: inconsistent mixture of experts (expert_count %d, expert_used_count %d, "
+                      "expert_feed_forward_length %d; at most %d experts, %d used)", l->path, h->n_expert,
+                      h->n_expert_used, h->n_ff_exp, SP_MAX_EXPERTS, SP_MAX_EXPERTS_USED);
+            return false;
+        }
+    }
     h->head_dim = h->n_embd / h->n_head;
     if (key_len && !get_u32_key(l, "attention.key_length", &v, true)) return false;
     if (key_len) h->head_dim = (int32_t)v;
@@ -304,6 +328,8 @@ static bool load_tensors(loader *l) {
         /* phi3 writes fused matrices; a converter may also split them */
         const bool fqkv = a->fused && gguf_find_tensor(m->gguf, NAME("attn_qkv.weight"));
         const bool fup = a->fused && !gguf_find_tensor(m->gguf, NAME("ffn_gate.weight"));
+        const bool moe = a->moe;
+        const int64_t X = h->n_expert, Fx = h->n_ff_exp;
         if (!load_vec(l, NAME("attn_norm.weight"), E, true, &y->attn_norm) ||
             (fqkv && !load_weight(l, NAME("attn_qkv.weight"), E, QD + 2 * KD, true, &y->wqkv)) ||
             (!fqkv && (!load_weight(l, NAME("attn_q.weight"), E, QD, true, &y->wq) ||
@@ -318,9 +344,13 @@ static bool load_tensors(loader *l) {
             !load_vec(l, NAME("post_attention_norm.weight"), E, a->sandwich, &y->post_attn_norm) ||
             !load_vec(l, NAME("ffn_norm.weight"), E, true, &y->ffn_norm) ||
             !load_vec(l, NAME("post_ffw_norm.weight"), E, a->sandwich, &y->post_ffn_norm) ||
-            (!fup && !load_weight(l, NAME("ffn_gate.weight"), E, F, true, &y->w_gate)) ||
-            !load_weight(l, NAME("ffn_up.weight"), E, fup ? 2 * F : F, true, &y->w_up) ||
-            !load_weight(l, NAME("ffn_down.weight"), F, E, true, &y->w_down))
+            (!moe && !fup && !load_weight(l, NAME("ffn_gate.weight"), E, F, true, &y->w_gate)) ||
+            (!moe && !load_weight(l, NAME("ffn_up.weight"), E, fup ? 2 * F : F, true, &y->w_up)) ||
+            (!moe && !load_weight(l, NAME("ffn_down.weight"), F, E, true, &y->w_down)) ||
+            (moe && (!load_weight(l, NAME("ffn_gate_inp.weight"), E, X, true, &y->ffn_gate_inp) ||
+                     !load_weight_n(l, NAME("ffn_gate_exps.weight"), E, Fx, X, true, &y->gate_exps) ||
+                     !load_weight_n(l, NAME("ffn_up_exps.weight"), E, Fx, X, true, &y->up_exps) ||
+                     !load_weight_n(l, NAME("ffn_down_exps.weight"), Fx, E, X, true, &y->down_exps))))
             return false;
         /* a file of an arch without them must not carry them unread */
         if (!a->qk_norm && (gguf_find_tensor(m->gguf, NAME("attn_q_norm.weight")) ||
@@ -350,15 +380,20 @@ static model_weight *matrix_at(sp_model *m, int i) {
     return lw[(i - 1) % MODEL_LAYER_MATS];
 }
 
+/* Bytes of w packed, 0 when it stays as in the file: stacked experts are
+ * multiplied one expert's rows at a time, so each expert must start on a
+ * 16-row boundary of the packed layout (the AVX2 level's 8-row blocks). */
+static size_t packed_size_of(const model_weight *w) {
+    if (!w->data || (w->n_mat > 1 && (w->n_out / w->n_mat) % 16)) return 0;
+    return matmul_packed_size(w->type, w->n_out, w->n_in);
+}
+
 static void repack_weights(sp_model *m) {
     const char *env = getenv("SPECULA_REPACK");
     if (env && !strcmp(env, "0")) return;
     const int n = 1 + MODEL_LAYER_MATS * m->info.n_layer;
     size_t total = 0;
-    for (int i = 0; i < n; i++) {
-        const model_weight *w = matrix_at(m, i);
-        if (w->data) total += align_up(matmul_packed_size(w->type, w->n_out, w->n_in), 64);
-    }
+    for (int i = 0; i < n; i++) total += align_up(packed_size_of(matrix_at(m, i)), 64);
     if (!total) return;
     const double t0 = time_s();
     void *mem = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -368,7 +403,7 @@ static void repack_weights(sp_model *m) {
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         model_weight *w = matrix_at(m, i);
-        const size_t sz = w->data ? matmul_packed_size(w->type, w->n_out, w->n_in) : 0;
+        const size_t sz = packed_size_of(w);
         if (!sz) continue;
         w->packed_level = matmul_pack(w->type, w->data, w->n_out, w->n_in, (uint8_t *)mem + off);
         w->packed = (uint8_t *)mem + off;
@@ -571,6 +606,9 @@ void sp_model_print_info(const sp_model *m, int n_ctx, void *file) {
     fprintf(f, "rope base %g, freq scale %g%s, rms eps %g, output %s\n", h->rope_base,
             h->rope_freq_scale, m->rope_long ? ", LongRoPE factors" : h->rope_freq_factors ? ", llama3 frequency factors" : "",
             h->norm_eps, h->tied_output ? "tied to token_embd" : "separate");
+    if (h->n_expert)
+        fprintf(f, "mixture of experts: %d experts, %d per token, hidden size %d\n", h->n_expert, h->n_expert_used,
+                h->n_ff_exp);
     if (h->n_rot != h->head_dim || h->n_swa || h->n_nope_layers)
         fprintf(f, "attention:     RoPE on %d of %d dimensions; sliding window %d on %d of %d layers; "
                    "%d layers without RoPE\n", h->n_rot, h->head_dim, h->n_swa, h->n_swa_layers, h->n_layer,

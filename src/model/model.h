@@ -42,9 +42,17 @@ typedef struct {
     int32_t nope_every;     /* layer l has no RoPE when (l + 1) % N == 0 (smollm3: 4); 0 never */
     float default_eps;      /* when the rms-eps key is absent */
     float default_rope_base;
+    bool moe;               /* the FFN is a mixture of experts: a softmax router over
+                               expert_count experts, the top expert_used_count of them
+                               weighted by their probabilities renormalized (qwen3moe) */
 } model_arch;
 
 const model_arch *arch_find(const char *name);
+
+/* Mixture-of-experts bounds a file must stay within (the largest models
+ * have 512 experts and route to 8-22 of them). */
+#define SP_MAX_EXPERTS 1024
+#define SP_MAX_EXPERTS_USED 64
 
 /* A matrix used by matmul, pointing into the mapped file; packed: the
  * same rows repacked at load for the kernel level packed_level (see
@@ -56,6 +64,7 @@ typedef struct {
     int64_t n_out;  /* ne1: rows */
     const void *packed;
     const char *packed_level;
+    int64_t n_mat;  /* matrices stacked in the rows (experts: n_out / n_mat each), 0 = 1 */
 } model_weight;
 
 typedef struct {
@@ -73,6 +82,13 @@ typedef struct {
     model_weight w_up;        /* [E -> F], or [E -> 2F] gate then up when w_gate is empty */
     model_weight w_down;      /* [F -> E] */
     model_weight wqkv;        /* [E -> (H + 2Hk)*D] fused q, k, v rows, or empty */
+    /* mixture of experts (arch moe; the dense w_gate, w_up, w_down empty):
+     * Fx = n_ff_exp, X = n_expert; expert e's rows of a *_exps matrix are
+     * rows [e * per-expert rows, (e + 1) * per-expert rows) */
+    model_weight ffn_gate_inp; /* [E -> X] router logits */
+    model_weight gate_exps;    /* [E -> Fx] x X: X * Fx rows */
+    model_weight up_exps;      /* [E -> Fx] x X */
+    model_weight down_exps;    /* [Fx -> E] x X: X * E rows */
     int32_t window;        /* sliding window in positions, 0 = global attention */
     bool rope;             /* false: a NoPE layer (no rotation at all) */
     bool rope_swa;         /* rotate with the sliding layers' base (rope_cs_swa) */
@@ -80,11 +96,17 @@ typedef struct {
 
 /* The matrices of a layer that matmul multiplies by, in a fixed order
  * (the fingerprint hashes them in it); empty ones have data NULL. */
-#define MODEL_LAYER_MATS 8
+#define MODEL_LAYER_MATS 12
 static inline void model_layer_mats(model_layer *y, model_weight *out[MODEL_LAYER_MATS]) {
     out[0] = &y->wq, out[1] = &y->wk, out[2] = &y->wv, out[3] = &y->wo;
     out[4] = &y->w_gate, out[5] = &y->w_up, out[6] = &y->w_down, out[7] = &y->wqkv;
+    out[8] = &y->ffn_gate_inp, out[9] = &y->gate_exps, out[10] = &y->up_exps, out[11] = &y->down_exps;
 }
+
+/* y[n_tok][nr] = rows [r0, r0 + nr) of w times x[n_tok][n_in] (the packed
+ * rows while the level that packed them runs). */
+void weight_rows_matmul(thread_pool *pool, const model_weight *w, int64_t r0, int64_t nr, const float *x,
+                        int64_t n_tok, float *y, void *scratch);
 
 struct sp_model {
     gguf_file *gguf;         /* the mapping every model_weight points into */

@@ -1,4 +1,5 @@
-/* test_families.c: the newer families (qwen3, gemma3, phi3, smollm3) through
+/* test_families.c: the newer families (qwen3, gemma3, phi3, smollm3,
+ * qwen3moe) through
  * the engine, and sliding-window layers in the paged KV store.
  *   - the store with a window pool: a sequence holds only the window
  *     blocks its next query can see, the invariant checker holds after
@@ -9,7 +10,10 @@
  *     store that keeps every position, bit for bit;
  *   - the engine on each family (Gemma 3 shaped: window 16 on five layers
  *     of six; Phi-3 shaped: a window on every layer; Qwen3 and SmolLM3
- *     shaped): greedy and seeded sampled output identical with the prefix
+ *     shaped; Qwen3-MoE shaped, 16 experts of which 4 per token, one
+ *     with experts of 64 rows (packed at load) and one of 40 (left as in
+ *     the file), so verification and prefill group several tokens per
+ *     expert): greedy and seeded sampled output identical with the prefix
  *     cache on and off, with the n-gram, suffix and draft proposers (the
  *     model drafting for itself) on and off, and restored from the disk
  *     tier by a second engine; a second request sharing a prefix longer than
@@ -26,7 +30,7 @@
 #include "specula.h"
 #include "test.h"
 
-static sp_model *gemma, *phi, *qwen3, *smollm3;
+static sp_model *gemma, *phi, *qwen3, *smollm3, *moe, *moe40;
 
 /* ---- the store ------------------------------------------------------------ */
 
@@ -296,6 +300,10 @@ int main(void) {
                           "--head-dim 64 --n-ff 256 --ctx 1024 --seed 13");
     smollm3 = make("smollm3", "--arch smollm3 --type f16 --n-embd 128 --n-layer 4 --n-head 4 --n-head-kv 2 "
                               "--n-ff 256 --ctx 1024 --seed 14");
+    moe = make("qwen3moe", "--arch qwen3moe --type q8_0 --n-embd 128 --n-layer 3 --n-head 4 --n-head-kv 2 "
+                           "--head-dim 32 --n-ff 256 --n-expert 16 --n-expert-used 4 --n-ff-exp 64 --ctx 1024 --seed 15");
+    moe40 = make("qwen3moe40", "--arch qwen3moe --type f16 --n-embd 96 --n-layer 2 --n-head 3 --n-head-kv 1 "
+                               "--head-dim 32 --n-ff 256 --n-expert 16 --n-expert-used 4 --n-ff-exp 40 --ctx 1024 --seed 16");
     RUN(store_window);
     RUN_NAMED(forward_paged, &gemma, "forward_paged gemma3");
     RUN_NAMED(forward_paged, &phi, "forward_paged phi3");
@@ -303,9 +311,13 @@ int main(void) {
     RUN_NAMED(engine_identical, &phi, "engine_identical phi3");
     RUN_NAMED(engine_identical, &qwen3, "engine_identical qwen3");
     RUN_NAMED(engine_identical, &smollm3, "engine_identical smollm3");
+    RUN_NAMED(engine_identical, &moe, "engine_identical qwen3moe");
+    RUN_NAMED(engine_identical, &moe40, "engine_identical qwen3moe, experts of 40 rows");
     sp_model_free(gemma);
     sp_model_free(phi);
     sp_model_free(qwen3);
     sp_model_free(smollm3);
+    sp_model_free(moe);
+    sp_model_free(moe40);
     TEST_END();
 }
