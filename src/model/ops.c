@@ -125,19 +125,25 @@ void ops_attn_run(const fwd_ops *o, const float *q, size_t q_stride, int32_t nq,
                          scores, q16, out + (size_t)t * out_stride + (size_t)j * D);
 }
 
-void ops_attn_rows(kv_store *kv, int32_t layer, int32_t seq, int32_t p0, int32_t p1, int32_t g, int32_t D,
-                  int v, const char **rows) {
-    const size_t rs = kv_row_bytes(kv), off = kv_head_off(kv, g, D), len = row_size(kv->type, D);
+void ops_attn_rows_part(kv_store *kv, int32_t layer, int32_t seq, int32_t p0, int32_t p1, int32_t g, int32_t D,
+                        int32_t e0, int32_t e1, int v, const char **rows) {
+    const size_t rs = kv_row_bytes(kv), off = kv_head_off(kv, g, D), b0 = row_size(kv->type, e0),
+                 b1 = row_size(kv->type, e1);
     for (int32_t p = p0; p < p1;) {
         const void *kb, *vb;
         const int32_t n = kv->ops->span(kv, layer, seq, p, p1, &kb, &vb);
         for (int32_t j = 0; j < n; j++) {
             const char *r = (const char *)(v ? vb : kb) + j * rs + off;
             rows[p - p0 + j] = r;
-            for (size_t o = 0; o < len; o += 64) __builtin_prefetch(r + o, 0, 3);
+            for (size_t o = b0; o < b1; o += 64) __builtin_prefetch(r + o, 0, 3);
         }
         p += n;
     }
+}
+
+void ops_attn_rows(kv_store *kv, int32_t layer, int32_t seq, int32_t p0, int32_t p1, int32_t g, int32_t D,
+                  int v, const char **rows) {
+    ops_attn_rows_part(kv, layer, seq, p0, p1, g, D, 0, D, v, rows);
 }
 
 /* 0.5 x (1 + tanh z) = x / (1 + exp(-2z)): one exp, no tanh, in the

@@ -123,6 +123,12 @@ float ops_reduce16(const float v[16]);
 #define SP_ATTN_ROWS 64
 void ops_attn_rows(kv_store *kv, int32_t layer, int32_t seq, int32_t p0, int32_t p1, int32_t g, int32_t D,
                   int v, const char **rows);
+/* The same rows (from KV head g's first element on), prefetching only
+ * elements [e0, e1) of each (multiples of 32 for a Q8_0 store): a variant
+ * that reads a row's elements in passes brings in only what the pass
+ * reads, and the rest comes in with the pass that reads it. */
+void ops_attn_rows_part(kv_store *kv, int32_t layer, int32_t seq, int32_t p0, int32_t p1, int32_t g, int32_t D,
+                        int32_t e0, int32_t e1, int v, const char **rows);
 
 /* Bytes of a K/V row, and where KV head g's D elements begin in it (a Q8_0
  * store: D a multiple of 32, so a head is whole blocks). */

@@ -26,6 +26,12 @@ typedef struct {
 static const int WINS[] = {0, 1, 13};
 enum { N_WINS = 3 };
 
+/* A row's windows: WINS, and with 128 positions or more half of them too,
+ * long enough that a run's queries share whole 64-row blocks of V inside
+ * the window while their first positions differ. */
+static int n_wins(const attn_row *r) { return N_WINS + (r->n_pos >= 128); }
+static int win_at(const attn_row *r, int w) { return w < N_WINS ? WINS[w] : r->n_pos / 2; }
+
 /* A one-layer store of r's type and shape with n_seq sequences; sequence
  * seq holds n_pos positions of random K (in [-2, 2)) and V (in [-1, 1)). */
 static kv_store *random_kv(const attn_row *r, int n_seq, int seq, int n_pos) {
@@ -96,10 +102,10 @@ static void attn_case(const job *j) {
           *o2 = malloc(r->D * sizeof(float)), *sc = malloc(r->n_pos * sizeof(float)),
           *b = malloc(r->D * sizeof(float)); /* allowed |ref - simd| per output */
     uint16_t *q16 = malloc(r->D * sizeof(uint16_t));
-    for (int w = 0; w < N_WINS; w++)
+    for (int w = 0; w < n_wins(r); w++)
     for (int g = 0; g < r->Hk; g++)
         for (int n = 1; n <= r->n_pos; n += (r->n_pos + 4) / 5) { /* causal prefixes */
-            const int win = WINS[w], lo = kv_window_lo(n, win);
+            const int win = win_at(r, w), lo = kv_window_lo(n, win);
             for (int d = 0; d < r->D; d++) q[d] = rnd() * 2;
             const float scale = 1.0f / sqrtf((float)r->D);
             ref->attn_head(q, kv, 0, seq, g, r->D, n, win, scale, sc, q16, o1);
@@ -199,11 +205,11 @@ static void run_case(const job *j) {
     const float scale = 1.0f / sqrtf((float)r->D);
     static const int nqs[] = {1, 2, 3, 5, 9, SP_ATTN_MAX_Q}, nhs[] = {1, 3, 8};
     for (int o = 0; o < n_ops; o++)
-      for (int w = 0; w < N_WINS; w++)
+      for (int w = 0; w < n_wins(r); w++)
         for (size_t a = 0; a < sizeof nqs / sizeof nqs[0]; a++)
             for (size_t b = 0; b < sizeof nhs / sizeof nhs[0]; b++)
                 for (int n0 = 1; n0 <= r->n_pos; n0 += (r->n_pos + 2) / 3) {
-                    const int nq = nqs[a], nh = nhs[b], g = r->Hk - 1, win = WINS[w];
+                    const int nq = nqs[a], nh = nhs[b], g = r->Hk - 1, win = win_at(r, w);
                     for (int i = 0; i < SP_ATTN_MAX_Q * QS; i++) o1[i] = -7.0f;
                     ops_attn_run(ops[o], q + r->D, QS, nq, nh, kv, 0, 0, g, r->D, n0, win, scale, sc, n_ctx, q16,
                                 o1 + r->D, QS);
@@ -273,11 +279,11 @@ static void paged_case(const job *j) {
             memcpy(kp->ops->v_row(kp, 0, 1, p), kv->ops->v_row(kv, 0, 0, p), rbytes);
         }
         static const int nqs[] = {1, 5, SP_ATTN_MAX_Q}, nhs[] = {1, 8};
-        for (int w = 0; w < N_WINS; w++)
+        for (int w = 0; w < n_wins(r); w++)
         for (size_t a = 0; a < sizeof nqs / sizeof nqs[0]; a++)
             for (size_t b = 0; b < sizeof nhs / sizeof nhs[0]; b++)
                 for (int n0 = 1; n0 <= r->n_pos; n0 += (r->n_pos + 2) / 3) {
-                    const int nq = nqs[a], nh = nhs[b], g = r->Hk - 1, win = WINS[w];
+                    const int nq = nqs[a], nh = nhs[b], g = r->Hk - 1, win = win_at(r, w);
                     ops_attn_run(o, q, QS, nq, nh, kv, 0, 0, g, r->D, n0, win, scale, sc, n_ctx, q16, o1, QS);
                     ops_attn_run(o, q, QS, nq, nh, kp, 0, 1, g, r->D, n0, win, scale, sc, n_ctx, q16, o2, QS);
                     int bad = 0;
@@ -351,6 +357,11 @@ int main(void) {
         /* a q8_0 store (heads of whole 32-blocks) */
         {SP_TYPE_Q8_0, 64, 2, 70}, {SP_TYPE_Q8_0, 128, 1, 33}, {SP_TYPE_Q8_0, 32, 4, 300},
         {SP_TYPE_Q8_0, 256, 1, 9},
+        /* past D = 128: several KV heads, positions across the 64-row
+         * blocks and windows of a few blocks; D = 144, 160 and 192 end in a
+         * pass over V of fewer chunks than the first */
+        {SP_TYPE_F16, 256, 3, 300}, {SP_TYPE_Q8_0, 256, 2, 300}, {SP_TYPE_F32, 256, 2, 140},
+        {SP_TYPE_F16, 192, 2, 200}, {SP_TYPE_Q8_0, 160, 2, 150}, {SP_TYPE_F16, 144, 1, 80},
     };
     /* every SIMD variant against the plain-C one; every variant, plain C
      * included, for runs of queries against single queries */
