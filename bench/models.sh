@@ -46,6 +46,15 @@ bench_shape_qwen3_1_7b=(--arch qwen3 --n-embd 2048 --n-layer 28 --n-head 16 --n-
 bench_shape_gemma3_1b=(--arch gemma3 --n-embd 1152 --n-layer 26 --n-head 4 --n-head-kv 1 --head-dim 256
                        --n-ff 6912 --swa 512 --tied --rope-base 1000000 --eps 1e-6 --ctx 2048 --seed 1
                        --vocab-from "$bench_vocab_dir/ggml-vocab-llama-spm.gguf")
+# Qwen3-30B-A3B's shape (128 experts, 8 per token, experts of 768) with 12
+# of its 48 layers: each layer, and so what a pass of k tokens costs beside
+# one token's, is the real model's; a quarter of its 30.5B weights (4.4 GB
+# in Q4_K_M). Its files are mkmodel's own, Q4_K_M included (an F16 file to
+# quantize from would be 15 GB).
+bench_shape_qwen3_30b_a3b_l12=(--arch qwen3moe --n-embd 2048 --n-layer 12 --n-head 32 --n-head-kv 4
+                               --head-dim 128 --n-ff 6144 --n-expert 128 --n-expert-used 8 --n-ff-exp 768
+                               --rope-base 1000000 --eps 1e-6 --ctx 4096 --seed 1
+                               --vocab-from "$bench_qwen3_vocab")
 # the shapes whose quantized files come from ik_llama.cpp's llama-quantize
 bench_ik_quantized=" qwen3-0.6b qwen3-1.7b gemma3-1b "
 # llama-quantize's extra arguments for one shape and type (SHAPE_TYPE, the
@@ -61,6 +70,7 @@ bench_types_qwen2=(q8_0 q4_k_m q4_0 q6_k)
 bench_types_qwen3_0_6b=(q8_0 q4_k_m)
 bench_types_qwen3_1_7b=(q8_0 q4_k_m)
 bench_types_gemma3_1b=(q8_0 q4_k_m)
+bench_types_qwen3_30b_a3b_l12=(q4_k_m)
 
 # bench_model SHAPE TYPE: prints bench/out/SHAPE-shape-TYPE.gguf, building it
 # first when it does not exist (mkmodel's and llama-quantize's output goes to

@@ -125,6 +125,7 @@ typedef struct {
     int32_t n_expert;        /* experts of each mixture-of-experts FFN, 0 = a dense model */
     int32_t n_expert_used;   /* experts each token is routed to (k) */
     int32_t n_ff_exp;        /* an expert's hidden size */
+    uint64_t expert_bytes;   /* of weight_bytes, the experts' (a token reads n_expert_used / n_expert of them) */
 } sp_model_info;
 
 const sp_model_info *sp_model_get_info(const sp_model *m);

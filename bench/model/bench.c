@@ -179,6 +179,9 @@ int main(int argc, char **argv) {
      * which it reads one row (unless the output head is that table) */
     uint64_t step_bytes = h->weight_bytes;
     if (!h->tied_output) step_bytes -= h->tok_embd_bytes;
+    /* a mixture of experts: one token reads only its experts' share */
+    if (h->n_expert)
+        step_bytes -= (uint64_t)((double)h->expert_bytes * (1.0 - (double)h->n_expert_used / h->n_expert));
 
     /* prefill: best of 3 */
     double best_prefill = 1e30;

@@ -92,6 +92,7 @@ static bool load_weight_n(loader *l, const char *name, int64_t n_in, int64_t n_o
     *w = (model_weight){t->data, t->type, n_in, n_out, NULL, NULL, n_mat};
     l->m->info.n_params += (uint64_t)(n_in * n_out);
     l->m->info.weight_bytes += t->nbytes;
+    if (n_mat > 1) l->m->info.expert_bytes += t->nbytes;
     return true;
 }
 
