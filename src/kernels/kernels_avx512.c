@@ -81,7 +81,7 @@ size_t avx512_packed_row_size(tensor_type t, int64_t k) {
     return t == SP_TYPE_Q8_0 ? (size_t)whole * PACKED_GB_Q8_0 + (size_t)tail * 34
          : t == SP_TYPE_Q4_0 ? (size_t)whole * PACKED_GB_Q4_0 + (size_t)tail * 18
          : t == SP_TYPE_Q5_0 ? (size_t)whole * PACKED_GB_Q5_0 + (size_t)tail * 22
-         : t == SP_TYPE_Q4_K ? (size_t)((k / SP_QK_K + 1) / 2) * 288
+         : t == SP_TYPE_Q4_K ? (size_t)(k / SP_QK_K / 2) * 288 + (size_t)(k / SP_QK_K % 2) * 144
          : t == SP_TYPE_Q6_K ? (size_t)(k / SP_QK_K) * PACKED_GB_Q6_K : 0;
 }
 

@@ -204,21 +204,35 @@ AI void store_row(float *y, int64_t ldy, int64_t r, const int NT, const __m512 *
  * permutes. */
 #define PACKED_GB_Q4_K 288
 
+/* A row of an odd number of super-blocks ends in a compact half group,
+ * 144 B as in the file: the one header, then P[0..3]'s lanes 0-7 (32 B
+ * each: lane l = 8 sb + ..., so the first super-block's). Lanes 8-15 read
+ * as zero with a zero header, as the unpacked tile's zero-padded second
+ * super-block: the same sums. Padding it to a whole group read a third
+ * more at K = 768 (Qwen3-30B-A3B's experts). */
+#define PACKED_TAIL_Q4_K 144
+
+/* P[s] of a packed group, whole or the tail */
+AI __m512i q4_Kp_vec(const uint8_t *p, int s, const int tail) {
+    return tail ? _mm512_maskz_loadu_epi8(0xFFFFFFFFull, p + 16 + 32 * s) : _mm512_loadu_si512(p + 32 + 64 * s);
+}
+
 /* S, M of a packed group (odd lanes' S x16: their nibbles are plain 0..15) */
-AI void scales_q4_Kp(const uint8_t *p, __m512 *S, __m512 *M) {
-    scales_q4_K(p, p + 16, S, M);
+AI void scales_q4_Kp_any(const uint8_t *p, const int tail, __m512 *S, __m512 *M) {
+    static const uint8_t zero[32] __attribute__((aligned(16))); /* scales_q4_K reads h + 4 .. h + 19 */
+    scales_q4_K(p, tail ? zero : p + 16, S, M);
     *S = _mm512_mul_ps(*S, _mm512_setr_ps(1, 16, 1, 16, 1, 16, 1, 16, 1, 16, 1, 16, 1, 16, 1, 16));
 }
 
-AI void load_q4_Kp(const uint8_t *p, __m512i W[8], __m512 *S, __m512 *M) {
+AI void load_q4_Kp(const uint8_t *p, const int tail, __m512i W[8], __m512 *S, __m512 *M) {
     const __m512i m4 = _mm512_set1_epi8(0xF);
     _Pragma("GCC unroll 4")
     for (int s = 0; s < 4; s++) {
-        const __m512i v = _mm512_loadu_si512(p + 32 + 64 * s);
+        const __m512i v = q4_Kp_vec(p, s, tail);
         W[s] = _mm512_and_si512(v, m4);
         W[4 + s] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
     }
-    scales_q4_Kp(p, S, M);
+    scales_q4_Kp_any(p, tail, S, M);
 }
 
 /* NAME_nt (the file's blocks) and NAMEp_nt (packed rows) from NAME_any_nt */
@@ -275,11 +289,12 @@ AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0
         const __m512i m4 = _mm512_set1_epi8(0xF);
         GROUP_LOOP(g, g0, g1,
             const uint8_t *gp = w + r * ws + g * PACKED_GB_Q4_K, *xg = xs + g * GROUP_BYTES_Q8;
-            prefetch_group(gp, PACKED_GB_Q4_K, pf_ws);
+            const int tail = 2 * g + 1 == nsb;
+            prefetch_group(gp, tail ? PACKED_TAIL_Q4_K : PACKED_GB_Q4_K, pf_ws);
             __m512i A[5], B[5];
             _Pragma("GCC unroll 4")
             for (int s = 0; s < 4; s++) {
-                const __m512i v = _mm512_loadu_si512(gp + 32 + 64 * s);
+                const __m512i v = q4_Kp_vec(gp, s, tail);
                 const __m512i wl = _mm512_and_si512(v, m4), wh = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
                 _Pragma("GCC unroll 8")
                 for (int t = 0; t < NT; t++) {
@@ -289,7 +304,7 @@ AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0
                 }
             }
             __m512 S, M;
-            scales_q4_Kp(gp, &S, &M);
+            scales_q4_Kp_any(gp, tail, &S, &M);
             _Pragma("GCC unroll 8")
             for (int t = 0; t < NT; t++) {
                 q4_K_acc(&F[t], _mm512_add_epi32(A[t], B[t]), S, M, xg + t * xss);
@@ -300,8 +315,9 @@ AI void q4_K_row(const uint8_t *w, size_t ws, int64_t r, int64_t nsb, int64_t g0
             __m512 S, M;
             if (PACKED) {
                 const uint8_t *gp = w + r * ws + g * PACKED_GB_Q4_K;
-                prefetch_group(gp, PACKED_GB_Q4_K, pf_ws);
-                load_q4_Kp(gp, W, &S, &M);
+                const int tail = 2 * g + 1 == nsb;
+                prefetch_group(gp, tail ? PACKED_TAIL_Q4_K : PACKED_GB_Q4_K, pf_ws);
+                load_q4_Kp(gp, tail, W, &S, &M);
             } else if (2 * g + 2 <= nsb) {
                 prefetch_group(wr + 2 * g, 2 * sizeof(block_q4_K), pf_ws);
                 repack_q4_K(wr + 2 * g, W, &S, &M);
@@ -431,9 +447,10 @@ TILE_DISPATCH8(q4_Kp)
 void avx512_pack_rows_q4_K(const void *src, void *dst, int64_t n_rows, int64_t k) {
     const int64_t nsb = k / SP_QK_K, groups = (nsb + 1) / 2;
     const __mmask16 odd = 0xAAAA;
+    const size_t drs = avx512_packed_row_size(SP_TYPE_Q4_K, k);
     for (int64_t r = 0; r < n_rows; r++) {
         const block_q4_K *sr = (const block_q4_K *)src + r * nsb;
-        uint8_t *dr = (uint8_t *)dst + (size_t)r * (size_t)groups * PACKED_GB_Q4_K;
+        uint8_t *dr = (uint8_t *)dst + (size_t)r * drs;
         for (int64_t g = 0; g < groups; g++) {
             block_q4_K b[2];
             b[0] = sr[2 * g];
@@ -443,13 +460,16 @@ void avx512_pack_rows_q4_K(const void *src, void *dst, int64_t n_rows, int64_t k
             __m512 S, M;
             repack_q4_K(b, W, &S, &M);
             uint8_t *gp = dr + g * PACKED_GB_Q4_K;
+            const int tail = 2 * g + 1 == nsb;
             memcpy(gp, &b[0], 16);
-            memcpy(gp + 16, &b[1], 16);
+            if (!tail) memcpy(gp + 16, &b[1], 16);
             for (int s = 0; s < 4; s++) {
                 /* odd lanes hold q << 4: back to q, then W[4 + s] into the high half */
                 const __m512i lo = _mm512_mask_srli_epi32(W[s], odd, W[s], 4);
                 const __m512i hi = _mm512_mask_srli_epi32(W[4 + s], odd, W[4 + s], 4);
-                _mm512_storeu_si512(gp + 32 + 64 * s, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)));
+                const __m512i v = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 4));
+                if (tail) _mm512_mask_storeu_epi8(gp + 16 + 32 * s, 0xFFFFFFFFull, v);
+                else _mm512_storeu_si512(gp + 32 + 64 * s, v);
             }
         }
     }
