@@ -50,6 +50,22 @@ void moe_scratch_free(moe_scratch *s) {
     memset(s, 0, sizeof(*s));
 }
 
+/* The SwiGLU of one expert's tokens, split over the pool in 16-element
+ * pieces (elementwise: the same bits however it is split). */
+typedef struct {
+    const fwd_ops *ops;
+    float *g;
+    const float *u;
+    int64_t n;
+} glu_job;
+
+static void glu_worker(void *arg, int ith, int nth) {
+    const glu_job *j = arg;
+    const int64_t chunk = ((j->n + nth - 1) / nth + 15) & ~(int64_t)15;
+    const int64_t i0 = (int64_t)ith * chunk, i1 = SP_MIN(j->n, i0 + chunk);
+    if (i0 < i1) j->ops->swiglu(i1 - i0, j->g + i0, j->u + i0, j->g + i0);
+}
+
 /* Token t's row of router logits -> its K experts and their weights, added
  * to the experts' token lists. */
 static void route(moe_scratch *s, const sp_model_info *h, int32_t t, int32_t B) {
@@ -97,7 +113,8 @@ void moe_ffn(const model_layer *y, const sp_model_info *h, moe_scratch *s, threa
             memcpy(s->xg + (size_t)i * E, xn + (size_t)tok[i] * E, (size_t)E * sizeof(float));
         weight_rows_matmul(pool, &y->gate_exps, e * Fx, Fx, s->xg, n, s->g, mm_scratch);
         weight_rows_matmul(pool, &y->up_exps, e * Fx, Fx, s->xg, n, s->u, mm_scratch);
-        ops->swiglu((int64_t)n * Fx, s->g, s->u, s->g);
+        glu_job gj = {ops, s->g, s->u, (int64_t)n * Fx};
+        pool_run(pool, glu_worker, &gj);
         weight_rows_matmul(pool, &y->down_exps, e * E, E, s->g, n, s->yo, mm_scratch);
         for (int32_t i = 0; i < n; i++) {
             float *o = s->out + (size_t)tok[i] * E;
